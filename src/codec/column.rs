@@ -1,0 +1,682 @@
+//! Data-table columns: qualifiers, values, compacted and append columns,
+//! annotation qualifiers. Formats: docs/format/qualifier-and-value.md,
+//! docs/format/compacted-column.md, docs/format/append-column.md,
+//! docs/format/annotation.md.
+
+use thiserror::Error;
+
+use crate::model::point::{Timestamp, Value};
+use crate::model::uid::hex_upper;
+
+/// Flag bit: the value is an IEEE-754 float.
+pub const FLAG_FLOAT: u8 = 0x8;
+/// Low three bits: value length − 1.
+pub const LENGTH_MASK: u8 = 0x7;
+pub const FLAGS_MASK: u8 = 0xF;
+/// Marks a 4-byte millisecond qualifier (high nibble of its first byte).
+pub const MS_PREFIX: u8 = 0xF0;
+/// First byte of annotation qualifiers.
+pub const ANNOTATION_PREFIX: u8 = 0x01;
+/// First byte of the append column qualifier (`05 00 00`).
+pub const APPEND_PREFIX: u8 = 0x05;
+/// First byte of histogram qualifiers (OpenTSDB 2.4).
+pub const HISTOGRAM_PREFIX: u8 = 0x06;
+/// Trailing byte of a multi-point compacted column.
+pub const META_SECONDS_ONLY: u8 = 0x00;
+/// ... and of one mixing second and millisecond points.
+pub const META_MIXED: u8 = 0x01;
+
+pub const APPEND_QUALIFIER: [u8; 3] = [APPEND_PREFIX, 0, 0];
+
+const MAX_SECOND_OFFSET: u32 = 3599;
+const MAX_MS_OFFSET: u32 = 3_599_999;
+
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum ColumnError {
+    #[error("timestamp {ts} is not inside the hour starting at {base_time}")]
+    OutsideRow { ts: u64, base_time: u32 },
+    #[error("value length {len} does not match flags 0x{flags:X}")]
+    BadValueLength { flags: u8, len: usize },
+    #[error(
+        "Corrupted floating point value: {} flags=0x{flags:X} -- first 4 bytes are expected to be zeros",
+        hex_upper(value)
+    )]
+    CorruptedFloat { value: Vec<u8>, flags: u8 },
+    #[error(
+        "Corrupted value: couldn't break down into individual values (consumed {consumed} bytes, but was expecting to consume {expected}): qualifier={}, value={}",
+        hex_upper(qualifier),
+        hex_upper(value)
+    )]
+    CorruptedCompacted {
+        qualifier: Vec<u8>,
+        value: Vec<u8>,
+        consumed: usize,
+        expected: usize,
+    },
+    #[error("Unknown qualifier, must be 2, 3, 5 or an even number of bytes: {}", hex_upper(.0))]
+    UnknownQualifier(Vec<u8>),
+    #[error("{0}")]
+    Duplicate(String),
+}
+
+/// How a value is written: the flags nibble and its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncodedValue {
+    pub flags: u8,
+    bytes: [u8; 8],
+}
+
+impl EncodedValue {
+    pub fn len(&self) -> usize {
+        (self.flags & LENGTH_MASK) as usize + 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[8 - self.len()..]
+    }
+}
+
+/// Integers in the smallest of 1/2/4/8 bytes; floats on 4 bytes when the
+/// value is exactly representable as f32, else 8 (OpenTSDB 2.4).
+pub fn encode_value(value: Value) -> EncodedValue {
+    match value {
+        Value::Int(v) => {
+            let len: u8 = if i8::try_from(v).is_ok() {
+                1
+            } else if i16::try_from(v).is_ok() {
+                2
+            } else if i32::try_from(v).is_ok() {
+                4
+            } else {
+                8
+            };
+            EncodedValue {
+                flags: len - 1,
+                bytes: v.to_be_bytes(),
+            }
+        }
+        Value::Float(f) => {
+            let single = f as f32;
+            if single as f64 == f || f.is_nan() {
+                let mut bytes = [0u8; 8];
+                bytes[4..].copy_from_slice(&single.to_bits().to_be_bytes());
+                EncodedValue {
+                    flags: FLAG_FLOAT | 0x3,
+                    bytes,
+                }
+            } else {
+                EncodedValue {
+                    flags: FLAG_FLOAT | 0x7,
+                    bytes: f.to_bits().to_be_bytes(),
+                }
+            }
+        }
+    }
+}
+
+/// Decodes a value whose length already matches its flags.
+pub fn decode_value(flags: u8, bytes: &[u8]) -> Result<Value, ColumnError> {
+    let bad = || ColumnError::BadValueLength {
+        flags,
+        len: bytes.len(),
+    };
+    if flags & FLAG_FLOAT != 0 {
+        match bytes.len() {
+            4 => Ok(Value::Float(f32::from_bits(u32::from_be_bytes(
+                bytes.try_into().map_err(|_| bad())?,
+            )) as f64)),
+            8 => Ok(Value::Float(f64::from_bits(u64::from_be_bytes(
+                bytes.try_into().map_err(|_| bad())?,
+            )))),
+            _ => Err(bad()),
+        }
+    } else {
+        let v = match bytes.len() {
+            1 => bytes[0] as i8 as i64,
+            2 => i16::from_be_bytes([bytes[0], bytes[1]]) as i64,
+            4 => i32::from_be_bytes(bytes.try_into().map_err(|_| bad())?) as i64,
+            8 => i64::from_be_bytes(bytes.try_into().map_err(|_| bad())?),
+            _ => return Err(bad()),
+        };
+        Ok(Value::Int(v))
+    }
+}
+
+/// Is this qualifier (or the qualifier at the start of a compacted one) a
+/// 4-byte millisecond qualifier?
+pub fn is_ms_qualifier(first_byte: u8) -> bool {
+    first_byte & MS_PREFIX == MS_PREFIX
+}
+
+/// Qualifier of one data point in the row starting at `base_time`.
+pub fn point_qualifier(ts: Timestamp, base_time: u32, flags: u8) -> Result<Vec<u8>, ColumnError> {
+    let outside = || ColumnError::OutsideRow {
+        ts: ts.raw(),
+        base_time,
+    };
+    match ts {
+        Timestamp::Seconds(s) => {
+            let delta = s.checked_sub(base_time).ok_or_else(outside)?;
+            if delta > MAX_SECOND_OFFSET {
+                return Err(outside());
+            }
+            Ok(((delta << 4) as u16 | flags as u16).to_be_bytes().to_vec())
+        }
+        Timestamp::Millis(ms) => {
+            let delta = ms
+                .checked_sub(base_time as u64 * 1000)
+                .filter(|d| *d <= MAX_MS_OFFSET as u64)
+                .ok_or_else(outside)? as u32;
+            Ok((0xF000_0000u32 | (delta << 6) | flags as u32)
+                .to_be_bytes()
+                .to_vec())
+        }
+    }
+}
+
+/// One data point read back from a row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StoredPoint {
+    /// Milliseconds from the row's base time.
+    pub offset_ms: u32,
+    /// Written with a millisecond qualifier.
+    pub millis: bool,
+    /// Flags after OpenTSDB's read-side fixes (length matches the value).
+    pub flags: u8,
+    pub value: Value,
+}
+
+impl StoredPoint {
+    pub fn timestamp_ms(&self, base_time: u32) -> u64 {
+        base_time as u64 * 1000 + self.offset_ms as u64
+    }
+
+    /// The point's time as it was written (seconds or milliseconds).
+    pub fn timestamp(&self, base_time: u32) -> Timestamp {
+        if self.millis {
+            Timestamp::Millis(self.timestamp_ms(base_time))
+        } else {
+            Timestamp::Seconds(base_time + self.offset_ms / 1000)
+        }
+    }
+
+    pub fn qualifier(&self) -> Vec<u8> {
+        if self.millis {
+            (0xF000_0000u32 | (self.offset_ms << 6) | self.flags as u32)
+                .to_be_bytes()
+                .to_vec()
+        } else {
+            (((self.offset_ms / 1000) << 4) as u16 | self.flags as u16)
+                .to_be_bytes()
+                .to_vec()
+        }
+    }
+
+    pub fn value_bytes(&self) -> Vec<u8> {
+        let len = (self.flags & LENGTH_MASK) as usize + 1;
+        match self.value {
+            Value::Int(v) => v.to_be_bytes()[8 - len..].to_vec(),
+            Value::Float(f) if len == 4 => (f as f32).to_bits().to_be_bytes().to_vec(),
+            Value::Float(f) => f.to_bits().to_be_bytes().to_vec(),
+        }
+    }
+
+    pub fn new(
+        ts: Timestamp,
+        base_time: u32,
+        value: Value,
+    ) -> Result<(StoredPoint, EncodedValue), ColumnError> {
+        let enc = encode_value(value);
+        // Validates the offset range.
+        point_qualifier(ts, base_time, enc.flags)?;
+        let offset_ms = (ts.as_millis() - base_time as u64 * 1000) as u32;
+        let point = StoredPoint {
+            offset_ms,
+            millis: ts.is_millis(),
+            flags: enc.flags,
+            value: decode_value(enc.flags, enc.as_bytes())?,
+        };
+        Ok((point, enc))
+    }
+}
+
+fn qualifier_at(qualifier: &[u8]) -> Option<(usize, u32, bool, u8)> {
+    // (qualifier length, offset ms, is ms, flags)
+    let first = *qualifier.first()?;
+    if is_ms_qualifier(first) {
+        let q = u32::from_be_bytes(qualifier.get(..4)?.try_into().ok()?);
+        Some((4, (q & 0x0FFF_FFC0) >> 6, true, (q & 0xF) as u8))
+    } else {
+        let q = u16::from_be_bytes(qualifier.get(..2)?.try_into().ok()?);
+        Some((2, (q >> 4) as u32 * 1000, false, (q & 0xF) as u8))
+    }
+}
+
+/// A stand-alone (single point) cell, with OpenTSDB's read-side fixes
+/// (`Internal.extractDataPoints`): a 4-byte float written on 8 bytes with
+/// leading zeros is read from its last 4 bytes, and the length bits of the
+/// flags are taken from the actual value length.
+pub fn decode_single(qualifier: &[u8], value: &[u8]) -> Result<StoredPoint, ColumnError> {
+    let (_, offset_ms, millis, mut flags) =
+        qualifier_at(qualifier).ok_or_else(|| ColumnError::UnknownQualifier(qualifier.to_vec()))?;
+    let mut value = value;
+    if flags & FLAG_FLOAT != 0 && flags & LENGTH_MASK == 0x3 && value.len() == 8 {
+        if value[..4] != [0, 0, 0, 0] {
+            return Err(ColumnError::CorruptedFloat {
+                value: value.to_vec(),
+                flags,
+            });
+        }
+        value = &value[4..];
+    }
+    if !matches!(value.len(), 1 | 2 | 4 | 8) {
+        return Err(ColumnError::BadValueLength {
+            flags,
+            len: value.len(),
+        });
+    }
+    flags = (flags & !LENGTH_MASK) | (value.len() as u8 - 1);
+    Ok(StoredPoint {
+        offset_ms,
+        millis,
+        flags,
+        value: decode_value(flags, value)?,
+    })
+}
+
+/// Walks concatenated `qualifier` / `value` pairs: the shared body of
+/// compacted columns. Returns the points and the number of value bytes used.
+fn walk(qualifier: &[u8], value: &[u8], out: &mut Vec<StoredPoint>) -> Option<usize> {
+    let (mut qi, mut vi) = (0, 0);
+    while qi < qualifier.len() {
+        let (qlen, offset_ms, millis, flags) = qualifier_at(&qualifier[qi..])?;
+        let vlen = (flags & LENGTH_MASK) as usize + 1;
+        let bytes = value.get(vi..vi + vlen)?;
+        out.push(StoredPoint {
+            offset_ms,
+            millis,
+            flags,
+            value: decode_value(flags, bytes).ok()?,
+        });
+        qi += qlen;
+        vi += vlen;
+    }
+    Some(vi)
+}
+
+/// Decodes a compacted column (several points, trailing meta byte).
+pub fn decode_compacted(
+    qualifier: &[u8],
+    value: &[u8],
+    out: &mut Vec<StoredPoint>,
+) -> Result<(), ColumnError> {
+    let start = out.len();
+    let corrupted = |consumed| ColumnError::CorruptedCompacted {
+        qualifier: qualifier.to_vec(),
+        value: value.to_vec(),
+        consumed,
+        expected: value.len().saturating_sub(1),
+    };
+    match walk(qualifier, value, out) {
+        Some(consumed) if consumed + 1 == value.len() => Ok(()),
+        other => {
+            out.truncate(start);
+            Err(corrupted(other.unwrap_or(0)))
+        }
+    }
+}
+
+/// Is this even-length qualifier a single point (as opposed to compacted)?
+pub fn is_single_point(qualifier: &[u8]) -> bool {
+    qualifier.len() == 2 || (qualifier.len() == 4 && is_ms_qualifier(qualifier[0]))
+}
+
+/// Builds one compacted column from points sorted by offset, without
+/// duplicates. A single point is written as a plain cell (no meta byte),
+/// as OpenTSDB does.
+pub fn encode_compacted(points: &[StoredPoint]) -> (Vec<u8>, Vec<u8>) {
+    let mut qualifier = Vec::with_capacity(points.len() * 2);
+    let mut value = Vec::with_capacity(points.len() * 2 + 1);
+    let (mut seconds, mut millis) = (false, false);
+    for p in points {
+        qualifier.extend_from_slice(&p.qualifier());
+        value.extend_from_slice(&p.value_bytes());
+        seconds |= !p.millis;
+        millis |= p.millis;
+    }
+    if points.len() > 1 {
+        value.push(if seconds && millis {
+            META_MIXED
+        } else {
+            META_SECONDS_ONLY
+        });
+    }
+    (qualifier, value)
+}
+
+/// Decodes an append column value: `<qualifier><value>` pairs in the order
+/// they were appended (no meta byte).
+pub fn decode_append(value: &[u8], out: &mut Vec<StoredPoint>) -> Result<(), ColumnError> {
+    let mut i = 0;
+    while i < value.len() {
+        let bad = || ColumnError::CorruptedCompacted {
+            qualifier: APPEND_QUALIFIER.to_vec(),
+            value: value.to_vec(),
+            consumed: i,
+            expected: value.len(),
+        };
+        let (qlen, offset_ms, millis, flags) = qualifier_at(&value[i..]).ok_or_else(bad)?;
+        let vlen = (flags & LENGTH_MASK) as usize + 1;
+        let bytes = value.get(i + qlen..i + qlen + vlen).ok_or_else(bad)?;
+        out.push(StoredPoint {
+            offset_ms,
+            millis,
+            flags,
+            value: decode_value(flags, bytes)?,
+        });
+        i += qlen + vlen;
+    }
+    Ok(())
+}
+
+/// Appends one point to an append column value.
+pub fn encode_append(point: &StoredPoint, out: &mut Vec<u8>) {
+    out.extend_from_slice(&point.qualifier());
+    out.extend_from_slice(&point.value_bytes());
+}
+
+/// An append column (`05 00 00`) holding `points` in the given order.
+pub fn encode_append_column(points: &[StoredPoint]) -> (Vec<u8>, Vec<u8>) {
+    let mut value = Vec::with_capacity(points.len() * 4);
+    for p in points {
+        encode_append(p, &mut value);
+    }
+    (APPEND_QUALIFIER.to_vec(), value)
+}
+
+/// Qualifier of an annotation (or other odd-length object) at `ts`:
+/// `prefix` then the plain offset, 2 bytes of seconds or 4 of milliseconds.
+pub fn object_qualifier(prefix: u8, ts: Timestamp, base_time: u32) -> Result<Vec<u8>, ColumnError> {
+    let outside = || ColumnError::OutsideRow {
+        ts: ts.raw(),
+        base_time,
+    };
+    let mut q = vec![prefix];
+    match ts {
+        Timestamp::Seconds(s) => {
+            let d = s
+                .checked_sub(base_time)
+                .filter(|d| *d <= MAX_SECOND_OFFSET)
+                .ok_or_else(outside)?;
+            q.extend_from_slice(&(d as u16).to_be_bytes());
+        }
+        Timestamp::Millis(ms) => {
+            let d = ms
+                .checked_sub(base_time as u64 * 1000)
+                .filter(|d| *d <= MAX_MS_OFFSET as u64)
+                .ok_or_else(outside)?;
+            q.extend_from_slice(&(d as u32).to_be_bytes());
+        }
+    }
+    Ok(q)
+}
+
+/// Offset in milliseconds of an odd-length object qualifier.
+pub fn object_offset_ms(qualifier: &[u8]) -> Option<u32> {
+    match qualifier.len() {
+        3 => Some(u16::from_be_bytes([qualifier[1], qualifier[2]]) as u32 * 1000),
+        5 => Some(u32::from_be_bytes([
+            qualifier[1],
+            qualifier[2],
+            qualifier[3],
+            qualifier[4],
+        ])),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::uid::parse_hex;
+    use proptest::prelude::*;
+
+    const BASE: u32 = 1356998400;
+
+    fn cell(ts: Timestamp, v: Value) -> (String, String) {
+        let enc = encode_value(v);
+        let q = point_qualifier(ts, BASE, enc.flags).unwrap();
+        (hex_upper(&q), hex_upper(enc.as_bytes()))
+    }
+
+    fn s(n: u32) -> Timestamp {
+        Timestamp::Seconds(n)
+    }
+
+    fn pair(q: &str, v: &str) -> (String, String) {
+        (q.to_string(), v.to_string())
+    }
+
+    #[test]
+    fn spec_5_2_worked_examples() {
+        assert_eq!(cell(s(1356998403), Value::Int(42)), pair("0030", "2A"));
+        assert_eq!(cell(s(1356998403), Value::Int(300)), pair("0031", "012C"));
+        assert_eq!(
+            cell(s(1356998403), Value::Int(70000)),
+            pair("0033", "00011170")
+        );
+        assert_eq!(cell(s(1356998403), Value::Int(-1)), pair("0030", "FF"));
+        assert_eq!(
+            cell(s(1356998523), Value::Int(4294967296)),
+            pair("07B7", "0000000100000000")
+        );
+        assert_eq!(
+            cell(s(1356998403), Value::Float(42.5)),
+            pair("003B", "422A0000")
+        );
+        assert_eq!(
+            cell(s(1356998403), Value::Float(0.1)),
+            pair("003F", "3FB999999999999A")
+        );
+        assert_eq!(
+            cell(Timestamp::Millis(1356998400500), Value::Int(42)),
+            pair("F0007D00", "2A")
+        );
+        let enc8 = EncodedValue {
+            flags: 7,
+            bytes: [0; 8],
+        };
+        assert_eq!(
+            hex_upper(
+                &point_qualifier(Timestamp::Millis(1356998400008), BASE, enc8.flags).unwrap()
+            ),
+            "F0000207"
+        );
+        assert_eq!(
+            hex_upper(&point_qualifier(Timestamp::Millis(1356998400001), BASE, 7).unwrap()),
+            "F0000047"
+        );
+        // Seed 003's corrected example: 42 at offset 123 is 07B0 / 2A.
+        assert_eq!(cell(s(1356998523), Value::Int(42)), pair("07B0", "2A"));
+    }
+
+    #[test]
+    fn test_internal_vectors() {
+        // getOffsetFromQualifier({00,37}) = 3000 ms
+        let p = decode_single(&[0x00, 0x37], &[0, 0, 0, 0, 0, 0, 0, 1]).unwrap();
+        assert_eq!(p.offset_ms, 3000);
+        assert_eq!(p.timestamp_ms(BASE), 1356998403000);
+        // fixQualifierFlags: 00 27 with a 4-byte value reads as 00 23.
+        let p = decode_single(&[0x00, 0x27], &[0, 0, 0, 5]).unwrap();
+        assert_eq!(p.qualifier(), vec![0x00, 0x23]);
+        assert_eq!(p.value, Value::Int(5));
+        // fixFloatingPointValue: 4-byte float flags with 8 bytes, zeros first.
+        let p = decode_single(&[0x00, 0x0B], &parse_hex("00000000422A0000").unwrap()).unwrap();
+        assert_eq!(p.value, Value::Float(42.5));
+        assert_eq!(p.flags, 0x0B);
+        assert!(matches!(
+            decode_single(&[0x00, 0x0B], &parse_hex("01000000422A0000").unwrap()),
+            Err(ColumnError::CorruptedFloat { .. })
+        ));
+        // Value length from flags: {0,0x4B} = 4, {0,0x1F} = 8, {0,0} = 1, {0,0x0F} = 8.
+        for (q, len) in [(0x4Bu8, 4usize), (0x1F, 8), (0x00, 1), (0x0F, 8)] {
+            assert_eq!((q & LENGTH_MASK) as usize + 1, len);
+        }
+        assert!(decode_single(&[0x00, 0x00], &[1, 2, 3]).is_err());
+        assert!(decode_single(&[0x00], &[1]).is_err());
+    }
+
+    #[test]
+    fn compaction_queue_two_cell_row() {
+        let a = decode_single(&[0x00, 0x07], &[0, 0, 0, 0, 0, 0, 0, 4]).unwrap();
+        let b = decode_single(&[0x00, 0x17], &[0, 0, 0, 0, 0, 0, 0, 5]).unwrap();
+        // Read-side fixes keep the 8-byte width the cells were written with.
+        let (q, v) = encode_compacted(&[a, b]);
+        assert_eq!(hex_upper(&q), "00070017");
+        assert_eq!(hex_upper(&v), "0000000000000004000000000000000500");
+        let mut out = Vec::new();
+        decode_compacted(&q, &v, &mut out).unwrap();
+        assert_eq!(out, vec![a, b]);
+        // Mixed second/ms rows end in 0x01.
+        let (p1, _) = StoredPoint::new(s(BASE + 1), BASE, Value::Int(1)).unwrap();
+        let (p2, _) = StoredPoint::new(
+            Timestamp::Millis(BASE as u64 * 1000 + 1500),
+            BASE,
+            Value::Int(2),
+        )
+        .unwrap();
+        let (_, v) = encode_compacted(&[p1, p2]);
+        assert_eq!(*v.last().unwrap(), META_MIXED);
+        // One point: a plain cell without meta byte.
+        let (q, v) = encode_compacted(&[p1]);
+        assert_eq!((q.len(), v.len()), (2, 1));
+    }
+
+    #[test]
+    fn corrupt_compacted_is_an_error() {
+        let mut out = Vec::new();
+        // Value too short for the flags.
+        assert!(decode_compacted(&[0, 0x07, 0, 0x17], &[0; 9], &mut out).is_err());
+        // Missing meta byte.
+        assert!(decode_compacted(&[0, 0x00, 0, 0x10], &[1, 2], &mut out).is_err());
+        // Qualifier truncated.
+        assert!(decode_compacted(&[0, 0x00, 0xF0], &[1, 2, 0], &mut out).is_err());
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn append_column() {
+        let (p1, _) = StoredPoint::new(s(BASE + 10), BASE, Value::Int(7)).unwrap();
+        let (p2, _) = StoredPoint::new(
+            Timestamp::Millis(BASE as u64 * 1000 + 5),
+            BASE,
+            Value::Float(0.1),
+        )
+        .unwrap();
+        let mut v = Vec::new();
+        encode_append(&p1, &mut v);
+        encode_append(&p2, &mut v);
+        let mut out = Vec::new();
+        decode_append(&v, &mut out).unwrap();
+        assert_eq!(out, vec![p1, p2]);
+        assert!(decode_append(&v[..v.len() - 1], &mut out).is_err());
+    }
+
+    #[test]
+    fn annotation_qualifiers() {
+        // Seed 003: annotation at 1292148123 in row 1292148000 is 01007B.
+        let q = object_qualifier(ANNOTATION_PREFIX, s(1292148123), 1292148000).unwrap();
+        assert_eq!(hex_upper(&q), "01007B");
+        assert_eq!(object_offset_ms(&q), Some(123_000));
+        let q = object_qualifier(
+            ANNOTATION_PREFIX,
+            Timestamp::Millis(1292148000123),
+            1292148000,
+        )
+        .unwrap();
+        assert_eq!(hex_upper(&q), "010000007B");
+        assert!(object_qualifier(ANNOTATION_PREFIX, s(1292148000 + 3600), 1292148000).is_err());
+    }
+
+    #[test]
+    fn offsets_outside_the_row_are_rejected() {
+        assert!(point_qualifier(s(BASE + 3600), BASE, 0).is_err());
+        assert!(point_qualifier(s(BASE - 1), BASE, 0).is_err());
+        assert!(
+            point_qualifier(Timestamp::Millis(BASE as u64 * 1000 + 3_600_000), BASE, 0).is_err()
+        );
+    }
+
+    fn arb_value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<i64>().prop_map(Value::Int),
+            prop_oneof![
+                Just(0i64),
+                Just(127),
+                Just(128),
+                Just(-129),
+                Just(32768),
+                Just(i32::MAX as i64 + 1),
+                Just(i64::MIN)
+            ]
+            .prop_map(Value::Int),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::Float),
+            any::<f32>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| Value::Float(f as f64)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn point_round_trip(offset in 0u32..3_600_000, millis in any::<bool>(), value in arb_value()) {
+            let ts = if millis { Timestamp::Millis(BASE as u64 * 1000 + offset as u64) } else { Timestamp::Seconds(BASE + offset / 1000) };
+            let (p, enc) = StoredPoint::new(ts, BASE, value).unwrap();
+            let q = point_qualifier(ts, BASE, enc.flags).unwrap();
+            prop_assert_eq!(&p.qualifier(), &q);
+            prop_assert_eq!(p.value_bytes(), enc.as_bytes().to_vec());
+            let back = decode_single(&q, enc.as_bytes()).unwrap();
+            prop_assert_eq!(back, p);
+            prop_assert_eq!(back.timestamp(BASE), ts);
+            match (value, back.value) {
+                (Value::Int(a), Value::Int(b)) => prop_assert_eq!(a, b),
+                (Value::Float(a), Value::Float(b)) => prop_assert_eq!(a.to_bits(), b.to_bits()),
+                _ => prop_assert!(false, "type changed"),
+            }
+        }
+
+        #[test]
+        fn compacted_round_trip(points in proptest::collection::btree_map(0u32..3_600_000, (any::<bool>(), arb_value()), 1..50)) {
+            let pts: Vec<StoredPoint> = points.into_iter().map(|(off, (ms, v))| {
+                let ts = if ms { Timestamp::Millis(BASE as u64 * 1000 + off as u64) } else { Timestamp::Seconds(BASE + off / 1000) };
+                StoredPoint::new(ts, BASE, v).unwrap().0
+            }).collect();
+            let mut sorted = pts.clone();
+            sorted.sort_by_key(|p| p.offset_ms);
+            sorted.dedup_by_key(|p| p.offset_ms);
+            let (q, v) = encode_compacted(&sorted);
+            let mut out = Vec::new();
+            if sorted.len() == 1 {
+                out.push(decode_single(&q, &v).unwrap());
+            } else {
+                decode_compacted(&q, &v, &mut out).unwrap();
+            }
+            prop_assert_eq!(out, sorted);
+        }
+
+        #[test]
+        fn decoders_never_panic(q in proptest::collection::vec(any::<u8>(), 0..12), v in proptest::collection::vec(any::<u8>(), 0..20)) {
+            let mut out = Vec::new();
+            let _ = decode_single(&q, &v);
+            let _ = decode_compacted(&q, &v, &mut out);
+            let _ = decode_append(&v, &mut out);
+            let _ = object_offset_ms(&q);
+        }
+    }
+}

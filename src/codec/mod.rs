@@ -1,0 +1,10 @@
+//! Byte formats of the data table, each described in docs/format/.
+//! Pure functions over bytes; no storage access.
+
+pub mod column;
+pub mod row;
+pub mod row_key;
+
+pub use column::{ColumnError, StoredPoint};
+pub use row::{Cell, DecodedRow, DuplicatePolicy, RowCells};
+pub use row_key::{KeyError, KeyLayout, RowKey, Salt, Tsuid};

@@ -1,0 +1,325 @@
+//! One data-table row as stored in the key-value engine: the row key is the
+//! engine key, and the engine value holds the row's cells (HBase columns).
+//! Format: docs/format/data-row.md.
+
+use thiserror::Error;
+
+use super::column::{
+    self, ANNOTATION_PREFIX, APPEND_PREFIX, ColumnError, HISTOGRAM_PREFIX, StoredPoint,
+};
+use crate::model::uid::{hex_upper, java_byte_array};
+
+/// Version byte at the start of every encoded row value.
+pub const ROW_FORMAT_V1: u8 = 0x01;
+
+/// One column of a row: an HBase qualifier and its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cell {
+    pub qualifier: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+impl Cell {
+    pub fn new(qualifier: Vec<u8>, value: Vec<u8>) -> Cell {
+        Cell { qualifier, value }
+    }
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum RowError {
+    #[error("row value is empty")]
+    Empty,
+    #[error("unknown row format version {0}")]
+    UnknownVersion(u8),
+    #[error("row value truncated at byte {0}")]
+    Truncated(usize),
+}
+
+/// The cells of a row in write order: a later cell was written after an
+/// earlier one, which is how "last write wins" is decided between duplicate
+/// columns (HBase uses cell timestamps for this).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowCells {
+    pub cells: Vec<Cell>,
+}
+
+fn put_varint(mut v: usize, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(buf: &[u8], pos: &mut usize) -> Option<usize> {
+    let mut v: usize = 0;
+    for shift in (0..64).step_by(7) {
+        let b = *buf.get(*pos)?;
+        *pos += 1;
+        v |= ((b & 0x7F) as usize) << shift;
+        if b & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+impl RowCells {
+    pub fn encode(&self) -> Vec<u8> {
+        let size: usize = self
+            .cells
+            .iter()
+            .map(|c| c.qualifier.len() + c.value.len() + 4)
+            .sum();
+        let mut out = Vec::with_capacity(1 + size);
+        out.push(ROW_FORMAT_V1);
+        for c in &self.cells {
+            put_varint(c.qualifier.len(), &mut out);
+            out.extend_from_slice(&c.qualifier);
+            put_varint(c.value.len(), &mut out);
+            out.extend_from_slice(&c.value);
+        }
+        out
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<RowCells, RowError> {
+        let (&version, _) = buf.split_first().ok_or(RowError::Empty)?;
+        if version != ROW_FORMAT_V1 {
+            return Err(RowError::UnknownVersion(version));
+        }
+        let mut pos = 1;
+        let mut cells = Vec::new();
+        let take = |pos: &mut usize| -> Result<Vec<u8>, RowError> {
+            let at = *pos;
+            let len = get_varint(buf, pos).ok_or(RowError::Truncated(at))?;
+            let end = pos.checked_add(len).ok_or(RowError::Truncated(at))?;
+            let bytes = buf.get(*pos..end).ok_or(RowError::Truncated(at))?;
+            *pos = end;
+            Ok(bytes.to_vec())
+        };
+        while pos < buf.len() {
+            let qualifier = take(&mut pos)?;
+            let value = take(&mut pos)?;
+            cells.push(Cell { qualifier, value });
+        }
+        Ok(RowCells { cells })
+    }
+
+    /// Writes a cell as HBase would: same qualifier replaces the old value,
+    /// and the cell becomes the most recent one.
+    pub fn put(&mut self, cell: Cell) {
+        self.cells.retain(|c| c.qualifier != cell.qualifier);
+        self.cells.push(cell);
+    }
+
+    pub fn remove(&mut self, qualifier: &[u8]) -> bool {
+        let before = self.cells.len();
+        self.cells.retain(|c| c.qualifier != qualifier);
+        before != self.cells.len()
+    }
+
+    /// Cells sorted by qualifier, as HBase returns them (for display).
+    pub fn sorted(&self) -> Vec<&Cell> {
+        let mut v: Vec<&Cell> = self.cells.iter().collect();
+        v.sort_by(|a, b| a.qualifier.cmp(&b.qualifier));
+        v
+    }
+}
+
+/// What to do with two different values for one timestamp in a row
+/// (`tsd.storage.fix_duplicates`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DuplicatePolicy {
+    /// The most recently written value wins (rtsdb's default).
+    #[default]
+    LastWriteWins,
+    /// OpenTSDB's default: reading such a row fails.
+    Strict,
+}
+
+/// A row's content, decoded.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DecodedRow {
+    /// Sorted by offset, one per timestamp.
+    pub points: Vec<StoredPoint>,
+    /// Annotation cells: (qualifier, JSON value).
+    pub annotations: Vec<Cell>,
+    /// Histogram and unknown odd-prefix cells, kept untouched.
+    pub other: Vec<Cell>,
+    /// How many duplicate points were dropped (identical or resolved).
+    pub duplicates: usize,
+}
+
+/// Decodes every data column of a row (single, compacted and append
+/// columns), merging them by timestamp the way OpenTSDB's compaction does.
+pub fn decode_row(
+    row_key: &[u8],
+    cells: &RowCells,
+    policy: DuplicatePolicy,
+) -> Result<DecodedRow, ColumnError> {
+    let mut row = DecodedRow::default();
+    // (point, write sequence) so later writes win among duplicates.
+    let mut points: Vec<StoredPoint> = Vec::new();
+    let mut seq: Vec<usize> = Vec::new();
+    for (i, cell) in cells.cells.iter().enumerate() {
+        let q = &cell.qualifier;
+        let before = points.len();
+        if q.len() % 2 == 0 && !q.is_empty() {
+            if column::is_single_point(q) {
+                points.push(column::decode_single(q, &cell.value)?);
+            } else {
+                column::decode_compacted(q, &cell.value, &mut points)?;
+            }
+        } else if q.len() % 2 == 1 {
+            match q[0] {
+                ANNOTATION_PREFIX => row.annotations.push(cell.clone()),
+                APPEND_PREFIX => column::decode_append(&cell.value, &mut points)?,
+                HISTOGRAM_PREFIX => row.other.push(cell.clone()),
+                _ => row.other.push(cell.clone()),
+            }
+        } else {
+            return Err(ColumnError::UnknownQualifier(q.clone()));
+        }
+        // Within one append column later pairs are later writes too.
+        seq.extend((before..points.len()).map(|j| i * 1_000_000 + (j - before)));
+    }
+    let mut order: Vec<usize> = (0..points.len()).collect();
+    order.sort_by_key(|&j| (points[j].offset_ms, seq[j]));
+    for j in order {
+        let p = points[j];
+        match row.points.last_mut() {
+            Some(last) if last.offset_ms == p.offset_ms => {
+                row.duplicates += 1;
+                if last.value == p.value && last.flags == p.flags {
+                    continue;
+                }
+                match policy {
+                    DuplicatePolicy::LastWriteWins => *last = p,
+                    DuplicatePolicy::Strict => {
+                        return Err(ColumnError::Duplicate(format!(
+                            "Duplicate timestamp for key={}, ms_offset={}, older={}, newer={}; set tsd.storage.fix_duplicates=true to fix automatically or run Fsck",
+                            java_byte_array(row_key),
+                            p.offset_ms,
+                            hex_upper(&last.value_bytes()),
+                            hex_upper(&p.value_bytes())
+                        )));
+                    }
+                }
+            }
+            _ => row.points.push(p),
+        }
+    }
+    row.annotations
+        .sort_by_key(|c| column::object_offset_ms(&c.qualifier).unwrap_or(0));
+    Ok(row)
+}
+
+/// Rewrites a row's data columns as one compacted column, keeping
+/// annotations and other objects (OpenTSDB's TSD compaction).
+pub fn compact(decoded: &DecodedRow) -> RowCells {
+    let mut cells = RowCells::default();
+    if !decoded.points.is_empty() {
+        let (q, v) = column::encode_compacted(&decoded.points);
+        cells.cells.push(Cell::new(q, v));
+    }
+    cells.cells.extend(decoded.annotations.iter().cloned());
+    cells.cells.extend(decoded.other.iter().cloned());
+    cells
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::point::{Timestamp, Value};
+    use proptest::prelude::*;
+
+    const BASE: u32 = 1356998400;
+
+    fn point_cell(ts: Timestamp, v: Value) -> Cell {
+        let (p, enc) = StoredPoint::new(ts, BASE, v).unwrap();
+        Cell::new(p.qualifier(), enc.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn duplicates_last_write_wins_or_strict() {
+        let mut row = RowCells::default();
+        row.put(point_cell(Timestamp::Seconds(BASE + 1), Value::Int(1)));
+        row.put(point_cell(Timestamp::Seconds(BASE + 1), Value::Float(1.5)));
+        row.put(point_cell(Timestamp::Seconds(BASE + 2), Value::Int(2)));
+        let lww = decode_row(b"k", &row, DuplicatePolicy::LastWriteWins).unwrap();
+        assert_eq!(lww.points.len(), 2);
+        assert_eq!(lww.points[0].value, Value::Float(1.5));
+        let err = decode_row(&[0, 0, 1], &row, DuplicatePolicy::Strict).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("Duplicate timestamp for key=[0, 0, 1], ms_offset=1000")
+        );
+        // Seconds and milliseconds writes of the same instant are duplicates too.
+        let mut row = RowCells::default();
+        row.put(point_cell(Timestamp::Seconds(BASE + 1), Value::Int(1)));
+        row.put(point_cell(
+            Timestamp::Millis(BASE as u64 * 1000 + 1000),
+            Value::Int(9),
+        ));
+        let lww = decode_row(b"k", &row, DuplicatePolicy::LastWriteWins).unwrap();
+        assert_eq!(lww.points.len(), 1);
+        assert_eq!(lww.points[0].value, Value::Int(9));
+        // Identical duplicates are always collapsed.
+        let mut row = RowCells::default();
+        row.put(point_cell(Timestamp::Seconds(BASE + 1), Value::Int(1)));
+        let (q, v) = column::encode_compacted(&[
+            StoredPoint::new(Timestamp::Seconds(BASE + 1), BASE, Value::Int(1))
+                .unwrap()
+                .0,
+            StoredPoint::new(Timestamp::Seconds(BASE + 5), BASE, Value::Int(5))
+                .unwrap()
+                .0,
+        ]);
+        row.put(Cell::new(q, v));
+        let strict = decode_row(b"k", &row, DuplicatePolicy::Strict).unwrap();
+        assert_eq!(strict.points.len(), 2);
+        assert_eq!(strict.duplicates, 1);
+    }
+
+    #[test]
+    fn annotations_and_unknown_objects_are_kept_apart() {
+        let mut row = RowCells::default();
+        row.put(Cell::new(vec![1, 0, 5], br#"{"startTime":1}"#.to_vec()));
+        row.put(Cell::new(vec![0x42, 0, 5], b"x".to_vec()));
+        row.put(point_cell(Timestamp::Seconds(BASE + 3), Value::Int(7)));
+        let d = decode_row(b"k", &row, DuplicatePolicy::Strict).unwrap();
+        assert_eq!(d.points.len(), 1);
+        assert_eq!(d.annotations.len(), 1);
+        assert_eq!(d.other.len(), 1);
+        let compacted = compact(&d);
+        assert_eq!(compacted.cells.len(), 3);
+    }
+
+    #[test]
+    fn corrupt_row_values_are_errors() {
+        assert_eq!(RowCells::decode(&[]), Err(RowError::Empty));
+        assert_eq!(RowCells::decode(&[9]), Err(RowError::UnknownVersion(9)));
+        assert!(RowCells::decode(&[1, 5, 0]).is_err());
+        assert!(
+            RowCells::decode(&[
+                1, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01
+            ])
+            .is_err()
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn row_value_round_trip(cells in proptest::collection::vec((proptest::collection::vec(any::<u8>(), 0..300), proptest::collection::vec(any::<u8>(), 0..300)), 0..10)) {
+            let row = RowCells { cells: cells.into_iter().map(|(q, v)| Cell::new(q, v)).collect() };
+            prop_assert_eq!(RowCells::decode(&row.encode()).unwrap(), row);
+        }
+
+        #[test]
+        fn row_decode_never_panics(buf in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if let Ok(cells) = RowCells::decode(&buf) {
+                let _ = decode_row(b"k", &cells, DuplicatePolicy::Strict);
+            }
+        }
+    }
+}

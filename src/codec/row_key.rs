@@ -1,0 +1,404 @@
+//! Row keys and TSUIDs of the data table. Format: docs/format/row-key.md.
+
+use thiserror::Error;
+
+use crate::model::uid::{Uid, UidError, UidKind, UidWidth, UidWidths, hex_upper, parse_hex};
+
+/// Salting: spreads series over `buckets` prefixes (OpenTSDB 2.2+).
+/// A width of 0 disables it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Salt {
+    pub width: u8,
+    pub buckets: u32,
+}
+
+impl Default for Salt {
+    fn default() -> Self {
+        Salt {
+            width: 0,
+            buckets: 20,
+        }
+    }
+}
+
+impl Salt {
+    pub fn enabled(&self) -> bool {
+        self.width > 0
+    }
+
+    /// OpenTSDB's bucket: Java's `Arrays.hashCode(byte[])` of the TSUID
+    /// bytes, modulo the bucket count, made non-negative.
+    pub fn bucket(&self, tsuid: &[u8]) -> u32 {
+        let mut h: i32 = 1;
+        for &b in tsuid {
+            h = h.wrapping_mul(31).wrapping_add(b as i8 as i32);
+        }
+        let m = h % self.buckets as i32;
+        m.unsigned_abs()
+    }
+
+    /// The salt prefix: the bucket big-endian on `width` bytes.
+    pub fn prefix(&self, bucket: u32) -> Vec<u8> {
+        let be = (bucket as u64).to_be_bytes();
+        be[8 - self.width as usize..].to_vec()
+    }
+}
+
+/// Everything needed to lay out and parse keys: fixed per store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct KeyLayout {
+    pub widths: UidWidths,
+    pub salt: Salt,
+}
+
+pub const TIMESTAMP_BYTES: usize = 4;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum KeyError {
+    #[error(
+        "row key of {len} bytes does not fit the layout (prefix {prefix} bytes, tag pair {pair} bytes)"
+    )]
+    BadRowKeyLength {
+        len: usize,
+        prefix: usize,
+        pair: usize,
+    },
+    #[error(
+        "TSUID of {len} bytes does not fit the layout (metric {metric} bytes, tag pair {pair} bytes)"
+    )]
+    BadTsuidLength {
+        len: usize,
+        metric: usize,
+        pair: usize,
+    },
+    #[error("invalid TSUID '{0}': not hex")]
+    NotHex(String),
+    #[error("tag pairs are not sorted by tag key UID or repeat a tag key")]
+    UnsortedTags,
+    #[error(transparent)]
+    Uid(#[from] UidError),
+}
+
+/// A series identity: metric UID and tag pairs sorted by tag key UID bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tsuid {
+    pub metric: Uid,
+    /// Sorted by tag key (by UID value, which for fixed-width big-endian
+    /// bytes is the same as OpenTSDB's unsigned memcmp order).
+    pub tags: Vec<(Uid, Uid)>,
+}
+
+impl Tsuid {
+    /// Builds a TSUID, sorting the pairs by tag key UID as OpenTSDB does.
+    pub fn new(metric: Uid, mut tags: Vec<(Uid, Uid)>) -> Result<Tsuid, KeyError> {
+        tags.sort_unstable();
+        if tags.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(KeyError::UnsortedTags);
+        }
+        Ok(Tsuid { metric, tags })
+    }
+
+    pub fn to_bytes(&self, widths: &UidWidths) -> Vec<u8> {
+        let mut out = Vec::with_capacity(
+            widths.metric.bytes() + self.tags.len() * (widths.tagk.bytes() + widths.tagv.bytes()),
+        );
+        self.metric.write_to(widths.metric, &mut out);
+        self.write_tags(widths, &mut out);
+        out
+    }
+
+    fn write_tags(&self, widths: &UidWidths, out: &mut Vec<u8>) {
+        for (k, v) in &self.tags {
+            k.write_to(widths.tagk, out);
+            v.write_to(widths.tagv, out);
+        }
+    }
+
+    pub fn to_hex(&self, widths: &UidWidths) -> String {
+        hex_upper(&self.to_bytes(widths))
+    }
+
+    pub fn from_bytes(bytes: &[u8], widths: &UidWidths) -> Result<Tsuid, KeyError> {
+        let m = widths.metric.bytes();
+        let pair = widths.tagk.bytes() + widths.tagv.bytes();
+        if bytes.len() < m || !(bytes.len() - m).is_multiple_of(pair) {
+            return Err(KeyError::BadTsuidLength {
+                len: bytes.len(),
+                metric: m,
+                pair,
+            });
+        }
+        let metric = Uid::from_bytes(&bytes[..m], widths.metric)?;
+        let tags = parse_pairs(&bytes[m..], widths)?;
+        Ok(Tsuid { metric, tags })
+    }
+
+    /// Parses hex of either case, as OpenTSDB's API accepts.
+    pub fn parse_hex(s: &str, widths: &UidWidths) -> Result<Tsuid, KeyError> {
+        let bytes = parse_hex(s).ok_or_else(|| KeyError::NotHex(s.to_string()))?;
+        Tsuid::from_bytes(&bytes, widths)
+    }
+}
+
+fn parse_pairs(bytes: &[u8], widths: &UidWidths) -> Result<Vec<(Uid, Uid)>, KeyError> {
+    let (k, v) = (widths.tagk.bytes(), widths.tagv.bytes());
+    let tags: Vec<(Uid, Uid)> = bytes
+        .chunks(k + v)
+        .map(|p| {
+            Ok((
+                Uid::from_bytes(&p[..k], widths.tagk)?,
+                Uid::from_bytes(&p[k..], widths.tagv)?,
+            ))
+        })
+        .collect::<Result<_, UidError>>()?;
+    if tags.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err(KeyError::UnsortedTags);
+    }
+    Ok(tags)
+}
+
+/// A parsed data-table row key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RowKey {
+    pub salt_bucket: Option<u32>,
+    pub base_time: u32,
+    pub tsuid: Tsuid,
+}
+
+impl KeyLayout {
+    /// Bytes before the tag pairs: salt, metric, base time.
+    pub fn prefix_len(&self) -> usize {
+        self.salt.width as usize + self.widths.metric.bytes() + TIMESTAMP_BYTES
+    }
+
+    pub fn pair_len(&self) -> usize {
+        self.widths.tagk.bytes() + self.widths.tagv.bytes()
+    }
+
+    pub fn width(&self, kind: UidKind) -> UidWidth {
+        self.widths.of(kind)
+    }
+
+    /// `[salt] metric base_time (tagk tagv)*` for the hour holding `base_time`.
+    pub fn row_key(&self, tsuid: &Tsuid, base_time: u32) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.prefix_len() + tsuid.tags.len() * self.pair_len());
+        if self.salt.enabled() {
+            let bucket = self.salt.bucket(&tsuid.to_bytes(&self.widths));
+            out.extend_from_slice(&self.salt.prefix(bucket));
+        }
+        tsuid.metric.write_to(self.widths.metric, &mut out);
+        out.extend_from_slice(&base_time.to_be_bytes());
+        tsuid.write_tags(&self.widths, &mut out);
+        out
+    }
+
+    /// Row key of the global-annotation row for an hour: metric UID all
+    /// zeros, no tags, never salted (salt bytes stay zero).
+    pub fn global_annotation_row(&self, base_time: u32) -> Vec<u8> {
+        let mut out = vec![0u8; self.salt.width as usize + self.widths.metric.bytes()];
+        out.extend_from_slice(&base_time.to_be_bytes());
+        out
+    }
+
+    pub fn parse_row_key(&self, key: &[u8]) -> Result<RowKey, KeyError> {
+        let prefix = self.prefix_len();
+        let pair = self.pair_len();
+        if key.len() < prefix || !(key.len() - prefix).is_multiple_of(pair) {
+            return Err(KeyError::BadRowKeyLength {
+                len: key.len(),
+                prefix,
+                pair,
+            });
+        }
+        let sw = self.salt.width as usize;
+        let salt_bucket = self
+            .salt
+            .enabled()
+            .then(|| key[..sw].iter().fold(0u64, |acc, &b| (acc << 8) | b as u64) as u32);
+        let mw = self.widths.metric.bytes();
+        let metric = Uid::from_bytes(&key[sw..sw + mw], self.widths.metric)?;
+        let ts = &key[sw + mw..prefix];
+        let base_time = u32::from_be_bytes([ts[0], ts[1], ts[2], ts[3]]);
+        let tags = parse_pairs(&key[prefix..], &self.widths)?;
+        Ok(RowKey {
+            salt_bucket,
+            base_time,
+            tsuid: Tsuid { metric, tags },
+        })
+    }
+
+    /// Start of the key range holding `metric`'s rows from `base_time` on,
+    /// within one salt bucket.
+    pub fn scan_prefix(&self, bucket: Option<u32>, metric: Uid, base_time: u32) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.prefix_len());
+        if let Some(b) = bucket {
+            out.extend_from_slice(&self.salt.prefix(b));
+        }
+        metric.write_to(self.widths.metric, &mut out);
+        out.extend_from_slice(&base_time.to_be_bytes());
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn w3() -> UidWidths {
+        UidWidths::default()
+    }
+
+    fn uid(id: u64) -> Uid {
+        Uid::new(id, UidWidth::DEFAULT).unwrap()
+    }
+
+    fn unhex(s: &str) -> Vec<u8> {
+        parse_hex(s).unwrap()
+    }
+
+    #[test]
+    fn seed_tsuid() {
+        let t = Tsuid::new(uid(1), vec![(uid(1), uid(1))]).unwrap();
+        assert_eq!(t.to_hex(&w3()), "000001000001000001");
+        assert_eq!(Tsuid::parse_hex("000001000001000001", &w3()).unwrap(), t);
+        assert_eq!(
+            Tsuid::parse_hex("00000a00000100000b", &w3())
+                .unwrap()
+                .metric,
+            uid(10)
+        );
+    }
+
+    #[test]
+    fn test_row_key_vectors() {
+        let layout = KeyLayout::default();
+        let t = Tsuid::parse_hex("000001000001000002", &w3()).unwrap();
+        assert_eq!(
+            layout.row_key(&t, 1356998400),
+            vec![0, 0, 1, 0x50, 0xE2, 0x27, 0, 0, 0, 1, 0, 0, 2]
+        );
+        assert_eq!(
+            layout.row_key(&t, 0),
+            vec![0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 2]
+        );
+        let t1 = Tsuid::parse_hex("000001000001000001", &w3()).unwrap();
+        assert_eq!(
+            hex_upper(&layout.row_key(&t1, 1356998400)),
+            "00000150E22700000001000001"
+        );
+    }
+
+    #[test]
+    fn seed_003_row_keys_parse() {
+        let layout = KeyLayout::default();
+        let keys = [
+            ("00000150E22700000001000001", 0x50E22700u32, vec![(1, 1)]),
+            (
+                "00000150E22700000001000001000002000004",
+                0x50E22700,
+                vec![(1, 1), (2, 4)],
+            ),
+            ("00000150E22700000001000002", 0x50E22700, vec![(1, 2)]),
+            ("00000150E23510000001000003", 0x50E23510, vec![(1, 3)]),
+            (
+                "00000150E24320000001000001000002000004",
+                0x50E24320,
+                vec![(1, 1), (2, 4)],
+            ),
+        ];
+        for (hex, base, tags) in keys {
+            let rk = layout.parse_row_key(&unhex(hex)).unwrap();
+            assert_eq!(rk.tsuid.metric, uid(1));
+            assert_eq!(rk.base_time, base);
+            assert_eq!(rk.base_time % 3600, 0);
+            let want: Vec<_> = tags.into_iter().map(|(k, v)| (uid(k), uid(v))).collect();
+            assert_eq!(rk.tsuid.tags, want);
+            assert_eq!(hex_upper(&layout.row_key(&rk.tsuid, rk.base_time)), hex);
+        }
+    }
+
+    #[test]
+    fn salting_matches_java_hash() {
+        // Java: Arrays.hashCode(new byte[]{0,0,1,0,0,1,0,0,1}) computed by hand:
+        // h = 1; h = 31*h + b for each byte.
+        let bytes = unhex("000001000001000001");
+        let mut h: i64 = 1;
+        for b in &bytes {
+            h = (31 * h + (*b as i8 as i64)) as i32 as i64;
+        }
+        let salt = Salt {
+            width: 1,
+            buckets: 20,
+        };
+        assert_eq!(salt.bucket(&bytes) as i64, (h % 20).abs());
+        let layout = KeyLayout { widths: w3(), salt };
+        let t = Tsuid::from_bytes(&bytes, &w3()).unwrap();
+        let key = layout.row_key(&t, 1356998400);
+        assert_eq!(key.len(), 14);
+        assert_eq!(key[0] as u32, salt.bucket(&bytes));
+        let parsed = layout.parse_row_key(&key).unwrap();
+        assert_eq!(parsed.salt_bucket, Some(key[0] as u32));
+        assert_eq!(parsed.tsuid, t);
+        // Negative hash codes are negated, never negative buckets.
+        let neg = [0xFFu8; 7];
+        assert!(salt.bucket(&neg) < 20);
+        // The global-annotation row is never salted.
+        assert_eq!(layout.global_annotation_row(0), vec![0u8; 8]);
+    }
+
+    #[test]
+    fn bad_keys() {
+        let layout = KeyLayout::default();
+        assert!(layout.parse_row_key(&[0, 0, 1]).is_err());
+        assert!(
+            layout
+                .parse_row_key(&unhex("00000150E2270000000100"))
+                .is_err()
+        );
+        // Tag pairs out of order are not a row OpenTSDB could have written.
+        assert!(
+            layout
+                .parse_row_key(&unhex("00000150E22700000002000001000001000001"))
+                .is_err()
+        );
+        // A zero UID is never assigned.
+        assert!(
+            layout
+                .parse_row_key(&unhex("00000050E22700000001000001"))
+                .is_err()
+        );
+        assert!(Tsuid::parse_hex("00001", &w3()).is_err());
+        assert!(Tsuid::parse_hex("zz0001", &w3()).is_err());
+        assert!(Tsuid::new(uid(1), vec![(uid(1), uid(1)), (uid(1), uid(2))]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn row_key_round_trip(
+            mw in 1u8..=8, kw in 1u8..=8, vw in 1u8..=8, sw in 0u8..=3,
+            buckets in 1u32..=255,
+            metric in any::<u64>(), base in any::<u32>(),
+            tags in proptest::collection::btree_map(any::<u64>(), any::<u64>(), 1..=8),
+        ) {
+            let widths = UidWidths {
+                metric: UidWidth::new(mw).unwrap(),
+                tagk: UidWidth::new(kw).unwrap(),
+                tagv: UidWidth::new(vw).unwrap(),
+            };
+            let clamp = |v: u64, w: UidWidth| Uid::new((v % w.max_id()).max(1), w).unwrap();
+            let tags: std::collections::BTreeMap<_, _> = tags
+                .into_iter()
+                .map(|(k, v)| (clamp(k, widths.tagk), clamp(v, widths.tagv)))
+                .collect();
+            let tsuid = Tsuid::new(clamp(metric, widths.metric), tags.into_iter().collect()).unwrap();
+            let layout = KeyLayout { widths, salt: Salt { width: sw, buckets } };
+            let base = base - base % 3600;
+            let key = layout.row_key(&tsuid, base);
+            let parsed = layout.parse_row_key(&key).unwrap();
+            prop_assert_eq!(parsed.base_time, base);
+            prop_assert_eq!(&parsed.tsuid, &tsuid);
+            prop_assert_eq!(Tsuid::parse_hex(&tsuid.to_hex(&widths), &widths).unwrap(), tsuid);
+        }
+    }
+}

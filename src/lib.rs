@@ -1,0 +1,18 @@
+//! rtsdb: an OpenTSDB 2.4-compatible time series database.
+//!
+//! The crate is layered; each module only uses the ones listed above it:
+//!
+//! - [`model`]: UIDs, names and their rules, data points.
+//! - [`codec`]: OpenTSDB's byte formats (row keys, qualifiers, values,
+//!   compacted/append/annotation columns), documented in `docs/format/`.
+//! - [`storage`]: the narrow key-value trait and its engines (fjall, memory).
+//! - [`store`]: a store on disk: its recorded layout, tables and rows.
+//! - [`uid`]: UID assignment, lookup with caches, rename and delete.
+//! - [`cli`]: the `tsdb` command line.
+
+pub mod cli;
+pub mod codec;
+pub mod model;
+pub mod storage;
+pub mod store;
+pub mod uid;

@@ -1,0 +1,9 @@
+//! The data model: UIDs, names, data points. No I/O here.
+
+pub mod name;
+pub mod point;
+pub mod uid;
+
+pub use name::{InvalidName, NameRules};
+pub use point::{DataPoint, Tags, Timestamp, Value};
+pub use uid::{Uid, UidError, UidKind, UidWidth, UidWidths};

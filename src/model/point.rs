@@ -1,0 +1,133 @@
+//! Data points as clients send them: timestamps, values, tags.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use thiserror::Error;
+
+/// A point's time as given by the client. OpenTSDB decides precision by
+/// magnitude alone: anything above `u32::MAX` is milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Timestamp {
+    Seconds(u32),
+    Millis(u64),
+}
+
+/// Largest millisecond timestamp OpenTSDB accepts (13 digits).
+pub const MAX_MILLIS: u64 = 9_999_999_999_999;
+
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum TimestampError {
+    #[error("invalid timestamp: {0}")]
+    NotPositive(i64),
+    #[error("timestamp {0} is beyond the 13-digit millisecond range")]
+    TooLarge(i64),
+}
+
+impl Timestamp {
+    /// Classifies a raw client timestamp the way `TSDB.addPoint` does.
+    pub fn from_raw(raw: i64) -> Result<Timestamp, TimestampError> {
+        if raw <= 0 {
+            return Err(TimestampError::NotPositive(raw));
+        }
+        let raw = raw as u64;
+        if raw <= u32::MAX as u64 {
+            Ok(Timestamp::Seconds(raw as u32))
+        } else if raw <= MAX_MILLIS {
+            Ok(Timestamp::Millis(raw))
+        } else {
+            Err(TimestampError::TooLarge(raw as i64))
+        }
+    }
+
+    pub fn is_millis(self) -> bool {
+        matches!(self, Timestamp::Millis(_))
+    }
+
+    pub fn as_millis(self) -> u64 {
+        match self {
+            Timestamp::Seconds(s) => s as u64 * 1000,
+            Timestamp::Millis(ms) => ms,
+        }
+    }
+
+    pub fn as_seconds(self) -> u64 {
+        self.as_millis() / 1000
+    }
+
+    /// The value as the client wrote it (seconds or milliseconds).
+    pub fn raw(self) -> u64 {
+        match self {
+            Timestamp::Seconds(s) => s as u64,
+            Timestamp::Millis(ms) => ms,
+        }
+    }
+
+    /// Start of the hour row holding this point: `ts - ts % 3600` in seconds.
+    pub fn base_time(self) -> u32 {
+        let s = self.as_seconds();
+        (s - s % 3600) as u32
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.raw())
+    }
+}
+
+/// A numeric value. OpenTSDB keeps the integer/float distinction all the way
+/// from the wire to the query output (`42` and `42.0` are different).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    Int(i64),
+    Float(f64),
+}
+
+impl Value {
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Value::Int(i) => i as f64,
+            Value::Float(f) => f,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, Value::Float(_))
+    }
+}
+
+/// Tag pairs sorted by name; the map enforces one value per key.
+pub type Tags = BTreeMap<String, String>;
+
+/// One point as it arrives: names, not UIDs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataPoint {
+    pub metric: String,
+    pub timestamp: Timestamp,
+    pub value: Value,
+    pub tags: Tags,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precision_by_magnitude() {
+        assert_eq!(Timestamp::from_raw(1), Ok(Timestamp::Seconds(1)));
+        assert_eq!(
+            Timestamp::from_raw(4_294_967_295),
+            Ok(Timestamp::Seconds(u32::MAX))
+        );
+        assert_eq!(
+            Timestamp::from_raw(4_294_967_296),
+            Ok(Timestamp::Millis(4_294_967_296))
+        );
+        assert!(Timestamp::from_raw(0).is_err());
+        assert!(Timestamp::from_raw(-5).is_err());
+        assert!(Timestamp::from_raw(10_000_000_000_000).is_err());
+        assert_eq!(Timestamp::Seconds(1356998523).base_time(), 1356998400);
+        assert_eq!(Timestamp::Millis(1356998400500).base_time(), 1356998400);
+    }
+}

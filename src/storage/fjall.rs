@@ -1,0 +1,188 @@
+//! The default embedded engine: fjall, an LSM-tree in pure Rust.
+//! One fjall keyspace per logical table. Why fjall: docs/storage-engine.md.
+
+use std::path::Path;
+
+use ::fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use parking_lot::Mutex;
+
+use super::{
+    Durability, KvStore, Mutation, Result, ScanIter, ScanRange, StorageError, Table, WriteBatch,
+    counter_value,
+};
+
+/// Read-modify-write operations (increment, compare-and-set) take one of
+/// these locks, picked by key hash; fjall has no native counters or CAS.
+/// The store directory is locked by one process, so in-process locks are
+/// enough for atomicity.
+const RMW_STRIPES: usize = 64;
+
+pub struct FjallStore {
+    db: Database,
+    tables: [Keyspace; 3],
+    rmw: Vec<Mutex<()>>,
+}
+
+fn err(e: impl std::fmt::Display) -> StorageError {
+    StorageError::Engine(e.to_string())
+}
+
+/// Engine tuning. Defaults suit a single TSD on a small machine.
+#[derive(Debug, Clone)]
+pub struct FjallOptions {
+    /// Block cache shared by all tables, bytes.
+    pub cache_bytes: u64,
+}
+
+impl Default for FjallOptions {
+    fn default() -> Self {
+        FjallOptions {
+            cache_bytes: 64 << 20,
+        }
+    }
+}
+
+impl FjallStore {
+    pub fn open(path: &Path, opts: &FjallOptions) -> Result<FjallStore> {
+        let db = Database::builder(path)
+            .cache_size(opts.cache_bytes)
+            .open()
+            .map_err(err)?;
+        let open = |t: Table| db.keyspace(t.name(), KeyspaceCreateOptions::default);
+        let tables = [
+            open(Table::Data).map_err(err)?,
+            open(Table::Uid).map_err(err)?,
+            open(Table::Meta).map_err(err)?,
+        ];
+        Ok(FjallStore {
+            db,
+            tables,
+            rmw: (0..RMW_STRIPES).map(|_| Mutex::new(())).collect(),
+        })
+    }
+
+    fn ks(&self, t: Table) -> &Keyspace {
+        match t {
+            Table::Data => &self.tables[0],
+            Table::Uid => &self.tables[1],
+            Table::Meta => &self.tables[2],
+        }
+    }
+
+    fn stripe(&self, table: Table, key: &[u8]) -> &Mutex<()> {
+        // FNV-1a: cheap and good enough to spread keys over stripes.
+        let mut h: u64 = 0xcbf29ce484222325 ^ table as u64;
+        for b in key {
+            h = (h ^ *b as u64).wrapping_mul(0x100000001b3);
+        }
+        &self.rmw[(h % RMW_STRIPES as u64) as usize]
+    }
+
+    fn put_one(&self, table: Table, key: &[u8], value: Vec<u8>, d: Durability) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.durability = d;
+        b.put(table, key.to_vec(), value);
+        self.write(b)
+    }
+
+    /// Forces the engine's own compaction on every table (benchmarks,
+    /// size measurements).
+    pub fn major_compact(&self) -> Result<()> {
+        for ks in &self.tables {
+            ks.rotate_memtable_and_wait().map_err(err)?;
+            ks.major_compact().map_err(err)?;
+        }
+        Ok(())
+    }
+}
+
+fn persist_mode(d: Durability) -> PersistMode {
+    match d {
+        Durability::Process => PersistMode::Buffer,
+        Durability::Sync => PersistMode::SyncData,
+    }
+}
+
+impl KvStore for FjallStore {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.ks(table).get(key).map_err(err)?.map(|v| v.to_vec()))
+    }
+
+    fn write(&self, batch: WriteBatch) -> Result<()> {
+        // Always set a persist mode: without one fjall keeps the batch in
+        // a userspace buffer that a crash loses.
+        let mut b = self
+            .db
+            .batch()
+            .durability(Some(persist_mode(batch.durability)));
+        for m in batch.mutations {
+            match m {
+                Mutation::Put { table, key, value } => b.insert(self.ks(table), key, value),
+                Mutation::Delete { table, key } => b.remove(self.ks(table), key),
+            }
+        }
+        b.commit().map_err(err)
+    }
+
+    fn scan<'a>(&'a self, table: Table, range: &ScanRange) -> ScanIter<'a> {
+        let ks = self.ks(table);
+        let iter = if range.stop.is_empty() {
+            ks.range(range.start.clone()..)
+        } else {
+            ks.range(range.start.clone()..range.stop.clone())
+        };
+        let it = iter.map(|g| {
+            g.into_inner()
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .map_err(err)
+        });
+        match range.limit {
+            Some(n) => Box::new(it.take(n)),
+            None => Box::new(it),
+        }
+    }
+
+    fn increment(&self, table: Table, key: &[u8], delta: i64, d: Durability) -> Result<i64> {
+        let _g = self.stripe(table, key).lock();
+        let cur = self.get(table, key)?;
+        let v = counter_value(table, key, cur.as_deref())?.wrapping_add(delta);
+        self.put_one(table, key, v.to_be_bytes().to_vec(), d)?;
+        Ok(v)
+    }
+
+    fn compare_and_set(
+        &self,
+        table: Table,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: &[u8],
+        d: Durability,
+    ) -> Result<bool> {
+        let _g = self.stripe(table, key).lock();
+        if self.get(table, key)?.as_deref() != expected {
+            return Ok(false);
+        }
+        self.put_one(table, key, new.to_vec(), d)?;
+        Ok(true)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.db.persist(PersistMode::SyncAll).map_err(err)
+    }
+
+    fn disk_space(&self) -> u64 {
+        self.db.disk_space().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    #[test]
+    fn conformance() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = super::FjallStore::open(dir.path(), &Default::default()).unwrap();
+        super::super::conformance::run(Arc::new(store));
+    }
+}

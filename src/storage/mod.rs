@@ -1,0 +1,323 @@
+//! The one narrow interface between rtsdb and a sorted key-value engine:
+//! the operations OpenTSDB needs from HBase, nothing more.
+//!
+//! Engines: [`fjall::FjallStore`] (embedded, the default; see
+//! docs/storage-engine.md for why) and [`memory::MemoryStore`] (tests).
+
+pub mod fjall;
+pub mod memory;
+
+use thiserror::Error;
+
+/// The logical tables of an OpenTSDB deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Table {
+    /// `tsdb`: data rows.
+    Data,
+    /// `tsdb-uid`: name ↔ UID mappings and the MAXID counters.
+    Uid,
+    /// `tsdb-meta`: per-series metadata and counters.
+    Meta,
+}
+
+impl Table {
+    pub const ALL: [Table; 3] = [Table::Data, Table::Uid, Table::Meta];
+
+    /// OpenTSDB's default table name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Data => "tsdb",
+            Table::Uid => "tsdb-uid",
+            Table::Meta => "tsdb-meta",
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum StorageError {
+    #[error("storage engine error: {0}")]
+    Engine(String),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("counter at key {key:?} in {table} holds {len} bytes, not an 8-byte integer")]
+    NotACounter {
+        table: &'static str,
+        key: Vec<u8>,
+        len: usize,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, StorageError>;
+
+/// How far a write must get before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Handed to the OS: survives a process crash, not a power loss.
+    #[default]
+    Process,
+    /// On stable storage (fdatasync) before returning.
+    Sync,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mutation {
+    Put {
+        table: Table,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        table: Table,
+        key: Vec<u8>,
+    },
+}
+
+/// Puts and deletes applied atomically: after a crash either all or none
+/// are visible.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    pub mutations: Vec<Mutation>,
+    pub durability: Durability,
+}
+
+impl WriteBatch {
+    pub fn new() -> WriteBatch {
+        WriteBatch::default()
+    }
+
+    pub fn put(&mut self, table: Table, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.mutations.push(Mutation::Put {
+            table,
+            key: key.into(),
+            value: value.into(),
+        });
+    }
+
+    pub fn delete(&mut self, table: Table, key: impl Into<Vec<u8>>) {
+        self.mutations.push(Mutation::Delete {
+            table,
+            key: key.into(),
+        });
+    }
+
+    pub fn len(&self) -> usize {
+        self.mutations.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.mutations.is_empty()
+    }
+}
+
+/// A forward range scan: keys in `[start, stop)`, at most `limit` of them.
+/// An empty `stop` means "to the end of the table".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanRange {
+    pub start: Vec<u8>,
+    pub stop: Vec<u8>,
+    pub limit: Option<usize>,
+}
+
+impl ScanRange {
+    pub fn new(start: impl Into<Vec<u8>>, stop: impl Into<Vec<u8>>) -> ScanRange {
+        ScanRange {
+            start: start.into(),
+            stop: stop.into(),
+            limit: None,
+        }
+    }
+
+    /// Every key starting with `prefix`.
+    pub fn prefix(prefix: &[u8]) -> ScanRange {
+        ScanRange::new(prefix.to_vec(), prefix_end(prefix))
+    }
+
+    pub fn limit(mut self, limit: usize) -> ScanRange {
+        self.limit = Some(limit);
+        self
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix`
+/// (empty if there is none, i.e. the prefix is all 0xFF).
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    Vec::new()
+}
+
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// A scan's results, in key order, produced lazily.
+pub type ScanIter<'a> = Box<dyn Iterator<Item = Result<KeyValue>> + 'a>;
+
+/// The storage engine interface. Implementations must be safe to share
+/// between threads; `increment` and `compare_and_set` must be atomic
+/// against every other operation on the same store.
+pub trait KvStore: Send + Sync {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    fn write(&self, batch: WriteBatch) -> Result<()>;
+
+    fn scan<'a>(&'a self, table: Table, range: &ScanRange) -> ScanIter<'a>;
+
+    /// Adds `delta` to the 8-byte big-endian signed counter at `key`
+    /// (absent = 0) and returns the new value.
+    fn increment(
+        &self,
+        table: Table,
+        key: &[u8],
+        delta: i64,
+        durability: Durability,
+    ) -> Result<i64>;
+
+    /// Writes `new` only if the current value equals `expected` (`None` =
+    /// the key must be absent). Returns whether it wrote.
+    fn compare_and_set(
+        &self,
+        table: Table,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: &[u8],
+        durability: Durability,
+    ) -> Result<bool>;
+
+    /// Makes everything written so far durable on stable storage.
+    fn sync(&self) -> Result<()>;
+
+    /// Bytes used on disk (0 for memory stores).
+    fn disk_space(&self) -> u64 {
+        0
+    }
+}
+
+/// Decodes an 8-byte counter value.
+pub(crate) fn counter_value(table: Table, key: &[u8], v: Option<&[u8]>) -> Result<i64> {
+    match v {
+        None => Ok(0),
+        Some(b) => {
+            let arr: [u8; 8] = b.try_into().map_err(|_| StorageError::NotACounter {
+                table: table.name(),
+                key: key.to_vec(),
+                len: b.len(),
+            })?;
+            Ok(i64::from_be_bytes(arr))
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod conformance {
+    //! Behaviour every engine must show; run against each backend.
+    use super::*;
+    use std::sync::Arc;
+
+    pub fn run(store: Arc<dyn KvStore>) {
+        let mut b = WriteBatch::new();
+        for i in 0u8..10 {
+            b.put(Table::Data, vec![1, i], vec![i]);
+        }
+        b.put(Table::Uid, vec![1, 0], b"uid".to_vec());
+        store.write(b).unwrap();
+        assert_eq!(store.get(Table::Data, &[1, 3]).unwrap(), Some(vec![3]));
+        assert_eq!(
+            store.get(Table::Uid, &[1, 0]).unwrap(),
+            Some(b"uid".to_vec())
+        );
+        assert_eq!(store.get(Table::Meta, &[1, 0]).unwrap(), None);
+
+        let keys: Vec<Vec<u8>> = store
+            .scan(Table::Data, &ScanRange::new(vec![1, 2], vec![1, 5]))
+            .map(|r| r.unwrap().0)
+            .collect();
+        assert_eq!(keys, vec![vec![1, 2], vec![1, 3], vec![1, 4]]);
+        let limited: Vec<_> = store
+            .scan(Table::Data, &ScanRange::prefix(&[1]).limit(4))
+            .collect();
+        assert_eq!(limited.len(), 4);
+        let all: Vec<_> = store
+            .scan(Table::Data, &ScanRange::new(vec![], vec![]))
+            .collect();
+        assert_eq!(all.len(), 10);
+
+        let mut d = WriteBatch::new();
+        d.delete(Table::Data, vec![1, 3]);
+        store.write(d).unwrap();
+        assert_eq!(store.get(Table::Data, &[1, 3]).unwrap(), None);
+
+        assert_eq!(
+            store
+                .increment(Table::Uid, b"ctr", 1, Durability::Process)
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            store
+                .increment(Table::Uid, b"ctr", 5, Durability::Process)
+                .unwrap(),
+            6
+        );
+        assert!(
+            store
+                .increment(Table::Uid, &[1, 0], 1, Durability::Process)
+                .is_err()
+        );
+
+        assert!(
+            store
+                .compare_and_set(Table::Meta, b"k", None, b"a", Durability::Process)
+                .unwrap()
+        );
+        assert!(
+            !store
+                .compare_and_set(Table::Meta, b"k", None, b"b", Durability::Process)
+                .unwrap()
+        );
+        assert!(
+            !store
+                .compare_and_set(Table::Meta, b"k", Some(b"x"), b"b", Durability::Process)
+                .unwrap()
+        );
+        assert!(
+            store
+                .compare_and_set(Table::Meta, b"k", Some(b"a"), b"b", Durability::Process)
+                .unwrap()
+        );
+        assert_eq!(store.get(Table::Meta, b"k").unwrap(), Some(b"b".to_vec()));
+        store.sync().unwrap();
+
+        // Concurrent increments never lose an update.
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let s = store.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..500 {
+                        s.increment(Table::Meta, b"c", 1, Durability::Process)
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(
+            store
+                .increment(Table::Meta, b"c", 0, Durability::Process)
+                .unwrap(),
+            2000
+        );
+    }
+
+    #[test]
+    fn prefix_end_edges() {
+        assert_eq!(prefix_end(&[1, 2]), vec![1, 3]);
+        assert_eq!(prefix_end(&[1, 0xFF]), vec![2]);
+        assert_eq!(prefix_end(&[0xFF, 0xFF]), Vec::<u8>::new());
+    }
+}

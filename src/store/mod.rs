@@ -1,0 +1,578 @@
+//! A store: one data directory holding the header and the engine's files,
+//! opened with its recorded layout enforced, plus the data-row operations
+//! everything above builds on (read, merge-write and scan hourly rows).
+
+pub mod header;
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use thiserror::Error;
+
+use crate::codec::column::{ColumnError, StoredPoint};
+use crate::codec::row::{self, Cell, DecodedRow, DuplicatePolicy, RowCells, RowError};
+use crate::codec::row_key::{KeyError, KeyLayout, Salt, Tsuid};
+use crate::model::point::{Timestamp, Value};
+use crate::model::uid::UidWidths;
+use crate::storage::fjall::{FjallOptions, FjallStore};
+use crate::storage::memory::MemoryStore;
+use crate::storage::{Durability, KvStore, ScanRange, StorageError, Table, WriteBatch, prefix_end};
+
+pub use header::StoreHeader;
+
+const ENGINE_DIR: &str = "fjall";
+const LOCK_FILE: &str = "LOCK";
+const ROW_LOCK_STRIPES: usize = 256;
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error(
+        "store at {dir} was created with {setting} = {stored}, but this configuration asks for {requested}; the layout of a store cannot change (export with `tsdb scan --import` and re-import into a new store)"
+    )]
+    LayoutMismatch {
+        dir: String,
+        setting: &'static str,
+        stored: String,
+        requested: String,
+    },
+    #[error("invalid store header: {0}")]
+    BadHeader(String),
+    #[error("store format version {found} is not supported (this build reads version {supported})")]
+    UnsupportedVersion { found: u32, supported: u32 },
+    #[error(
+        "{0} holds engine files but no store header ({file}); refusing to guess its layout",
+        file = header::HEADER_FILE
+    )]
+    MissingHeader(String),
+    #[error(
+        "store at {0} is in use by another process (a running TSD?); stop it or point --data-dir elsewhere"
+    )]
+    Locked(String),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error(transparent)]
+    Column(#[from] ColumnError),
+    #[error("row {key}: {source}")]
+    Row { key: String, source: RowError },
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// What the caller asks for when opening a store. Layout settings left at
+/// `None` take whatever the store recorded; settings given must match it.
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    pub metric_width: Option<u8>,
+    pub tagk_width: Option<u8>,
+    pub tagv_width: Option<u8>,
+    pub salt_width: Option<u8>,
+    pub salt_buckets: Option<u32>,
+    pub duplicates: DuplicatePolicy,
+    pub engine: FjallOptions,
+}
+
+impl StoreOptions {
+    fn layout_for_new_store(&self) -> Result<KeyLayout> {
+        let w = |v: Option<u8>| {
+            crate::model::UidWidth::new(v.unwrap_or(3))
+                .map_err(|e| StoreError::BadHeader(e.to_string()))
+        };
+        let defaults = Salt::default();
+        let layout = KeyLayout {
+            widths: UidWidths {
+                metric: w(self.metric_width)?,
+                tagk: w(self.tagk_width)?,
+                tagv: w(self.tagv_width)?,
+            },
+            salt: Salt {
+                width: self.salt_width.unwrap_or(defaults.width),
+                buckets: self.salt_buckets.unwrap_or(defaults.buckets),
+            },
+        };
+        header::validate_salt(&layout.salt)?;
+        Ok(layout)
+    }
+
+    fn check(&self, dir: &Path, stored: &KeyLayout) -> Result<()> {
+        let checks: [(&'static str, Option<u64>, u64); 5] = [
+            (
+                "tsd.storage.uid.width.metric",
+                self.metric_width.map(u64::from),
+                stored.widths.metric.bytes() as u64,
+            ),
+            (
+                "tsd.storage.uid.width.tagk",
+                self.tagk_width.map(u64::from),
+                stored.widths.tagk.bytes() as u64,
+            ),
+            (
+                "tsd.storage.uid.width.tagv",
+                self.tagv_width.map(u64::from),
+                stored.widths.tagv.bytes() as u64,
+            ),
+            (
+                "tsd.storage.salt.width",
+                self.salt_width.map(u64::from),
+                stored.salt.width as u64,
+            ),
+            (
+                "tsd.storage.salt.buckets",
+                self.salt_buckets.map(u64::from),
+                stored.salt.buckets as u64,
+            ),
+        ];
+        for (setting, requested, stored) in checks {
+            if let Some(r) = requested
+                && r != stored
+            {
+                return Err(StoreError::LayoutMismatch {
+                    dir: dir.display().to_string(),
+                    setting,
+                    stored: stored.to_string(),
+                    requested: r.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An open store. Cheap to share behind an `Arc`.
+pub struct Store {
+    kv: Arc<dyn KvStore>,
+    layout: KeyLayout,
+    duplicates: DuplicatePolicy,
+    dir: Option<PathBuf>,
+    /// Serialises read-modify-write of one data row (by key hash).
+    row_locks: Vec<Mutex<()>>,
+    _lock: Option<File>,
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating it (and recording its layout) if
+    /// the directory is empty or missing.
+    pub fn open(dir: &Path, opts: &StoreOptions) -> Result<Store> {
+        fs::create_dir_all(dir)?;
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK_FILE))?;
+        if lock.try_lock().is_err() {
+            return Err(StoreError::Locked(dir.display().to_string()));
+        }
+        let engine_dir = dir.join(ENGINE_DIR);
+        let layout = match StoreHeader::read(dir)? {
+            Some(h) => {
+                let layout = h.layout()?;
+                opts.check(dir, &layout)?;
+                layout
+            }
+            None => {
+                if engine_dir.exists() && fs::read_dir(&engine_dir)?.next().is_some() {
+                    return Err(StoreError::MissingHeader(dir.display().to_string()));
+                }
+                let layout = opts.layout_for_new_store()?;
+                StoreHeader::new(&layout, "fjall").write_new(dir)?;
+                tracing::info!(dir = %dir.display(), ?layout, "created new store");
+                layout
+            }
+        };
+        let kv = FjallStore::open(&engine_dir, &opts.engine)?;
+        Ok(Store::assemble(
+            Arc::new(kv),
+            layout,
+            opts.duplicates,
+            Some(dir.to_path_buf()),
+            Some(lock),
+        ))
+    }
+
+    /// A store in memory (tests, tools); nothing is written to disk.
+    pub fn in_memory(layout: KeyLayout, duplicates: DuplicatePolicy) -> Store {
+        Store::assemble(Arc::new(MemoryStore::new()), layout, duplicates, None, None)
+    }
+
+    fn assemble(
+        kv: Arc<dyn KvStore>,
+        layout: KeyLayout,
+        duplicates: DuplicatePolicy,
+        dir: Option<PathBuf>,
+        lock: Option<File>,
+    ) -> Store {
+        Store {
+            kv,
+            layout,
+            duplicates,
+            dir,
+            row_locks: (0..ROW_LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            _lock: lock,
+        }
+    }
+
+    pub fn kv(&self) -> &Arc<dyn KvStore> {
+        &self.kv
+    }
+
+    pub fn layout(&self) -> &KeyLayout {
+        &self.layout
+    }
+
+    pub fn duplicates(&self) -> DuplicatePolicy {
+        self.duplicates
+    }
+
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    fn row_lock(&self, key: &[u8]) -> &Mutex<()> {
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in key {
+            h = (h ^ *b as u64).wrapping_mul(0x100000001b3);
+        }
+        &self.row_locks[(h % ROW_LOCK_STRIPES as u64) as usize]
+    }
+
+    /// The cells of one data row, if it exists.
+    pub fn get_row(&self, key: &[u8]) -> Result<Option<RowCells>> {
+        match self.kv.get(Table::Data, key)? {
+            None => Ok(None),
+            Some(v) => Ok(Some(decode_cells(key, &v)?)),
+        }
+    }
+
+    /// Writes cells into a row as HBase puts would: a cell with the same
+    /// qualifier is replaced, others are kept.
+    pub fn put_cells(&self, key: &[u8], cells: Vec<Cell>, durability: Durability) -> Result<()> {
+        self.update_row(key, durability, |row| {
+            for c in cells {
+                row.put(c);
+            }
+            Ok(true)
+        })
+    }
+
+    /// Read-modify-write of one row under its lock. `f` returns whether it
+    /// changed anything; an emptied row is deleted.
+    pub fn update_row(
+        &self,
+        key: &[u8],
+        durability: Durability,
+        f: impl FnOnce(&mut RowCells) -> Result<bool>,
+    ) -> Result<()> {
+        let _g = self.row_lock(key).lock();
+        let mut row = self.get_row(key)?.unwrap_or_default();
+        if !f(&mut row)? {
+            return Ok(());
+        }
+        let mut b = WriteBatch::new();
+        b.durability = durability;
+        if row.cells.is_empty() {
+            b.delete(Table::Data, key.to_vec());
+        } else {
+            b.put(Table::Data, key.to_vec(), row.encode());
+        }
+        self.kv.write(b)?;
+        Ok(())
+    }
+
+    /// Stores points of one series, grouped into their hourly rows.
+    ///
+    /// With last-write-wins, each touched row is merged and rewritten as one
+    /// compacted column, so a row never holds two values for a timestamp.
+    /// With the strict policy points are written as single cells, as
+    /// OpenTSDB does, and conflicting duplicates fail on read.
+    pub fn put_points(
+        &self,
+        tsuid: &Tsuid,
+        points: &[(Timestamp, Value)],
+        durability: Durability,
+    ) -> Result<()> {
+        let mut by_hour: std::collections::BTreeMap<u32, Vec<StoredPoint>> = Default::default();
+        for &(ts, v) in points {
+            let base = ts.base_time();
+            let (p, _) = StoredPoint::new(ts, base, v)?;
+            by_hour.entry(base).or_default().push(p);
+        }
+        for (base, new_points) in by_hour {
+            let key = self.layout.row_key(tsuid, base);
+            match self.duplicates {
+                DuplicatePolicy::LastWriteWins => self.update_row(&key, durability, |row| {
+                    let mut merged = row.clone();
+                    let (q, v) = crate::codec::column::encode_append_column(&new_points);
+                    merged.put(Cell::new(q, v));
+                    let decoded = row::decode_row(&key, &merged, DuplicatePolicy::LastWriteWins)?;
+                    *row = row::compact(&decoded);
+                    Ok(true)
+                })?,
+                DuplicatePolicy::Strict => {
+                    let cells = new_points
+                        .iter()
+                        .map(|p| Cell::new(p.qualifier(), p.value_bytes()))
+                        .collect();
+                    self.put_cells(&key, cells, durability)?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes a row with the store's duplicate policy.
+    pub fn decode(&self, key: &[u8], cells: &RowCells) -> Result<DecodedRow> {
+        Ok(row::decode_row(key, cells, self.duplicates)?)
+    }
+
+    pub fn delete_row(&self, key: &[u8], durability: Durability) -> Result<()> {
+        let _g = self.row_lock(key).lock();
+        let mut b = WriteBatch::new();
+        b.durability = durability;
+        b.delete(Table::Data, key.to_vec());
+        Ok(self.kv.write(b)?)
+    }
+
+    /// Rows of `metric` whose base hour lies in `[start_base, end_base]`,
+    /// across every salt bucket, in key order within each bucket.
+    pub fn scan_metric_rows<'a>(
+        &'a self,
+        metric: crate::model::Uid,
+        start_base: u32,
+        end_base: u32,
+    ) -> impl Iterator<Item = Result<(Vec<u8>, RowCells)>> + 'a {
+        let buckets: Vec<Option<u32>> = if self.layout.salt.enabled() {
+            (0..self.layout.salt.buckets).map(Some).collect()
+        } else {
+            vec![None]
+        };
+        buckets.into_iter().flat_map(move |bucket| {
+            let start = self.layout.scan_prefix(bucket, metric, start_base);
+            let stop = prefix_end(&self.layout.scan_prefix(bucket, metric, end_base));
+            self.kv
+                .scan(Table::Data, &ScanRange::new(start, stop))
+                .map(|r| {
+                    let (k, v) = r?;
+                    let cells = decode_cells(&k, &v)?;
+                    Ok((k, cells))
+                })
+        })
+    }
+
+    /// Every data row (fsck, full scans).
+    pub fn scan_all_rows(&self) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + '_ {
+        self.kv
+            .scan(Table::Data, &ScanRange::default())
+            .map(|r| r.map_err(StoreError::from))
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.kv.sync()?)
+    }
+}
+
+fn decode_cells(key: &[u8], value: &[u8]) -> Result<RowCells> {
+    RowCells::decode(value).map_err(|source| StoreError::Row {
+        key: crate::model::uid::hex_upper(key),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Uid, UidWidth};
+
+    fn tsuid() -> Tsuid {
+        let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
+        Tsuid::new(u(1), vec![(u(1), u(1))]).unwrap()
+    }
+
+    #[test]
+    fn layout_is_recorded_and_enforced() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = StoreOptions {
+            tagv_width: Some(4),
+            ..Default::default()
+        };
+        let store = Store::open(dir.path(), &opts).unwrap();
+        assert_eq!(store.layout().widths.tagv.bytes(), 4);
+        // A second open while the first holds the lock is refused.
+        assert!(matches!(
+            Store::open(dir.path(), &StoreOptions::default()),
+            Err(StoreError::Locked(_))
+        ));
+        drop(store);
+        // Unspecified settings take the recorded ones.
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        assert_eq!(store.layout().widths.tagv.bytes(), 4);
+        drop(store);
+        let err = Store::open(
+            dir.path(),
+            &StoreOptions {
+                tagv_width: Some(3),
+                ..Default::default()
+            },
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(err.contains("tsd.storage.uid.width.tagv = 4"), "{err}");
+        assert!(err.contains("asks for 3"), "{err}");
+        let err = Store::open(
+            dir.path(),
+            &StoreOptions {
+                salt_width: Some(1),
+                ..Default::default()
+            },
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(err.contains("tsd.storage.salt.width = 0"), "{err}");
+        // Engine files without a header are never silently re-created.
+        fs::remove_file(dir.path().join(header::HEADER_FILE)).unwrap();
+        assert!(matches!(
+            Store::open(dir.path(), &StoreOptions::default()),
+            Err(StoreError::MissingHeader(_))
+        ));
+    }
+
+    #[test]
+    fn bad_settings_for_a_new_store() {
+        let dir = tempfile::tempdir().unwrap();
+        for opts in [
+            StoreOptions {
+                metric_width: Some(0),
+                ..Default::default()
+            },
+            StoreOptions {
+                tagk_width: Some(9),
+                ..Default::default()
+            },
+            StoreOptions {
+                salt_width: Some(9),
+                ..Default::default()
+            },
+            StoreOptions {
+                salt_width: Some(1),
+                salt_buckets: Some(300),
+                ..Default::default()
+            },
+            StoreOptions {
+                salt_buckets: Some(0),
+                ..Default::default()
+            },
+        ] {
+            assert!(Store::open(&dir.path().join("x"), &opts).is_err());
+            assert!(!dir.path().join("x").join(header::HEADER_FILE).exists());
+        }
+    }
+
+    #[test]
+    fn points_merge_last_write_wins() {
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        let t = tsuid();
+        store
+            .put_points(
+                &t,
+                &[
+                    (Timestamp::Seconds(1356998403), Value::Int(1)),
+                    (Timestamp::Seconds(1356998405), Value::Int(2)),
+                ],
+                Durability::Process,
+            )
+            .unwrap();
+        store
+            .put_points(
+                &t,
+                &[
+                    (Timestamp::Seconds(1356998403), Value::Float(1.5)),
+                    (Timestamp::Seconds(1357002000), Value::Int(3)),
+                ],
+                Durability::Process,
+            )
+            .unwrap();
+        let rows: Vec<_> = store
+            .scan_metric_rows(t.metric, 0, u32::MAX)
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(rows.len(), 2);
+        let first = store.decode(&rows[0].0, &rows[0].1).unwrap();
+        assert_eq!(rows[0].1.cells.len(), 1, "one compacted column");
+        assert_eq!(first.points.len(), 2);
+        assert_eq!(first.points[0].value, Value::Float(1.5));
+        assert_eq!(first.points[1].value, Value::Int(2));
+    }
+
+    #[test]
+    fn strict_mode_keeps_cells_and_fails_on_conflict() {
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::Strict);
+        let t = tsuid();
+        store
+            .put_points(
+                &t,
+                &[(Timestamp::Seconds(1356998403), Value::Int(1))],
+                Durability::Process,
+            )
+            .unwrap();
+        store
+            .put_points(
+                &t,
+                &[(Timestamp::Seconds(1356998403), Value::Float(1.5))],
+                Durability::Process,
+            )
+            .unwrap();
+        let (k, cells) = store
+            .scan_metric_rows(t.metric, 0, u32::MAX)
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(cells.cells.len(), 2);
+        assert!(store.decode(&k, &cells).is_err());
+    }
+
+    #[test]
+    fn salted_scans_cover_every_bucket() {
+        let layout = KeyLayout {
+            widths: UidWidths::default(),
+            salt: Salt {
+                width: 1,
+                buckets: 4,
+            },
+        };
+        let store = Store::in_memory(layout, DuplicatePolicy::LastWriteWins);
+        let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
+        for v in 1..=20 {
+            let t = Tsuid::new(u(1), vec![(u(1), u(v))]).unwrap();
+            store
+                .put_points(
+                    &t,
+                    &[(Timestamp::Seconds(1356998403), Value::Int(v as i64))],
+                    Durability::Process,
+                )
+                .unwrap();
+        }
+        let other = Tsuid::new(u(2), vec![(u(1), u(1))]).unwrap();
+        store
+            .put_points(
+                &other,
+                &[(Timestamp::Seconds(1356998403), Value::Int(0))],
+                Durability::Process,
+            )
+            .unwrap();
+        assert_eq!(store.scan_metric_rows(u(1), 0, u32::MAX).count(), 20);
+        assert_eq!(
+            store.scan_metric_rows(u(1), 1356998400, 1356998400).count(),
+            20
+        );
+        assert_eq!(
+            store.scan_metric_rows(u(1), 1357002000, u32::MAX).count(),
+            0
+        );
+    }
+}
