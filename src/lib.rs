@@ -8,10 +8,12 @@
 //! - [`storage`]: the narrow key-value trait and its engines (fjall, memory).
 //! - [`store`]: a store on disk: its recorded layout, tables and rows.
 //! - [`uid`]: UID assignment, lookup with caches, rename and delete.
+//! - [`config`]: `opentsdb.conf` properties and OpenTSDB's defaults.
 //! - [`cli`]: the `tsdb` command line.
 
 pub mod cli;
 pub mod codec;
+pub mod config;
 pub mod model;
 pub mod storage;
 pub mod store;

@@ -1,3 +1,114 @@
-pub fn run() -> anyhow::Result<()> {
-    Ok(())
+//! The `tsdb` command line: OpenTSDB's tools with their arguments and
+//! output formats, over the embedded store.
+
+pub mod query_args;
+pub mod scan;
+pub mod uid;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+use crate::config::{Config, DATA_DIR_KEY};
+use crate::store::Store;
+use crate::uid::UidTable;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tsdb",
+    version,
+    about = "rtsdb: an OpenTSDB-compatible time series database"
+)]
+pub struct Cli {
+    /// Directory of the embedded store (config key tsd.storage.data_dir).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// OpenTSDB config file (default: ./opentsdb.conf, /etc/opentsdb.conf, ...).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log more.
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Look up, assign, rename and delete UIDs (OpenTSDB's `tsdb uid`).
+    Uid(uid::UidArgs),
+    /// Assign UIDs to metric names: same as `uid assign metrics <names>`.
+    Mkmetric {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+    /// Dump raw rows of a query's series (OpenTSDB's `tsdb scan`).
+    Scan(scan::ScanArgs),
+    /// Print version information.
+    Version,
+}
+
+/// What every command needs: the configuration, and a store opened from it.
+pub struct Context {
+    pub config: Config,
+}
+
+impl Context {
+    pub fn from_cli(cli: &Cli) -> anyhow::Result<Context> {
+        let mut config = Config::load(cli.config.as_deref())?;
+        if let Some(dir) = &cli.data_dir {
+            config.set(DATA_DIR_KEY, &dir.display().to_string());
+        }
+        Ok(Context { config })
+    }
+
+    pub fn open_store(&self) -> anyhow::Result<Arc<Store>> {
+        let dir = self.config.data_dir();
+        let store = Store::open(&dir, &self.config.store_options()?)
+            .with_context(|| format!("opening store at {}", dir.display()))?;
+        Ok(Arc::new(store))
+    }
+
+    pub fn uid_table(&self, store: &Store) -> UidTable {
+        UidTable::new(store, self.config.auto_create(), self.config.name_rules())
+    }
+}
+
+/// Runs a parsed command line; returns the process exit code.
+pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<i32> {
+    let ctx = Context::from_cli(&cli)?;
+    match cli.command {
+        Command::Uid(args) => uid::run(&ctx, args, out, err),
+        Command::Mkmetric { names } => {
+            let mut args = vec!["assign".to_string(), "metrics".to_string()];
+            args.extend(names);
+            uid::run(
+                &ctx,
+                uid::UidArgs {
+                    idwidth: None,
+                    ignore_case: false,
+                    args,
+                },
+                out,
+                err,
+            )
+        }
+        Command::Scan(args) => scan::run(&ctx, args, out, err),
+        Command::Version => {
+            writeln!(out, "{}", version_lines())?;
+            Ok(0)
+        }
+    }
+}
+
+/// OpenTSDB's two `version` lines, with rtsdb's own build facts.
+pub fn version_lines() -> String {
+    format!(
+        "net.opentsdb.tools BuildData built at revision {} (MINT)\nBuilt on {} by rtsdb@localhost:rtsdb",
+        env!("CARGO_PKG_VERSION"),
+        "rtsdb"
+    )
 }

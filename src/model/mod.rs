@@ -1,7 +1,9 @@
 //! The data model: UIDs, names, data points. No I/O here.
 
+pub mod java;
 pub mod name;
 pub mod point;
+pub mod time;
 pub mod uid;
 
 pub use name::{InvalidName, NameRules};

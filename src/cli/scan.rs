@@ -1,0 +1,342 @@
+//! `tsdb scan`: dumps the raw rows of a query's series as OpenTSDB's
+//! `DumpSeries` does, or in `tsdb import` format (`--import`), optionally
+//! deleting them (`--delete`).
+
+use std::io::Write;
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::Context;
+use super::query_args::{self, CliSubQuery};
+use crate::codec::column::{self, ANNOTATION_PREFIX, APPEND_PREFIX, FLAG_FLOAT, StoredPoint};
+use crate::codec::row::Cell;
+use crate::codec::row_key::RowKey;
+use crate::model::java;
+use crate::model::uid::java_byte_array;
+use crate::model::{Uid, UidKind, Value};
+use crate::storage::Durability;
+use crate::store::Store;
+use crate::uid::UidTable;
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// Print rows in `tsdb import` format.
+    #[arg(long)]
+    pub import: bool,
+    /// Delete every matching row (whole hours) after printing it; implies --import.
+    #[arg(long)]
+    pub delete: bool,
+    /// START-DATE [END-DATE] <aggregator> <metric> [tagk=tagv ...] [more queries]
+    #[arg(allow_hyphen_values = true)]
+    pub query: Vec<String>,
+}
+
+/// How a tag filter of the CLI grammar matches a row's tag value.
+enum TagMatch {
+    Any,
+    Uids(Vec<Uid>),
+    /// Case-insensitive wildcard (`web*`), OpenTSDB's `iwildcard`.
+    Wildcard(String),
+}
+
+struct RowFilter {
+    metric: Uid,
+    tags: Vec<(Uid, TagMatch)>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub fn run(
+    ctx: &Context,
+    a: ScanArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<i32> {
+    let q = match query_args::parse(&a.query, now_ms()) {
+        Ok(q) => q,
+        Err(e) => {
+            writeln!(
+                err,
+                "{e}\nUsage: scan [--delete|--import] START-DATE [END-DATE] query [queries...]"
+            )?;
+            return Ok(2);
+        }
+    };
+    let store = ctx.open_store()?;
+    let table = ctx.uid_table(&store);
+    let import = a.import || a.delete;
+    let start_s = q.start_ms / 1000;
+    let end_s = q.end_ms.unwrap_or_else(now_ms) / 1000;
+    for sub in &q.queries {
+        let filter = match resolve(&table, sub) {
+            Ok(f) => f,
+            Err(e) => {
+                writeln!(err, "{e}")?;
+                return Ok(1);
+            }
+        };
+        dump(
+            &store, &table, &filter, start_s, end_s, import, a.delete, out,
+        )?;
+    }
+    Ok(0)
+}
+
+fn resolve(table: &UidTable, q: &CliSubQuery) -> Result<RowFilter, crate::uid::UidTableError> {
+    let metric = table.get_id(UidKind::Metric, &q.metric)?;
+    let mut tags = Vec::new();
+    for (k, v) in &q.tags {
+        let key = table.get_id(UidKind::TagKey, k)?;
+        let m = if v == "*" {
+            TagMatch::Any
+        } else if v.contains('*') {
+            TagMatch::Wildcard(v.to_lowercase())
+        } else {
+            let mut uids = Vec::new();
+            for part in v.split('|').filter(|p| !p.is_empty()) {
+                uids.push(table.get_id(UidKind::TagValue, part)?);
+            }
+            TagMatch::Uids(uids)
+        };
+        tags.push((key, m));
+    }
+    Ok(RowFilter { metric, tags })
+}
+
+fn wildcard_match(pattern: &str, value: &str) -> bool {
+    let value = value.to_lowercase();
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !value.starts_with(first) || !value.ends_with(last) || value.len() < first.len() + last.len()
+    {
+        return false;
+    }
+    let mut rest = &value[first.len()..value.len() - last.len()];
+    for p in &parts[1..parts.len() - 1] {
+        match rest.find(p) {
+            Some(i) => rest = &rest[i + p.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+fn row_matches(table: &UidTable, filter: &RowFilter, key: &RowKey) -> bool {
+    filter.tags.iter().all(|(k, m)| {
+        let Some((_, v)) = key.tsuid.tags.iter().find(|(tk, _)| tk == k) else {
+            return false;
+        };
+        match m {
+            TagMatch::Any => true,
+            TagMatch::Uids(uids) => uids.contains(v),
+            TagMatch::Wildcard(p) => table
+                .get_name(UidKind::TagValue, *v)
+                .map(|name| wildcard_match(p, &name))
+                .unwrap_or(false),
+        }
+    })
+}
+
+type TagPair = (Arc<str>, Arc<str>);
+
+/// Tag names of a row in the order OpenTSDB prints its tag map.
+fn tag_pairs(
+    table: &UidTable,
+    key: &RowKey,
+) -> Result<Vec<TagPair>, crate::uid::UidTableError> {
+    let mut pairs = Vec::new();
+    for (k, v) in &key.tsuid.tags {
+        pairs.push((
+            table.get_name(UidKind::TagKey, *k)?,
+            table.get_name(UidKind::TagValue, *v)?,
+        ));
+    }
+    let keys: Vec<&str> = pairs.iter().map(|(k, _)| &**k).collect();
+    let order = java::hashmap_order(&keys, pairs.len());
+    Ok(order
+        .iter()
+        .map(|k| {
+            pairs
+                .iter()
+                .find(|(pk, _)| &**pk == *k)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dump(
+    store: &Arc<Store>,
+    table: &UidTable,
+    filter: &RowFilter,
+    start_s: u64,
+    end_s: u64,
+    import: bool,
+    delete: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let start_base = (start_s - start_s % 3600).min(u32::MAX as u64) as u32;
+    let end_base = (end_s - end_s % 3600).min(u32::MAX as u64) as u32;
+    let layout = *store.layout();
+    let mut to_delete = Vec::new();
+    for item in store.scan_metric_rows(filter.metric, start_base, end_base) {
+        let (raw_key, cells) = item?;
+        let key = layout.parse_row_key(&raw_key)?;
+        if !row_matches(table, filter, &key) {
+            continue;
+        }
+        let metric = table
+            .get_name(UidKind::Metric, key.tsuid.metric)
+            .map(|m| m.to_string())
+            .unwrap_or_else(|e| e.to_string());
+        let tags = tag_pairs(table, &key);
+        let base = key.base_time;
+        if !import {
+            let tag_text = match &tags {
+                Ok(t) => java::map_to_string(t.iter().map(|(k, v)| (&**k, &**v))),
+                Err(e) => format!("net.opentsdb.uid.NoSuchUniqueId: {e}"),
+            };
+            writeln!(
+                out,
+                "{} {metric} {base} ({}) {tag_text}",
+                java_byte_array(&raw_key),
+                java::date_to_string(base as i64 * 1000)
+            )?;
+        }
+        let import_tags: String = match &tags {
+            Ok(t) => t.iter().map(|(k, v)| format!(" {k}={v}")).collect(),
+            Err(e) => return Err(anyhow::anyhow!("{e}")),
+        };
+        for cell in cells.sorted() {
+            let line = format_cell(cell, base, &metric, import, &import_tags)?;
+            if !line.is_empty() {
+                if import {
+                    writeln!(out, "{line}")?;
+                } else {
+                    writeln!(out, "  {line}")?;
+                }
+            }
+        }
+        if delete {
+            to_delete.push(raw_key);
+        }
+    }
+    for key in to_delete {
+        store.delete_row(&key, Durability::Process)?;
+    }
+    store.sync()?;
+    Ok(())
+}
+
+fn raw_point(p: &StoredPoint, base: u32) -> String {
+    let ts = p.timestamp(base);
+    let offset = if p.millis {
+        p.offset_ms
+    } else {
+        p.offset_ms / 1000
+    };
+    format!(
+        "{}\t{}\t{offset}\t{}\t{}\t({})",
+        java_byte_array(&p.qualifier()),
+        java_byte_array(&p.value_bytes()),
+        if p.flags & FLAG_FLOAT == 0 { "l" } else { "f" },
+        ts.raw(),
+        java::date_to_string(ts.as_millis() as i64)
+    )
+}
+
+fn import_point(p: &StoredPoint, base: u32, metric: &str, tags: &str) -> String {
+    let value = match p.value {
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => java::double_to_string(f),
+    };
+    format!("{metric} {} {value}{tags}", p.timestamp(base).raw())
+}
+
+fn format_cell(
+    cell: &Cell,
+    base: u32,
+    metric: &str,
+    import: bool,
+    tags: &str,
+) -> anyhow::Result<String> {
+    let q = &cell.qualifier;
+    let is_append = q.len() == 3 && q[0] == APPEND_PREFIX;
+    if q.len() % 2 == 1 && !is_append {
+        if import {
+            return Ok(String::new());
+        }
+        if q[0] == ANNOTATION_PREFIX {
+            // OpenTSDB computes this line's offset and time by reading the
+            // annotation qualifier as if it were a data-point qualifier,
+            // which prints nonsense; rtsdb prints the real offset and time.
+            let offset_ms = column::object_offset_ms(q).unwrap_or(0) as u64;
+            let ts_ms = base as u64 * 1000 + offset_ms;
+            return Ok(format!(
+                "{}\t{}\t{}\t{}\t{ts_ms}\t({})",
+                java_byte_array(q),
+                java_byte_array(&cell.value),
+                offset_ms / 1000,
+                String::from_utf8_lossy(&cell.value),
+                java::date_to_string(ts_ms as i64)
+            ));
+        }
+        return Ok(format!(
+            "{}\t[Not a data point]",
+            java_byte_array(&cell.value)
+        ));
+    }
+    if column::is_single_point(q) {
+        let p = column::decode_single(q, &cell.value)?;
+        return Ok(if import {
+            import_point(&p, base, metric, tags)
+        } else {
+            raw_point(&p, base)
+        });
+    }
+    let mut points = Vec::new();
+    if is_append {
+        column::decode_append(&cell.value, &mut points)?;
+        points.sort_by_key(|p| p.offset_ms);
+    } else {
+        column::decode_compacted(q, &cell.value, &mut points)?;
+    }
+    if import {
+        return Ok(points
+            .iter()
+            .map(|p| import_point(p, base, metric, tags))
+            .collect::<Vec<_>>()
+            .join("\n"));
+    }
+    let mut s = format!(
+        "{}\t{} = {} values:",
+        java_byte_array(q),
+        java_byte_array(&cell.value),
+        points.len()
+    );
+    for p in &points {
+        s.push_str("\n    ");
+        s.push_str(&raw_point(p, base));
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wildcard_match;
+
+    #[test]
+    fn wildcards() {
+        assert!(wildcard_match("web*", "WEB01"));
+        assert!(wildcard_match("*01", "web01"));
+        assert!(wildcard_match("w*b*1", "web01"));
+        assert!(!wildcard_match("db*", "web01"));
+    }
+}

@@ -1,0 +1,352 @@
+//! `tsdb uid` and `tsdb mkmetric`, with OpenTSDB's `UidManager` argument
+//! grammar, output lines (`metrics sys.cpu.0: [0, 0, 1]`) and exit codes.
+
+use std::io::Write;
+
+use clap::Args;
+use regex::RegexBuilder;
+
+use super::Context;
+use crate::model::uid::java_byte_array;
+use crate::model::{Uid, UidKind};
+use crate::storage::{ScanRange, Table};
+use crate::uid::{UidTable, UidTableError, keys};
+
+#[derive(Debug, Args)]
+pub struct UidArgs {
+    /// Number of bytes UIDs are encoded on; must match the store.
+    #[arg(long, value_name = "N")]
+    pub idwidth: Option<u8>,
+    /// Ignore case distinctions when matching a regexp (grep).
+    #[arg(short = 'i', long = "ignore-case")]
+    pub ignore_case: bool,
+    /// grep [kind] <RE> | assign <kind> <name>... | rename <kind> <name> <newname>
+    /// | delete <kind> <name> | [kind] <name> | [kind] <id>
+    #[arg(allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+const USAGE: &str = "Usage: uid <subcommand> args
+Sub commands:
+  grep [kind] <RE>: Finds matching IDs.
+  assign <kind> <name> [names]: Assign an ID for the given name(s).
+  rename <kind> <name> <newname>: Renames this UID.
+  delete <kind> <name>: Deletes this UID.
+
+  [kind] <name>: Lookup the ID of this name.
+  [kind] <ID>: Lookup the name of this ID.
+
+Example values for [kind]: metrics, tagk (tag name), tagv (tag value).";
+
+fn usage(err: &mut dyn Write, msg: &str) -> anyhow::Result<i32> {
+    writeln!(err, "{msg}\n{USAGE}")?;
+    Ok(2)
+}
+
+fn kind_of(name: &str, err: &mut dyn Write) -> anyhow::Result<Option<UidKind>> {
+    match UidKind::parse(name) {
+        Some(k) => Ok(Some(k)),
+        None => {
+            writeln!(
+                err,
+                "Invalid UID kind '{name}': must be one of metrics, tagk, tagv"
+            )?;
+            Ok(None)
+        }
+    }
+}
+
+pub fn run(
+    ctx: &Context,
+    a: UidArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<i32> {
+    if a.args.is_empty() {
+        return usage(err, "Not enough arguments");
+    }
+    if a.idwidth == Some(0) {
+        return usage(err, "Negative or 0 --idwidth");
+    }
+    let mut ctx_cfg = ctx.config.clone();
+    if let Some(w) = a.idwidth {
+        // OpenTSDB's --idwidth applies to every kind; the store checks it
+        // against the widths it was created with.
+        for k in ["metric", "tagk", "tagv"] {
+            ctx_cfg.set(&format!("tsd.storage.uid.width.{k}"), &w.to_string());
+        }
+    }
+    let ctx = Context { config: ctx_cfg };
+    let store = ctx.open_store()?;
+    let table = ctx.uid_table(&store);
+    let args = &a.args;
+    let n = args.len();
+    match args[0].as_str() {
+        "grep" => {
+            if !(2..=3).contains(&n) {
+                return usage(err, "Wrong number of arguments");
+            }
+            let kind = if n == 3 {
+                match kind_of(&args[1], err)? {
+                    Some(k) => Some(k),
+                    None => return Ok(2),
+                }
+            } else {
+                None
+            };
+            grep(&table, &store, kind, &args[n - 1], a.ignore_case, out, err)
+        }
+        "assign" => {
+            if n < 3 {
+                return usage(err, "Wrong number of arguments");
+            }
+            let Some(kind) = kind_of(&args[1], err)? else {
+                return Ok(2);
+            };
+            for name in &args[2..] {
+                match table.assign(kind, name) {
+                    Ok(a) => print_mapping(out, &args[1], name, a.uid(), &table, kind)?,
+                    Err(e) => {
+                        writeln!(err, "{e}")?;
+                        return Ok(3);
+                    }
+                }
+            }
+            Ok(0)
+        }
+        "rename" => {
+            if n != 4 {
+                return usage(err, "Wrong number of arguments");
+            }
+            let Some(kind) = kind_of(&args[1], err)? else {
+                return Ok(2);
+            };
+            match table.rename(kind, &args[2], &args[3]) {
+                Ok(_) => {
+                    writeln!(out, "{} {} -> {}", args[1], args[2], args[3])?;
+                    Ok(0)
+                }
+                Err(e @ UidTableError::NoSuchName { .. }) => {
+                    writeln!(err, "{e}")?;
+                    Ok(1)
+                }
+                Err(e) => {
+                    writeln!(err, "{e}")?;
+                    Ok(3)
+                }
+            }
+        }
+        "delete" => {
+            if n != 3 {
+                return usage(err, "Wrong number of arguments");
+            }
+            let Some(kind) = kind_of(&args[1], err)? else {
+                return Ok(2);
+            };
+            match table.delete(kind, &args[2]) {
+                Ok(_) => {
+                    writeln!(err, "UID {} {} deleted.", args[1], args[2])?;
+                    Ok(0)
+                }
+                Err(e @ UidTableError::NoSuchName { .. }) => {
+                    writeln!(err, "{e}")?;
+                    Ok(1)
+                }
+                Err(e) => {
+                    writeln!(err, "{e}")?;
+                    Ok(4)
+                }
+            }
+        }
+        _ => {
+            if !(1..=2).contains(&n) {
+                return usage(err, "Wrong number of arguments");
+            }
+            let kind = if n == 2 {
+                match kind_of(&args[0], err)? {
+                    Some(k) => Some((k, args[0].as_str())),
+                    None => return Ok(2),
+                }
+            } else {
+                None
+            };
+            let target = &args[n - 1];
+            // As OpenTSDB: anything that parses as a decimal long is an ID.
+            match target.parse::<i64>() {
+                Ok(id) => lookup_id(&table, &store, kind, id, out, err),
+                Err(_) => lookup_name(&table, &store, kind, target, out, err),
+            }
+        }
+    }
+}
+
+fn print_mapping(
+    out: &mut dyn Write,
+    kind_word: &str,
+    name: &str,
+    uid: Uid,
+    table: &UidTable,
+    kind: UidKind,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{kind_word} {name}: {}",
+        java_byte_array(&uid.to_bytes(table.width(kind)))
+    )
+}
+
+fn lookup_name(
+    table: &UidTable,
+    store: &crate::store::Store,
+    kind: Option<(UidKind, &str)>,
+    name: &str,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<i32> {
+    if let Some((kind, word)) = kind {
+        return match table.get_id(kind, name) {
+            Ok(uid) => {
+                print_mapping(out, word, name, uid, table, kind)?;
+                Ok(0)
+            }
+            Err(e) => {
+                writeln!(err, "{e}")?;
+                Ok(1)
+            }
+        };
+    }
+    // Without a kind: every cell of the name's row in family `id`.
+    let prefix = keys::cell_key(name.as_bytes(), keys::FAMILY_ID, b"");
+    let mut found = false;
+    for item in store.kv().scan(Table::Uid, &ScanRange::prefix(&prefix)) {
+        let (key, value) = item?;
+        if let Some((row, _, qualifier)) = keys::split_cell_key(&key)
+            && row == name.as_bytes()
+        {
+            writeln!(
+                out,
+                "{} {name}: {}",
+                String::from_utf8_lossy(qualifier),
+                java_byte_array(&value)
+            )?;
+            found = true;
+        }
+    }
+    if !found {
+        writeln!(err, "No such name: {name}")?;
+    }
+    Ok(if found { 0 } else { 1 })
+}
+
+fn lookup_id(
+    table: &UidTable,
+    store: &crate::store::Store,
+    kind: Option<(UidKind, &str)>,
+    id: i64,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<i32> {
+    let widths: Vec<UidKind> = match kind {
+        Some((k, _)) => vec![k],
+        None => UidKind::ALL.to_vec(),
+    };
+    let width = table.width(widths[0]);
+    let too_large = id < 0 || (id as u64) > width.max_id();
+    if too_large {
+        writeln!(
+            err,
+            "{id} is too large to fit on {} bytes.  Maybe you forgot to adjust --idwidth?",
+            width.bytes()
+        )?;
+        return Ok(1);
+    }
+    let bytes = (id as u64).to_be_bytes()[8 - width.bytes()..].to_vec();
+    if let Some((kind, word)) = kind {
+        let result = Uid::from_bytes(&bytes, width)
+            .map_err(|_| UidTableError::NoSuchId {
+                kind,
+                bytes: bytes.clone(),
+            })
+            .and_then(|uid| table.get_name(kind, uid));
+        return match result {
+            Ok(name) => {
+                writeln!(out, "{word} {name}: {}", java_byte_array(&bytes))?;
+                Ok(0)
+            }
+            Err(e) => {
+                writeln!(err, "{e}")?;
+                Ok(1)
+            }
+        };
+    }
+    // Without a kind: every cell of the ID's row in family `name`.
+    let prefix = keys::cell_key(&bytes, keys::FAMILY_NAME, b"");
+    let mut found = false;
+    for item in store.kv().scan(Table::Uid, &ScanRange::prefix(&prefix)) {
+        let (key, value) = item?;
+        if let Some((row, _, qualifier)) = keys::split_cell_key(&key)
+            && row == bytes.as_slice()
+        {
+            writeln!(
+                out,
+                "{} {}: {}",
+                String::from_utf8_lossy(qualifier),
+                String::from_utf8_lossy(&value),
+                java_byte_array(&bytes)
+            )?;
+            found = true;
+        }
+    }
+    if !found {
+        writeln!(err, "No such unique ID: {}", java_byte_array(&bytes))?;
+    }
+    Ok(if found { 0 } else { 1 })
+}
+
+fn grep(
+    _table: &UidTable,
+    store: &crate::store::Store,
+    kind: Option<UidKind>,
+    pattern: &str,
+    ignore_case: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<i32> {
+    let re = match RegexBuilder::new(pattern)
+        .case_insensitive(ignore_case)
+        .build()
+    {
+        Ok(re) => re,
+        Err(e) => {
+            writeln!(err, "Invalid regular expression '{pattern}': {e}")?;
+            return Ok(2);
+        }
+    };
+    let mut found = false;
+    for item in store.kv().scan(Table::Uid, &ScanRange::default()) {
+        let (key, value) = item?;
+        let Some((row, family, qualifier)) = keys::split_cell_key(&key) else {
+            continue;
+        };
+        if family != keys::FAMILY_ID || row == keys::MAXID_ROW {
+            continue;
+        }
+        if let Some(k) = kind
+            && qualifier != k.qualifier().as_bytes()
+        {
+            continue;
+        }
+        let name = String::from_utf8_lossy(row);
+        // HBase's KeyRegexpFilter: `find` semantics on the row key.
+        if re.is_match(&name) {
+            writeln!(
+                out,
+                "{} {name}: {}",
+                String::from_utf8_lossy(qualifier),
+                java_byte_array(&value)
+            )?;
+            found = true;
+        }
+    }
+    Ok(if found { 0 } else { 1 })
+}

@@ -1,0 +1,399 @@
+//! OpenTSDB configuration: an `opentsdb.conf` Java properties file read
+//! as-is, OpenTSDB's defaults, and command-line overrides.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::codec::row::DuplicatePolicy;
+use crate::model::NameRules;
+use crate::store::StoreOptions;
+use crate::uid::AutoCreate;
+
+/// Where OpenTSDB looks for a config file when none is given.
+pub const SEARCH_PATHS: [&str; 4] = [
+    "./opentsdb.conf",
+    "/etc/opentsdb.conf",
+    "/etc/opentsdb/opentsdb.conf",
+    "/opt/opentsdb/opentsdb.conf",
+];
+
+/// rtsdb's own key for the embedded store's directory.
+pub const DATA_DIR_KEY: &str = "tsd.storage.data_dir";
+pub const DEFAULT_DATA_DIR: &str = "./rtsdb-data";
+
+/// OpenTSDB's defaults (`Config.setDefaults`) for the keys rtsdb reads,
+/// except where rtsdb is deliberately safer: bind to loopback.
+const DEFAULTS: &[(&str, &str)] = &[
+    ("tsd.network.port", "4242"),
+    ("tsd.network.bind", "127.0.0.1"),
+    ("tsd.network.worker_threads", ""),
+    ("tsd.network.tcp_no_delay", "true"),
+    ("tsd.network.keep_alive", "true"),
+    ("tsd.network.reuse_address", "true"),
+    ("tsd.core.socket.timeout", "0"),
+    ("tsd.core.connections.limit", "0"),
+    ("tsd.mode", "rw"),
+    ("tsd.core.enable_api", "true"),
+    ("tsd.core.enable_ui", "true"),
+    ("tsd.no_diediedie", "false"),
+    ("tsd.core.auto_create_metrics", "false"),
+    ("tsd.core.auto_create_tagks", "true"),
+    ("tsd.core.auto_create_tagvs", "true"),
+    ("tsd.core.tag.allow_specialchars", ""),
+    ("tsd.core.timezone", "UTC"),
+    ("tsd.core.preload_uid_cache", "false"),
+    ("tsd.core.preload_uid_cache.max_entries", "300000"),
+    ("tsd.core.stats_with_port", "false"),
+    ("tsd.core.bulk.allow_out_of_order_timestamps", "false"),
+    ("tsd.storage.flush_interval", "1000"),
+    ("tsd.storage.enable_compaction", "true"),
+    ("tsd.storage.fix_duplicates", "true"),
+    ("tsd.storage.enable_appends", "false"),
+    ("tsd.storage.max_tags", "8"),
+    ("tsd.storage.salt.width", "0"),
+    ("tsd.storage.salt.buckets", "20"),
+    ("tsd.storage.uid.width.metric", "3"),
+    ("tsd.storage.uid.width.tagk", "3"),
+    ("tsd.storage.uid.width.tagv", "3"),
+    ("tsd.storage.hbase.data_table", "tsdb"),
+    ("tsd.storage.hbase.uid_table", "tsdb-uid"),
+    ("tsd.storage.hbase.meta_table", "tsdb-meta"),
+    ("tsd.storage.hbase.tree_table", "tsdb-tree"),
+    ("tsd.http.show_stack_trace", "true"),
+    ("tsd.http.request.enable_chunked", "true"),
+    ("tsd.http.request.max_chunk", "67108864"),
+    ("tsd.http.request.cors_domains", ""),
+    (
+        "tsd.http.request.cors_headers",
+        "Authorization, Content-Type, Accept, Origin, User-Agent, DNT, Cache-Control, X-Mx-ReqToken, Keep-Alive, X-Requested-With, If-Modified-Since",
+    ),
+    ("tsd.http.query.allow_delete", "false"),
+    ("tsd.http.header_tag", ""),
+    ("tsd.query.timeout", "0"),
+    ("tsd.query.filter.expansion_limit", "4096"),
+    ("tsd.query.skip_unresolved_tagvs", "false"),
+    ("tsd.query.allow_simultaneous_duplicates", "true"),
+    ("tsd.query.limits.bytes.default", "0"),
+    ("tsd.query.limits.data_points.default", "0"),
+    ("tsd.rpc.telnet.return_errors", "true"),
+    ("tsd.stats.canonical", "false"),
+    (DATA_DIR_KEY, DEFAULT_DATA_DIR),
+];
+
+/// Keys that only mean something with HBase/ZooKeeper; accepted and
+/// reported once as ignored.
+const HBASE_ONLY_PREFIXES: &[&str] = &[
+    "tsd.storage.hbase.zk_",
+    "hbase.",
+    "tsd.storage.hbase.scanner",
+    "tsd.network.async_io",
+];
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config key {key} = '{value}': {reason}")]
+    BadValue {
+        key: String,
+        value: String,
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    values: BTreeMap<String, String>,
+    /// Keys set by a file or flag rather than defaulted.
+    explicit: BTreeSet<String>,
+    /// The file read, if any.
+    pub file: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            values: DEFAULTS
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            explicit: BTreeSet::new(),
+            file: None,
+        }
+    }
+}
+
+impl Config {
+    /// Loads `path`, or the first file of OpenTSDB's search path that
+    /// exists, or just the defaults.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut cfg = Config::default();
+        let found = match path {
+            Some(p) => Some(p.to_path_buf()),
+            None => SEARCH_PATHS.iter().map(PathBuf::from).find(|p| p.is_file()),
+        };
+        if let Some(p) = found {
+            let text = std::fs::read_to_string(&p).map_err(|source| ConfigError::Read {
+                path: p.display().to_string(),
+                source,
+            })?;
+            for (k, v) in parse_properties(&text) {
+                cfg.set(&k, &v);
+            }
+            cfg.report_ignored();
+            cfg.file = Some(p);
+        }
+        Ok(cfg)
+    }
+
+    fn report_ignored(&self) {
+        let ignored: Vec<&String> = self
+            .explicit
+            .iter()
+            .filter(|k| HBASE_ONLY_PREFIXES.iter().any(|p| k.starts_with(p)))
+            .collect();
+        if !ignored.is_empty() {
+            tracing::info!(keys = ?ignored, "config keys for HBase/ZooKeeper have no effect with embedded storage");
+        }
+        let unknown: Vec<&String> = self
+            .explicit
+            .iter()
+            .filter(|k| !DEFAULTS.iter().any(|(d, _)| d == k))
+            .filter(|k| !HBASE_ONLY_PREFIXES.iter().any(|p| k.starts_with(p)))
+            .collect();
+        if !unknown.is_empty() {
+            tracing::info!(keys = ?unknown, "config keys not used by rtsdb (accepted, no effect)");
+        }
+    }
+
+    /// Sets a key as a command-line flag or file would.
+    pub fn set(&mut self, key: &str, value: &str) {
+        self.values.insert(key.to_string(), value.to_string());
+        self.explicit.insert(key.to_string());
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(|s| s.as_str())
+    }
+
+    pub fn get_string(&self, key: &str) -> &str {
+        self.get(key).unwrap_or("")
+    }
+
+    pub fn is_set(&self, key: &str) -> bool {
+        self.explicit.contains(key)
+    }
+
+    /// OpenTSDB's `getBoolean`: `true`, `1` and `yes` are true.
+    pub fn get_bool(&self, key: &str) -> bool {
+        matches!(
+            self.get(key)
+                .map(|v| v.trim().to_ascii_lowercase())
+                .as_deref(),
+            Some("true" | "1" | "yes")
+        )
+    }
+
+    pub fn get_int<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>, ConfigError>
+    where
+        T::Err: std::fmt::Display,
+    {
+        match self.get(key).map(str::trim) {
+            None | Some("") => Ok(None),
+            Some(v) => v
+                .parse()
+                .map(Some)
+                .map_err(|e: T::Err| ConfigError::BadValue {
+                    key: key.into(),
+                    value: v.into(),
+                    reason: e.to_string(),
+                }),
+        }
+    }
+
+    /// Every key and value (`/api/config`).
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        PathBuf::from(self.get(DATA_DIR_KEY).unwrap_or(DEFAULT_DATA_DIR))
+    }
+
+    /// Store settings: layout keys count only when set explicitly, so a
+    /// store created with other widths opens without repeating them.
+    pub fn store_options(&self) -> Result<StoreOptions, ConfigError> {
+        let explicit_u8 = |k: &str| -> Result<Option<u8>, ConfigError> {
+            if self.is_set(k) {
+                self.get_int(k)
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(StoreOptions {
+            metric_width: explicit_u8("tsd.storage.uid.width.metric")?,
+            tagk_width: explicit_u8("tsd.storage.uid.width.tagk")?,
+            tagv_width: explicit_u8("tsd.storage.uid.width.tagv")?,
+            salt_width: explicit_u8("tsd.storage.salt.width")?,
+            salt_buckets: if self.is_set("tsd.storage.salt.buckets") {
+                self.get_int("tsd.storage.salt.buckets")?
+            } else {
+                None
+            },
+            // rtsdb resolves duplicates last-write-wins unless the user
+            // asks for OpenTSDB's strict behaviour explicitly.
+            duplicates: if self.get_bool("tsd.storage.fix_duplicates") {
+                DuplicatePolicy::LastWriteWins
+            } else {
+                DuplicatePolicy::Strict
+            },
+            engine: Default::default(),
+        })
+    }
+
+    pub fn auto_create(&self) -> AutoCreate {
+        AutoCreate {
+            metrics: self.get_bool("tsd.core.auto_create_metrics"),
+            tagks: self.get_bool("tsd.core.auto_create_tagks"),
+            tagvs: self.get_bool("tsd.core.auto_create_tagvs"),
+        }
+    }
+
+    pub fn name_rules(&self) -> NameRules {
+        NameRules::with_special_chars(self.get_string("tsd.core.tag.allow_specialchars"))
+    }
+}
+
+/// Parses Java properties text: `key=value`, `key: value` or `key value`,
+/// `#`/`!` comments, backslash line continuations and escapes.
+pub fn parse_properties(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let mut logical = line.trim_start().to_string();
+        if logical.is_empty() || logical.starts_with('#') || logical.starts_with('!') {
+            continue;
+        }
+        while ends_with_odd_backslashes(&logical) {
+            logical.pop();
+            match lines.next() {
+                Some(next) => logical.push_str(next.trim_start()),
+                None => break,
+            }
+        }
+        let (key, value) = split_key_value(&logical);
+        out.push((unescape(&key), unescape(value.trim_start())));
+    }
+    out
+}
+
+fn ends_with_odd_backslashes(s: &str) -> bool {
+    s.chars().rev().take_while(|&c| c == '\\').count() % 2 == 1
+}
+
+fn split_key_value(line: &str) -> (String, &str) {
+    let mut key = String::new();
+    let mut chars = line.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                key.push(c);
+                if let Some((_, n)) = chars.next() {
+                    key.push(n);
+                }
+            }
+            '=' | ':' => return (key, &line[i + 1..]),
+            ' ' | '\t' => {
+                let rest = line[i..].trim_start();
+                let rest = rest
+                    .strip_prefix('=')
+                    .or_else(|| rest.strip_prefix(':'))
+                    .unwrap_or(rest);
+                return (key, rest);
+            }
+            _ => key.push(c),
+        }
+    }
+    (key, "")
+}
+
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('f') => out.push('\u{c}'),
+            Some('u') => {
+                let hex: String = chars.by_ref().take(4).collect();
+                if let Some(ch) = u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
+                    out.push(ch);
+                }
+            }
+            Some(other) => out.push(other),
+            None => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_syntax() {
+        let text = "# comment\n! also\ntsd.network.port = 4243\ntsd.core.auto_create_metrics:true\nkey value with spaces\nmulti = a\\\n    b\nesc = tab\\there\n\n";
+        let p = parse_properties(text);
+        assert_eq!(
+            p,
+            vec![
+                ("tsd.network.port".into(), "4243".into()),
+                ("tsd.core.auto_create_metrics".into(), "true".into()),
+                ("key".into(), "value with spaces".into()),
+                ("multi".into(), "ab".into()),
+                ("esc".into(), "tab\there".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("opentsdb.conf");
+        std::fs::write(
+            &file,
+            "tsd.core.auto_create_metrics = true\ntsd.storage.uid.width.tagv=4\ntsd.storage.hbase.zk_quorum=zk1\n",
+        )
+        .unwrap();
+        let cfg = Config::load(Some(&file)).unwrap();
+        assert!(cfg.auto_create().metrics);
+        assert!(cfg.auto_create().tagks);
+        let opts = cfg.store_options().unwrap();
+        assert_eq!(opts.tagv_width, Some(4));
+        assert_eq!(opts.metric_width, None);
+        assert_eq!(opts.duplicates, DuplicatePolicy::LastWriteWins);
+        assert_eq!(cfg.get("tsd.network.port"), Some("4242"));
+        let mut strict = Config::default();
+        strict.set("tsd.storage.fix_duplicates", "false");
+        assert_eq!(
+            strict.store_options().unwrap().duplicates,
+            DuplicatePolicy::Strict
+        );
+        let mut bad = Config::default();
+        bad.set("tsd.storage.uid.width.metric", "x");
+        assert!(bad.store_options().is_err());
+        assert!(Config::load(Some(Path::new("/nonexistent/opentsdb.conf"))).is_err());
+    }
+}

@@ -1,0 +1,31 @@
+//! The `tsdb` binary: parses the command line and hands over to
+//! `rtsdb::cli`. Errors become a message on stderr and a non-zero exit.
+
+use clap::Parser;
+
+fn main() {
+    let cli = rtsdb::cli::Cli::parse();
+    // The engine logs every recovery step at info; keep that out of the way.
+    let level = if cli.verbose {
+        "debug"
+    } else {
+        "info,fjall=warn,lsm_tree=warn"
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    let code = match rtsdb::cli::run(cli, &mut stdout.lock(), &mut stderr.lock()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
