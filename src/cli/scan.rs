@@ -146,10 +146,7 @@ fn row_matches(table: &UidTable, filter: &RowFilter, key: &RowKey) -> bool {
 type TagPair = (Arc<str>, Arc<str>);
 
 /// Tag names of a row in the order OpenTSDB prints its tag map.
-fn tag_pairs(
-    table: &UidTable,
-    key: &RowKey,
-) -> Result<Vec<TagPair>, crate::uid::UidTableError> {
+fn tag_pairs(table: &UidTable, key: &RowKey) -> Result<Vec<TagPair>, crate::uid::UidTableError> {
     let mut pairs = Vec::new();
     for (k, v) in &key.tsuid.tags {
         pairs.push((

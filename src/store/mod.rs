@@ -3,6 +3,7 @@
 //! everything above builds on (read, merge-write and scan hourly rows).
 
 pub mod header;
+pub mod read;
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
