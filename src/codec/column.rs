@@ -38,8 +38,8 @@ pub enum ColumnError {
     #[error("value length {len} does not match flags 0x{flags:X}")]
     BadValueLength { flags: u8, len: usize },
     #[error(
-        "Corrupted floating point value: {} flags=0x{flags:X} -- first 4 bytes are expected to be zeros",
-        hex_upper(value)
+        "Corrupted floating point value: {} flags=0x{flags:x} -- first 4 bytes are expected to be zeros.",
+        crate::model::uid::java_byte_array(value)
     )]
     CorruptedFloat { value: Vec<u8>, flags: u8 },
     #[error(

@@ -7,7 +7,7 @@ use thiserror::Error;
 use super::column::{
     self, ANNOTATION_PREFIX, APPEND_PREFIX, ColumnError, HISTOGRAM_PREFIX, StoredPoint,
 };
-use crate::model::uid::{hex_upper, java_byte_array};
+use crate::model::uid::java_byte_array;
 
 /// Version byte at the start of every encoded row value.
 pub const ROW_FORMAT_V1: u8 = 0x01;
@@ -158,9 +158,11 @@ pub fn decode_row(
     policy: DuplicatePolicy,
 ) -> Result<DecodedRow, ColumnError> {
     let mut row = DecodedRow::default();
-    // (point, write sequence) so later writes win among duplicates.
+    // Each point's cell index and position in it: later writes win among
+    // duplicates, and within one append column the later pair always wins.
     let mut points: Vec<StoredPoint> = Vec::new();
-    let mut seq: Vec<usize> = Vec::new();
+    let mut seq: Vec<(usize, usize)> = Vec::new();
+    let mut from_append: Vec<bool> = Vec::new();
     for (i, cell) in cells.cells.iter().enumerate() {
         let q = &cell.qualifier;
         let before = points.len();
@@ -181,18 +183,29 @@ pub fn decode_row(
             return Err(ColumnError::UnknownQualifier(q.clone()));
         }
         // Within one append column later pairs are later writes too.
-        seq.extend((before..points.len()).map(|j| i * 1_000_000 + (j - before)));
+        seq.extend((before..points.len()).map(|j| (i, j - before)));
+        let append = q.len() == 3 && q[0] == APPEND_PREFIX;
+        from_append.extend((before..points.len()).map(|_| append));
     }
     let mut order: Vec<usize> = (0..points.len()).collect();
     order.sort_by_key(|&j| (points[j].offset_ms, seq[j]));
+    let mut last_j = usize::MAX;
     for j in order {
         let p = points[j];
         match row.points.last_mut() {
             Some(last) if last.offset_ms == p.offset_ms => {
                 row.duplicates += 1;
                 if last.value == p.value && last.flags == p.flags {
+                    last_j = j;
                     continue;
                 }
+                let same_append = from_append[j] && seq[last_j].0 == seq[j].0;
+                let policy = if same_append {
+                    DuplicatePolicy::LastWriteWins
+                } else {
+                    policy
+                };
+                last_j = j;
                 match policy {
                     DuplicatePolicy::LastWriteWins => *last = p,
                     DuplicatePolicy::Strict => {
@@ -200,13 +213,16 @@ pub fn decode_row(
                             "Duplicate timestamp for key={}, ms_offset={}, older={}, newer={}; set tsd.storage.fix_duplicates=true to fix automatically or run Fsck",
                             java_byte_array(row_key),
                             p.offset_ms,
-                            hex_upper(&last.value_bytes()),
-                            hex_upper(&p.value_bytes())
+                            java_byte_array(&last.value_bytes()),
+                            java_byte_array(&p.value_bytes())
                         )));
                     }
                 }
             }
-            _ => row.points.push(p),
+            _ => {
+                last_j = j;
+                row.points.push(p)
+            }
         }
     }
     row.annotations
@@ -279,6 +295,21 @@ mod tests {
         let strict = decode_row(b"k", &row, DuplicatePolicy::Strict).unwrap();
         assert_eq!(strict.points.len(), 2);
         assert_eq!(strict.duplicates, 1);
+    }
+
+    #[test]
+    fn within_one_append_column_the_later_pair_wins_even_when_strict() {
+        let p = |v| {
+            StoredPoint::new(Timestamp::Seconds(BASE + 1), BASE, Value::Int(v))
+                .unwrap()
+                .0
+        };
+        let (q, v) = column::encode_append_column(&[p(1), p(2)]);
+        let row = RowCells {
+            cells: vec![Cell::new(q, v)],
+        };
+        let d = decode_row(b"k", &row, DuplicatePolicy::Strict).unwrap();
+        assert_eq!(d.points, vec![p(2)]);
     }
 
     #[test]

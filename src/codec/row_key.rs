@@ -33,14 +33,23 @@ impl Salt {
         for &b in tsuid {
             h = h.wrapping_mul(31).wrapping_add(b as i8 as i32);
         }
-        let m = h % self.buckets as i32;
+        // Buckets are limited to i32::MAX when the store is created, so
+        // this is Java's `hash % buckets` with a positive divisor.
+        let m = (h as i64 % self.buckets as i64) as i32;
         m.unsigned_abs()
     }
 
-    /// The salt prefix: the bucket big-endian on `width` bytes.
+    /// The salt prefix: the bucket big-endian on `width` bytes, computed as
+    /// Java's `RowKey.getSaltBytes` does. Java reduces an int shift modulo
+    /// 32, so widths above 4 repeat the low bytes rather than padding zeros;
+    /// we keep that so salted keys match OpenTSDB's byte for byte.
     pub fn prefix(&self, bucket: u32) -> Vec<u8> {
-        let be = (bucket as u64).to_be_bytes();
-        be[8 - self.width as usize..].to_vec()
+        let width = self.width as usize;
+        let mut out = vec![0u8; width];
+        for i in 1..=width {
+            out[width - i] = (bucket >> ((8 * (i - 1)) % 32)) as u8;
+        }
+        out
     }
 }
 
@@ -343,6 +352,12 @@ mod tests {
         // Negative hash codes are negated, never negative buckets.
         let neg = [0xFFu8; 7];
         assert!(salt.bucket(&neg) < 20);
+        // Java's int shifts wrap at 32 bits: width 5 repeats the low byte.
+        let wide = Salt {
+            width: 5,
+            buckets: 300,
+        };
+        assert_eq!(wide.prefix(0x0102), vec![0x02, 0, 0, 0x01, 0x02]);
         // The global-annotation row is never salted.
         assert_eq!(layout.global_annotation_row(0), vec![0u8; 8]);
     }

@@ -123,7 +123,8 @@ pub fn validate_salt(salt: &Salt) -> Result<(), StoreError> {
     }
     let max = match salt.width {
         1..=3 => 1u64 << (8 * salt.width),
-        _ => u32::MAX as u64,
+        // OpenTSDB keeps the bucket count in a Java int.
+        _ => i32::MAX as u64,
     };
     if salt.buckets == 0 || salt.buckets as u64 > max {
         return Err(StoreError::BadHeader(format!(

@@ -171,6 +171,13 @@ impl Store {
         let engine_dir = dir.join(ENGINE_DIR);
         let layout = match StoreHeader::read(dir)? {
             Some(h) => {
+                if h.engine != "fjall" {
+                    return Err(StoreError::BadHeader(format!(
+                        "store at {} uses engine '{}', this build opens 'fjall' stores",
+                        dir.display(),
+                        h.engine
+                    )));
+                }
                 let layout = h.layout()?;
                 opts.check(dir, &layout)?;
                 layout
@@ -306,9 +313,12 @@ impl Store {
             let key = self.layout.row_key(tsuid, base);
             match self.duplicates {
                 DuplicatePolicy::LastWriteWins => self.update_row(&key, durability, |row| {
+                    // The new points go in as one more append cell after all
+                    // existing cells (pushed, not put: a stored append column
+                    // must not be replaced), so decoding ranks them latest.
                     let mut merged = row.clone();
                     let (q, v) = crate::codec::column::encode_append_column(&new_points);
-                    merged.put(Cell::new(q, v));
+                    merged.cells.push(Cell::new(q, v));
                     let decoded = row::decode_row(&key, &merged, DuplicatePolicy::LastWriteWins)?;
                     *row = row::compact(&decoded);
                     Ok(true)
@@ -508,6 +518,39 @@ mod tests {
         assert_eq!(first.points.len(), 2);
         assert_eq!(first.points[0].value, Value::Float(1.5));
         assert_eq!(first.points[1].value, Value::Int(2));
+    }
+
+    #[test]
+    fn stored_append_columns_survive_new_writes() {
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        let t = tsuid();
+        let base = 1356998400;
+        let old = [
+            StoredPoint::new(Timestamp::Seconds(base + 1), base, Value::Int(1))
+                .unwrap()
+                .0,
+            StoredPoint::new(Timestamp::Seconds(base + 2), base, Value::Int(2))
+                .unwrap()
+                .0,
+        ];
+        let (q, v) = crate::codec::column::encode_append_column(&old);
+        let key = store.layout().row_key(&t, base);
+        store
+            .put_cells(&key, vec![Cell::new(q, v)], Durability::Process)
+            .unwrap();
+        store
+            .put_points(
+                &t,
+                &[(Timestamp::Seconds(base + 3), Value::Int(3))],
+                Durability::Process,
+            )
+            .unwrap();
+        let row = store.get_row(&key).unwrap().unwrap();
+        let d = store.decode(&key, &row).unwrap();
+        assert_eq!(
+            d.points.iter().map(|p| p.value).collect::<Vec<_>>(),
+            vec![Value::Int(1), Value::Int(2), Value::Int(3)]
+        );
     }
 
     #[test]
