@@ -58,10 +58,30 @@ fn kind_of(name: &str, err: &mut dyn Write) -> anyhow::Result<Option<UidKind>> {
 
 pub fn run(
     ctx: &Context,
-    a: UidArgs,
+    mut a: UidArgs,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<i32> {
+    // OpenTSDB's ArgP takes options anywhere on the line (`uid grep x -i`).
+    let mut rest = Vec::new();
+    let mut words = std::mem::take(&mut a.args).into_iter();
+    while let Some(w) = words.next() {
+        match w.as_str() {
+            "-i" | "--ignore-case" => a.ignore_case = true,
+            "--idwidth" => match words.next().map(|n| n.parse()) {
+                Some(Ok(n)) => a.idwidth = Some(n),
+                _ => return usage(err, "Invalid --idwidth"),
+            },
+            _ => match w.strip_prefix("--idwidth=") {
+                Some(n) => match n.parse() {
+                    Ok(n) => a.idwidth = Some(n),
+                    Err(_) => return usage(err, "Invalid --idwidth"),
+                },
+                None => rest.push(w),
+            },
+        }
+    }
+    a.args = rest;
     if a.args.is_empty() {
         return usage(err, "Not enough arguments");
     }

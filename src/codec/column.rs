@@ -205,23 +205,39 @@ impl StoredPoint {
     }
 
     pub fn qualifier(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4);
+        self.write_qualifier(&mut out);
+        out
+    }
+
+    /// Appends the qualifier without allocating (compaction hot path).
+    pub fn write_qualifier(&self, out: &mut Vec<u8>) {
         if self.millis {
-            (0xF000_0000u32 | (self.offset_ms << 6) | self.flags as u32)
-                .to_be_bytes()
-                .to_vec()
+            out.extend_from_slice(
+                &(0xF000_0000u32 | (self.offset_ms << 6) | self.flags as u32).to_be_bytes(),
+            );
         } else {
-            (((self.offset_ms / 1000) << 4) as u16 | self.flags as u16)
-                .to_be_bytes()
-                .to_vec()
+            out.extend_from_slice(
+                &((((self.offset_ms / 1000) << 4) as u16) | self.flags as u16).to_be_bytes(),
+            );
         }
     }
 
     pub fn value_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8);
+        self.write_value(&mut out);
+        out
+    }
+
+    /// Appends the value bytes, on the width its flags say.
+    pub fn write_value(&self, out: &mut Vec<u8>) {
         let len = (self.flags & LENGTH_MASK) as usize + 1;
         match self.value {
-            Value::Int(v) => v.to_be_bytes()[8 - len..].to_vec(),
-            Value::Float(f) if len == 4 => (f as f32).to_bits().to_be_bytes().to_vec(),
-            Value::Float(f) => f.to_bits().to_be_bytes().to_vec(),
+            Value::Int(v) => out.extend_from_slice(&v.to_be_bytes()[8 - len..]),
+            Value::Float(f) if len == 4 => {
+                out.extend_from_slice(&(f as f32).to_bits().to_be_bytes())
+            }
+            Value::Float(f) => out.extend_from_slice(&f.to_bits().to_be_bytes()),
         }
     }
 
@@ -343,8 +359,8 @@ pub fn encode_compacted(points: &[StoredPoint]) -> (Vec<u8>, Vec<u8>) {
     let mut value = Vec::with_capacity(points.len() * 2 + 1);
     let (mut seconds, mut millis) = (false, false);
     for p in points {
-        qualifier.extend_from_slice(&p.qualifier());
-        value.extend_from_slice(&p.value_bytes());
+        p.write_qualifier(&mut qualifier);
+        p.write_value(&mut value);
         seconds |= !p.millis;
         millis |= p.millis;
     }
@@ -385,8 +401,8 @@ pub fn decode_append(value: &[u8], out: &mut Vec<StoredPoint>) -> Result<(), Col
 
 /// Appends one point to an append column value.
 pub fn encode_append(point: &StoredPoint, out: &mut Vec<u8>) {
-    out.extend_from_slice(&point.qualifier());
-    out.extend_from_slice(&point.value_bytes());
+    point.write_qualifier(out);
+    point.write_value(out);
 }
 
 /// An append column (`05 00 00`) holding `points` in the given order.

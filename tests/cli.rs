@@ -1,0 +1,269 @@
+//! The `tsdb` binary as users run it: uid, mkmetric and scan output must be
+//! OpenTSDB's, byte for byte.
+
+use std::path::Path;
+use std::process::Command;
+
+use rtsdb::codec::row_key::Tsuid;
+use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
+use rtsdb::storage::Durability;
+use rtsdb::store::{Store, StoreOptions};
+use rtsdb::uid::{AutoCreate, UidTable};
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn tsdb(dir: &Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+#[test]
+fn uid_commands_print_opentsdb_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let r = tsdb(d, &["mkmetric", "sys.cpu.0", "sys.cpu.user"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.stdout,
+        "metrics sys.cpu.0: [0, 0, 1]\nmetrics sys.cpu.user: [0, 0, 2]\n"
+    );
+    assert_eq!(
+        tsdb(d, &["uid", "assign", "tagk", "host"]).stdout,
+        "tagk host: [0, 0, 1]\n"
+    );
+    assert_eq!(
+        tsdb(d, &["uid", "assign", "tagv", "web01"]).stdout,
+        "tagv web01: [0, 0, 1]\n"
+    );
+    // Existing names print their UID again.
+    assert_eq!(
+        tsdb(d, &["mkmetric", "sys.cpu.0"]).stdout,
+        "metrics sys.cpu.0: [0, 0, 1]\n"
+    );
+
+    assert_eq!(
+        tsdb(d, &["uid", "metrics", "sys.cpu.user"]).stdout,
+        "metrics sys.cpu.user: [0, 0, 2]\n"
+    );
+    assert_eq!(
+        tsdb(d, &["uid", "metrics", "2"]).stdout,
+        "metrics sys.cpu.user: [0, 0, 2]\n"
+    );
+    // Without a kind every kind's cell of the row is printed.
+    assert_eq!(
+        tsdb(d, &["uid", "1"]).stdout,
+        "metrics sys.cpu.0: [0, 0, 1]\ntagk host: [0, 0, 1]\ntagv web01: [0, 0, 1]\n"
+    );
+    assert_eq!(
+        tsdb(d, &["uid", "grep", "cpu"]).stdout,
+        "metrics sys.cpu.0: [0, 0, 1]\nmetrics sys.cpu.user: [0, 0, 2]\n"
+    );
+    assert_eq!(
+        tsdb(d, &["uid", "grep", "metrics", "USER$", "-i"]).stdout,
+        "metrics sys.cpu.user: [0, 0, 2]\n"
+    );
+    assert_eq!(tsdb(d, &["uid", "grep", "nothing"]).code, 1);
+
+    let r = tsdb(
+        d,
+        &["uid", "rename", "metrics", "sys.cpu.0", "sys.cpu.idle"],
+    );
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (0, "metrics sys.cpu.0 -> sys.cpu.idle\n")
+    );
+    let r = tsdb(d, &["uid", "metrics", "sys.cpu.0"]);
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.contains("No such name for 'metrics': 'sys.cpu.0'"),
+        "{}",
+        r.stderr
+    );
+    let r = tsdb(
+        d,
+        &["uid", "rename", "metrics", "sys.cpu.idle", "sys.cpu.user"],
+    );
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("new name already assigned ID=[0, 0, 2]"),
+        "{}",
+        r.stderr
+    );
+
+    let r = tsdb(d, &["uid", "delete", "tagv", "web01"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(tsdb(d, &["uid", "tagv", "web01"]).code, 1);
+    // Deleted ids are not reused.
+    assert_eq!(
+        tsdb(d, &["uid", "assign", "tagv", "web02"]).stdout,
+        "tagv web02: [0, 0, 2]\n"
+    );
+}
+
+#[test]
+fn uid_bad_input_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for args in [
+        vec!["uid"],
+        vec!["uid", "assign", "metrics"],
+        vec!["uid", "assign", "nokind", "x"],
+        vec!["uid", "rename", "metrics", "a"],
+        vec!["uid", "grep", "metrics", "("],
+        vec!["uid", "metrics", "99999999999"],
+        vec!["uid", "metrics", "-1"],
+        vec!["uid", "a", "b", "c"],
+    ] {
+        let r = tsdb(d, &args);
+        assert_ne!(r.code, 0, "{args:?} should fail");
+        assert!(!r.stderr.contains("panicked"), "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.is_empty(), "{args:?} gave no message");
+    }
+    let r = tsdb(d, &["uid", "assign", "metrics", "bad name"]);
+    assert_eq!(r.code, 3);
+    assert!(
+        r.stderr
+            .contains("Invalid metric (\"bad name\"): illegal character:  "),
+        "{}",
+        r.stderr
+    );
+    // The store's widths are fixed: asking for others is refused by name.
+    let r = tsdb(d, &["uid", "--idwidth", "4", "metrics", "x"]);
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("tsd.storage.uid.width.metric = 3") && r.stderr.contains("asks for 4"),
+        "{}",
+        r.stderr
+    );
+}
+
+fn write_sample(dir: &Path) {
+    let store = Store::open(dir, &StoreOptions::default()).unwrap();
+    let auto = AutoCreate {
+        metrics: true,
+        ..Default::default()
+    };
+    let t = UidTable::new(&store, auto, NameRules::default());
+    let m = t.get_or_create_id(UidKind::Metric, "sys.cpu.user").unwrap();
+    let k = t.get_or_create_id(UidKind::TagKey, "host").unwrap();
+    let v = t.get_or_create_id(UidKind::TagValue, "web01").unwrap();
+    let v2 = t.get_or_create_id(UidKind::TagValue, "web02").unwrap();
+    let a = Tsuid::new(m, vec![(k, v)]).unwrap();
+    let b = Tsuid::new(m, vec![(k, v2)]).unwrap();
+    store
+        .put_points(
+            &a,
+            &[
+                (Timestamp::Seconds(1356998400), Value::Int(42)),
+                (Timestamp::Seconds(1356998460), Value::Float(1.5)),
+            ],
+            Durability::Sync,
+        )
+        .unwrap();
+    store
+        .put_points(
+            &b,
+            &[(Timestamp::Millis(1356998400500), Value::Int(-7))],
+            Durability::Sync,
+        )
+        .unwrap();
+}
+
+#[test]
+fn scan_prints_rows_as_dumpseries() {
+    let dir = tempfile::tempdir().unwrap();
+    write_sample(dir.path());
+    let r = tsdb(
+        dir.path(),
+        &[
+            "scan",
+            "2013/01/01",
+            "2013/01/01-01:00",
+            "sum",
+            "sys.cpu.user",
+            "host=web01",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.stdout,
+        "[0, 0, 1, 80, -30, 39, 0, 0, 0, 1, 0, 0, 1] sys.cpu.user 1356998400 (Tue Jan 01 00:00:00 UTC 2013) {host=web01}\n\
+         \x20 [0, 0, 3, -53]\t[42, 63, -64, 0, 0, 0] = 2 values:\n\
+         \x20   [0, 0]\t[42]\t0\tl\t1356998400\t(Tue Jan 01 00:00:00 UTC 2013)\n\
+         \x20   [3, -53]\t[63, -64, 0, 0]\t60\tf\t1356998460\t(Tue Jan 01 00:01:00 UTC 2013)\n"
+    );
+    let r = tsdb(
+        dir.path(),
+        &[
+            "scan",
+            "--import",
+            "1356998400",
+            "1356999999",
+            "sum",
+            "sys.cpu.user",
+        ],
+    );
+    assert_eq!(
+        r.stdout,
+        "sys.cpu.user 1356998400 42 host=web01\nsys.cpu.user 1356998460 1.5 host=web01\nsys.cpu.user 1356998400500 -7 host=web02\n"
+    );
+    // A single millisecond cell is printed as one line with its ms offset.
+    let r = tsdb(
+        dir.path(),
+        &["scan", "1356998400", "sum", "sys.cpu.user", "host=web02"],
+    );
+    assert!(
+        r.stdout.ends_with(
+            "  [-16, 0, 125, 0]\t[-7]\t500\tl\t1356998400500\t(Tue Jan 01 00:00:00 UTC 2013)\n"
+        ),
+        "{}",
+        r.stdout
+    );
+    // Unknown names are errors.
+    let r = tsdb(dir.path(), &["scan", "1356998400", "sum", "nope"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("No such name for 'metrics': 'nope'"));
+    let r = tsdb(dir.path(), &["scan", "1356998400", "bogus", "sys.cpu.user"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("No such aggregation function: bogus"));
+}
+
+#[test]
+fn scan_delete_removes_the_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    write_sample(dir.path());
+    let r = tsdb(
+        dir.path(),
+        &[
+            "scan",
+            "--delete",
+            "1356998400",
+            "sum",
+            "sys.cpu.user",
+            "host=web02",
+        ],
+    );
+    assert_eq!(r.stdout, "sys.cpu.user 1356998400500 -7 host=web02\n");
+    let r = tsdb(
+        dir.path(),
+        &["scan", "--import", "1356998400", "sum", "sys.cpu.user"],
+    );
+    assert_eq!(
+        r.stdout,
+        "sys.cpu.user 1356998400 42 host=web01\nsys.cpu.user 1356998460 1.5 host=web01\n"
+    );
+}
