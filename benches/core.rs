@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use rtsdb::codec::column::{self, StoredPoint};
+use rtsdb::codec::compressed;
 use rtsdb::codec::row::{self, DuplicatePolicy, RowCells};
 use rtsdb::codec::row_key::{KeyLayout, Tsuid};
 use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
@@ -67,17 +68,18 @@ fn uid_benches(c: &mut Criterion) {
 }
 
 fn hour_of_points() -> Vec<StoredPoint> {
-    // A gauge every 10 s with one decimal and a counter: typical devops data.
+    // A gauge every 10 s with one decimal, wandering: typical devops data.
+    let mut v = 500i64;
     (0..360)
         .map(|i| {
-            let v = if i % 2 == 0 {
-                Value::Float(((i * 37) % 1000) as f64 / 10.0)
-            } else {
-                Value::Int(i as i64 * 1000)
-            };
-            StoredPoint::new(Timestamp::Seconds(BASE + i * 10), BASE, v)
-                .unwrap()
-                .0
+            v += (i * 7919 % 11) as i64 - 5;
+            StoredPoint::new(
+                Timestamp::Seconds(BASE + i * 10),
+                BASE,
+                Value::Float(v as f64 / 10.0),
+            )
+            .unwrap()
+            .0
         })
         .collect()
 }
@@ -110,11 +112,36 @@ fn codec_benches(c: &mut Criterion) {
             black_box(&out);
         })
     });
+    g.bench_function("compressed_encode_360", |b| {
+        b.iter(|| black_box(compressed::encode(black_box(&points))))
+    });
+    let block = compressed::encode(&points);
+    g.bench_function("compressed_decode_360", |b| {
+        let mut out = Vec::with_capacity(360);
+        b.iter(|| {
+            out.clear();
+            compressed::decode(black_box(&block), &mut out).unwrap();
+            black_box(&out);
+        })
+    });
+    let compressed_cells = RowCells {
+        cells: vec![row::Cell::new(
+            compressed::COMPRESSED_QUALIFIER.to_vec(),
+            block.clone(),
+        )],
+    };
+    let compressed_encoded = compressed_cells.encode();
+    g.bench_function("row_decode_compressed_360", |b| {
+        b.iter(|| {
+            let cells = RowCells::decode(black_box(&compressed_encoded)).unwrap();
+            black_box(row::decode_row(&key, &cells, DuplicatePolicy::LastWriteWins).unwrap())
+        })
+    });
     let cells = RowCells {
         cells: vec![row::Cell::new(q.clone(), v.clone())],
     };
     let encoded = cells.encode();
-    g.bench_function("row_decode_360", |b| {
+    g.bench_function("row_decode_classic_360", |b| {
         b.iter(|| {
             let cells = RowCells::decode(black_box(&encoded)).unwrap();
             black_box(row::decode_row(&key, &cells, DuplicatePolicy::LastWriteWins).unwrap())

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::codec::row::DuplicatePolicy;
+use crate::codec::row::{DuplicatePolicy, RowEncoding};
 use crate::model::NameRules;
 use crate::store::StoreOptions;
 use crate::uid::AutoCreate;
@@ -80,6 +80,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.rpc.telnet.return_errors", "true"),
     ("tsd.stats.canonical", "false"),
     (DATA_DIR_KEY, DEFAULT_DATA_DIR),
+    ("tsd.storage.row_encoding", "compressed"),
 ];
 
 /// Keys that only mean something with HBase/ZooKeeper; accepted and
@@ -251,6 +252,17 @@ impl Config {
                 DuplicatePolicy::LastWriteWins
             } else {
                 DuplicatePolicy::Strict
+            },
+            encoding: match self.get_string("tsd.storage.row_encoding").trim() {
+                "compressed" | "" => RowEncoding::Compressed,
+                "classic" => RowEncoding::Classic,
+                other => {
+                    return Err(ConfigError::BadValue {
+                        key: "tsd.storage.row_encoding".into(),
+                        value: other.into(),
+                        reason: "must be 'compressed' or 'classic'".into(),
+                    });
+                }
             },
             engine: Default::default(),
         })

@@ -10,6 +10,7 @@ use clap::Args;
 use super::Context;
 use super::query_args::{self, CliSubQuery};
 use crate::codec::column::{self, ANNOTATION_PREFIX, APPEND_PREFIX, FLAG_FLOAT, StoredPoint};
+use crate::codec::compressed;
 use crate::codec::row::Cell;
 use crate::codec::row_key::RowKey;
 use crate::model::java;
@@ -266,7 +267,8 @@ fn format_cell(
 ) -> anyhow::Result<String> {
     let q = &cell.qualifier;
     let is_append = q.len() == 3 && q[0] == APPEND_PREFIX;
-    if q.len() % 2 == 1 && !is_append {
+    let is_compressed = q.len() == 3 && q[0] == compressed::COMPRESSED_PREFIX;
+    if q.len() % 2 == 1 && !is_append && !is_compressed {
         if import {
             return Ok(String::new());
         }
@@ -302,6 +304,8 @@ fn format_cell(
     if is_append {
         column::decode_append(&cell.value, &mut points)?;
         points.sort_by_key(|p| p.offset_ms);
+    } else if is_compressed {
+        compressed::decode(&cell.value, &mut points)?;
     } else {
         column::decode_compacted(q, &cell.value, &mut points)?;
     }

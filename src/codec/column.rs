@@ -57,6 +57,8 @@ pub enum ColumnError {
     UnknownQualifier(Vec<u8>),
     #[error("{0}")]
     Duplicate(String),
+    #[error(transparent)]
+    Compressed(#[from] super::compressed::CompressedError),
 }
 
 /// How a value is written: the flags nibble and its bytes.

@@ -2,9 +2,10 @@
 //! Pure functions over bytes; no storage access.
 
 pub mod column;
+pub mod compressed;
 pub mod row;
 pub mod row_key;
 
 pub use column::{ColumnError, StoredPoint};
-pub use row::{Cell, DecodedRow, DuplicatePolicy, RowCells};
+pub use row::{Cell, DecodedRow, DuplicatePolicy, RowCells, RowEncoding};
 pub use row_key::{KeyError, KeyLayout, RowKey, Salt, Tsuid};

@@ -7,6 +7,7 @@ use thiserror::Error;
 use super::column::{
     self, ANNOTATION_PREFIX, APPEND_PREFIX, ColumnError, HISTOGRAM_PREFIX, StoredPoint,
 };
+use super::compressed::{self, COMPRESSED_PREFIX};
 use crate::model::uid::java_byte_array;
 
 /// Version byte at the start of every encoded row value.
@@ -176,6 +177,7 @@ pub fn decode_row(
             match q[0] {
                 ANNOTATION_PREFIX => row.annotations.push(cell.clone()),
                 APPEND_PREFIX => column::decode_append(&cell.value, &mut points)?,
+                COMPRESSED_PREFIX => compressed::decode(&cell.value, &mut points)?,
                 HISTOGRAM_PREFIX => row.other.push(cell.clone()),
                 _ => row.other.push(cell.clone()),
             }
@@ -186,6 +188,22 @@ pub fn decode_row(
         seq.extend((before..points.len()).map(|j| (i, j - before)));
         let append = q.len() == 3 && q[0] == APPEND_PREFIX;
         from_append.extend((before..points.len()).map(|_| append));
+    }
+    // The common case: one data column (compacted or compressed) whose
+    // points are already sorted and unique; no merging needed.
+    let data_cells = seq.last().map_or(0, |_| {
+        let mut cells_seen = seq.iter().map(|s| s.0).collect::<Vec<_>>();
+        cells_seen.dedup();
+        cells_seen.len()
+    });
+    if data_cells <= 1
+        && !from_append.first().copied().unwrap_or(false)
+        && points.windows(2).all(|w| w[0].offset_ms < w[1].offset_ms)
+    {
+        row.points = points;
+        row.annotations
+            .sort_by_key(|c| column::object_offset_ms(&c.qualifier).unwrap_or(0));
+        return Ok(row);
     }
     let mut order: Vec<usize> = (0..points.len()).collect();
     order.sort_by_key(|&j| (points[j].offset_ms, seq[j]));
@@ -230,13 +248,35 @@ pub fn decode_row(
     Ok(row)
 }
 
-/// Rewrites a row's data columns as one compacted column, keeping
-/// annotations and other objects (OpenTSDB's TSD compaction).
-pub fn compact(decoded: &DecodedRow) -> RowCells {
+/// How a row's data points are written when it is compacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RowEncoding {
+    /// rtsdb's compressed column (docs/format/compressed-column.md), or
+    /// OpenTSDB's compacted column when that is smaller (tiny rows).
+    #[default]
+    Compressed,
+    /// Always OpenTSDB's compacted column.
+    Classic,
+}
+
+/// The single cell holding `points` (sorted, one per timestamp).
+pub fn encode_points(points: &[StoredPoint], encoding: RowEncoding) -> Cell {
+    let (q, v) = column::encode_compacted(points);
+    if encoding == RowEncoding::Compressed {
+        let c = compressed::encode(points);
+        if c.len() + compressed::COMPRESSED_QUALIFIER.len() < q.len() + v.len() {
+            return Cell::new(compressed::COMPRESSED_QUALIFIER.to_vec(), c);
+        }
+    }
+    Cell::new(q, v)
+}
+
+/// Rewrites a row's data columns as one column, keeping annotations and
+/// other objects (OpenTSDB's TSD compaction).
+pub fn compact(decoded: &DecodedRow, encoding: RowEncoding) -> RowCells {
     let mut cells = RowCells::default();
     if !decoded.points.is_empty() {
-        let (q, v) = column::encode_compacted(&decoded.points);
-        cells.cells.push(Cell::new(q, v));
+        cells.cells.push(encode_points(&decoded.points, encoding));
     }
     cells.cells.extend(decoded.annotations.iter().cloned());
     cells.cells.extend(decoded.other.iter().cloned());
@@ -322,7 +362,7 @@ mod tests {
         assert_eq!(d.points.len(), 1);
         assert_eq!(d.annotations.len(), 1);
         assert_eq!(d.other.len(), 1);
-        let compacted = compact(&d);
+        let compacted = compact(&d, RowEncoding::Classic);
         assert_eq!(compacted.cells.len(), 3);
     }
 

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use thiserror::Error;
 
 use crate::codec::column::{ColumnError, StoredPoint};
-use crate::codec::row::{self, Cell, DecodedRow, DuplicatePolicy, RowCells, RowError};
+use crate::codec::row::{self, Cell, DecodedRow, DuplicatePolicy, RowCells, RowEncoding, RowError};
 use crate::codec::row_key::{KeyError, KeyLayout, Salt, Tsuid};
 use crate::model::point::{Timestamp, Value};
 use crate::model::uid::UidWidths;
@@ -61,6 +61,8 @@ pub enum StoreError {
     Column(#[from] ColumnError),
     #[error("row {key}: {source}")]
     Row { key: String, source: RowError },
+    #[error("row {key}: {source}")]
+    BadRow { key: String, source: ColumnError },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -75,6 +77,7 @@ pub struct StoreOptions {
     pub salt_width: Option<u8>,
     pub salt_buckets: Option<u32>,
     pub duplicates: DuplicatePolicy,
+    pub encoding: RowEncoding,
     pub engine: FjallOptions,
 }
 
@@ -149,6 +152,7 @@ pub struct Store {
     kv: Arc<dyn KvStore>,
     layout: KeyLayout,
     duplicates: DuplicatePolicy,
+    encoding: RowEncoding,
     dir: Option<PathBuf>,
     /// Serialises read-modify-write of one data row (by key hash).
     row_locks: Vec<Mutex<()>>,
@@ -218,6 +222,7 @@ impl Store {
             kv,
             layout,
             duplicates,
+            encoding: RowEncoding::default(),
             dir,
             row_locks: (0..ROW_LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             _lock: lock,
@@ -234,6 +239,16 @@ impl Store {
 
     pub fn duplicates(&self) -> DuplicatePolicy {
         self.duplicates
+    }
+
+    pub fn encoding(&self) -> RowEncoding {
+        self.encoding
+    }
+
+    /// Changes how rows are written from now on (rows already written keep
+    /// their encoding; both are always readable).
+    pub fn set_encoding(&mut self, encoding: RowEncoding) {
+        self.encoding = encoding;
     }
 
     pub fn dir(&self) -> Option<&Path> {
@@ -319,8 +334,12 @@ impl Store {
                     let mut merged = row.clone();
                     let (q, v) = crate::codec::column::encode_append_column(&new_points);
                     merged.cells.push(Cell::new(q, v));
-                    let decoded = row::decode_row(&key, &merged, DuplicatePolicy::LastWriteWins)?;
-                    *row = row::compact(&decoded);
+                    let decoded = row::decode_row(&key, &merged, DuplicatePolicy::LastWriteWins)
+                        .map_err(|source| StoreError::BadRow {
+                            key: crate::model::uid::hex_upper(&key),
+                            source,
+                        })?;
+                    *row = row::compact(&decoded, self.encoding);
                     Ok(true)
                 })?,
                 DuplicatePolicy::Strict => {
@@ -337,7 +356,10 @@ impl Store {
 
     /// Decodes a row with the store's duplicate policy.
     pub fn decode(&self, key: &[u8], cells: &RowCells) -> Result<DecodedRow> {
-        Ok(row::decode_row(key, cells, self.duplicates)?)
+        row::decode_row(key, cells, self.duplicates).map_err(|source| StoreError::BadRow {
+            key: crate::model::uid::hex_upper(key),
+            source,
+        })
     }
 
     pub fn delete_row(&self, key: &[u8], durability: Durability) -> Result<()> {
@@ -514,7 +536,7 @@ mod tests {
             .collect();
         assert_eq!(rows.len(), 2);
         let first = store.decode(&rows[0].0, &rows[0].1).unwrap();
-        assert_eq!(rows[0].1.cells.len(), 1, "one compacted column");
+        assert_eq!(rows[0].1.cells.len(), 1, "one column");
         assert_eq!(first.points.len(), 2);
         assert_eq!(first.points[0].value, Value::Float(1.5));
         assert_eq!(first.points[1].value, Value::Int(2));
@@ -551,6 +573,54 @@ mod tests {
             d.points.iter().map(|p| p.value).collect::<Vec<_>>(),
             vec![Value::Int(1), Value::Int(2), Value::Int(3)]
         );
+    }
+
+    #[test]
+    fn rows_are_compressed_and_corruption_names_the_row() {
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        let t = tsuid();
+        let base = 1356998400u32;
+        let points: Vec<_> = (0..360)
+            .map(|i| {
+                (
+                    Timestamp::Seconds(base + i * 10),
+                    Value::Float(i as f64 / 10.0),
+                )
+            })
+            .collect();
+        store.put_points(&t, &points, Durability::Process).unwrap();
+        let key = store.layout().row_key(&t, base);
+        let row = store.get_row(&key).unwrap().unwrap();
+        assert_eq!(
+            row.cells[0].qualifier,
+            crate::codec::compressed::COMPRESSED_QUALIFIER.to_vec()
+        );
+        assert!(
+            row.cells[0].value.len() < 100,
+            "{} bytes",
+            row.cells[0].value.len()
+        );
+        assert_eq!(store.decode(&key, &row).unwrap().points.len(), 360);
+        // Flip one bit of the stored block: reading names the row.
+        let mut bad = row.clone();
+        bad.cells[0].value[10] ^= 1;
+        store
+            .put_cells(&key, bad.cells, Durability::Process)
+            .unwrap();
+        let row = store.get_row(&key).unwrap().unwrap();
+        let err = store.decode(&key, &row).unwrap_err().to_string();
+        assert!(
+            err.starts_with("row 00000150E22700000001000001: compressed column checksum mismatch"),
+            "{err}"
+        );
+        // Classic stores keep OpenTSDB's compacted column.
+        let mut classic = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        classic.set_encoding(RowEncoding::Classic);
+        classic
+            .put_points(&t, &points, Durability::Process)
+            .unwrap();
+        let row = classic.get_row(&key).unwrap().unwrap();
+        assert_eq!(row.cells[0].qualifier.len(), 720);
     }
 
     #[test]

@@ -1,0 +1,707 @@
+//! rtsdb's compressed column: one hour of one series in a few bits per
+//! point, stored under its own odd-length qualifier (`0C 00 00`) beside
+//! OpenTSDB's columns. Format: docs/format/compressed-column.md.
+//!
+//! Timestamps are delta-of-delta encoded; values are stored as integers
+//! (floats with few decimals scaled by a power of ten, as VictoriaMetrics
+//! does) delta or delta-of-delta encoded, whichever is smaller; both
+//! streams are bit-packed in frames of 64. Everything round-trips exactly:
+//! integer/float type, 4/8-byte float width, value width, second/ms
+//! precision and every float bit. A CRC32 guards the block.
+
+use thiserror::Error;
+
+use super::column::{FLAG_FLOAT, LENGTH_MASK, StoredPoint, encode_value};
+use crate::model::point::Value;
+
+/// First byte of the compressed column's qualifier.
+pub const COMPRESSED_PREFIX: u8 = 0x0C;
+pub const COMPRESSED_QUALIFIER: [u8; 3] = [COMPRESSED_PREFIX, 0, 0];
+
+const VERSION: u8 = 1;
+const FRAME: usize = 64;
+/// Largest decimal exponent tried when scaling floats to integers.
+const MAX_DECIMALS: u32 = 9;
+
+const TS_SECONDS: u8 = 0;
+const TS_MILLIS: u8 = 1;
+const TS_MIXED: u8 = 2;
+
+const VAL_INT: u8 = 0;
+const VAL_DECIMAL: u8 = 1;
+const VAL_RAW: u8 = 2;
+
+const XFORM_DELTA: u8 = 0;
+const XFORM_DOD: u8 = 1;
+
+const FLAGS_CANONICAL: u8 = 0;
+const FLAGS_EXPLICIT: u8 = 1;
+
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum CompressedError {
+    #[error("compressed column checksum mismatch (stored {stored:08x}, computed {computed:08x})")]
+    Checksum { stored: u32, computed: u32 },
+    #[error("compressed column is corrupt: {0}")]
+    Corrupt(&'static str),
+    #[error("compressed column version {0} is not supported")]
+    Version(u8),
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn put_varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn u8(&mut self) -> Result<u8, CompressedError> {
+        let b = *self
+            .buf
+            .get(self.pos)
+            .ok_or(CompressedError::Corrupt("truncated"))?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn varint(&mut self) -> Result<u64, CompressedError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= ((b & 0x7F) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(CompressedError::Corrupt("varint too long"))
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], CompressedError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .ok_or(CompressedError::Corrupt("length overflow"))?;
+        let s = self
+            .buf
+            .get(self.pos..end)
+            .ok_or(CompressedError::Corrupt("truncated"))?;
+        self.pos = end;
+        Ok(s)
+    }
+}
+
+/// Bit-packs values in frames of 64: a width byte, then `n * width` bits.
+fn pack(values: &[u64], out: &mut Vec<u8>) {
+    for frame in values.chunks(FRAME) {
+        let width = frame
+            .iter()
+            .map(|v| 64 - v.leading_zeros())
+            .max()
+            .unwrap_or(0) as usize;
+        out.push(width as u8);
+        if width == 0 {
+            continue;
+        }
+        let mut acc: u128 = 0;
+        let mut bits = 0usize;
+        for &v in frame {
+            acc |= (v as u128) << bits;
+            bits += width;
+            while bits >= 8 {
+                out.push(acc as u8);
+                acc >>= 8;
+                bits -= 8;
+            }
+        }
+        if bits > 0 {
+            out.push(acc as u8);
+        }
+    }
+}
+
+fn unpack(r: &mut Reader<'_>, n: usize, out: &mut Vec<u64>) -> Result<(), CompressedError> {
+    out.reserve(n);
+    unpack_with(r, n, |v| out.push(v))
+}
+
+/// Unpacks `n` values, handing each to `f` (lets callers fuse a running
+/// sum into the unpacking loop).
+#[inline(always)]
+fn unpack_with(
+    r: &mut Reader<'_>,
+    n: usize,
+    mut f: impl FnMut(u64),
+) -> Result<(), CompressedError> {
+    let mut left = n;
+    // A frame copied into a zero-padded buffer, so every value can be read
+    // with one unaligned 8-byte load and a shift (widths up to 56 bits).
+    let mut padded = [0u8; FRAME * 8 + 8];
+    while left > 0 {
+        let count = left.min(FRAME);
+        let width = r.u8()? as usize;
+        if width > 64 {
+            return Err(CompressedError::Corrupt("bit width above 64"));
+        }
+        if width == 0 {
+            for _ in 0..count {
+                f(0);
+            }
+            left -= count;
+            continue;
+        }
+        let bytes = r.bytes((count * width).div_ceil(8))?;
+        if width <= 56 {
+            padded[..bytes.len()].copy_from_slice(bytes);
+            padded[bytes.len()..bytes.len() + 8].fill(0);
+            let mask = (1u64 << width) - 1;
+            for i in 0..count {
+                let bit = i * width;
+                let at = bit / 8;
+                let word = u64::from_le_bytes(padded[at..at + 8].try_into().unwrap_or([0; 8]));
+                f((word >> (bit % 8)) & mask);
+            }
+        } else {
+            let mask: u128 = if width == 64 {
+                u64::MAX as u128
+            } else {
+                (1u128 << width) - 1
+            };
+            let mut acc: u128 = 0;
+            let mut bits = 0usize;
+            let mut it = bytes.iter();
+            for _ in 0..count {
+                while bits < width {
+                    acc |= (*it
+                        .next()
+                        .ok_or(CompressedError::Corrupt("truncated frame"))?
+                        as u128)
+                        << bits;
+                    bits += 8;
+                }
+                f((acc & mask) as u64);
+                acc >>= width;
+                bits -= width;
+            }
+        }
+        left -= count;
+    }
+    Ok(())
+}
+
+/// Writes a sequence of i64 as first value, then deltas or deltas of
+/// deltas (whichever packs smaller), zigzagged and bit-packed.
+fn encode_ints(values: &[i64], out: &mut Vec<u8>) {
+    let deltas: Vec<i64> = values.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+    let dods: Vec<u64> = deltas
+        .windows(2)
+        .map(|w| zigzag(w[1].wrapping_sub(w[0])))
+        .collect();
+    let zdeltas: Vec<u64> = deltas.iter().map(|d| zigzag(*d)).collect();
+    let mut a = Vec::new();
+    pack(&zdeltas, &mut a);
+    let mut b = Vec::new();
+    if let Some(first) = deltas.first() {
+        put_varint(zigzag(*first), &mut b);
+    }
+    pack(&dods, &mut b);
+    put_varint(zigzag(values[0]), out);
+    if a.len() <= b.len() {
+        out.push(XFORM_DELTA);
+        out.extend_from_slice(&a);
+    } else {
+        out.push(XFORM_DOD);
+        out.extend_from_slice(&b);
+    }
+}
+
+fn decode_ints(r: &mut Reader<'_>, n: usize, out: &mut Vec<i64>) -> Result<(), CompressedError> {
+    out.reserve(n);
+    let first = unzigzag(r.varint()?);
+    out.push(first);
+    let xform = r.u8()?;
+    match xform {
+        XFORM_DELTA => {
+            let mut cur = first;
+            unpack_with(r, n - 1, |z| {
+                cur = cur.wrapping_add(unzigzag(z));
+                out.push(cur);
+            })?;
+        }
+        XFORM_DOD => {
+            if n < 2 {
+                return Ok(());
+            }
+            let mut delta = unzigzag(r.varint()?);
+            let mut cur = first.wrapping_add(delta);
+            out.push(cur);
+            unpack_with(r, n - 2, |z| {
+                delta = delta.wrapping_add(unzigzag(z));
+                cur = cur.wrapping_add(delta);
+                out.push(cur);
+            })?;
+        }
+        _ => return Err(CompressedError::Corrupt("unknown integer transform")),
+    }
+    Ok(())
+}
+
+/// The smallest number of decimals `e` such that every value is exactly
+/// `m / 10^e` for an integer `m` below 2^53, with the scaled integers.
+fn decimal_scale(values: &[f64]) -> Option<(u32, Vec<i64>)> {
+    'exp: for e in 0..=MAX_DECIMALS {
+        let scale = 10f64.powi(e as i32);
+        let mut out = Vec::with_capacity(values.len());
+        for &v in values {
+            let m = (v * scale).round();
+            if !m.is_finite() || m.abs() >= (1u64 << 53) as f64 {
+                continue 'exp;
+            }
+            // Check through the integer the decoder will see (this also
+            // sends -0.0 to the raw path, which keeps its sign bit).
+            let m = m as i64;
+            if (m as f64 / scale).to_bits() != v.to_bits() {
+                continue 'exp;
+            }
+            out.push(m);
+        }
+        return Some((e, out));
+    }
+    None
+}
+
+/// Encodes points sorted by offset, one per timestamp.
+pub fn encode(points: &[StoredPoint]) -> Vec<u8> {
+    let n = points.len();
+    let mut out = Vec::with_capacity(16 + n);
+    out.push(VERSION);
+    put_varint(n as u64, &mut out);
+    if n > 0 {
+        encode_timestamps(points, &mut out);
+        encode_values(points, &mut out);
+        let canonical = points
+            .iter()
+            .all(|p| encode_value(p.value).flags == p.flags);
+        if canonical {
+            out.push(FLAGS_CANONICAL);
+        } else {
+            out.push(FLAGS_EXPLICIT);
+            let flags: Vec<u64> = points.iter().map(|p| p.flags as u64).collect();
+            pack(&flags, &mut out);
+        }
+    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_be_bytes());
+    out
+}
+
+fn encode_timestamps(points: &[StoredPoint], out: &mut Vec<u8>) {
+    let all_s = points.iter().all(|p| !p.millis);
+    let all_ms = points.iter().all(|p| p.millis);
+    let (kind, unit) = if all_s {
+        (TS_SECONDS, 1000)
+    } else if all_ms {
+        (TS_MILLIS, 1)
+    } else {
+        (TS_MIXED, 1)
+    };
+    out.push(kind);
+    if kind == TS_MIXED {
+        let bits: Vec<u64> = points.iter().map(|p| p.millis as u64).collect();
+        pack(&bits, out);
+    }
+    let offsets: Vec<i64> = points.iter().map(|p| (p.offset_ms / unit) as i64).collect();
+    encode_ints(&offsets, out);
+}
+
+fn encode_values(points: &[StoredPoint], out: &mut Vec<u8>) {
+    if points.iter().all(|p| matches!(p.value, Value::Int(_))) {
+        out.push(VAL_INT);
+        let ints: Vec<i64> = points
+            .iter()
+            .map(|p| match p.value {
+                Value::Int(i) => i,
+                Value::Float(_) => 0,
+            })
+            .collect();
+        encode_ints(&ints, out);
+        return;
+    }
+    if points.iter().all(|p| matches!(p.value, Value::Float(_))) {
+        let floats: Vec<f64> = points.iter().map(|p| p.value.as_f64()).collect();
+        if let Some((e, ints)) = decimal_scale(&floats) {
+            out.push(VAL_DECIMAL);
+            out.push(e as u8);
+            encode_ints(&ints, out);
+            return;
+        }
+    }
+    // Mixed types or floats with many significant digits: the values as
+    // OpenTSDB writes them, type and width from the flags stream.
+    out.push(VAL_RAW);
+    for p in points {
+        out.push(p.flags);
+        p.write_value(out);
+    }
+}
+
+/// Decodes a compressed column, verifying its checksum first.
+pub fn decode(value: &[u8], out: &mut Vec<StoredPoint>) -> Result<(), CompressedError> {
+    if value.len() < 5 {
+        return Err(CompressedError::Corrupt("shorter than its header"));
+    }
+    let (body, crc) = value.split_at(value.len() - 4);
+    let stored = u32::from_be_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    let computed = crc32fast::hash(body);
+    if stored != computed {
+        return Err(CompressedError::Checksum { stored, computed });
+    }
+    let mut r = Reader { buf: body, pos: 0 };
+    let version = r.u8()?;
+    if version != VERSION {
+        return Err(CompressedError::Version(version));
+    }
+    let n = r.varint()? as usize;
+    // Every point takes at least one bit of some stream; refuse absurd
+    // counts before allocating.
+    if n > 4_000_000 {
+        return Err(CompressedError::Corrupt("point count out of range"));
+    }
+    if n == 0 {
+        return expect_end(&r);
+    }
+    let ts_kind = r.u8()?;
+    let mut ms_bits = Vec::new();
+    match ts_kind {
+        TS_SECONDS | TS_MILLIS => {}
+        TS_MIXED => unpack(&mut r, n, &mut ms_bits)?,
+        _ => return Err(CompressedError::Corrupt("unknown timestamp kind")),
+    }
+    let mut offsets = Vec::with_capacity(n);
+    decode_ints(&mut r, n, &mut offsets)?;
+
+    let val_kind = r.u8()?;
+    let mut ints: Vec<i64> = Vec::new();
+    let mut raw: Vec<(u8, Value)> = Vec::new();
+    let mut scale = 1.0;
+    match val_kind {
+        VAL_INT => decode_ints(&mut r, n, &mut ints)?,
+        VAL_DECIMAL => {
+            let e = r.u8()? as u32;
+            if e > MAX_DECIMALS {
+                return Err(CompressedError::Corrupt("decimal exponent out of range"));
+            }
+            scale = 10f64.powi(e as i32);
+            decode_ints(&mut r, n, &mut ints)?;
+        }
+        VAL_RAW => {
+            raw.reserve(n);
+            for _ in 0..n {
+                let flags = r.u8()?;
+                let len = (flags & LENGTH_MASK) as usize + 1;
+                let bytes = r.bytes(len)?;
+                let v = super::column::decode_value(flags, bytes)
+                    .map_err(|_| CompressedError::Corrupt("bad raw value"))?;
+                raw.push((flags, v));
+            }
+        }
+        _ => return Err(CompressedError::Corrupt("unknown value kind")),
+    }
+    let flags_kind = r.u8()?;
+    let mut explicit = Vec::new();
+    match flags_kind {
+        FLAGS_CANONICAL => {}
+        FLAGS_EXPLICIT => unpack(&mut r, n, &mut explicit)?,
+        _ => return Err(CompressedError::Corrupt("unknown flags kind")),
+    }
+    expect_end(&r)?;
+    if offsets.len() != n || (val_kind != VAL_RAW && ints.len() != n) {
+        return Err(CompressedError::Corrupt("stream lengths disagree"));
+    }
+    let unit = if ts_kind == TS_SECONDS { 1000 } else { 1 };
+    let limit = 3_600_000 / unit;
+    if offsets.iter().any(|&o| !(0..limit).contains(&o)) {
+        return Err(CompressedError::Corrupt("offset outside the hour"));
+    }
+    let millis_of = |i: usize| match ts_kind {
+        TS_SECONDS => false,
+        TS_MILLIS => true,
+        _ => ms_bits[i] != 0,
+    };
+    out.reserve(n);
+    // The hot path (decimal floats, canonical widths) in one tight loop.
+    if val_kind == VAL_DECIMAL && explicit.is_empty() {
+        for (i, (&o, &m)) in offsets.iter().zip(&ints).enumerate() {
+            let v = m as f64 / scale;
+            let flags = if (v as f32) as f64 == v {
+                FLAG_FLOAT | 0x3
+            } else {
+                FLAG_FLOAT | 0x7
+            };
+            out.push(StoredPoint {
+                offset_ms: (o * unit) as u32,
+                millis: millis_of(i),
+                flags,
+                value: Value::Float(v),
+            });
+        }
+        return Ok(());
+    }
+    for i in 0..n {
+        let (raw_flags, value) = match val_kind {
+            VAL_RAW => (Some(raw[i].0), raw[i].1),
+            VAL_DECIMAL => (None, Value::Float(ints[i] as f64 / scale)),
+            _ => (None, Value::Int(ints[i])),
+        };
+        let flags = if let Some(f) = explicit.get(i) {
+            let f = *f as u8;
+            if (f & FLAG_FLOAT != 0) != value.is_float() {
+                return Err(CompressedError::Corrupt("flags disagree with value type"));
+            }
+            f
+        } else if let Some(f) = raw_flags {
+            f
+        } else {
+            encode_value(value).flags
+        };
+        out.push(StoredPoint {
+            offset_ms: (offsets[i] * unit) as u32,
+            millis: millis_of(i),
+            flags,
+            value,
+        });
+    }
+    Ok(())
+}
+
+fn expect_end(r: &Reader<'_>) -> Result<(), CompressedError> {
+    if r.pos == r.buf.len() {
+        Ok(())
+    } else {
+        Err(CompressedError::Corrupt("trailing bytes"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::point::Timestamp;
+    use proptest::prelude::*;
+
+    const BASE: u32 = 1_356_998_400;
+
+    fn pt(off_ms: u32, millis: bool, v: Value) -> StoredPoint {
+        let ts = if millis {
+            Timestamp::Millis(BASE as u64 * 1000 + off_ms as u64)
+        } else {
+            Timestamp::Seconds(BASE + off_ms / 1000)
+        };
+        StoredPoint::new(ts, BASE, v).unwrap().0
+    }
+
+    fn round_trip(points: &[StoredPoint]) -> Vec<u8> {
+        let enc = encode(points);
+        let mut out = Vec::new();
+        decode(&enc, &mut out).unwrap();
+        assert_eq!(out.len(), points.len());
+        for (a, b) in out.iter().zip(points) {
+            assert_eq!(
+                (a.offset_ms, a.millis, a.flags),
+                (b.offset_ms, b.millis, b.flags)
+            );
+            match (a.value, b.value) {
+                (Value::Int(x), Value::Int(y)) => assert_eq!(x, y),
+                (Value::Float(x), Value::Float(y)) => assert_eq!(x.to_bits(), y.to_bits()),
+                _ => panic!("type changed"),
+            }
+        }
+        enc
+    }
+
+    #[test]
+    fn regular_gauge_takes_few_bits_per_point() {
+        // One decimal random-ish walk every 10 s: the devops case.
+        let mut v = 500i64;
+        let points: Vec<_> = (0..360)
+            .map(|i| {
+                v += ((i * 7919) % 11) as i64 - 5;
+                pt(i * 10_000, false, Value::Float(v as f64 / 10.0))
+            })
+            .collect();
+        let enc = round_trip(&points);
+        assert!(
+            enc.len() < 360 * 6 / 8 + 40,
+            "{} bytes for 360 points",
+            enc.len()
+        );
+        // A counter growing steadily.
+        let points: Vec<_> = (0..360)
+            .map(|i| pt(i * 10_000, false, Value::Int(1_000_000 + i as i64 * 1234)))
+            .collect();
+        let enc = round_trip(&points);
+        assert!(enc.len() < 40, "{} bytes for a regular counter", enc.len());
+    }
+
+    #[test]
+    fn edge_values() {
+        round_trip(&[]);
+        round_trip(&[pt(0, false, Value::Int(i64::MIN))]);
+        round_trip(&[
+            pt(0, false, Value::Int(i64::MIN)),
+            pt(1000, false, Value::Int(i64::MAX)),
+        ]);
+        round_trip(&[
+            pt(0, true, Value::Float(f64::MAX)),
+            pt(1, true, Value::Float(f64::MIN_POSITIVE)),
+        ]);
+        round_trip(&[
+            pt(5, true, Value::Int(1)),
+            pt(1000, false, Value::Float(0.1)),
+            pt(3_599_999, true, Value::Float(1e300)),
+        ]);
+        round_trip(&[
+            pt(0, false, Value::Float(-0.0)),
+            pt(1000, false, Value::Float(0.0)),
+        ]);
+        // Non-canonical widths (8-byte small ints from old writers) survive.
+        let mut p = pt(0, false, Value::Int(4));
+        p.flags = 0x7;
+        round_trip(&[p, pt(1000, false, Value::Int(5))]);
+    }
+
+    #[test]
+    fn corruption_is_detected() {
+        let points: Vec<_> = (0..100)
+            .map(|i| pt(i * 1000, false, Value::Int(i as i64)))
+            .collect();
+        let enc = encode(&points);
+        for i in 0..enc.len() {
+            let mut bad = enc.clone();
+            bad[i] ^= 0x10;
+            let mut out = Vec::new();
+            assert!(
+                decode(&bad, &mut out).is_err(),
+                "flip at byte {i} went unnoticed"
+            );
+        }
+        let mut out = Vec::new();
+        assert!(decode(&enc[..enc.len() - 1], &mut out).is_err());
+        assert!(decode(&[], &mut out).is_err());
+    }
+
+    fn arb_series() -> impl Strategy<Value = Vec<StoredPoint>> {
+        let value = prop_oneof![
+            any::<i64>().prop_map(Value::Int),
+            (-1_000_000i64..1_000_000).prop_map(Value::Int),
+            (any::<i32>(), 0u32..=6)
+                .prop_map(|(m, e)| Value::Float(m as f64 / 10f64.powi(e as i32))),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::Float),
+            any::<f32>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| Value::Float(f as f64)),
+            Just(Value::Float(1e-300)),
+            Just(Value::Float(123456789.123)),
+        ];
+        let kind = 0u8..4;
+        (
+            kind,
+            proptest::collection::btree_map(0u32..3_600_000, (any::<bool>(), value), 0..300),
+        )
+            .prop_map(|(kind, m)| {
+                let mut pts: Vec<StoredPoint> = m
+                    .into_iter()
+                    .map(|(off, (ms, v))| {
+                        let v = match (kind, v) {
+                            (0, Value::Float(f)) => Value::Int(f as i64),
+                            _ => v,
+                        };
+                        let millis = match kind {
+                            1 => false,
+                            2 => true,
+                            _ => ms,
+                        };
+                        pt(off, millis, v)
+                    })
+                    .collect();
+                pts.sort_by_key(|p| p.offset_ms);
+                pts.dedup_by_key(|p| p.offset_ms);
+                pts
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn any_series_round_trips(points in arb_series()) {
+            round_trip(&points);
+        }
+
+        #[test]
+        fn regular_series_round_trip(start in 0u32..3600, step in 1u32..60, n in 1usize..360, scale in 0u32..7, seed in any::<i64>()) {
+            let mut v = seed % 1_000_000;
+            let points: Vec<_> = (0..n)
+                .map(|i| start + i as u32 * step)
+                .take_while(|s| *s < 3600)
+                .map(|s| {
+                    v = v.wrapping_add((s as i64 * 31) % 17 - 8);
+                    pt(s * 1000, false, Value::Float(v as f64 / 10f64.powi(scale as i32)))
+                })
+                .collect();
+            round_trip(&points);
+        }
+
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let mut out = Vec::new();
+            let _ = decode(&bytes, &mut out);
+            // With a valid checksum the body parser itself is exercised.
+            let mut body = bytes.clone();
+            let crc = crc32fast::hash(&body);
+            body.extend_from_slice(&crc.to_be_bytes());
+            let _ = decode(&body, &mut out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod doc_example {
+    use super::*;
+    use crate::model::point::Timestamp;
+    use crate::model::uid::hex_upper;
+
+    /// The example in docs/format/compressed-column.md.
+    #[test]
+    fn format_page_example() {
+        let base = 1_356_998_400;
+        let points: Vec<_> = [50.1, 50.3, 50.2, 50.2, 50.5, 50.4]
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                StoredPoint::new(
+                    Timestamp::Seconds(base + i as u32 * 10),
+                    base,
+                    Value::Float(*v),
+                )
+                .unwrap()
+                .0
+            })
+            .collect();
+        let enc = encode(&points);
+        let body = &enc[..enc.len() - 4];
+        assert_eq!(hex_upper(body), "010600000114000101EA0700030C1C00");
+    }
+}
