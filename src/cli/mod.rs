@@ -1,9 +1,11 @@
 //! The `tsdb` command line: OpenTSDB's tools with their arguments and
 //! output formats, over the embedded store.
 
+pub mod fsck;
 pub mod query_args;
 pub mod scan;
 pub mod uid;
+pub mod uid_fsck;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -47,6 +49,8 @@ pub enum Command {
     },
     /// Dump raw rows of a query's series (OpenTSDB's `tsdb scan`).
     Scan(scan::ScanArgs),
+    /// Check data rows for errors and optionally fix them (OpenTSDB's `tsdb fsck`).
+    Fsck(fsck::FsckArgs),
     /// Print version information.
     Version,
 }
@@ -97,6 +101,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
             )
         }
         Command::Scan(args) => scan::run(&ctx, args, out, err),
+        Command::Fsck(args) => fsck::run(&ctx, args, out, err),
         Command::Version => {
             writeln!(out, "{}", version_lines())?;
             Ok(0)

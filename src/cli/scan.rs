@@ -46,7 +46,7 @@ struct RowFilter {
     tags: Vec<(Uid, TagMatch)>,
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -32,6 +32,10 @@ Sub commands:
   assign <kind> <name> [names]: Assign an ID for the given name(s).
   rename <kind> <name> <newname>: Renames this UID.
   delete <kind> <name>: Deletes this UID.
+  fsck: [fix] [delete_unknown] Checks the consistency of UIDs.
+        fix            - Fix errors. By default errors are logged.
+        delete_unknown - Remove columns with unknown qualifiers.
+                         The \"fix\" flag must be supplied as well.
 
   [kind] <name>: Lookup the ID of this name.
   [kind] <ID>: Lookup the name of this ID.
@@ -133,6 +137,14 @@ pub fn run(
                 }
             }
             Ok(0)
+        }
+        "fsck" => {
+            let fix = args[1..].iter().any(|a| a == "fix");
+            let delete_unknown = args[1..].iter().any(|a| a == "delete_unknown");
+            let errors = super::uid_fsck::run(&store, fix, delete_unknown, out)?;
+            // OpenTSDB exits with the error count; keep a non-zero code for
+            // counts that are multiples of 256.
+            Ok(errors.min(255) as i32)
         }
         "rename" => {
             if n != 4 {

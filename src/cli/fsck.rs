@@ -1,0 +1,626 @@
+//! `tsdb fsck`: checks data rows as OpenTSDB's `Fsck` does (row keys,
+//! orphaned UIDs, unparseable or badly encoded values, duplicates,
+//! unknown objects) plus rtsdb's own (corrupt engine values, compressed
+//! block checksums), and repairs them when asked.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Instant;
+
+use clap::Args;
+
+use super::Context;
+use crate::codec::column::{
+    self, ANNOTATION_PREFIX, APPEND_PREFIX, FLAG_FLOAT, HISTOGRAM_PREFIX, LENGTH_MASK, StoredPoint,
+};
+use crate::codec::compressed::{self, COMPRESSED_PREFIX};
+use crate::codec::row::{self, Cell, RowCells};
+use crate::codec::row_key::RowKey;
+use crate::model::uid::{hex_upper, java_byte_array};
+use crate::model::{UidKind, Value};
+use crate::storage::{Durability, Table, WriteBatch};
+use crate::store::Store;
+use crate::uid::UidTable;
+
+#[derive(Debug, Args, Default)]
+pub struct FsckArgs {
+    /// Scan the whole data table instead of the rows of a query.
+    #[arg(long)]
+    pub full_scan: bool,
+    /// Accepted for compatibility; rtsdb scans with one thread.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Fix errors that can be fixed without losing data.
+    #[arg(long)]
+    pub fix: bool,
+    /// Fix everything: implies every --delete-* and --resolve-duplicates.
+    #[arg(long)]
+    pub fix_all: bool,
+    /// Compact rows holding more than one data column.
+    #[arg(long)]
+    pub compact: bool,
+    #[arg(long)]
+    pub delete_bad_compacts: bool,
+    #[arg(long)]
+    pub delete_bad_rows: bool,
+    #[arg(long)]
+    pub delete_bad_values: bool,
+    #[arg(long)]
+    pub delete_orphans: bool,
+    #[arg(long)]
+    pub delete_unknown_columns: bool,
+    #[arg(long)]
+    pub resolve_duplicates: bool,
+    /// Keep the most recent of duplicate values (default: the oldest, as OpenTSDB).
+    #[arg(long)]
+    pub last_write_wins: bool,
+    /// [START-DATE [END-DATE] query [queries...]]
+    #[arg(allow_hyphen_values = true)]
+    pub query: Vec<String>,
+}
+
+impl FsckArgs {
+    fn fixing(&self) -> bool {
+        self.fix || self.fix_all
+    }
+    fn wants(&self, flag: bool) -> bool {
+        self.fix_all || (self.fix && flag)
+    }
+}
+
+/// OpenTSDB's counters, printed at the end.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FsckReport {
+    pub kvs_processed: u64,
+    pub rows_processed: u64,
+    pub valid_datapoints: u64,
+    pub annotations: u64,
+    pub bad_key: u64,
+    pub bad_key_fixed: u64,
+    pub duplicates: u64,
+    pub duplicates_fixed: u64,
+    pub orphans: u64,
+    pub orphans_fixed: u64,
+    pub future: u64,
+    pub unknown: u64,
+    pub unknown_fixed: u64,
+    pub bad_values: u64,
+    pub bad_values_deleted: u64,
+    pub value_encoding: u64,
+    pub value_encoding_fixed: u64,
+    pub bad_compacted_columns: u64,
+    pub bad_compacted_columns_deleted: u64,
+    pub fixable_compacted_columns: u64,
+    pub vle: u64,
+    pub vle_bytes: u64,
+    pub vle_fixed: u64,
+}
+
+impl FsckReport {
+    pub fn total_errors(&self) -> u64 {
+        self.bad_key
+            + self.duplicates
+            + self.orphans
+            + self.unknown
+            + self.bad_values
+            + self.bad_compacted_columns
+            + self.fixable_compacted_columns
+            + self.value_encoding
+    }
+
+    pub fn total_fixed(&self) -> u64 {
+        self.bad_key_fixed
+            + self.duplicates_fixed
+            + self.orphans_fixed
+            + self.unknown_fixed
+            + self.value_encoding_fixed
+            + self.bad_values_deleted
+            + self.bad_compacted_columns_deleted
+    }
+
+    fn print(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let lines: [(&str, u64); 26] = [
+            ("Key Values Processed", self.kvs_processed),
+            ("Rows Processed", self.rows_processed),
+            ("Valid Datapoints", self.valid_datapoints),
+            ("Annotations", self.annotations),
+            ("Invalid Row Keys Found", self.bad_key),
+            ("Invalid Rows Deleted", self.bad_key_fixed),
+            ("Duplicate Datapoints", self.duplicates),
+            ("Duplicate Datapoints Resolved", self.duplicates_fixed),
+            ("Orphaned UID Rows", self.orphans),
+            ("Orphaned UID Rows Deleted", self.orphans_fixed),
+            ("Possible Future Objects", self.future),
+            ("Unknown Objects", self.unknown),
+            ("Unknown Objects Deleted", self.unknown_fixed),
+            ("Unparseable Datapoint Values", self.bad_values),
+            (
+                "Unparseable Datapoint Values Deleted",
+                self.bad_values_deleted,
+            ),
+            (
+                "Improperly Encoded Floating Point Values",
+                self.value_encoding,
+            ),
+            (
+                "Improperly Encoded Floating Point Values Fixed",
+                self.value_encoding_fixed,
+            ),
+            ("Unparseable Compacted Columns", self.bad_compacted_columns),
+            (
+                "Unparseable Compacted Columns Deleted",
+                self.bad_compacted_columns_deleted,
+            ),
+            ("Datapoints Qualified for VLE ", self.vle),
+            ("Datapoints Compressed with VLE", self.vle_fixed),
+            ("Bytes Saved with VLE", self.vle_bytes),
+            ("Total Errors", self.total_errors()),
+            ("Total Correctable Errors", self.total_errors()),
+            ("Total Errors Fixed", self.total_fixed()),
+            ("Compactable Rows", self.fixable_compacted_columns),
+        ];
+        for (label, n) in lines {
+            writeln!(out, "{label}: {n}")?;
+        }
+        Ok(())
+    }
+}
+
+pub fn run(
+    ctx: &Context,
+    a: FsckArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<i32> {
+    let started = Instant::now();
+    let store = ctx.open_store()?;
+    let table = ctx.uid_table(&store);
+    let keys: Vec<Vec<u8>> = if a.full_scan || a.query.is_empty() {
+        if !a.full_scan {
+            writeln!(
+                err,
+                "Usage: fsck [flags] [START-DATE [END-DATE] query [queries...]]\nScans the OpenTSDB data table for errors. Use the --full-scan flag\nto scan the entire data table or specify a command line query to scan a subset."
+            )?;
+            return Ok(2);
+        }
+        let mut keys = Vec::new();
+        for item in store.scan_all_rows() {
+            keys.push(item?.0);
+        }
+        keys
+    } else {
+        let q = match super::query_args::parse(&a.query, super::scan::now_ms()) {
+            Ok(q) => q,
+            Err(e) => {
+                writeln!(err, "{e}")?;
+                return Ok(2);
+            }
+        };
+        let start_s = q.start_ms / 1000;
+        let end_s = q.end_ms.unwrap_or_else(super::scan::now_ms) / 1000;
+        let mut keys = Vec::new();
+        for sub in &q.queries {
+            let metric = match table.get_id(UidKind::Metric, &sub.metric) {
+                Ok(m) => m,
+                Err(e) => {
+                    writeln!(err, "{e}")?;
+                    return Ok(1);
+                }
+            };
+            let start_base = (start_s - start_s % 3600).min(u32::MAX as u64) as u32;
+            let end_base = (end_s - end_s % 3600).min(u32::MAX as u64) as u32;
+            for item in store.scan_metric_rows(metric, start_base, end_base) {
+                keys.push(item.map(|(k, _)| k).or_else(|e| match e {
+                    // Unreadable engine values are fsck's business, not a stop.
+                    crate::store::StoreError::Row { key, .. } => {
+                        Ok(crate::model::uid::parse_hex(&key).unwrap_or_default())
+                    }
+                    other => Err(other),
+                })?);
+            }
+        }
+        keys
+    };
+    let mut report = FsckReport::default();
+    for key in keys {
+        check_row(&store, &table, &a, &key, &mut report, out)?;
+    }
+    store.sync()?;
+    report.print(out)?;
+    writeln!(
+        out,
+        "Completed fsck in [{}] seconds",
+        started.elapsed().as_secs()
+    )?;
+    Ok(if report.total_errors() > report.total_fixed() {
+        1
+    } else {
+        0
+    })
+}
+
+/// A data point with where it came from, for duplicate resolution.
+struct Found {
+    point: StoredPoint,
+    /// Position of its cell in write order: higher is newer.
+    order: usize,
+}
+
+fn check_row(
+    store: &Store,
+    table: &UidTable,
+    a: &FsckArgs,
+    key: &[u8],
+    r: &mut FsckReport,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    r.rows_processed += 1;
+    let layout = store.layout();
+    let delete_row = || store.delete_row(key, Durability::Process);
+    // 1. The row key.
+    let parsed: RowKey = match layout.parse_row_key(key) {
+        Ok(k) => k,
+        Err(_) if is_global_annotation_row(store, key) => {
+            return check_cells(store, key, None, a, r, out);
+        }
+        Err(e) => {
+            r.bad_key += 1;
+            writeln!(out, "Invalid row key {}: {e}", java_byte_array(key))?;
+            if a.wants(a.delete_bad_rows) {
+                delete_row()?;
+                r.bad_key_fixed += 1;
+            }
+            return Ok(());
+        }
+    };
+    // 2. Every UID must resolve.
+    let mut unresolved = Vec::new();
+    if let Err(e) = table.get_name(UidKind::Metric, parsed.tsuid.metric) {
+        unresolved.push(e.to_string());
+    }
+    for (k, v) in &parsed.tsuid.tags {
+        if let Err(e) = table.get_name(UidKind::TagKey, *k) {
+            unresolved.push(e.to_string());
+        }
+        if let Err(e) = table.get_name(UidKind::TagValue, *v) {
+            unresolved.push(e.to_string());
+        }
+    }
+    if !unresolved.is_empty() {
+        r.orphans += 1;
+        writeln!(
+            out,
+            "Orphaned row {} (TSUID {}): {}",
+            java_byte_array(key),
+            parsed.tsuid.to_hex(&layout.widths),
+            unresolved.join("; ")
+        )?;
+        if a.wants(a.delete_orphans) {
+            delete_row()?;
+            r.orphans_fixed += 1;
+        }
+        return Ok(());
+    }
+    check_cells(store, key, Some(&parsed), a, r, out)
+}
+
+fn is_global_annotation_row(store: &Store, key: &[u8]) -> bool {
+    let l = store.layout();
+    key.len() == l.prefix_len() && key[..l.prefix_len() - 4].iter().all(|b| *b == 0)
+}
+
+fn check_cells(
+    store: &Store,
+    key: &[u8],
+    parsed: Option<&RowKey>,
+    a: &FsckArgs,
+    r: &mut FsckReport,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let raw = store.kv().get(Table::Data, key)?.unwrap_or_default();
+    let cells = match RowCells::decode(&raw) {
+        Ok(c) => c,
+        Err(e) => {
+            r.bad_values += 1;
+            writeln!(
+                out,
+                "Unreadable row value for {}: {e}",
+                java_byte_array(key)
+            )?;
+            if a.wants(a.delete_bad_rows || a.delete_bad_values) {
+                store.delete_row(key, Durability::Process)?;
+                r.bad_values_deleted += 1;
+            }
+            return Ok(());
+        }
+    };
+    let mut found: Vec<Found> = Vec::new();
+    let mut kept: Vec<Cell> = Vec::new();
+    let mut data_columns = 0usize;
+    let mut changed = false;
+    for (order, cell) in cells.cells.iter().enumerate() {
+        r.kvs_processed += 1;
+        let q = &cell.qualifier;
+        let unknown =
+            |r: &mut FsckReport, out: &mut dyn Write, msg: &str| -> anyhow::Result<bool> {
+                r.unknown += 1;
+                writeln!(
+                    out,
+                    "{msg}\n\t{} {}={}",
+                    java_byte_array(key),
+                    hex_upper(q),
+                    hex_upper(&cell.value)
+                )?;
+                if a.wants(a.delete_unknown_columns) {
+                    r.unknown_fixed += 1;
+                    return Ok(true);
+                }
+                Ok(false)
+            };
+        if q.len() < 2 {
+            changed |= unknown(r, out, "Invalid qualifier, must be on 2 bytes or more.")?;
+            if !changed {
+                kept.push(cell.clone());
+            }
+            continue;
+        }
+        if q.len() % 2 == 1 {
+            let points_before = found.len();
+            let bad_block = match q[0] {
+                ANNOTATION_PREFIX if q.len() == 3 || q.len() == 5 => {
+                    r.annotations += 1;
+                    kept.push(cell.clone());
+                    continue;
+                }
+                APPEND_PREFIX if q.len() == 3 => {
+                    let mut pts = Vec::new();
+                    column::decode_append(&cell.value, &mut pts)
+                        .err()
+                        .map(|e| e.to_string())
+                        .or_else(|| {
+                            found.extend(pts.into_iter().map(|point| Found { point, order }));
+                            None
+                        })
+                }
+                COMPRESSED_PREFIX if q.len() == 3 => {
+                    let mut pts = Vec::new();
+                    compressed::decode(&cell.value, &mut pts)
+                        .err()
+                        .map(|e| e.to_string())
+                        .or_else(|| {
+                            found.extend(pts.into_iter().map(|point| Found { point, order }));
+                            None
+                        })
+                }
+                HISTOGRAM_PREFIX if q.len() == 3 || q.len() == 5 => {
+                    kept.push(cell.clone());
+                    continue;
+                }
+                _ if q.len() == 3 || q.len() == 5 => {
+                    r.future += 1;
+                    writeln!(
+                        out,
+                        "Possible future object: {} {}",
+                        java_byte_array(key),
+                        hex_upper(q)
+                    )?;
+                    kept.push(cell.clone());
+                    continue;
+                }
+                _ => {
+                    let deleted = unknown(
+                        r,
+                        out,
+                        "Unknown qualifier, must be 2, 3, 5 or an even number of bytes.",
+                    )?;
+                    changed |= deleted;
+                    if !deleted {
+                        kept.push(cell.clone());
+                    }
+                    continue;
+                }
+            };
+            match bad_block {
+                None => data_columns += (found.len() > points_before) as usize,
+                Some(e) => {
+                    r.bad_compacted_columns += 1;
+                    writeln!(out, "Corrupted column in row {}: {e}", hex_upper(key))?;
+                    if a.wants(a.delete_bad_compacts) {
+                        r.bad_compacted_columns_deleted += 1;
+                        changed = true;
+                    } else {
+                        kept.push(cell.clone());
+                    }
+                }
+            }
+            continue;
+        }
+        if column::is_single_point(q) {
+            data_columns += 1;
+            match check_single(q, &cell.value, r, out, key)? {
+                SingleCheck::Ok(point) => found.push(Found { point, order }),
+                SingleCheck::Fixable(point) => {
+                    found.push(Found { point, order });
+                    if a.fixing() {
+                        r.value_encoding_fixed += 1;
+                        changed = true;
+                    }
+                }
+                SingleCheck::Bad => {
+                    if a.wants(a.delete_bad_values) {
+                        r.bad_values_deleted += 1;
+                        changed = true;
+                    } else {
+                        kept.push(cell.clone());
+                    }
+                }
+            }
+            continue;
+        }
+        data_columns += 1;
+        let mut pts = Vec::new();
+        match column::decode_compacted(q, &cell.value, &mut pts) {
+            Ok(()) => {
+                if let Some(&last) = cell.value.last()
+                    && last != 0
+                    && last != 1
+                {
+                    writeln!(
+                        out,
+                        "Compacted column in row {} ends in {last:#04x}, not 0x00 or 0x01",
+                        hex_upper(key)
+                    )?;
+                }
+                found.extend(pts.into_iter().map(|point| Found { point, order }));
+            }
+            Err(e) => {
+                r.bad_compacted_columns += 1;
+                writeln!(out, "Corrupted value in row {}: {e}", hex_upper(key))?;
+                if a.wants(a.delete_bad_compacts) {
+                    r.bad_compacted_columns_deleted += 1;
+                    changed = true;
+                } else {
+                    kept.push(cell.clone());
+                }
+            }
+        }
+    }
+
+    // 3. Data points: duplicates and value widths.
+    let mut by_ts: BTreeMap<u32, Vec<Found>> = BTreeMap::new();
+    for f in found {
+        by_ts.entry(f.point.offset_ms).or_default().push(f);
+    }
+    let mut resolved: Vec<StoredPoint> = Vec::with_capacity(by_ts.len());
+    let mut unresolved_dupes: Vec<StoredPoint> = Vec::new();
+    for (offset, mut group) in by_ts {
+        group.sort_by_key(|f| f.order);
+        r.valid_datapoints += group.len() as u64;
+        let distinct = group
+            .windows(2)
+            .any(|w| w[0].point.value != w[1].point.value || w[0].point.flags != w[1].point.flags);
+        if group.len() > 1 {
+            r.duplicates += 1;
+            let base = parsed.map(|p| p.base_time as u64 * 1000).unwrap_or(0);
+            writeln!(
+                out,
+                "More than one column had a value for the same timestamp: ({}) in row {}",
+                base + offset as u64,
+                java_byte_array(key)
+            )?;
+            if !distinct || a.wants(a.resolve_duplicates) {
+                r.duplicates_fixed += 1;
+                changed = true;
+            } else {
+                unresolved_dupes.extend(group.iter().skip(1).map(|f| f.point));
+            }
+        }
+        // OpenTSDB keeps the oldest value unless told last-write-wins
+        // (flag, or tsd.storage.fix_duplicates, rtsdb's default).
+        let newest = a.last_write_wins || store.duplicates() == row::DuplicatePolicy::LastWriteWins;
+        let keep = if newest { group.last() } else { group.first() };
+        let mut p = match keep {
+            Some(f) => f.point,
+            None => continue,
+        };
+        // VLE: integers wider than they need to be.
+        if let Value::Int(_) = p.value {
+            let canonical = column::encode_value(p.value).flags;
+            if canonical != p.flags {
+                r.vle += 1;
+                r.vle_bytes += ((p.flags & LENGTH_MASK) - (canonical & LENGTH_MASK)) as u64;
+                if a.fixing() {
+                    p.flags = canonical;
+                    r.vle_fixed += 1;
+                    changed = true;
+                }
+            }
+        }
+        resolved.push(p);
+    }
+    if data_columns > 1 && !changed {
+        r.fixable_compacted_columns += 1;
+        if a.compact || a.fixing() {
+            changed = true;
+        }
+    }
+    if !changed {
+        return Ok(());
+    }
+    // Rewrite the row: one data column (unresolved duplicates kept as
+    // single cells, untouched), then every non-data cell kept.
+    let mut new_row = RowCells::default();
+    if !resolved.is_empty() {
+        new_row
+            .cells
+            .push(row::encode_points(&resolved, store.encoding()));
+    }
+    for p in unresolved_dupes {
+        new_row
+            .cells
+            .push(Cell::new(p.qualifier(), p.value_bytes()));
+    }
+    new_row.cells.extend(kept);
+    let mut b = WriteBatch::new();
+    if new_row.cells.is_empty() {
+        b.delete(Table::Data, key.to_vec());
+    } else {
+        b.put(Table::Data, key.to_vec(), new_row.encode());
+    }
+    store.kv().write(b)?;
+    Ok(())
+}
+
+enum SingleCheck {
+    Ok(StoredPoint),
+    /// Readable after OpenTSDB's read-side fix; rewriting fixes it.
+    Fixable(StoredPoint),
+    Bad,
+}
+
+fn check_single(
+    q: &[u8],
+    value: &[u8],
+    r: &mut FsckReport,
+    out: &mut dyn Write,
+    key: &[u8],
+) -> anyhow::Result<SingleCheck> {
+    let flags = q[q.len() - 1] & 0x0F;
+    let declared = (flags & LENGTH_MASK) as usize + 1;
+    if flags & FLAG_FLOAT != 0 && value.len() != 4 && value.len() != 8 {
+        r.bad_values += 1;
+        writeln!(
+            out,
+            "This floating point value must be encoded either on 4 or 8 bytes, but it's on {} bytes. Row {} qualifier {}",
+            value.len(),
+            java_byte_array(key),
+            hex_upper(q)
+        )?;
+        return Ok(SingleCheck::Bad);
+    }
+    match column::decode_single(q, value) {
+        Ok(p) => {
+            if flags & FLAG_FLOAT != 0 && declared == 4 && value.len() == 8 {
+                r.value_encoding += 1;
+                writeln!(
+                    out,
+                    "Floating point value with 8 bytes in a 4-byte column: row {} qualifier {}",
+                    java_byte_array(key),
+                    hex_upper(q)
+                )?;
+                return Ok(SingleCheck::Fixable(p));
+            }
+            Ok(SingleCheck::Ok(p))
+        }
+        Err(e) => {
+            r.bad_values += 1;
+            writeln!(
+                out,
+                "Unparseable value in row {} qualifier {}: {e}",
+                java_byte_array(key),
+                hex_upper(q)
+            )?;
+            Ok(SingleCheck::Bad)
+        }
+    }
+}

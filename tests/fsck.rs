@@ -1,0 +1,236 @@
+//! `tsdb fsck` and `tsdb uid fsck` find injected faults, fix them, and
+//! report a clean store as clean.
+
+use std::path::Path;
+use std::process::Command;
+
+use rtsdb::codec::row::Cell;
+use rtsdb::codec::row_key::Tsuid;
+use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
+use rtsdb::storage::{Durability, Table, WriteBatch};
+use rtsdb::store::{Store, StoreOptions};
+use rtsdb::uid::{AutoCreate, UidTable, keys};
+
+fn tsdb(dir: &Path, args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap() + &String::from_utf8(out.stderr).unwrap();
+    (out.status.code().unwrap_or(-1), text)
+}
+
+const BASE: u32 = 1_356_998_400;
+
+/// A store with two series of one hour each; returns their row keys.
+fn populate(dir: &Path) -> (Vec<u8>, Vec<u8>) {
+    let store = Store::open(dir, &StoreOptions::default()).unwrap();
+    let t = UidTable::new(
+        &store,
+        AutoCreate {
+            metrics: true,
+            ..Default::default()
+        },
+        NameRules::default(),
+    );
+    let m = t.get_or_create_id(UidKind::Metric, "sys.cpu.user").unwrap();
+    let k = t.get_or_create_id(UidKind::TagKey, "host").unwrap();
+    let mut keys = Vec::new();
+    for host in ["web01", "web02"] {
+        let v = t.get_or_create_id(UidKind::TagValue, host).unwrap();
+        let tsuid = Tsuid::new(m, vec![(k, v)]).unwrap();
+        let points: Vec<_> = (0..100)
+            .map(|i| {
+                (
+                    Timestamp::Seconds(BASE + i * 10),
+                    Value::Float(i as f64 / 4.0),
+                )
+            })
+            .collect();
+        store.put_points(&tsuid, &points, Durability::Sync).unwrap();
+        keys.push(store.layout().row_key(&tsuid, BASE));
+    }
+    (keys[0].clone(), keys[1].clone())
+}
+
+fn line_value(text: &str, label: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{label}: ")))
+        .unwrap_or_else(|| panic!("no '{label}' in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn clean_store_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    populate(dir.path());
+    let (code, out) = tsdb(dir.path(), &["fsck", "--full-scan"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(line_value(&out, "Total Errors"), 0);
+    assert_eq!(line_value(&out, "Rows Processed"), 2);
+    assert_eq!(line_value(&out, "Valid Datapoints"), 200);
+    let (code, out) = tsdb(dir.path(), &["uid", "fsck"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("No errors found."), "{out}");
+    // Query form covers the same rows.
+    let (code, out) = tsdb(dir.path(), &["fsck", "2013/01/01", "sum", "sys.cpu.user"]);
+    assert_eq!((code, line_value(&out, "Rows Processed")), (0, 2), "{out}");
+}
+
+#[test]
+fn duplicate_cells_and_bad_columns_are_found_and_fixed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = populate(dir.path());
+    {
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        // A second value for the point at BASE+10 (qualifier 00A0|flags).
+        store
+            .put_cells(
+                &a,
+                vec![Cell::new(vec![0x00, 0xA0], vec![99])],
+                Durability::Sync,
+            )
+            .unwrap();
+        // A compacted column whose value is one byte short.
+        store
+            .put_cells(
+                &b,
+                vec![Cell::new(vec![0x0F, 0xA0, 0x0F, 0xB0], vec![1])],
+                Durability::Sync,
+            )
+            .unwrap();
+    }
+    let (code, out) = tsdb(dir.path(), &["fsck", "--full-scan"]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(line_value(&out, "Duplicate Datapoints"), 1);
+    assert_eq!(line_value(&out, "Unparseable Compacted Columns"), 1);
+    assert!(
+        out.contains("More than one column had a value for the same timestamp: (1356998410000)"),
+        "{out}"
+    );
+
+    let (code, out) = tsdb(
+        dir.path(),
+        &[
+            "fsck",
+            "--full-scan",
+            "--fix",
+            "--resolve-duplicates",
+            "--delete-bad-compacts",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(line_value(&out, "Duplicate Datapoints Resolved"), 1);
+    assert_eq!(line_value(&out, "Unparseable Compacted Columns Deleted"), 1);
+    let (code, out) = tsdb(dir.path(), &["fsck", "--full-scan"]);
+    assert_eq!((code, line_value(&out, "Total Errors")), (0, 0), "{out}");
+    // Last write wins by default: the injected value is the one kept.
+    let (_, out) = tsdb(
+        dir.path(),
+        &[
+            "scan",
+            "--import",
+            "1356998400",
+            "sum",
+            "sys.cpu.user",
+            "host=web01",
+        ],
+    );
+    assert!(
+        out.contains("sys.cpu.user 1356998410 99 host=web01"),
+        "{out}"
+    );
+    assert_eq!(out.lines().count(), 100);
+}
+
+#[test]
+fn corrupt_compressed_block_is_reported_with_its_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _) = populate(dir.path());
+    {
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let mut row = store.get_row(&a).unwrap().unwrap();
+        row.cells[0].value[5] ^= 0x40;
+        let mut batch = WriteBatch::new();
+        batch.put(Table::Data, a.clone(), row.encode());
+        store.kv().write(batch).unwrap();
+    }
+    let (code, out) = tsdb(dir.path(), &["fsck", "--full-scan"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("Corrupted column in row 00000150E22700000001000001: compressed column checksum mismatch"), "{out}");
+    let (_, out) = tsdb(
+        dir.path(),
+        &["scan", "1356998400", "sum", "sys.cpu.user", "host=web01"],
+    );
+    assert!(out.contains("checksum mismatch"), "{out}");
+}
+
+#[test]
+fn orphans_in_data_and_uid_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    populate(dir.path());
+    {
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let t = UidTable::new(&store, AutoCreate::default(), NameRules::default());
+        // The data row of web02 loses its tag value.
+        t.delete(UidKind::TagValue, "web02").unwrap();
+        let mut b = WriteBatch::new();
+        // A reverse mapping with no forward one, and a forward mapping
+        // with no reverse one.
+        b.put(
+            Table::Uid,
+            keys::reverse(UidKind::TagValue, &[0, 0, 9]),
+            b"ghost".to_vec(),
+        );
+        b.put(
+            Table::Uid,
+            keys::forward(UidKind::TagKey, "dc"),
+            vec![0, 0, 2],
+        );
+        store.kv().write(b).unwrap();
+    }
+    let (code, out) = tsdb(dir.path(), &["fsck", "--full-scan"]);
+    assert_eq!(code, 1);
+    assert_eq!(line_value(&out, "Orphaned UID Rows"), 1);
+    assert!(
+        out.contains("No such unique ID for 'tagv': [0, 0, 2]"),
+        "{out}"
+    );
+    let (code, out) = tsdb(
+        dir.path(),
+        &["fsck", "--full-scan", "--fix", "--delete-orphans"],
+    );
+    assert_eq!(
+        (code, line_value(&out, "Orphaned UID Rows Deleted")),
+        (0, 1),
+        "{out}"
+    );
+
+    let (code, out) = tsdb(dir.path(), &["uid", "fsck"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("Reverse tagv mapping is missing forward mapping: ghost -> [0, 0, 9]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Forward tagk mapping is missing reverse mapping: dc -> [0, 0, 2]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("We found an ID of 9 for tagv but the max ID is only 2!"),
+        "{out}"
+    );
+    let (_, out) = tsdb(dir.path(), &["uid", "fsck", "fix"]);
+    assert!(
+        out.contains("FIX: Restoring tagk reverse mapping: [0, 0, 2] -> dc"),
+        "{out}"
+    );
+    let (code, out) = tsdb(dir.path(), &["uid", "fsck"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("No errors found."), "{out}");
+}
