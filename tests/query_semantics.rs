@@ -422,7 +422,7 @@ fn bad_queries_get_opentsdb_errors() {
             "Missing parameter <code>start</code>",
         ),
         (
-            format!("start=1356998400.1234&m=sum:sys.cpu.user"),
+            "start=1356998400.1234&m=sum:sys.cpu.user".to_string(),
             "Invalid time: 1356998400.1234. Millisecond timestamps must be in the format <seconds>.<ms> where the milliseconds are limited to 3 digits",
         ),
     ];
