@@ -337,6 +337,9 @@ fn run_sub(
             }
             let p = &mut pipes[i];
             p.seen = true;
+            if p.ds.is_none() {
+                p.out.reserve(pts.len());
+            }
             for pt in pts {
                 p.push(pt.timestamp_ms as i64, pt.value);
             }
@@ -408,11 +411,14 @@ fn run_sub(
         }
         stats.output_points += dps.len() as u64;
         let (tags, aggregate_tags) = compute_tags(present.iter().map(|&i| &series[i]));
-        let mut hex: Vec<String> = present
-            .iter()
-            .map(|&i| series[i].tsuid.to_hex(&widths))
-            .collect();
-        hex.sort();
+        let mut hex: Vec<String> = Vec::new();
+        if q.original.show_tsuids {
+            hex = present
+                .iter()
+                .map(|&i| series[i].tsuid.to_hex(&widths))
+                .collect();
+            hex.sort();
+        }
         results.push(QueryResult {
             metric: metric_name.clone(),
             tags,

@@ -38,7 +38,10 @@ pub fn aggregate(
     if series.is_empty() {
         return;
     }
-    union_times(&series, &mut scratch.times);
+    let same_grid = union_times(&series, &mut scratch.times);
+    if same_grid && accumulate(&series, agg, rate, from, to, scratch, out) {
+        return;
+    }
     scratch.cursors.clear();
     scratch.cursors.resize(series.len(), 0);
     let interp = if rate {
@@ -129,9 +132,85 @@ pub fn aggregate(
     }
 }
 
-/// The sorted union of the series' timestamps. Downsampled series usually
-/// share one grid: that case is detected and costs one comparison pass.
-fn union_times(series: &[&Points], out: &mut Vec<i64>) {
+/// The fast path for series that share one timestamp grid and hold only
+/// doubles (downsampled or rate series, float metrics): every series has
+/// an exact point at every timestamp, so no interpolation happens, and
+/// sum/avg/min/max/count are accumulated series by series in sequential
+/// memory order. Additions happen in the same order as the general path,
+/// so results are bit-identical. Returns false if not applicable.
+fn accumulate(
+    series: &[&Points],
+    agg: &Aggregator,
+    rate: bool,
+    from: i64,
+    to: i64,
+    scratch: &mut Scratch,
+    out: &mut Vec<(i64, Value)>,
+) -> bool {
+    use super::aggregator::Function as F;
+    if !matches!(agg.function, F::Sum | F::Avg | F::Min | F::Max | F::Count) {
+        return false;
+    }
+    if !rate && !series.iter().all(|s| s.iter().all(|p| p.1.is_float())) {
+        return false;
+    }
+    let n = scratch.times.len();
+    let (acc, counts) = (&mut scratch.doubles, &mut scratch.longs);
+    acc.clear();
+    acc.resize(n, f64::NAN);
+    counts.clear();
+    counts.resize(n, 0);
+    for s in series {
+        for ((a, c), p) in acc.iter_mut().zip(counts.iter_mut()).zip(s.iter()) {
+            let v = p.1.as_f64();
+            if v.is_nan() {
+                continue;
+            }
+            *a = match agg.function {
+                F::Sum | F::Avg | F::Count => {
+                    if *c == 0 {
+                        0.0 + v
+                    } else {
+                        *a + v
+                    }
+                }
+                F::Min => {
+                    if *c == 0 || v < *a {
+                        v
+                    } else {
+                        *a
+                    }
+                }
+                _ => {
+                    if *c == 0 || v > *a {
+                        v
+                    } else {
+                        *a
+                    }
+                }
+            };
+            *c += 1;
+        }
+    }
+    for ((&t, &a), &c) in scratch.times.iter().zip(acc.iter()).zip(counts.iter()) {
+        if t < from || t > to {
+            continue;
+        }
+        let v = match agg.function {
+            F::Count => c as f64,
+            _ if c == 0 => f64::NAN,
+            F::Avg => a / c as f64,
+            _ => a,
+        };
+        out.push((t, Value::Float(v)));
+    }
+    true
+}
+
+/// The sorted union of the series' timestamps; true if every series has
+/// exactly these timestamps. Downsampled series usually share one grid:
+/// that case costs one comparison pass.
+fn union_times(series: &[&Points], out: &mut Vec<i64>) -> bool {
     out.clear();
     let first = series[0];
     let same = series[1..]
@@ -139,11 +218,12 @@ fn union_times(series: &[&Points], out: &mut Vec<i64>) {
         .all(|s| s.len() == first.len() && s.iter().zip(first.iter()).all(|(a, b)| a.0 == b.0));
     if same {
         out.extend(first.iter().map(|p| p.0));
-        return;
+        return true;
     }
     out.extend(series.iter().flat_map(|s| s.iter().map(|p| p.0)));
     out.sort_unstable();
     out.dedup();
+    false
 }
 
 #[cfg(test)]
