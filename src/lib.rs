@@ -8,13 +8,17 @@
 //! - [`storage`]: the narrow key-value trait and its engines (fjall, memory).
 //! - [`store`]: a store on disk: its recorded layout, tables and rows.
 //! - [`uid`]: UID assignment, lookup with caches, rename and delete.
+//! - [`index`]: the series index (metric and tag pairs → series).
+//! - [`query`]: `/api/query` and `/api/query/last` semantics as a library.
 //! - [`config`]: `opentsdb.conf` properties and OpenTSDB's defaults.
 //! - [`cli`]: the `tsdb` command line.
 
 pub mod cli;
 pub mod codec;
 pub mod config;
+pub mod index;
 pub mod model;
+pub mod query;
 pub mod storage;
 pub mod store;
 pub mod uid;

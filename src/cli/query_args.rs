@@ -7,45 +7,6 @@ use thiserror::Error;
 
 use crate::model::time::{TimeError, parse_datetime};
 
-/// Aggregator names registered by OpenTSDB 2.4 (`Aggregators.java`).
-pub const AGGREGATORS: &[&str] = &[
-    "sum",
-    "min",
-    "max",
-    "avg",
-    "none",
-    "median",
-    "mult",
-    "dev",
-    "diff",
-    "count",
-    "zimsum",
-    "mimmin",
-    "mimmax",
-    "first",
-    "last",
-    "pfsum",
-    "squareSum",
-    "p999",
-    "p99",
-    "p95",
-    "p90",
-    "p75",
-    "p50",
-    "ep999r3",
-    "ep99r3",
-    "ep95r3",
-    "ep90r3",
-    "ep75r3",
-    "ep50r3",
-    "ep999r7",
-    "ep99r7",
-    "ep95r7",
-    "ep90r7",
-    "ep75r7",
-    "ep50r7",
-];
-
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum QueryArgsError {
     #[error("Not enough arguments.")]
@@ -88,7 +49,7 @@ pub struct CliQuery {
 }
 
 fn aggregator(s: &str) -> Result<String, QueryArgsError> {
-    if AGGREGATORS.contains(&s) {
+    if crate::query::Aggregator::by_name(s).is_some() {
         Ok(s.to_string())
     } else {
         Err(QueryArgsError::NoSuchAggregator(s.to_string()))

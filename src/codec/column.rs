@@ -348,6 +348,45 @@ pub fn decode_compacted(
     }
 }
 
+/// Streams the points of a well-formed compacted column whose offsets are
+/// strictly increasing to `f(offset_ms, value)`, without allocating: the
+/// query path's decoder. Returns false (having possibly called `f` for a
+/// prefix) if the column is malformed or not strictly sorted; the caller
+/// then falls back to the general row decoder.
+pub fn for_each_compacted(qualifier: &[u8], value: &[u8], mut f: impl FnMut(u32, Value)) -> bool {
+    let (mut qi, mut vi) = (0usize, 0usize);
+    let mut last: Option<u32> = None;
+    while qi < qualifier.len() {
+        let Some((qlen, offset_ms, _, flags)) = qualifier_at(&qualifier[qi..]) else {
+            return false;
+        };
+        let vlen = (flags & LENGTH_MASK) as usize + 1;
+        let Some(bytes) = value.get(vi..vi + vlen) else {
+            return false;
+        };
+        if last.is_some_and(|l| offset_ms <= l) {
+            return false;
+        }
+        last = Some(offset_ms);
+        let v = if flags & FLAG_FLOAT == 0 {
+            let mut be = [0u8; 8];
+            be[8 - vlen..].copy_from_slice(bytes);
+            // Sign-extend from the value's width.
+            let shift = 64 - 8 * vlen as u32;
+            Value::Int(((i64::from_be_bytes(be)) << shift) >> shift)
+        } else {
+            match decode_value(flags, bytes) {
+                Ok(v) => v,
+                Err(_) => return false,
+            }
+        };
+        f(offset_ms, v);
+        qi += qlen;
+        vi += vlen;
+    }
+    vi + 1 == value.len()
+}
+
 /// Is this even-length qualifier a single point (as opposed to compacted)?
 pub fn is_single_point(qualifier: &[u8]) -> bool {
     qualifier.len() == 2 || (qualifier.len() == 4 && is_ms_qualifier(qualifier[0]))

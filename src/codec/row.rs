@@ -106,6 +106,25 @@ impl RowCells {
         Ok(RowCells { cells })
     }
 
+    /// The only cell of an encoded row value, borrowed, if it has exactly
+    /// one (the common compacted case), without decoding the rest.
+    pub fn single_cell(buf: &[u8]) -> Option<(&[u8], &[u8])> {
+        if buf.first() != Some(&ROW_FORMAT_V1) {
+            return None;
+        }
+        let mut pos = 1;
+        let take = |pos: &mut usize| -> Option<&[u8]> {
+            let len = get_varint(buf, pos)?;
+            let end = pos.checked_add(len)?;
+            let bytes = buf.get(*pos..end)?;
+            *pos = end;
+            Some(bytes)
+        };
+        let q = take(&mut pos)?;
+        let v = take(&mut pos)?;
+        (pos == buf.len()).then_some((q, v))
+    }
+
     /// Writes a cell as HBase would: same qualifier replaces the old value,
     /// and the cell becomes the most recent one.
     pub fn put(&mut self, cell: Cell) {

@@ -19,7 +19,7 @@ const RMW_STRIPES: usize = 64;
 
 pub struct FjallStore {
     db: Database,
-    tables: [Keyspace; 3],
+    tables: [Keyspace; 4],
     rmw: Vec<Mutex<()>>,
 }
 
@@ -53,6 +53,7 @@ impl FjallStore {
             open(Table::Data).map_err(err)?,
             open(Table::Uid).map_err(err)?,
             open(Table::Meta).map_err(err)?,
+            open(Table::Index).map_err(err)?,
         ];
         Ok(FjallStore {
             db,
@@ -66,6 +67,7 @@ impl FjallStore {
             Table::Data => &self.tables[0],
             Table::Uid => &self.tables[1],
             Table::Meta => &self.tables[2],
+            Table::Index => &self.tables[3],
         }
     }
 

@@ -12,7 +12,7 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
 #[derive(Default)]
 pub struct MemoryStore {
-    tables: RwLock<[Map; 3]>,
+    tables: RwLock<[Map; 4]>,
 }
 
 fn idx(t: Table) -> usize {
@@ -20,6 +20,7 @@ fn idx(t: Table) -> usize {
         Table::Data => 0,
         Table::Uid => 1,
         Table::Meta => 2,
+        Table::Index => 3,
     }
 }
 

@@ -18,10 +18,13 @@ pub enum Table {
     Uid,
     /// `tsdb-meta`: per-series metadata and counters.
     Meta,
+    /// `rtsdb-index`: the series index (metric and tag pairs → series);
+    /// rtsdb's own, OpenTSDB has no equivalent.
+    Index,
 }
 
 impl Table {
-    pub const ALL: [Table; 3] = [Table::Data, Table::Uid, Table::Meta];
+    pub const ALL: [Table; 4] = [Table::Data, Table::Uid, Table::Meta, Table::Index];
 
     /// OpenTSDB's default table name.
     pub fn name(self) -> &'static str {
@@ -29,6 +32,7 @@ impl Table {
             Table::Data => "tsdb",
             Table::Uid => "tsdb-uid",
             Table::Meta => "tsdb-meta",
+            Table::Index => "rtsdb-index",
         }
     }
 }

@@ -2,9 +2,14 @@
 //! implemented by the store (rows on disk) and by the write path (rows on
 //! disk merged with points still buffered in memory).
 
+use std::collections::HashMap;
+
+use crate::codec::column;
+use crate::codec::row::RowCells;
 use crate::codec::row_key::Tsuid;
 use crate::model::Uid;
 use crate::model::point::Value;
+use crate::storage::{ScanRange, Table, prefix_end};
 
 use super::{Result, Store};
 
@@ -22,8 +27,49 @@ pub struct SeriesData {
     pub points: Vec<Point>,
 }
 
+/// What a read touched, for query limits and `showStats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    pub rows: u64,
+    pub points: u64,
+    pub bytes: u64,
+}
+
+/// Receives the points of series `i` (an index into the requested list),
+/// a row at a time and in time order for each series; returns false to
+/// stop the read (a limit or a timeout was hit).
+pub type PointSink<'a> = dyn FnMut(usize, &[Point]) -> bool + 'a;
+
 /// Source of series data for queries.
 pub trait SeriesSource: Send + Sync {
+    /// Streams the points in `[start_ms, end_ms]` of each listed series to
+    /// `sink`, reading only those series' hourly rows (one lookup per
+    /// series and hour), so the cost follows the number of series asked
+    /// for, not the metric's size. Series must share nothing but need not
+    /// share a metric.
+    fn read_tsuids(
+        &self,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+        sink: &mut PointSink<'_>,
+    ) -> Result<ReadStats>;
+
+    /// Same contract as [`read_tsuids`](Self::read_tsuids), for series of
+    /// one metric, but free to read by scanning the metric's rows: cheaper
+    /// when the list covers most of the metric.
+    fn scan_tsuids(
+        &self,
+        metric: Uid,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+        sink: &mut PointSink<'_>,
+    ) -> Result<ReadStats> {
+        let _ = metric;
+        self.read_tsuids(tsuids, start_ms, end_ms, sink)
+    }
+
     /// Every series of `metric` with at least one point in
     /// `[start_ms, end_ms]` for which `want` returns true, with its points
     /// in that range.
@@ -76,6 +122,174 @@ impl SeriesSource for Store {
             .map(|(tsuid, points)| SeriesData { tsuid, points })
             .collect())
     }
+
+    fn read_tsuids(
+        &self,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+        sink: &mut PointSink<'_>,
+    ) -> Result<ReadStats> {
+        let mut stats = ReadStats::default();
+        let Some((start_base, end_base)) = hour_range(start_ms, end_ms) else {
+            return Ok(stats);
+        };
+        let mut buf = Vec::with_capacity(4096);
+        for (i, tsuid) in tsuids.iter().enumerate() {
+            let mut base = start_base;
+            while base <= end_base {
+                let key = self.layout().row_key(tsuid, base);
+                if let Some(value) = self.kv().get(Table::Data, &key)? {
+                    stats.rows += 1;
+                    stats.bytes += (key.len() + value.len()) as u64;
+                    self.decode_points(&key, &value, base, start_ms, end_ms, &mut buf)?;
+                    stats.points += buf.len() as u64;
+                    if !buf.is_empty() && !sink(i, &buf) {
+                        return Ok(stats);
+                    }
+                }
+                base = match base.checked_add(3600) {
+                    Some(b) => b,
+                    None => break,
+                };
+            }
+        }
+        Ok(stats)
+    }
+
+    fn scan_tsuids(
+        &self,
+        metric: Uid,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+        sink: &mut PointSink<'_>,
+    ) -> Result<ReadStats> {
+        let mut stats = ReadStats::default();
+        let Some((start_base, end_base)) = hour_range(start_ms, end_ms) else {
+            return Ok(stats);
+        };
+        let layout = *self.layout();
+        let mw = layout.widths.metric.bytes();
+        // Row keys end with the TSUID's tag bytes: look series up by those.
+        let wanted: HashMap<Vec<u8>, usize> = tsuids
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.metric == metric)
+            .map(|(i, t)| (t.to_bytes(&layout.widths)[mw..].to_vec(), i))
+            .collect();
+        let buckets: Vec<Option<u32>> = if layout.salt.enabled() {
+            (0..layout.salt.buckets).map(Some).collect()
+        } else {
+            vec![None]
+        };
+        let prefix = layout.prefix_len();
+        let mut buf = Vec::with_capacity(4096);
+        for bucket in buckets {
+            let start = layout.scan_prefix(bucket, metric, start_base);
+            let stop = prefix_end(&layout.scan_prefix(bucket, metric, end_base));
+            for item in self.kv().scan(Table::Data, &ScanRange::new(start, stop)) {
+                let (key, value) = item?;
+                let Some(&i) = key.get(prefix..).and_then(|tags| wanted.get(tags)) else {
+                    continue;
+                };
+                let ts = &key[prefix - 4..prefix];
+                let base = u32::from_be_bytes([ts[0], ts[1], ts[2], ts[3]]);
+                stats.rows += 1;
+                stats.bytes += (key.len() + value.len()) as u64;
+                self.decode_points(&key, &value, base, start_ms, end_ms, &mut buf)?;
+                stats.points += buf.len() as u64;
+                if !buf.is_empty() && !sink(i, &buf) {
+                    return Ok(stats);
+                }
+            }
+        }
+        Ok(stats)
+    }
+}
+
+/// First and last hourly row base times covering `[start_ms, end_ms]`.
+fn hour_range(start_ms: u64, end_ms: u64) -> Option<(u32, u32)> {
+    if end_ms < start_ms {
+        return None;
+    }
+    let start_s = (start_ms / 1000).min(u32::MAX as u64);
+    let end_s = (end_ms / 1000).min(u32::MAX as u64);
+    Some((
+        (start_s - start_s % 3600) as u32,
+        (end_s - end_s % 3600) as u32,
+    ))
+}
+
+impl Store {
+    /// Decodes one row's points in `[start_ms, end_ms]` into `buf`
+    /// (cleared first). A row holding one well-formed compacted column —
+    /// what this store writes — is decoded in place without allocating;
+    /// anything else goes through the general decoder with the store's
+    /// duplicate policy.
+    pub fn decode_points(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        base: u32,
+        start_ms: u64,
+        end_ms: u64,
+        buf: &mut Vec<Point>,
+    ) -> Result<()> {
+        buf.clear();
+        let base_ms = base as u64 * 1000;
+        let mut push = |offset_ms: u32, value: Value| {
+            let timestamp_ms = base_ms + offset_ms as u64;
+            if timestamp_ms >= start_ms && timestamp_ms <= end_ms {
+                buf.push(Point {
+                    timestamp_ms,
+                    value,
+                });
+            }
+        };
+        if let Some((q, v)) = RowCells::single_cell(value)
+            && !q.is_empty()
+            && q.len() % 2 == 0
+        {
+            if column::is_single_point(q) {
+                let p = column::decode_single(q, v)?;
+                push(p.offset_ms, p.value);
+                return Ok(());
+            }
+            if column::for_each_compacted(q, v, &mut push) {
+                return Ok(());
+            }
+        }
+        if let Some((q, v)) = RowCells::single_cell(value)
+            && q == crate::codec::compressed::COMPRESSED_QUALIFIER
+        {
+            // Errors (a bad checksum) fall through to the general decoder,
+            // which reports them with the row key.
+            let mut points = Vec::new();
+            if crate::codec::compressed::decode(v, &mut points).is_ok() {
+                for p in points {
+                    push(p.offset_ms, p.value);
+                }
+                return Ok(());
+            }
+        }
+        buf.clear();
+        let cells = RowCells::decode(value).map_err(|source| super::StoreError::Row {
+            key: crate::model::uid::hex_upper(key),
+            source,
+        })?;
+        let decoded = self.decode(key, &cells)?;
+        for p in &decoded.points {
+            let timestamp_ms = base_ms + p.offset_ms as u64;
+            if timestamp_ms >= start_ms && timestamp_ms <= end_ms {
+                buf.push(Point {
+                    timestamp_ms,
+                    value: p.value,
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -121,5 +335,61 @@ mod tests {
         let all = store.read_series(u(1), 0, u64::MAX, &mut |_| true).unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!(all[1].points.len(), 3);
+    }
+
+    #[test]
+    fn reads_listed_series_by_gets_and_scans() {
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
+        let series: Vec<Tsuid> = (1..=3)
+            .map(|v| Tsuid::new(u(1), vec![(u(1), u(v))]).unwrap())
+            .collect();
+        for (i, t) in series.iter().enumerate() {
+            let pts: Vec<_> = (0..5)
+                .map(|k| {
+                    (
+                        Timestamp::Seconds(1356998400 + k * 1800),
+                        if i == 2 {
+                            Value::Float(k as f64 + 0.5)
+                        } else {
+                            Value::Int(k as i64)
+                        },
+                    )
+                })
+                .collect();
+            store.put_points(t, &pts, Durability::Process).unwrap();
+        }
+        let want = [series[2].clone(), series[0].clone()];
+        for scan in [false, true] {
+            let mut got: Vec<(usize, u64, Value)> = Vec::new();
+            let mut sink = |i: usize, pts: &[Point]| {
+                got.extend(pts.iter().map(|p| (i, p.timestamp_ms, p.value)));
+                true
+            };
+            let stats = if scan {
+                store.scan_tsuids(
+                    u(1),
+                    &want,
+                    1356998400000 + 1_800_000,
+                    1357005600000,
+                    &mut sink,
+                )
+            } else {
+                store.read_tsuids(&want, 1356998400000 + 1_800_000, 1357005600000, &mut sink)
+            }
+            .unwrap();
+            assert_eq!(stats.points, 8);
+            let mut s0: Vec<_> = got.iter().filter(|g| g.0 == 0).map(|g| g.1).collect();
+            let s0_sorted = {
+                let mut v = s0.clone();
+                v.sort();
+                v
+            };
+            assert_eq!(s0, s0_sorted, "time order per series");
+            s0.dedup();
+            assert_eq!(s0.len(), 4);
+            assert!(got.iter().any(|g| g.0 == 0 && g.2 == Value::Float(1.5)));
+            assert!(got.iter().any(|g| g.0 == 1 && g.2 == Value::Int(4)));
+        }
     }
 }

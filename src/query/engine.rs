@@ -1,0 +1,652 @@
+//! Executing a query: per sub-query, resolve the metric and filters,
+//! pick the matching series from the index, stream their rows through
+//! downsample → rate, merge each group with the aggregator, and compute
+//! `tags`/`aggregateTags` as `SpanGroup.computeTags` does.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use chrono_tz::Tz;
+
+use super::downsample::{Bucketer, Downsampler, FillPolicy, Interval};
+use super::error::QueryError;
+use super::filter::FilterType;
+use super::group::{self, Scratch};
+use super::limits::{Budget, QueryLimits};
+use super::output::{QueryResponse, QueryResult};
+use super::rate::Rate;
+use super::request::{TsQuery, ValidQuery, ValidSubQuery};
+use crate::codec::row_key::Tsuid;
+use crate::index::SeriesIndex;
+use crate::model::{Uid, UidKind, UidWidths, Value};
+use crate::store::read::{Point, SeriesSource};
+use crate::uid::{UidTable, UidTableError};
+
+/// Everything a query needs from the server.
+pub struct QueryContext<'a> {
+    pub source: &'a dyn SeriesSource,
+    pub uids: &'a UidTable,
+    pub index: &'a SeriesIndex,
+    pub limits: QueryLimits,
+    /// "now" in epoch ms (relative times, missing end).
+    pub now_ms: u64,
+    /// Zone for absolute dates and calendar downsampling when the query
+    /// names none (`tsd.core.timezone`; UTC by default).
+    pub default_tz: Tz,
+    /// `tsd.query.skip_unresolved_tagvs`.
+    pub skip_unresolved_tagvs: bool,
+    /// `tsd.http.query.allow_delete`.
+    pub allow_delete: bool,
+}
+
+impl<'a> QueryContext<'a> {
+    pub fn new(source: &'a dyn SeriesSource, uids: &'a UidTable, index: &'a SeriesIndex) -> Self {
+        QueryContext {
+            source,
+            uids,
+            index,
+            limits: QueryLimits::default(),
+            now_ms: chrono::Utc::now().timestamp_millis().max(0) as u64,
+            default_tz: Tz::UTC,
+            skip_unresolved_tagvs: false,
+            allow_delete: false,
+        }
+    }
+
+    fn widths(&self) -> UidWidths {
+        UidWidths {
+            metric: self.uids.width(UidKind::Metric),
+            tagk: self.uids.width(UidKind::TagKey),
+            tagv: self.uids.width(UidKind::TagValue),
+        }
+    }
+}
+
+/// Counters reported by `showStats`/`showSummary` and the log.
+#[derive(Debug, Clone, Default)]
+struct SubStats {
+    series: u64,
+    raw_points: u64,
+    rows: u64,
+    bytes: u64,
+    /// Series skipped because a tag UID no longer resolves to a name.
+    unresolved: u64,
+    output_points: u64,
+    storage_ms: f64,
+    aggregation_ms: f64,
+}
+
+/// Runs a query: validation, then every sub-query in order.
+pub fn execute(ctx: &QueryContext, q: &TsQuery) -> Result<QueryResponse, QueryError> {
+    if q.delete {
+        if !ctx.allow_delete {
+            return Err(QueryError::BadRequest {
+                message: "Deleting data is not enabled (tsd.http.query.allow_delete=false)".into(),
+                details: None,
+            });
+        }
+        return Err(QueryError::NotImplemented(
+            "Deleting data through /api/query is not implemented yet".into(),
+        ));
+    }
+    let valid = q.validate(ctx.now_ms, ctx.default_tz)?;
+    let mut budget = Budget::new(ctx.limits);
+    let mut results = Vec::new();
+    let mut summary = serde_json::Map::new();
+    let mut totals = SubStats::default();
+    for sub in &valid.queries {
+        let t0 = budget.elapsed();
+        let (mut res, stats) = run_sub(ctx, &valid, sub, &mut budget)?;
+        if stats.unresolved > 0 {
+            tracing::warn!(
+                sub_query = sub.index,
+                skipped = stats.unresolved,
+                "skipped series whose tag UIDs no longer resolve"
+            );
+        }
+        if q.show_stats {
+            for r in &mut res {
+                r.stats = Some(stats_json(&stats, sub.index));
+            }
+        }
+        summary.insert(
+            format!("queryIdx_{:02}", sub.index),
+            serde_json::json!({
+                "processingTime": (budget.elapsed() - t0).as_secs_f64() * 1000.0,
+            }),
+        );
+        totals.series += stats.series;
+        totals.raw_points += stats.raw_points;
+        totals.rows += stats.rows;
+        totals.bytes += stats.bytes;
+        totals.unresolved += stats.unresolved;
+        totals.output_points += stats.output_points;
+        totals.storage_ms += stats.storage_ms;
+        totals.aggregation_ms += stats.aggregation_ms;
+        results.extend(res);
+    }
+    let summary = (q.show_summary || q.show_stats).then(|| {
+        let mut s = match stats_json(&totals, 0) {
+            serde_json::Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        };
+        s.remove("queryIndex");
+        s.insert(
+            "timeTotal".into(),
+            (budget.elapsed().as_secs_f64() * 1000.0).into(),
+        );
+        s.extend(summary);
+        serde_json::Value::Object(s)
+    });
+    Ok(QueryResponse {
+        results,
+        ms_resolution: q.ms_resolution,
+        arrays: q.arrays,
+        show_tsuids: q.show_tsuids,
+        summary,
+    })
+}
+
+fn stats_json(s: &SubStats, index: usize) -> serde_json::Value {
+    serde_json::json!({
+        "queryIndex": index,
+        "datapoints": s.output_points,
+        "rawDatapoints": s.raw_points,
+        "rowsRead": s.rows,
+        "bytesRead": s.bytes,
+        "seriesMatched": s.series,
+        "unresolvedSeries": s.unresolved,
+        "storageTime": s.storage_ms,
+        "aggregationTime": s.aggregation_ms,
+    })
+}
+
+/// The hour-aligned range of rows OpenTSDB scans for a query
+/// (`getScanStartTimeSeconds`/`getScanEndTimeSeconds`), in ms, inclusive.
+fn scan_range(q: &ValidQuery, sub: &ValidSubQuery) -> (u64, u64) {
+    let iv = sub
+        .downsample
+        .as_ref()
+        .map(|d| d.interval_ms() / 1000)
+        .unwrap_or(0);
+    let mut start = (q.start_ms.max(0) / 1000) as u64;
+    let mut end = (q.end_ms.max(0) as u64).div_ceil(1000);
+    if iv > 0 {
+        start -= start % iv;
+        end = end - end % iv + iv;
+    }
+    start -= start % 3600;
+    let end = end - end % 3600 + 3600;
+    (start * 1000, end * 1000 - 1)
+}
+
+/// A series' tag names, (tagk, tagv), in TSUID order.
+type TagNames = Vec<(Arc<str>, Arc<str>)>;
+
+/// A series with its resolved tag names.
+struct Resolved {
+    tsuid: Tsuid,
+    names: TagNames,
+}
+
+/// Resolves a series' tag names; `Ok(None)` if one of its UIDs was deleted.
+fn resolve(ctx: &QueryContext, tsuid: &Tsuid) -> Result<Option<TagNames>, QueryError> {
+    let mut names = Vec::with_capacity(tsuid.tags.len());
+    for &(k, v) in &tsuid.tags {
+        let k = match ctx.uids.get_name(UidKind::TagKey, k) {
+            Ok(n) => n,
+            Err(UidTableError::NoSuchId { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let v = match ctx.uids.get_name(UidKind::TagValue, v) {
+            Ok(n) => n,
+            Err(UidTableError::NoSuchId { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        names.push((k, v));
+    }
+    Ok(Some(names))
+}
+
+/// Per-series streaming state: downsample → rate → output points.
+struct Pipeline<'a> {
+    ds: Option<Downsampler<'a>>,
+    rate: Option<Rate>,
+    stage: Vec<(i64, Value)>,
+    out: Vec<(i64, Value)>,
+    seen: bool,
+}
+
+impl Pipeline<'_> {
+    fn push(&mut self, ts: i64, v: Value) {
+        match (&mut self.ds, &mut self.rate) {
+            (None, None) => self.out.push((ts, v)),
+            (None, Some(r)) => r.push(ts, v, &mut self.out),
+            (Some(d), None) => d.push(ts, v, &mut self.out),
+            (Some(d), Some(r)) => {
+                d.push(ts, v, &mut self.stage);
+                for (t, v) in self.stage.drain(..) {
+                    r.push(t, v, &mut self.out);
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(d) = self.ds.take() {
+            match &mut self.rate {
+                None => d.finish(&mut self.out),
+                Some(r) => {
+                    d.finish(&mut self.stage);
+                    for (t, v) in self.stage.drain(..) {
+                        r.push(t, v, &mut self.out);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn run_sub(
+    ctx: &QueryContext,
+    q: &ValidQuery,
+    sub: &ValidSubQuery,
+    budget: &mut Budget,
+) -> Result<(Vec<QueryResult>, SubStats), QueryError> {
+    let mut stats = SubStats::default();
+    let widths = ctx.widths();
+    let (metric_uid, metric_name, candidates, group_keys, total) = if !sub.tsuids.is_empty() {
+        select_tsuids(ctx, sub, widths)?
+    } else {
+        select_metric(ctx, sub)?
+    };
+    // Drop series whose tag UIDs were deleted (OpenTSDB fails the query).
+    let mut series: Vec<Resolved> = Vec::with_capacity(candidates.len());
+    for tsuid in candidates {
+        match resolve(ctx, &tsuid)? {
+            Some(names) => series.push(Resolved { tsuid, names }),
+            None => stats.unresolved += 1,
+        }
+    }
+    // Group: by the values of the group-by keys, ordered by UID bytes.
+    let mut groups: BTreeMap<(Vec<Uid>, Option<Tsuid>), Vec<usize>> = BTreeMap::new();
+    for (i, s) in series.iter().enumerate() {
+        let mut key = Vec::with_capacity(group_keys.len());
+        for gk in &group_keys {
+            match s.tsuid.tags.iter().find(|(k, _)| k == gk) {
+                Some(&(_, v)) => key.push(v),
+                None => break,
+            }
+        }
+        if key.len() != group_keys.len() {
+            continue;
+        }
+        let per_series = sub.aggregator.is_none().then(|| s.tsuid.clone());
+        groups.entry((key, per_series)).or_default().push(i);
+    }
+    // Read every grouped series' rows through its pipeline.
+    let grouped: Vec<usize> = {
+        let mut v: Vec<usize> = groups.values().flatten().copied().collect();
+        v.sort_unstable();
+        v
+    };
+    let tsuids: Vec<Tsuid> = grouped.iter().map(|&i| series[i].tsuid.clone()).collect();
+    stats.series = tsuids.len() as u64;
+    let (scan_start, scan_end) = scan_range(q, sub);
+    let bucketer = sub
+        .downsample
+        .as_ref()
+        .map(|d| Bucketer::new(d, q.tz, q.start_ms, q.end_ms));
+    let fill_range = match (&sub.downsample, &bucketer) {
+        (Some(d), Some(b)) if d.fill != FillPolicy::None => {
+            let first = b.bucket(q.start_ms).unwrap_or(q.start_ms);
+            let last = match d.interval {
+                Interval::All => first,
+                _ => b.bucket(q.end_ms).unwrap_or(q.end_ms),
+            };
+            let per_series = match d.interval {
+                Interval::All => 1,
+                _ => ((last - first) as u64 / d.interval_ms().max(1)).saturating_add(1),
+            };
+            budget.check_output(per_series.saturating_mul(tsuids.len() as u64))?;
+            (first, last)
+        }
+        _ => (0, -1),
+    };
+    let mut pipes: Vec<Pipeline> = tsuids
+        .iter()
+        .map(|_| Pipeline {
+            ds: sub
+                .downsample
+                .as_ref()
+                .zip(bucketer.as_ref())
+                .map(|(d, b)| Downsampler::new(d, b, fill_range)),
+            rate: sub.rate.map(Rate::new),
+            stage: Vec::new(),
+            out: Vec::new(),
+            seen: false,
+        })
+        .collect();
+    let mut failure: Option<QueryError> = None;
+    let t_read = budget.elapsed();
+    {
+        let mut sink = |i: usize, pts: &[Point]| {
+            if let Err(e) = budget.charge(0, pts.len() as u64) {
+                failure = Some(e);
+                return false;
+            }
+            let p = &mut pipes[i];
+            p.seen = true;
+            if p.ds.is_none() {
+                p.out.reserve(pts.len());
+            }
+            for pt in pts {
+                p.push(pt.timestamp_ms as i64, pt.value);
+            }
+            true
+        };
+        let hours = (scan_end - scan_start) / 3_600_000 + 1;
+        let use_scan = tsuids.len() > 1
+            && (tsuids.len() * 2 >= total || hours.saturating_mul(tsuids.len() as u64) > 200_000);
+        let read = if use_scan {
+            ctx.source
+                .scan_tsuids(metric_uid, &tsuids, scan_start, scan_end, &mut sink)
+        } else {
+            ctx.source
+                .read_tsuids(&tsuids, scan_start, scan_end, &mut sink)
+        }?;
+        stats.rows = read.rows;
+        stats.bytes = read.bytes;
+        stats.raw_points = read.points;
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    budget.charge(stats.bytes, 0)?;
+    for p in &mut pipes {
+        p.finish();
+    }
+    let t_agg = budget.elapsed();
+    stats.storage_ms = (t_agg - t_read).as_secs_f64() * 1000.0;
+    // Position of each series in `pipes`.
+    let slot: HashMap<usize, usize> = grouped.iter().enumerate().map(|(p, &i)| (i, p)).collect();
+    let nan_as_null = sub
+        .downsample
+        .as_ref()
+        .is_some_and(|d| d.fill == FillPolicy::Null);
+    let query_json = q.original.show_query.then(|| show_query(sub));
+    let mut scratch = Scratch::default();
+    let mut results = Vec::with_capacity(groups.len());
+    for members in groups.values() {
+        let present: Vec<usize> = members
+            .iter()
+            .copied()
+            .filter(|i| pipes[slot[i]].seen)
+            .collect();
+        if present.is_empty() {
+            continue;
+        }
+        let mut dps = Vec::new();
+        if sub.aggregator.is_none() {
+            let out = &pipes[slot[&present[0]]].out;
+            dps.extend(
+                out.iter()
+                    .copied()
+                    .filter(|p| p.0 >= q.start_ms && p.0 <= q.end_ms),
+            );
+        } else {
+            let refs: Vec<&[(i64, Value)]> = present
+                .iter()
+                .map(|i| pipes[slot[i]].out.as_slice())
+                .collect();
+            group::aggregate(
+                &refs,
+                &sub.aggregator,
+                sub.rate.is_some(),
+                q.start_ms,
+                q.end_ms,
+                &mut scratch,
+                &mut dps,
+            );
+        }
+        stats.output_points += dps.len() as u64;
+        let (tags, aggregate_tags) = compute_tags(present.iter().map(|&i| &series[i]));
+        let mut hex: Vec<String> = Vec::new();
+        if q.original.show_tsuids {
+            hex = present
+                .iter()
+                .map(|&i| series[i].tsuid.to_hex(&widths))
+                .collect();
+            hex.sort();
+        }
+        results.push(QueryResult {
+            metric: metric_name.clone(),
+            tags,
+            aggregate_tags,
+            tsuids: hex,
+            dps,
+            nan_as_null,
+            query: query_json.clone(),
+            stats: None,
+        });
+    }
+    budget.check_time()?;
+    stats.aggregation_ms = (budget.elapsed() - t_agg).as_secs_f64() * 1000.0;
+    Ok((results, stats))
+}
+
+type Selection = (Uid, String, Vec<Tsuid>, Vec<Uid>, usize);
+
+fn select_tsuids(
+    ctx: &QueryContext,
+    sub: &ValidSubQuery,
+    widths: UidWidths,
+) -> Result<Selection, QueryError> {
+    let mut list: Vec<Tsuid> = Vec::new();
+    for hex in &sub.tsuids {
+        let t = Tsuid::parse_hex(hex, &widths)
+            .map_err(|e| QueryError::bad(format!("Invalid TSUID '{hex}': {e}")))?;
+        if let Some(first) = list.first()
+            && first.metric != t.metric
+        {
+            return Err(QueryError::bad(format!(
+                "One or more TSUIDs did not share the same metric [{}] [{}]",
+                first.metric.to_hex(widths.metric),
+                t.metric.to_hex(widths.metric)
+            )));
+        }
+        if !list.contains(&t) {
+            list.push(t);
+        }
+    }
+    let metric = list[0].metric;
+    let name = ctx
+        .uids
+        .get_name(UidKind::Metric, metric)
+        .map_err(|e| QueryError::bad(e.to_string()))?;
+    list.sort();
+    let n = list.len();
+    Ok((metric, name.to_string(), list, Vec::new(), n))
+}
+
+/// Picks a metric query's series from the index. Every filter is
+/// evaluated against the distinct tag values the index holds for its key
+/// (never against rows), then the matching postings are intersected.
+fn select_metric(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selection, QueryError> {
+    let name = sub.metric.clone().unwrap_or_default();
+    let metric = ctx.uids.get_id(UidKind::Metric, &name)?;
+    // Resolve tag keys and literal values first, as OpenTSDB does.
+    let mut tagks: Vec<Uid> = Vec::with_capacity(sub.filters.len());
+    let mut literals: HashMap<Uid, HashSet<Uid>> = HashMap::new();
+    for f in &sub.filters {
+        let k = ctx.uids.get_id(UidKind::TagKey, &f.tagk)?;
+        tagks.push(k);
+        if let Some(lits) = f.literals() {
+            let set = literals.entry(k).or_default();
+            for l in lits {
+                match ctx.uids.lookup_id(UidKind::TagValue, l)? {
+                    Some(v) => {
+                        set.insert(v);
+                    }
+                    None if ctx.skip_unresolved_tagvs => {}
+                    None => {
+                        return Err(QueryError::NoSuchName(format!(
+                            "No such name for 'tagv': '{l}'"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    let group_keys: Vec<Uid> = {
+        let set: BTreeSet<Uid> = sub
+            .filters
+            .iter()
+            .zip(&tagks)
+            .filter(|(f, _)| f.group_by)
+            .map(|(_, k)| *k)
+            .collect();
+        set.into_iter().collect()
+    };
+    let filter_keys: BTreeSet<Uid> = tagks.iter().copied().collect();
+    ctx.index.with_metric(metric, |m| {
+        let Some(m) = m else {
+            return Ok((metric, name.clone(), Vec::new(), group_keys.clone(), 0));
+        };
+        // Per key: the values allowed (positive filters) or refused (not_*).
+        let mut allowed: BTreeMap<Uid, HashSet<Uid>> = BTreeMap::new();
+        let mut refused: HashMap<Uid, HashSet<Uid>> = HashMap::new();
+        for (k, v) in &literals {
+            allowed.insert(*k, v.clone());
+        }
+        for (f, &k) in sub.filters.iter().zip(&tagks) {
+            if f.kind == FilterType::LiteralOr {
+                continue;
+            }
+            let mut pass = HashSet::new();
+            let mut fail = HashSet::new();
+            for v in m.tag_values(k) {
+                let Ok(vname) = ctx.uids.get_name(UidKind::TagValue, v) else {
+                    continue;
+                };
+                if f.matches(Some(&vname)) {
+                    pass.insert(v);
+                } else {
+                    fail.insert(v);
+                }
+            }
+            if f.is_positive() {
+                match allowed.get_mut(&k) {
+                    Some(a) => a.retain(|v| pass.contains(v)),
+                    None => {
+                        allowed.insert(k, pass);
+                    }
+                }
+            } else {
+                refused.entry(k).or_default().extend(fail);
+            }
+        }
+        // Intersect the postings of the constrained keys, smallest first.
+        let mut lists: Vec<Vec<u32>> = allowed
+            .iter()
+            .map(|(&k, vals)| {
+                let mut ids: Vec<u32> = vals
+                    .iter()
+                    .flat_map(|&v| m.with_tag(k, v))
+                    .copied()
+                    .collect();
+                ids.sort_unstable();
+                ids
+            })
+            .collect();
+        lists.sort_by_key(Vec::len);
+        let ids: Vec<u32> = match lists.split_first() {
+            None => (0..m.len() as u32).collect(),
+            Some((first, rest)) => first
+                .iter()
+                .copied()
+                .filter(|id| rest.iter().all(|l| l.binary_search(id).is_ok()))
+                .collect(),
+        };
+        let mut out = Vec::with_capacity(ids.len());
+        'series: for id in ids {
+            let t = &m.series[id as usize];
+            for (k, bad) in &refused {
+                if let Some((_, v)) = t.tags.iter().find(|(tk, _)| tk == k)
+                    && bad.contains(v)
+                {
+                    continue 'series;
+                }
+            }
+            if sub.explicit_tags
+                && (t.tags.len() != filter_keys.len()
+                    || !t.tags.iter().all(|(k, _)| filter_keys.contains(k)))
+            {
+                continue;
+            }
+            out.push(t.clone());
+        }
+        out.sort();
+        Ok((metric, name.clone(), out, group_keys.clone(), m.len()))
+    })
+}
+
+/// `SpanGroup.computeTags`: a key whose value differs between series goes
+/// to `aggregateTags`; every other key seen in any series goes to `tags`.
+fn compute_tags<'a>(
+    series: impl Iterator<Item = &'a Resolved>,
+) -> (BTreeMap<String, String>, Vec<String>) {
+    let mut seen: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+    for s in series {
+        for (k, v) in &s.names {
+            seen.entry(k)
+                .and_modify(|cur| {
+                    if cur.is_some_and(|c| c != &**v) {
+                        *cur = None;
+                    }
+                })
+                .or_insert(Some(v));
+        }
+    }
+    let mut tags = BTreeMap::new();
+    let mut agg = Vec::new();
+    for (k, v) in seen {
+        match v {
+            Some(v) => {
+                tags.insert(k.to_string(), v.to_string());
+            }
+            None => agg.push(k.to_string()),
+        }
+    }
+    (tags, agg)
+}
+
+/// The sub-query as `showQuery` prints it (`TSSubQuery`'s JSON).
+fn show_query(sub: &ValidSubQuery) -> serde_json::Value {
+    let o = &sub.original;
+    let filters: Vec<serde_json::Value> = sub
+        .filters
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "tagk": f.tagk, "filter": f.filter, "group_by": f.group_by, "type": f.kind.name()
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "aggregator": sub.aggregator.name,
+        "metric": sub.metric,
+        "tsuids": o.tsuids,
+        "downsample": o.downsample,
+        "rate": o.rate,
+        "filters": filters,
+        "explicitTags": o.explicit_tags,
+        "index": sub.index,
+        "tags": o.tags,
+        "rateOptions": sub.rate,
+        "percentiles": o.percentiles,
+        "rollupUsage": o.rollup_usage,
+        "preAggregate": o.pre_aggregate,
+        "showHistogramBuckets": o.show_histogram_buckets,
+    })
+}

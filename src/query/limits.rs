@@ -1,0 +1,142 @@
+//! Query limits (`tsd.query.limits.*`, `tsd.query.timeout`) and the
+//! errors OpenTSDB answers with when one is hit.
+
+use std::time::{Duration, Instant};
+
+use super::error::QueryError;
+use crate::config::Config;
+
+/// Limits for one query; 0 means unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryLimits {
+    /// `tsd.query.timeout`, ms.
+    pub timeout_ms: u64,
+    /// `tsd.query.limits.bytes.default`.
+    pub max_bytes: u64,
+    /// `tsd.query.limits.data_points.default`.
+    pub max_data_points: u64,
+    /// rtsdb's own guard: most points a query may produce (fill policies
+    /// over huge ranges would otherwise allocate without bound).
+    pub max_output_points: u64,
+}
+
+impl Default for QueryLimits {
+    fn default() -> Self {
+        QueryLimits {
+            timeout_ms: 0,
+            max_bytes: 0,
+            max_data_points: 0,
+            max_output_points: 50_000_000,
+        }
+    }
+}
+
+impl QueryLimits {
+    pub fn from_config(c: &Config) -> QueryLimits {
+        let get = |k: &str| c.get_int::<u64>(k).ok().flatten().unwrap_or(0);
+        QueryLimits {
+            timeout_ms: get("tsd.query.timeout"),
+            max_bytes: get("tsd.query.limits.bytes.default"),
+            max_data_points: get("tsd.query.limits.data_points.default"),
+            ..QueryLimits::default()
+        }
+    }
+}
+
+/// Tracks one query's use against its limits.
+#[derive(Debug)]
+pub struct Budget {
+    limits: QueryLimits,
+    started: Instant,
+    pub bytes: u64,
+    pub points: u64,
+}
+
+impl Budget {
+    pub fn new(limits: QueryLimits) -> Budget {
+        Budget {
+            limits,
+            started: Instant::now(),
+            bytes: 0,
+            points: 0,
+        }
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Accounts for data read; the error to return if a limit is passed.
+    pub fn charge(&mut self, bytes: u64, points: u64) -> Result<(), QueryError> {
+        self.bytes += bytes;
+        self.points += points;
+        let l = &self.limits;
+        if l.max_data_points > 0 && self.points > l.max_data_points {
+            return Err(QueryError::TooLarge(format!(
+                "Sorry, you have attempted to fetch more than our limit of {} data points. Please try filtering using more tags or decrease your time range.",
+                l.max_data_points
+            )));
+        }
+        if l.max_bytes > 0 && self.bytes > l.max_bytes {
+            return Err(QueryError::TooLarge(format!(
+                "Sorry, you have attempted to fetch more than our maximum amount of {}MB from storage. Please try filtering using more tags or decrease your time range.",
+                l.max_bytes / 1024 / 1024
+            )));
+        }
+        self.check_time()
+    }
+
+    pub fn check_time(&self) -> Result<(), QueryError> {
+        if self.limits.timeout_ms > 0 && self.elapsed().as_millis() as u64 > self.limits.timeout_ms
+        {
+            return Err(QueryError::Timeout(format!(
+                "Sorry, your query timed out. Time limit: {} ms",
+                self.limits.timeout_ms
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses a query whose fill policy would emit more than the output
+    /// guard allows.
+    pub fn check_output(&self, points: u64) -> Result<(), QueryError> {
+        let max = self.limits.max_output_points;
+        if max > 0 && points > max {
+            return Err(QueryError::TooLarge(format!(
+                "Sorry, this query would produce more than {max} data points. Please use a larger downsampling interval or decrease your time range."
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_messages() {
+        let mut b = Budget::new(QueryLimits {
+            max_data_points: 10,
+            ..Default::default()
+        });
+        assert!(b.charge(100, 10).is_ok());
+        let e = b.charge(0, 1).unwrap_err();
+        assert_eq!(e.status(), 413);
+        assert!(e.message().starts_with(
+            "Sorry, you have attempted to fetch more than our limit of 10 data points."
+        ));
+        let mut b = Budget::new(QueryLimits {
+            max_bytes: 2 << 20,
+            ..Default::default()
+        });
+        let e = b.charge(3 << 20, 0).unwrap_err();
+        assert!(e.message().contains("maximum amount of 2MB"), "{e}");
+        let b = Budget::new(QueryLimits {
+            timeout_ms: 1,
+            ..Default::default()
+        });
+        std::thread::sleep(Duration::from_millis(3));
+        assert_eq!(b.check_time().unwrap_err().status(), 408);
+    }
+}

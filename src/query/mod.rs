@@ -1,0 +1,38 @@
+//! The query engine: `/api/query` and `/api/query/last` with OpenTSDB
+//! 2.4.1's semantics, as a library the HTTP layer wires up.
+//!
+//! - [`request`]: the `TSQuery` model, POST JSON and GET `m=`/`tsuid=`.
+//! - [`aggregator`]: every 2.4 aggregator and its interpolation.
+//! - [`downsample`]: downsampling specs, buckets and fill policies.
+//! - [`rate`]: rate of change with counter options.
+//! - [`filter`]: tag value filters and the legacy tag syntax.
+//! - [`group`]: the group-by merge with interpolation.
+//! - [`engine`]: selecting series from the index and running a query.
+//! - [`output`]: the JSON response, byte for byte.
+//! - [`last`]: the `/api/query/last` endpoint.
+//! - [`limits`]: query limits and timeouts.
+//! - [`error`]: errors carrying OpenTSDB's status and message.
+//!
+//! The HTTP layer calls [`parse_get`] or [`parse_post`], then [`execute`]
+//! with a [`QueryContext`], and writes [`QueryResponse::to_json`] (200) or
+//! [`QueryError::to_json`] with [`QueryError::status`].
+
+pub mod aggregator;
+pub mod downsample;
+pub mod engine;
+pub mod error;
+pub mod filter;
+pub mod group;
+pub mod last;
+pub mod limits;
+pub mod output;
+pub mod rate;
+pub mod request;
+
+pub use aggregator::{AGGREGATORS, Aggregator};
+pub use engine::{QueryContext, execute};
+pub use error::QueryError;
+pub use last::{LastQuery, execute_last, parse_last_get, parse_last_post};
+pub use limits::QueryLimits;
+pub use output::{QueryResponse, QueryResult};
+pub use request::{TsQuery, TsSubQuery, parse_get, parse_post};

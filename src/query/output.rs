@@ -1,0 +1,197 @@
+//! The `/api/query` response exactly as OpenTSDB's JSON serializer writes
+//! it: `dps` as an object (or arrays), ms or seconds keys, Java
+//! `Double.toString` numbers, `"NaN"` (or `null` with the null fill
+//! policy), optional `query`, `tsuids`, `stats` and a final
+//! `statsSummary` object.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::model::Value;
+use crate::model::java::double_to_string;
+
+/// One output series (a group of a sub-query).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueryResult {
+    pub metric: String,
+    pub tags: BTreeMap<String, String>,
+    /// Sorted (OpenTSDB's order is a HashSet's, i.e. unspecified).
+    pub aggregate_tags: Vec<String>,
+    /// Sorted hex TSUIDs of the contributing series.
+    pub tsuids: Vec<String>,
+    /// Points in `[start, end]`, timestamps in ms.
+    pub dps: Vec<(i64, Value)>,
+    /// NaN serializes as `null` (fill policy `null`).
+    pub nan_as_null: bool,
+    /// The sub-query, for `showQuery`.
+    pub query: Option<serde_json::Value>,
+    /// Per-result stats, for `showStats`.
+    pub stats: Option<serde_json::Value>,
+}
+
+/// A whole response.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct QueryResponse {
+    pub results: Vec<QueryResult>,
+    pub ms_resolution: bool,
+    pub arrays: bool,
+    pub show_tsuids: bool,
+    /// `statsSummary`, for `showSummary`/`showStats`.
+    pub summary: Option<serde_json::Value>,
+}
+
+fn write_str(out: &mut String, s: &str) {
+    // serde_json escapes exactly as JSON requires.
+    out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into()));
+}
+
+/// A value as Jackson writes it.
+pub fn write_value(out: &mut String, v: Value, nan_as_null: bool) {
+    match v {
+        Value::Int(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Value::Float(f) if f.is_nan() => out.push_str(if nan_as_null { "null" } else { "\"NaN\"" }),
+        Value::Float(f) if f.is_infinite() => out.push_str(if f > 0.0 {
+            "\"Infinity\""
+        } else {
+            "\"-Infinity\""
+        }),
+        Value::Float(f) => out.push_str(&double_to_string(f)),
+    }
+}
+
+impl QueryResponse {
+    /// The response body.
+    pub fn to_json(&self) -> String {
+        let mut out = String::with_capacity(256 + self.results.len() * 256);
+        out.push('[');
+        for (i, r) in self.results.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            self.write_result(&mut out, r);
+        }
+        if let Some(s) = &self.summary {
+            if !self.results.is_empty() {
+                out.push(',');
+            }
+            out.push_str("{\"statsSummary\":");
+            out.push_str(&s.to_string());
+            out.push('}');
+        }
+        out.push(']');
+        out
+    }
+
+    /// The body parsed as a JSON value (numbers lose Java's formatting).
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.to_json()).unwrap_or(serde_json::Value::Null)
+    }
+
+    fn write_result(&self, out: &mut String, r: &QueryResult) {
+        out.push_str("{\"metric\":");
+        write_str(out, &r.metric);
+        out.push_str(",\"tags\":{");
+        for (i, (k, v)) in r.tags.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            write_str(out, k);
+            out.push(':');
+            write_str(out, v);
+        }
+        out.push_str("},\"aggregateTags\":[");
+        for (i, k) in r.aggregate_tags.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            write_str(out, k);
+        }
+        out.push(']');
+        if let Some(q) = &r.query {
+            out.push_str(",\"query\":");
+            out.push_str(&q.to_string());
+        }
+        if self.show_tsuids {
+            out.push_str(",\"tsuids\":[");
+            for (i, t) in r.tsuids.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_str(out, t);
+            }
+            out.push(']');
+        }
+        if let Some(s) = &r.stats {
+            out.push_str(",\"stats\":");
+            out.push_str(&s.to_string());
+        }
+        out.push_str(",\"dps\":");
+        out.push(if self.arrays { '[' } else { '{' });
+        for (i, &(ts, v)) in r.dps.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let t = if self.ms_resolution { ts } else { ts / 1000 };
+            if self.arrays {
+                let _ = write!(out, "[{t},");
+                write_value(out, v, r.nan_as_null);
+                out.push(']');
+            } else {
+                let _ = write!(out, "\"{t}\":");
+                write_value(out, v, r.nan_as_null);
+            }
+        }
+        out.push(if self.arrays { ']' } else { '}' });
+        out.push('}');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(dps: Vec<(i64, Value)>) -> QueryResult {
+        QueryResult {
+            metric: "m".into(),
+            tags: [("host".to_string(), "a".to_string())].into(),
+            aggregate_tags: vec![],
+            tsuids: vec!["000001000001000001".into()],
+            dps,
+            nan_as_null: false,
+            query: None,
+            stats: None,
+        }
+    }
+
+    #[test]
+    fn numbers_like_jackson() {
+        let mut r = QueryResponse {
+            results: vec![result(vec![
+                (1356998400000, Value::Int(1)),
+                (1356998401500, Value::Float(1.0)),
+                (1356998402000, Value::Float(1e10)),
+                (1356998403000, Value::Float(f64::NAN)),
+            ])],
+            ..Default::default()
+        };
+        assert_eq!(
+            r.to_json(),
+            r#"[{"metric":"m","tags":{"host":"a"},"aggregateTags":[],"dps":{"1356998400":1,"1356998401":1.0,"1356998402":1.0E10,"1356998403":"NaN"}}]"#
+        );
+        r.arrays = true;
+        r.ms_resolution = true;
+        r.show_tsuids = true;
+        r.results[0].nan_as_null = true;
+        r.results[0].dps.truncate(1);
+        r.results[0]
+            .dps
+            .push((1356998403000, Value::Float(f64::NAN)));
+        assert_eq!(
+            r.to_json(),
+            r#"[{"metric":"m","tags":{"host":"a"},"aggregateTags":[],"tsuids":["000001000001000001"],"dps":[[1356998400000,1],[1356998403000,null]]}]"#
+        );
+        assert_eq!(QueryResponse::default().to_json(), "[]");
+    }
+}
