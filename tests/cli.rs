@@ -267,3 +267,52 @@ fn scan_delete_removes_the_rows() {
         "sys.cpu.user 1356998400 42 host=web01\nsys.cpu.user 1356998460 1.5 host=web01\n"
     );
 }
+
+#[test]
+fn query_prints_opentsdb_lines_after_metasync() {
+    let dir = tempfile::tempdir().unwrap();
+    write_sample(dir.path());
+    // Rows written without the series index: metasync rebuilds it.
+    let r = tsdb(dir.path(), &["uid", "metasync"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = tsdb(
+        dir.path(),
+        &[
+            "query",
+            "1356998400",
+            "1356999999",
+            "sum",
+            "sys.cpu.user",
+            "host=web01",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // The next value is a float, so OpenTSDB's aggregation runs in double
+    // math at the first timestamp too and prints it with %f.
+    assert_eq!(
+        r.stdout,
+        "sys.cpu.user 1356998400000 42.000000 {host=web01}\nsys.cpu.user 1356998460000 1.500000 {host=web01}\n"
+    );
+    let r = tsdb(
+        dir.path(),
+        &[
+            "query",
+            "1356998400",
+            "1356999999",
+            "sum",
+            "sys.cpu.user",
+            "host=web02",
+        ],
+    );
+    assert_eq!(r.stdout, "sys.cpu.user 1356998400500 -7 {host=web02}\n");
+    let r = tsdb(
+        dir.path(),
+        &["query", "1356998400", "1356999999", "sum", "nope"],
+    );
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.contains("No such name for 'metrics': 'nope'"),
+        "{}",
+        r.stderr
+    );
+}

@@ -138,6 +138,21 @@ pub fn run(
             }
             Ok(0)
         }
+        "metasync" => {
+            // rtsdb's per-series metadata is its series index: rebuild it
+            // from the data table (OpenTSDB's metasync creates TSMeta rows).
+            let started = std::time::Instant::now();
+            let index = crate::index::SeriesIndex::open(&store)?;
+            let stats = index.rebuild(&store)?;
+            store.sync()?;
+            writeln!(out, "Rebuilt the series index: {stats:?}")?;
+            writeln!(
+                out,
+                "Completed meta data synchronization in [{}] seconds",
+                started.elapsed().as_secs()
+            )?;
+            Ok(0)
+        }
         "fsck" => {
             let fix = args[1..].iter().any(|a| a == "fix");
             let delete_unknown = args[1..].iter().any(|a| a == "delete_unknown");
