@@ -264,6 +264,15 @@ impl Config {
                     });
                 }
             },
+            retention: std::sync::Arc::new(
+                crate::store::retention::Retention::from_entries(self.entries()).map_err(
+                    |reason| ConfigError::BadValue {
+                        key: crate::store::retention::TTL_KEY.into(),
+                        value: String::new(),
+                        reason,
+                    },
+                )?,
+            ),
             engine: Default::default(),
         })
     }

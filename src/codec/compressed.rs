@@ -358,8 +358,41 @@ fn encode_values(points: &[StoredPoint], out: &mut Vec<u8>) {
     }
 }
 
+/// Reusable buffers for decoding many blocks without allocating.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    ms_bits: Vec<u64>,
+    offsets: Vec<i64>,
+    ints: Vec<i64>,
+    raw: Vec<(u8, Value)>,
+    explicit: Vec<u64>,
+}
+
 /// Decodes a compressed column, verifying its checksum first.
 pub fn decode(value: &[u8], out: &mut Vec<StoredPoint>) -> Result<(), CompressedError> {
+    let mut scratch = Scratch::default();
+    decode_with(value, &mut scratch, |p| out.push(p))
+}
+
+/// Decodes a compressed column into `emit`, point by point, in time order.
+/// Nothing is emitted unless the whole block is valid.
+pub fn decode_with(
+    value: &[u8],
+    scratch: &mut Scratch,
+    mut emit: impl FnMut(StoredPoint),
+) -> Result<(), CompressedError> {
+    let Scratch {
+        ms_bits,
+        offsets,
+        ints,
+        raw,
+        explicit,
+    } = scratch;
+    ms_bits.clear();
+    offsets.clear();
+    ints.clear();
+    raw.clear();
+    explicit.clear();
     if value.len() < 5 {
         return Err(CompressedError::Corrupt("shorter than its header"));
     }
@@ -384,28 +417,24 @@ pub fn decode(value: &[u8], out: &mut Vec<StoredPoint>) -> Result<(), Compressed
         return expect_end(&r);
     }
     let ts_kind = r.u8()?;
-    let mut ms_bits = Vec::new();
     match ts_kind {
         TS_SECONDS | TS_MILLIS => {}
-        TS_MIXED => unpack(&mut r, n, &mut ms_bits)?,
+        TS_MIXED => unpack(&mut r, n, ms_bits)?,
         _ => return Err(CompressedError::Corrupt("unknown timestamp kind")),
     }
-    let mut offsets = Vec::with_capacity(n);
-    decode_ints(&mut r, n, &mut offsets)?;
+    decode_ints(&mut r, n, offsets)?;
 
     let val_kind = r.u8()?;
-    let mut ints: Vec<i64> = Vec::new();
-    let mut raw: Vec<(u8, Value)> = Vec::new();
     let mut scale = 1.0;
     match val_kind {
-        VAL_INT => decode_ints(&mut r, n, &mut ints)?,
+        VAL_INT => decode_ints(&mut r, n, ints)?,
         VAL_DECIMAL => {
             let e = r.u8()? as u32;
             if e > MAX_DECIMALS {
                 return Err(CompressedError::Corrupt("decimal exponent out of range"));
             }
             scale = 10f64.powi(e as i32);
-            decode_ints(&mut r, n, &mut ints)?;
+            decode_ints(&mut r, n, ints)?;
         }
         VAL_RAW => {
             raw.reserve(n);
@@ -421,10 +450,9 @@ pub fn decode(value: &[u8], out: &mut Vec<StoredPoint>) -> Result<(), Compressed
         _ => return Err(CompressedError::Corrupt("unknown value kind")),
     }
     let flags_kind = r.u8()?;
-    let mut explicit = Vec::new();
     match flags_kind {
         FLAGS_CANONICAL => {}
-        FLAGS_EXPLICIT => unpack(&mut r, n, &mut explicit)?,
+        FLAGS_EXPLICIT => unpack(&mut r, n, explicit)?,
         _ => return Err(CompressedError::Corrupt("unknown flags kind")),
     }
     expect_end(&r)?;
@@ -441,17 +469,16 @@ pub fn decode(value: &[u8], out: &mut Vec<StoredPoint>) -> Result<(), Compressed
         TS_MILLIS => true,
         _ => ms_bits[i] != 0,
     };
-    out.reserve(n);
     // The hot path (decimal floats, canonical widths) in one tight loop.
     if val_kind == VAL_DECIMAL && explicit.is_empty() {
-        for (i, (&o, &m)) in offsets.iter().zip(&ints).enumerate() {
+        for (i, (&o, &m)) in offsets.iter().zip(ints.iter()).enumerate() {
             let v = m as f64 / scale;
             let flags = if (v as f32) as f64 == v {
                 FLAG_FLOAT | 0x3
             } else {
                 FLAG_FLOAT | 0x7
             };
-            out.push(StoredPoint {
+            emit(StoredPoint {
                 offset_ms: (o * unit) as u32,
                 millis: millis_of(i),
                 flags,
@@ -460,6 +487,17 @@ pub fn decode(value: &[u8], out: &mut Vec<StoredPoint>) -> Result<(), Compressed
         }
         return Ok(());
     }
+    // Validate before emitting anything.
+    for (i, f) in explicit.iter().enumerate() {
+        let is_float = match val_kind {
+            VAL_RAW => raw[i].1.is_float(),
+            VAL_DECIMAL => true,
+            _ => false,
+        };
+        if (*f as u8 & FLAG_FLOAT != 0) != is_float {
+            return Err(CompressedError::Corrupt("flags disagree with value type"));
+        }
+    }
     for i in 0..n {
         let (raw_flags, value) = match val_kind {
             VAL_RAW => (Some(raw[i].0), raw[i].1),
@@ -467,17 +505,13 @@ pub fn decode(value: &[u8], out: &mut Vec<StoredPoint>) -> Result<(), Compressed
             _ => (None, Value::Int(ints[i])),
         };
         let flags = if let Some(f) = explicit.get(i) {
-            let f = *f as u8;
-            if (f & FLAG_FLOAT != 0) != value.is_float() {
-                return Err(CompressedError::Corrupt("flags disagree with value type"));
-            }
-            f
+            *f as u8
         } else if let Some(f) = raw_flags {
             f
         } else {
             encode_value(value).flags
         };
-        out.push(StoredPoint {
+        emit(StoredPoint {
             offset_ms: (offsets[i] * unit) as u32,
             millis: millis_of(i),
             flags,

@@ -4,7 +4,6 @@
 //! `tags`/`aggregateTags` as `SpanGroup.computeTags` does.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
 
 use chrono_tz::Tz;
 
@@ -180,32 +179,41 @@ fn scan_range(q: &ValidQuery, sub: &ValidSubQuery) -> (u64, u64) {
     (start * 1000, end * 1000 - 1)
 }
 
-/// A series' tag names, (tagk, tagv), in TSUID order.
-type TagNames = Vec<(Arc<str>, Arc<str>)>;
-
-/// A series with its resolved tag names.
+/// A series whose tag UIDs all still resolve to names.
 struct Resolved {
     tsuid: Tsuid,
-    names: TagNames,
 }
 
-/// Resolves a series' tag names; `Ok(None)` if one of its UIDs was deleted.
-fn resolve(ctx: &QueryContext, tsuid: &Tsuid) -> Result<Option<TagNames>, QueryError> {
-    let mut names = Vec::with_capacity(tsuid.tags.len());
-    for &(k, v) in &tsuid.tags {
-        let k = match ctx.uids.get_name(UidKind::TagKey, k) {
-            Ok(n) => n,
-            Err(UidTableError::NoSuchId { .. }) => return Ok(None),
+/// Which tag UIDs still have names, remembered for one query: series share
+/// most of their tag values, so each distinct UID is looked up once.
+#[derive(Default)]
+struct NameCheck {
+    known: std::collections::HashMap<(UidKind, Uid), bool>,
+}
+
+impl NameCheck {
+    fn exists(&mut self, ctx: &QueryContext, kind: UidKind, uid: Uid) -> Result<bool, QueryError> {
+        if let Some(&e) = self.known.get(&(kind, uid)) {
+            return Ok(e);
+        }
+        let e = match ctx.uids.get_name(kind, uid) {
+            Ok(_) => true,
+            Err(UidTableError::NoSuchId { .. }) => false,
             Err(e) => return Err(e.into()),
         };
-        let v = match ctx.uids.get_name(UidKind::TagValue, v) {
-            Ok(n) => n,
-            Err(UidTableError::NoSuchId { .. }) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        names.push((k, v));
+        self.known.insert((kind, uid), e);
+        Ok(e)
     }
-    Ok(Some(names))
+
+    /// False if one of the series' tag UIDs was deleted.
+    fn resolves(&mut self, ctx: &QueryContext, tsuid: &Tsuid) -> Result<bool, QueryError> {
+        for &(k, v) in &tsuid.tags {
+            if !self.exists(ctx, UidKind::TagKey, k)? || !self.exists(ctx, UidKind::TagValue, v)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
 }
 
 /// Per-series streaming state: downsample → rate → output points.
@@ -262,10 +270,12 @@ fn run_sub(
     };
     // Drop series whose tag UIDs were deleted (OpenTSDB fails the query).
     let mut series: Vec<Resolved> = Vec::with_capacity(candidates.len());
+    let mut check = NameCheck::default();
     for tsuid in candidates {
-        match resolve(ctx, &tsuid)? {
-            Some(names) => series.push(Resolved { tsuid, names }),
-            None => stats.unresolved += 1,
+        if check.resolves(ctx, &tsuid)? {
+            series.push(Resolved { tsuid });
+        } else {
+            stats.unresolved += 1;
         }
     }
     // Group: by the values of the group-by keys, ordered by UID bytes.
@@ -410,7 +420,7 @@ fn run_sub(
             );
         }
         stats.output_points += dps.len() as u64;
-        let (tags, aggregate_tags) = compute_tags(present.iter().map(|&i| &series[i]));
+        let (tags, aggregate_tags) = compute_tags(ctx, present.iter().map(|&i| &series[i]))?;
         let mut hex: Vec<String> = Vec::new();
         if q.original.show_tsuids {
             hex = present
@@ -593,32 +603,39 @@ fn select_metric(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selection, Q
 
 /// `SpanGroup.computeTags`: a key whose value differs between series goes
 /// to `aggregateTags`; every other key seen in any series goes to `tags`.
+/// Works on UIDs (one name per UID, so equal UIDs are equal names) and
+/// resolves only the keys and values that end up in the output.
 fn compute_tags<'a>(
+    ctx: &QueryContext,
     series: impl Iterator<Item = &'a Resolved>,
-) -> (BTreeMap<String, String>, Vec<String>) {
-    let mut seen: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+) -> Result<(BTreeMap<String, String>, Vec<String>), QueryError> {
+    // Few distinct keys per group: a small vector beats a map.
+    let mut seen: Vec<(Uid, Option<Uid>)> = Vec::new();
     for s in series {
-        for (k, v) in &s.names {
-            seen.entry(k)
-                .and_modify(|cur| {
-                    if cur.is_some_and(|c| c != &**v) {
+        for &(k, v) in &s.tsuid.tags {
+            match seen.iter_mut().find(|(sk, _)| *sk == k) {
+                Some((_, cur)) => {
+                    if cur.is_some_and(|c| c != v) {
                         *cur = None;
                     }
-                })
-                .or_insert(Some(v));
+                }
+                None => seen.push((k, Some(v))),
+            }
         }
     }
     let mut tags = BTreeMap::new();
     let mut agg = Vec::new();
     for (k, v) in seen {
+        let k = ctx.uids.get_name(UidKind::TagKey, k)?.to_string();
         match v {
             Some(v) => {
-                tags.insert(k.to_string(), v.to_string());
+                tags.insert(k, ctx.uids.get_name(UidKind::TagValue, v)?.to_string());
             }
-            None => agg.push(k.to_string()),
+            None => agg.push(k),
         }
     }
-    (tags, agg)
+    agg.sort();
+    Ok((tags, agg))
 }
 
 /// The sub-query as `showQuery` prints it (`TSSubQuery`'s JSON).

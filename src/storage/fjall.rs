@@ -3,6 +3,9 @@
 
 use std::path::Path;
 
+use std::sync::Arc;
+
+use ::fjall::compaction::filter::{CompactionFilter, Context, Factory, ItemAccessor, Verdict};
 use ::fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use parking_lot::Mutex;
 
@@ -27,27 +30,76 @@ fn err(e: impl std::fmt::Display) -> StorageError {
     StorageError::Engine(e.to_string())
 }
 
+/// Decides, during the engine's compaction, that a data-table entry is
+/// expired and can be dropped (retention).
+pub type ExpiryFilter = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
 /// Engine tuning. Defaults suit a single TSD on a small machine.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct FjallOptions {
     /// Block cache shared by all tables, bytes.
     pub cache_bytes: u64,
+    /// Drops expired data rows in the engine's compactions.
+    pub data_expiry: Option<ExpiryFilter>,
+}
+
+impl std::fmt::Debug for FjallOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FjallOptions")
+            .field("cache_bytes", &self.cache_bytes)
+            .field("data_expiry", &self.data_expiry.is_some())
+            .finish()
+    }
+}
+
+struct ExpiryFactory(std::panic::AssertUnwindSafe<ExpiryFilter>);
+
+struct ExpiryCompaction(ExpiryFilter);
+
+impl Factory for ExpiryFactory {
+    fn name(&self) -> &str {
+        "rtsdb-retention"
+    }
+
+    fn make_filter(&self, _: &Context) -> Box<dyn CompactionFilter> {
+        Box::new(ExpiryCompaction(self.0.0.clone()))
+    }
+}
+
+impl CompactionFilter for ExpiryCompaction {
+    fn filter_item(
+        &mut self,
+        item: ItemAccessor<'_>,
+        _: &Context,
+    ) -> ::fjall::compaction::filter::CompactionFilterResult {
+        Ok(if (self.0)(item.key()) {
+            Verdict::Remove
+        } else {
+            Verdict::Keep
+        })
+    }
 }
 
 impl Default for FjallOptions {
     fn default() -> Self {
         FjallOptions {
             cache_bytes: 64 << 20,
+            data_expiry: None,
         }
     }
 }
 
 impl FjallStore {
     pub fn open(path: &Path, opts: &FjallOptions) -> Result<FjallStore> {
-        let db = Database::builder(path)
-            .cache_size(opts.cache_bytes)
-            .open()
-            .map_err(err)?;
+        let mut builder = Database::builder(path).cache_size(opts.cache_bytes);
+        if let Some(expiry) = &opts.data_expiry {
+            let factory: Arc<dyn Factory> =
+                Arc::new(ExpiryFactory(std::panic::AssertUnwindSafe(expiry.clone())));
+            builder = builder.with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
+                (keyspace == Table::Data.name()).then(|| factory.clone())
+            }));
+        }
+        let db = builder.open().map_err(err)?;
         let open = |t: Table| db.keyspace(t.name(), KeyspaceCreateOptions::default);
         let tables = [
             open(Table::Data).map_err(err)?,
@@ -174,6 +226,10 @@ impl KvStore for FjallStore {
 
     fn disk_space(&self) -> u64 {
         self.db.disk_space().unwrap_or(0)
+    }
+
+    fn compact(&self) -> Result<()> {
+        self.major_compact()
     }
 }
 

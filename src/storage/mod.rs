@@ -194,6 +194,12 @@ pub trait KvStore: Send + Sync {
     /// Makes everything written so far durable on stable storage.
     fn sync(&self) -> Result<()>;
 
+    /// Runs the engine's own full compaction, which also applies expiry
+    /// filters (retention). A no-op for engines without one.
+    fn compact(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Bytes used on disk (0 for memory stores).
     fn disk_space(&self) -> u64 {
         0

@@ -4,6 +4,7 @@
 
 pub mod header;
 pub mod read;
+pub mod retention;
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -78,6 +79,7 @@ pub struct StoreOptions {
     pub salt_buckets: Option<u32>,
     pub duplicates: DuplicatePolicy,
     pub encoding: RowEncoding,
+    pub retention: Arc<retention::Retention>,
     pub engine: FjallOptions,
 }
 
@@ -153,6 +155,7 @@ pub struct Store {
     layout: KeyLayout,
     duplicates: DuplicatePolicy,
     encoding: RowEncoding,
+    retention: Arc<retention::Retention>,
     dir: Option<PathBuf>,
     /// Serialises read-modify-write of one data row (by key hash).
     row_locks: Vec<Mutex<()>>,
@@ -169,8 +172,15 @@ impl Store {
             .truncate(false)
             .write(true)
             .open(dir.join(LOCK_FILE))?;
-        if lock.try_lock().is_err() {
-            return Err(StoreError::Locked(dir.display().to_string()));
+        // A lock held for a moment (a process exiting, or a child process
+        // that inherited the descriptor between fork and exec) is waited
+        // out briefly; a lock that stays held is a running TSD.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while lock.try_lock().is_err() {
+            if std::time::Instant::now() >= deadline {
+                return Err(StoreError::Locked(dir.display().to_string()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let engine_dir = dir.join(ENGINE_DIR);
         let layout = match StoreHeader::read(dir)? {
@@ -196,14 +206,24 @@ impl Store {
                 layout
             }
         };
-        let kv = FjallStore::open(&engine_dir, &opts.engine)?;
-        Ok(Store::assemble(
+        let mut engine = opts.engine.clone();
+        if opts.retention.is_enabled() {
+            let (retention, layout) = (opts.retention.clone(), layout);
+            engine.data_expiry = Some(Arc::new(move |key: &[u8]| {
+                retention.expired(&layout, key, retention::now_s())
+            }));
+        }
+        let kv = FjallStore::open(&engine_dir, &engine)?;
+        let mut store = Store::assemble(
             Arc::new(kv),
             layout,
             opts.duplicates,
             Some(dir.to_path_buf()),
             Some(lock),
-        ))
+        );
+        store.encoding = opts.encoding;
+        store.retention = opts.retention.clone();
+        Ok(store)
     }
 
     /// A store in memory (tests, tools); nothing is written to disk.
@@ -223,6 +243,7 @@ impl Store {
             layout,
             duplicates,
             encoding: RowEncoding::default(),
+            retention: Default::default(),
             dir,
             row_locks: (0..ROW_LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             _lock: lock,
@@ -239,6 +260,15 @@ impl Store {
 
     pub fn duplicates(&self) -> DuplicatePolicy {
         self.duplicates
+    }
+
+    pub fn retention(&self) -> &Arc<retention::Retention> {
+        &self.retention
+    }
+
+    /// First hour of `metric` still inside its retention period.
+    pub fn retention_floor(&self, metric: crate::model::Uid) -> u32 {
+        self.retention.floor(metric, retention::now_s())
     }
 
     pub fn encoding(&self) -> RowEncoding {
@@ -383,6 +413,8 @@ impl Store {
         } else {
             vec![None]
         };
+        // Expired hours are never read, compacted away or not.
+        let start_base = start_base.max(self.retention_floor(metric));
         buckets.into_iter().flat_map(move |bucket| {
             let start = self.layout.scan_prefix(bucket, metric, start_base);
             let stop = prefix_end(&self.layout.scan_prefix(bucket, metric, end_base));
@@ -621,6 +653,57 @@ mod tests {
             .unwrap();
         let row = classic.get_row(&key).unwrap().unwrap();
         assert_eq!(row.cells[0].qualifier.len(), 720);
+    }
+
+    #[test]
+    fn retention_hides_and_compaction_drops_expired_hours() {
+        use crate::storage::{ScanRange, Table};
+        let dir = tempfile::tempdir().unwrap();
+        let opts = StoreOptions {
+            retention: Arc::new(
+                retention::Retention::from_entries([("tsd.storage.ttl", "2h")].into_iter())
+                    .unwrap(),
+            ),
+            ..Default::default()
+        };
+        let store = Store::open(dir.path(), &opts).unwrap();
+        let t = tsuid();
+        let now = retention::now_s() as u32;
+        let hour = now - now % 3600;
+        for h in 0..6u32 {
+            let ts = Timestamp::Seconds(hour - h * 3600 + 1);
+            store
+                .put_points(&t, &[(ts, Value::Int(h as i64))], Durability::Process)
+                .unwrap();
+        }
+        // Rows of this hour and the two before it overlap the last 2 hours.
+        let visible = store.scan_metric_rows(t.metric, 0, u32::MAX).count();
+        assert_eq!(visible, 3);
+        let in_engine = || store.kv().scan(Table::Data, &ScanRange::default()).count();
+        assert_eq!(in_engine(), 6);
+        store.kv().compact().unwrap();
+        assert_eq!(in_engine(), 3, "compaction did not drop the expired rows");
+    }
+
+    #[test]
+    fn open_applies_the_row_encoding() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = StoreOptions {
+            encoding: RowEncoding::Classic,
+            ..Default::default()
+        };
+        let store = Store::open(dir.path(), &opts).unwrap();
+        assert_eq!(store.encoding(), RowEncoding::Classic);
+        let t = tsuid();
+        let points: Vec<_> = (0..10)
+            .map(|i| (Timestamp::Seconds(1356998400 + i), Value::Int(i as i64)))
+            .collect();
+        store.put_points(&t, &points, Durability::Process).unwrap();
+        let row = store
+            .get_row(&store.layout().row_key(&t, 1356998400))
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.cells[0].qualifier.len(), 20);
     }
 
     #[test]

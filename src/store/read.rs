@@ -136,7 +136,7 @@ impl SeriesSource for Store {
         };
         let mut buf = Vec::with_capacity(4096);
         for (i, tsuid) in tsuids.iter().enumerate() {
-            let mut base = start_base;
+            let mut base = start_base.max(self.retention_floor(tsuid.metric));
             while base <= end_base {
                 let key = self.layout().row_key(tsuid, base);
                 if let Some(value) = self.kv().get(Table::Data, &key)? {
@@ -169,6 +169,7 @@ impl SeriesSource for Store {
         let Some((start_base, end_base)) = hour_range(start_ms, end_ms) else {
             return Ok(stats);
         };
+        let start_base = start_base.max(self.retention_floor(metric));
         let layout = *self.layout();
         let mw = layout.widths.metric.bytes();
         // Row keys end with the TSUID's tag bytes: look series up by those.
@@ -265,11 +266,16 @@ impl Store {
         {
             // Errors (a bad checksum) fall through to the general decoder,
             // which reports them with the row key.
-            let mut points = Vec::new();
-            if crate::codec::compressed::decode(v, &mut points).is_ok() {
-                for p in points {
-                    push(p.offset_ms, p.value);
-                }
+            thread_local! {
+                static SCRATCH: std::cell::RefCell<crate::codec::compressed::Scratch> = Default::default();
+            }
+            let ok = SCRATCH.with(|scratch| {
+                crate::codec::compressed::decode_with(v, &mut scratch.borrow_mut(), |p| {
+                    push(p.offset_ms, p.value)
+                })
+                .is_ok()
+            });
+            if ok {
                 return Ok(());
             }
         }

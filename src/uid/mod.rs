@@ -129,6 +129,9 @@ struct Kind {
 
 pub struct UidTable {
     kv: Arc<dyn KvStore>,
+    /// Per-metric TTLs are configured by name; they apply once the name
+    /// has a UID.
+    retention: Arc<crate::store::retention::Retention>,
     kinds: [Kind; 3],
     auto_create: AutoCreate,
     rules: NameRules,
@@ -144,7 +147,8 @@ impl UidTable {
             write_lock: Mutex::new(()),
             stats: CacheStats::default(),
         };
-        UidTable {
+        let table = UidTable {
+            retention: store.retention().clone(),
             kv: store.kv().clone(),
             kinds: [
                 kind(UidKind::Metric),
@@ -153,7 +157,14 @@ impl UidTable {
             ],
             auto_create,
             rules,
+        };
+        let names: Vec<String> = table.retention.metric_names().map(String::from).collect();
+        for name in names {
+            if let Ok(Some(uid)) = table.lookup_id(UidKind::Metric, &name) {
+                table.retention.set_metric_uid(&name, uid);
+            }
         }
+        table
     }
 
     fn k(&self, kind: UidKind) -> &Kind {
@@ -342,6 +353,9 @@ impl UidTable {
         b.put(Table::Uid, keys::forward(kind, name), bytes);
         self.kv.write(b)?;
         self.cache_insert(k, generation, name, uid);
+        if kind == UidKind::Metric {
+            self.retention.set_metric_uid(name, uid);
+        }
         tracing::debug!(%kind, name, id = uid.id(), "assigned UID");
         Ok(Assigned::New(uid))
     }

@@ -1,0 +1,155 @@
+//! Retention: a time-to-live for data rows, per store and optionally per
+//! metric. Expired hours disappear in two ways, neither touching points
+//! one by one: reads start at the first retained hour, and the storage
+//! engine's own compaction drops expired rows (a compaction filter on the
+//! data keyspace).
+
+use std::collections::{BTreeMap, HashMap};
+
+use parking_lot::RwLock;
+
+use crate::codec::row_key::KeyLayout;
+use crate::model::Uid;
+use crate::model::time::parse_duration;
+
+/// Config key of the store-wide TTL (`30d`, `12h`, seconds; `0` = keep
+/// forever). Per-metric TTLs use `tsd.storage.ttl.<metric name>`.
+pub const TTL_KEY: &str = "tsd.storage.ttl";
+
+#[derive(Debug, Default)]
+pub struct Retention {
+    default_ttl_s: Option<u64>,
+    by_name: BTreeMap<String, u64>,
+    /// `by_name` resolved to UIDs once the UID table is available.
+    by_metric: RwLock<HashMap<Uid, u64>>,
+}
+
+fn parse_ttl(key: &str, value: &str) -> Result<Option<u64>, String> {
+    let v = value.trim();
+    if v.is_empty() || v == "0" {
+        return Ok(None);
+    }
+    if let Ok(secs) = v.parse::<u64>() {
+        return Ok(Some(secs));
+    }
+    parse_duration(v)
+        .map(|ms| Some(ms / 1000))
+        .map_err(|e| format!("{key} = '{value}': {e}"))
+}
+
+impl Retention {
+    /// Reads the TTL keys from config entries.
+    pub fn from_entries<'a>(
+        entries: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Retention, String> {
+        let mut r = Retention::default();
+        for (k, v) in entries {
+            if k == TTL_KEY {
+                r.default_ttl_s = parse_ttl(k, v)?;
+            } else if let Some(metric) = k.strip_prefix("tsd.storage.ttl.")
+                && let Some(ttl) = parse_ttl(k, v)?
+            {
+                r.by_name.insert(metric.to_string(), ttl);
+            }
+        }
+        Ok(r)
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.default_ttl_s.is_some() || !self.by_name.is_empty()
+    }
+
+    /// Metric names with their own TTL, to resolve to UIDs.
+    pub fn metric_names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
+    }
+
+    pub fn set_metric_uid(&self, name: &str, uid: Uid) {
+        if let Some(ttl) = self.by_name.get(name) {
+            self.by_metric.write().insert(uid, *ttl);
+        }
+    }
+
+    pub fn ttl(&self, metric: Uid) -> Option<u64> {
+        self.by_metric
+            .read()
+            .get(&metric)
+            .copied()
+            .or(self.default_ttl_s)
+    }
+
+    /// First hour still retained for `metric` at `now_s`: rows whose base
+    /// time is below it hold only expired points.
+    pub fn floor(&self, metric: Uid, now_s: u64) -> u32 {
+        match self.ttl(metric) {
+            None => 0,
+            Some(ttl) => {
+                let cutoff = now_s.saturating_sub(ttl);
+                (cutoff - cutoff % 3600).min(u32::MAX as u64) as u32
+            }
+        }
+    }
+
+    /// Is the data row `key` entirely older than its metric's TTL?
+    pub fn expired(&self, layout: &KeyLayout, key: &[u8], now_s: u64) -> bool {
+        if !self.is_enabled() {
+            return false;
+        }
+        let sw = layout.salt.width as usize;
+        let mw = layout.widths.metric.bytes();
+        let Some(ts) = key.get(sw + mw..sw + mw + 4) else {
+            return false;
+        };
+        let Ok(metric) = Uid::from_bytes(&key[sw..sw + mw], layout.widths.metric) else {
+            return false; // global annotations, bad keys: fsck's business
+        };
+        let base = u32::from_be_bytes([ts[0], ts[1], ts[2], ts[3]]);
+        base < self.floor(metric, now_s)
+    }
+}
+
+pub fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::row_key::Tsuid;
+    use crate::model::UidWidth;
+
+    #[test]
+    fn ttl_config_and_floors() {
+        let r = Retention::from_entries(
+            [
+                ("tsd.storage.ttl", "2h"),
+                ("tsd.storage.ttl.sys.cpu.user", "86400"),
+                ("other", "x"),
+            ]
+            .into_iter(),
+        )
+        .unwrap();
+        let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
+        r.set_metric_uid("sys.cpu.user", u(7));
+        let now = 1_357_000_000; // 00:33:20 past 1356998400 + 3600*0
+        assert_eq!(r.ttl(u(1)), Some(7200));
+        assert_eq!(r.ttl(u(7)), Some(86400));
+        // now - 2h = 1356992800 → its hour 1356991200.
+        assert_eq!(r.floor(u(1), now), 1_356_991_200);
+        let layout = KeyLayout::default();
+        let t = Tsuid::new(u(1), vec![(u(1), u(1))]).unwrap();
+        assert!(r.expired(&layout, &layout.row_key(&t, 1_356_987_600), now));
+        assert!(!r.expired(&layout, &layout.row_key(&t, 1_356_991_200), now));
+        let t7 = Tsuid::new(u(7), vec![(u(1), u(1))]).unwrap();
+        assert!(!r.expired(&layout, &layout.row_key(&t7, 1_356_987_600), now));
+        assert!(Retention::from_entries([("tsd.storage.ttl", "3x")].into_iter()).is_err());
+        assert!(
+            !Retention::from_entries([("tsd.storage.ttl", "0")].into_iter())
+                .unwrap()
+                .is_enabled()
+        );
+    }
+}
