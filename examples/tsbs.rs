@@ -1,0 +1,333 @@
+//! A TSBS-like devops load generator and query timer, speaking only
+//! OpenTSDB's wire protocols, so the same run can load rtsdb and any peer
+//! that accepts them (InfluxDB's OpenTSDB input, OpenTSDB itself).
+//!
+//! ```text
+//! cargo run --release --example tsbs -- load  127.0.0.1:4242 [telnet|http] [hosts] [hours] [connections]
+//! cargo run --release --example tsbs -- lines [hosts] [hours]        # the put lines, to stdout
+//! cargo run --release --example tsbs -- query 127.0.0.1:4242 '/api/query?...' [runs]
+//! ```
+//!
+//! Data: `hosts` hosts × 10 cpu metrics every 10 s from 2016-01-01T00:00Z,
+//! 8 tags per series (hostname, region, datacenter, rack, os, arch, team,
+//! service); gauges with one decimal that wander, and two integer
+//! counters. Deterministic: every run sends the same bytes.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const START: u64 = 1_451_606_400;
+const METRICS: [&str; 10] = [
+    "cpu.usage_user",
+    "cpu.usage_system",
+    "cpu.usage_idle",
+    "cpu.usage_nice",
+    "cpu.usage_iowait",
+    "cpu.usage_irq",
+    "cpu.usage_softirq",
+    "cpu.usage_steal",
+    "cpu.interrupts",
+    "cpu.context_switches",
+];
+const REGIONS: [&str; 9] = [
+    "us-east-1",
+    "us-west-1",
+    "us-west-2",
+    "eu-west-1",
+    "eu-central-1",
+    "ap-southeast-1",
+    "ap-southeast-2",
+    "ap-northeast-1",
+    "sa-east-1",
+];
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn tags(h: usize) -> String {
+    let region = REGIONS[h % REGIONS.len()];
+    format!(
+        "hostname=host_{h} region={region} datacenter={region}{} rack={} os={} arch={} team={} service={}",
+        ['a', 'b', 'c'][h % 3],
+        h % 100,
+        ["Ubuntu16.10", "Ubuntu16.04LTS", "Ubuntu15.10"][h % 3],
+        ["x64", "x86"][h % 2],
+        ["SF", "NYC", "LON", "CHI"][h % 4],
+        h % 20
+    )
+}
+
+/// Per-series state, so values wander from one step to the next.
+struct Series {
+    metric: usize,
+    host: usize,
+    /// Gauges: tenths; counters: the running count.
+    value: i64,
+}
+
+/// All put lines of one 10 s step, in `(host, metric)` order.
+fn step_lines(
+    series: &mut [Series],
+    host_tags: &[String],
+    t: u64,
+    rng: &mut Rng,
+    out: &mut Vec<u8>,
+    with_put: bool,
+) {
+    for s in series.iter_mut() {
+        let value = if s.metric >= 8 {
+            s.value += 1000 + (rng.next() % 500) as i64;
+            s.value.to_string()
+        } else {
+            s.value = (s.value + (rng.next() % 21) as i64 - 10).clamp(0, 1000);
+            format!("{}.{}", s.value / 10, s.value % 10)
+        };
+        if with_put {
+            out.extend_from_slice(b"put ");
+        }
+        let _ = writeln!(
+            out,
+            "{} {t} {value} {}",
+            METRICS[s.metric], host_tags[s.host]
+        );
+    }
+}
+
+fn new_series(hosts: usize) -> (Vec<Series>, Vec<String>) {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut series = Vec::with_capacity(hosts * METRICS.len());
+    for host in 0..hosts {
+        for metric in 0..METRICS.len() {
+            series.push(Series {
+                metric,
+                host,
+                value: (rng.next() % 1000) as i64,
+            });
+        }
+    }
+    (series, (0..hosts).map(tags).collect())
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> T {
+    args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("lines") => lines(arg(&args, 1, 1000), arg(&args, 2, 1)),
+        Some("load") => load(
+            &args[1],
+            args.get(2).map_or("telnet", |s| s),
+            arg(&args, 3, 1000),
+            arg(&args, 4, 1),
+            arg(&args, 5, 4),
+        ),
+        Some("query") => query(&args[1], &args[2], arg(&args, 3, 20)),
+        _ => {
+            eprintln!(
+                "usage: tsbs load ADDR [telnet|http] [hosts] [hours] [connections] | tsbs lines [hosts] [hours] | tsbs query ADDR PATH [runs]"
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
+fn lines(hosts: usize, hours: u64) {
+    let (mut series, host_tags) = new_series(hosts);
+    let mut rng = Rng(42);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut buf = Vec::with_capacity(1 << 20);
+    for step in 0..hours * 360 {
+        buf.clear();
+        step_lines(
+            &mut series,
+            &host_tags,
+            START + step * 10,
+            &mut rng,
+            &mut buf,
+            false,
+        );
+        if out.write_all(&buf).is_err() {
+            return;
+        }
+    }
+}
+
+/// Sends every step to `connections` sockets, each carrying a fixed share
+/// of the hosts, and prints points/s.
+fn load(addr: &str, protocol: &str, hosts: usize, hours: u64, connections: usize) {
+    let connections = connections.clamp(1, hosts);
+    let started = Instant::now();
+    let total: u64 = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..connections)
+            .map(|c| {
+                scope.spawn(move || {
+                    // This connection's hosts: c, c + connections, ...
+                    let mine: Vec<usize> = (c..hosts).step_by(connections).collect();
+                    let (all, host_tags) = new_series(hosts);
+                    let mut series: Vec<Series> =
+                        all.into_iter().filter(|s| mine.contains(&s.host)).collect();
+                    let mut rng = Rng(42 + c as u64);
+                    let mut stream =
+                        TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+                    stream.set_nodelay(true).ok();
+                    let mut sent = 0u64;
+                    let mut buf = Vec::with_capacity(1 << 20);
+                    for step in 0..hours * 360 {
+                        let t = START + step * 10;
+                        buf.clear();
+                        if protocol == "http" {
+                            http_put(&mut stream, &mut series, &host_tags, t, &mut rng);
+                        } else {
+                            step_lines(&mut series, &host_tags, t, &mut rng, &mut buf, true);
+                            stream.write_all(&buf).expect("write");
+                        }
+                        sent += series.len() as u64;
+                    }
+                    if protocol != "http" {
+                        // Half-close, then wait for the server to close: it
+                        // has read every line by then.
+                        stream.shutdown(std::net::Shutdown::Write).ok();
+                        stream.set_read_timeout(Some(Duration::from_secs(120))).ok();
+                        let mut rest = Vec::new();
+                        stream.read_to_end(&mut rest).ok();
+                    }
+                    sent
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("worker")).sum()
+    });
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{total} points in {secs:.2} s: {:.0} points/s ({protocol}, {connections} connections)",
+        total as f64 / secs
+    );
+}
+
+/// One step's points as a JSON array in one `/api/put` request.
+fn http_put(
+    stream: &mut TcpStream,
+    series: &mut [Series],
+    host_tags: &[String],
+    t: u64,
+    rng: &mut Rng,
+) {
+    let mut lines = Vec::new();
+    step_lines(series, host_tags, t, rng, &mut lines, false);
+    let mut body = String::from("[");
+    for (i, line) in lines
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .enumerate()
+    {
+        let line = std::str::from_utf8(line).expect("ascii");
+        let mut words = line.split(' ');
+        let (m, ts, v) = (
+            words.next().unwrap_or(""),
+            words.next().unwrap_or(""),
+            words.next().unwrap_or(""),
+        );
+        let tags: Vec<String> = words
+            .filter_map(|w| w.split_once('='))
+            .map(|(k, v)| format!("\"{k}\":\"{v}\""))
+            .collect();
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&format!(
+            "{{\"metric\":\"{m}\",\"timestamp\":{ts},\"value\":{v},\"tags\":{{{}}}}}",
+            tags.join(",")
+        ));
+    }
+    body.push(']');
+    let req = format!(
+        "POST /api/put HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).expect("write");
+    let (status, _) = read_response(stream);
+    assert!(status == 204 || status == 200, "/api/put answered {status}");
+}
+
+/// Reads one HTTP/1.1 response with a Content-Length (or none) body.
+fn read_response(stream: &mut TcpStream) -> (u16, Vec<u8>) {
+    let mut reader = BufReader::new(stream);
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).expect("status line");
+    let status: u16 = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let mut len = 0usize;
+    let mut chunked = false;
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).expect("header");
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let lower = h.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
+            chunked = true;
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).expect("chunk size");
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            let mut chunk = vec![0; n + 2];
+            reader.read_exact(&mut chunk).expect("chunk");
+            body.extend_from_slice(&chunk[..n]);
+            if n == 0 {
+                break;
+            }
+        }
+    } else {
+        body.resize(len, 0);
+        reader.read_exact(&mut body).expect("body");
+    }
+    (status, body)
+}
+
+/// Times a GET over one keep-alive connection; prints median and p90.
+fn query(addr: &str, path: &str, runs: usize) {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: bench\r\nAccept: application/json\r\n\r\n");
+    let mut times = Vec::with_capacity(runs);
+    let mut size = 0;
+    for i in 0..runs + 2 {
+        let t = Instant::now();
+        stream.write_all(req.as_bytes()).expect("write");
+        let (status, body) = read_response(&mut stream);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        if i >= 2 {
+            times.push(t.elapsed());
+        }
+        size = body.len();
+    }
+    times.sort();
+    println!(
+        "median {:.3} ms  p90 {:.3} ms  ({size} bytes)",
+        times[runs / 2].as_secs_f64() * 1000.0,
+        times[runs * 9 / 10].as_secs_f64() * 1000.0
+    );
+}
