@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Side-by-side comparison of rtsdb and InfluxDB 1.6 on the same TSBS-like
+# devops data, loaded by the same loader over the same OpenTSDB protocol.
+#
+#   bash bench/compare-influxdb.sh            # 1,000 hosts x 10 metrics, 1 h at 10 s
+#   HOURS=6 PROTO=http bash bench/compare-influxdb.sh
+#
+# Prints, for each database: points/s, server CPU seconds during the load,
+# peak RSS, bytes per point on disk after both have settled, and the median
+# latency of four queries (avg 1m-avg over all hosts; the same for one host;
+# the same grouped by region; sum of rate over all hosts).
+# Needs root (or sudo) the first time, to `apt-get install influxdb`.
+set -euo pipefail
+
+HOSTS=${HOSTS:-1000}
+HOURS=${HOURS:-1}
+PROTO=${PROTO:-telnet}
+CONNS=${CONNS:-4}
+RUNS=${RUNS:-20}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${WORK:-$(mktemp -d /tmp/rtsdb-compare.XXXXXX)}
+START=1451606400
+END=$((START + 3600))
+
+cd "$ROOT"
+cargo build --release --quiet --bin tsdb --example tsbs
+TSDB=$ROOT/target/release/tsdb
+TSBS=$ROOT/target/release/examples/tsbs
+
+if ! command -v influxd >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then apt-get install -y influxdb >/dev/null; else sudo apt-get install -y influxdb >/dev/null; fi
+fi
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+cpu_seconds() { awk -v t="$(getconf CLK_TCK)" '{printf "%.1f", ($14+$15)/t}' "/proc/$1/stat"; }
+peak_rss_mb() { awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
+disk_bytes() { du -s --block-size=1 "$@" | awk '{s+=$1} END {print s}'; }
+wait_port() { for _ in $(seq 1 200); do (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
+urlenc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$1"; }
+median_of() { "$TSBS" query "127.0.0.1:$1" "$2" "$RUNS" | awk '{print $2}'; }
+
+POINTS=$((HOSTS * 10 * HOURS * 360))
+declare -A R
+
+# ---------------------------------------------------------------- InfluxDB
+IHTTP=$(free_port); IOTSDB=$(free_port)
+mkdir -p "$WORK/influx"
+cat > "$WORK/influx.conf" <<CONF
+reporting-disabled = true
+bind-address = "127.0.0.1:$(free_port)"
+[meta]
+  dir = "$WORK/influx/meta"
+[data]
+  dir = "$WORK/influx/data"
+  wal-dir = "$WORK/influx/wal"
+  cache-snapshot-write-cold-duration = "5s"
+  compact-full-write-cold-duration = "10s"
+  query-log-enabled = false
+[http]
+  bind-address = "127.0.0.1:$IHTTP"
+  log-enabled = false
+[[opentsdb]]
+  enabled = true
+  bind-address = "127.0.0.1:$IOTSDB"
+  database = "tsbs"
+  batch-size = 5000
+  batch-timeout = "1s"
+CONF
+influxd -config "$WORK/influx.conf" > "$WORK/influx.log" 2>&1 &
+IPID=$!
+trap 'kill $IPID ${RPID:-} 2>/dev/null || true' EXIT
+wait_port "$IHTTP"; wait_port "$IOTSDB"
+curl -s -XPOST "http://127.0.0.1:$IHTTP/query" --data-urlencode "q=CREATE DATABASE tsbs" >/dev/null
+c0=$(cpu_seconds $IPID)
+R[influx_load]=$("$TSBS" load "127.0.0.1:$IOTSDB" "$PROTO" "$HOSTS" "$HOURS" "$CONNS")
+# The OpenTSDB input batches asynchronously: wait until every point landed.
+for _ in $(seq 1 600); do
+  n=$(curl -s "http://127.0.0.1:$IHTTP/query?db=tsbs" --data-urlencode 'q=SELECT count("value") FROM /cpu\..*/' | python3 -c 'import json,sys; r=json.load(sys.stdin)["results"][0]; print(sum(s["values"][0][1] for s in r.get("series",[])))' 2>/dev/null || echo 0)
+  [ "$n" -ge "$POINTS" ] && break; sleep 1
+done
+R[influx_cpu]=$(awk -v a="$c0" -v b="$(cpu_seconds $IPID)" 'BEGIN{printf "%.1f", b-a}')
+R[influx_rss]=$(peak_rss_mb $IPID)
+range="time >= ${START}s AND time < ${END}s"
+iq() { echo "/query?db=tsbs&epoch=ms&q=$(urlenc "$1")"; }
+R[influx_q1]=$(median_of "$IHTTP" "$(iq "SELECT mean(\"value\") FROM \"cpu.usage_user\" WHERE $range GROUP BY time(1m)")")
+R[influx_q2]=$(median_of "$IHTTP" "$(iq "SELECT mean(\"value\") FROM \"cpu.usage_user\" WHERE $range AND \"hostname\"='host_42' GROUP BY time(1m)")")
+R[influx_q3]=$(median_of "$IHTTP" "$(iq "SELECT mean(\"value\") FROM \"cpu.usage_user\" WHERE $range GROUP BY time(1m), \"region\"")")
+R[influx_q4]=$(median_of "$IHTTP" "$(iq "SELECT sum(\"d\") FROM (SELECT derivative(\"value\", 1s) AS d FROM \"cpu.usage_user\" WHERE $range GROUP BY \"hostname\") WHERE $range GROUP BY time(10s)")")
+# Settle: cold shards are snapshotted and fully compacted after these delays.
+sleep 30
+kill $IPID; wait $IPID 2>/dev/null || true
+R[influx_bytes]=$(disk_bytes "$WORK/influx")
+
+# ------------------------------------------------------------------ rtsdb
+RPORT=$(free_port)
+"$TSDB" tsd --port "$RPORT" --data-dir "$WORK/rtsdb" --auto-metric > "$WORK/rtsdb.log" 2>&1 &
+RPID=$!
+wait_port "$RPORT"
+c0=$(cpu_seconds $RPID)
+R[rtsdb_load]=$("$TSBS" load "127.0.0.1:$RPORT" "$PROTO" "$HOSTS" "$HOURS" "$CONNS")
+R[rtsdb_cpu]=$(awk -v a="$c0" -v b="$(cpu_seconds $RPID)" 'BEGIN{printf "%.1f", b-a}')
+R[rtsdb_rss]=$(peak_rss_mb $RPID)
+rq() { echo "/api/query?start=$START&end=$END&m=$(urlenc "$1")"; }
+R[rtsdb_q1]=$(median_of "$RPORT" "$(rq "avg:1m-avg:cpu.usage_user")")
+R[rtsdb_q2]=$(median_of "$RPORT" "$(rq "avg:1m-avg:cpu.usage_user{hostname=host_42}")")
+R[rtsdb_q3]=$(median_of "$RPORT" "$(rq "avg:1m-avg:cpu.usage_user{region=*}")")
+R[rtsdb_q4]=$(median_of "$RPORT" "$(rq "sum:rate:cpu.usage_user")")
+# Settle: a graceful stop writes every buffered row; then the engine's own
+# compaction runs.
+kill -TERM $RPID; wait $RPID 2>/dev/null || true
+"$TSDB" --data-dir "$WORK/rtsdb" fsck --full-scan --compact > "$WORK/rtsdb-fsck.log" 2>&1 || true
+R[rtsdb_bytes]=$(disk_bytes "$WORK/rtsdb")
+
+rate() { echo "$1" | awk '{printf "%.0f", $5}'; }
+bpp() { awk -v b="$1" -v p="$POINTS" 'BEGIN{printf "%.2f", b/p}'; }
+echo
+echo "$(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r); $HOSTS hosts x 10 metrics x ${HOURS} h at 10 s = $POINTS points, $PROTO, $CONNS connections"
+echo
+echo "| | rtsdb | InfluxDB 1.6 |"
+echo "|---|---|---|"
+echo "| ingest, points/s | $(rate "${R[rtsdb_load]}") | $(rate "${R[influx_load]}") |"
+echo "| server CPU seconds for the load | ${R[rtsdb_cpu]} | ${R[influx_cpu]} |"
+echo "| peak RSS, MB | ${R[rtsdb_rss]} | ${R[influx_rss]} |"
+echo "| bytes per point on disk (everything) | $(bpp "${R[rtsdb_bytes]}") | $(bpp "${R[influx_bytes]}") |"
+echo "| avg 1m-avg, all hosts, ms | ${R[rtsdb_q1]} | ${R[influx_q1]} |"
+echo "| avg 1m-avg, one host, ms | ${R[rtsdb_q2]} | ${R[influx_q2]} |"
+echo "| avg 1m-avg by region, ms | ${R[rtsdb_q3]} | ${R[influx_q3]} |"
+echo "| sum of rate, all hosts, ms | ${R[rtsdb_q4]} | ${R[influx_q4]} |"
+echo
+echo "work dir: $WORK"
