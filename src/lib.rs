@@ -9,6 +9,10 @@
 //! - [`store`]: a store on disk: its recorded layout, tables and rows.
 //! - [`uid`]: UID assignment, lookup with caches, rename and delete.
 //! - [`config`]: `opentsdb.conf` properties and OpenTSDB's defaults.
+//! - [`write`]: the write path: series cache, write-ahead log, in-memory
+//!   hour buffers flushed as whole rows, reads merged with the buffers.
+//! - [`tsd`]: the server: one port for telnet and HTTP.
+//! - [`version`]: build facts reported by `version` and `/api/version`.
 //! - [`cli`]: the `tsdb` command line.
 
 pub mod cli;
@@ -17,4 +21,7 @@ pub mod config;
 pub mod model;
 pub mod storage;
 pub mod store;
+pub mod tsd;
 pub mod uid;
+pub mod version;
+pub mod write;

@@ -3,6 +3,7 @@
 
 pub mod query_args;
 pub mod scan;
+pub mod tsd;
 pub mod uid;
 
 use std::io::Write;
@@ -47,6 +48,8 @@ pub enum Command {
     },
     /// Dump raw rows of a query's series (OpenTSDB's `tsdb scan`).
     Scan(scan::ScanArgs),
+    /// Run the TSD: telnet and HTTP on one port (OpenTSDB's `tsdb tsd`).
+    Tsd(tsd::TsdArgs),
     /// Print version information.
     Version,
 }
@@ -97,6 +100,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
             )
         }
         Command::Scan(args) => scan::run(&ctx, args, out, err),
+        Command::Tsd(args) => tsd::run(ctx, args, out),
         Command::Version => {
             writeln!(out, "{}", version_lines())?;
             Ok(0)
@@ -106,9 +110,5 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
 
 /// OpenTSDB's two `version` lines, with rtsdb's own build facts.
 pub fn version_lines() -> String {
-    format!(
-        "net.opentsdb.tools BuildData built at revision {} (MINT)\nBuilt on {} by rtsdb@localhost:rtsdb",
-        env!("CARGO_PKG_VERSION"),
-        "rtsdb"
-    )
+    crate::version::version_lines()
 }
