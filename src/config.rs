@@ -32,6 +32,9 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.network.tcp_no_delay", "true"),
     ("tsd.network.keep_alive", "true"),
     ("tsd.network.reuse_address", "true"),
+    ("tsd.network.backlog", ""),
+    // rtsdb: longest telnet line accepted (OpenTSDB's fixed 1024).
+    ("tsd.network.max_line_length", "1024"),
     ("tsd.core.socket.timeout", "0"),
     ("tsd.core.connections.limit", "0"),
     ("tsd.mode", "rw"),
@@ -48,6 +51,10 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.core.stats_with_port", "false"),
     ("tsd.core.bulk.allow_out_of_order_timestamps", "false"),
     ("tsd.storage.flush_interval", "1000"),
+    // rtsdb: points held in memory before hours are flushed early.
+    ("tsd.storage.buffer.max_points", "2000000"),
+    // rtsdb: WAL bytes on disk that trigger a full flush (checkpoint).
+    ("tsd.storage.wal.max_bytes", "536870912"),
     ("tsd.storage.enable_compaction", "true"),
     ("tsd.storage.fix_duplicates", "true"),
     ("tsd.storage.enable_appends", "false"),
@@ -79,6 +86,8 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.query.limits.data_points.default", "0"),
     ("tsd.rpc.telnet.return_errors", "true"),
     ("tsd.stats.canonical", "false"),
+    ("tsd.http.staticroot", ""),
+    ("tsd.http.cachedir", ""),
     (DATA_DIR_KEY, DEFAULT_DATA_DIR),
     ("tsd.storage.row_encoding", "compressed"),
 ];

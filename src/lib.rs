@@ -11,6 +11,10 @@
 //! - [`index`]: the series index (metric and tag pairs → series).
 //! - [`query`]: `/api/query` and `/api/query/last` semantics as a library.
 //! - [`config`]: `opentsdb.conf` properties and OpenTSDB's defaults.
+//! - [`write`]: the write path: series cache, write-ahead log, in-memory
+//!   hour buffers flushed as whole rows, reads merged with the buffers.
+//! - [`tsd`]: the server: one port for telnet and HTTP.
+//! - [`version`]: build facts reported by `version` and `/api/version`.
 //! - [`cli`]: the `tsdb` command line.
 
 pub mod cli;
@@ -21,4 +25,7 @@ pub mod model;
 pub mod query;
 pub mod storage;
 pub mod store;
+pub mod tsd;
 pub mod uid;
+pub mod version;
+pub mod write;

@@ -18,9 +18,9 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let stdout = std::io::stdout();
-    let stderr = std::io::stderr();
-    let code = match rtsdb::cli::run(cli, &mut stdout.lock(), &mut stderr.lock()) {
+    // Unlocked handles: the TSD logs to stderr from other threads while
+    // `run` is still running, so holding the stderr lock here would block them.
+    let code = match rtsdb::cli::run(cli, &mut std::io::stdout(), &mut std::io::stderr()) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -5,6 +5,7 @@ pub mod fsck;
 pub mod query;
 pub mod query_args;
 pub mod scan;
+pub mod tsd;
 pub mod uid;
 pub mod uid_fsck;
 
@@ -54,6 +55,8 @@ pub enum Command {
     Query(query::QueryArgs),
     /// Check data rows for errors and optionally fix them (OpenTSDB's `tsdb fsck`).
     Fsck(fsck::FsckArgs),
+    /// Run the TSD: telnet and HTTP on one port (OpenTSDB's `tsdb tsd`).
+    Tsd(tsd::TsdArgs),
     /// Print version information.
     Version,
 }
@@ -106,6 +109,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
         Command::Scan(args) => scan::run(&ctx, args, out, err),
         Command::Fsck(args) => fsck::run(&ctx, args, out, err),
         Command::Query(args) => query::run(&ctx, args, out, err),
+        Command::Tsd(args) => tsd::run(ctx, args, out),
         Command::Version => {
             writeln!(out, "{}", version_lines())?;
             Ok(0)
@@ -115,9 +119,5 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
 
 /// OpenTSDB's two `version` lines, with rtsdb's own build facts.
 pub fn version_lines() -> String {
-    format!(
-        "net.opentsdb.tools BuildData built at revision {} (MINT)\nBuilt on {} by rtsdb@localhost:rtsdb",
-        env!("CARGO_PKG_VERSION"),
-        "rtsdb"
-    )
+    crate::version::version_lines()
 }

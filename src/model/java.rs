@@ -91,6 +91,115 @@ pub fn map_to_string<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) ->
     format!("{{{}}}", body.join(", "))
 }
 
+/// `Tags.parseLong`: strict decimal (optional sign, at most 19 digits, or
+/// 20 with the sign), no whitespace. The error is the
+/// `NumberFormatException` message OpenTSDB sends back verbatim.
+pub fn parse_long(s: &str) -> Result<i64, String> {
+    let chars: Vec<char> = s.chars().collect();
+    let n = chars.len();
+    if n == 0 {
+        return Err("Empty string".into());
+    }
+    let mut c = chars[0];
+    let mut i = 1;
+    if c == '+' || c == '-' {
+        if n == 1 {
+            return Err(format!("Just a sign, no value: {s}"));
+        } else if n > 20 {
+            return Err(format!("Value too long: {s}"));
+        }
+        c = chars[1];
+        i = 2;
+    } else if n > 19 {
+        return Err(format!("Value too long: {s}"));
+    }
+    // Accumulated negated, as Java does, so that i64::MIN parses.
+    let mut v: i64 = 0;
+    loop {
+        if c.is_ascii_digit() {
+            v = v.wrapping_sub(c as i64 - '0' as i64);
+        } else {
+            return Err(format!("Invalid character '{c}' in {s}"));
+        }
+        if i == n {
+            break;
+        }
+        v = v.wrapping_mul(10);
+        c = chars[i];
+        i += 1;
+    }
+    if v > 0 {
+        Err(format!("Overflow in {s}"))
+    } else if chars[0] == '-' {
+        Ok(v)
+    } else if v == i64::MIN {
+        Err(format!("Overflow in {s}"))
+    } else {
+        Ok(-v)
+    }
+}
+
+/// `Tags.looksLikeInteger`: no `.`, `e` or `E`.
+pub fn looks_like_integer(s: &str) -> bool {
+    !s.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))
+}
+
+/// `Double.parseDouble` for decimal input: surrounding whitespace (chars
+/// up to U+0020) trimmed, optional sign, `NaN`, `Infinity`, digits with an
+/// optional fraction and exponent, optional `f`/`F`/`d`/`D` suffix. Hex
+/// floats are not supported. The error is Java's message.
+pub fn parse_double(s: &str) -> Result<f64, String> {
+    let bad = || format!("For input string: \"{s}\"");
+    let t = s.trim_matches(|c: char| c <= ' ');
+    if t.is_empty() {
+        return Err(if s.is_empty() {
+            "empty String".into()
+        } else {
+            bad()
+        });
+    }
+    let (neg, body) = match t.as_bytes()[0] {
+        b'-' => (true, &t[1..]),
+        b'+' => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let signed = |v: f64| if neg { -v } else { v };
+    match body {
+        "NaN" => return Ok(f64::NAN),
+        "Infinity" => return Ok(signed(f64::INFINITY)),
+        _ => {}
+    }
+    let body = body.strip_suffix(['f', 'F', 'd', 'D']).unwrap_or(body);
+    let b = body.as_bytes();
+    let mut i = 0;
+    let int_digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    i += int_digits;
+    let mut frac_digits = 0;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        frac_digits = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        i += frac_digits;
+    }
+    if int_digits + frac_digits == 0 {
+        return Err(bad());
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let exp_digits = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if exp_digits == 0 {
+            return Err(bad());
+        }
+        i += exp_digits;
+    }
+    if i != b.len() {
+        return Err(bad());
+    }
+    body.parse::<f64>().map(signed).map_err(|_| bad())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +239,60 @@ mod tests {
         // prints {type=put, fqdn=x} (OpenTSDB's own CLI doc example).
         assert_eq!(hashmap_order(&["fqdn", "type"], 2), vec!["type", "fqdn"]);
         assert_eq!(map_to_string([("a", "1"), ("b", "2")]), "{a=1, b=2}");
+    }
+    #[test]
+    fn parse_long_like_tags() {
+        assert_eq!(parse_long("42"), Ok(42));
+        assert_eq!(parse_long("-42"), Ok(-42));
+        assert_eq!(parse_long("+7"), Ok(7));
+        assert_eq!(parse_long("9223372036854775807"), Ok(i64::MAX));
+        assert_eq!(parse_long("-9223372036854775808"), Ok(i64::MIN));
+        assert_eq!(
+            parse_long("9223372036854775808").unwrap_err(),
+            "Overflow in 9223372036854775808"
+        );
+        assert_eq!(
+            parse_long("99999999999999999999").unwrap_err(),
+            "Value too long: 99999999999999999999"
+        );
+        assert_eq!(parse_long("").unwrap_err(), "Empty string");
+        assert_eq!(parse_long("-").unwrap_err(), "Just a sign, no value: -");
+        assert_eq!(
+            parse_long("notatime").unwrap_err(),
+            "Invalid character 'n' in notatime"
+        );
+        assert_eq!(
+            parse_long("NaN").unwrap_err(),
+            "Invalid character 'N' in NaN"
+        );
+        assert_eq!(parse_long(" 1").unwrap_err(), "Invalid character ' ' in  1");
+    }
+
+    #[test]
+    fn parse_double_like_java() {
+        assert_eq!(parse_double("1.5"), Ok(1.5));
+        assert_eq!(parse_double(" 1.5f "), Ok(1.5));
+        assert_eq!(parse_double("1e5"), Ok(1e5));
+        assert_eq!(parse_double(".5"), Ok(0.5));
+        assert_eq!(parse_double("5."), Ok(5.0));
+        assert_eq!(parse_double("-2.5d"), Ok(-2.5));
+        assert_eq!(parse_double("1e999"), Ok(f64::INFINITY));
+        assert!(parse_double("NaN").unwrap().is_nan());
+        assert_eq!(parse_double("-Infinity"), Ok(f64::NEG_INFINITY));
+        assert_eq!(
+            parse_double("inf").unwrap_err(),
+            "For input string: \"inf\""
+        );
+        assert_eq!(
+            parse_double("1.2.3").unwrap_err(),
+            "For input string: \"1.2.3\""
+        );
+        assert!(parse_double("e5").is_err());
+        assert!(parse_double("1e").is_err());
+        assert!(parse_double(".").is_err());
+        assert_eq!(parse_double("").unwrap_err(), "empty String");
+        assert!(looks_like_integer("42"));
+        assert!(!looks_like_integer("4.2"));
+        assert!(!looks_like_integer("1E3"));
     }
 }

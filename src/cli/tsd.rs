@@ -1,0 +1,165 @@
+//! `tsdb tsd`: starts the TSD with OpenTSDB's command-line flags, which
+//! override the configuration file. With no file and no flags it serves
+//! 127.0.0.1:4242 over a store in `--data-dir`.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::tsd::{Server, TsdConfig, TsdState};
+use crate::write::{Writer, WriterOptions};
+
+use super::Context;
+
+#[derive(Debug, Args)]
+pub struct TsdArgs {
+    /// TCP port to listen on (tsd.network.port; 0 picks a free one).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Address to bind to (tsd.network.bind; default 127.0.0.1).
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Create metrics on first write (tsd.core.auto_create_metrics).
+    #[arg(long)]
+    pub auto_metric: bool,
+    /// rw, ro or wo (tsd.mode).
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// Same as --mode=ro.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Maximum open connections, 0 = unlimited (tsd.core.connections.limit).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// WAL fsync period in milliseconds (tsd.storage.flush_interval).
+    #[arg(long)]
+    pub flush_interval: Option<u64>,
+    /// Close connections idle this many seconds (tsd.core.socket.timeout).
+    #[arg(long)]
+    pub socket_timeout: Option<u64>,
+    /// Disable the legacy UI endpoints (tsd.core.enable_ui=false).
+    #[arg(long)]
+    pub disable_ui: bool,
+    /// Disable /api endpoints (tsd.core.enable_api=false).
+    #[arg(long)]
+    pub disable_api: bool,
+    /// Runtime worker threads (tsd.network.worker_threads).
+    #[arg(long)]
+    pub worker_threads: Option<usize>,
+    /// Accepted for compatibility (tsd.network.backlog).
+    #[arg(long)]
+    pub backlog: Option<u32>,
+    /// Accepted for compatibility (tsd.http.staticroot).
+    #[arg(long)]
+    pub staticroot: Option<String>,
+    /// Accepted for compatibility (tsd.http.cachedir).
+    #[arg(long)]
+    pub cachedir: Option<String>,
+}
+
+impl TsdArgs {
+    fn apply(&self, ctx: &mut Context) {
+        let c = &mut ctx.config;
+        if let Some(p) = self.port {
+            c.set("tsd.network.port", &p.to_string());
+        }
+        if let Some(b) = &self.bind {
+            c.set("tsd.network.bind", b);
+        }
+        if self.auto_metric {
+            c.set("tsd.core.auto_create_metrics", "true");
+        }
+        if let Some(m) = &self.mode {
+            c.set("tsd.mode", m);
+        }
+        if self.read_only {
+            c.set("tsd.mode", "ro");
+        }
+        if let Some(n) = self.max_connections {
+            c.set("tsd.core.connections.limit", &n.to_string());
+        }
+        if let Some(ms) = self.flush_interval {
+            c.set("tsd.storage.flush_interval", &ms.to_string());
+        }
+        if let Some(s) = self.socket_timeout {
+            c.set("tsd.core.socket.timeout", &s.to_string());
+        }
+        if self.disable_ui {
+            c.set("tsd.core.enable_ui", "false");
+        }
+        if self.disable_api {
+            c.set("tsd.core.enable_api", "false");
+        }
+        if let Some(n) = self.worker_threads {
+            c.set("tsd.network.worker_threads", &n.to_string());
+        }
+        if let Some(n) = self.backlog {
+            c.set("tsd.network.backlog", &n.to_string());
+        }
+        if let Some(s) = &self.staticroot {
+            c.set("tsd.http.staticroot", s);
+        }
+        if let Some(s) = &self.cachedir {
+            c.set("tsd.http.cachedir", s);
+        }
+    }
+}
+
+/// The write path's options from the configuration.
+pub fn writer_options(c: &crate::config::Config) -> anyhow::Result<WriterOptions> {
+    let mut o = WriterOptions::default();
+    if let Some(ms) = c.get_int::<u64>("tsd.storage.flush_interval")? {
+        o.flush_interval = Duration::from_millis(ms.max(1));
+        o.wal.flush_interval = o.flush_interval;
+    }
+    if let Some(n) = c.get_int::<usize>("tsd.storage.buffer.max_points")? {
+        o.max_buffered_points = n.max(1000);
+    }
+    if let Some(n) = c.get_int::<u64>("tsd.storage.wal.max_bytes")? {
+        o.wal_max_bytes = n;
+    }
+    if let Some(n) = c.get_int::<usize>("tsd.storage.max_tags")? {
+        anyhow::ensure!(n >= 1, "tsd.storage.max_tags must be at least 1");
+        o.max_tags = n;
+    }
+    Ok(o)
+}
+
+/// Opens the store and write path and builds the server state.
+pub fn build_state(ctx: &Context) -> anyhow::Result<Arc<TsdState>> {
+    let config = TsdConfig::from_config(&ctx.config)?;
+    let store = ctx.open_store()?;
+    let uids = Arc::new(ctx.uid_table(&store));
+    let writer = Writer::open(
+        store,
+        uids,
+        &ctx.config.data_dir(),
+        writer_options(&ctx.config)?,
+    )?;
+    Ok(Arc::new(TsdState::new(config, ctx.config.clone(), writer)))
+}
+
+pub fn run(mut ctx: Context, args: TsdArgs, out: &mut dyn Write) -> anyhow::Result<i32> {
+    args.apply(&mut ctx);
+    let cfg = TsdConfig::from_config(&ctx.config)?;
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.enable_all();
+    if let Some(n) = cfg.worker_threads.filter(|n| *n > 0) {
+        rt.worker_threads(n);
+    }
+    let rt = rt.build()?;
+    let state = build_state(&ctx)?;
+    rt.block_on(async {
+        let handle = Server::start(state.clone()).await?;
+        tracing::info!(addr = %handle.addr, data_dir = %ctx.config.data_dir().display(), "Ready to serve on {}", handle.addr);
+        writeln!(out, "Ready to serve on {}", handle.addr)?;
+        out.flush()?;
+        crate::tsd::server::wait_for_signal(state.clone()).await;
+        handle.wait().await?;
+        tracing::info!("TSD stopped");
+        anyhow::Ok(())
+    })?;
+    Ok(0)
+}

@@ -1,0 +1,94 @@
+//! `/api/query` and `/api/query/last`: request parsing, execution and
+//! rendering live in `crate::query`; this file maps HTTP onto them.
+
+use std::sync::Arc;
+
+use hyper::Method;
+
+use super::{Reply, method_not_allowed};
+use crate::query::{self, QueryContext, QueryError, QueryLimits};
+use crate::tsd::TsdState;
+
+fn context(state: &TsdState) -> QueryContext<'_> {
+    let w = &state.writer;
+    let mut ctx = QueryContext::new(&**w, w.uids(), w.index());
+    let cfg = &state.settings;
+    ctx.limits = QueryLimits::from_config(cfg);
+    ctx.skip_unresolved_tagvs = cfg.get_bool("tsd.query.skip_unresolved_tagvs");
+    ctx.allow_delete = cfg.get_bool("tsd.http.query.allow_delete");
+    if let Ok(tz) = cfg.get_string("tsd.core.timezone").parse() {
+        ctx.default_tz = tz;
+    }
+    ctx
+}
+
+fn error(e: QueryError) -> Reply {
+    Reply::json(e.status(), e.to_json().to_string())
+}
+
+/// Runs a query off the async workers: queries are CPU-bound.
+async fn blocking(
+    state: &Arc<TsdState>,
+    f: impl FnOnce(&TsdState) -> Reply + Send + 'static,
+) -> Reply {
+    let st = state.clone();
+    tokio::task::spawn_blocking(move || f(&st))
+        .await
+        .unwrap_or_else(|_| Reply::error(500, "Unexpected exception", ""))
+}
+
+/// `/api/query` (GET with `m=`/`tsuid=`, POST JSON, DELETE).
+pub(super) async fn handle(
+    state: &Arc<TsdState>,
+    method: &Method,
+    raw_query: Option<String>,
+    body: Option<Vec<u8>>,
+) -> Reply {
+    let delete = method == Method::DELETE;
+    if !(method == Method::GET || method == Method::POST || delete) {
+        return method_not_allowed(method);
+    }
+    blocking(state, move |st| {
+        let parsed = match body.as_deref() {
+            Some(b) if !b.is_empty() => query::parse_post(b),
+            _ => query::parse_get(raw_query.as_deref().unwrap_or("")),
+        };
+        let mut q = match parsed {
+            Ok(q) => q,
+            Err(e) => return error(e),
+        };
+        q.delete |= delete;
+        match query::execute(&context(st), &q) {
+            Ok(r) => Reply::json(200, r.to_json()),
+            Err(e) => error(e),
+        }
+    })
+    .await
+}
+
+/// `/api/query/last` (GET with `timeseries=`/`tsuids=`, POST JSON).
+pub(super) async fn handle_last(
+    state: &Arc<TsdState>,
+    method: &Method,
+    raw_query: Option<String>,
+    body: Option<Vec<u8>>,
+) -> Reply {
+    if !(method == Method::GET || method == Method::POST) {
+        return method_not_allowed(method);
+    }
+    blocking(state, move |st| {
+        let parsed = match body.as_deref() {
+            Some(b) if !b.is_empty() => query::parse_last_post(b),
+            _ => query::parse_last_get(raw_query.as_deref().unwrap_or("")),
+        };
+        let q = match parsed {
+            Ok(q) => q,
+            Err(e) => return error(e),
+        };
+        match query::execute_last(&context(st), &q) {
+            Ok(v) => Reply::json(200, v.to_string()),
+            Err(e) => error(e),
+        }
+    })
+    .await
+}

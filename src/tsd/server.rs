@@ -1,0 +1,272 @@
+//! The listener: one port for both protocols. The first byte of a
+//! connection decides (OpenTSDB's `DetectHttpOrRpc`): an ASCII capital
+//! letter means HTTP, anything else the telnet-style protocol.
+//!
+//! Connections over `tsd.core.connections.limit` are closed at once; idle
+//! connections are closed after `tsd.core.socket.timeout` seconds (if set).
+//! Shutdown (SIGTERM, SIGINT, `diediedie`, [`ServerHandle::shutdown`])
+//! stops accepting, lets connections finish their current work, then
+//! flushes the write path.
+
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use super::TsdState;
+use super::stats::inc;
+
+/// How long shutdown waits for open connections before closing them.
+const DRAIN: Duration = Duration::from_secs(10);
+
+pub struct Server;
+
+/// A running server.
+pub struct ServerHandle {
+    pub addr: SocketAddr,
+    pub state: Arc<TsdState>,
+    task: JoinHandle<()>,
+}
+
+impl ServerHandle {
+    /// Asks the server to stop.
+    pub fn shutdown(&self) {
+        self.state.request_shutdown();
+    }
+
+    /// Waits until the server stopped and the write path is flushed.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        let _ = self.task.await;
+        let w = self.state.writer.clone();
+        tokio::task::spawn_blocking(move || w.shutdown()).await??;
+        Ok(())
+    }
+}
+
+/// Counts an open connection for as long as it lives.
+struct ConnGuard(Arc<TsdState>);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0
+            .stats
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Server {
+    /// Binds `bind:port` (port 0 picks a free one) and starts serving.
+    pub async fn start(state: Arc<TsdState>) -> anyhow::Result<ServerHandle> {
+        let addr = format!("{}:{}", state.config.bind, state.config.port);
+        let listener = TcpListener::bind(&addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+        let addr = listener.local_addr()?;
+        state.port.store(addr.port(), Ordering::Relaxed);
+        let s = state.clone();
+        let task = tokio::spawn(accept_loop(s, listener));
+        Ok(ServerHandle { addr, state, task })
+    }
+}
+
+async fn accept_loop(state: Arc<TsdState>, listener: TcpListener) {
+    let mut shutdown = state.shutdown_signal();
+    loop {
+        let (stream, _peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    inc(&state.stats.exceptions);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = super::stopped(&mut shutdown) => break,
+        };
+        let limit = state.config.connections_limit;
+        let open = state.stats.connections_open.load(Ordering::Relaxed);
+        if limit > 0 && open as usize >= limit {
+            inc(&state.stats.connections_rejected);
+            drop(stream);
+            continue;
+        }
+        state.stats.connections_open.fetch_add(1, Ordering::Relaxed);
+        inc(&state.stats.connections_total);
+        let _ = stream.set_nodelay(true);
+        let guard = ConnGuard(state.clone());
+        tokio::spawn(async move {
+            let state = guard.0.clone();
+            handle_connection(state, stream).await;
+            drop(guard);
+        });
+    }
+    drop(listener);
+    let deadline = Instant::now() + DRAIN;
+    while state.stats.connections_open.load(Ordering::Relaxed) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn handle_connection(state: Arc<TsdState>, stream: TcpStream) {
+    let mut first = [0u8; 1];
+    let timeout = state.config.socket_timeout;
+    let mut shutdown = state.shutdown_signal();
+    let peeked = tokio::select! {
+        r = async {
+            if timeout.is_zero() {
+                stream.peek(&mut first).await.ok()
+            } else {
+                tokio::time::timeout(timeout, stream.peek(&mut first)).await.ok().and_then(|r| r.ok())
+            }
+        } => r,
+        _ = super::stopped(&mut shutdown) => None,
+    };
+    match peeked {
+        Some(n) if n > 0 => {}
+        _ => return,
+    }
+    if first[0].is_ascii_uppercase() {
+        serve_http(state, stream).await;
+    } else {
+        super::telnet::serve(state, stream).await;
+    }
+}
+
+/// Wraps a stream to remember when it last moved bytes (idle timeout).
+struct Activity<S> {
+    inner: S,
+    last: Arc<AtomicU64>,
+    epoch: Instant,
+}
+
+impl<S> Activity<S> {
+    fn touch(&self) {
+        self.last
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Activity<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if r.is_ready() {
+            self.touch();
+        }
+        r
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Activity<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if r.is_ready() {
+            self.touch();
+        }
+        r
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+async fn serve_http(state: Arc<TsdState>, stream: TcpStream) {
+    let last = Arc::new(AtomicU64::new(0));
+    let epoch = Instant::now();
+    let io = TokioIo::new(Activity {
+        inner: stream,
+        last: last.clone(),
+        epoch,
+    });
+    let st = state.clone();
+    let svc = service_fn(move |req| super::http::serve_request(st.clone(), req));
+    let mut builder = http1::Builder::new();
+    builder.keep_alive(true).timer(TokioTimer::new());
+    let timeout = state.config.socket_timeout;
+    if !timeout.is_zero() {
+        builder.header_read_timeout(timeout);
+    }
+    let mut conn = pin!(builder.serve_connection(io, svc));
+    let mut shutdown = state.shutdown_signal();
+    let mut draining = false;
+    loop {
+        let idle_check = async {
+            if timeout.is_zero() {
+                std::future::pending::<()>().await
+            } else {
+                tokio::time::sleep(timeout / 4).await
+            }
+        };
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = super::stopped(&mut shutdown), if !draining => {
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = idle_check => {
+                let idle_ms = epoch.elapsed().as_millis() as u64 - last.load(Ordering::Relaxed);
+                if idle_ms >= timeout.as_millis() as u64 {
+                    inc(&state.stats.connections_idle_closed);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Runs until SIGTERM/SIGINT or another shutdown request.
+pub async fn wait_for_signal(state: Arc<TsdState>) {
+    let mut shutdown = state.shutdown_signal();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).ok();
+        let term_fut = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = term_fut => tracing::info!("SIGTERM received; shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
+            _ = super::stopped(&mut shutdown) => tracing::info!("shutdown requested"),
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = super::stopped(&mut shutdown) => {},
+    }
+    state.request_shutdown();
+}

@@ -1,0 +1,448 @@
+//! OpenTSDB's telnet-style line protocol: framing (lines up to
+//! `max_line_length` bytes, `\n` or `\r\n`, ISO-8859-1), word splitting on
+//! single spaces, the `put` parser with OpenTSDB's exact error lines
+//! (`PutDataPointRpc.importDataPoint`), and the other line commands.
+//!
+//! Parsing is pure ([`parse_put`], [`split_lines`]); [`serve`] does the
+//! I/O: it reads a chunk, handles every complete line in it, logs the
+//! chunk's points in one WAL append, then writes the chunk's replies.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::model::Value;
+use crate::model::java::double_to_string;
+use crate::write::series::java_tags;
+use crate::write::{PendingPoint, PointError, parse_value};
+
+use super::TsdState;
+use super::stats::inc;
+
+const READ_CHUNK: usize = 64 * 1024;
+
+/// A `put` line, parsed and checked up to (not including) the series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PutLine<'a> {
+    pub metric: &'a str,
+    pub timestamp: i64,
+    pub value: Value,
+    /// In arrival order, unique keys.
+    pub tags: Vec<(&'a str, &'a str)>,
+}
+
+/// `Tags.parse`: one `k=v` word into the tag list.
+fn parse_tag<'a>(tags: &mut Vec<(&'a str, &'a str)>, word: &'a str) -> Result<(), PointError> {
+    let mut parts = word.split('=');
+    let (k, v) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(k), Some(v), None) if !k.is_empty() && !v.is_empty() => (k, v),
+        _ => return Err(PointError::IllegalArgument(format!("invalid tag: {word}"))),
+    };
+    match tags.iter().find(|t| t.0 == k) {
+        Some(t) if t.1 == v => Ok(()),
+        Some(_) => Err(PointError::IllegalArgument(format!(
+            "duplicate tag: {word}, tags={}",
+            java_tags(tags)
+        ))),
+        None => {
+            tags.push((k, v));
+            Ok(())
+        }
+    }
+}
+
+/// `importDataPoint` for the words of a `put` line (`words[0]` is `put`),
+/// in OpenTSDB's order: argument count, metric, timestamp, value, tags,
+/// value parsing, NaN/Infinity.
+pub fn parse_put<'a>(words: &[&'a str]) -> Result<PutLine<'a>, PointError> {
+    if words.len() < 5 {
+        return Err(PointError::IllegalArgument(format!(
+            "not enough arguments (need least 4, got {})",
+            words.len().saturating_sub(1)
+        )));
+    }
+    let metric = words[1];
+    if metric.is_empty() {
+        return Err(PointError::IllegalArgument("empty metric name".into()));
+    }
+    let ts_word: Cow<str> = if words[2].contains('.') {
+        Cow::Owned(words[2].replace('.', ""))
+    } else {
+        Cow::Borrowed(words[2])
+    };
+    let timestamp = crate::model::java::parse_long(&ts_word).map_err(PointError::InvalidValue)?;
+    if timestamp <= 0 {
+        return Err(PointError::IllegalArgument(format!(
+            "invalid timestamp: {timestamp}"
+        )));
+    }
+    let value_word = words[3];
+    if value_word.is_empty() {
+        return Err(PointError::IllegalArgument("empty value".into()));
+    }
+    let mut tags = Vec::with_capacity(words.len() - 4);
+    for w in &words[4..] {
+        if !w.is_empty() {
+            parse_tag(&mut tags, w)?;
+        }
+    }
+    let value = parse_value(value_word)?;
+    check_finite(metric, timestamp, value)?;
+    Ok(PutLine {
+        metric,
+        timestamp,
+        value,
+        tags,
+    })
+}
+
+/// `TSDB.addPoint(float|double)`'s first check.
+pub fn check_finite(metric: &str, timestamp: i64, value: Value) -> Result<(), PointError> {
+    if let Value::Float(f) = value
+        && !f.is_finite()
+    {
+        return Err(PointError::IllegalArgument(format!(
+            "value is NaN or Infinite: {} for metric={metric} timestamp={timestamp}",
+            double_to_string(f)
+        )));
+    }
+    Ok(())
+}
+
+/// Decodes a line as ISO-8859-1, as OpenTSDB does.
+pub fn decode_line(bytes: &[u8]) -> Cow<'_, str> {
+    if bytes.is_ascii() {
+        Cow::Borrowed(std::str::from_utf8(bytes).expect("ASCII is UTF-8"))
+    } else {
+        Cow::Owned(bytes.iter().map(|&b| b as char).collect())
+    }
+}
+
+/// Complete lines of `buf` (without `\n` / `\r\n`) and how many bytes
+/// they used. `Err(len)` if a line (or the unterminated rest) is longer
+/// than `max`.
+pub fn split_lines(buf: &[u8], max: usize) -> Result<(Vec<&[u8]>, usize), usize> {
+    let mut lines = Vec::new();
+    let mut start = 0;
+    while let Some(pos) = memchr(b'\n', &buf[start..]) {
+        let mut line = &buf[start..start + pos];
+        if let Some(l) = line.strip_suffix(b"\r") {
+            line = l;
+        }
+        if line.len() > max {
+            return Err(line.len());
+        }
+        lines.push(line);
+        start += pos + 1;
+    }
+    if buf.len() - start > max {
+        return Err(buf.len() - start);
+    }
+    Ok((lines, start))
+}
+
+fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
+    hay.iter().position(|&b| b == needle)
+}
+
+/// What a line asks of the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum After {
+    Continue,
+    Close,
+    Shutdown,
+}
+
+/// The commands this TSD answers, in OpenTSDB's `help` order.
+pub fn commands(state: &TsdState) -> Vec<&'static str> {
+    let mut c = Vec::new();
+    if state.config.mode.writes() {
+        c.push("put");
+    }
+    c.extend(["stats", "dropcaches", "version", "exit", "help"]);
+    if !state.config.no_diediedie {
+        c.push("diediedie");
+    }
+    c
+}
+
+struct Conn<'s> {
+    state: &'s TsdState,
+    batch: Vec<PendingPoint>,
+    out: Vec<u8>,
+    key: String,
+}
+
+impl Conn<'_> {
+    fn error_line(&mut self, e: &PointError) {
+        let s = &self.state.stats;
+        match e {
+            PointError::IllegalArgument(_) => inc(&s.illegal_arguments),
+            PointError::InvalidValue(_) => inc(&s.invalid_values),
+            PointError::UnknownName(_) => inc(&s.unknown_metrics),
+            PointError::Storage(_) => inc(&s.storage_errors),
+        }
+        if matches!(e, PointError::Storage(_)) && !self.state.config.return_errors {
+            return;
+        }
+        self.out.extend_from_slice(e.telnet_line().as_bytes());
+        self.out.push(b'\n');
+    }
+
+    fn put(&mut self, words: &[&str]) {
+        inc(&self.state.stats.telnet_puts);
+        let r = parse_put(words).and_then(|p| {
+            let (series, ts) = self.state.writer.series().resolve(
+                p.metric,
+                p.timestamp,
+                p.value,
+                &p.tags,
+                &mut self.key,
+            )?;
+            Ok(PendingPoint {
+                series,
+                ts,
+                value: p.value,
+            })
+        });
+        match r {
+            Ok(p) => self.batch.push(p),
+            Err(e) => self.error_line(&e),
+        }
+    }
+
+    /// Logs the pending points; returns what to wait for.
+    fn flush_batch(&mut self) -> Option<crate::write::Appended> {
+        if self.batch.is_empty() {
+            return None;
+        }
+        let r = self.state.writer.append(&self.batch);
+        self.batch.clear();
+        match r {
+            Ok(a) => Some(a),
+            Err(e) => {
+                self.error_line(&e);
+                None
+            }
+        }
+    }
+
+    fn line(&mut self, line: &str) -> After {
+        inc(&self.state.stats.rpc_telnet);
+        let words: Vec<&str> = line.split(' ').collect();
+        let cmd = words[0];
+        if cmd == "put" && self.state.config.mode.writes() {
+            self.put(&words);
+            return After::Continue;
+        }
+        // Other commands see the points before them.
+        self.flush_batch();
+        match cmd {
+            "version" => {
+                self.out
+                    .extend_from_slice(crate::version::version_lines().as_bytes());
+                self.out.push(b'\n');
+            }
+            "help" => {
+                let mut s = String::from("available commands: ");
+                for c in commands(self.state) {
+                    s.push_str(c);
+                    s.push(' ');
+                }
+                s.push('\n');
+                self.out.extend_from_slice(s.as_bytes());
+            }
+            "stats" => {
+                let now = chrono::Utc::now().timestamp().max(0) as u64;
+                for l in super::stats::lines(self.state, now) {
+                    self.out.extend_from_slice(l.as_bytes());
+                    self.out.push(b'\n');
+                }
+            }
+            "dropcaches" => {
+                self.state.writer.uids().drop_caches();
+                self.out.extend_from_slice(b"Caches dropped.\n");
+            }
+            "exit" => return After::Close,
+            "diediedie" if !self.state.config.no_diediedie => {
+                self.out
+                    .extend_from_slice(b"Cleaning up and exiting now.\n");
+                return After::Shutdown;
+            }
+            _ => {
+                self.out.extend_from_slice(
+                    format!("unknown command: {cmd}.  Try `help'.\n").as_bytes(),
+                );
+            }
+        }
+        After::Continue
+    }
+}
+
+/// Serves one telnet connection. `first` is the detection read's data.
+pub async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
+    let max = state.config.max_line_length;
+    let timeout = state.config.socket_timeout;
+    let mut shutdown = state.shutdown_signal();
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut conn = Conn {
+        state: &state,
+        batch: Vec::with_capacity(1024),
+        out: Vec::new(),
+        key: String::new(),
+    };
+    loop {
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        let read = async {
+            if timeout.is_zero() {
+                Some(stream.read_buf(&mut buf).await)
+            } else {
+                tokio::time::timeout(timeout, stream.read_buf(&mut buf))
+                    .await
+                    .ok()
+            }
+        };
+        let n = tokio::select! {
+            r = read => match r {
+                None => {
+                    inc(&state.stats.connections_idle_closed);
+                    return;
+                }
+                Some(Ok(0)) | Some(Err(_)) => return,
+                Some(Ok(n)) => n,
+            },
+            _ = super::stopped(&mut shutdown) => return,
+        };
+        let _ = n;
+        let mut after = After::Continue;
+        let consumed = match split_lines(&buf, max) {
+            Err(len) => {
+                inc(&state.stats.exceptions);
+                let msg = format!(
+                    "error: line too long ({len} bytes; at most {max} are accepted); closing the connection\n"
+                );
+                let _ = stream.write_all(&conn.out).await;
+                let _ = stream.write_all(msg.as_bytes()).await;
+                return;
+            }
+            Ok((lines, consumed)) => {
+                for raw in lines {
+                    let line = decode_line(raw);
+                    after = conn.line(&line);
+                    if after != After::Continue {
+                        break;
+                    }
+                }
+                consumed
+            }
+        };
+        buf.drain(..consumed);
+        let appended = conn.flush_batch();
+        if !conn.out.is_empty() {
+            if stream.write_all(&conn.out).await.is_err() {
+                return;
+            }
+            conn.out.clear();
+        }
+        if let Some(a) = appended {
+            state.writer.throttle(a).await;
+        }
+        match after {
+            After::Continue => {}
+            After::Close => return,
+            After::Shutdown => {
+                let _ = stream.flush().await;
+                state.request_shutdown();
+                return;
+            }
+        }
+        if state.shutting_down() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(line: &str) -> Result<PutLine<'_>, String> {
+        let words: Vec<&str> = line.split(' ').collect();
+        parse_put(&words).map_err(|e| e.telnet_line())
+    }
+
+    #[test]
+    fn put_errors_verbatim() {
+        assert_eq!(
+            put("put").unwrap_err(),
+            "put: illegal argument: not enough arguments (need least 4, got 0)"
+        );
+        assert_eq!(
+            put("put m 1 1").unwrap_err(),
+            "put: illegal argument: not enough arguments (need least 4, got 3)"
+        );
+        assert_eq!(
+            put("put  1356998400 1 host=a").unwrap_err(),
+            "put: illegal argument: empty metric name"
+        );
+        assert_eq!(
+            put("put m notatime 1 host=a").unwrap_err(),
+            "put: invalid value: Invalid character 'n' in notatime"
+        );
+        assert_eq!(
+            put("put m 0 1 host=a").unwrap_err(),
+            "put: illegal argument: invalid timestamp: 0"
+        );
+        assert_eq!(
+            put("put m -5 1 host=a").unwrap_err(),
+            "put: illegal argument: invalid timestamp: -5"
+        );
+        assert_eq!(
+            put("put m 1356998400  host=a").unwrap_err(),
+            "put: illegal argument: empty value"
+        );
+        assert_eq!(
+            put("put m 1356998400 1 host").unwrap_err(),
+            "put: illegal argument: invalid tag: host"
+        );
+        assert_eq!(
+            put("put m 1356998400 1 host=a=b").unwrap_err(),
+            "put: illegal argument: invalid tag: host=a=b"
+        );
+        assert_eq!(
+            put("put m 1356998400 1 host=a host=b").unwrap_err(),
+            "put: illegal argument: duplicate tag: host=b, tags={host=a}"
+        );
+        assert!(put("put m 1356998400 1 host=a host=a").is_ok());
+        assert_eq!(
+            put("put m 1356998400 NaN host=a").unwrap_err(),
+            "put: invalid value: Invalid character 'N' in NaN"
+        );
+        assert_eq!(
+            put("put m 1356998400 1e999 host=a").unwrap_err(),
+            "put: illegal argument: value is NaN or Infinite: Infinity for metric=m timestamp=1356998400"
+        );
+        assert_eq!(
+            put("put m 1356998400 1.2.3 host=a").unwrap_err(),
+            "put: invalid value: For input string: \"1.2.3\""
+        );
+        let p = put("put m 1356998400.500 1.5 host=a  dc=x").unwrap();
+        assert_eq!(p.timestamp, 1356998400500);
+        assert_eq!(p.value, Value::Float(1.5));
+        assert_eq!(p.tags, vec![("host", "a"), ("dc", "x")]);
+    }
+
+    #[test]
+    fn framing() {
+        let (lines, used) = split_lines(b"a\r\nb\npartial", 10).unwrap();
+        assert_eq!(lines, vec![&b"a"[..], &b"b"[..]]);
+        assert_eq!(used, 5);
+        assert_eq!(split_lines(b"0123456789AB\n", 10), Err(12));
+        assert_eq!(split_lines(b"0123456789AB", 10), Err(12));
+        assert_eq!(decode_line(&[0x63, 0xE9]), "c\u{e9}");
+    }
+}

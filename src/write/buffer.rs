@@ -1,0 +1,372 @@
+//! Points held in memory, per series and per hour row, until the hour is
+//! sealed and written to the store as one row.
+//!
+//! An hour of a series is sealed when:
+//! - the series has received a point for a later hour (its hour closed);
+//! - the wall clock is past the hour's end plus a grace period and the
+//!   series has been idle for a while;
+//! - memory is short (every hour but each series' newest, then everything);
+//! - the WAL asks for a checkpoint, or the TSD shuts down (everything).
+//!
+//! Points for an hour that was already written are buffered again and
+//! merged into the stored row when they are sealed: never lost.
+//!
+//! Sealed hours stay visible to readers ("in flight") until the store has
+//! them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::codec::row_key::Tsuid;
+use crate::model::Uid;
+use crate::model::point::{Timestamp, Value};
+use crate::store::read::Point;
+
+use super::series::Series;
+
+const SHARDS: usize = 64;
+/// Bit of a buffered timestamp meaning "written in seconds".
+const SECONDS_FLAG: u64 = 1 << 63;
+
+#[derive(Debug, Clone, Copy)]
+struct BufPoint {
+    /// Milliseconds, with [`SECONDS_FLAG`] for second-precision writes.
+    ts: u64,
+    value: Value,
+}
+
+impl BufPoint {
+    fn new(ts: Timestamp, value: Value) -> BufPoint {
+        let ts = match ts {
+            Timestamp::Seconds(s) => (s as u64 * 1000) | SECONDS_FLAG,
+            Timestamp::Millis(ms) => ms,
+        };
+        BufPoint { ts, value }
+    }
+
+    fn ms(self) -> u64 {
+        self.ts & !SECONDS_FLAG
+    }
+
+    fn timestamp(self) -> Timestamp {
+        if self.ts & SECONDS_FLAG != 0 {
+            Timestamp::Seconds((self.ms() / 1000) as u32)
+        } else {
+            Timestamp::Millis(self.ts)
+        }
+    }
+}
+
+struct HourBuf {
+    base: u32,
+    /// Oldest WAL segment holding one of these points.
+    min_segment: u64,
+    points: Vec<BufPoint>,
+}
+
+struct SeriesBuf {
+    series: Arc<Series>,
+    hours: Vec<HourBuf>,
+    newest_base: u32,
+    /// Coarse wall-clock second of the last insert.
+    last_insert_s: u32,
+}
+
+/// An hour row taken out of the buffer to be written.
+pub struct SealedHour {
+    pub series: Arc<Series>,
+    pub base: u32,
+    pub min_segment: u64,
+    /// Sorted, one per timestamp (the last written wins).
+    pub points: Vec<(Timestamp, Value)>,
+}
+
+/// Which hours to seal.
+#[derive(Debug, Clone, Copy)]
+pub struct SealPolicy {
+    pub now_s: u32,
+    pub grace_s: u32,
+    pub idle_s: u32,
+    /// Memory is short: seal all but each series' newest hour.
+    pub pressure: bool,
+    /// Seal everything.
+    pub everything: bool,
+}
+
+pub struct Buffer {
+    shards: Vec<Mutex<HashMap<u32, SeriesBuf>>>,
+    points: AtomicUsize,
+    clock_s: AtomicU32,
+    in_flight: Mutex<HashMap<u64, Arc<Vec<SealedHour>>>>,
+    next_batch: AtomicU64,
+}
+
+impl Default for Buffer {
+    fn default() -> Self {
+        Buffer::new()
+    }
+}
+
+/// Sorts by time and keeps the last written point of each timestamp.
+fn dedup_last_wins(mut pts: Vec<BufPoint>) -> Vec<BufPoint> {
+    pts.sort_by_key(|p| p.ms()); // stable: arrival order kept per timestamp
+    let mut out: Vec<BufPoint> = Vec::with_capacity(pts.len());
+    for p in pts {
+        match out.last_mut() {
+            Some(last) if last.ms() == p.ms() => *last = p,
+            _ => out.push(p),
+        }
+    }
+    out
+}
+
+impl Buffer {
+    pub fn new() -> Buffer {
+        Buffer {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            points: AtomicUsize::new(0),
+            clock_s: AtomicU32::new(now_s()),
+            in_flight: Mutex::new(HashMap::new()),
+            next_batch: AtomicU64::new(1),
+        }
+    }
+
+    /// Points buffered, in flight excluded.
+    pub fn points(&self) -> usize {
+        self.points.load(Ordering::Relaxed)
+    }
+
+    /// Advances the coarse clock used for idleness (called by the flusher).
+    pub fn tick(&self, now_s: u32) {
+        self.clock_s.store(now_s, Ordering::Relaxed);
+    }
+
+    pub fn insert(&self, series: &Arc<Series>, ts: Timestamp, value: Value, segment: u64) {
+        let base = ts.base_time();
+        let now = self.clock_s.load(Ordering::Relaxed);
+        let mut shard = self.shards[series.id as usize % SHARDS].lock();
+        let sb = shard.entry(series.id).or_insert_with(|| SeriesBuf {
+            series: series.clone(),
+            hours: Vec::with_capacity(2),
+            newest_base: base,
+            last_insert_s: now,
+        });
+        sb.last_insert_s = now;
+        sb.newest_base = sb.newest_base.max(base);
+        let point = BufPoint::new(ts, value);
+        match sb.hours.iter_mut().rev().find(|h| h.base == base) {
+            Some(h) => {
+                h.min_segment = h.min_segment.min(segment);
+                h.points.push(point);
+            }
+            None => sb.hours.push(HourBuf {
+                base,
+                min_segment: segment,
+                points: vec![point],
+            }),
+        }
+        drop(shard);
+        self.points.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes the hours `policy` seals; they stay readable until
+    /// [`Buffer::finish`] is called with the returned id.
+    pub fn seal(&self, policy: SealPolicy) -> (u64, Arc<Vec<SealedHour>>) {
+        let mut sealed = Vec::new();
+        let mut taken = 0;
+        for shard in &self.shards {
+            let mut shard = shard.lock();
+            shard.retain(|_, sb| {
+                let idle = policy.now_s.saturating_sub(sb.last_insert_s) >= policy.idle_s;
+                let newest = sb.newest_base;
+                let mut i = 0;
+                while i < sb.hours.len() {
+                    let h = &sb.hours[i];
+                    let closed = h.base < newest;
+                    let old = (h.base as u64 + 3600 + policy.grace_s as u64) <= policy.now_s as u64
+                        && idle;
+                    if policy.everything || closed || old || (policy.pressure && h.base < newest) {
+                        let h = sb.hours.swap_remove(i);
+                        taken += h.points.len();
+                        sealed.push(SealedHour {
+                            series: sb.series.clone(),
+                            base: h.base,
+                            min_segment: h.min_segment,
+                            points: dedup_last_wins(h.points)
+                                .into_iter()
+                                .map(|p| (p.timestamp(), p.value))
+                                .collect(),
+                        });
+                    } else {
+                        i += 1;
+                    }
+                }
+                !sb.hours.is_empty()
+            });
+        }
+        self.points.fetch_sub(taken, Ordering::Relaxed);
+        let id = self.next_batch.fetch_add(1, Ordering::Relaxed);
+        let sealed = Arc::new(sealed);
+        if !sealed.is_empty() {
+            self.in_flight.lock().insert(id, sealed.clone());
+        }
+        (id, sealed)
+    }
+
+    /// The sealed batch `id` is in the store (or was put back).
+    pub fn finish(&self, id: u64) {
+        self.in_flight.lock().remove(&id);
+    }
+
+    /// Puts a sealed hour back (its write failed).
+    pub fn put_back(&self, hour: &SealedHour) {
+        for (ts, v) in &hour.points {
+            self.insert(&hour.series, *ts, *v, hour.min_segment);
+        }
+    }
+
+    /// Oldest WAL segment that still holds points not in the store.
+    pub fn min_segment(&self) -> Option<u64> {
+        let mut min: Option<u64> = None;
+        let mut see = |s: u64| min = Some(min.map_or(s, |m: u64| m.min(s)));
+        for shard in &self.shards {
+            for sb in shard.lock().values() {
+                for h in &sb.hours {
+                    see(h.min_segment);
+                }
+            }
+        }
+        for batch in self.in_flight.lock().values() {
+            for h in batch.iter() {
+                see(h.min_segment);
+            }
+        }
+        min
+    }
+
+    /// Buffered and in-flight points of `metric`'s series in
+    /// `[start_ms, end_ms]`, sorted, one per timestamp (newest write wins).
+    pub fn read(&self, metric: Uid, start_ms: u64, end_ms: u64) -> HashMap<Tsuid, Vec<Point>> {
+        let mut raw: HashMap<Tsuid, Vec<BufPoint>> = HashMap::new();
+        let keep = |p: &BufPoint| (start_ms..=end_ms).contains(&p.ms());
+        // In-flight points are older than buffered ones: collect them first
+        // so the stable sort lets later writes win.
+        let mut batches: Vec<(u64, Arc<Vec<SealedHour>>)> = self
+            .in_flight
+            .lock()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        batches.sort_by_key(|b| b.0);
+        for (_, batch) in batches {
+            for h in batch.iter().filter(|h| h.series.tsuid.metric == metric) {
+                let dst = raw.entry(h.series.tsuid.clone()).or_default();
+                dst.extend(
+                    h.points
+                        .iter()
+                        .map(|(t, v)| BufPoint::new(*t, *v))
+                        .filter(keep),
+                );
+            }
+        }
+        for shard in &self.shards {
+            for sb in shard.lock().values() {
+                if sb.series.tsuid.metric != metric {
+                    continue;
+                }
+                let mut pts = Vec::new();
+                for h in &sb.hours {
+                    pts.extend(h.points.iter().copied().filter(keep));
+                }
+                if !pts.is_empty() {
+                    raw.entry(sb.series.tsuid.clone()).or_default().extend(pts);
+                }
+            }
+        }
+        raw.into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| {
+                let pts = dedup_last_wins(v)
+                    .into_iter()
+                    .map(|p| Point {
+                        timestamp_ms: p.ms(),
+                        value: p.value,
+                    })
+                    .collect();
+                (k, pts)
+            })
+            .collect()
+    }
+}
+
+pub fn now_s() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs().min(u32::MAX as u64) as u32)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::UidWidth;
+
+    fn series(id: u32) -> Arc<Series> {
+        let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
+        Arc::new(Series {
+            id,
+            tsuid: Tsuid::new(u(1), vec![(u(1), u(id as u64))]).unwrap(),
+            metric: "m".into(),
+            tags: vec![("host".into(), format!("h{id}").into())].into_boxed_slice(),
+            wal_segment: AtomicU64::new(0),
+            indexed_hour: AtomicU64::new(0),
+        })
+    }
+
+    fn policy() -> SealPolicy {
+        SealPolicy {
+            now_s: 1356998400 + 1800,
+            grace_s: 600,
+            idle_s: 5,
+            pressure: false,
+            everything: false,
+        }
+    }
+
+    #[test]
+    fn hours_seal_when_the_next_starts_and_reads_see_all() {
+        let b = Buffer::new();
+        let s = series(1);
+        b.insert(&s, Timestamp::Seconds(1356998400), Value::Int(1), 3);
+        b.insert(&s, Timestamp::Seconds(1356998400), Value::Int(2), 4);
+        b.insert(&s, Timestamp::Millis(1356998400500), Value::Float(0.5), 4);
+        assert_eq!(b.seal(policy()).1.len(), 0, "open hour stays");
+        b.insert(&s, Timestamp::Seconds(1357002000), Value::Int(3), 5);
+        let (id, sealed) = b.seal(policy());
+        assert_eq!(sealed.len(), 1);
+        assert_eq!(sealed[0].base, 1356998400);
+        assert_eq!(sealed[0].min_segment, 3);
+        assert_eq!(
+            sealed[0].points,
+            vec![
+                (Timestamp::Seconds(1356998400), Value::Int(2)),
+                (Timestamp::Millis(1356998400500), Value::Float(0.5)),
+            ]
+        );
+        assert_eq!(b.min_segment(), Some(3));
+        let read = b.read(s.tsuid.metric, 0, u64::MAX);
+        assert_eq!(read[&s.tsuid].len(), 3);
+        b.finish(id);
+        assert_eq!(b.min_segment(), Some(5));
+        assert_eq!(b.read(s.tsuid.metric, 0, u64::MAX)[&s.tsuid].len(), 1);
+        let (_, all) = b.seal(SealPolicy {
+            everything: true,
+            ..policy()
+        });
+        assert_eq!(all.len(), 1);
+        assert_eq!(b.points(), 0);
+    }
+}

@@ -1,0 +1,445 @@
+//! Series identity on the write path: a point's metric and tags, checked
+//! the way OpenTSDB's `TSDB.addPoint` checks them, resolved to a [`Tsuid`]
+//! once per series and cached under the series' text identity.
+//!
+//! The cache key is the metric and the tags sorted by name, so a known
+//! series costs one string build and one hash lookup per point: no UID
+//! lookup, no storage read.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+
+use crate::codec::column::encode_value;
+use crate::codec::row_key::Tsuid;
+use crate::model::java::{hashmap_order, map_to_string};
+use crate::model::point::{MAX_MILLIS, Timestamp, Value};
+use crate::model::uid::java_byte_array;
+use crate::model::{NameRules, UidKind};
+use crate::uid::{UidTable, UidTableError};
+
+const SHARDS: usize = 16;
+
+/// Why a point was refused, in OpenTSDB's exception classes: each maps to
+/// its own telnet prefix and HTTP message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PointError {
+    /// `IllegalArgumentException`: telnet `put: illegal argument: <msg>`,
+    /// HTTP the message itself.
+    IllegalArgument(String),
+    /// `NumberFormatException`: telnet `put: invalid value: <msg>`, HTTP
+    /// `Unable to parse value to a number`.
+    InvalidValue(String),
+    /// `NoSuchUniqueName`: telnet `put: unknown metric: <msg>`, HTTP
+    /// `Unknown metric`.
+    UnknownName(String),
+    /// Anything else (storage trouble, shutdown): telnet
+    /// `put: HBase error: <msg>`, HTTP `Unexpected exception`.
+    Storage(String),
+}
+
+impl PointError {
+    /// The telnet error line (without the trailing newline).
+    pub fn telnet_line(&self) -> String {
+        match self {
+            PointError::IllegalArgument(m) => format!("put: illegal argument: {m}"),
+            PointError::InvalidValue(m) => format!("put: invalid value: {m}"),
+            PointError::UnknownName(m) => format!("put: unknown metric: {m}"),
+            PointError::Storage(m) => format!("put: HBase error: {m}"),
+        }
+    }
+
+    /// The per-point `error` of `/api/put` details.
+    pub fn http_message(&self) -> String {
+        match self {
+            PointError::IllegalArgument(m) => m.clone(),
+            PointError::InvalidValue(_) => "Unable to parse value to a number".into(),
+            PointError::UnknownName(_) => "Unknown metric".into(),
+            PointError::Storage(_) => "Unexpected exception".into(),
+        }
+    }
+}
+
+impl From<UidTableError> for PointError {
+    fn from(e: UidTableError) -> Self {
+        match e {
+            UidTableError::NoSuchName { .. } => PointError::UnknownName(e.to_string()),
+            UidTableError::InvalidName(n) => PointError::IllegalArgument(n.0),
+            other => PointError::Storage(other.to_string()),
+        }
+    }
+}
+
+/// Parses a point's value text as `PutDataPointRpc` does: integer text
+/// through `Tags.parseLong`, anything with `.`/`e`/`E` through
+/// `Double.parseDouble` (stored on 4 bytes when exact as a float).
+pub fn parse_value(text: &str) -> Result<Value, PointError> {
+    use crate::model::java::{looks_like_integer, parse_double, parse_long};
+    if looks_like_integer(text) {
+        parse_long(text)
+            .map(Value::Int)
+            .map_err(PointError::InvalidValue)
+    } else {
+        parse_double(text)
+            .map(Value::Float)
+            .map_err(PointError::InvalidValue)
+    }
+}
+
+/// One series known to this process.
+#[derive(Debug)]
+pub struct Series {
+    /// Process-local number (buffer shard, WAL references).
+    pub id: u32,
+    pub tsuid: Tsuid,
+    pub metric: Box<str>,
+    /// Sorted by tag key name.
+    pub tags: Box<[(Box<str>, Box<str>)]>,
+    /// 1 + the WAL segment its definition was last logged in (0: never).
+    pub(crate) wal_segment: AtomicU64,
+    /// 1 + the latest hour recorded in the series index (0: none yet),
+    /// so the index is touched once per series and hour, not per point.
+    pub(crate) indexed_hour: AtomicU64,
+}
+
+type NewSeriesHook = Box<dyn Fn(&Tsuid) + Send + Sync>;
+
+/// The cache of known series.
+pub struct SeriesCache {
+    uids: Arc<UidTable>,
+    rules: NameRules,
+    max_tags: usize,
+    shards: Vec<RwLock<HashMap<Box<str>, Arc<Series>>>>,
+    next_id: AtomicU32,
+    hooks: RwLock<Vec<NewSeriesHook>>,
+}
+
+/// Builds the cache key of a series: metric, then `k=v` sorted by key.
+fn series_key(metric: &str, tags: &[(&str, &str)], out: &mut String) {
+    out.clear();
+    out.push_str(metric);
+    let mut sorted: [(&str, &str); 16] = [("", ""); 16];
+    if tags.len() <= sorted.len() {
+        sorted[..tags.len()].copy_from_slice(tags);
+        let s = &mut sorted[..tags.len()];
+        s.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for (k, v) in s.iter() {
+            out.push('\0');
+            out.push_str(k);
+            out.push('\u{1}');
+            out.push_str(v);
+        }
+    } else {
+        let mut v: Vec<(&str, &str)> = tags.to_vec();
+        v.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for (k, val) in v {
+            out.push('\0');
+            out.push_str(k);
+            out.push('\u{1}');
+            out.push_str(val);
+        }
+    }
+}
+
+/// `HashMap.toString()` of tags as OpenTSDB built the map (insertion in
+/// arrival order, default capacity).
+pub fn java_tags(tags: &[(&str, &str)]) -> String {
+    let keys: Vec<&str> = tags.iter().map(|t| t.0).collect();
+    let order = hashmap_order(&keys, 16);
+    map_to_string(
+        order
+            .iter()
+            .map(|k| *tags.iter().find(|t| t.0 == *k).expect("key from tags")),
+    )
+}
+
+impl SeriesCache {
+    pub fn new(uids: Arc<UidTable>, max_tags: usize) -> SeriesCache {
+        SeriesCache {
+            rules: uids.rules().clone(),
+            uids,
+            max_tags,
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            next_id: AtomicU32::new(1),
+            hooks: RwLock::new(Vec::new()),
+        }
+    }
+
+    pub fn uids(&self) -> &Arc<UidTable> {
+        &self.uids
+    }
+
+    /// Registers `f`, called once for every series first seen by this
+    /// process (including series replayed from the WAL).
+    pub fn on_new_series(&self, f: NewSeriesHook) {
+        self.hooks.write().push(f);
+    }
+
+    /// Number of series known.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.read().len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn shard(&self, key: &str) -> &RwLock<HashMap<Box<str>, Arc<Series>>> {
+        let mut h: u32 = 0x811c9dc5;
+        for b in key.as_bytes().iter().take(64) {
+            h = (h ^ *b as u32).wrapping_mul(0x01000193);
+        }
+        &self.shards[h as usize % SHARDS]
+    }
+
+    /// Checks one point and finds (or creates) its series. `tags` are in
+    /// arrival order with unique keys; `key_buf` is scratch space.
+    /// Checks, in OpenTSDB's order: timestamp range, tag count, names, then
+    /// UID resolution (`NoSuchUniqueName` when auto-create is off).
+    pub fn resolve(
+        &self,
+        metric: &str,
+        raw_ts: i64,
+        value: Value,
+        tags: &[(&str, &str)],
+        key_buf: &mut String,
+    ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        if raw_ts < 0 || (raw_ts > u32::MAX as i64 && raw_ts > MAX_MILLIS as i64) {
+            let enc = encode_value(value);
+            return Err(PointError::IllegalArgument(format!(
+                "{} timestamp={raw_ts} when trying to add value={}/{} to metric={metric}, tags={}",
+                if raw_ts < 0 { "negative " } else { "bad" },
+                java_byte_array(enc.as_bytes()),
+                enc.flags,
+                java_tags(tags)
+            )));
+        }
+        let ts =
+            Timestamp::from_raw(raw_ts).map_err(|e| PointError::IllegalArgument(e.to_string()))?;
+        series_key(metric, tags, key_buf);
+        let shard = self.shard(key_buf);
+        if let Some(s) = shard.read().get(key_buf.as_str()) {
+            return Ok((s.clone(), ts));
+        }
+        self.check_names(metric, tags)?;
+        let metric_uid = self.uids.get_or_create_id(UidKind::Metric, metric)?;
+        let keys: Vec<&str> = tags.iter().map(|t| t.0).collect();
+        let mut pairs = Vec::with_capacity(tags.len());
+        for k in hashmap_order(&keys, 16) {
+            let v = tags.iter().find(|t| t.0 == k).expect("key from tags").1;
+            let ku = self.uids.get_or_create_id(UidKind::TagKey, k)?;
+            let vu = self.uids.get_or_create_id(UidKind::TagValue, v)?;
+            pairs.push((ku, vu));
+        }
+        let tsuid = Tsuid::new(metric_uid, pairs)
+            .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
+        Ok((self.insert(key_buf, metric, tags, tsuid), ts))
+    }
+
+    /// `IncomingDataPoints.checkMetricAndTags`.
+    fn check_names(&self, metric: &str, tags: &[(&str, &str)]) -> Result<(), PointError> {
+        if tags.is_empty() {
+            return Err(PointError::IllegalArgument(format!(
+                "Need at least one tag (metric={metric}, tags={{}})"
+            )));
+        }
+        if tags.len() > self.max_tags {
+            return Err(PointError::IllegalArgument(format!(
+                "Too many tags: {} maximum allowed: {}, tags: {}",
+                tags.len(),
+                self.max_tags,
+                java_tags(tags)
+            )));
+        }
+        let bad = |e: crate::model::InvalidName| PointError::IllegalArgument(e.0);
+        self.rules.validate_metric(metric).map_err(bad)?;
+        let keys: Vec<&str> = tags.iter().map(|t| t.0).collect();
+        for k in hashmap_order(&keys, 16) {
+            let v = tags.iter().find(|t| t.0 == k).expect("key from tags").1;
+            self.rules.validate_tag(k, v).map_err(bad)?;
+        }
+        Ok(())
+    }
+
+    /// The series of names read back from the WAL: created with explicit
+    /// UID assignment, since its points were acknowledged already.
+    pub fn resolve_replayed(
+        &self,
+        metric: &str,
+        tags: &[(&str, &str)],
+    ) -> Result<Arc<Series>, PointError> {
+        let mut key = String::new();
+        series_key(metric, tags, &mut key);
+        if let Some(s) = self.shard(&key).read().get(key.as_str()) {
+            return Ok(s.clone());
+        }
+        let metric_uid = self.uids.assign(UidKind::Metric, metric)?.uid();
+        let mut pairs = Vec::with_capacity(tags.len());
+        for (k, v) in tags {
+            pairs.push((
+                self.uids.assign(UidKind::TagKey, k)?.uid(),
+                self.uids.assign(UidKind::TagValue, v)?.uid(),
+            ));
+        }
+        let tsuid = Tsuid::new(metric_uid, pairs)
+            .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
+        Ok(self.insert(&key, metric, tags, tsuid))
+    }
+
+    fn insert(&self, key: &str, metric: &str, tags: &[(&str, &str)], tsuid: Tsuid) -> Arc<Series> {
+        let created = {
+            let mut map = self.shard(key).write();
+            if let Some(s) = map.get(key) {
+                return s.clone();
+            }
+            let mut sorted: Vec<(Box<str>, Box<str>)> = tags
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect();
+            sorted.sort();
+            let s = Arc::new(Series {
+                id: self.next_id.fetch_add(1, Ordering::Relaxed),
+                tsuid,
+                metric: metric.into(),
+                tags: sorted.into_boxed_slice(),
+                wal_segment: AtomicU64::new(0),
+                indexed_hour: AtomicU64::new(0),
+            });
+            map.insert(key.into(), s.clone());
+            s
+        };
+        for hook in self.hooks.read().iter() {
+            hook(&created.tsuid);
+        }
+        created
+    }
+}
+
+impl Series {
+    /// `metric{k=v,...}` for logs.
+    pub fn describe(&self) -> String {
+        let mut s = self.metric.to_string();
+        s.push('{');
+        for (i, (k, v)) in self.tags.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(s, "{k}={v}");
+        }
+        s.push('}');
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::row::DuplicatePolicy;
+    use crate::codec::row_key::KeyLayout;
+    use crate::store::Store;
+    use crate::uid::AutoCreate;
+
+    fn cache(auto_metrics: bool) -> SeriesCache {
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        let uids = UidTable::new(
+            &store,
+            AutoCreate {
+                metrics: auto_metrics,
+                ..Default::default()
+            },
+            NameRules::default(),
+        );
+        SeriesCache::new(Arc::new(uids), 8)
+    }
+
+    #[test]
+    fn same_series_whatever_the_tag_order() {
+        let c = cache(true);
+        let seen = Arc::new(AtomicU32::new(0));
+        let s2 = seen.clone();
+        c.on_new_series(Box::new(move |_| {
+            s2.fetch_add(1, Ordering::Relaxed);
+        }));
+        let mut buf = String::new();
+        let (a, ts) = c
+            .resolve(
+                "m",
+                1356998400,
+                Value::Int(1),
+                &[("host", "a"), ("dc", "x")],
+                &mut buf,
+            )
+            .unwrap();
+        assert_eq!(ts, Timestamp::Seconds(1356998400));
+        let (b, _) = c
+            .resolve(
+                "m",
+                1356998401,
+                Value::Int(1),
+                &[("dc", "x"), ("host", "a")],
+                &mut buf,
+            )
+            .unwrap();
+        assert_eq!(a.id, b.id);
+        let (d, _) = c
+            .resolve(
+                "m",
+                1356998401,
+                Value::Int(1),
+                &[("dc", "y"), ("host", "a")],
+                &mut buf,
+            )
+            .unwrap();
+        assert_ne!(a.id, d.id);
+        assert_eq!(seen.load(Ordering::Relaxed), 2);
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn opentsdb_messages() {
+        let c = cache(false);
+        let mut buf = String::new();
+        let e = |r: Result<(Arc<Series>, Timestamp), PointError>| r.unwrap_err();
+        assert_eq!(
+            e(c.resolve("m", 1, Value::Int(1), &[("host", "a")], &mut buf)),
+            PointError::UnknownName("No such name for 'metrics': 'm'".into())
+        );
+        assert_eq!(
+            e(c.resolve("m", 1, Value::Int(1), &[], &mut buf)),
+            PointError::IllegalArgument("Need at least one tag (metric=m, tags={})".into())
+        );
+        let nine: Vec<(String, String)> =
+            (0..9).map(|i| (format!("k{i}"), "v".to_string())).collect();
+        let nine: Vec<(&str, &str)> = nine.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let msg = match e(c.resolve("m", 1, Value::Int(1), &nine, &mut buf)) {
+            PointError::IllegalArgument(m) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            msg.starts_with("Too many tags: 9 maximum allowed: 8, tags: {"),
+            "{msg}"
+        );
+        assert_eq!(
+            e(c.resolve("a b", 1, Value::Int(1), &[("host", "a")], &mut buf)),
+            PointError::IllegalArgument(
+                "Invalid metric name (\"a b\"): illegal character:  ".into()
+            )
+        );
+        assert_eq!(
+            e(c.resolve("m", 99999999999999, Value::Int(1), &[("host", "a")], &mut buf)),
+            PointError::IllegalArgument(
+                "bad timestamp=99999999999999 when trying to add value=[1]/0 to metric=m, tags={host=a}"
+                    .into()
+            )
+        );
+        assert_eq!(
+            parse_value("NaN").unwrap_err(),
+            PointError::InvalidValue("Invalid character 'N' in NaN".into())
+        );
+        assert_eq!(parse_value("1.5").unwrap(), Value::Float(1.5));
+        assert_eq!(parse_value("42").unwrap(), Value::Int(42));
+    }
+}
