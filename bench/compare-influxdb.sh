@@ -111,7 +111,7 @@ kill -TERM $RPID; wait $RPID 2>/dev/null || true
 "$TSDB" --data-dir "$WORK/rtsdb" fsck --full-scan --compact > "$WORK/rtsdb-fsck.log" 2>&1 || true
 R[rtsdb_bytes]=$(disk_bytes "$WORK/rtsdb")
 
-rate() { echo "$1" | awk '{printf "%.0f", $5}'; }
+rate() { echo "$1" | awk '{printf "%.0f", $6}'; }
 bpp() { awk -v b="$1" -v p="$POINTS" 'BEGIN{printf "%.2f", b/p}'; }
 echo
 echo "$(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r); $HOSTS hosts x 10 metrics x ${HOURS} h at 10 s = $POINTS points, $PROTO, $CONNS connections"

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::Path;
 use std::time::Instant;
 
 use clap::Args;
@@ -228,8 +229,19 @@ pub fn run(
     store.sync()?;
     if a.compact {
         // Beyond OpenTSDB's row compaction: let the storage engine merge
-        // its files too (and drop rows past their retention).
+        // its files too (and drop rows past their retention), then drop
+        // its journal, which only repeats what the tables now hold.
         store.kv().compact()?;
+        let dir = store.dir().map(Path::to_path_buf);
+        drop(table);
+        drop(store);
+        if let Some(dir) = dir {
+            let freed = Store::compact_offline(&dir)?;
+            writeln!(
+                out,
+                "Compacted the storage engine; {freed} bytes of journal released"
+            )?;
+        }
     }
     report.print(out)?;
     writeln!(

@@ -11,12 +11,12 @@
 //! - `S <tsuid bytes>` → the base hour (4 bytes, big-endian seconds) of
 //!   the newest row written for the series. The TSUID starts with the
 //!   metric UID, so a prefix scan on `S <metric>` lists a metric's series.
-//! - `T <metric> <tagk> <tagv> <tsuid tag bytes>` → empty: the series
-//!   carrying a tag pair, for lookups without loading the whole index.
 //!
-//! Both are written in one batch when a series is first seen. At open the
-//! `S` rows are loaded into memory; `rebuild` recreates everything from
-//! the data table if the index is lost or suspected stale.
+//! That is all that is stored: a series' tag pairs are in its TSUID, so
+//! the postings (tag pair → series) are built in memory when the `S` rows
+//! are loaded at open, and storing them too would only cost disk (about
+//! eight keys per series). `rebuild` recreates the `S` rows from the data
+//! table if the index is lost or suspected stale.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -29,7 +29,6 @@ use crate::storage::{Durability, KvStore, ScanRange, Table, WriteBatch};
 use crate::store::{Result, Store};
 
 const SERIES: u8 = b'S';
-const TAG: u8 = b'T';
 
 /// The series of one metric, with postings per tag pair.
 #[derive(Debug, Default)]
@@ -151,11 +150,6 @@ impl SeriesIndex {
         key.push(SERIES);
         key.extend_from_slice(&bytes);
         batch.put(Table::Index, key, base_time.to_be_bytes().to_vec());
-        if is_new {
-            for &(k, v) in &tsuid.tags {
-                batch.put(Table::Index, self.tag_key(tsuid, k, v, &bytes), Vec::new());
-            }
-        }
         self.kv.write(batch)?;
         if is_new {
             insert(&mut inner, tsuid.clone(), base_time);
@@ -163,17 +157,6 @@ impl SeriesIndex {
             *h = base_time;
         }
         Ok(is_new)
-    }
-
-    fn tag_key(&self, tsuid: &Tsuid, k: Uid, v: Uid, tsuid_bytes: &[u8]) -> Vec<u8> {
-        let mw = self.widths.metric.bytes();
-        let mut key = Vec::with_capacity(tsuid_bytes.len() + 16);
-        key.push(TAG);
-        tsuid.metric.write_to(self.widths.metric, &mut key);
-        k.write_to(self.widths.tagk, &mut key);
-        v.write_to(self.widths.tagv, &mut key);
-        key.extend_from_slice(&tsuid_bytes[mw..]);
-        key
     }
 
     /// Runs `f` on a metric's series (`None` if the metric has none).

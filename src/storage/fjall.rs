@@ -150,6 +150,32 @@ impl FjallStore {
     }
 }
 
+/// Flushes everything into table files, compacts, closes, then deletes the
+/// engine's journal: after a clean flush it only repeats what the tables
+/// hold, and fjall keeps up to 64 MB of it otherwise. Run only with the
+/// store closed everywhere else (the caller holds the store's lock); fjall
+/// starts a fresh journal on the next open. Returns the bytes freed.
+pub fn flush_and_trim_journal(path: &Path) -> Result<u64> {
+    {
+        let store = FjallStore::open(path, &FjallOptions::default())?;
+        store.major_compact()?;
+        store.sync()?;
+        if store.tables.iter().any(|ks| ks.sealed_memtable_count() > 0) {
+            return Ok(0);
+        }
+    }
+    let mut freed = 0;
+    for entry in std::fs::read_dir(path)? {
+        let entry = entry?;
+        if entry.path().extension().is_some_and(|e| e == "jnl") {
+            freed += entry.metadata()?.len();
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    std::fs::File::open(path)?.sync_all()?;
+    Ok(freed)
+}
+
 fn persist_mode(d: Durability) -> PersistMode {
     match d {
         Durability::Process => PersistMode::Buffer,

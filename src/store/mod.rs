@@ -226,6 +226,26 @@ impl Store {
         Ok(store)
     }
 
+    /// Compacts a closed store as small as it gets: every table merged and
+    /// the engine's journal dropped once its contents are in tables. Takes
+    /// the store's lock, so it refuses while a TSD runs.
+    pub fn compact_offline(dir: &Path) -> Result<u64> {
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK_FILE))?;
+        if lock.try_lock().is_err() {
+            return Err(StoreError::Locked(dir.display().to_string()));
+        }
+        if StoreHeader::read(dir)?.is_none() {
+            return Err(StoreError::MissingHeader(dir.display().to_string()));
+        }
+        Ok(crate::storage::fjall::flush_and_trim_journal(
+            &dir.join(ENGINE_DIR),
+        )?)
+    }
+
     /// A store in memory (tests, tools); nothing is written to disk.
     pub fn in_memory(layout: KeyLayout, duplicates: DuplicatePolicy) -> Store {
         Store::assemble(Arc::new(MemoryStore::new()), layout, duplicates, None, None)
