@@ -25,6 +25,7 @@ use crate::model::Uid;
 use crate::model::point::{Timestamp, Value};
 use crate::store::read::Point;
 
+use super::hash::FnvMap;
 use super::series::Series;
 
 const SHARDS: usize = 64;
@@ -97,7 +98,7 @@ pub struct SealPolicy {
 }
 
 pub struct Buffer {
-    shards: Vec<Mutex<HashMap<u32, SeriesBuf>>>,
+    shards: Vec<Mutex<FnvMap<u32, SeriesBuf>>>,
     points: AtomicUsize,
     clock_s: AtomicU32,
     in_flight: Mutex<HashMap<u64, Arc<Vec<SealedHour>>>>,
@@ -126,7 +127,7 @@ fn dedup_last_wins(mut pts: Vec<BufPoint>) -> Vec<BufPoint> {
 impl Buffer {
     pub fn new() -> Buffer {
         Buffer {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(FnvMap::default())).collect(),
             points: AtomicUsize::new(0),
             clock_s: AtomicU32::new(now_s()),
             in_flight: Mutex::new(HashMap::new()),
