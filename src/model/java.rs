@@ -95,21 +95,21 @@ pub fn map_to_string<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) ->
 /// 20 with the sign), no whitespace. The error is the
 /// `NumberFormatException` message OpenTSDB sends back verbatim.
 pub fn parse_long(s: &str) -> Result<i64, String> {
-    let chars: Vec<char> = s.chars().collect();
-    let n = chars.len();
-    if n == 0 {
+    // Works on chars (for the message) without allocating: the hot path
+    // is short ASCII digit strings.
+    let n = s.chars().count();
+    let mut chars = s.chars();
+    let Some(first) = chars.next() else {
         return Err("Empty string".into());
-    }
-    let mut c = chars[0];
-    let mut i = 1;
+    };
+    let mut c = first;
     if c == '+' || c == '-' {
         if n == 1 {
             return Err(format!("Just a sign, no value: {s}"));
         } else if n > 20 {
             return Err(format!("Value too long: {s}"));
         }
-        c = chars[1];
-        i = 2;
+        c = chars.next().expect("n > 1");
     } else if n > 19 {
         return Err(format!("Value too long: {s}"));
     }
@@ -121,16 +121,17 @@ pub fn parse_long(s: &str) -> Result<i64, String> {
         } else {
             return Err(format!("Invalid character '{c}' in {s}"));
         }
-        if i == n {
-            break;
+        match chars.next() {
+            None => break,
+            Some(next) => {
+                v = v.wrapping_mul(10);
+                c = next;
+            }
         }
-        v = v.wrapping_mul(10);
-        c = chars[i];
-        i += 1;
     }
     if v > 0 {
         Err(format!("Overflow in {s}"))
-    } else if chars[0] == '-' {
+    } else if first == '-' {
         Ok(v)
     } else if v == i64::MIN {
         Err(format!("Overflow in {s}"))

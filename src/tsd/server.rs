@@ -242,31 +242,55 @@ async fn serve_http(state: Arc<TsdState>, stream: TcpStream) {
     }
 }
 
-/// Runs until SIGTERM/SIGINT or another shutdown request.
-pub async fn wait_for_signal(state: Arc<TsdState>) {
-    let mut shutdown = state.shutdown_signal();
+/// SIGTERM/SIGINT handlers, installed before the server announces itself
+/// so that a signal sent right after "Ready" stops it gracefully.
+pub struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).ok();
-        let term_fut = async {
-            match term.as_mut() {
-                Some(t) => {
-                    t.recv().await;
-                }
-                None => std::future::pending().await,
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Must be called inside the runtime.
+    pub fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Signals {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
             }
-        };
-        tokio::select! {
-            _ = term_fut => tracing::info!("SIGTERM received; shutting down"),
-            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
-            _ = super::stopped(&mut shutdown) => tracing::info!("shutdown requested"),
         }
+        #[cfg(not(unix))]
+        Signals {}
     }
-    #[cfg(not(unix))]
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = super::stopped(&mut shutdown) => {},
+
+    /// Runs until SIGTERM/SIGINT or another shutdown request, then asks
+    /// the server to stop.
+    pub async fn wait(mut self, state: Arc<TsdState>) {
+        let mut shutdown = state.shutdown_signal();
+        #[cfg(unix)]
+        {
+            async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s.as_mut() {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                _ = recv(&mut self.term) => tracing::info!("SIGTERM received; shutting down"),
+                _ = recv(&mut self.int) => tracing::info!("SIGINT received; shutting down"),
+                _ = super::stopped(&mut shutdown) => tracing::info!("shutdown requested"),
+            }
+        }
+        #[cfg(not(unix))]
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = super::stopped(&mut shutdown) => {},
+        }
+        state.request_shutdown();
     }
-    state.request_shutdown();
 }

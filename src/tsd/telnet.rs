@@ -231,10 +231,25 @@ impl Conn<'_> {
 
     fn line(&mut self, line: &str) -> After {
         inc(&self.state.stats.rpc_telnet);
-        let words: Vec<&str> = line.split(' ').collect();
+        // Words on the stack for ordinary lines; a Vec only for long ones.
+        let mut stack: [&str; 24] = [""; 24];
+        let mut n = 0;
+        let mut heap: Vec<&str> = Vec::new();
+        for w in line.split(' ') {
+            if n < stack.len() {
+                stack[n] = w;
+            } else {
+                if heap.is_empty() {
+                    heap.extend_from_slice(&stack);
+                }
+                heap.push(w);
+            }
+            n += 1;
+        }
+        let words: &[&str] = if heap.is_empty() { &stack[..n] } else { &heap };
         let cmd = words[0];
         if cmd == "put" && self.state.config.mode.writes() {
-            self.put(&words);
+            self.put(words);
             return After::Continue;
         }
         // Other commands see the points before them.

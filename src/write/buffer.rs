@@ -25,6 +25,7 @@ use crate::model::Uid;
 use crate::model::point::{Timestamp, Value};
 use crate::store::read::Point;
 
+use super::hash::FnvMap;
 use super::series::Series;
 
 const SHARDS: usize = 64;
@@ -97,7 +98,7 @@ pub struct SealPolicy {
 }
 
 pub struct Buffer {
-    shards: Vec<Mutex<HashMap<u32, SeriesBuf>>>,
+    shards: Vec<Mutex<FnvMap<u32, SeriesBuf>>>,
     points: AtomicUsize,
     clock_s: AtomicU32,
     in_flight: Mutex<HashMap<u64, Arc<Vec<SealedHour>>>>,
@@ -126,7 +127,7 @@ fn dedup_last_wins(mut pts: Vec<BufPoint>) -> Vec<BufPoint> {
 impl Buffer {
     pub fn new() -> Buffer {
         Buffer {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(FnvMap::default())).collect(),
             points: AtomicUsize::new(0),
             clock_s: AtomicU32::new(now_s()),
             in_flight: Mutex::new(HashMap::new()),
@@ -175,6 +176,10 @@ impl Buffer {
     /// Takes the hours `policy` seals; they stay readable until
     /// [`Buffer::finish`] is called with the returned id.
     pub fn seal(&self, policy: SealPolicy) -> (u64, Arc<Vec<SealedHour>>) {
+        // Held until the sealed hours are registered as in flight: a reader
+        // (which takes this lock before the shards) then sees every point
+        // either in a shard or in flight, never in neither.
+        let mut in_flight = self.in_flight.lock();
         let mut sealed = Vec::new();
         let mut taken = 0;
         for shard in &self.shards {
@@ -211,7 +216,7 @@ impl Buffer {
         let id = self.next_batch.fetch_add(1, Ordering::Relaxed);
         let sealed = Arc::new(sealed);
         if !sealed.is_empty() {
-            self.in_flight.lock().insert(id, sealed.clone());
+            in_flight.insert(id, sealed.clone());
         }
         (id, sealed)
     }
@@ -254,12 +259,10 @@ impl Buffer {
         let keep = |p: &BufPoint| (start_ms..=end_ms).contains(&p.ms());
         // In-flight points are older than buffered ones: collect them first
         // so the stable sort lets later writes win.
-        let mut batches: Vec<(u64, Arc<Vec<SealedHour>>)> = self
-            .in_flight
-            .lock()
-            .iter()
-            .map(|(k, v)| (*k, v.clone()))
-            .collect();
+        // Kept locked while the shards are read: see `seal`.
+        let in_flight = self.in_flight.lock();
+        let mut batches: Vec<(u64, Arc<Vec<SealedHour>>)> =
+            in_flight.iter().map(|(k, v)| (*k, v.clone())).collect();
         batches.sort_by_key(|b| b.0);
         for (_, batch) in batches {
             for h in batch.iter().filter(|h| h.series.tsuid.metric == metric) {

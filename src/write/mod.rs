@@ -16,6 +16,7 @@
 //!   every point logged in it.
 
 pub mod buffer;
+pub mod hash;
 pub mod series;
 pub mod wal;
 

@@ -6,7 +6,6 @@
 //! series costs one string build and one hash lookup per point: no UID
 //! lookup, no storage read.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -20,6 +19,8 @@ use crate::model::point::{MAX_MILLIS, Timestamp, Value};
 use crate::model::uid::java_byte_array;
 use crate::model::{NameRules, UidKind};
 use crate::uid::{UidTable, UidTableError};
+
+use super::hash::FnvMap;
 
 const SHARDS: usize = 16;
 
@@ -112,7 +113,7 @@ pub struct SeriesCache {
     uids: Arc<UidTable>,
     rules: NameRules,
     max_tags: usize,
-    shards: Vec<RwLock<HashMap<Box<str>, Arc<Series>>>>,
+    shards: Vec<RwLock<FnvMap<Box<str>, Arc<Series>>>>,
     next_id: AtomicU32,
     hooks: RwLock<Vec<NewSeriesHook>>,
 }
@@ -162,7 +163,9 @@ impl SeriesCache {
             rules: uids.rules().clone(),
             uids,
             max_tags,
-            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| RwLock::new(FnvMap::default()))
+                .collect(),
             next_id: AtomicU32::new(1),
             hooks: RwLock::new(Vec::new()),
         }
@@ -187,7 +190,7 @@ impl SeriesCache {
         self.len() == 0
     }
 
-    fn shard(&self, key: &str) -> &RwLock<HashMap<Box<str>, Arc<Series>>> {
+    fn shard(&self, key: &str) -> &RwLock<FnvMap<Box<str>, Arc<Series>>> {
         let mut h: u32 = 0x811c9dc5;
         for b in key.as_bytes().iter().take(64) {
             h = (h ^ *b as u32).wrapping_mul(0x01000193);
