@@ -113,6 +113,10 @@ impl Default for Buffer {
 
 /// Sorts by time and keeps the last written point of each timestamp.
 fn dedup_last_wins(mut pts: Vec<BufPoint>) -> Vec<BufPoint> {
+    // Points usually arrive in time order: nothing to do then.
+    if pts.windows(2).all(|w| w[0].ms() < w[1].ms()) {
+        return pts;
+    }
     pts.sort_by_key(|p| p.ms()); // stable: arrival order kept per timestamp
     let mut out: Vec<BufPoint> = Vec::with_capacity(pts.len());
     for p in pts {
@@ -252,11 +256,22 @@ impl Buffer {
         min
     }
 
-    /// Buffered and in-flight points of `metric`'s series in
-    /// `[start_ms, end_ms]`, sorted, one per timestamp (newest write wins).
-    pub fn read(&self, metric: Uid, start_ms: u64, end_ms: u64) -> HashMap<Tsuid, Vec<Point>> {
-        let mut raw: HashMap<Tsuid, Vec<BufPoint>> = HashMap::new();
+    /// Buffered and in-flight points of those of `metric`'s series that
+    /// `want` selects, in `[start_ms, end_ms]`, sorted, one per timestamp
+    /// (newest write wins). Only selected series are copied.
+    pub fn read(
+        &self,
+        metric: Uid,
+        start_ms: u64,
+        end_ms: u64,
+        want: &mut dyn FnMut(&Tsuid) -> bool,
+    ) -> HashMap<Tsuid, Vec<Point>> {
+        let mut raw: FnvMap<u32, (Arc<Series>, Vec<BufPoint>)> = FnvMap::default();
+        let mut wanted: FnvMap<u32, bool> = FnvMap::default();
+        let mut is_wanted = |s: &Series| *wanted.entry(s.id).or_insert_with(|| want(&s.tsuid));
         let keep = |p: &BufPoint| (start_ms..=end_ms).contains(&p.ms());
+        let (first_hour, last_hour) = ((start_ms / 1000).saturating_sub(3599), end_ms / 1000);
+        let hour_in_range = |base: u32| (first_hour..=last_hour).contains(&(base as u64));
         // In-flight points are older than buffered ones: collect them first
         // so the stable sort lets later writes win.
         // Kept locked while the shards are read: see `seal`.
@@ -265,8 +280,17 @@ impl Buffer {
             in_flight.iter().map(|(k, v)| (*k, v.clone())).collect();
         batches.sort_by_key(|b| b.0);
         for (_, batch) in batches {
-            for h in batch.iter().filter(|h| h.series.tsuid.metric == metric) {
-                let dst = raw.entry(h.series.tsuid.clone()).or_default();
+            for h in batch.iter() {
+                if h.series.tsuid.metric != metric
+                    || !hour_in_range(h.base)
+                    || !is_wanted(&h.series)
+                {
+                    continue;
+                }
+                let dst = &mut raw
+                    .entry(h.series.id)
+                    .or_insert_with(|| (h.series.clone(), Vec::new()))
+                    .1;
                 dst.extend(
                     h.points
                         .iter()
@@ -277,21 +301,30 @@ impl Buffer {
         }
         for shard in &self.shards {
             for sb in shard.lock().values() {
-                if sb.series.tsuid.metric != metric {
+                if sb.series.tsuid.metric != metric
+                    || !sb.hours.iter().any(|h| hour_in_range(h.base))
+                {
                     continue;
                 }
-                let mut pts = Vec::new();
-                for h in &sb.hours {
-                    pts.extend(h.points.iter().copied().filter(keep));
+                if !is_wanted(&sb.series) {
+                    continue;
                 }
-                if !pts.is_empty() {
-                    raw.entry(sb.series.tsuid.clone()).or_default().extend(pts);
+                let dst = &mut raw
+                    .entry(sb.series.id)
+                    .or_insert_with(|| (sb.series.clone(), Vec::new()))
+                    .1;
+                let mut hours: Vec<&HourBuf> =
+                    sb.hours.iter().filter(|h| hour_in_range(h.base)).collect();
+                hours.sort_by_key(|h| h.base);
+                for h in hours {
+                    dst.extend(h.points.iter().copied().filter(keep));
                 }
             }
         }
-        raw.into_iter()
+        drop(in_flight);
+        raw.into_values()
             .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| {
+            .map(|(series, v)| {
                 let pts = dedup_last_wins(v)
                     .into_iter()
                     .map(|p| Point {
@@ -299,7 +332,7 @@ impl Buffer {
                         value: p.value,
                     })
                     .collect();
-                (k, pts)
+                (series.tsuid.clone(), pts)
             })
             .collect()
     }
@@ -360,11 +393,14 @@ mod tests {
             ]
         );
         assert_eq!(b.min_segment(), Some(3));
-        let read = b.read(s.tsuid.metric, 0, u64::MAX);
+        let read = b.read(s.tsuid.metric, 0, u64::MAX, &mut |_| true);
         assert_eq!(read[&s.tsuid].len(), 3);
         b.finish(id);
         assert_eq!(b.min_segment(), Some(5));
-        assert_eq!(b.read(s.tsuid.metric, 0, u64::MAX)[&s.tsuid].len(), 1);
+        assert_eq!(
+            b.read(s.tsuid.metric, 0, u64::MAX, &mut |_| true)[&s.tsuid].len(),
+            1
+        );
         let (_, all) = b.seal(SealPolicy {
             everything: true,
             ..policy()

@@ -483,8 +483,12 @@ impl Writer {
         let mut metrics: Vec<Uid> = tsuids.iter().map(|t| t.metric).collect();
         metrics.sort_unstable();
         metrics.dedup();
+        let asked: std::collections::HashSet<&Tsuid> = tsuids.iter().collect();
         for m in metrics {
-            buffered.extend(self.buffer.read(m, start_ms, end_ms));
+            buffered.extend(
+                self.buffer
+                    .read(m, start_ms, end_ms, &mut |t| asked.contains(t)),
+            );
         }
         let pending: HashMap<usize, Vec<Point>> = tsuids
             .iter()
@@ -551,7 +555,7 @@ impl SeriesSource for Writer {
         want: &mut dyn FnMut(&Tsuid) -> bool,
     ) -> store::Result<Vec<SeriesData>> {
         // Buffer first: a point sealed meanwhile is then found in the store.
-        let mut buffered = self.buffer.read(metric, start_ms, end_ms);
+        let mut buffered = self.buffer.read(metric, start_ms, end_ms, &mut |_| true);
         let stored = self.store.read_series(metric, start_ms, end_ms, want)?;
         let mut out = Vec::with_capacity(stored.len() + buffered.len());
         for mut s in stored {
