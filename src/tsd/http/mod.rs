@@ -6,6 +6,8 @@
 
 pub mod put;
 mod query;
+mod search;
+mod suggest;
 
 use std::convert::Infallible;
 use std::io::Read;
@@ -356,6 +358,32 @@ async fn read_body(state: &TsdState, req: Request<Incoming>) -> Result<Vec<u8>, 
     }
 }
 
+/// The body of a request whose (overridden) verb carries one: `None` for
+/// GET requests, which OpenTSDB never reads a body of.
+async fn body_unless_get(
+    state: &TsdState,
+    req: Request<Incoming>,
+) -> Result<Option<Vec<u8>>, Reply> {
+    if req.method() == Method::GET {
+        return Ok(None);
+    }
+    read_body(state, req).await.map(Some)
+}
+
+/// Parses a JSON request body with OpenTSDB's messages for an empty or
+/// malformed one.
+fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(Reply::error(
+            400,
+            "Missing message content",
+            "Supply valid JSON formatted data in the body of your request",
+        ));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| Reply::error(400, "Unable to parse the given JSON", &e.to_string()))
+}
+
 /// hyper's entry point for one request.
 pub async fn serve_request(
     state: Arc<TsdState>,
@@ -520,12 +548,33 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                 if !get_post(&method) {
                     return method_not_allowed(&method);
                 }
+                match route.rest.first().map(String::as_str) {
+                    None => {}
+                    Some("filters") => {
+                        return Reply::json(200, crate::query::filter::filters_json().to_string());
+                    }
+                    Some(_) => return not_found(true, &query),
+                }
                 let map: serde_json::Map<String, serde_json::Value> = state
                     .settings
                     .entries()
                     .map(|(k, v)| (k.to_string(), v.into()))
                     .collect();
                 Reply::json(200, serde_json::Value::Object(map).to_string())
+            }
+            "api/suggest" if cfg.mode != super::Mode::WriteOnly => {
+                match body_unless_get(state, req).await {
+                    Ok(body) => suggest::handle(state, &method, &query, body.as_deref()),
+                    Err(r) => r,
+                }
+            }
+            "api/search" if cfg.mode != super::Mode::WriteOnly => {
+                match body_unless_get(state, req).await {
+                    Ok(body) => {
+                        search::handle(state, &method, &route.rest, &query, body.as_deref())
+                    }
+                    Err(r) => r,
+                }
             }
             _ => not_found(true, &query),
         }
@@ -553,6 +602,9 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                     s.push('\n');
                     Reply::text(200, s)
                 }
+            }
+            "suggest" if cfg.mode != super::Mode::WriteOnly => {
+                suggest::handle_legacy(state, &query)
             }
             "dropcaches" => {
                 state.writer.uids().drop_caches();
