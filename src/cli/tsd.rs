@@ -152,11 +152,12 @@ pub fn run(mut ctx: Context, args: TsdArgs, out: &mut dyn Write) -> anyhow::Resu
     let rt = rt.build()?;
     let state = build_state(&ctx)?;
     rt.block_on(async {
+        let signals = crate::tsd::server::SignalWatch::install();
         let handle = Server::start(state.clone()).await?;
         tracing::info!(addr = %handle.addr, data_dir = %ctx.config.data_dir().display(), "Ready to serve on {}", handle.addr);
         writeln!(out, "Ready to serve on {}", handle.addr)?;
         out.flush()?;
-        crate::tsd::server::wait_for_signal(state.clone()).await;
+        crate::tsd::server::wait_for_signal_with(state.clone(), signals).await;
         handle.wait().await?;
         tracing::info!("TSD stopped");
         anyhow::Ok(())

@@ -244,11 +244,33 @@ async fn serve_http(state: Arc<TsdState>, stream: TcpStream) {
 
 /// Runs until SIGTERM/SIGINT or another shutdown request.
 pub async fn wait_for_signal(state: Arc<TsdState>) {
+    wait_for_signal_with(state, SignalWatch::install()).await
+}
+
+/// SIGTERM handling installed ahead of time: create it before announcing
+/// the port, so a SIGTERM sent right after "Ready" stops the TSD cleanly
+/// instead of killing it with the default action.
+pub struct SignalWatch {
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl SignalWatch {
+    /// Must run inside the runtime.
+    pub fn install() -> SignalWatch {
+        SignalWatch {
+            #[cfg(unix)]
+            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok(),
+        }
+    }
+}
+
+/// As [`wait_for_signal`], with handlers installed earlier.
+pub async fn wait_for_signal_with(state: Arc<TsdState>, watch: SignalWatch) {
     let mut shutdown = state.shutdown_signal();
     #[cfg(unix)]
     {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).ok();
+        let mut term = watch.term;
         let term_fut = async {
             match term.as_mut() {
                 Some(t) => {
@@ -263,6 +285,8 @@ pub async fn wait_for_signal(state: Arc<TsdState>) {
             _ = super::stopped(&mut shutdown) => tracing::info!("shutdown requested"),
         }
     }
+    #[cfg(not(unix))]
+    let _ = watch;
     #[cfg(not(unix))]
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {},
