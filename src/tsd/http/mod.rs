@@ -8,6 +8,7 @@ pub mod put;
 mod query;
 mod search;
 mod suggest;
+mod uid;
 
 use std::convert::Infallible;
 use std::io::Read;
@@ -576,6 +577,10 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                     Err(r) => r,
                 }
             }
+            "api/uid" if cfg.mode.writes() => match body_unless_get(state, req).await {
+                Ok(body) => uid::handle(state, &method, &route.rest, &query, body.as_deref()),
+                Err(r) => r,
+            },
             _ => not_found(true, &query),
         }
     } else {
