@@ -541,7 +541,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                     return method_not_allowed(&method);
                 }
                 match route.rest.first().map(String::as_str) {
-                    Some("query") => Reply::json(200, "{\"running\":[],\"completed\":[]}"),
+                    Some("query") => Reply::json(200, state.queries.json().to_string()),
                     _ => Reply::json(200, super::stats::json(state, now_s()).to_string()),
                 }
             }
@@ -611,6 +611,11 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
             "suggest" if cfg.mode != super::Mode::WriteOnly => {
                 suggest::handle_legacy(state, &query)
             }
+            "metrics" => Reply {
+                status: 200,
+                content_type: "text/plain; version=0.0.4; charset=utf-8",
+                body: super::stats::prometheus(state).into_bytes(),
+            },
             "dropcaches" => {
                 state.writer.uids().drop_caches();
                 Reply::text(200, "Caches dropped.\n")
