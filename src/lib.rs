@@ -9,6 +9,7 @@
 //! - [`store`]: a store on disk: its recorded layout, tables and rows.
 //! - [`uid`]: UID assignment, lookup with caches, rename and delete.
 //! - [`index`]: the series index (metric and tag pairs → series).
+//! - [`meta`]: UIDMeta and TSMeta objects and the per-series counters.
 //! - [`query`]: `/api/query` and `/api/query/last` semantics as a library.
 //! - [`config`]: `opentsdb.conf` properties and OpenTSDB's defaults.
 //! - [`write`]: the write path: series cache, write-ahead log, in-memory
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod index;
+pub mod meta;
 pub mod model;
 pub mod query;
 pub mod storage;

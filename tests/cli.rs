@@ -316,3 +316,74 @@ fn query_prints_opentsdb_lines_after_metasync() {
         r.stderr
     );
 }
+
+#[test]
+fn search_lookup_metasync_and_metapurge() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_sample(d);
+    let r = tsdb(d, &["uid", "metasync"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("Created 2 TSMeta objects\n"),
+        "{}",
+        r.stdout
+    );
+    // Running it again creates nothing new.
+    assert!(
+        tsdb(d, &["uid", "metasync"])
+            .stdout
+            .contains("Created 0 TSMeta objects\n")
+    );
+    let all = "000001000001000001 sys.cpu.user {host=web01}\n000001000001000002 sys.cpu.user {host=web02}\n";
+    assert_eq!(tsdb(d, &["search", "lookup", "sys.cpu.user"]).stdout, all);
+    assert_eq!(tsdb(d, &["search", "sys.cpu.user{host=*}"]).stdout, all);
+    assert_eq!(
+        tsdb(d, &["search", "lookup", "sys.cpu.user", "host=web02"]).stdout,
+        "000001000001000002 sys.cpu.user {host=web02}\n"
+    );
+    let r = tsdb(d, &["search", "lookup", "*=web01"]);
+    assert_eq!(
+        r.stdout, "000001000001000001 sys.cpu.user {host=web01}\n",
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        tsdb(d, &["search", "lookup", "--limit", "1", "sys.cpu.user"]).stdout,
+        "000001000001000001 sys.cpu.user {host=web01}\n"
+    );
+    let r = tsdb(d, &["search", "lookup", "nope"]);
+    assert_eq!(
+        (r.code, r.stderr.as_str()),
+        (1, "No such name for 'metrics': 'nope'\n")
+    );
+    let r = tsdb(d, &["search", "lookup", "sys.cpu.user", "host"]);
+    assert_eq!((r.code, r.stderr.as_str()), (2, "Invalid tag: host\n"));
+    assert_eq!(tsdb(d, &["search", "lookup", "m{host"]).code, 2);
+    // A UIDMeta cell, then purge everything meta.
+    {
+        let store = Store::open(d, &StoreOptions::default()).unwrap();
+        let t = UidTable::new(&store, AutoCreate::default(), NameRules::default());
+        let uid = t.get_id(UidKind::Metric, "sys.cpu.user").unwrap();
+        let f = rtsdb::meta::UidMetaFields {
+            description: "cpu".into(),
+            ..Default::default()
+        };
+        rtsdb::meta::write_uid_meta(&**store.kv(), &t, UidKind::Metric, uid, &f).unwrap();
+    }
+    let r = tsdb(d, &["uid", "metapurge"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .starts_with("Deleted 1 UIDMeta cells and 2 TSMeta rows\n"),
+        "{}",
+        r.stdout
+    );
+    let r = tsdb(d, &["uid", "metapurge"]);
+    assert!(
+        r.stdout
+            .starts_with("Deleted 0 UIDMeta cells and 0 TSMeta rows\n")
+    );
+    // Names and data are untouched.
+    assert_eq!(tsdb(d, &["search", "lookup", "sys.cpu.user"]).stdout, all);
+}

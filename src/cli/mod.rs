@@ -5,6 +5,7 @@ pub mod fsck;
 pub mod query;
 pub mod query_args;
 pub mod scan;
+pub mod search;
 pub mod tsd;
 pub mod uid;
 pub mod uid_fsck;
@@ -53,6 +54,8 @@ pub enum Command {
     Scan(scan::ScanArgs),
     /// Run a query from the command line (OpenTSDB's `tsdb query`).
     Query(query::QueryArgs),
+    /// Find series by metric and tags (OpenTSDB's `tsdb search lookup`).
+    Search(search::SearchArgs),
     /// Check data rows for errors and optionally fix them (OpenTSDB's `tsdb fsck`).
     Fsck(fsck::FsckArgs),
     /// Run the TSD: telnet and HTTP on one port (OpenTSDB's `tsdb tsd`).
@@ -108,6 +111,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
         }
         Command::Scan(args) => scan::run(&ctx, args, out, err),
         Command::Fsck(args) => fsck::run(&ctx, args, out, err),
+        Command::Search(args) => search::run(&ctx, args, out, err),
         Command::Query(args) => query::run(&ctx, args, out, err),
         Command::Tsd(args) => tsd::run(ctx, args, out),
         Command::Version => {

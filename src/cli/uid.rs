@@ -144,11 +144,42 @@ pub fn run(
             let started = std::time::Instant::now();
             let index = crate::index::SeriesIndex::open(&store)?;
             let stats = index.rebuild(&store)?;
+            // OpenTSDB's metasync creates the TSMeta objects series lack.
+            let widths = store.layout().widths;
+            let now = chrono::Utc::now().timestamp().max(0) as u64;
+            let mut created = 0u64;
+            for metric in index.metrics() {
+                for tsuid in index.series_of(metric) {
+                    let bytes = tsuid.to_bytes(&widths);
+                    if crate::meta::read_ts_fields(&**store.kv(), &bytes)?.is_none() {
+                        let f = crate::meta::TsMetaFields::new(tsuid.to_hex(&widths), now);
+                        crate::meta::write_ts_fields(&**store.kv(), &bytes, &f)?;
+                        created += 1;
+                    }
+                }
+            }
             store.sync()?;
             writeln!(out, "Rebuilt the series index: {stats:?}")?;
+            writeln!(out, "Created {created} TSMeta objects")?;
             writeln!(
                 out,
                 "Completed meta data synchronization in [{}] seconds",
+                started.elapsed().as_secs()
+            )?;
+            Ok(0)
+        }
+        "metapurge" => {
+            let started = std::time::Instant::now();
+            let stats = crate::meta::purge(&**store.kv())?;
+            store.sync()?;
+            writeln!(
+                out,
+                "Deleted {} UIDMeta cells and {} TSMeta rows",
+                stats.uid_meta, stats.ts_rows
+            )?;
+            writeln!(
+                out,
+                "Completed meta data purge in [{}] seconds",
                 started.elapsed().as_secs()
             )?;
             Ok(0)

@@ -28,6 +28,8 @@ use crate::model::{Uid, UidWidths};
 use crate::storage::{Durability, KvStore, ScanRange, Table, WriteBatch};
 use crate::store::{Result, Store};
 
+pub mod lookup;
+
 const SERIES: u8 = b'S';
 
 /// The series of one metric, with postings per tag pair.
@@ -167,6 +169,13 @@ impl SeriesIndex {
     /// Every series of `metric`.
     pub fn series_of(&self, metric: Uid) -> Vec<Tsuid> {
         self.with_metric(metric, |m| m.map(|m| m.series.clone()).unwrap_or_default())
+    }
+
+    /// Every metric with at least one series.
+    pub fn metrics(&self) -> Vec<Uid> {
+        let mut m: Vec<Uid> = self.inner.read().metrics.keys().copied().collect();
+        m.sort_unstable();
+        m
     }
 
     /// Series of `metric` carrying `tagk=tagv`.

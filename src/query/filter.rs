@@ -45,12 +45,69 @@ impl FilterType {
         FilterType::ALL.into_iter().find(|t| t.name() == s)
     }
 
+    /// `description()` of the filter class, as `/api/config/filters`
+    /// prints it (OpenTSDB's spelling kept, "seperated" included).
+    pub fn description(self) -> &'static str {
+        match self {
+            FilterType::LiteralOr => {
+                "Accepts one or more exact values and matches if the series contains any of them. Multiple values can be included and must be separated by the | (pipe) character. The filter is case sensitive and will not allow characters that TSDB does not allow at write time."
+            }
+            FilterType::ILiteralOr => {
+                "Accepts one or more exact values and matches if the series contains any of them. Multiple values can be included and must be seperated by the | (pipe) character. The filter is case insensitive and will not allow characters that TSDB does not allow at write time."
+            }
+            FilterType::NotLiteralOr => {
+                "Accepts one or more exact values and matches if the series does NOT contain any of them. Multiple values can be included and must be separated by the | (pipe) character. The filter is case sensitive and will not allow characters that TSDB does not allow at write time."
+            }
+            FilterType::NotILiteralOr => {
+                "Accepts one or more exact values and matches if the series does NOT contain any of them. Multiple values can be included and must be seperated by the | (pipe) character. The filter is case insensitive and will not allow characters that TSDB does not allow at write time."
+            }
+            FilterType::Wildcard => {
+                "Performs pre, post and in-fix glob matching of values. The globs are case sensitive and multiple wildcards can be used. The wildcard character is the * (asterisk). At least one wildcard must be present in the filter value. A wildcard by itself can be used as well to match on any value for the tag key."
+            }
+            FilterType::IWildcard => {
+                "Performs pre, post and in-fix glob matching of values. The globs are case insensitive and multiple wildcards can be used. The wildcard character is the * (asterisk). Case insensitivity is achieved by dropping all values to lower case. At least one wildcard must be present in the filter value. A wildcard by itself can be used as well to match on any value for the tag key."
+            }
+            FilterType::Regexp => {
+                "Provides full, POSIX compliant regular expression using the built in Java Pattern class. Note that an expression containing curly braces {} will not parse properly in URLs. If the pattern is not a valid regular expression then an exception will be raised."
+            }
+        }
+    }
+
+    /// `examples()` of the filter class.
+    pub fn examples(self) -> String {
+        let n = self.name();
+        match self {
+            FilterType::Wildcard | FilterType::IWildcard => format!(
+                "host={n}(web*),  host={n}(web*.tsdb.net)  {{\"type\":\"{n}\",\"tagk\":\"host\",\"filter\":\"web*.tsdb.net\",\"groupBy\":false}}"
+            ),
+            FilterType::Regexp => "host=regexp(.*)  {\"type\":\"regexp\",\"tagk\":\"host\",\"filter\":\".*\",\"groupBy\":false}".to_string(),
+            _ => format!(
+                "host={n}(web01),  host={n}(web01|web02|web03)  {{\"type\":\"{n}\",\"tagk\":\"host\",\"filter\":\"web01|web02|web03\",\"groupBy\":false}}"
+            ),
+        }
+    }
+
     fn case_insensitive(self) -> bool {
         matches!(
             self,
             FilterType::ILiteralOr | FilterType::NotILiteralOr | FilterType::IWildcard
         )
     }
+}
+
+/// `/api/config/filters`: `{"<type>":{"description":..,"examples":..}}`
+/// for every registered filter (sorted by name).
+pub fn filters_json() -> serde_json::Value {
+    let map: serde_json::Map<String, serde_json::Value> = FilterType::ALL
+        .into_iter()
+        .map(|t| {
+            (
+                t.name().to_string(),
+                serde_json::json!({"description": t.description(), "examples": t.examples()}),
+            )
+        })
+        .collect();
+    serde_json::Value::Object(map)
 }
 
 /// A filter as a client writes it in JSON (`filters` of a sub-query).

@@ -131,6 +131,8 @@ pub struct TsdState {
     pub settings: Config,
     pub writer: Arc<Writer>,
     pub stats: stats::ServerStats,
+    /// Running and recent queries (`/api/stats/query`).
+    pub queries: stats::QueryLog,
     pub hostname: String,
     /// The port actually bound.
     pub port: std::sync::atomic::AtomicU16,
@@ -144,6 +146,7 @@ impl TsdState {
             settings,
             writer,
             stats: stats::ServerStats::default(),
+            queries: stats::QueryLog::default(),
             hostname: stats::hostname(),
             port: std::sync::atomic::AtomicU16::new(0),
             shutdown: watch::channel(false).0,

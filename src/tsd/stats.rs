@@ -213,3 +213,155 @@ pub fn json(state: &TsdState, now_s: u64) -> serde_json::Value {
             .collect(),
     )
 }
+
+/// `/metrics`: the figures of `/api/stats` in Prometheus' text exposition
+/// format. `tsd.uid.cache-hit` becomes `tsd_uid_cache_hit`; tags become
+/// labels; samples of one name are grouped under one `# TYPE` line.
+pub fn prometheus(state: &TsdState) -> String {
+    fn name(s: &str) -> String {
+        format!("tsd_{s}")
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    }
+    fn escape(v: &str) -> String {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    }
+    let extra = host_tags(state);
+    let mut families: Vec<(String, Vec<String>)> = Vec::new();
+    for s in collect(state) {
+        let n = name(s.name);
+        let mut labels: Vec<String> = Vec::new();
+        if let Some((k, v)) = &s.tag {
+            labels.push(format!("{k}=\"{}\"", escape(v)));
+        }
+        for (k, v) in &extra {
+            labels.push(format!("{k}=\"{}\"", escape(v)));
+        }
+        let sample = format!("{n}{{{}}} {}", labels.join(","), s.value);
+        match families.iter_mut().find(|(f, _)| *f == n) {
+            Some((_, v)) => v.push(sample),
+            None => families.push((n, vec![sample])),
+        }
+    }
+    let mut out = String::new();
+    for (n, samples) in families {
+        out.push_str(&format!("# TYPE {n} untyped\n"));
+        for s in samples {
+            out.push_str(&s);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// One query seen by `/api/query`, for `/api/stats/query`.
+#[derive(Debug, Clone)]
+pub struct QueryRecord {
+    pub id: u64,
+    pub query: serde_json::Value,
+    pub remote: String,
+    pub start_ms: u64,
+    pub started: std::time::Instant,
+    /// Set once finished: (HTTP status, error message, total ms).
+    pub outcome: Option<(u16, Option<String>, f64)>,
+}
+
+/// Running queries and the last [`QueryLog::KEEP`] completed ones.
+#[derive(Debug, Default)]
+pub struct QueryLog {
+    next: AtomicU64,
+    inner: parking_lot::Mutex<QueryLogInner>,
+}
+
+#[derive(Debug, Default)]
+struct QueryLogInner {
+    running: Vec<QueryRecord>,
+    completed: std::collections::VecDeque<QueryRecord>,
+}
+
+impl QueryLog {
+    /// How many completed queries are kept (OpenTSDB keeps 256).
+    pub const KEEP: usize = 256;
+
+    /// Records a query as running; returns its id for [`finish`](Self::finish).
+    pub fn start(&self, query: serde_json::Value, remote: String) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        self.inner.lock().running.push(QueryRecord {
+            id,
+            query,
+            remote,
+            start_ms: chrono::Utc::now().timestamp_millis().max(0) as u64,
+            started: std::time::Instant::now(),
+            outcome: None,
+        });
+        id
+    }
+
+    pub fn finish(&self, id: u64, status: u16, error: Option<String>) {
+        let mut inner = self.inner.lock();
+        let Some(pos) = inner.running.iter().position(|r| r.id == id) else {
+            return;
+        };
+        let mut r = inner.running.remove(pos);
+        r.outcome = Some((status, error, r.started.elapsed().as_secs_f64() * 1000.0));
+        if inner.completed.len() >= Self::KEEP {
+            inner.completed.pop_front();
+        }
+        inner.completed.push_back(r);
+    }
+
+    fn render(r: &QueryRecord) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "query": r.query,
+            "remote": r.remote,
+            "queryStartTimestamp": r.start_ms,
+            "executed": 1,
+        });
+        let o = v.as_object_mut().expect("object");
+        match &r.outcome {
+            None => {
+                o.insert(
+                    "elapsed".into(),
+                    (r.started.elapsed().as_secs_f64() * 1000.0).into(),
+                );
+            }
+            Some((status, error, ms)) => {
+                o.insert(
+                    "httpResponse".into(),
+                    serde_json::json!({"code": status, "reasonPhrase": reason(*status)}),
+                );
+                o.insert(
+                    "exception".into(),
+                    error.clone().unwrap_or_else(|| "null".into()).into(),
+                );
+                o.insert("stats".into(), serde_json::json!({"totalTime": ms}));
+            }
+        }
+        v
+    }
+
+    /// `{"running":[...],"completed":[...]}`, newest completed last.
+    pub fn json(&self) -> serde_json::Value {
+        let inner = self.inner.lock();
+        serde_json::json!({
+            "running": inner.running.iter().map(Self::render).collect::<Vec<_>>(),
+            "completed": inner.completed.iter().map(Self::render).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    hyper::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("")
+}

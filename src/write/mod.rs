@@ -102,7 +102,12 @@ pub struct Writer {
     flusher_wake: (Mutex<bool>, Condvar),
     /// Serialises flushes (flusher thread, shutdown).
     flush_lock: Mutex<()>,
+    /// Serialises counter persistence; holds when it last ran.
+    counters: Mutex<std::time::Instant>,
 }
+
+/// How often the per-series point counters are added to `tsdb-meta`.
+const COUNTER_PERSIST_INTERVAL: Duration = Duration::from_secs(10);
 
 impl Writer {
     /// Opens the write path over `store`: replays and removes the WAL left
@@ -131,6 +136,7 @@ impl Writer {
             flusher: Mutex::new(None),
             flusher_wake: (Mutex::new(false), Condvar::new()),
             flush_lock: Mutex::new(()),
+            counters: Mutex::new(std::time::Instant::now()),
         });
         w.stats.points_replayed.store(replayed, Ordering::Relaxed);
         let weak = Arc::downgrade(&w);
@@ -192,7 +198,12 @@ impl Writer {
         }
         // Record each series' hours in the index before the points become
         // visible, so a query never finds buffered points it cannot name.
+        let now = buffer::now_s() as u64;
         for p in points {
+            p.series.unsaved_points.fetch_add(1, Ordering::Relaxed);
+            if p.series.last_received.load(Ordering::Relaxed) != now {
+                p.series.last_received.store(now, Ordering::Relaxed);
+            }
             let hour = p.ts.base_time() as u64 + 1;
             if p.series.indexed_hour.load(Ordering::Relaxed) < hour {
                 self.index
@@ -276,6 +287,45 @@ impl Writer {
         stored
     }
 
+    /// Adds the points counted in memory since the last call to each
+    /// series' counters in `tsdb-meta` (TSMeta `totalDatapoints` and
+    /// `lastReceived`): one batch for all series, never a write per point.
+    pub fn persist_counters(&self) -> anyhow::Result<()> {
+        let mut last = self.counters.lock();
+        let mut taken: Vec<(Arc<Series>, u64)> = Vec::new();
+        let mut deltas = Vec::new();
+        let widths = self.store.layout().widths;
+        self.series.for_each(|s| {
+            let n = s.unsaved_points.swap(0, Ordering::Relaxed);
+            if n > 0 {
+                deltas.push((
+                    s.tsuid.to_bytes(&widths),
+                    n,
+                    s.last_received.load(Ordering::Relaxed),
+                ));
+                taken.push((s.clone(), n));
+            }
+        });
+        *last = std::time::Instant::now();
+        if let Err(e) = crate::meta::add_counters(&**self.store.kv(), &deltas) {
+            // Keep the counts for the next attempt.
+            for (s, n) in taken {
+                s.unsaved_points.fetch_add(n, Ordering::Relaxed);
+            }
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    fn persist_counters_if_due(&self) {
+        if self.counters.lock().elapsed() < COUNTER_PERSIST_INTERVAL {
+            return;
+        }
+        if let Err(e) = self.persist_counters() {
+            tracing::error!(error = %e, "saving series counters failed; will retry");
+        }
+    }
+
     /// Deletes WAL segments whose points are all in the store.
     fn truncate_wal(&self) {
         let (min_pinned, closed_below) = {
@@ -321,6 +371,7 @@ impl Writer {
             }
         }
         self.truncate_wal();
+        self.persist_counters_if_due();
     }
 
     /// Writes every buffered point to the store and syncs it (tests,
@@ -351,6 +402,9 @@ impl Writer {
             pressure: false,
             everything: true,
         });
+        if let Err(e) = self.persist_counters() {
+            tracing::error!(error = %e, "saving series counters at shutdown failed");
+        }
         self.store.sync()?;
         if self.buffer.points() == 0 {
             self.wal.delete_below(u64::MAX)?;

@@ -104,6 +104,12 @@ pub struct Series {
     /// 1 + the latest hour recorded in the series index (0: none yet),
     /// so the index is touched once per series and hour, not per point.
     pub(crate) indexed_hour: AtomicU64,
+    /// Points accepted since the counters were last added to `tsdb-meta`
+    /// (TSMeta `totalDatapoints`, without a storage write per point).
+    pub(crate) unsaved_points: AtomicU64,
+    /// Epoch seconds of the newest accepted point's arrival (TSMeta
+    /// `lastReceived`); 0 if none since start.
+    pub(crate) last_received: AtomicU64,
 }
 
 type NewSeriesHook = Box<dyn Fn(&Tsuid) + Send + Sync>;
@@ -179,6 +185,15 @@ impl SeriesCache {
     /// process (including series replayed from the WAL).
     pub fn on_new_series(&self, f: NewSeriesHook) {
         self.hooks.write().push(f);
+    }
+
+    /// Runs `f` on every known series.
+    pub fn for_each(&self, mut f: impl FnMut(&Arc<Series>)) {
+        for shard in &self.shards {
+            for s in shard.read().values() {
+                f(s);
+            }
+        }
     }
 
     /// Number of series known.
@@ -310,6 +325,8 @@ impl SeriesCache {
                 tags: sorted.into_boxed_slice(),
                 wal_segment: AtomicU64::new(0),
                 indexed_hour: AtomicU64::new(0),
+                unsaved_points: AtomicU64::new(0),
+                last_received: AtomicU64::new(0),
             });
             map.insert(key.into(), s.clone());
             s

@@ -544,6 +544,8 @@ mod tests {
             tags: vec![("host".into(), format!("h{id}").into())].into_boxed_slice(),
             wal_segment: AtomicU64::new(0),
             indexed_hour: AtomicU64::new(0),
+            unsaved_points: AtomicU64::new(0),
+            last_received: AtomicU64::new(0),
         })
     }
 

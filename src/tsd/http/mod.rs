@@ -6,6 +6,9 @@
 
 pub mod put;
 mod query;
+mod search;
+mod suggest;
+mod uid;
 
 use std::convert::Infallible;
 use std::io::Read;
@@ -356,6 +359,32 @@ async fn read_body(state: &TsdState, req: Request<Incoming>) -> Result<Vec<u8>, 
     }
 }
 
+/// The body of a request whose (overridden) verb carries one: `None` for
+/// GET requests, which OpenTSDB never reads a body of.
+async fn body_unless_get(
+    state: &TsdState,
+    req: Request<Incoming>,
+) -> Result<Option<Vec<u8>>, Reply> {
+    if req.method() == Method::GET {
+        return Ok(None);
+    }
+    read_body(state, req).await.map(Some)
+}
+
+/// Parses a JSON request body with OpenTSDB's messages for an empty or
+/// malformed one.
+fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(Reply::error(
+            400,
+            "Missing message content",
+            "Supply valid JSON formatted data in the body of your request",
+        ));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| Reply::error(400, "Unable to parse the given JSON", &e.to_string()))
+}
+
 /// hyper's entry point for one request.
 pub async fn serve_request(
     state: Arc<TsdState>,
@@ -512,13 +541,20 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                     return method_not_allowed(&method);
                 }
                 match route.rest.first().map(String::as_str) {
-                    Some("query") => Reply::json(200, "{\"running\":[],\"completed\":[]}"),
+                    Some("query") => Reply::json(200, state.queries.json().to_string()),
                     _ => Reply::json(200, super::stats::json(state, now_s()).to_string()),
                 }
             }
             "api/config" => {
                 if !get_post(&method) {
                     return method_not_allowed(&method);
+                }
+                match route.rest.first().map(String::as_str) {
+                    None => {}
+                    Some("filters") => {
+                        return Reply::json(200, crate::query::filter::filters_json().to_string());
+                    }
+                    Some(_) => return not_found(true, &query),
                 }
                 let map: serde_json::Map<String, serde_json::Value> = state
                     .settings
@@ -527,6 +563,24 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                     .collect();
                 Reply::json(200, serde_json::Value::Object(map).to_string())
             }
+            "api/suggest" if cfg.mode != super::Mode::WriteOnly => {
+                match body_unless_get(state, req).await {
+                    Ok(body) => suggest::handle(state, &method, &query, body.as_deref()),
+                    Err(r) => r,
+                }
+            }
+            "api/search" if cfg.mode != super::Mode::WriteOnly => {
+                match body_unless_get(state, req).await {
+                    Ok(body) => {
+                        search::handle(state, &method, &route.rest, &query, body.as_deref())
+                    }
+                    Err(r) => r,
+                }
+            }
+            "api/uid" if cfg.mode.writes() => match body_unless_get(state, req).await {
+                Ok(body) => uid::handle(state, &method, &route.rest, &query, body.as_deref()),
+                Err(r) => r,
+            },
             _ => not_found(true, &query),
         }
     } else {
@@ -554,6 +608,14 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                     Reply::text(200, s)
                 }
             }
+            "suggest" if cfg.mode != super::Mode::WriteOnly => {
+                suggest::handle_legacy(state, &query)
+            }
+            "metrics" => Reply {
+                status: 200,
+                content_type: "text/plain; version=0.0.4; charset=utf-8",
+                body: super::stats::prometheus(state).into_bytes(),
+            },
             "dropcaches" => {
                 state.writer.uids().drop_caches();
                 Reply::text(200, "Caches dropped.\n")

@@ -58,10 +58,21 @@ pub(super) async fn handle(
             Err(e) => return error(e),
         };
         q.delete |= delete;
-        match query::execute(&context(st), &q) {
+        let id = st.queries.start(
+            serde_json::to_value(&q).unwrap_or(serde_json::Value::Null),
+            String::new(),
+        );
+        let reply = match query::execute(&context(st), &q) {
             Ok(r) => Reply::json(200, r.to_json()),
-            Err(e) => error(e),
-        }
+            Err(e) => {
+                let msg = e.to_string();
+                let r = error(e);
+                st.queries.finish(id, r.status, Some(msg));
+                return r;
+            }
+        };
+        st.queries.finish(id, reply.status, None);
+        reply
     })
     .await
 }

@@ -1,0 +1,224 @@
+//! Grafana's OpenTSDB datasource against a real TSD: the requests it makes
+//! at startup, for template variables and for panels, with exact bodies;
+//! and the stats endpoints (/api/stats/query, /metrics).
+
+mod common;
+
+use common::{TestServer, http, post_put};
+use serde_json::json;
+
+fn get(srv: &TestServer, path: &str) -> (u16, String) {
+    let r = http(srv.addr, "GET", path, &[], b"");
+    (r.status, r.text())
+}
+
+fn post(srv: &TestServer, path: &str, body: &str) -> (u16, String) {
+    let r = http(
+        srv.addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    );
+    (r.status, r.text())
+}
+
+fn seeded() -> TestServer {
+    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    let mut pts = Vec::new();
+    for (i, host) in ["web01", "web02"].iter().enumerate() {
+        for t in 0..3i64 {
+            pts.push(
+                json!({"metric":"sys.cpu.user","timestamp":1356998400 + t * 60,
+                "value": (i as i64 + 1) * 10 + t,"tags":{"host":host,"dc":"lga"}}),
+            );
+        }
+    }
+    pts.push(
+        json!({"metric":"sys.mem.free","timestamp":1356998400,"value":1,"tags":{"host":"web01"}}),
+    );
+    assert_eq!(post_put(srv.addr, "", &json!(pts).to_string()).status, 204);
+    srv
+}
+
+#[test]
+fn grafana_startup_variables_and_panels() {
+    let srv = seeded();
+    // Metric name completion: empty q, big max.
+    assert_eq!(
+        get(&srv, "/api/suggest?type=metrics&q=&max=1000"),
+        (200, r#"["sys.cpu.user","sys.mem.free"]"#.into())
+    );
+    assert_eq!(
+        get(&srv, "/api/suggest?type=tagk&q=ho"),
+        (200, r#"["host"]"#.into())
+    );
+    assert_eq!(
+        get(&srv, "/api/suggest?type=tagv&q=&max=1000"),
+        (200, r#"["lga","web01","web02"]"#.into())
+    );
+    // tag_values(sys.cpu.user, host): a lookup; Grafana reads results[].tags.
+    let (s, t) = get(&srv, "/api/search/lookup?m=sys.cpu.user{host=*}&limit=3000");
+    assert_eq!(s, 200);
+    let mut v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    v.as_object_mut().unwrap().remove("time");
+    assert_eq!(
+        v,
+        json!({"type":"LOOKUP","metric":"sys.cpu.user","tags":[{"key":"host","value":"*"}],
+               "limit":3000,"startIndex":0,"totalResults":2,"results":[
+                 {"tsuid":"000001000001000001000002000002","metric":"sys.cpu.user","tags":{"dc":"lga","host":"web01"}},
+                 {"tsuid":"000001000001000003000002000002","metric":"sys.cpu.user","tags":{"dc":"lga","host":"web02"}}]})
+    );
+    // tag_names(sys.cpu.user): Grafana 7+ asks lookup with just the metric.
+    let (_, t) = get(&srv, "/api/search/lookup?m=sys.cpu.user&limit=1000");
+    assert!(t.contains(r#""totalResults":2"#), "{t}");
+    // Aggregators and filters for the query editor.
+    assert_eq!(
+        get(&srv, "/api/aggregators"),
+        (
+            200,
+            r#"["sum","min","max","avg","none","median","mult","dev","diff","count","zimsum","mimmin","mimmax","first","last","pfsum","squareSum","p999","p99","p95","p90","p75","p50","ep999r3","ep99r3","ep95r3","ep90r3","ep75r3","ep50r3","ep999r7","ep99r7","ep95r7","ep90r7","ep75r7","ep50r7"]"#
+                .into()
+        )
+    );
+    let (s, t) = get(&srv, "/api/config/filters");
+    assert_eq!(s, 200);
+    let f: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(f.as_object().unwrap().len(), 7);
+    assert!(
+        f["wildcard"]["examples"]
+            .as_str()
+            .unwrap()
+            .starts_with("host=wildcard(web*)")
+    );
+    // A panel: filters with groupBy, downsample, ms timestamps, showQuery,
+    // globalAnnotations as Grafana sends them.
+    let panel = r#"{"start":1356998400000,"end":1356998580000,"queries":[{"metric":"sys.cpu.user","aggregator":"sum","downsample":"1m-avg","filters":[{"type":"wildcard","tagk":"host","filter":"*","groupBy":true}]}],"msResolution":true,"globalAnnotations":true,"showQuery":true}"#;
+    let (s, t) = post(&srv, "/api/query", panel);
+    assert_eq!(s, 200, "{t}");
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    let arr = v.as_array().unwrap();
+    assert_eq!(arr.len(), 2);
+    assert_eq!(arr[0]["metric"], "sys.cpu.user");
+    assert_eq!(arr[0]["tags"], json!({"dc":"lga","host":"web01"}));
+    assert_eq!(arr[0]["aggregateTags"], json!([]));
+    assert_eq!(
+        arr[0]["dps"],
+        json!({"1356998400000":10.0,"1356998460000":11.0,"1356998520000":12.0})
+    );
+    assert_eq!(arr[1]["tags"]["host"], "web02");
+    assert_eq!(arr[0]["query"]["metric"], "sys.cpu.user");
+    assert_eq!(arr[0]["query"]["aggregator"], "sum");
+    assert_eq!(arr[0]["query"]["downsample"], "1m-avg");
+    assert_eq!(
+        arr[0]["query"]["filters"],
+        json!([{"tagk":"host","filter":"*","group_by":true,"type":"wildcard"}])
+    );
+    // Exact body of a simpler panel: no group by, seconds, arrays.
+    let (s, t) = get(
+        &srv,
+        "/api/query?start=1356998400&end=1356998580&m=sum:sys.cpu.user%7Bdc=lga%7D&arrays",
+    );
+    assert_eq!(s, 200);
+    assert_eq!(
+        t,
+        r#"[{"metric":"sys.cpu.user","tags":{"dc":"lga"},"aggregateTags":["host"],"dps":[[1356998400,30],[1356998460,32],[1356998520,34]]}]"#
+    );
+    // The same through POST with arrays-free output.
+    let (_, t) = post(
+        &srv,
+        "/api/query",
+        r#"{"start":1356998400,"end":1356998580,"queries":[{"metric":"sys.cpu.user","aggregator":"max","tags":{}}]}"#,
+    );
+    assert_eq!(
+        t,
+        r#"[{"metric":"sys.cpu.user","tags":{"dc":"lga"},"aggregateTags":["host"],"dps":{"1356998400":20,"1356998460":21,"1356998520":22}}]"#
+    );
+}
+
+#[test]
+fn stats_query_and_prometheus_metrics() {
+    let srv = seeded();
+    assert_eq!(
+        get(&srv, "/api/stats/query"),
+        (200, r#"{"completed":[],"running":[]}"#.into())
+    );
+    let (s, _) = get(&srv, "/api/query?start=1356998400&m=sum:sys.cpu.user");
+    assert_eq!(s, 200);
+    let (s, _) = get(&srv, "/api/query?start=1356998400&m=sum:no.such.metric");
+    assert_eq!(s, 400);
+    let (s, t) = get(&srv, "/api/stats/query");
+    assert_eq!(s, 200);
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(v["running"], json!([]));
+    let done = v["completed"].as_array().unwrap();
+    assert_eq!(done.len(), 2);
+    assert_eq!(
+        done[0]["httpResponse"],
+        json!({"code":200,"reasonPhrase":"OK"})
+    );
+    assert_eq!(done[0]["exception"], "null");
+    assert_eq!(done[0]["query"]["start"], "1356998400");
+    assert_eq!(done[0]["query"]["queries"][0]["metric"], "sys.cpu.user");
+    assert!(done[0]["stats"]["totalTime"].as_f64().unwrap() >= 0.0);
+    assert!(done[0]["queryStartTimestamp"].as_u64().unwrap() > 1_600_000_000_000);
+    assert_eq!(done[1]["httpResponse"]["code"], 400);
+    assert_eq!(
+        done[1]["exception"],
+        "No such name for 'metrics': 'no.such.metric'"
+    );
+    // Only the last 256 are kept.
+    for _ in 0..260 {
+        srv.state
+            .queries
+            .finish(srv.state.queries.start(json!({}), String::new()), 200, None);
+    }
+    let (_, t) = get(&srv, "/api/stats/query");
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(v["completed"].as_array().unwrap().len(), 256);
+
+    // /metrics carries /api/stats' figures.
+    let r = http(srv.addr, "GET", "/metrics", &[], b"");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    let text = r.text();
+    let host = &srv.state.hostname;
+    assert!(text.contains("# TYPE tsd_rpc_received untyped\n"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "tsd_uid_cache_hit{{kind=\"metrics\",host=\"{host}\"}} "
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("tsd_datapoints_added{{host=\"{host}\"}} 7\n")),
+        "{text}"
+    );
+    // Every sample line is `name{labels} value`, one TYPE per name.
+    let mut seen = std::collections::HashSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            assert!(
+                seen.insert(rest.split(' ').next().unwrap().to_string()),
+                "{line}"
+            );
+            continue;
+        }
+        let (name, value) = line.rsplit_once(' ').unwrap();
+        assert!(value.parse::<f64>().is_ok(), "{line}");
+        let metric = name.split('{').next().unwrap();
+        assert!(
+            metric
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "{line}"
+        );
+        assert!(seen.contains(metric), "{line}");
+    }
+    let stats: serde_json::Value = serde_json::from_str(&get(&srv, "/api/stats").1).unwrap();
+    let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(samples, stats.as_array().unwrap().len());
+}

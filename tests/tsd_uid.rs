@@ -1,0 +1,386 @@
+//! /api/uid/* against a real TSD: assign, rename, uidmeta and tsmeta with
+//! their success, not-found, no-change and bad-input answers.
+
+mod common;
+
+use common::{TestServer, http, post_put};
+use serde_json::json;
+
+fn req(srv: &TestServer, method: &str, path: &str, body: &str) -> (u16, String) {
+    let r = http(
+        srv.addr,
+        method,
+        path,
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    );
+    (r.status, r.text())
+}
+
+fn err(code: u16, message: &str) -> String {
+    json!({"error":{"code":code,"message":message}}).to_string()
+}
+
+#[test]
+fn assign_mixed_success_and_errors() {
+    let srv = TestServer::start(&[]);
+    assert_eq!(
+        req(
+            &srv,
+            "GET",
+            "/api/uid/assign?metric=sys.cpu.0,sys.cpu.1&tagk=host",
+            ""
+        ),
+        (
+            200,
+            r#"{"metric":{"sys.cpu.0":"000001","sys.cpu.1":"000002"},"tagk":{"host":"000001"}}"#
+                .into()
+        )
+    );
+    assert_eq!(
+        req(
+            &srv,
+            "POST",
+            "/api/uid/assign",
+            r#"{"metric":["sys.cpu.1","illegal!character","sys.cpu.2"],"tagv":["web01"]}"#
+        ),
+        (
+            400,
+            r#"{"metric":{"sys.cpu.2":"000003"},"metric_errors":{"illegal!character":"Invalid metric (\"illegal!character\"): illegal character: !","sys.cpu.1":"Name already exists with UID: 000002"},"tagv":{"web01":"000001"}}"#
+                .into()
+        )
+    );
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/assign", ""),
+        (400, err(400, "Missing values to assign UIDs"))
+    );
+    assert_eq!(
+        req(&srv, "POST", "/api/uid/assign", "{}"),
+        (400, err(400, "Missing values to assign UIDs"))
+    );
+    assert_eq!(req(&srv, "POST", "/api/uid/assign", "{bad").0, 400);
+    assert_eq!(req(&srv, "DELETE", "/api/uid/assign?metric=x", "").0, 405);
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/nope", ""),
+        (
+            501,
+            err(501, "Other UID endpoints have not been implemented yet")
+        )
+    );
+}
+
+#[test]
+fn rename_results() {
+    let srv = TestServer::start(&[]);
+    req(&srv, "GET", "/api/uid/assign?metric=a,b", "");
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/rename?metric=a&name=c", ""),
+        (200, r#"{"result":"true"}"#.into())
+    );
+    assert_eq!(
+        req(&srv, "GET", "/api/suggest?type=metrics", "").1,
+        r#"["b","c"]"#
+    );
+    assert_eq!(
+        req(&srv, "POST", "/api/uid/rename", r#"{"metric":"c","name":"b"}"#),
+        (
+            400,
+            r#"{"result":"false","error":"When trying rename(\"c\", \"b\") on UniqueId(tsdb-uid, metrics, 3): new name already assigned ID=[0, 0, 2]"}"#
+                .into()
+        )
+    );
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/rename?tagk=nope&name=x", ""),
+        (
+            400,
+            r#"{"result":"false","error":"No such name for 'tagk': 'nope'"}"#.into()
+        )
+    );
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/rename?metric=c", ""),
+        (400, err(400, "Missing necessary values to rename UID"))
+    );
+}
+
+#[test]
+fn uidmeta_crud() {
+    let srv = TestServer::start(&[]);
+    req(&srv, "GET", "/api/uid/assign?metric=sys.cpu.0", "");
+    // Default object for a UID without meta.
+    let default = r#"{"uid":"000001","type":"METRIC","name":"sys.cpu.0","description":"","notes":"","created":0,"custom":null,"displayName":""}"#;
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/uidmeta?uid=000001&type=metric", ""),
+        (200, default.into())
+    );
+    // Not found.
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/uidmeta?uid=000002&type=metrics", ""),
+        (404, err(404, "Could not find the requested UID"))
+    );
+    // POST merges; then the same POST changes nothing: 304.
+    let body = r#"{"uid":"000001","type":"METRIC","description":"CPU","custom":{"owner":"ops"}}"#;
+    let updated = r#"{"uid":"000001","type":"METRIC","name":"sys.cpu.0","description":"CPU","notes":"","created":0,"custom":{"owner":"ops"},"displayName":""}"#;
+    assert_eq!(
+        req(&srv, "POST", "/api/uid/uidmeta", body),
+        (200, updated.into())
+    );
+    assert_eq!(
+        req(&srv, "POST", "/api/uid/uidmeta", body),
+        (304, String::new())
+    );
+    // QS form of POST via method_override.
+    let (s, t) = req(
+        &srv,
+        "GET",
+        "/api/uid/uidmeta?uid=000001&type=metric&display_name=CPU%200&method_override=post",
+        "",
+    );
+    assert_eq!(s, 200);
+    assert!(
+        t.contains(r#""description":"CPU""#) && t.contains(r#""displayName":"CPU 0""#),
+        "{t}"
+    );
+    // Stored: a fresh GET sees it.
+    assert!(
+        req(&srv, "GET", "/api/uid/uidmeta?uid=000001&type=METRIC", "")
+            .1
+            .contains("CPU 0")
+    );
+    // PUT replaces: fields not given go back to defaults.
+    let (s, t) = req(
+        &srv,
+        "PUT",
+        "/api/uid/uidmeta",
+        r#"{"uid":"000001","type":"metric","notes":"n"}"#,
+    );
+    assert_eq!(s, 200);
+    assert_eq!(
+        t,
+        r#"{"uid":"000001","type":"METRIC","name":"sys.cpu.0","description":"","notes":"n","created":0,"custom":null,"displayName":""}"#
+    );
+    // DELETE: 204, then the default object again.
+    assert_eq!(
+        req(
+            &srv,
+            "DELETE",
+            "/api/uid/uidmeta",
+            r#"{"uid":"000001","type":"metric"}"#
+        ),
+        (204, String::new())
+    );
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/uidmeta?uid=000001&type=metric", ""),
+        (200, default.into())
+    );
+    // Bad input.
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/uidmeta?type=metric", ""),
+        (400, err(400, "Missing parameter <code>uid</code>"))
+    );
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/uidmeta?uid=000001", ""),
+        (400, err(400, "Missing parameter <code>type</code>"))
+    );
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/uidmeta?uid=000001&type=foo", ""),
+        (400, err(400, "Invalid type requested: foo"))
+    );
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/uidmeta?uid=zz&type=metric", ""),
+        (400, err(400, "Invalid UID: zz"))
+    );
+    assert_eq!(
+        req(&srv, "POST", "/api/uid/uidmeta", r#"{"type":"metric"}"#),
+        (400, err(400, "Missing UID"))
+    );
+    assert_eq!(
+        req(
+            &srv,
+            "POST",
+            "/api/uid/uidmeta",
+            r#"{"uid":"000001","custom":1,"type":"metric"}"#
+        )
+        .0,
+        400
+    );
+    assert_eq!(req(&srv, "PATCH", "/api/uid/uidmeta", "").0, 405);
+}
+
+#[test]
+fn tsmeta_crud_and_counters() {
+    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    let pts = json!([
+        {"metric":"sys.cpu.user","timestamp":1356998400,"value":1,"tags":{"host":"web01"}},
+        {"metric":"sys.cpu.user","timestamp":1356998401,"value":2,"tags":{"host":"web01"}},
+        {"metric":"sys.cpu.user","timestamp":1356998402,"value":3,"tags":{"host":"web01"}},
+    ]);
+    assert_eq!(post_put(srv.addr, "", &pts.to_string()).status, 204);
+    let tsuid = "000001000001000001";
+    // No TSMeta yet.
+    assert_eq!(
+        req(&srv, "GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), ""),
+        (404, err(404, "Could not find Timeseries meta data"))
+    );
+    assert_eq!(
+        req(
+            &srv,
+            "POST",
+            "/api/uid/tsmeta",
+            &format!(r#"{{"tsuid":"{tsuid}","units":"%"}}"#)
+        ),
+        (
+            404,
+            err(
+                404,
+                "Could not find TSMeta, specify \"create=true\" to create a new one."
+            )
+        )
+    );
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/tsmeta?m=sys.cpu.user", "").1,
+        "[]"
+    );
+    // create=true with m=.
+    let (s, t) = req(
+        &srv,
+        "GET",
+        "/api/uid/tsmeta?m=sys.cpu.user%7Bhost=web01%7D&create=true&method_override=post&units=%25",
+        "",
+    );
+    assert_eq!(s, 200, "{t}");
+    let mut v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    let created = v["created"].as_u64().unwrap();
+    let last = v["lastReceived"].as_u64().unwrap();
+    assert!(created > 1_600_000_000 && last > 1_600_000_000, "{t}");
+    v["created"] = json!(0);
+    v["lastReceived"] = json!(0);
+    let uidmeta = |uid: &str, kind: &str, name: &str| json!({"uid":uid,"type":kind,"name":name,"description":"","notes":"","created":0,"custom":null,"displayName":""});
+    assert_eq!(
+        v,
+        json!({"tsuid":tsuid,"metric":uidmeta("000001","METRIC","sys.cpu.user"),
+               "tags":[uidmeta("000001","TAGK","host"),uidmeta("000001","TAGV","web01")],
+               "description":"","notes":"","created":0,"units":"%","retention":0,
+               "max":"NaN","min":"NaN","custom":null,"displayName":"","dataType":"",
+               "lastReceived":0,"totalDatapoints":3})
+    );
+    // Field order of the object.
+    assert!(
+        t.starts_with(r#"{"tsuid":"000001000001000001","metric":{"uid":"000001","type":"METRIC""#),
+        "{t}"
+    );
+    assert!(t.contains(r#""max":"NaN","min":"NaN","custom":null,"displayName":"","dataType":"","lastReceived":"#), "{t}");
+    // More points: the counter follows without a restart.
+    let more =
+        json!({"metric":"sys.cpu.user","timestamp":1356998403,"value":4,"tags":{"host":"web01"}});
+    assert_eq!(post_put(srv.addr, "", &more.to_string()).status, 204);
+    let (s, t) = req(&srv, "GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), "");
+    assert_eq!(s, 200);
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(v["totalDatapoints"], 4);
+    assert_eq!(v["units"], "%");
+    // POST merge, then no change → 304.
+    let body =
+        format!(r#"{{"tsuid":"{tsuid}","description":"user CPU","max":100,"retention":"7"}}"#);
+    let (s, t) = req(&srv, "POST", "/api/uid/tsmeta", &body);
+    assert_eq!(s, 200, "{t}");
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(
+        (
+            v["description"].clone(),
+            v["max"].clone(),
+            v["retention"].clone(),
+            v["units"].clone()
+        ),
+        (json!("user CPU"), json!(100.0), json!(7), json!("%"))
+    );
+    assert_eq!(
+        req(&srv, "POST", "/api/uid/tsmeta", &body),
+        (304, String::new())
+    );
+    // GET by m= gives an array.
+    let (s, t) = req(
+        &srv,
+        "GET",
+        "/api/uid/tsmeta?m=sys.cpu.user%7Bhost=*%7D",
+        "",
+    );
+    assert_eq!(s, 200);
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert_eq!(v[0]["tsuid"], tsuid);
+    // PUT resets what it does not give.
+    let (s, t) = req(
+        &srv,
+        "PUT",
+        "/api/uid/tsmeta",
+        &format!(r#"{{"tsuid":"{tsuid}","notes":"x"}}"#),
+    );
+    assert_eq!(s, 200);
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(
+        (v["units"].clone(), v["max"].clone(), v["notes"].clone()),
+        (json!(""), json!("NaN"), json!("x"))
+    );
+    assert_eq!(v["created"].as_u64(), Some(created));
+    // Counters survive a restart.
+    let mut srv = srv;
+    srv.stop();
+    let dir = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
+    drop(srv);
+    let srv = TestServer::start_in(dir, &[("tsd.core.auto_create_metrics", "true")]);
+    let (s, t) = req(&srv, "GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), "");
+    assert_eq!(s, 200);
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(
+        (v["totalDatapoints"].clone(), v["notes"].clone()),
+        (json!(4), json!("x"))
+    );
+    // DELETE → 204, then 404.
+    assert_eq!(
+        req(
+            &srv,
+            "DELETE",
+            &format!("/api/uid/tsmeta?tsuid={tsuid}"),
+            ""
+        ),
+        (204, String::new())
+    );
+    assert_eq!(
+        req(&srv, "GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), "").0,
+        404
+    );
+    // Bad input.
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/tsmeta", ""),
+        (400, err(400, "Missing parameter <code>tsuid</code>"))
+    );
+    assert_eq!(req(&srv, "GET", "/api/uid/tsmeta?tsuid=XYZ", "").0, 400);
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/tsmeta?tsuid=0000010000", "").0,
+        400
+    );
+    assert_eq!(
+        req(
+            &srv,
+            "POST",
+            "/api/uid/tsmeta?create=true&m=nope%7Bhost=web01%7D",
+            ""
+        )
+        .0,
+        404
+    );
+    assert_eq!(
+        req(
+            &srv,
+            "POST",
+            "/api/uid/tsmeta?create=true",
+            &format!(r#"{{"tsuid":"{tsuid}","max":"lots"}}"#)
+        )
+        .0,
+        400
+    );
+    assert_eq!(
+        req(&srv, "POST", "/api/uid/tsmeta", "{}"),
+        (400, err(400, "Missing TSUID"))
+    );
+}
