@@ -1,5 +1,6 @@
 //! The write path: points from the wire to the store.
 //!
+//! - [`line`]: the put-line parser shared by telnet and `tsdb import`.
 //! - [`series`]: a point's names checked and resolved to its TSUID, once
 //!   per series.
 //! - [`wal`]: every point is logged before it is acknowledged.
@@ -16,6 +17,7 @@
 //!   every point logged in it.
 
 pub mod buffer;
+pub mod line;
 pub mod series;
 pub mod wal;
 
