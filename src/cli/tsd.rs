@@ -153,10 +153,12 @@ pub fn run(mut ctx: Context, args: TsdArgs, out: &mut dyn Write) -> anyhow::Resu
     let state = build_state(&ctx)?;
     rt.block_on(async {
         let handle = Server::start(state.clone()).await?;
+        // Handlers first: a SIGTERM right after "Ready" must stop cleanly.
+        let signals = crate::tsd::server::wait_for_signal(state.clone());
         tracing::info!(addr = %handle.addr, data_dir = %ctx.config.data_dir().display(), "Ready to serve on {}", handle.addr);
         writeln!(out, "Ready to serve on {}", handle.addr)?;
         out.flush()?;
-        crate::tsd::server::wait_for_signal(state.clone()).await;
+        signals.await;
         handle.wait().await?;
         tracing::info!("TSD stopped");
         anyhow::Ok(())

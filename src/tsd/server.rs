@@ -242,31 +242,42 @@ async fn serve_http(state: Arc<TsdState>, stream: TcpStream) {
     }
 }
 
-/// Runs until SIGTERM/SIGINT or another shutdown request.
-pub async fn wait_for_signal(state: Arc<TsdState>) {
+/// Runs until SIGTERM/SIGINT or another shutdown request. The signal
+/// handlers are installed when this is called, not when the future is
+/// first polled, so a caller can announce readiness after calling it
+/// without a window in which SIGTERM still kills the process outright.
+pub fn wait_for_signal(state: Arc<TsdState>) -> impl std::future::Future<Output = ()> {
     let mut shutdown = state.shutdown_signal();
     #[cfg(unix)]
-    {
+    let (mut term, mut int) = {
         use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).ok();
-        let term_fut = async {
-            match term.as_mut() {
-                Some(t) => {
-                    t.recv().await;
+        (
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s.as_mut() {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
                 }
-                None => std::future::pending().await,
             }
-        };
-        tokio::select! {
-            _ = term_fut => tracing::info!("SIGTERM received; shutting down"),
-            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
-            _ = super::stopped(&mut shutdown) => tracing::info!("shutdown requested"),
+            tokio::select! {
+                _ = recv(&mut term) => tracing::info!("SIGTERM received; shutting down"),
+                _ = recv(&mut int) => tracing::info!("SIGINT received; shutting down"),
+                _ = super::stopped(&mut shutdown) => tracing::info!("shutdown requested"),
+            }
         }
+        #[cfg(not(unix))]
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = super::stopped(&mut shutdown) => {},
+        }
+        state.request_shutdown();
     }
-    #[cfg(not(unix))]
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = super::stopped(&mut shutdown) => {},
-    }
-    state.request_shutdown();
 }
