@@ -519,6 +519,14 @@ impl Writer {
 }
 
 impl SeriesSource for Writer {
+    fn global_annotations(
+        &self,
+        start_ms: u64,
+        end_ms: u64,
+    ) -> store::Result<Vec<crate::model::Annotation>> {
+        self.store.global_annotations(start_ms, end_ms)
+    }
+
     fn read_tsuids(
         &self,
         tsuids: &[Tsuid],
