@@ -254,3 +254,43 @@ fn a_store_held_by_a_running_tsd_is_refused() {
     );
     drop(held);
 }
+
+#[test]
+fn bad_line_deep_in_a_big_file_is_found_in_order() {
+    // Several parse chunks (about 1 MiB each) handled by worker threads:
+    // the line number and the points kept must still follow file order.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("big.txt");
+    let mut text = String::new();
+    for i in 0..60_000u64 {
+        if i == 50_000 {
+            text.push_str("sys.a 1356998400 oops host=padding_padding_padding_padding\n");
+        }
+        text.push_str(&format!(
+            "sys.a {} {i} host=padding_padding_padding_padding\n",
+            1356998400 + i / 4 * 4 + i % 4
+        ));
+    }
+    write(&input, &text);
+    let db = tmp.path().join("db");
+    let r = tsdb(&db, &["import", input.to_str().unwrap()]);
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr
+            .ends_with("line 50001: invalid value: Invalid character 'o' in oops\n"),
+        "{}",
+        r.stderr
+    );
+    let q = tsdb(
+        &db,
+        &[
+            "scan",
+            "--import",
+            "1356998400",
+            "1357100000",
+            "sum",
+            "sys.a",
+        ],
+    );
+    assert_eq!(q.stdout.lines().count(), 50_000);
+}

@@ -13,10 +13,14 @@
 //! line=<line>`) and the points before it are kept; each file ends with
 //! `Processed file <f> in N ms, M data points (X points/s)`.
 //!
+//! Files are read in chunks of whole lines parsed by one worker thread per
+//! core; this thread takes the parsed chunks back in file order, so order
+//! checks, the first bad line and its number are as for a sequential read.
+//!
 //! The store is opened directly, so a store held by a running TSD is
 //! refused (`in use by another process`).
 
-use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
+use std::io::{BufReader, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,7 +61,7 @@ struct Known {
 struct Importer {
     store: Arc<Store>,
     index: SeriesIndex,
-    series: SeriesCache,
+    series: Arc<SeriesCache>,
     allow_out_of_order: bool,
     /// By process-local series id (dense, from 1).
     known: Vec<Option<Known>>,
@@ -76,6 +80,86 @@ fn line_error(e: &PointError) -> String {
     }
 }
 
+/// Parses and checks one line: the put parser, then the series checks
+/// and resolution (creating UIDs). Safe to call from several threads.
+fn parse_line(
+    cache: &SeriesCache,
+    line: &str,
+    key: &mut String,
+) -> Result<(Arc<Series>, Timestamp, Value), String> {
+    // Words as OpenTSDB's Tags.splitString: on single spaces (on the stack
+    // for the usual line, which has at most 11 words).
+    let mut arr: [&str; 16] = [""; 16];
+    let mut n = 0;
+    let mut spill: Vec<&str> = Vec::new();
+    for w in line.split(' ') {
+        if n < arr.len() {
+            arr[n] = w;
+        } else {
+            if spill.is_empty() {
+                spill.extend_from_slice(&arr);
+            }
+            spill.push(w);
+        }
+        n += 1;
+    }
+    let words: &[&str] = if spill.is_empty() { &arr[..n] } else { &spill };
+    let p = parse_point(words).map_err(|e| line_error(&e))?;
+    let (series, ts) = cache
+        .resolve(p.metric, p.timestamp, p.value, &p.tags, key)
+        .map_err(|e| line_error(&e))?;
+    Ok((series, ts, p.value))
+}
+
+/// The lines of a chunk (complete lines, `\n` or `\r\n`), decoded.
+fn chunk_lines(data: &[u8]) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+    let data = data.strip_suffix(b"\n").unwrap_or(data);
+    data.split(|&b| b == b'\n').map(|raw| {
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        decode_line(raw)
+    })
+}
+
+/// A chunk of a file, parsed by a worker.
+struct Parsed {
+    seq: u64,
+    data: Vec<u8>,
+    lines: u64,
+    /// Points with the index of their line in the chunk.
+    points: Vec<(Arc<Series>, Timestamp, Value, u32)>,
+    /// The first bad line: its index and message.
+    error: Option<(u32, String)>,
+}
+
+fn parse_chunk(cache: &SeriesCache, seq: u64, data: Vec<u8>) -> Parsed {
+    let mut key = String::new();
+    let mut points = Vec::with_capacity(data.len() / 64);
+    let mut error = None;
+    let mut lines = 0u64;
+    if !data.is_empty() {
+        for (i, line) in chunk_lines(&data).enumerate() {
+            lines += 1;
+            match parse_line(cache, &line, &mut key) {
+                Ok((s, ts, v)) => points.push((s, ts, v, i as u32)),
+                Err(m) => {
+                    error = Some((i as u32, m));
+                    break;
+                }
+            }
+        }
+    }
+    Parsed {
+        seq,
+        data,
+        lines,
+        points,
+        error,
+    }
+}
+
+/// Bytes per chunk handed to a parsing worker.
+const CHUNK: usize = 1 << 20;
+
 /// Counts bytes read through it (progress of compressed files).
 struct Counting<R> {
     inner: R,
@@ -91,30 +175,9 @@ impl<R: Read> Read for Counting<R> {
 }
 
 impl Importer {
-    /// One line; `Err` carries the message for a bad line.
-    fn line(&mut self, line: &str, key: &mut String) -> Result<(), String> {
-        // Words as OpenTSDB's Tags.splitString: on single spaces (on the
-        // stack for the usual line, which has at most 11 words).
-        let mut arr: [&str; 16] = [""; 16];
-        let mut n = 0;
-        let mut spill: Vec<&str> = Vec::new();
-        for w in line.split(' ') {
-            if n < arr.len() {
-                arr[n] = w;
-            } else {
-                if spill.is_empty() {
-                    spill.extend_from_slice(&arr);
-                }
-                spill.push(w);
-            }
-            n += 1;
-        }
-        let words: &[&str] = if spill.is_empty() { &arr[..n] } else { &spill };
-        let p = parse_point(words).map_err(|e| line_error(&e))?;
-        let (series, ts) = self
-            .series
-            .resolve(p.metric, p.timestamp, p.value, &p.tags, key)
-            .map_err(|e| line_error(&e))?;
+    /// Records one parsed point: the per-series order check, then the
+    /// buffer. `Err` carries the message for the bad line.
+    fn accept(&mut self, series: &Arc<Series>, ts: Timestamp, value: Value) -> Result<(), String> {
         let ms = ts.as_millis();
         let id = series.id as usize;
         if self.known.len() <= id {
@@ -125,7 +188,7 @@ impl Importer {
             last_ms: 0,
         });
         if ms <= entry.last_ms && !self.allow_out_of_order {
-            let enc = encode_value(p.value);
+            let enc = encode_value(value);
             return Err(format!(
                 "illegal argument: New timestamp={} is less than or equal to previous={} when trying to add value={} to {}",
                 ts.raw(),
@@ -135,7 +198,7 @@ impl Importer {
             ));
         }
         entry.last_ms = entry.last_ms.max(ms);
-        self.pending.push((series.id, ts, p.value));
+        self.pending.push((series.id, ts, value));
         Ok(())
     }
 
@@ -202,38 +265,152 @@ impl Importer {
             pb.set_position(0);
             pb.set_message(path.display().to_string());
         }
-        let mut buf = Vec::with_capacity(256);
-        let mut key = String::new();
+        // Chunks of whole lines are parsed by worker threads; this thread
+        // reads, then takes the results in file order for the per-series
+        // order check and the buffer, so the first bad line still stops
+        // the import with every point before it kept.
+        let workers = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(1, 8);
+        let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>)>(workers * 2);
+        let job_rx = std::sync::Mutex::new(job_rx);
+        let (res_tx, res_rx) = std::sync::mpsc::channel::<Parsed>();
+        let cache_arc = self.series.clone();
+        let cache = &*cache_arc;
         let mut points = 0u64;
-        let mut line_no = 0u64;
-        loop {
-            buf.clear();
-            if reader.read_until(b'\n', &mut buf)? == 0 {
-                break;
+        let mut lines_before = 0u64;
+        let mut failure: Option<(u64, String, String)> = None;
+        let mut io_error: Option<std::io::Error> = None;
+        let mut flush_error: Option<anyhow::Error> = None;
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                let (job_rx, res_tx) = (&job_rx, res_tx.clone());
+                scope.spawn(move || {
+                    loop {
+                        let job = job_rx.lock().map(|rx| rx.recv());
+                        let Ok(Ok((seq, data))) = job else { return };
+                        if res_tx.send(parse_chunk(cache, seq, data)).is_err() {
+                            return;
+                        }
+                    }
+                });
             }
-            line_no += 1;
-            let mut raw = &buf[..];
-            if let Some(r) = raw.strip_suffix(b"\n") {
-                raw = r;
+            drop(res_tx);
+            let mut waiting: std::collections::BTreeMap<u64, Parsed> = Default::default();
+            let mut next_seq = 0u64;
+            let mut sent = 0u64;
+            let mut carry: Vec<u8> = Vec::new();
+            let mut eof = false;
+            let mut job_tx = Some(job_tx);
+            loop {
+                // Read and hand out the next chunk, unless done or failed.
+                if !eof && failure.is_none() {
+                    let mut data = std::mem::take(&mut carry);
+                    data.reserve(CHUNK + 4096);
+                    while data.len() < CHUNK {
+                        match (&mut reader)
+                            .take((CHUNK + 4096 - data.len()) as u64)
+                            .read_to_end(&mut data)
+                        {
+                            Ok(0) => {
+                                eof = true;
+                                break;
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                io_error = Some(e);
+                                eof = true;
+                                break;
+                            }
+                        }
+                    }
+                    if !eof && let Some(nl) = data.iter().rposition(|&b| b == b'\n') {
+                        carry.extend_from_slice(&data[nl + 1..]);
+                        data.truncate(nl + 1);
+                    }
+                    if let Some(tx) = &job_tx
+                        && !data.is_empty()
+                    {
+                        if tx.send((sent, data)).is_err() {
+                            eof = true;
+                        }
+                        sent += 1;
+                    }
+                    if let Some(pb) = progress {
+                        pb.set_position(read.load(Ordering::Relaxed));
+                    }
+                }
+                if eof || failure.is_some() {
+                    job_tx = None;
+                }
+                // Take the finished chunks that are next in file order.
+                let all_sent = job_tx.is_none();
+                while next_seq < sent {
+                    let got = match waiting.remove(&next_seq) {
+                        Some(p) => p,
+                        None if all_sent => match res_rx.recv() {
+                            Ok(p) => {
+                                waiting.insert(p.seq, p);
+                                continue;
+                            }
+                            Err(_) => break,
+                        },
+                        None => match res_rx.try_recv() {
+                            Ok(p) => {
+                                waiting.insert(p.seq, p);
+                                continue;
+                            }
+                            Err(_) => break,
+                        },
+                    };
+                    next_seq += 1;
+                    if failure.is_some() {
+                        continue;
+                    }
+                    for (series, ts, value, idx) in &got.points {
+                        if let Err(msg) = self.accept(series, *ts, *value) {
+                            let line = chunk_lines(&got.data)
+                                .nth(*idx as usize)
+                                .unwrap_or_default()
+                                .into_owned();
+                            failure = Some((lines_before + *idx as u64 + 1, line, msg));
+                            break;
+                        }
+                        points += 1;
+                    }
+                    if failure.is_none()
+                        && let Some((idx, msg)) = &got.error
+                    {
+                        let line = chunk_lines(&got.data)
+                            .nth(*idx as usize)
+                            .unwrap_or_default()
+                            .into_owned();
+                        failure = Some((lines_before + *idx as u64 + 1, line, msg.clone()));
+                    }
+                    lines_before += got.lines;
+                    if failure.is_none()
+                        && self.pending.len() >= FLUSH_POINTS
+                        && let Err(e) = self.flush()
+                    {
+                        flush_error = Some(e);
+                        failure = Some((0, String::new(), String::new()));
+                    }
+                }
+                if all_sent && next_seq >= sent {
+                    break;
+                }
             }
-            if let Some(r) = raw.strip_suffix(b"\r") {
-                raw = r;
-            }
-            let line = decode_line(raw);
-            if let Err(msg) = self.line(&line, &mut key) {
-                return Ok(Err((line_no, line.into_owned(), msg)));
-            }
-            points += 1;
-            if self.pending.len() >= FLUSH_POINTS {
-                self.flush()?;
-            }
-            if let Some(pb) = progress
-                && points.is_multiple_of(65536)
-            {
-                pb.set_position(read.load(Ordering::Relaxed));
-            }
+        });
+        if let Some(e) = flush_error {
+            return Err(e);
         }
-        Ok(Ok(points))
+        if let Some(e) = io_error {
+            return Err(anyhow::Error::new(e).context(format!("reading {}", path.display())));
+        }
+        Ok(match failure {
+            Some(f) => Err(f),
+            None => Ok(points),
+        })
     }
 }
 
@@ -262,7 +439,7 @@ pub fn run(
     let mut imp = Importer {
         index: SeriesIndex::open(&store)?,
         store: store.clone(),
-        series: SeriesCache::new(uids, max_tags),
+        series: Arc::new(SeriesCache::new(uids, max_tags)),
         allow_out_of_order: ctx
             .config
             .get_bool("tsd.core.bulk.allow_out_of_order_timestamps"),
