@@ -2,6 +2,7 @@
 //! output formats, over the embedded store.
 
 pub mod fsck;
+pub mod import;
 pub mod query;
 pub mod query_args;
 pub mod scan;
@@ -52,6 +53,8 @@ pub enum Command {
     },
     /// Dump raw rows of a query's series (OpenTSDB's `tsdb scan`).
     Scan(scan::ScanArgs),
+    /// Import files of put lines without `put` (OpenTSDB's `tsdb import`).
+    Import(import::ImportArgs),
     /// Run a query from the command line (OpenTSDB's `tsdb query`).
     Query(query::QueryArgs),
     /// Find series by metric and tags (OpenTSDB's `tsdb search lookup`).
@@ -113,6 +116,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
         Command::Fsck(args) => fsck::run(&ctx, args, out, err),
         Command::Search(args) => search::run(&ctx, args, out, err),
         Command::Query(args) => query::run(&ctx, args, out, err),
+        Command::Import(args) => import::run(&ctx, args, out, err),
         Command::Tsd(args) => tsd::run(ctx, args, out),
         Command::Version => {
             writeln!(out, "{}", version_lines())?;

@@ -17,7 +17,7 @@ use super::rate::Rate;
 use super::request::{TsQuery, ValidQuery, ValidSubQuery};
 use crate::codec::row_key::Tsuid;
 use crate::index::SeriesIndex;
-use crate::model::{Uid, UidKind, UidWidths, Value};
+use crate::model::{Annotation, Uid, UidKind, UidWidths, Value};
 use crate::store::read::{Point, SeriesSource};
 use crate::uid::{UidTable, UidTableError};
 
@@ -90,6 +90,13 @@ pub fn execute(ctx: &QueryContext, q: &TsQuery) -> Result<QueryResponse, QueryEr
     }
     let valid = q.validate(ctx.now_ms, ctx.default_tz)?;
     let mut budget = Budget::new(ctx.limits);
+    let global_annotations = if !q.no_annotations && q.global_annotations {
+        ctx.source
+            .global_annotations(valid.start_ms.max(0) as u64, valid.end_ms.max(0) as u64)
+            .map_err(|e| QueryError::Storage(e.to_string()))?
+    } else {
+        Vec::new()
+    };
     let mut results = Vec::new();
     let mut summary = serde_json::Map::new();
     let mut totals = SubStats::default();
@@ -143,6 +150,7 @@ pub fn execute(ctx: &QueryContext, q: &TsQuery) -> Result<QueryResponse, QueryEr
         arrays: q.arrays,
         show_tsuids: q.show_tsuids,
         summary,
+        global_annotations,
     })
 }
 
@@ -338,6 +346,8 @@ fn run_sub(
         })
         .collect();
     let mut failure: Option<QueryError> = None;
+    // Series annotations per position in `tsuids`, unless not wanted.
+    let mut notes: Vec<Vec<Annotation>> = Vec::new();
     let t_read = budget.elapsed();
     {
         let mut sink = |i: usize, pts: &[Point]| {
@@ -368,6 +378,9 @@ fn run_sub(
         stats.rows = read.rows;
         stats.bytes = read.bytes;
         stats.raw_points = read.points;
+        if !q.original.no_annotations && !read.annotations.is_empty() {
+            notes = series_notes(tsuids.len(), read.annotations, q.start_ms, q.end_ms);
+        }
     }
     if let Some(e) = failure {
         return Err(e);
@@ -421,6 +434,14 @@ fn run_sub(
         }
         stats.output_points += dps.len() as u64;
         let (tags, aggregate_tags) = compute_tags(ctx, present.iter().map(|&i| &series[i]))?;
+        let mut annotations: Vec<Annotation> = Vec::new();
+        if !notes.is_empty() {
+            for &i in &present {
+                annotations.extend(notes[slot[&i]].iter().cloned());
+            }
+            // Collections.sort: stable, by raw start time.
+            annotations.sort_by_key(|a| a.start_time);
+        }
         let mut hex: Vec<String> = Vec::new();
         if q.original.show_tsuids {
             hex = present
@@ -438,11 +459,31 @@ fn run_sub(
             nan_as_null,
             query: query_json.clone(),
             stats: None,
+            annotations,
         });
     }
     budget.check_time()?;
     stats.aggregation_ms = (budget.elapsed() - t_agg).as_secs_f64() * 1000.0;
     Ok((results, stats))
+}
+
+/// Parses the annotation cells a read met and keeps, per series, those
+/// starting in `[start_ms, end_ms]`. Unreadable cells are skipped.
+fn series_notes(
+    n: usize,
+    cells: Vec<(usize, Vec<u8>)>,
+    start_ms: i64,
+    end_ms: i64,
+) -> Vec<Vec<Annotation>> {
+    let mut out = vec![Vec::new(); n];
+    for (i, json) in cells {
+        match Annotation::from_storage(&json) {
+            Ok(a) if (start_ms..=end_ms).contains(&a.start_ms()) && i < n => out[i].push(a),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "skipping an unreadable annotation"),
+        }
+    }
+    out
 }
 
 type Selection = (Uid, String, Vec<Tsuid>, Vec<Uid>, usize);

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::model::Value;
 use crate::model::java::double_to_string;
+use crate::model::{Annotation, Value};
 
 /// One output series (a group of a sub-query).
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +27,9 @@ pub struct QueryResult {
     pub query: Option<serde_json::Value>,
     /// Per-result stats, for `showStats`.
     pub stats: Option<serde_json::Value>,
+    /// The group's series annotations in `[start, end]`, sorted by start
+    /// time; left out of the JSON when empty.
+    pub annotations: Vec<Annotation>,
 }
 
 /// A whole response.
@@ -38,6 +41,9 @@ pub struct QueryResponse {
     pub show_tsuids: bool,
     /// `statsSummary`, for `showSummary`/`showStats`.
     pub summary: Option<serde_json::Value>,
+    /// Global annotations (`globalAnnotations`), sorted by start time and
+    /// repeated in every result; left out when empty.
+    pub global_annotations: Vec<Annotation>,
 }
 
 fn write_str(out: &mut String, s: &str) {
@@ -123,6 +129,22 @@ impl QueryResponse {
             }
             out.push(']');
         }
+        for (name, notes) in [
+            ("annotations", &r.annotations),
+            ("globalAnnotations", &self.global_annotations),
+        ] {
+            if notes.is_empty() {
+                continue;
+            }
+            let _ = write!(out, ",\"{name}\":[");
+            for (i, n) in notes.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                n.write_api_json(out);
+            }
+            out.push(']');
+        }
         if let Some(s) = &r.stats {
             out.push_str(",\"stats\":");
             out.push_str(&s.to_string());
@@ -162,6 +184,7 @@ mod tests {
             nan_as_null: false,
             query: None,
             stats: None,
+            annotations: vec![],
         }
     }
 

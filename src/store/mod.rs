@@ -2,6 +2,7 @@
 //! opened with its recorded layout enforced, plus the data-row operations
 //! everything above builds on (read, merge-write and scan hourly rows).
 
+pub mod annotations;
 pub mod header;
 pub mod read;
 pub mod retention;
@@ -64,6 +65,8 @@ pub enum StoreError {
     Row { key: String, source: RowError },
     #[error("row {key}: {source}")]
     BadRow { key: String, source: ColumnError },
+    #[error("annotation in row {key}: {message}")]
+    BadAnnotation { key: String, message: String },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;

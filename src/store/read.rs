@@ -27,12 +27,16 @@ pub struct SeriesData {
     pub points: Vec<Point>,
 }
 
-/// What a read touched, for query limits and `showStats`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a read touched, for query limits and `showStats`, and the
+/// annotation cells met in the rows read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReadStats {
     pub rows: u64,
     pub points: u64,
     pub bytes: u64,
+    /// (series index, stored JSON) of every annotation cell in the rows
+    /// read, whatever its time: the caller filters.
+    pub annotations: Vec<(usize, Vec<u8>)>,
 }
 
 /// Receives the points of series `i` (an index into the requested list),
@@ -80,9 +84,28 @@ pub trait SeriesSource: Send + Sync {
         end_ms: u64,
         want: &mut dyn FnMut(&Tsuid) -> bool,
     ) -> Result<Vec<SeriesData>>;
+
+    /// Stored JSON of the global annotations starting in
+    /// `[start_ms, end_ms]`.
+    fn global_annotations(
+        &self,
+        start_ms: u64,
+        end_ms: u64,
+    ) -> Result<Vec<crate::model::Annotation>> {
+        let _ = (start_ms, end_ms);
+        Ok(Vec::new())
+    }
 }
 
 impl SeriesSource for Store {
+    fn global_annotations(
+        &self,
+        start_ms: u64,
+        end_ms: u64,
+    ) -> Result<Vec<crate::model::Annotation>> {
+        self.annotations_in(None, start_ms, end_ms)
+    }
+
     fn read_series(
         &self,
         metric: Uid,
@@ -142,7 +165,9 @@ impl SeriesSource for Store {
                 if let Some(value) = self.kv().get(Table::Data, &key)? {
                     stats.rows += 1;
                     stats.bytes += (key.len() + value.len()) as u64;
-                    self.decode_points(&key, &value, base, start_ms, end_ms, &mut buf)?;
+                    for c in self.decode_points(&key, &value, base, start_ms, end_ms, &mut buf)? {
+                        stats.annotations.push((i, c.value));
+                    }
                     stats.points += buf.len() as u64;
                     if !buf.is_empty() && !sink(i, &buf) {
                         return Ok(stats);
@@ -198,7 +223,9 @@ impl SeriesSource for Store {
                 let base = u32::from_be_bytes([ts[0], ts[1], ts[2], ts[3]]);
                 stats.rows += 1;
                 stats.bytes += (key.len() + value.len()) as u64;
-                self.decode_points(&key, &value, base, start_ms, end_ms, &mut buf)?;
+                for c in self.decode_points(&key, &value, base, start_ms, end_ms, &mut buf)? {
+                    stats.annotations.push((i, c.value));
+                }
                 stats.points += buf.len() as u64;
                 if !buf.is_empty() && !sink(i, &buf) {
                     return Ok(stats);
@@ -227,7 +254,8 @@ impl Store {
     /// (cleared first). A row holding one well-formed compacted column —
     /// what this store writes — is decoded in place without allocating;
     /// anything else goes through the general decoder with the store's
-    /// duplicate policy.
+    /// duplicate policy. Returns the row's annotation cells (rows holding
+    /// annotations always take the general path).
     pub fn decode_points(
         &self,
         key: &[u8],
@@ -236,7 +264,7 @@ impl Store {
         start_ms: u64,
         end_ms: u64,
         buf: &mut Vec<Point>,
-    ) -> Result<()> {
+    ) -> Result<Vec<crate::codec::row::Cell>> {
         buf.clear();
         let base_ms = base as u64 * 1000;
         let mut push = |offset_ms: u32, value: Value| {
@@ -255,10 +283,10 @@ impl Store {
             if column::is_single_point(q) {
                 let p = column::decode_single(q, v)?;
                 push(p.offset_ms, p.value);
-                return Ok(());
+                return Ok(Vec::new());
             }
             if column::for_each_compacted(q, v, &mut push) {
-                return Ok(());
+                return Ok(Vec::new());
             }
         }
         if let Some((q, v)) = RowCells::single_cell(value)
@@ -276,7 +304,7 @@ impl Store {
                 .is_ok()
             });
             if ok {
-                return Ok(());
+                return Ok(Vec::new());
             }
         }
         buf.clear();
@@ -294,7 +322,7 @@ impl Store {
                 });
             }
         }
-        Ok(())
+        Ok(decoded.annotations)
     }
 }
 

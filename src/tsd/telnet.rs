@@ -13,103 +13,14 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::model::Value;
-use crate::model::java::double_to_string;
-use crate::write::series::java_tags;
-use crate::write::{PendingPoint, PointError, parse_value};
+use crate::write::{PendingPoint, PointError};
+
+pub use crate::write::line::{PutLine, check_finite, parse_put};
 
 use super::TsdState;
 use super::stats::inc;
 
 const READ_CHUNK: usize = 64 * 1024;
-
-/// A `put` line, parsed and checked up to (not including) the series.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PutLine<'a> {
-    pub metric: &'a str,
-    pub timestamp: i64,
-    pub value: Value,
-    /// In arrival order, unique keys.
-    pub tags: Vec<(&'a str, &'a str)>,
-}
-
-/// `Tags.parse`: one `k=v` word into the tag list.
-fn parse_tag<'a>(tags: &mut Vec<(&'a str, &'a str)>, word: &'a str) -> Result<(), PointError> {
-    let mut parts = word.split('=');
-    let (k, v) = match (parts.next(), parts.next(), parts.next()) {
-        (Some(k), Some(v), None) if !k.is_empty() && !v.is_empty() => (k, v),
-        _ => return Err(PointError::IllegalArgument(format!("invalid tag: {word}"))),
-    };
-    match tags.iter().find(|t| t.0 == k) {
-        Some(t) if t.1 == v => Ok(()),
-        Some(_) => Err(PointError::IllegalArgument(format!(
-            "duplicate tag: {word}, tags={}",
-            java_tags(tags)
-        ))),
-        None => {
-            tags.push((k, v));
-            Ok(())
-        }
-    }
-}
-
-/// `importDataPoint` for the words of a `put` line (`words[0]` is `put`),
-/// in OpenTSDB's order: argument count, metric, timestamp, value, tags,
-/// value parsing, NaN/Infinity.
-pub fn parse_put<'a>(words: &[&'a str]) -> Result<PutLine<'a>, PointError> {
-    if words.len() < 5 {
-        return Err(PointError::IllegalArgument(format!(
-            "not enough arguments (need least 4, got {})",
-            words.len().saturating_sub(1)
-        )));
-    }
-    let metric = words[1];
-    if metric.is_empty() {
-        return Err(PointError::IllegalArgument("empty metric name".into()));
-    }
-    let ts_word: Cow<str> = if words[2].contains('.') {
-        Cow::Owned(words[2].replace('.', ""))
-    } else {
-        Cow::Borrowed(words[2])
-    };
-    let timestamp = crate::model::java::parse_long(&ts_word).map_err(PointError::InvalidValue)?;
-    if timestamp <= 0 {
-        return Err(PointError::IllegalArgument(format!(
-            "invalid timestamp: {timestamp}"
-        )));
-    }
-    let value_word = words[3];
-    if value_word.is_empty() {
-        return Err(PointError::IllegalArgument("empty value".into()));
-    }
-    let mut tags = Vec::with_capacity(words.len() - 4);
-    for w in &words[4..] {
-        if !w.is_empty() {
-            parse_tag(&mut tags, w)?;
-        }
-    }
-    let value = parse_value(value_word)?;
-    check_finite(metric, timestamp, value)?;
-    Ok(PutLine {
-        metric,
-        timestamp,
-        value,
-        tags,
-    })
-}
-
-/// `TSDB.addPoint(float|double)`'s first check.
-pub fn check_finite(metric: &str, timestamp: i64, value: Value) -> Result<(), PointError> {
-    if let Value::Float(f) = value
-        && !f.is_finite()
-    {
-        return Err(PointError::IllegalArgument(format!(
-            "value is NaN or Infinite: {} for metric={metric} timestamp={timestamp}",
-            double_to_string(f)
-        )));
-    }
-    Ok(())
-}
 
 /// Decodes a line as ISO-8859-1, as OpenTSDB does.
 pub fn decode_line(bytes: &[u8]) -> Cow<'_, str> {
@@ -384,6 +295,7 @@ pub async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Value;
 
     fn put(line: &str) -> Result<PutLine<'_>, String> {
         let words: Vec<&str> = line.split(' ').collect();

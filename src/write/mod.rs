@@ -1,5 +1,6 @@
 //! The write path: points from the wire to the store.
 //!
+//! - [`line`]: the put-line parser shared by telnet and `tsdb import`.
 //! - [`series`]: a point's names checked and resolved to its TSUID, once
 //!   per series.
 //! - [`wal`]: every point is logged before it is acknowledged.
@@ -17,6 +18,7 @@
 
 pub mod buffer;
 pub mod hash;
+pub mod line;
 pub mod series;
 pub mod wal;
 
@@ -576,6 +578,14 @@ impl Writer {
 }
 
 impl SeriesSource for Writer {
+    fn global_annotations(
+        &self,
+        start_ms: u64,
+        end_ms: u64,
+    ) -> store::Result<Vec<crate::model::Annotation>> {
+        self.store.global_annotations(start_ms, end_ms)
+    }
+
     fn read_tsuids(
         &self,
         tsuids: &[Tsuid],

@@ -4,6 +4,7 @@
 //! bodies (size limit, gzip/deflate), gzip responses and the JSON error
 //! envelope `{"error":{"code":..,"message":..,"details":..}}`.
 
+mod annotation;
 pub mod put;
 mod query;
 mod search;
@@ -516,6 +517,17 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                     Some("last") => query::handle_last(state, &method, raw, body).await,
                     Some(_) => not_found(true, &query),
                 }
+            }
+            "api/annotation" | "api/annotations" => {
+                let body = if method != Method::GET && req.method() != Method::GET {
+                    match read_body(state, req).await {
+                        Ok(b) => Some(b),
+                        Err(r) => return r,
+                    }
+                } else {
+                    None
+                };
+                annotation::handle(state, &method, &route.rest, query, body).await
             }
             "api/version" => {
                 if !get_post(&method) {

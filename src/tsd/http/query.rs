@@ -26,8 +26,9 @@ fn error(e: QueryError) -> Reply {
     Reply::json(e.status(), e.to_json().to_string())
 }
 
-/// Runs a query off the async workers: queries are CPU-bound.
-async fn blocking(
+/// Runs `f` off the async workers: queries are CPU-bound, and storage
+/// reads and writes block.
+pub(super) async fn blocking(
     state: &Arc<TsdState>,
     f: impl FnOnce(&TsdState) -> Reply + Send + 'static,
 ) -> Reply {

@@ -1,0 +1,513 @@
+//! `tsdb import`: OpenTSDB's `TextImporter`. Reads files (plain or `.gz`)
+//! of put lines without the `put` word,
+//! `<metric> <timestamp> <value> <tagk=tagv>...`, checks each with the
+//! telnet `put` parser and the write path's series checks, and writes
+//! whole rows straight to the store: points are grouped per series in
+//! memory and written with [`Store::put_points`] when the buffer fills and
+//! at the end, keeping the series index up to date.
+//!
+//! As OpenTSDB does: metrics are auto-created; timestamps of one series
+//! must strictly increase unless
+//! `tsd.core.bulk.allow_out_of_order_timestamps` is set; the first bad
+//! line stops the import (`Exception caught while processing file <f>
+//! line=<line>`) and the points before it are kept; each file ends with
+//! `Processed file <f> in N ms, M data points (X points/s)`.
+//!
+//! Files are read in chunks of whole lines parsed by one worker thread per
+//! core; this thread takes the parsed chunks back in file order, so order
+//! checks, the first bad line and its number are as for a sequential read.
+//!
+//! The store is opened directly, so a store held by a running TSD is
+//! refused (`in use by another process`).
+
+use std::io::{BufReader, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use super::Context;
+use crate::codec::column::encode_value;
+use crate::index::SeriesIndex;
+use crate::model::Timestamp;
+use crate::model::Value;
+use crate::model::uid::java_byte_array;
+use crate::storage::Durability;
+use crate::store::Store;
+use crate::tsd::telnet::decode_line;
+use crate::write::line::parse_point;
+use crate::write::{PointError, Series, SeriesCache};
+
+/// Points held in memory before rows are written.
+const FLUSH_POINTS: usize = 8_000_000;
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Files to import, plain or gzipped (`.gz`).
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+}
+
+/// One series seen in this import and its last timestamp (ms).
+struct Known {
+    series: Arc<Series>,
+    last_ms: u64,
+}
+
+/// The importer's state across files.
+struct Importer {
+    store: Arc<Store>,
+    index: SeriesIndex,
+    series: Arc<SeriesCache>,
+    allow_out_of_order: bool,
+    /// By process-local series id (dense, from 1).
+    known: Vec<Option<Known>>,
+    /// Points in arrival order: (series id, time, value). One flat buffer
+    /// (no per-series growth), grouped per series when written.
+    pending: Vec<(u32, Timestamp, Value)>,
+}
+
+/// Why a line was refused.
+fn line_error(e: &PointError) -> String {
+    match e {
+        PointError::IllegalArgument(m) => format!("illegal argument: {m}"),
+        PointError::InvalidValue(m) => format!("invalid value: {m}"),
+        PointError::UnknownName(m) => format!("unknown metric: {m}"),
+        PointError::Storage(m) => format!("storage error: {m}"),
+    }
+}
+
+/// Parses and checks one line: the put parser, then the series checks
+/// and resolution (creating UIDs). Safe to call from several threads.
+fn parse_line(
+    cache: &SeriesCache,
+    line: &str,
+    key: &mut String,
+) -> Result<(Arc<Series>, Timestamp, Value), String> {
+    // Words as OpenTSDB's Tags.splitString: on single spaces (on the stack
+    // for the usual line, which has at most 11 words).
+    let mut arr: [&str; 16] = [""; 16];
+    let mut n = 0;
+    let mut spill: Vec<&str> = Vec::new();
+    for w in line.split(' ') {
+        if n < arr.len() {
+            arr[n] = w;
+        } else {
+            if spill.is_empty() {
+                spill.extend_from_slice(&arr);
+            }
+            spill.push(w);
+        }
+        n += 1;
+    }
+    let words: &[&str] = if spill.is_empty() { &arr[..n] } else { &spill };
+    let p = parse_point(words).map_err(|e| line_error(&e))?;
+    let (series, ts) = cache
+        .resolve(p.metric, p.timestamp, p.value, &p.tags, key)
+        .map_err(|e| line_error(&e))?;
+    Ok((series, ts, p.value))
+}
+
+/// The lines of a chunk (complete lines, `\n` or `\r\n`), decoded.
+fn chunk_lines(data: &[u8]) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+    let data = data.strip_suffix(b"\n").unwrap_or(data);
+    data.split(|&b| b == b'\n').map(|raw| {
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        decode_line(raw)
+    })
+}
+
+/// A chunk of a file, parsed by a worker.
+struct Parsed {
+    seq: u64,
+    data: Vec<u8>,
+    lines: u64,
+    /// Points with the index of their line in the chunk.
+    points: Vec<(Arc<Series>, Timestamp, Value, u32)>,
+    /// The first bad line: its index and message.
+    error: Option<(u32, String)>,
+}
+
+fn parse_chunk(cache: &SeriesCache, seq: u64, data: Vec<u8>) -> Parsed {
+    let mut key = String::new();
+    let mut points = Vec::with_capacity(data.len() / 64);
+    let mut error = None;
+    let mut lines = 0u64;
+    if !data.is_empty() {
+        for (i, line) in chunk_lines(&data).enumerate() {
+            lines += 1;
+            match parse_line(cache, &line, &mut key) {
+                Ok((s, ts, v)) => points.push((s, ts, v, i as u32)),
+                Err(m) => {
+                    error = Some((i as u32, m));
+                    break;
+                }
+            }
+        }
+    }
+    Parsed {
+        seq,
+        data,
+        lines,
+        points,
+        error,
+    }
+}
+
+/// Bytes per chunk handed to a parsing worker.
+const CHUNK: usize = 1 << 20;
+
+/// Counts bytes read through it (progress of compressed files).
+struct Counting<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+impl Importer {
+    /// Records one parsed point: the per-series order check, then the
+    /// buffer. `Err` carries the message for the bad line.
+    fn accept(&mut self, series: &Arc<Series>, ts: Timestamp, value: Value) -> Result<(), String> {
+        let ms = ts.as_millis();
+        let id = series.id as usize;
+        if self.known.len() <= id {
+            self.known.resize_with(id + 1, || None);
+        }
+        let entry = self.known[id].get_or_insert_with(|| Known {
+            series: series.clone(),
+            last_ms: 0,
+        });
+        if ms <= entry.last_ms && !self.allow_out_of_order {
+            let enc = encode_value(value);
+            return Err(format!(
+                "illegal argument: New timestamp={} is less than or equal to previous={} when trying to add value={} to {}",
+                ts.raw(),
+                entry.last_ms,
+                java_byte_array(enc.as_bytes()),
+                series.describe()
+            ));
+        }
+        entry.last_ms = entry.last_ms.max(ms);
+        self.pending.push((series.id, ts, value));
+        Ok(())
+    }
+
+    /// Writes every pending point as whole rows: a counting sort groups
+    /// them per series (keeping arrival order within each, so later
+    /// duplicates win), then one `put_points` per series.
+    fn flush(&mut self) -> anyhow::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut start = vec![0usize; self.known.len() + 1];
+        for &(id, _, _) in &self.pending {
+            start[id as usize + 1] += 1;
+        }
+        for i in 1..start.len() {
+            start[i] += start[i - 1];
+        }
+        let mut next = start.clone();
+        let mut grouped = vec![(Timestamp::Seconds(0), Value::Int(0)); self.pending.len()];
+        for &(id, ts, v) in &self.pending {
+            grouped[next[id as usize]] = (ts, v);
+            next[id as usize] += 1;
+        }
+        for (id, known) in self.known.iter().enumerate() {
+            let points = &grouped[start[id]..start[id + 1]];
+            let Some(k) = known else { continue };
+            if points.is_empty() {
+                continue;
+            }
+            if let Some(latest) = points.iter().map(|(ts, _)| ts.base_time()).max() {
+                self.index.add_at(&k.series.tsuid, latest)?;
+            }
+            self.store
+                .put_points(&k.series.tsuid, points, Durability::Process)?;
+        }
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Imports one file; returns the points read, or the bad line.
+    fn file(
+        &mut self,
+        path: &Path,
+        progress: Option<&indicatif::ProgressBar>,
+    ) -> anyhow::Result<Result<u64, (u64, String, String)>> {
+        let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let read = Arc::new(AtomicU64::new(0));
+        let counted = Counting {
+            inner: f,
+            read: read.clone(),
+        };
+        let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
+            Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
+                1 << 20,
+                counted,
+            )))
+        } else {
+            Box::new(counted)
+        };
+        let mut reader = BufReader::with_capacity(1 << 20, reader);
+        if let Some(pb) = progress {
+            pb.set_length(size);
+            pb.set_position(0);
+            pb.set_message(path.display().to_string());
+        }
+        // Chunks of whole lines are parsed by worker threads; this thread
+        // reads, then takes the results in file order for the per-series
+        // order check and the buffer, so the first bad line still stops
+        // the import with every point before it kept.
+        let workers = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(1, 8);
+        let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>)>(workers * 2);
+        let job_rx = std::sync::Mutex::new(job_rx);
+        let (res_tx, res_rx) = std::sync::mpsc::channel::<Parsed>();
+        let cache_arc = self.series.clone();
+        let cache = &*cache_arc;
+        let mut points = 0u64;
+        let mut lines_before = 0u64;
+        let mut failure: Option<(u64, String, String)> = None;
+        let mut io_error: Option<std::io::Error> = None;
+        let mut flush_error: Option<anyhow::Error> = None;
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                let (job_rx, res_tx) = (&job_rx, res_tx.clone());
+                scope.spawn(move || {
+                    loop {
+                        let job = job_rx.lock().map(|rx| rx.recv());
+                        let Ok(Ok((seq, data))) = job else { return };
+                        if res_tx.send(parse_chunk(cache, seq, data)).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+            drop(res_tx);
+            let mut waiting: std::collections::BTreeMap<u64, Parsed> = Default::default();
+            let mut next_seq = 0u64;
+            let mut sent = 0u64;
+            let mut carry: Vec<u8> = Vec::new();
+            let mut eof = false;
+            let mut job_tx = Some(job_tx);
+            loop {
+                // Read and hand out the next chunk, unless done or failed.
+                if !eof && failure.is_none() {
+                    let mut data = std::mem::take(&mut carry);
+                    data.reserve(CHUNK + 4096);
+                    while data.len() < CHUNK {
+                        match (&mut reader)
+                            .take((CHUNK + 4096 - data.len()) as u64)
+                            .read_to_end(&mut data)
+                        {
+                            Ok(0) => {
+                                eof = true;
+                                break;
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                io_error = Some(e);
+                                eof = true;
+                                break;
+                            }
+                        }
+                    }
+                    if !eof && let Some(nl) = data.iter().rposition(|&b| b == b'\n') {
+                        carry.extend_from_slice(&data[nl + 1..]);
+                        data.truncate(nl + 1);
+                    }
+                    if let Some(tx) = &job_tx
+                        && !data.is_empty()
+                    {
+                        if tx.send((sent, data)).is_err() {
+                            eof = true;
+                        }
+                        sent += 1;
+                    }
+                    if let Some(pb) = progress {
+                        pb.set_position(read.load(Ordering::Relaxed));
+                    }
+                }
+                if eof || failure.is_some() {
+                    job_tx = None;
+                }
+                // Take the finished chunks that are next in file order.
+                let all_sent = job_tx.is_none();
+                while next_seq < sent {
+                    let got = match waiting.remove(&next_seq) {
+                        Some(p) => p,
+                        None if all_sent => match res_rx.recv() {
+                            Ok(p) => {
+                                waiting.insert(p.seq, p);
+                                continue;
+                            }
+                            Err(_) => break,
+                        },
+                        None => match res_rx.try_recv() {
+                            Ok(p) => {
+                                waiting.insert(p.seq, p);
+                                continue;
+                            }
+                            Err(_) => break,
+                        },
+                    };
+                    next_seq += 1;
+                    if failure.is_some() {
+                        continue;
+                    }
+                    for (series, ts, value, idx) in &got.points {
+                        if let Err(msg) = self.accept(series, *ts, *value) {
+                            let line = chunk_lines(&got.data)
+                                .nth(*idx as usize)
+                                .unwrap_or_default()
+                                .into_owned();
+                            failure = Some((lines_before + *idx as u64 + 1, line, msg));
+                            break;
+                        }
+                        points += 1;
+                    }
+                    if failure.is_none()
+                        && let Some((idx, msg)) = &got.error
+                    {
+                        let line = chunk_lines(&got.data)
+                            .nth(*idx as usize)
+                            .unwrap_or_default()
+                            .into_owned();
+                        failure = Some((lines_before + *idx as u64 + 1, line, msg.clone()));
+                    }
+                    lines_before += got.lines;
+                    if failure.is_none()
+                        && self.pending.len() >= FLUSH_POINTS
+                        && let Err(e) = self.flush()
+                    {
+                        flush_error = Some(e);
+                        failure = Some((0, String::new(), String::new()));
+                    }
+                }
+                if all_sent && next_seq >= sent {
+                    break;
+                }
+            }
+        });
+        if let Some(e) = flush_error {
+            return Err(e);
+        }
+        if let Some(e) = io_error {
+            return Err(anyhow::Error::new(e).context(format!("reading {}", path.display())));
+        }
+        Ok(match failure {
+            Some(f) => Err(f),
+            None => Ok(points),
+        })
+    }
+}
+
+fn rate(points: u64, ms: u128) -> f64 {
+    points as f64 * 1000.0 / (ms.max(1) as f64)
+}
+
+pub fn run(
+    ctx: &Context,
+    a: ImportArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<i32> {
+    let store = ctx.open_store()?;
+    let mut auto = ctx.config.auto_create();
+    auto.metrics = true; // TextImporter forces tsd.core.auto_create_metrics
+    let uids = Arc::new(crate::uid::UidTable::new(
+        &store,
+        auto,
+        ctx.config.name_rules(),
+    ));
+    let max_tags = ctx
+        .config
+        .get_int::<usize>("tsd.storage.max_tags")?
+        .unwrap_or(8);
+    let mut imp = Importer {
+        index: SeriesIndex::open(&store)?,
+        store: store.clone(),
+        series: Arc::new(SeriesCache::new(uids, max_tags)),
+        allow_out_of_order: ctx
+            .config
+            .get_bool("tsd.core.bulk.allow_out_of_order_timestamps"),
+        known: Vec::new(),
+        pending: Vec::with_capacity(1 << 20),
+    };
+    let progress = std::io::stderr().is_terminal().then(|| {
+        let pb = indicatif::ProgressBar::new(0);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb
+    });
+    let start = Instant::now();
+    let mut total = 0u64;
+    for path in &a.paths {
+        let t0 = Instant::now();
+        let result = imp.file(path, progress.as_ref());
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                imp.flush()?;
+                store.sync()?;
+                return Err(e);
+            }
+        };
+        match result {
+            Ok(points) => {
+                total += points;
+                let ms = t0.elapsed().as_millis();
+                writeln!(
+                    out,
+                    "Processed file {} in {ms} ms, {points} data points ({:.1} points/s)",
+                    path.display(),
+                    rate(points, ms)
+                )?;
+            }
+            Err((line_no, line, msg)) => {
+                if let Some(pb) = &progress {
+                    pb.finish_and_clear();
+                }
+                // Points before the bad line are kept, as OpenTSDB does.
+                imp.flush()?;
+                store.sync()?;
+                writeln!(
+                    err,
+                    "Exception caught while processing file {} line={line}",
+                    path.display()
+                )?;
+                writeln!(err, "line {line_no}: {msg}")?;
+                return Ok(1);
+            }
+        }
+    }
+    imp.flush()?;
+    store.sync()?;
+    if let Some(pb) = &progress {
+        pb.finish_and_clear();
+    }
+    let ms = start.elapsed().as_millis();
+    writeln!(
+        out,
+        "Total: imported {total} data points in {:.3}s ({:.1} points/s)",
+        ms as f64 / 1000.0,
+        rate(total, ms)
+    )?;
+    Ok(0)
+}
