@@ -567,7 +567,10 @@ impl Writer {
             return Ok(stats);
         }
         for (i, newer) in pending {
-            let merged = merge_last_wins(stored.remove(&i).unwrap_or_default(), newer);
+            let merged = match stored.remove(&i) {
+                Some(older) if !older.is_empty() => merge_last_wins(older, newer),
+                _ => newer,
+            };
             stats.points += merged.len() as u64;
             if !merged.is_empty() && !sink(i, &merged) {
                 break;
