@@ -92,39 +92,49 @@ kill $IPID; wait $IPID 2>/dev/null || true
 R[influx_bytes]=$(disk_bytes "$WORK/influx")
 
 # ------------------------------------------------------------------ rtsdb
-RPORT=$(free_port)
-"$TSDB" tsd --port "$RPORT" --data-dir "$WORK/rtsdb" --auto-metric > "$WORK/rtsdb.log" 2>&1 &
-RPID=$!
-wait_port "$RPORT"
-c0=$(cpu_seconds $RPID)
-R[rtsdb_load]=$("$TSBS" load "127.0.0.1:$RPORT" "$PROTO" "$HOSTS" "$HOURS" "$CONNS")
-R[rtsdb_cpu]=$(awk -v a="$c0" -v b="$(cpu_seconds $RPID)" 'BEGIN{printf "%.1f", b-a}')
-R[rtsdb_rss]=$(peak_rss_mb $RPID)
-rq() { echo "/api/query?start=$START&end=$END&m=$(urlenc "$1")"; }
-R[rtsdb_q1]=$(median_of "$RPORT" "$(rq "avg:1m-avg:cpu.usage_user")")
-R[rtsdb_q2]=$(median_of "$RPORT" "$(rq "avg:1m-avg:cpu.usage_user{hostname=host_42}")")
-R[rtsdb_q3]=$(median_of "$RPORT" "$(rq "avg:1m-avg:cpu.usage_user{region=*}")")
-R[rtsdb_q4]=$(median_of "$RPORT" "$(rq "sum:rate:cpu.usage_user")")
-# Settle: a graceful stop writes every buffered row; then the engine's own
-# compaction runs.
-kill -TERM $RPID; wait $RPID 2>/dev/null || true
-"$TSDB" --data-dir "$WORK/rtsdb" fsck --full-scan --compact > "$WORK/rtsdb-fsck.log" 2>&1 || true
-R[rtsdb_bytes]=$(disk_bytes "$WORK/rtsdb")
+# Twice: rtsdb's compressed rows (the default) and OpenTSDB's classic
+# compacted columns (tsd.storage.row_encoding=classic).
+run_rtsdb() {
+  local tag=$1 encoding=$2
+  local dir="$WORK/rtsdb-$tag" conf="$WORK/rtsdb-$tag.conf"
+  printf 'tsd.storage.row_encoding = %s\n' "$encoding" > "$conf"
+  local port; port=$(free_port)
+  "$TSDB" tsd --config "$conf" --port "$port" --data-dir "$dir" --auto-metric > "$WORK/rtsdb-$tag.log" 2>&1 &
+  RPID=$!
+  wait_port "$port"
+  local c0; c0=$(cpu_seconds $RPID)
+  R[${tag}_load]=$("$TSBS" load "127.0.0.1:$port" "$PROTO" "$HOSTS" "$HOURS" "$CONNS")
+  R[${tag}_cpu]=$(awk -v a="$c0" -v b="$(cpu_seconds $RPID)" 'BEGIN{printf "%.1f", b-a}')
+  R[${tag}_rss]=$(peak_rss_mb $RPID)
+  rq() { echo "/api/query?start=$START&end=$END&m=$(urlenc "$1")"; }
+  R[${tag}_q1]=$(median_of "$port" "$(rq "avg:1m-avg:cpu.usage_user")")
+  R[${tag}_q2]=$(median_of "$port" "$(rq "avg:1m-avg:cpu.usage_user{hostname=host_42}")")
+  R[${tag}_q3]=$(median_of "$port" "$(rq "avg:1m-avg:cpu.usage_user{region=*}")")
+  R[${tag}_q4]=$(median_of "$port" "$(rq "sum:rate:cpu.usage_user")")
+  # Settle: a graceful stop writes every buffered row; then the engine's
+  # own compaction runs and its journal is released.
+  kill -TERM $RPID; wait $RPID 2>/dev/null || true
+  "$TSDB" --config "$conf" --data-dir "$dir" fsck --full-scan --compact > "$WORK/rtsdb-$tag-fsck.log" 2>&1 || true
+  R[${tag}_bytes]=$(disk_bytes "$dir")
+}
+run_rtsdb rtsdb compressed
+run_rtsdb classic classic
 
 rate() { echo "$1" | awk '{printf "%.0f", $6}'; }
 bpp() { awk -v b="$1" -v p="$POINTS" 'BEGIN{printf "%.2f", b/p}'; }
 echo
 echo "$(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r); $HOSTS hosts x 10 metrics x ${HOURS} h at 10 s = $POINTS points, $PROTO, $CONNS connections"
 echo
-echo "| | rtsdb | InfluxDB 1.6 |"
-echo "|---|---|---|"
-echo "| ingest, points/s | $(rate "${R[rtsdb_load]}") | $(rate "${R[influx_load]}") |"
-echo "| server CPU seconds for the load | ${R[rtsdb_cpu]} | ${R[influx_cpu]} |"
-echo "| peak RSS, MB | ${R[rtsdb_rss]} | ${R[influx_rss]} |"
-echo "| bytes per point on disk (everything) | $(bpp "${R[rtsdb_bytes]}") | $(bpp "${R[influx_bytes]}") |"
-echo "| avg 1m-avg, all hosts, ms | ${R[rtsdb_q1]} | ${R[influx_q1]} |"
-echo "| avg 1m-avg, one host, ms | ${R[rtsdb_q2]} | ${R[influx_q2]} |"
-echo "| avg 1m-avg by region, ms | ${R[rtsdb_q3]} | ${R[influx_q3]} |"
-echo "| sum of rate, all hosts, ms | ${R[rtsdb_q4]} | ${R[influx_q4]} |"
+echo "| | rtsdb | rtsdb, classic rows | InfluxDB 1.6 |"
+echo "|---|---|---|---|"
+row() { echo "| $1 | ${R[rtsdb_$2]} | ${R[classic_$2]} | ${R[influx_$2]} |"; }
+echo "| ingest, points/s | $(rate "${R[rtsdb_load]}") | $(rate "${R[classic_load]}") | $(rate "${R[influx_load]}") |"
+row "server CPU seconds for the load" cpu
+row "peak RSS, MB" rss
+echo "| bytes per point on disk (everything) | $(bpp "${R[rtsdb_bytes]}") | $(bpp "${R[classic_bytes]}") | $(bpp "${R[influx_bytes]}") |"
+row "avg 1m-avg, all hosts, ms" q1
+row "avg 1m-avg, one host, ms" q2
+row "avg 1m-avg by region, ms" q3
+row "sum of rate, all hosts, ms" q4
 echo
 echo "work dir: $WORK"
