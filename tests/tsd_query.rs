@@ -159,3 +159,147 @@ fn last_point_per_series() {
         r#"[{"metric":"sys.cpu.user","tags":{"host":"web02"},"timestamp":1356998460000,"tsuid":"000001000001000002","value":"4"}]"#
     );
 }
+
+/// `/api/query` delete (DELETE, `"delete":true`, GET + method_override):
+/// answers with the points it read, then removes every row (whole hours)
+/// of the matching series, stored or still buffered in memory.
+#[test]
+fn delete_query_removes_whole_rows_and_returns_the_data() {
+    let h = 1356998400u64; // an hour boundary
+    let srv = TestServer::start(&[
+        ("tsd.core.auto_create_metrics", "true"),
+        ("tsd.http.query.allow_delete", "true"),
+    ]);
+    let put = |lines: String| assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+    put(format!(
+        "put sys.cpu.user {h} 1 host=web01\n\
+         put sys.cpu.user {} 2 host=web01\n\
+         put sys.cpu.user {h} 3 host=web02\n\
+         put sys.cpu.sys {h} 9 host=web01\n",
+        h + 60
+    ));
+    // These rows are in the store; the next points stay in memory.
+    srv.state.writer.flush_all().unwrap();
+    put(format!(
+        "put sys.cpu.user {} 4 host=web01\n\
+         put sys.cpu.user {} 5 host=web02\n\
+         put sys.cpu.user {} 6 host=web01\n",
+        h + 120,
+        h + 3630,
+        h + 7200
+    ));
+    assert!(srv.state.writer.buffered_points() > 0);
+    // The range starts after the first point: it is not returned, but its
+    // row goes all the same.
+    let r = http(
+        srv.addr,
+        "DELETE",
+        &format!(
+            "/api/query?start={}&end={}&m=sum:sys.cpu.user%7Bhost=*%7D",
+            h + 30,
+            h + 3660
+        ),
+        &[],
+        b"",
+    );
+    assert_eq!(
+        (r.status, r.text()),
+        (
+            200,
+            format!(
+                r#"[{{"metric":"sys.cpu.user","tags":{{"host":"web01"}},"aggregateTags":[],"dps":{{"{}":2,"{}":4}}}},{{"metric":"sys.cpu.user","tags":{{"host":"web02"}},"aggregateTags":[],"dps":{{"{}":5}}}}]"#,
+                h + 60,
+                h + 120,
+                h + 3630
+            )
+        )
+    );
+    let all = format!(
+        "/api/query?start={h}&end={}&m=sum:sys.cpu.user%7Bhost=*%7D",
+        h + 10800
+    );
+    // Only the point of the hour outside the range is left; the other
+    // metric is untouched.
+    assert_eq!(
+        get(&srv, &all),
+        (
+            200,
+            format!(
+                r#"[{{"metric":"sys.cpu.user","tags":{{"host":"web01"}},"aggregateTags":[],"dps":{{"{}":6}}}}]"#,
+                h + 7200
+            )
+        )
+    );
+    assert_eq!(
+        get(&srv, &format!("/api/query?start={h}&m=sum:sys.cpu.sys")).1,
+        format!(
+            r#"[{{"metric":"sys.cpu.sys","tags":{{"host":"web01"}},"aggregateTags":[],"dps":{{"{h}":9}}}}]"#
+        )
+    );
+    // Still gone once everything buffered has been flushed.
+    srv.state.writer.flush_all().unwrap();
+    assert_eq!(get(&srv, &all).1.matches("dps").count(), 1);
+    // JSON "delete": true.
+    let body = format!(
+        r#"{{"start":{h},"end":{},"delete":true,"queries":[{{"aggregator":"sum","metric":"sys.cpu.user"}}]}}"#,
+        h + 10800
+    );
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/query",
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+    assert!(
+        r.text().contains(&format!(r#""{}":6"#, h + 7200)),
+        "{}",
+        r.text()
+    );
+    assert_eq!(get(&srv, &all), (200, "[]".into()));
+    // GET with method_override=delete.
+    let (s, t) = get(
+        &srv,
+        &format!("/api/query?start={h}&m=sum:sys.cpu.sys&method_override=delete"),
+    );
+    assert_eq!((s, t.contains(r#":9}"#)), (200, true), "{t}");
+    assert_eq!(
+        get(&srv, &format!("/api/query?start={h}&m=sum:sys.cpu.sys")),
+        (200, "[]".into())
+    );
+    // The series stay known.
+    assert_eq!(get(&srv, "/api/search/lookup?m=sys.cpu.user").0, 200);
+}
+
+#[test]
+fn delete_query_is_refused_unless_enabled() {
+    let srv = server_with_two_hosts();
+    let r = http(
+        srv.addr,
+        "DELETE",
+        "/api/query?start=1356998400&m=sum:sys.cpu.user",
+        &[],
+        b"",
+    );
+    assert_eq!(
+        (r.status, r.text()),
+        (
+            400,
+            r#"{"error":{"code":400,"message":"Bad request","details":"Deleting data is not enabled (tsd.http.query.allow_delete=false)"}}"#
+                .into()
+        )
+    );
+    // GET + method_override=delete is then an ordinary query.
+    let (s, t) = get(
+        &srv,
+        "/api/query?start=1356998400&m=sum:sys.cpu.user&method_override=delete",
+    );
+    assert_eq!((s, t.contains("dps")), (200, true), "{t}");
+    // Nothing was deleted.
+    assert!(
+        get(&srv, "/api/query?start=1356998400&m=sum:sys.cpu.user")
+            .1
+            .contains("dps")
+    );
+}
