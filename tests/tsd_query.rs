@@ -303,3 +303,79 @@ fn delete_query_is_refused_unless_enabled() {
             .contains("dps")
     );
 }
+
+/// `padding` (query-string flag or JSON): each result also carries the
+/// nearest point before `start` and after `end`, when there is one, even
+/// in the neighbouring hour.
+#[test]
+fn padding_adds_the_neighbouring_points() {
+    let h = 1356998400u64;
+    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    let lines: String = [
+        (h - 30, 1), // previous hour
+        (h + 60, 2),
+        (h + 120, 3),
+        (h + 180, 4),
+        (h + 240, 5),
+        (h + 3700, 6), // next hour
+    ]
+    .iter()
+    .map(|(t, v)| format!("put sys.cpu.user {t} {v} host=web01\n"))
+    .collect();
+    assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+    let q = |extra: &str, s: u64, e: u64| {
+        get(
+            &srv,
+            &format!("/api/query?start={s}&end={e}&m=sum:sys.cpu.user{extra}"),
+        )
+    };
+    let dps = |pts: &[(u64, i32)]| {
+        let body: Vec<String> = pts.iter().map(|(t, v)| format!(r#""{t}":{v}"#)).collect();
+        format!(
+            r#"[{{"metric":"sys.cpu.user","tags":{{"host":"web01"}},"aggregateTags":[],"dps":{{{}}}}}]"#,
+            body.join(",")
+        )
+    };
+    assert_eq!(
+        q("", h + 120, h + 180).1,
+        dps(&[(h + 120, 3), (h + 180, 4)])
+    );
+    assert_eq!(
+        q("&padding", h + 120, h + 180).1,
+        dps(&[(h + 60, 2), (h + 120, 3), (h + 180, 4), (h + 240, 5)])
+    );
+    // The neighbours may lie in the hours before and after.
+    assert_eq!(
+        q("&padding", h + 60, h + 240).1,
+        dps(&[
+            (h - 30, 1),
+            (h + 60, 2),
+            (h + 120, 3),
+            (h + 180, 4),
+            (h + 240, 5),
+            (h + 3700, 6)
+        ])
+    );
+    // Nothing in the range: just the neighbours.
+    assert_eq!(
+        q("&padding", h + 250, h + 260).1,
+        dps(&[(h + 240, 5), (h + 3700, 6)])
+    );
+    // JSON form.
+    let body = format!(
+        r#"{{"start":{},"end":{},"padding":true,"queries":[{{"aggregator":"sum","metric":"sys.cpu.user"}}]}}"#,
+        h + 120,
+        h + 180
+    );
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/query",
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    );
+    assert_eq!(
+        r.text(),
+        dps(&[(h + 60, 2), (h + 120, 3), (h + 180, 4), (h + 240, 5)])
+    );
+}

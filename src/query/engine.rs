@@ -329,6 +329,14 @@ fn run_sub(
     let tsuids: Vec<Tsuid> = grouped.iter().map(|&i| series[i].tsuid.clone()).collect();
     stats.series = tsuids.len() as u64;
     let (scan_start, scan_end) = scan_range(q, sub);
+    // `padding` wants the nearest point on either side of the range: read
+    // one more hour each way (only for reading; a delete keeps to the
+    // rows OpenTSDB's scan covers).
+    let (read_start, read_end) = if q.original.padding {
+        (scan_start.saturating_sub(3_600_000), scan_end + 3_600_000)
+    } else {
+        (scan_start, scan_end)
+    };
     let bucketer = sub
         .downsample
         .as_ref()
@@ -383,15 +391,15 @@ fn run_sub(
             }
             true
         };
-        let hours = (scan_end - scan_start) / 3_600_000 + 1;
+        let hours = (read_end - read_start) / 3_600_000 + 1;
         let use_scan = tsuids.len() > 1
             && (tsuids.len() * 2 >= total || hours.saturating_mul(tsuids.len() as u64) > 200_000);
         let read = if use_scan {
             ctx.source
-                .scan_tsuids(metric_uid, &tsuids, scan_start, scan_end, &mut sink)
+                .scan_tsuids(metric_uid, &tsuids, read_start, read_end, &mut sink)
         } else {
             ctx.source
-                .read_tsuids(&tsuids, scan_start, scan_end, &mut sink)
+                .read_tsuids(&tsuids, read_start, read_end, &mut sink)
         }?;
         stats.rows = read.rows;
         stats.bytes = read.bytes;
@@ -436,13 +444,16 @@ fn run_sub(
             continue;
         }
         let mut dps = Vec::new();
+        // With `padding` the whole scanned range is aggregated, then cut
+        // down to the range plus the nearest point on either side.
+        let (from, to) = if q.original.padding {
+            (read_start as i64, read_end as i64)
+        } else {
+            (q.start_ms, q.end_ms)
+        };
         if sub.aggregator.is_none() {
             let out = &pipes[slot[&present[0]]].out;
-            dps.extend(
-                out.iter()
-                    .copied()
-                    .filter(|p| p.0 >= q.start_ms && p.0 <= q.end_ms),
-            );
+            dps.extend(out.iter().copied().filter(|p| p.0 >= from && p.0 <= to));
         } else {
             let refs: Vec<&[(i64, Value)]> = present
                 .iter()
@@ -452,11 +463,14 @@ fn run_sub(
                 &refs,
                 &sub.aggregator,
                 sub.rate.is_some(),
-                q.start_ms,
-                q.end_ms,
+                from,
+                to,
                 &mut scratch,
                 &mut dps,
             );
+        }
+        if q.original.padding {
+            pad(&mut dps, q.start_ms, q.end_ms);
         }
         stats.output_points += dps.len() as u64;
         let (tags, aggregate_tags) = compute_tags(ctx, present.iter().map(|&i| &series[i]))?;
@@ -491,6 +505,15 @@ fn run_sub(
     budget.check_time()?;
     stats.aggregation_ms = (budget.elapsed() - t_agg).as_secs_f64() * 1000.0;
     Ok((results, stats))
+}
+
+/// Keeps the points of time-sorted `dps` in `[start, end]` plus the last
+/// one before `start` and the first one after `end`, where they exist.
+fn pad(dps: &mut Vec<(i64, Value)>, start: i64, end: i64) {
+    let first_in = dps.partition_point(|p| p.0 < start);
+    let past_end = dps.partition_point(|p| p.0 <= end);
+    dps.truncate((past_end + 1).min(dps.len()));
+    dps.drain(..first_in.saturating_sub(1));
 }
 
 /// Parses the annotation cells a read met and keeps, per series, those
@@ -733,4 +756,29 @@ fn show_query(sub: &ValidSubQuery) -> serde_json::Value {
         "preAggregate": o.pre_aggregate,
         "showHistogramBuckets": o.show_histogram_buckets,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pad_keeps_one_point_each_side() {
+        let v = Value::Int(1);
+        let pts = |ts: &[i64]| ts.iter().map(|&t| (t, v)).collect::<Vec<_>>();
+        let mut d = pts(&[1, 2, 5, 6, 9, 10]);
+        pad(&mut d, 5, 6);
+        assert_eq!(d, pts(&[2, 5, 6, 9]));
+        // Nothing outside: unchanged.
+        let mut d = pts(&[5, 6]);
+        pad(&mut d, 5, 6);
+        assert_eq!(d, pts(&[5, 6]));
+        // Nothing inside: the neighbours alone.
+        let mut d = pts(&[1, 2, 9, 10]);
+        pad(&mut d, 5, 6);
+        assert_eq!(d, pts(&[2, 9]));
+        let mut d: Vec<(i64, Value)> = Vec::new();
+        pad(&mut d, 5, 6);
+        assert!(d.is_empty());
+    }
 }
