@@ -95,6 +95,21 @@ fn suggest_prefix_order_max_and_errors() {
         (r.status, r.text()),
         (400, err(400, "Invalid 'type' parameter:metric"))
     );
+    // SuggestRpc: max <= 0 (or empty) means the default of 25;
+    // Integer.parseInt takes no spaces.
+    assert_eq!(
+        get(&srv, "/api/suggest?type=metrics&max=0").text(),
+        r#"["app.hits","sys.cpu.sys","sys.cpu.user","sys.disk"]"#
+    );
+    assert_eq!(
+        get(&srv, "/api/suggest?type=metrics&max=-3&q=sys.cpu").text(),
+        r#"["sys.cpu.sys","sys.cpu.user"]"#
+    );
+    assert_eq!(
+        get(&srv, "/api/suggest?type=metrics&max=&q=sys.d").text(),
+        r#"["sys.disk"]"#
+    );
+    assert_eq!(get(&srv, "/api/suggest?type=metrics&max=%201").status, 400);
     let r = get(&srv, "/api/suggest?type=metrics&max=ten");
     assert_eq!(
         (r.status, r.text()),
@@ -114,7 +129,8 @@ fn suggest_prefix_order_max_and_errors() {
 }
 
 fn without_time(mut v: Value) -> Value {
-    assert!(v["time"].is_u64(), "{v}");
+    // A Java float: `12.0`.
+    assert!(v["time"].is_f64(), "{v}");
     v.as_object_mut().unwrap().remove("time");
     v
 }
@@ -141,9 +157,16 @@ fn lookup_from_the_series_index() {
               {"tsuid":"000001000001000003000002000002","metric":"sys.cpu.user","tags":{"dc":"lga","host":"web02"}}]})
     );
     // Exact text shape (field order) with the time blanked.
+    // Jackson's SearchQuery order: startIndex and totalResults come last.
     let text = r.text();
     assert!(
-        text.starts_with(r#"{"type":"LOOKUP","metric":"sys.cpu.user","tags":[],"limit":25,"startIndex":0,"time":"#),
+        text.starts_with(
+            r#"{"type":"LOOKUP","metric":"sys.cpu.user","tags":[],"limit":25,"time":"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(r#"}}],"startIndex":0,"totalResults":2}"#),
         "{text}"
     );
     // host=* with limit.
@@ -211,12 +234,63 @@ fn lookup_from_the_series_index() {
     let r = get(&srv, "/api/search/lookup?m=sys.cpu.user&limit=x");
     assert_eq!(
         (r.status, r.text()),
-        (400, err(400, "Unable to parse 'limit' as a number"))
+        (400, err(400, "Unable to convert 'limit' to a valid number"))
     );
     let r = get(&srv, "/api/search/lookup?m=sys.cpu.user{host");
     assert_eq!(r.status, 400);
+    assert!(
+        r.text()
+            .starts_with(r#"{"error":{"code":400,"message":"Unable to parse query""#),
+        "{}",
+        r.text()
+    );
     let r = post(&srv, "/api/search/lookup", "[1,2]");
     assert_eq!(r.status, 400);
+    // A body without metric or tags; the JSON form leaves them out of the
+    // echo when absent (SearchQuery is NON_NULL).
+    let r = post(&srv, "/api/search/lookup", r#"{"limit":5}"#);
+    assert_eq!(
+        (r.status, r.text()),
+        (
+            400,
+            err(
+                400,
+                "Missing metric and tags. Please supply at least one value."
+            )
+        )
+    );
+    let r = post(&srv, "/api/search/lookup", r#"{"metric":"sys.cpu.user"}"#);
+    assert!(
+        r.text()
+            .starts_with(r#"{"type":"LOOKUP","metric":"sys.cpu.user","limit":25,"time":"#),
+        "{}",
+        r.text()
+    );
+    // Verbs and types SearchRpc does not know.
+    let r = http(
+        srv.addr,
+        "DELETE",
+        "/api/search/lookup?m=sys.cpu.user",
+        &[],
+        b"",
+    );
+    assert_eq!(
+        (r.status, r.text()),
+        (400, err(400, "Unsupported method: DELETE"))
+    );
+    let r = get(&srv, "/api/search/foo?query=x");
+    assert_eq!(
+        (r.status, r.text()),
+        (
+            400,
+            r#"{"error":{"code":400,"message":"Invalid search query type supplied","details":"Unknown type: foo"}}"#.into()
+        )
+    );
+    let r = get(&srv, "/api/search/tsmeta");
+    assert_eq!(
+        (r.status, r.text()),
+        (400, err(400, "Missing parameter <code>query</code>"))
+    );
     // Other search types need a plugin.
     for t in [
         "tsmeta",

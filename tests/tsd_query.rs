@@ -159,3 +159,223 @@ fn last_point_per_series() {
         r#"[{"metric":"sys.cpu.user","tags":{"host":"web02"},"timestamp":1356998460000,"tsuid":"000001000001000002","value":"4"}]"#
     );
 }
+
+/// `/api/query` delete (DELETE, `"delete":true`, GET + method_override):
+/// answers with the points it read, then removes every row (whole hours)
+/// of the matching series, stored or still buffered in memory.
+#[test]
+fn delete_query_removes_whole_rows_and_returns_the_data() {
+    let h = 1356998400u64; // an hour boundary
+    let srv = TestServer::start(&[
+        ("tsd.core.auto_create_metrics", "true"),
+        ("tsd.http.query.allow_delete", "true"),
+    ]);
+    let put = |lines: String| assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+    put(format!(
+        "put sys.cpu.user {h} 1 host=web01\n\
+         put sys.cpu.user {} 2 host=web01\n\
+         put sys.cpu.user {h} 3 host=web02\n\
+         put sys.cpu.sys {h} 9 host=web01\n",
+        h + 60
+    ));
+    // These rows are in the store; the next points stay in memory.
+    srv.state.writer.flush_all().unwrap();
+    put(format!(
+        "put sys.cpu.user {} 4 host=web01\n\
+         put sys.cpu.user {} 5 host=web02\n\
+         put sys.cpu.user {} 6 host=web01\n",
+        h + 120,
+        h + 3630,
+        h + 7200
+    ));
+    assert!(srv.state.writer.buffered_points() > 0);
+    // The range starts after the first point: it is not returned, but its
+    // row goes all the same.
+    let r = http(
+        srv.addr,
+        "DELETE",
+        &format!(
+            "/api/query?start={}&end={}&m=sum:sys.cpu.user%7Bhost=*%7D",
+            h + 30,
+            h + 3660
+        ),
+        &[],
+        b"",
+    );
+    assert_eq!(
+        (r.status, r.text()),
+        (
+            200,
+            format!(
+                r#"[{{"metric":"sys.cpu.user","tags":{{"host":"web01"}},"aggregateTags":[],"dps":{{"{}":2,"{}":4}}}},{{"metric":"sys.cpu.user","tags":{{"host":"web02"}},"aggregateTags":[],"dps":{{"{}":5}}}}]"#,
+                h + 60,
+                h + 120,
+                h + 3630
+            )
+        )
+    );
+    let all = format!(
+        "/api/query?start={h}&end={}&m=sum:sys.cpu.user%7Bhost=*%7D",
+        h + 10800
+    );
+    // Only the point of the hour outside the range is left; the other
+    // metric is untouched.
+    assert_eq!(
+        get(&srv, &all),
+        (
+            200,
+            format!(
+                r#"[{{"metric":"sys.cpu.user","tags":{{"host":"web01"}},"aggregateTags":[],"dps":{{"{}":6}}}}]"#,
+                h + 7200
+            )
+        )
+    );
+    assert_eq!(
+        get(&srv, &format!("/api/query?start={h}&m=sum:sys.cpu.sys")).1,
+        format!(
+            r#"[{{"metric":"sys.cpu.sys","tags":{{"host":"web01"}},"aggregateTags":[],"dps":{{"{h}":9}}}}]"#
+        )
+    );
+    // Still gone once everything buffered has been flushed.
+    srv.state.writer.flush_all().unwrap();
+    assert_eq!(get(&srv, &all).1.matches("dps").count(), 1);
+    // JSON "delete": true.
+    let body = format!(
+        r#"{{"start":{h},"end":{},"delete":true,"queries":[{{"aggregator":"sum","metric":"sys.cpu.user"}}]}}"#,
+        h + 10800
+    );
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/query",
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+    assert!(
+        r.text().contains(&format!(r#""{}":6"#, h + 7200)),
+        "{}",
+        r.text()
+    );
+    assert_eq!(get(&srv, &all), (200, "[]".into()));
+    // GET with method_override=delete.
+    let (s, t) = get(
+        &srv,
+        &format!("/api/query?start={h}&m=sum:sys.cpu.sys&method_override=delete"),
+    );
+    assert_eq!((s, t.contains(r#":9}"#)), (200, true), "{t}");
+    assert_eq!(
+        get(&srv, &format!("/api/query?start={h}&m=sum:sys.cpu.sys")),
+        (200, "[]".into())
+    );
+    // The series stay known.
+    assert_eq!(get(&srv, "/api/search/lookup?m=sys.cpu.user").0, 200);
+}
+
+#[test]
+fn delete_query_is_refused_unless_enabled() {
+    let srv = server_with_two_hosts();
+    let r = http(
+        srv.addr,
+        "DELETE",
+        "/api/query?start=1356998400&m=sum:sys.cpu.user",
+        &[],
+        b"",
+    );
+    assert_eq!(
+        (r.status, r.text()),
+        (
+            400,
+            r#"{"error":{"code":400,"message":"Bad request","details":"Deleting data is not enabled (tsd.http.query.allow_delete=false)"}}"#
+                .into()
+        )
+    );
+    // GET + method_override=delete is then an ordinary query.
+    let (s, t) = get(
+        &srv,
+        "/api/query?start=1356998400&m=sum:sys.cpu.user&method_override=delete",
+    );
+    assert_eq!((s, t.contains("dps")), (200, true), "{t}");
+    // Nothing was deleted.
+    assert!(
+        get(&srv, "/api/query?start=1356998400&m=sum:sys.cpu.user")
+            .1
+            .contains("dps")
+    );
+}
+
+/// `padding` (query-string flag or JSON): each result also carries the
+/// nearest point before `start` and after `end`, when there is one, even
+/// in the neighbouring hour.
+#[test]
+fn padding_adds_the_neighbouring_points() {
+    let h = 1356998400u64;
+    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    let lines: String = [
+        (h - 30, 1), // previous hour
+        (h + 60, 2),
+        (h + 120, 3),
+        (h + 180, 4),
+        (h + 240, 5),
+        (h + 3700, 6), // next hour
+    ]
+    .iter()
+    .map(|(t, v)| format!("put sys.cpu.user {t} {v} host=web01\n"))
+    .collect();
+    assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+    let q = |extra: &str, s: u64, e: u64| {
+        get(
+            &srv,
+            &format!("/api/query?start={s}&end={e}&m=sum:sys.cpu.user{extra}"),
+        )
+    };
+    let dps = |pts: &[(u64, i32)]| {
+        let body: Vec<String> = pts.iter().map(|(t, v)| format!(r#""{t}":{v}"#)).collect();
+        format!(
+            r#"[{{"metric":"sys.cpu.user","tags":{{"host":"web01"}},"aggregateTags":[],"dps":{{{}}}}}]"#,
+            body.join(",")
+        )
+    };
+    assert_eq!(
+        q("", h + 120, h + 180).1,
+        dps(&[(h + 120, 3), (h + 180, 4)])
+    );
+    assert_eq!(
+        q("&padding", h + 120, h + 180).1,
+        dps(&[(h + 60, 2), (h + 120, 3), (h + 180, 4), (h + 240, 5)])
+    );
+    // The neighbours may lie in the hours before and after.
+    assert_eq!(
+        q("&padding", h + 60, h + 240).1,
+        dps(&[
+            (h - 30, 1),
+            (h + 60, 2),
+            (h + 120, 3),
+            (h + 180, 4),
+            (h + 240, 5),
+            (h + 3700, 6)
+        ])
+    );
+    // Nothing in the range: just the neighbours.
+    assert_eq!(
+        q("&padding", h + 250, h + 260).1,
+        dps(&[(h + 240, 5), (h + 3700, 6)])
+    );
+    // JSON form.
+    let body = format!(
+        r#"{{"start":{},"end":{},"padding":true,"queries":[{{"aggregator":"sum","metric":"sys.cpu.user"}}]}}"#,
+        h + 120,
+        h + 180
+    );
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/query",
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    );
+    assert_eq!(
+        r.text(),
+        dps(&[(h + 60, 2), (h + 120, 3), (h + 180, 4), (h + 240, 5)])
+    );
+}

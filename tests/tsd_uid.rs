@@ -50,6 +50,21 @@ fn assign_mixed_success_and_errors() {
                 .into()
         )
     );
+    // Keys in the order of OpenTSDB's HashMap: tagv_errors, metric, tagk,
+    // tagk_errors, metric_errors, tagv.
+    assert_eq!(
+        req(
+            &srv,
+            "GET",
+            "/api/uid/assign?tagv=web01,web02&tagk=host,dc&metric=m.1",
+            ""
+        ),
+        (
+            400,
+            r#"{"tagv_errors":{"web01":"Name already exists with UID: 000001"},"metric":{"m.1":"000004"},"tagk":{"dc":"000002"},"tagk_errors":{"host":"Name already exists with UID: 000001"},"tagv":{"web02":"000002"}}"#
+                .into()
+        )
+    );
     assert_eq!(
         req(&srv, "GET", "/api/uid/assign", ""),
         (400, err(400, "Missing values to assign UIDs"))
@@ -117,7 +132,9 @@ fn uidmeta_crud() {
         req(&srv, "GET", "/api/uid/uidmeta?uid=000002&type=metrics", ""),
         (404, err(404, "Could not find the requested UID"))
     );
-    // POST merges; then the same POST changes nothing: 304.
+    // POST merges. As in OpenTSDB (whose setters flag a field changed when
+    // it differs from the empty default), repeating it writes again (200);
+    // only a request that sets no user field, or sets them empty, is a 304.
     let body = r#"{"uid":"000001","type":"METRIC","description":"CPU","custom":{"owner":"ops"}}"#;
     let updated = r#"{"uid":"000001","type":"METRIC","name":"sys.cpu.0","description":"CPU","notes":"","created":0,"custom":{"owner":"ops"},"displayName":""}"#;
     assert_eq!(
@@ -126,6 +143,25 @@ fn uidmeta_crud() {
     );
     assert_eq!(
         req(&srv, "POST", "/api/uid/uidmeta", body),
+        (200, updated.into())
+    );
+    assert_eq!(
+        req(
+            &srv,
+            "POST",
+            "/api/uid/uidmeta",
+            r#"{"uid":"000001","type":"metric","notes":""}"#
+        ),
+        (304, String::new())
+    );
+    // ... even for a UID that does not exist (the change check comes first).
+    assert_eq!(
+        req(
+            &srv,
+            "POST",
+            "/api/uid/uidmeta",
+            r#"{"uid":"0000FF","type":"metric"}"#
+        ),
         (304, String::new())
     );
     // QS form of POST via method_override.
@@ -186,6 +222,35 @@ fn uidmeta_crud() {
         (400, err(400, "Invalid type requested: foo"))
     );
     assert_eq!(
+        req(
+            &srv,
+            "POST",
+            "/api/uid/uidmeta",
+            r#"{"uid":"000001","type":"foo","notes":"x"}"#
+        ),
+        (
+            400,
+            r#"{"error":{"code":400,"message":"Unable to parse the given JSON","details":"Invalid type requested: foo"}}"#.into()
+        )
+    );
+    // The query-string forms require both parameters.
+    assert_eq!(
+        req(
+            &srv,
+            "GET",
+            "/api/uid/uidmeta?type=metric&notes=x&method_override=post",
+            ""
+        ),
+        (400, err(400, "Missing parameter <code>uid</code>"))
+    );
+    assert_eq!(
+        req(&srv, "DELETE", "/api/uid/uidmeta", r#"{"uid":"000001"}"#),
+        (
+            400,
+            r#"{"error":{"code":400,"message":"Unable to delete UIDMeta information","details":"Missing type"}}"#.into()
+        )
+    );
+    assert_eq!(
         req(&srv, "GET", "/api/uid/uidmeta?uid=zz&type=metric", ""),
         (400, err(400, "Invalid UID: zz"))
     );
@@ -228,10 +293,20 @@ fn tsmeta_crud_and_counters() {
             "/api/uid/tsmeta",
             &format!(r#"{{"tsuid":"{tsuid}","units":"%"}}"#)
         ),
+        (400, err(400, "Requested TSMeta did not exist"))
+    );
+    // By m= without create=true: BadRequestException's default 400.
+    assert_eq!(
+        req(
+            &srv,
+            "GET",
+            "/api/uid/tsmeta?m=sys.cpu.user%7Bhost=web01%7D&method_override=post&units=%25",
+            ""
+        ),
         (
-            404,
+            400,
             err(
-                404,
+                400,
                 "Could not find TSMeta, specify \"create=true\" to create a new one."
             )
         )
@@ -260,7 +335,7 @@ fn tsmeta_crud_and_counters() {
         json!({"tsuid":tsuid,"metric":uidmeta("000001","METRIC","sys.cpu.user"),
                "tags":[uidmeta("000001","TAGK","host"),uidmeta("000001","TAGV","web01")],
                "description":"","notes":"","created":0,"units":"%","retention":0,
-               "max":"NaN","min":"NaN","custom":null,"displayName":"","dataType":"",
+               "max":"NaN","min":"NaN","displayName":"","dataType":"",
                "lastReceived":0,"totalDatapoints":3})
     );
     // Field order of the object.
@@ -268,7 +343,15 @@ fn tsmeta_crud_and_counters() {
         t.starts_with(r#"{"tsuid":"000001000001000001","metric":{"uid":"000001","type":"METRIC""#),
         "{t}"
     );
-    assert!(t.contains(r#""max":"NaN","min":"NaN","custom":null,"displayName":"","dataType":"","lastReceived":"#), "{t}");
+    // TSMeta is NON_NULL in Jackson: an unset `custom` is left out.
+    assert!(
+        t.contains(r#""created":"#) && !t.contains(r#""custom":null,"units""#),
+        "{t}"
+    );
+    assert!(
+        t.contains(r#""max":"NaN","min":"NaN","displayName":"","dataType":"","lastReceived":"#),
+        "{t}"
+    );
     // More points: the counter follows without a restart.
     let more =
         json!({"metric":"sys.cpu.user","timestamp":1356998403,"value":4,"tags":{"host":"web01"}});
@@ -278,7 +361,7 @@ fn tsmeta_crud_and_counters() {
     let v: serde_json::Value = serde_json::from_str(&t).unwrap();
     assert_eq!(v["totalDatapoints"], 4);
     assert_eq!(v["units"], "%");
-    // POST merge, then no change → 304.
+    // POST merge; a POST that sets no user field → 304.
     let body =
         format!(r#"{{"tsuid":"{tsuid}","description":"user CPU","max":100,"retention":"7"}}"#);
     let (s, t) = req(&srv, "POST", "/api/uid/tsmeta", &body);
@@ -294,7 +377,12 @@ fn tsmeta_crud_and_counters() {
         (json!("user CPU"), json!(100.0), json!(7), json!("%"))
     );
     assert_eq!(
-        req(&srv, "POST", "/api/uid/tsmeta", &body),
+        req(
+            &srv,
+            "POST",
+            "/api/uid/tsmeta",
+            &format!(r#"{{"tsuid":"{tsuid}","units":""}}"#)
+        ),
         (304, String::new())
     );
     // GET by m= gives an array.
@@ -352,7 +440,21 @@ fn tsmeta_crud_and_counters() {
     // Bad input.
     assert_eq!(
         req(&srv, "GET", "/api/uid/tsmeta", ""),
-        (400, err(400, "Missing parameter <code>tsuid</code>"))
+        (400, err(400, "Missing parameter <code>m</code>"))
+    );
+    assert_eq!(
+        req(&srv, "GET", "/api/uid/tsmeta?m=nope", ""),
+        (
+            404,
+            r#"{"error":{"code":404,"message":"Unable to find one of the UIDs","details":"No such name for 'metrics': 'nope'"}}"#.into()
+        )
+    );
+    assert_eq!(
+        req(&srv, "DELETE", "/api/uid/tsmeta", ""),
+        (
+            400,
+            r#"{"error":{"code":400,"message":"Unable to delete TSMeta information","details":"Missing UID"}}"#.into()
+        )
     );
     assert_eq!(req(&srv, "GET", "/api/uid/tsmeta?tsuid=XYZ", "").0, 400);
     assert_eq!(
@@ -365,9 +467,8 @@ fn tsmeta_crud_and_counters() {
             "POST",
             "/api/uid/tsmeta?create=true&m=nope%7Bhost=web01%7D",
             ""
-        )
-        .0,
-        404
+        ),
+        (404, err(404, "No such name for 'metrics': 'nope'"))
     );
     assert_eq!(
         req(
@@ -375,12 +476,20 @@ fn tsmeta_crud_and_counters() {
             "POST",
             "/api/uid/tsmeta?create=true",
             &format!(r#"{{"tsuid":"{tsuid}","max":"lots"}}"#)
-        )
-        .0,
-        400
+        ),
+        (400, err(400, "Unable to parse the given JSON"))
+    );
+    assert_eq!(
+        req(
+            &srv,
+            "GET",
+            &format!("/api/uid/tsmeta?tsuid={tsuid}&max=lots&method_override=post"),
+            ""
+        ),
+        (400, err(400, "Unable to parse 'max' value"))
     );
     assert_eq!(
         req(&srv, "POST", "/api/uid/tsmeta", "{}"),
-        (400, err(400, "Missing TSUID"))
+        (400, err(400, "Missing parameter <code>m</code>"))
     );
 }

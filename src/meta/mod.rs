@@ -158,13 +158,17 @@ pub struct TsMeta {
     pub description: String,
     pub notes: String,
     pub created: u64,
+    /// Jackson orders TSMeta's properties by field declaration (`custom`
+    /// comes right after `created`) and the class is `NON_NULL`, so an
+    /// unset map is left out rather than written as `null`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub custom: Custom,
     pub units: String,
     pub retention: i64,
     #[serde(serialize_with = "nan_as_string")]
     pub max: f64,
     #[serde(serialize_with = "nan_as_string")]
     pub min: f64,
-    pub custom: Custom,
     #[serde(rename = "displayName")]
     pub display_name: String,
     #[serde(rename = "dataType")]

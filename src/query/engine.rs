@@ -21,6 +21,14 @@ use crate::model::{Annotation, Uid, UidKind, UidWidths, Value};
 use crate::store::read::{Point, SeriesSource};
 use crate::uid::{UidTable, UidTableError};
 
+/// Deletes the rows a `delete` query read (the write path implements it,
+/// so points still buffered in memory go too).
+pub trait RowDeleter: Send + Sync {
+    /// Deletes every row of `tsuids` whose hour overlaps
+    /// `[start_ms, end_ms]`; returns the stored rows removed.
+    fn delete_rows(&self, tsuids: &[Tsuid], start_ms: u64, end_ms: u64) -> Result<u64, String>;
+}
+
 /// Everything a query needs from the server.
 pub struct QueryContext<'a> {
     pub source: &'a dyn SeriesSource,
@@ -36,6 +44,8 @@ pub struct QueryContext<'a> {
     pub skip_unresolved_tagvs: bool,
     /// `tsd.http.query.allow_delete`.
     pub allow_delete: bool,
+    /// Where `delete` queries delete; without one they are refused.
+    pub deleter: Option<&'a dyn RowDeleter>,
 }
 
 impl<'a> QueryContext<'a> {
@@ -49,6 +59,7 @@ impl<'a> QueryContext<'a> {
             default_tz: Tz::UTC,
             skip_unresolved_tagvs: false,
             allow_delete: false,
+            deleter: None,
         }
     }
 
@@ -79,14 +90,21 @@ struct SubStats {
 pub fn execute(ctx: &QueryContext, q: &TsQuery) -> Result<QueryResponse, QueryError> {
     if q.delete {
         if !ctx.allow_delete {
+            // QueryRpc's wording. OpenTSDB only checks the DELETE verb and
+            // seems to act on a JSON `"delete":true` whatever the setting;
+            // we refuse that too rather than delete data unasked.
             return Err(QueryError::BadRequest {
-                message: "Deleting data is not enabled (tsd.http.query.allow_delete=false)".into(),
-                details: None,
+                message: "Bad request".into(),
+                details: Some(
+                    "Deleting data is not enabled (tsd.http.query.allow_delete=false)".into(),
+                ),
             });
         }
-        return Err(QueryError::NotImplemented(
-            "Deleting data through /api/query is not implemented yet".into(),
-        ));
+        if ctx.deleter.is_none() {
+            return Err(QueryError::NotImplemented(
+                "Deleting data is not supported by this data source".into(),
+            ));
+        }
     }
     let valid = q.validate(ctx.now_ms, ctx.default_tz)?;
     let mut budget = Budget::new(ctx.limits);
@@ -311,6 +329,14 @@ fn run_sub(
     let tsuids: Vec<Tsuid> = grouped.iter().map(|&i| series[i].tsuid.clone()).collect();
     stats.series = tsuids.len() as u64;
     let (scan_start, scan_end) = scan_range(q, sub);
+    // `padding` wants the nearest point on either side of the range: read
+    // one more hour each way (only for reading; a delete keeps to the
+    // rows OpenTSDB's scan covers).
+    let (read_start, read_end) = if q.original.padding {
+        (scan_start.saturating_sub(3_600_000), scan_end + 3_600_000)
+    } else {
+        (scan_start, scan_end)
+    };
     let bucketer = sub
         .downsample
         .as_ref()
@@ -365,15 +391,15 @@ fn run_sub(
             }
             true
         };
-        let hours = (scan_end - scan_start) / 3_600_000 + 1;
+        let hours = (read_end - read_start) / 3_600_000 + 1;
         let use_scan = tsuids.len() > 1
             && (tsuids.len() * 2 >= total || hours.saturating_mul(tsuids.len() as u64) > 200_000);
         let read = if use_scan {
             ctx.source
-                .scan_tsuids(metric_uid, &tsuids, scan_start, scan_end, &mut sink)
+                .scan_tsuids(metric_uid, &tsuids, read_start, read_end, &mut sink)
         } else {
             ctx.source
-                .read_tsuids(&tsuids, scan_start, scan_end, &mut sink)
+                .read_tsuids(&tsuids, read_start, read_end, &mut sink)
         }?;
         stats.rows = read.rows;
         stats.bytes = read.bytes;
@@ -386,6 +412,14 @@ fn run_sub(
         return Err(e);
     }
     budget.charge(stats.bytes, 0)?;
+    // A delete query answers with what it read, then drops every row its
+    // scan covered (whole hours, so possibly points outside the range).
+    if q.original.delete
+        && let Some(d) = ctx.deleter
+    {
+        d.delete_rows(&tsuids, scan_start, scan_end)
+            .map_err(QueryError::Storage)?;
+    }
     for p in &mut pipes {
         p.finish();
     }
@@ -410,13 +444,16 @@ fn run_sub(
             continue;
         }
         let mut dps = Vec::new();
+        // With `padding` the whole scanned range is aggregated, then cut
+        // down to the range plus the nearest point on either side.
+        let (from, to) = if q.original.padding {
+            (read_start as i64, read_end as i64)
+        } else {
+            (q.start_ms, q.end_ms)
+        };
         if sub.aggregator.is_none() {
             let out = &pipes[slot[&present[0]]].out;
-            dps.extend(
-                out.iter()
-                    .copied()
-                    .filter(|p| p.0 >= q.start_ms && p.0 <= q.end_ms),
-            );
+            dps.extend(out.iter().copied().filter(|p| p.0 >= from && p.0 <= to));
         } else {
             let refs: Vec<&[(i64, Value)]> = present
                 .iter()
@@ -426,11 +463,14 @@ fn run_sub(
                 &refs,
                 &sub.aggregator,
                 sub.rate.is_some(),
-                q.start_ms,
-                q.end_ms,
+                from,
+                to,
                 &mut scratch,
                 &mut dps,
             );
+        }
+        if q.original.padding {
+            pad(&mut dps, q.start_ms, q.end_ms);
         }
         stats.output_points += dps.len() as u64;
         let (tags, aggregate_tags) = compute_tags(ctx, present.iter().map(|&i| &series[i]))?;
@@ -465,6 +505,15 @@ fn run_sub(
     budget.check_time()?;
     stats.aggregation_ms = (budget.elapsed() - t_agg).as_secs_f64() * 1000.0;
     Ok((results, stats))
+}
+
+/// Keeps the points of time-sorted `dps` in `[start, end]` plus the last
+/// one before `start` and the first one after `end`, where they exist.
+fn pad(dps: &mut Vec<(i64, Value)>, start: i64, end: i64) {
+    let first_in = dps.partition_point(|p| p.0 < start);
+    let past_end = dps.partition_point(|p| p.0 <= end);
+    dps.truncate((past_end + 1).min(dps.len()));
+    dps.drain(..first_in.saturating_sub(1));
 }
 
 /// Parses the annotation cells a read met and keeps, per series, those
@@ -707,4 +756,29 @@ fn show_query(sub: &ValidSubQuery) -> serde_json::Value {
         "preAggregate": o.pre_aggregate,
         "showHistogramBuckets": o.show_histogram_buckets,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pad_keeps_one_point_each_side() {
+        let v = Value::Int(1);
+        let pts = |ts: &[i64]| ts.iter().map(|&t| (t, v)).collect::<Vec<_>>();
+        let mut d = pts(&[1, 2, 5, 6, 9, 10]);
+        pad(&mut d, 5, 6);
+        assert_eq!(d, pts(&[2, 5, 6, 9]));
+        // Nothing outside: unchanged.
+        let mut d = pts(&[5, 6]);
+        pad(&mut d, 5, 6);
+        assert_eq!(d, pts(&[5, 6]));
+        // Nothing inside: the neighbours alone.
+        let mut d = pts(&[1, 2, 9, 10]);
+        pad(&mut d, 5, 6);
+        assert_eq!(d, pts(&[2, 9]));
+        let mut d: Vec<(i64, Value)> = Vec::new();
+        pad(&mut d, 5, 6);
+        assert!(d.is_empty());
+    }
 }

@@ -237,6 +237,35 @@ impl Buffer {
         }
     }
 
+    /// Drops the buffered hours `[first_base, last_base]` of the series
+    /// `doomed` selects; returns the points dropped. In-flight hours are
+    /// not touched: the caller holds the flush lock, so there are none.
+    pub fn remove_hours(
+        &self,
+        doomed: &dyn Fn(&Tsuid) -> bool,
+        first_base: u32,
+        last_base: u32,
+    ) -> usize {
+        let mut dropped = 0;
+        for shard in &self.shards {
+            shard.lock().retain(|_, sb| {
+                if !doomed(&sb.series.tsuid) {
+                    return true;
+                }
+                sb.hours.retain(|h| {
+                    let gone = (first_base..=last_base).contains(&h.base);
+                    if gone {
+                        dropped += h.points.len();
+                    }
+                    !gone
+                });
+                !sb.hours.is_empty()
+            });
+        }
+        self.points.fetch_sub(dropped, Ordering::Relaxed);
+        dropped
+    }
+
     /// Oldest WAL segment that still holds points not in the store.
     pub fn min_segment(&self) -> Option<u64> {
         let mut min: Option<u64> = None;

@@ -580,6 +580,66 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// Deletes whole hour rows of `tsuids`: every row whose hour overlaps
+    /// `[start_ms, end_ms]`, in the store and still buffered in memory
+    /// (OpenTSDB's `/api/query` delete removes each row its scan met).
+    /// Returns the stored rows and buffered points removed.
+    ///
+    /// The series stay in the index. Points already logged in a WAL
+    /// segment that is still on disk come back if the TSD crashes before
+    /// the segment is removed: the WAL has no delete record.
+    pub fn delete_rows(
+        &self,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+    ) -> store::Result<(u64, usize)> {
+        if tsuids.is_empty() || end_ms < start_ms {
+            return Ok((0, 0));
+        }
+        let hour = |ms: u64| {
+            let s = (ms / 1000).min(u32::MAX as u64) as u32;
+            s - s % 3600
+        };
+        let (first, last) = (hour(start_ms), hour(end_ms));
+        let doomed: std::collections::HashSet<&Tsuid> = tsuids.iter().collect();
+        // No sealed hour is in flight while this is held, so none can land
+        // in the store after its row was deleted.
+        let _f = self.flush_lock.lock();
+        let points = self
+            .buffer
+            .remove_hours(&|t| doomed.contains(t), first, last);
+        let mut metrics: Vec<Uid> = tsuids.iter().map(|t| t.metric).collect();
+        metrics.sort_unstable();
+        metrics.dedup();
+        let layout = self.store.layout();
+        let mut keys = Vec::new();
+        for m in metrics {
+            for row in self.store.scan_metric_rows(m, first, last) {
+                let (key, _) = row?;
+                if let Ok(k) = layout.parse_row_key(&key)
+                    && doomed.contains(&k.tsuid)
+                {
+                    keys.push(key);
+                }
+            }
+        }
+        for k in &keys {
+            self.store.delete_row(k, Durability::Process)?;
+        }
+        Ok((keys.len() as u64, points))
+    }
+}
+
+impl crate::query::RowDeleter for Writer {
+    fn delete_rows(&self, tsuids: &[Tsuid], start_ms: u64, end_ms: u64) -> Result<u64, String> {
+        Writer::delete_rows(self, tsuids, start_ms, end_ms)
+            .map(|(rows, _)| rows)
+            .map_err(|e| e.to_string())
+    }
+}
+
 impl SeriesSource for Writer {
     fn global_annotations(
         &self,

@@ -105,6 +105,11 @@ fn parse_qs(q: &Query) -> Result<(Annotation, Changes), Reply> {
     Ok((a, c))
 }
 
+/// Malformed JSON. OpenTSDB parses a single annotation outside any
+/// try block, so there the client gets a 500 carrying Jackson's exception
+/// text, and for bulk bodies a 400 with that text. Jackson's wording
+/// cannot be reproduced; we answer 400 with a stable message and the
+/// parser's detail, which is what clients act on (a failed request).
 fn parse_json_error(e: AnnotationError) -> Reply {
     Reply::error(400, "Unable to parse the given JSON", &e.0)
 }

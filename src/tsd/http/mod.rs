@@ -499,6 +499,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
             }
             "api/query" if cfg.mode != super::Mode::WriteOnly => {
                 let raw = req.uri().query().map(String::from);
+                let verb = req.method().clone();
                 let body = if method == Method::POST && req.method() != Method::GET {
                     match read_body(state, req).await {
                         Ok(b) => Some(b),
@@ -513,7 +514,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                     .map(|s| s.to_ascii_lowercase())
                     .as_deref()
                 {
-                    None | Some("") => query::handle(state, &method, raw, body).await,
+                    None | Some("") => query::handle(state, &method, &verb, raw, body).await,
                     Some("last") => query::handle_last(state, &method, raw, body).await,
                     Some(_) => not_found(true, &query),
                 }

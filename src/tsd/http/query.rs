@@ -16,6 +16,9 @@ fn context(state: &TsdState) -> QueryContext<'_> {
     ctx.limits = QueryLimits::from_config(cfg);
     ctx.skip_unresolved_tagvs = cfg.get_bool("tsd.query.skip_unresolved_tagvs");
     ctx.allow_delete = cfg.get_bool("tsd.http.query.allow_delete");
+    if ctx.allow_delete {
+        ctx.deleter = Some(&**w);
+    }
     if let Ok(tz) = cfg.get_string("tsd.core.timezone").parse() {
         ctx.default_tz = tz;
     }
@@ -39,16 +42,30 @@ pub(super) async fn blocking(
 }
 
 /// `/api/query` (GET with `m=`/`tsuid=`, POST JSON, DELETE).
+/// `method` is the API method (`method_override` applied), `verb` the
+/// request's own.
 pub(super) async fn handle(
     state: &Arc<TsdState>,
     method: &Method,
+    verb: &Method,
     raw_query: Option<String>,
     body: Option<Vec<u8>>,
 ) -> Reply {
-    let delete = method == Method::DELETE;
-    if !(method == Method::GET || method == Method::POST || delete) {
+    if !(method == Method::GET || method == Method::POST || method == Method::DELETE) {
         return method_not_allowed(method);
     }
+    // QueryRpc refuses the DELETE verb itself when deleting is off, and
+    // turns a DELETE API method (the verb or GET + method_override=delete)
+    // into a delete query only when it is on.
+    let allowed = state.settings.get_bool("tsd.http.query.allow_delete");
+    if verb == Method::DELETE && !allowed {
+        return Reply::error(
+            400,
+            "Bad request",
+            "Deleting data is not enabled (tsd.http.query.allow_delete=false)",
+        );
+    }
+    let delete = method == Method::DELETE && allowed;
     blocking(state, move |st| {
         let parsed = match body.as_deref() {
             Some(b) if !b.is_empty() => query::parse_post(b),

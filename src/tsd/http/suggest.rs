@@ -49,10 +49,14 @@ fn answer(state: &TsdState, p: Params) -> Reply {
         "tagv" => UidKind::TagValue,
         other => return Reply::error(400, &format!("Invalid 'type' parameter:{other}"), ""),
     };
+    // `Integer.parseInt` (no spaces, 32 bits); an empty, zero or negative
+    // max falls back to the default, as SuggestRpc calls the one-argument
+    // suggest then.
     let max = match p.max.as_deref() {
-        None => DEFAULT_MAX,
-        Some(m) => match m.trim().parse::<i64>() {
-            Ok(n) => n,
+        None | Some("") => DEFAULT_MAX,
+        Some(m) => match m.parse::<i32>() {
+            Ok(n) if n > 0 => i64::from(n),
+            Ok(_) => DEFAULT_MAX,
             Err(_) => return Reply::error(400, "Unable to parse 'max' as a number", ""),
         },
     };

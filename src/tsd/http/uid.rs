@@ -131,7 +131,26 @@ fn assign(state: &TsdState, q: &Query, body: Option<&[u8]>) -> Answer {
         }
     }
     let status = if failed { 400 } else { 200 };
-    Ok(Reply::json(status, Value::Object(out).to_string()))
+    // OpenTSDB answers with a java.util.HashMap of these six keys; with its
+    // default 16 buckets they always come out in this order (`metric_errors`
+    // and `tagv` share a bucket, in insertion order). Each inner map is a
+    // TreeMap, sorted by name.
+    const JAVA_ORDER: [&str; 6] = [
+        "tagv_errors",
+        "metric",
+        "tagk",
+        "tagk_errors",
+        "metric_errors",
+        "tagv",
+    ];
+    let parts: Vec<String> = JAVA_ORDER
+        .iter()
+        .filter_map(|k| {
+            out.get(*k)
+                .map(|v| format!("{}:{v}", Value::String(k.to_string())))
+        })
+        .collect();
+    Ok(Reply::json(status, format!("{{{}}}", parts.join(","))))
 }
 
 fn rename(state: &TsdState, q: &Query, body: Option<&[u8]>) -> Answer {
@@ -207,52 +226,159 @@ fn meta_error(e: MetaError) -> Reply {
     }
 }
 
+/// The user fields a UIDMeta or TSMeta request sets. OpenTSDB's setters
+/// mark a field changed only when the value differs from the object's
+/// empty default (`custom`: when not null; `max`/`min`: always, as
+/// `NaN != NaN`), and POST merges only the changed fields; a request
+/// that changes nothing answers 304 before anything is looked up.
+#[derive(Debug, Default)]
+struct Edit {
+    display_name: Option<String>,
+    description: Option<String>,
+    notes: Option<String>,
+    custom: Option<meta::Custom>,
+    units: Option<String>,
+    data_type: Option<String>,
+    retention: Option<i64>,
+    max: Option<f64>,
+    min: Option<f64>,
+}
+
+impl Edit {
+    fn any(&self) -> bool {
+        self.display_name.is_some()
+            || self.description.is_some()
+            || self.notes.is_some()
+            || self.custom.is_some()
+            || self.units.is_some()
+            || self.data_type.is_some()
+            || self.retention.is_some()
+            || self.max.is_some()
+            || self.min.is_some()
+    }
+}
+
+/// A string field counts as set when it is not empty.
+fn set_text(v: &Value) -> Option<String> {
+    as_text(v).filter(|s| !s.is_empty())
+}
+
+/// `from_body`: a value that is no number fails Jackson's mapping of the
+/// whole body; from the query string it fails `parseTSMetaQS` by name.
+fn edit_of(f: &Map<String, Value>, ts: bool, from_body: bool) -> Result<Edit, Reply> {
+    let unparsable = |k: &str| {
+        if from_body {
+            bad("Unable to parse the given JSON")
+        } else {
+            bad(&format!("Unable to parse '{k}' value"))
+        }
+    };
+    let number = |k: &str, v: &Value| -> Result<Option<f64>, Reply> {
+        match v {
+            Value::Number(n) => Ok(Some(n.as_f64().unwrap_or(f64::NAN))),
+            Value::String(s) if s.is_empty() => Ok(None),
+            Value::String(s) => s.parse().map(Some).map_err(|_| unparsable(k)),
+            Value::Null => Ok(None),
+            _ => Err(bad("Unable to parse the given JSON")),
+        }
+    };
+    let mut e = Edit::default();
+    for (k, v) in f {
+        match k.as_str() {
+            "displayName" => e.display_name = set_text(v),
+            "description" => e.description = set_text(v),
+            "notes" => e.notes = set_text(v),
+            "custom" => e.custom = custom_of(v)?.map(Some),
+            "units" if ts => e.units = set_text(v),
+            "dataType" if ts => e.data_type = set_text(v),
+            "retention" if ts => {
+                if let Some(n) = number(k, v)? {
+                    if !n.is_finite() || n.fract() != 0.0 {
+                        return Err(unparsable(k));
+                    }
+                    e.retention = Some(n as i64).filter(|r| *r != 0);
+                }
+            }
+            "max" if ts => e.max = number(k, v)?,
+            "min" if ts => e.min = number(k, v)?,
+            _ => {}
+        }
+    }
+    Ok(e)
+}
+
 fn uidmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> Answer {
-    let f = if method == Method::GET {
-        Map::new()
+    // GET and the query-string forms require `uid` and `type` as query
+    // parameters (`getRequiredQueryStringParam`); a JSON body is checked by
+    // `UIDMeta.syncToStorage`/`delete` ("Missing UID", "Missing type").
+    let from_qs = method == Method::GET || body.is_none();
+    let f = if from_qs {
+        fields(q, None)?
     } else {
         fields(q, body)?
     };
-    let text = |k: &str| {
-        if method == Method::GET {
-            q.get(k).map(String::from)
-        } else {
-            f.get(k).and_then(as_text)
+    let required = |k: &str| -> Result<String, Reply> {
+        let v = f.get(k).and_then(as_text).filter(|s| !s.is_empty());
+        match (v, from_qs) {
+            (Some(v), _) => Ok(v),
+            (None, true) => Err(bad(&format!("Missing parameter <code>{k}</code>"))),
+            (None, false) => {
+                let msg = if k == "uid" {
+                    "Missing UID"
+                } else {
+                    "Missing type"
+                };
+                Err(if method == Method::DELETE {
+                    Reply::error(400, "Unable to delete UIDMeta information", msg)
+                } else {
+                    bad(msg)
+                })
+            }
         }
     };
-    let uid_s = text("uid").ok_or_else(|| {
-        if method == Method::GET {
-            bad("Missing parameter <code>uid</code>")
+    let uid_s = required("uid")?;
+    let type_s = required("type")?;
+    // A bad type from the query string escapes OpenTSDB's handler as an
+    // IllegalArgumentException, which it answers with 500 and this message;
+    // in a body it fails the JSON mapping ("Unable to parse the given
+    // JSON"). We keep the message but answer 400: the request is at fault
+    // and clients only tell success from failure.
+    let kind = UidKind::parse(&type_s).ok_or_else(|| {
+        if from_qs {
+            bad(&format!("Invalid type requested: {type_s}"))
         } else {
-            bad("Missing UID")
+            Reply::error(
+                400,
+                "Unable to parse the given JSON",
+                &format!("Invalid type requested: {type_s}"),
+            )
         }
     })?;
-    let type_s = text("type").ok_or_else(|| {
-        if method == Method::GET {
-            bad("Missing parameter <code>type</code>")
-        } else {
-            bad("Missing type")
-        }
-    })?;
-    let kind =
-        UidKind::parse(&type_s).ok_or_else(|| bad(&format!("Invalid type requested: {type_s}")))?;
     let uids = state.writer.uids();
     let uid = uids
         .parse_hex_uid(kind, &uid_s)
         .ok_or_else(|| bad(&format!("Invalid UID: {uid_s}")))?;
     let kv = &**state.writer.store().kv();
-    // The UID must exist whatever the verb.
-    let current = meta::uid_meta_of(kv, uids, kind, uid).map_err(meta_error)?;
     match *method {
-        Method::GET => Ok(Reply::json(
-            200,
-            serde_json::to_string(&current).expect("json"),
-        )),
+        Method::GET => {
+            let current = meta::uid_meta_of(kv, uids, kind, uid).map_err(meta_error)?;
+            Ok(Reply::json(
+                200,
+                serde_json::to_string(&current).expect("json"),
+            ))
+        }
         Method::DELETE => {
+            meta::uid_meta_of(kv, uids, kind, uid).map_err(meta_error)?;
             meta::delete_uid_meta(kv, uids, kind, uid).map_err(internal)?;
             Ok(Reply::empty(204))
         }
         _ => {
+            let edit = edit_of(&f, false, !from_qs)?;
+            if !edit.any() {
+                return Ok(Reply::empty(304));
+            }
+            // The UID must exist before its meta is written.
+            meta::uid_meta_of(kv, uids, kind, uid).map_err(meta_error)?;
             let stored = meta::read_uid_meta(kv, uids, kind, uid)
                 .map_err(internal)?
                 .unwrap_or_default();
@@ -262,23 +388,21 @@ fn uidmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) ->
                     ..Default::default()
                 }
             } else {
-                stored.clone()
+                stored
             };
-            for (k, v) in &f {
-                match k.as_str() {
-                    "displayName" => next.display_name = as_text(v).unwrap_or_default(),
-                    "description" => next.description = as_text(v).unwrap_or_default(),
-                    "notes" => next.notes = as_text(v).unwrap_or_default(),
-                    "custom" => next.custom = custom_of(v)?,
-                    _ => {}
-                }
+            if let Some(v) = edit.display_name {
+                next.display_name = v;
+            }
+            if let Some(v) = edit.description {
+                next.description = v;
+            }
+            if let Some(v) = edit.notes {
+                next.notes = v;
+            }
+            if let Some(v) = edit.custom {
+                next.custom = v;
             }
             next.kind = kind.type_name().into();
-            let mut before = stored;
-            before.kind = next.kind.clone();
-            if next == before {
-                return Ok(Reply::empty(304));
-            }
             meta::write_uid_meta(kv, uids, kind, uid, &next).map_err(internal)?;
             let now = meta::uid_meta_of(kv, uids, kind, uid).map_err(meta_error)?;
             Ok(Reply::json(200, serde_json::to_string(&now).expect("json")))
@@ -290,13 +414,20 @@ fn not_found_ts() -> Reply {
     Reply::error(404, "Could not find Timeseries meta data", "")
 }
 
+/// `NoSuchUniqueName` while resolving a series' names (`handleTSMeta`).
+fn unknown_name(e: UidTableError) -> Reply {
+    Reply::error(404, "Unable to find one of the UIDs", &e.to_string())
+}
+
 /// The series named by `metric{k=v,...}` (exact, every name must exist).
+/// OpenTSDB resolves these names outside its handler's try block, so an
+/// unknown name reaches the client as a 500 carrying the
+/// `NoSuchUniqueName` message; we answer with the same message and 404,
+/// the status its other "no such name" paths use.
 fn series_of_m(state: &TsdState, m: &str) -> Result<Tsuid, Reply> {
-    let (metric, tags) =
-        LookupQuery::parse_m(m).map_err(|e| Reply::error(400, "Unable to parse the query", &e))?;
+    let (metric, tags) = LookupQuery::parse_m(m).map_err(|e| bad(&e))?;
     let uids = state.writer.uids();
-    let unknown =
-        |e: UidTableError| Reply::error(404, "Unable to resolve one or more UIDs", &e.to_string());
+    let unknown = |e: UidTableError| Reply::error(404, &e.to_string(), "");
     let mu = uids.get_id(UidKind::Metric, &metric).map_err(unknown)?;
     let mut pairs = Vec::new();
     for (k, v) in tags {
@@ -308,39 +439,42 @@ fn series_of_m(state: &TsdState, m: &str) -> Result<Tsuid, Reply> {
     Tsuid::new(mu, pairs).map_err(|e| bad(&e.to_string()))
 }
 
-fn apply_ts(next: &mut TsMetaFields, f: &Map<String, Value>) -> Result<(), Reply> {
-    let number = |k: &str, v: &Value| -> Result<f64, Reply> {
-        match v {
-            Value::Number(n) => Ok(n.as_f64().unwrap_or(f64::NAN)),
-            Value::String(s) => s
-                .trim()
-                .parse()
-                .map_err(|_| bad(&format!("Unable to parse '{k}' as a number"))),
-            Value::Null => Ok(f64::NAN),
-            _ => Err(bad(&format!("Unable to parse '{k}' as a number"))),
-        }
+/// The stored fields after a POST (merge the changed fields) or a PUT
+/// (replace every user field).
+fn merged_ts(stored: &TsMetaFields, edit: Edit, put: bool) -> TsMetaFields {
+    let mut next = if put {
+        TsMetaFields::new(stored.tsuid.clone(), stored.created)
+    } else {
+        stored.clone()
     };
-    for (k, v) in f {
-        match k.as_str() {
-            "displayName" => next.display_name = as_text(v).unwrap_or_default(),
-            "description" => next.description = as_text(v).unwrap_or_default(),
-            "notes" => next.notes = as_text(v).unwrap_or_default(),
-            "units" => next.units = as_text(v).unwrap_or_default(),
-            "dataType" => next.data_type = as_text(v).unwrap_or_default(),
-            "custom" => next.custom = custom_of(v)?,
-            "retention" => {
-                let n = number(k, v)?;
-                if !n.is_finite() || n.fract() != 0.0 {
-                    return Err(bad("Unable to parse 'retention' as a number"));
-                }
-                next.retention = n as i64;
-            }
-            "max" => next.max = number(k, v)?,
-            "min" => next.min = number(k, v)?,
-            _ => {}
-        }
+    if let Some(v) = edit.display_name {
+        next.display_name = v;
     }
-    Ok(())
+    if let Some(v) = edit.description {
+        next.description = v;
+    }
+    if let Some(v) = edit.notes {
+        next.notes = v;
+    }
+    if let Some(v) = edit.custom {
+        next.custom = v;
+    }
+    if let Some(v) = edit.units {
+        next.units = v;
+    }
+    if let Some(v) = edit.data_type {
+        next.data_type = v;
+    }
+    if let Some(v) = edit.retention {
+        next.retention = v;
+    }
+    if let Some(v) = edit.max {
+        next.max = v;
+    }
+    if let Some(v) = edit.min {
+        next.min = v;
+    }
+    next
 }
 
 fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> Answer {
@@ -353,7 +487,10 @@ fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> 
         tracing::warn!(error = %e, "saving series counters failed");
     }
     let render = |tsuid: &Tsuid| -> Result<Option<meta::TsMeta>, Reply> {
-        meta::ts_meta_of(kv, uids, tsuid, &tsuid.to_bytes(&widths)).map_err(meta_error)
+        meta::ts_meta_of(kv, uids, tsuid, &tsuid.to_bytes(&widths)).map_err(|e| match e {
+            MetaError::Uid(u @ UidTableError::NoSuchId { .. }) => unknown_name(u),
+            other => internal(other),
+        })
     };
     let parse_tsuid = |s: &str| {
         Tsuid::parse_hex(s, &widths)
@@ -366,13 +503,12 @@ fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> 
             return Ok(Reply::json(200, serde_json::to_string(&m).expect("json")));
         }
         let Some(m) = q.get("m") else {
-            return Err(bad("Missing parameter <code>tsuid</code>"));
+            return Err(bad("Missing parameter <code>m</code>"));
         };
-        let (metric, tags) = LookupQuery::parse_m(m)
-            .map_err(|e| Reply::error(400, "Unable to parse the query", &e))?;
+        // `Tags.parseWithMetric` failures become a 400 with its message.
+        let (metric, tags) = LookupQuery::parse_m(m).map_err(|e| bad(&e))?;
         let query = LookupQuery::new(&metric, &tags, usize::MAX);
-        let found = lookup(uids, w.index(), &query)
-            .map_err(|e| Reply::error(404, "Unable to resolve one or more UIDs", &e.to_string()))?;
+        let found = lookup(uids, w.index(), &query).map_err(unknown_name)?;
         let mut out = Vec::new();
         for r in found {
             if let Some(m) = render(&r.tsuid)? {
@@ -382,51 +518,81 @@ fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> 
         return Ok(Reply::json(200, serde_json::to_string(&out).expect("json")));
     }
     let f = fields(q, body)?;
-    let create = q.has("create") && q.get("create") != Some("false");
-    let tsuid = match (f.get("tsuid").and_then(as_text), q.get("m")) {
-        (Some(t), _) => parse_tsuid(&t)?,
-        (None, Some(m)) => series_of_m(state, m)?,
-        (None, None) => return Err(bad("Missing TSUID")),
-    };
-    let bytes = tsuid.to_bytes(&widths);
+    let given = f.get("tsuid").and_then(as_text).filter(|t| !t.is_empty());
     if method == Method::DELETE {
-        meta::delete_ts_fields(kv, &bytes).map_err(internal)?;
+        // `TSMeta.delete` without a TSUID: "Missing UID", wrapped.
+        let Some(t) = given else {
+            return Err(Reply::error(
+                400,
+                "Unable to delete TSMeta information",
+                "Missing UID",
+            ));
+        };
+        let tsuid = parse_tsuid(&t)?;
+        meta::delete_ts_fields(kv, &tsuid.to_bytes(&widths)).map_err(internal)?;
         return Ok(Reply::empty(204));
     }
-    let stored = meta::read_ts_fields(kv, &bytes).map_err(internal)?;
-    let hex = tsuid.to_hex(&widths);
-    let (before, mut next) = match stored {
-        Some(s) => {
-            let next = if method == Method::PUT {
-                TsMetaFields::new(hex.clone(), s.created)
-            } else {
-                s.clone()
+    let edit = edit_of(&f, true, body.is_some())?;
+    let put = method == Method::PUT;
+    let (tsuid, stored) = match given {
+        Some(t) => {
+            // `syncToStorage`: nothing changed → 304, then the names must
+            // resolve, then the TSMeta must already exist.
+            let tsuid = parse_tsuid(&t)?;
+            if !edit.any() {
+                return Ok(Reply::empty(304));
+            }
+            render_names(state, &tsuid)?;
+            let Some(stored) =
+                meta::read_ts_fields(kv, &tsuid.to_bytes(&widths)).map_err(internal)?
+            else {
+                return Err(bad("Requested TSMeta did not exist"));
             };
-            (Some(s), next)
+            (tsuid, merged_ts(&stored, edit, put))
         }
-        None if create => (None, TsMetaFields::new(hex.clone(), super::now_s())),
         None => {
-            return Err(Reply::error(
-                404,
-                "Could not find TSMeta, specify \"create=true\" to create a new one.",
-                "",
-            ));
+            // Without a TSUID the series comes from `m`; `create=true`
+            // (exactly) makes a new TSMeta from the request's fields.
+            let Some(m) = q.get("m") else {
+                return Err(bad("Missing parameter <code>m</code>"));
+            };
+            let create = q.get("create") == Some("true");
+            let tsuid = series_of_m(state, m)?;
+            let hex = tsuid.to_hex(&widths);
+            match meta::read_ts_fields(kv, &tsuid.to_bytes(&widths)).map_err(internal)? {
+                Some(stored) => {
+                    if !edit.any() {
+                        return Ok(Reply::empty(304));
+                    }
+                    (tsuid, merged_ts(&stored, edit, put))
+                }
+                None if create => {
+                    let blank = TsMetaFields::new(hex, super::now_s());
+                    (tsuid, merged_ts(&blank, edit, false))
+                }
+                None => {
+                    return Err(bad(
+                        "Could not find TSMeta, specify \"create=true\" to create a new one.",
+                    ));
+                }
+            }
         }
     };
-    apply_ts(&mut next, &f)?;
-    next.tsuid = hex;
-    if let Some(b) = &before
-        && b.same_as(&next)
-    {
-        return Ok(Reply::empty(304));
-    }
-    // Every name of the series must resolve before anything is written.
+    let mut next = stored;
+    next.tsuid = tsuid.to_hex(&widths);
+    meta::write_ts_fields(kv, &tsuid.to_bytes(&widths), &next).map_err(internal)?;
+    let m = render(&tsuid)?.ok_or_else(not_found_ts)?;
+    Ok(Reply::json(200, serde_json::to_string(&m).expect("json")))
+}
+
+/// Every name of the series must resolve before its TSMeta is written.
+fn render_names(state: &TsdState, tsuid: &Tsuid) -> Result<(), Reply> {
+    let uids = state.writer.uids();
+    let kv = &**state.writer.store().kv();
     meta::uid_meta_of(kv, uids, UidKind::Metric, tsuid.metric).map_err(meta_error)?;
     for (k, v) in &tsuid.tags {
         meta::uid_meta_of(kv, uids, UidKind::TagKey, *k).map_err(meta_error)?;
         meta::uid_meta_of(kv, uids, UidKind::TagValue, *v).map_err(meta_error)?;
     }
-    meta::write_ts_fields(kv, &bytes, &next).map_err(internal)?;
-    let m = render(&tsuid)?.ok_or_else(not_found_ts)?;
-    Ok(Reply::json(200, serde_json::to_string(&m).expect("json")))
+    Ok(())
 }
