@@ -11,6 +11,7 @@ mod search;
 mod suggest;
 mod uid;
 
+use crate::query::request::url_decode;
 use std::convert::Infallible;
 use std::io::Read;
 use std::sync::Arc;
@@ -117,31 +118,6 @@ impl Reply {
     fn empty(status: u16) -> Reply {
         Reply::json(status, Vec::new())
     }
-}
-
-/// Percent-decoding of a query-string component (`+` is a space).
-fn url_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = |c: u8| (c as char).to_digit(16);
-                match (hex(b[i + 1]), hex(b[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The parsed query string.
