@@ -259,6 +259,33 @@ fn decode_ints(r: &mut Reader<'_>, n: usize, out: &mut Vec<i64>) -> Result<(), C
     Ok(())
 }
 
+/// Reads the offsets stream. A regular series (every delta-of-delta zero,
+/// i.e. only zero-width frames) is returned as `(first, delta)` without
+/// materialising anything; otherwise the offsets are decoded into `out`.
+fn decode_offsets(
+    r: &mut Reader<'_>,
+    n: usize,
+    out: &mut Vec<i64>,
+) -> Result<Option<(i64, i64)>, CompressedError> {
+    let save = r.pos;
+    let first = unzigzag(r.varint()?);
+    if n >= 2 && r.u8()? == XFORM_DOD {
+        let delta = unzigzag(r.varint()?);
+        let frames = (n - 2).div_ceil(FRAME);
+        let at = r.pos;
+        if r.buf
+            .get(at..at + frames)
+            .is_some_and(|w| w.iter().all(|b| *b == 0))
+        {
+            r.pos = at + frames;
+            return Ok(Some((first, delta)));
+        }
+    }
+    r.pos = save;
+    decode_ints(r, n, out)?;
+    Ok(None)
+}
+
 /// The smallest number of decimals `e` such that every value is exactly
 /// `m / 10^e` for an integer `m` below 2^53, with the scaled integers.
 fn decimal_scale(values: &[f64]) -> Option<(u32, Vec<i64>)> {
@@ -422,7 +449,7 @@ pub fn decode_with(
         TS_MIXED => unpack(&mut r, n, ms_bits)?,
         _ => return Err(CompressedError::Corrupt("unknown timestamp kind")),
     }
-    decode_ints(&mut r, n, offsets)?;
+    let regular = decode_offsets(&mut r, n, offsets)?;
 
     let val_kind = r.u8()?;
     let mut scale = 1.0;
@@ -456,14 +483,32 @@ pub fn decode_with(
         _ => return Err(CompressedError::Corrupt("unknown flags kind")),
     }
     expect_end(&r)?;
-    if offsets.len() != n || (val_kind != VAL_RAW && ints.len() != n) {
+    if (regular.is_none() && offsets.len() != n) || (val_kind != VAL_RAW && ints.len() != n) {
         return Err(CompressedError::Corrupt("stream lengths disagree"));
     }
     let unit = if ts_kind == TS_SECONDS { 1000 } else { 1 };
     let limit = 3_600_000 / unit;
-    if offsets.iter().any(|&o| !(0..limit).contains(&o)) {
-        return Err(CompressedError::Corrupt("offset outside the hour"));
+    let in_hour = |o: i64| (0..limit).contains(&o);
+    match regular {
+        // An arithmetic sequence has its extremes at its ends.
+        Some((first, delta)) => {
+            let last = delta
+                .checked_mul(n as i64 - 1)
+                .and_then(|d| first.checked_add(d));
+            if !in_hour(first) || !last.is_some_and(in_hour) {
+                return Err(CompressedError::Corrupt("offset outside the hour"));
+            }
+        }
+        None => {
+            if offsets.iter().any(|&o| !in_hour(o)) {
+                return Err(CompressedError::Corrupt("offset outside the hour"));
+            }
+        }
     }
+    let offset_at = |i: usize| match regular {
+        Some((first, delta)) => first + delta * i as i64,
+        None => offsets[i],
+    };
     let millis_of = |i: usize| match ts_kind {
         TS_SECONDS => false,
         TS_MILLIS => true,
@@ -471,7 +516,8 @@ pub fn decode_with(
     };
     // The hot path (decimal floats, canonical widths) in one tight loop.
     if val_kind == VAL_DECIMAL && explicit.is_empty() {
-        for (i, (&o, &m)) in offsets.iter().zip(ints.iter()).enumerate() {
+        for (i, &m) in ints.iter().enumerate() {
+            let o = offset_at(i);
             let v = m as f64 / scale;
             let flags = if (v as f32) as f64 == v {
                 FLAG_FLOAT | 0x3
@@ -512,7 +558,7 @@ pub fn decode_with(
             encode_value(value).flags
         };
         emit(StoredPoint {
-            offset_ms: (offsets[i] * unit) as u32,
+            offset_ms: (offset_at(i) * unit) as u32,
             millis: millis_of(i),
             flags,
             value,
