@@ -1,10 +1,15 @@
 //! Build facts recorded by `build.rs`, in the shapes OpenTSDB's `version`
-//! command and `/api/version` use. The version is rtsdb's own; every field
-//! OpenTSDB reports is present, as a string.
+//! command and `/api/version` use. Every field OpenTSDB reports is present,
+//! as a string.
 
 use chrono::{TimeZone, Utc};
 
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The OpenTSDB version whose API rtsdb speaks. `/api/version` reports it
+/// because clients compare it to decide which API features to use (a
+/// "0.1.0" would read as older than 2.0); rtsdb's own version follows in
+/// `RTSDB_VERSION` and the revision fields.
+pub const VERSION: &str = "2.4.1";
+pub const RTSDB_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const SHORT_REVISION: &str = env!("RTSDB_GIT_SHORT");
 pub const FULL_REVISION: &str = env!("RTSDB_GIT_FULL");
 pub const BRANCH: &str = env!("RTSDB_GIT_BRANCH");
