@@ -485,6 +485,37 @@ fn replay(
                         points.entry(id).or_default().push((ts, value));
                     }
                 }
+                wal::Record::Delete {
+                    tsuid,
+                    first_hour,
+                    last_hour,
+                } => {
+                    let Ok(tsuid) = Tsuid::from_bytes(&tsuid, &store.layout().widths) else {
+                        continue;
+                    };
+                    // Points logged earlier in this segment go, and rows
+                    // earlier segments' replay already stored are deleted.
+                    for (id, s) in &ids {
+                        if s.tsuid == tsuid
+                            && let Some(pts) = points.get_mut(id)
+                        {
+                            pts.retain(|(ts, _)| {
+                                !(first_hour..=last_hour).contains(&ts.base_time())
+                            });
+                        }
+                    }
+                    let mut base = first_hour;
+                    while base <= last_hour {
+                        store.delete_row(
+                            &store.layout().row_key(&tsuid, base),
+                            Durability::Process,
+                        )?;
+                        base = match base.checked_add(3600) {
+                            Some(b) => b,
+                            None => break,
+                        };
+                    }
+                }
             }
         }
         for (id, pts) in points {
@@ -604,6 +635,12 @@ impl Writer {
         };
         let (first, last) = (hour(start_ms), hour(end_ms));
         let doomed: std::collections::HashSet<&Tsuid> = tsuids.iter().collect();
+        // Logged first and made durable: a replay after a crash must not
+        // resurrect points the log holds from before the delete.
+        let widths = self.store.layout().widths;
+        let logged: Vec<Vec<u8>> = tsuids.iter().map(|t| t.to_bytes(&widths)).collect();
+        let a = self.wal.append_deletes(&logged, first, last);
+        self.wal.wait_durable_blocking(a.seq);
         // No sealed hour is in flight while this is held, so none can land
         // in the store after its row was deleted.
         let _f = self.flush_lock.lock();

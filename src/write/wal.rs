@@ -26,6 +26,7 @@ const FRAME_HEADER: usize = 8;
 const REC_SERIES: u8 = 1;
 const REC_INT: u8 = 2;
 const REC_FLOAT: u8 = 3;
+const REC_DELETE: u8 = 4;
 /// Refuse to read frames larger than this (corruption guard).
 const MAX_FRAME: usize = 256 << 20;
 
@@ -170,6 +171,14 @@ fn encode_point(out: &mut Vec<u8>, id: u32, ts: Timestamp, value: Value) {
     }
 }
 
+fn encode_delete(out: &mut Vec<u8>, tsuid: &[u8], first_hour: u32, last_hour: u32) {
+    out.push(REC_DELETE);
+    put_varint(out, tsuid.len() as u64);
+    out.extend_from_slice(tsuid);
+    put_varint(out, first_hour as u64);
+    put_varint(out, last_hour as u64);
+}
+
 impl Wal {
     /// Starts a log writing to segment `first_segment` in `dir`.
     pub fn start(dir: &Path, first_segment: u64, opts: WalOptions) -> std::io::Result<Wal> {
@@ -238,6 +247,44 @@ impl Wal {
             seq,
             segment,
             backlog: pending >= sh.opts.backlog_bytes,
+        }
+    }
+
+    /// Logs that the hourly rows `[first_hour, last_hour]` of these series
+    /// were deleted, so a replay does not bring back points logged before.
+    pub fn append_deletes(&self, tsuids: &[Vec<u8>], first_hour: u32, last_hour: u32) -> Appended {
+        let sh = &self.shared;
+        let mut st = sh.state.lock();
+        let segment = st.segment;
+        let start = st.buf.len();
+        st.buf.extend_from_slice(&[0u8; FRAME_HEADER]);
+        for t in tsuids {
+            encode_delete(&mut st.buf, t, first_hour, last_hour);
+        }
+        let len = st.buf.len() - start - FRAME_HEADER;
+        let crc = crc32fast::hash(&st.buf[start + FRAME_HEADER..]);
+        st.buf[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
+        st.buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+        st.seq += (len + FRAME_HEADER) as u64;
+        let seq = st.seq;
+        st.sync_wanted = true;
+        drop(st);
+        sh.wake.notify_one();
+        Appended {
+            seq,
+            segment,
+            backlog: false,
+        }
+    }
+
+    /// Blocks the calling (non-async) thread until everything up to `seq`
+    /// is on stable storage.
+    pub fn wait_durable_blocking(&self, seq: u64) {
+        let rx = self.shared.durable.subscribe();
+        while *rx.borrow() < seq {
+            self.shared.state.lock().sync_wanted = true;
+            self.shared.wake.notify_one();
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -425,6 +472,12 @@ pub enum Record {
         ts: Timestamp,
         value: Value,
     },
+    /// Hourly rows of a series (by TSUID bytes) deleted by a query.
+    Delete {
+        tsuid: Vec<u8>,
+        first_hour: u32,
+        last_hour: u32,
+    },
 }
 
 struct Cursor<'a> {
@@ -485,6 +538,18 @@ fn decode_frame(payload: &[u8], out: &mut Vec<Record>) -> Option<()> {
                     Value::Float(f64::from_bits(u64::from_le_bytes(b)))
                 };
                 out.push(Record::Point { id, ts, value });
+            }
+            REC_DELETE => {
+                let n = c.varint()? as usize;
+                let tsuid = c.b.get(c.i..c.i.checked_add(n)?)?.to_vec();
+                c.i += n;
+                let first_hour = u32::try_from(c.varint()?).ok()?;
+                let last_hour = u32::try_from(c.varint()?).ok()?;
+                out.push(Record::Delete {
+                    tsuid,
+                    first_hour,
+                    last_hour,
+                });
             }
             _ => return None,
         }
