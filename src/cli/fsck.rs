@@ -223,8 +223,15 @@ pub fn run(
         keys
     };
     let mut report = FsckReport::default();
+    let progress = super::row_progress("fsck");
     for key in keys {
         check_row(&store, &table, &a, &key, &mut report, out)?;
+        if let Some(pb) = &progress {
+            pb.inc(1);
+        }
+    }
+    if let Some(pb) = progress {
+        pb.finish_and_clear();
     }
     store.sync()?;
     if a.compact {

@@ -67,6 +67,23 @@ pub enum Command {
     Version,
 }
 
+/// A row counter on stderr for long scans, only when a person watches
+/// (stderr is a terminal); scripts and pipes see nothing.
+pub(crate) fn row_progress(what: &str) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal().then(|| {
+        let pb = indicatif::ProgressBar::new_spinner();
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {msg}: {pos} rows ({per_sec}, {elapsed})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        pb.set_message(what.to_string());
+        pb
+    })
+}
+
 /// What every command needs: the configuration, and a store opened from it.
 pub struct Context {
     pub config: Config,

@@ -184,7 +184,11 @@ fn dump(
     let end_base = (end_s - end_s % 3600).min(u32::MAX as u64) as u32;
     let layout = *store.layout();
     let mut to_delete = Vec::new();
+    let progress = super::row_progress("scan");
     for item in store.scan_metric_rows(filter.metric, start_base, end_base) {
+        if let Some(pb) = &progress {
+            pb.inc(1);
+        }
         let (raw_key, cells) = item?;
         let key = layout.parse_row_key(&raw_key)?;
         if !row_matches(table, filter, &key) {
@@ -225,6 +229,9 @@ fn dump(
         if delete {
             to_delete.push(raw_key);
         }
+    }
+    if let Some(pb) = progress {
+        pb.finish_and_clear();
     }
     for key in to_delete {
         store.delete_row(&key, Durability::Process)?;
