@@ -403,11 +403,21 @@ pub fn decode(value: &[u8], out: &mut Vec<StoredPoint>) -> Result<(), Compressed
 
 /// Decodes a compressed column into `emit`, point by point, in time order.
 /// Nothing is emitted unless the whole block is valid.
-pub fn decode_with(
-    value: &[u8],
-    scratch: &mut Scratch,
-    mut emit: impl FnMut(StoredPoint),
-) -> Result<(), CompressedError> {
+/// What [`parse`] learnt about a block; its streams are in the scratch.
+struct Parsed {
+    n: usize,
+    ts_kind: u8,
+    /// `(first, delta)` when the offsets are an arithmetic sequence.
+    regular: Option<(i64, i64)>,
+    /// Milliseconds per offset unit.
+    unit: i64,
+    val_kind: u8,
+    scale: f64,
+}
+
+/// Checks a block (checksum, structure, offsets inside the hour, flags
+/// agreeing with value types) and decodes its streams into `scratch`.
+fn parse(value: &[u8], scratch: &mut Scratch) -> Result<Parsed, CompressedError> {
     let Scratch {
         ms_bits,
         offsets,
@@ -441,7 +451,15 @@ pub fn decode_with(
         return Err(CompressedError::Corrupt("point count out of range"));
     }
     if n == 0 {
-        return expect_end(&r);
+        expect_end(&r)?;
+        return Ok(Parsed {
+            n,
+            ts_kind: TS_SECONDS,
+            regular: None,
+            unit: 1000,
+            val_kind: VAL_INT,
+            scale: 1.0,
+        });
     }
     let ts_kind = r.u8()?;
     match ts_kind {
@@ -505,6 +523,49 @@ pub fn decode_with(
             }
         }
     }
+    // Validate before anything is emitted.
+    for (i, f) in explicit.iter().enumerate() {
+        let is_float = match val_kind {
+            VAL_RAW => raw[i].1.is_float(),
+            VAL_DECIMAL => true,
+            _ => false,
+        };
+        if (*f as u8 & FLAG_FLOAT != 0) != is_float {
+            return Err(CompressedError::Corrupt("flags disagree with value type"));
+        }
+    }
+    Ok(Parsed {
+        n,
+        ts_kind,
+        regular,
+        unit,
+        val_kind,
+        scale,
+    })
+}
+
+/// Decodes a compressed column into `emit`, point by point, in time order.
+/// Nothing is emitted unless the whole block is valid.
+pub fn decode_with(
+    value: &[u8],
+    scratch: &mut Scratch,
+    mut emit: impl FnMut(StoredPoint),
+) -> Result<(), CompressedError> {
+    let Parsed {
+        n,
+        ts_kind,
+        regular,
+        unit,
+        val_kind,
+        scale,
+    } = parse(value, scratch)?;
+    let Scratch {
+        ms_bits,
+        offsets,
+        ints,
+        raw,
+        explicit,
+    } = scratch;
     let offset_at = |i: usize| match regular {
         Some((first, delta)) => first + delta * i as i64,
         None => offsets[i],
@@ -533,17 +594,6 @@ pub fn decode_with(
         }
         return Ok(());
     }
-    // Validate before emitting anything.
-    for (i, f) in explicit.iter().enumerate() {
-        let is_float = match val_kind {
-            VAL_RAW => raw[i].1.is_float(),
-            VAL_DECIMAL => true,
-            _ => false,
-        };
-        if (*f as u8 & FLAG_FLOAT != 0) != is_float {
-            return Err(CompressedError::Corrupt("flags disagree with value type"));
-        }
-    }
     for i in 0..n {
         let (raw_flags, value) = match val_kind {
             VAL_RAW => (Some(raw[i].0), raw[i].1),
@@ -563,6 +613,63 @@ pub fn decode_with(
             flags,
             value,
         });
+    }
+    Ok(())
+}
+
+/// Decodes only what a query needs, each point's offset from the row's base
+/// (ms) and value, into `f`, in time order; nothing is passed on unless the
+/// whole block is valid. Leaner than [`decode_with`] on the hot read path.
+#[inline]
+pub fn decode_values_with(
+    value: &[u8],
+    scratch: &mut Scratch,
+    mut f: impl FnMut(u32, Value),
+) -> Result<(), CompressedError> {
+    let p = parse(value, scratch)?;
+    let ints = &scratch.ints;
+    match (p.val_kind, p.regular) {
+        (VAL_DECIMAL, Some((first, delta))) => {
+            let (mut o, step) = (first * p.unit, delta * p.unit);
+            for &m in ints {
+                f(o as u32, Value::Float(m as f64 / p.scale));
+                o += step;
+            }
+        }
+        (VAL_INT, Some((first, delta))) => {
+            let (mut o, step) = (first * p.unit, delta * p.unit);
+            for &m in ints {
+                f(o as u32, Value::Int(m));
+                o += step;
+            }
+        }
+        _ => {
+            let offsets = &scratch.offsets;
+            let offset = |i: usize| {
+                let o = match p.regular {
+                    Some((first, delta)) => first + delta * i as i64,
+                    None => offsets[i],
+                };
+                (o * p.unit) as u32
+            };
+            match p.val_kind {
+                VAL_RAW => {
+                    for (i, (_, v)) in scratch.raw.iter().enumerate() {
+                        f(offset(i), *v);
+                    }
+                }
+                VAL_DECIMAL => {
+                    for (i, &m) in ints.iter().enumerate() {
+                        f(offset(i), Value::Float(m as f64 / p.scale));
+                    }
+                }
+                _ => {
+                    for (i, &m) in ints.iter().enumerate() {
+                        f(offset(i), Value::Int(m));
+                    }
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -596,6 +703,18 @@ mod tests {
         let enc = encode(points);
         let mut out = Vec::new();
         decode(&enc, &mut out).unwrap();
+        // The lean query path yields the same offsets and values.
+        let mut lean = Vec::new();
+        decode_values_with(&enc, &mut Scratch::default(), |o, v| lean.push((o, v))).unwrap();
+        assert_eq!(lean.len(), points.len());
+        for ((o, v), p) in lean.iter().zip(points) {
+            assert_eq!(*o, p.offset_ms);
+            match (v, p.value) {
+                (Value::Int(a), Value::Int(b)) => assert_eq!(*a, b),
+                (Value::Float(a), Value::Float(b)) => assert_eq!(a.to_bits(), b.to_bits()),
+                _ => panic!("type changed on the lean path"),
+            }
+        }
         assert_eq!(out.len(), points.len());
         for (a, b) in out.iter().zip(points) {
             assert_eq!(
@@ -679,6 +798,11 @@ mod tests {
         }
         let mut out = Vec::new();
         assert!(decode(&enc[..enc.len() - 1], &mut out).is_err());
+        let mut bad = enc.clone();
+        bad[3] ^= 1;
+        let mut seen = 0;
+        assert!(decode_values_with(&bad, &mut Scratch::default(), |_, _| seen += 1).is_err());
+        assert_eq!(seen, 0, "a corrupt block must emit nothing");
         assert!(decode(&[], &mut out).is_err());
     }
 

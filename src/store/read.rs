@@ -298,9 +298,11 @@ impl Store {
                 static SCRATCH: std::cell::RefCell<crate::codec::compressed::Scratch> = Default::default();
             }
             let ok = SCRATCH.with(|scratch| {
-                crate::codec::compressed::decode_with(v, &mut scratch.borrow_mut(), |p| {
-                    push(p.offset_ms, p.value)
-                })
+                crate::codec::compressed::decode_values_with(
+                    v,
+                    &mut scratch.borrow_mut(),
+                    &mut push,
+                )
                 .is_ok()
             });
             if ok {
