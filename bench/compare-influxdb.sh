@@ -8,7 +8,8 @@
 # Prints, for each database: points/s, server CPU seconds during the load,
 # peak RSS, bytes per point on disk after both have settled, and the median
 # latency of four queries (avg 1m-avg over all hosts; the same for one host;
-# the same grouped by region; sum of rate over all hosts).
+# the same grouped by region; sum of rate over all hosts), run SETTLE
+# seconds (default 15) after the load.
 # Needs root (or sudo) the first time, to `apt-get install influxdb`.
 set -euo pipefail
 
@@ -80,6 +81,9 @@ for _ in $(seq 1 600); do
 done
 R[influx_cpu]=$(awk -v a="$c0" -v b="$(cpu_seconds $IPID)" 'BEGIN{printf "%.1f", b-a}')
 R[influx_rss]=$(peak_rss_mb $IPID)
+# Queries run once background work after the load (InfluxDB's cache
+# snapshots, rtsdb's sealing of finished hours) has had time to end.
+sleep "${SETTLE:-15}"
 range="time >= ${START}s AND time < ${END}s"
 iq() { echo "/query?db=tsbs&epoch=ms&q=$(urlenc "$1")"; }
 R[influx_q1]=$(median_of "$IHTTP" "$(iq "SELECT mean(\"value\") FROM \"cpu.usage_user\" WHERE $range GROUP BY time(1m)")")
@@ -106,6 +110,7 @@ run_rtsdb() {
   R[${tag}_load]=$("$TSBS" load "127.0.0.1:$port" "$PROTO" "$HOSTS" "$HOURS" "$CONNS")
   R[${tag}_cpu]=$(awk -v a="$c0" -v b="$(cpu_seconds $RPID)" 'BEGIN{printf "%.1f", b-a}')
   R[${tag}_rss]=$(peak_rss_mb $RPID)
+  sleep "${SETTLE:-15}"
   rq() { echo "/api/query?start=$START&end=$END&m=$(urlenc "$1")"; }
   R[${tag}_q1]=$(median_of "$port" "$(rq "avg:1m-avg:cpu.usage_user")")
   R[${tag}_q2]=$(median_of "$port" "$(rq "avg:1m-avg:cpu.usage_user{hostname=host_42}")")
