@@ -379,3 +379,38 @@ fn padding_adds_the_neighbouring_points() {
         dps(&[(h + 60, 2), (h + 120, 3), (h + 180, 4), (h + 240, 5)])
     );
 }
+
+#[test]
+fn a_renamed_name_gets_a_new_uid_on_its_next_point() {
+    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    assert_eq!(telnet(srv.addr, b"put m 1356998400 1 host=web01\n"), "");
+    let r = http(
+        srv.addr,
+        "GET",
+        "/api/uid/rename?tagv=web01&name=web02",
+        &[],
+        b"",
+    );
+    assert_eq!(
+        (r.status, r.text()),
+        (200, r#"{"result":"true"}"#.to_string())
+    );
+    // As OpenTSDB: the old name is free again and gets a new UID; the
+    // earlier point now belongs to web02.
+    assert_eq!(
+        telnet(
+            srv.addr,
+            b"put m 1356998460 2 host=web01\nput m 1356998520 3 host=web02\n"
+        ),
+        ""
+    );
+    let (status, body) = get(
+        &srv,
+        "/api/query?start=1356998400&end=1356998520&m=sum:m%7Bhost=*%7D&show_tsuids",
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        r#"[{"metric":"m","tags":{"host":"web02"},"aggregateTags":[],"tsuids":["000001000001000001"],"dps":{"1356998400":1,"1356998520":3}},{"metric":"m","tags":{"host":"web01"},"aggregateTags":[],"tsuids":["000001000001000002"],"dps":{"1356998460":2}}]"#
+    );
+}

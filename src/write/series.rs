@@ -120,6 +120,10 @@ pub struct SeriesCache {
     rules: NameRules,
     max_tags: usize,
     shards: Vec<RwLock<FnvMap<Box<str>, Arc<Series>>>>,
+    /// The process-local id given to each TSUID: a series re-resolved after
+    /// its names were forgotten keeps its id, so its buffered points and
+    /// WAL references stay one series.
+    ids: RwLock<FnvMap<Tsuid, u32>>,
     next_id: AtomicU32,
     hooks: RwLock<Vec<NewSeriesHook>>,
 }
@@ -172,8 +176,18 @@ impl SeriesCache {
             shards: (0..SHARDS)
                 .map(|_| RwLock::new(FnvMap::default()))
                 .collect(),
+            ids: RwLock::new(FnvMap::default()),
             next_id: AtomicU32::new(1),
             hooks: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Forgets which names map to which series (`dropcaches`, and after a
+    /// UID rename): the next point re-resolves its names, so a renamed name
+    /// gets a new UID as in OpenTSDB instead of writing to the renamed one.
+    pub fn forget_names(&self) {
+        for shard in &self.shards {
+            shard.write().clear();
         }
     }
 
@@ -318,8 +332,19 @@ impl SeriesCache {
                 .map(|(k, v)| ((*k).into(), (*v).into()))
                 .collect();
             sorted.sort();
+            let (id, is_new) = {
+                let mut ids = self.ids.write();
+                match ids.get(&tsuid) {
+                    Some(&id) => (id, false),
+                    None => {
+                        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                        ids.insert(tsuid.clone(), id);
+                        (id, true)
+                    }
+                }
+            };
             let s = Arc::new(Series {
-                id: self.next_id.fetch_add(1, Ordering::Relaxed),
+                id,
                 tsuid,
                 metric: metric.into(),
                 tags: sorted.into_boxed_slice(),
@@ -329,10 +354,13 @@ impl SeriesCache {
                 last_received: AtomicU64::new(0),
             });
             map.insert(key.into(), s.clone());
-            s
+            (s, is_new)
         };
-        for hook in self.hooks.read().iter() {
-            hook(&created.tsuid);
+        let (created, is_new) = created;
+        if is_new {
+            for hook in self.hooks.read().iter() {
+                hook(&created.tsuid);
+            }
         }
         created
     }

@@ -167,7 +167,11 @@ fn rename(state: &TsdState, q: &Query, body: Option<&[u8]>) -> Answer {
         return Err(bad("Missing necessary values to rename UID"));
     };
     match state.writer.uids().rename(kind, &old, &new) {
-        Ok(_) => Ok(Reply::json(200, r#"{"result":"true"}"#)),
+        Ok(_) => {
+            // Cached series still map the old name to this UID.
+            state.writer.series().forget_names();
+            Ok(Reply::json(200, r#"{"result":"true"}"#))
+        }
         Err(e) => Ok(Reply::json(
             400,
             format!(
