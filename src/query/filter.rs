@@ -381,6 +381,11 @@ pub fn parse_metric_with_filters(m: &str) -> Result<(String, Vec<TagFilter>), St
         return Ok((m[..curly].to_string(), filters));
     }
     let close = m.find('}').unwrap_or(len - 1);
+    // A '}' before the first '{' (`a}{b=c}`): OpenTSDB's substring throws
+    // (a 500); answer with a client error instead.
+    if close < curly {
+        return Err(format!("Unbalanced braces in: {m}"));
+    }
     if close != len - 1 {
         let bracket = m.rfind('{').unwrap_or(close);
         for f in m[bracket + 1..len - 1].split(',') {
