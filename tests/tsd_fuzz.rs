@@ -1,0 +1,147 @@
+//! Random requests against a running TSD: whatever the endpoint, method,
+//! query string or body, the server answers with a status (never a
+//! dropped connection from a panic) and keeps serving.
+
+mod common;
+
+use common::{TestServer, http, telnet};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+const PATHS: &[&str] = &[
+    "/api/put",
+    "/api/put?details",
+    "/api/query",
+    "/api/query/last",
+    "/api/suggest",
+    "/api/search/lookup",
+    "/api/uid/assign",
+    "/api/uid/rename",
+    "/api/uid/uidmeta",
+    "/api/uid/tsmeta",
+    "/api/annotation",
+    "/api/annotation/bulk",
+    "/api/stats",
+    "/api/stats/query",
+    "/api/config/filters",
+    "/api/v1/query",
+    "/suggest",
+    "/metrics",
+];
+
+fn query_string() -> impl Strategy<Value = String> {
+    let key = prop_oneof![
+        Just("start"),
+        Just("end"),
+        Just("m"),
+        Just("tsuid"),
+        Just("type"),
+        Just("q"),
+        Just("max"),
+        Just("uid"),
+        Just("tsuids"),
+        Just("timeseries"),
+        Just("metric"),
+        Just("tagv"),
+        Just("name"),
+        Just("start_time"),
+        Just("limit"),
+        Just("back_scan"),
+        Just("create"),
+        Just("method_override"),
+    ];
+    let value = prop_oneof![
+        Just("1356998400".to_string()),
+        Just("1h-ago".to_string()),
+        Just("sum:sys.cpu%7Bhost=*%7D".to_string()),
+        Just("sum:rate:1m-avg-nan:sys.cpu".to_string()),
+        Just("000001000001000001".to_string()),
+        Just("metrics".to_string()),
+        Just("true".to_string()),
+        Just("delete".to_string()),
+        "[a-zA-Z0-9%{}=*:.,|-]{0,12}".prop_map(String::from),
+    ];
+    proptest::collection::vec((key, value), 0..5).prop_map(|kv| {
+        kv.into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&")
+    })
+}
+
+fn body() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        Just(
+            r#"{"metric":"sys.cpu","timestamp":1356998400,"value":1,"tags":{"host":"a"}}"#
+                .to_string()
+        ),
+        Just(
+            r#"{"start":1356998400,"queries":[{"aggregator":"sum","metric":"sys.cpu"}]}"#
+                .to_string()
+        ),
+        Just(r#"[{"startTime":1356998400,"tsuid":"000001000001000001"}]"#.to_string()),
+        Just(r#"{"metric":["a b","c"],"tagk":[""]}"#.to_string()),
+        "[ -~]{0,64}".prop_map(String::from),
+        "[{}\\[\\]\":,0-9a-z]{0,64}".prop_map(String::from),
+    ]
+}
+
+#[test]
+fn random_requests_always_get_an_answer() {
+    let srv = TestServer::start(&[
+        ("tsd.core.auto_create_metrics", "true"),
+        ("tsd.http.query.allow_delete", "true"),
+    ]);
+    assert_eq!(
+        telnet(
+            srv.addr,
+            b"put sys.cpu 1356998400 1 host=a\nput sys.cpu 1356998460 2.5 host=b\n"
+        ),
+        ""
+    );
+    let cases = std::env::var("TSD_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let mut runner = TestRunner::new(Config::with_cases(cases));
+    let method = prop_oneof![
+        Just("GET"),
+        Just("POST"),
+        Just("PUT"),
+        Just("DELETE"),
+        Just("OPTIONS")
+    ];
+    let strategy = (
+        method,
+        proptest::sample::select(PATHS),
+        query_string(),
+        body(),
+    );
+    runner
+        .run(&strategy, |(method, path, qs, body)| {
+            let sep = if path.contains('?') { '&' } else { '?' };
+            let target = if qs.is_empty() {
+                path.to_string()
+            } else {
+                format!("{path}{sep}{qs}")
+            };
+            let r = http(
+                srv.addr,
+                method,
+                &target,
+                &[("Content-Type", "application/json")],
+                body.as_bytes(),
+            );
+            prop_assert!(
+                (200..600).contains(&r.status),
+                "{method} {target}: status {}",
+                r.status
+            );
+            Ok(())
+        })
+        .unwrap();
+    // Still serving both protocols.
+    assert_eq!(http(srv.addr, "GET", "/api/version", &[], b"").status, 200);
+    assert!(telnet(srv.addr, b"version\n").starts_with("net.opentsdb.tools BuildData"));
+}
