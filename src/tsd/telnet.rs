@@ -189,7 +189,7 @@ impl Conn<'_> {
             }
             "dropcaches" => {
                 self.state.writer.uids().drop_caches();
-                self.state.writer.series().forget_names();
+                self.state.writer.forget_series_names();
                 self.out.extend_from_slice(b"Caches dropped.\n");
             }
             "exit" => return After::Close,

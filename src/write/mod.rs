@@ -319,6 +319,16 @@ impl Writer {
         Ok(())
     }
 
+    /// Forgets cached name→series mappings (`dropcaches`, UID renames),
+    /// saving the series' point counters first so they are not lost with
+    /// the forgotten entries.
+    pub fn forget_series_names(&self) {
+        if let Err(e) = self.persist_counters() {
+            tracing::error!(error = %e, "saving series counters failed before forgetting names");
+        }
+        self.series.forget_names();
+    }
+
     fn persist_counters_if_due(&self) {
         if self.counters.lock().elapsed() < COUNTER_PERSIST_INTERVAL {
             return;

@@ -523,7 +523,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                     return method_not_allowed(&method);
                 }
                 state.writer.uids().drop_caches();
-                state.writer.series().forget_names();
+                state.writer.forget_series_names();
                 Reply::json(200, "{\"message\":\"Caches dropped\",\"status\":\"200\"}")
             }
             "api/stats" => {
@@ -608,7 +608,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
             },
             "dropcaches" => {
                 state.writer.uids().drop_caches();
-                state.writer.series().forget_names();
+                state.writer.forget_series_names();
                 Reply::text(200, "Caches dropped.\n")
             }
             "diediedie" if !cfg.no_diediedie => {

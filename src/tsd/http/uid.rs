@@ -169,7 +169,7 @@ fn rename(state: &TsdState, q: &Query, body: Option<&[u8]>) -> Answer {
     match state.writer.uids().rename(kind, &old, &new) {
         Ok(_) => {
             // Cached series still map the old name to this UID.
-            state.writer.series().forget_names();
+            state.writer.forget_series_names();
             Ok(Reply::json(200, r#"{"result":"true"}"#))
         }
         Err(e) => Ok(Reply::json(
