@@ -156,27 +156,32 @@ pub fn is_ms_qualifier(first_byte: u8) -> bool {
 
 /// Qualifier of one data point in the row starting at `base_time`.
 pub fn point_qualifier(ts: Timestamp, base_time: u32, flags: u8) -> Result<Vec<u8>, ColumnError> {
+    let delta = row_offset(ts, base_time)?;
+    Ok(match ts {
+        Timestamp::Seconds(_) => ((delta << 4) as u16 | flags as u16).to_be_bytes().to_vec(),
+        Timestamp::Millis(_) => (0xF000_0000u32 | (delta << 6) | flags as u32)
+            .to_be_bytes()
+            .to_vec(),
+    })
+}
+
+/// `ts`'s offset from the row starting at `base_time`, in the unit it was
+/// written in (seconds or milliseconds), checked to lie inside the hour.
+fn row_offset(ts: Timestamp, base_time: u32) -> Result<u32, ColumnError> {
     let outside = || ColumnError::OutsideRow {
         ts: ts.raw(),
         base_time,
     };
     match ts {
-        Timestamp::Seconds(s) => {
-            let delta = s.checked_sub(base_time).ok_or_else(outside)?;
-            if delta > MAX_SECOND_OFFSET {
-                return Err(outside());
-            }
-            Ok(((delta << 4) as u16 | flags as u16).to_be_bytes().to_vec())
-        }
-        Timestamp::Millis(ms) => {
-            let delta = ms
-                .checked_sub(base_time as u64 * 1000)
-                .filter(|d| *d <= MAX_MS_OFFSET as u64)
-                .ok_or_else(outside)? as u32;
-            Ok((0xF000_0000u32 | (delta << 6) | flags as u32)
-                .to_be_bytes()
-                .to_vec())
-        }
+        Timestamp::Seconds(s) => s
+            .checked_sub(base_time)
+            .filter(|d| *d <= MAX_SECOND_OFFSET)
+            .ok_or_else(outside),
+        Timestamp::Millis(ms) => ms
+            .checked_sub(base_time as u64 * 1000)
+            .filter(|d| *d <= MAX_MS_OFFSET as u64)
+            .map(|d| d as u32)
+            .ok_or_else(outside),
     }
 }
 
@@ -249,8 +254,7 @@ impl StoredPoint {
         value: Value,
     ) -> Result<(StoredPoint, EncodedValue), ColumnError> {
         let enc = encode_value(value);
-        // Validates the offset range.
-        point_qualifier(ts, base_time, enc.flags)?;
+        row_offset(ts, base_time)?;
         let offset_ms = (ts.as_millis() - base_time as u64 * 1000) as u32;
         let point = StoredPoint {
             offset_ms,
@@ -458,26 +462,11 @@ pub fn encode_append_column(points: &[StoredPoint]) -> (Vec<u8>, Vec<u8>) {
 /// Qualifier of an annotation (or other odd-length object) at `ts`:
 /// `prefix` then the plain offset, 2 bytes of seconds or 4 of milliseconds.
 pub fn object_qualifier(prefix: u8, ts: Timestamp, base_time: u32) -> Result<Vec<u8>, ColumnError> {
-    let outside = || ColumnError::OutsideRow {
-        ts: ts.raw(),
-        base_time,
-    };
+    let d = row_offset(ts, base_time)?;
     let mut q = vec![prefix];
     match ts {
-        Timestamp::Seconds(s) => {
-            let d = s
-                .checked_sub(base_time)
-                .filter(|d| *d <= MAX_SECOND_OFFSET)
-                .ok_or_else(outside)?;
-            q.extend_from_slice(&(d as u16).to_be_bytes());
-        }
-        Timestamp::Millis(ms) => {
-            let d = ms
-                .checked_sub(base_time as u64 * 1000)
-                .filter(|d| *d <= MAX_MS_OFFSET as u64)
-                .ok_or_else(outside)?;
-            q.extend_from_slice(&(d as u32).to_be_bytes());
-        }
+        Timestamp::Seconds(_) => q.extend_from_slice(&(d as u16).to_be_bytes()),
+        Timestamp::Millis(_) => q.extend_from_slice(&d.to_be_bytes()),
     }
     Ok(q)
 }

@@ -12,6 +12,7 @@
 use thiserror::Error;
 
 use super::column::{FLAG_FLOAT, LENGTH_MASK, StoredPoint, encode_value};
+use super::varint::{self, unzigzag, zigzag};
 use crate::model::point::Value;
 
 /// First byte of the compressed column's qualifier.
@@ -47,22 +48,6 @@ pub enum CompressedError {
     Version(u8),
 }
 
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-fn put_varint(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -79,15 +64,8 @@ impl<'a> Reader<'a> {
     }
 
     fn varint(&mut self) -> Result<u64, CompressedError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= ((b & 0x7F) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(CompressedError::Corrupt("varint too long"))
+        varint::get(self.buf, &mut self.pos)
+            .ok_or(CompressedError::Corrupt("truncated or overlong varint"))
     }
 
     fn bytes(&mut self, n: usize) -> Result<&'a [u8], CompressedError> {
@@ -215,10 +193,10 @@ fn encode_ints(values: &[i64], out: &mut Vec<u8>) {
     pack(&zdeltas, &mut a);
     let mut b = Vec::new();
     if let Some(first) = deltas.first() {
-        put_varint(zigzag(*first), &mut b);
+        varint::put(zigzag(*first), &mut b);
     }
     pack(&dods, &mut b);
-    put_varint(zigzag(values[0]), out);
+    varint::put(zigzag(values[0]), out);
     if a.len() <= b.len() {
         out.push(XFORM_DELTA);
         out.extend_from_slice(&a);
@@ -315,7 +293,7 @@ pub fn encode(points: &[StoredPoint]) -> Vec<u8> {
     let n = points.len();
     let mut out = Vec::with_capacity(16 + n);
     out.push(VERSION);
-    put_varint(n as u64, &mut out);
+    varint::put(n as u64, &mut out);
     if n > 0 {
         encode_timestamps(points, &mut out);
         encode_values(points, &mut out);

@@ -5,6 +5,7 @@ pub mod column;
 pub mod compressed;
 pub mod row;
 pub mod row_key;
+pub mod varint;
 
 pub use column::{ColumnError, StoredPoint};
 pub use row::{Cell, DecodedRow, DuplicatePolicy, RowCells, RowEncoding};

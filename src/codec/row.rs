@@ -8,6 +8,7 @@ use super::column::{
     self, ANNOTATION_PREFIX, APPEND_PREFIX, ColumnError, HISTOGRAM_PREFIX, StoredPoint,
 };
 use super::compressed::{self, COMPRESSED_PREFIX};
+use super::varint;
 use crate::model::uid::java_byte_array;
 
 /// Version byte at the start of every encoded row value.
@@ -44,25 +45,13 @@ pub struct RowCells {
     pub cells: Vec<Cell>,
 }
 
-fn put_varint(mut v: usize, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn get_varint(buf: &[u8], pos: &mut usize) -> Option<usize> {
-    let mut v: usize = 0;
-    for shift in (0..64).step_by(7) {
-        let b = *buf.get(*pos)?;
-        *pos += 1;
-        v |= ((b & 0x7F) as usize) << shift;
-        if b & 0x80 == 0 {
-            return Some(v);
-        }
-    }
-    None
+/// One length-prefixed field (a qualifier or a value) at `*pos`.
+fn take_field<'a>(buf: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
+    let len = usize::try_from(varint::get(buf, pos)?).ok()?;
+    let end = pos.checked_add(len)?;
+    let bytes = buf.get(*pos..end)?;
+    *pos = end;
+    Some(bytes)
 }
 
 impl RowCells {
@@ -75,9 +64,9 @@ impl RowCells {
         let mut out = Vec::with_capacity(1 + size);
         out.push(ROW_FORMAT_V1);
         for c in &self.cells {
-            put_varint(c.qualifier.len(), &mut out);
+            varint::put(c.qualifier.len() as u64, &mut out);
             out.extend_from_slice(&c.qualifier);
-            put_varint(c.value.len(), &mut out);
+            varint::put(c.value.len() as u64, &mut out);
             out.extend_from_slice(&c.value);
         }
         out
@@ -90,13 +79,11 @@ impl RowCells {
         }
         let mut pos = 1;
         let mut cells = Vec::new();
-        let take = |pos: &mut usize| -> Result<Vec<u8>, RowError> {
+        let take = |pos: &mut usize| {
             let at = *pos;
-            let len = get_varint(buf, pos).ok_or(RowError::Truncated(at))?;
-            let end = pos.checked_add(len).ok_or(RowError::Truncated(at))?;
-            let bytes = buf.get(*pos..end).ok_or(RowError::Truncated(at))?;
-            *pos = end;
-            Ok(bytes.to_vec())
+            take_field(buf, pos)
+                .map(<[u8]>::to_vec)
+                .ok_or(RowError::Truncated(at))
         };
         while pos < buf.len() {
             let qualifier = take(&mut pos)?;
@@ -113,15 +100,8 @@ impl RowCells {
             return None;
         }
         let mut pos = 1;
-        let take = |pos: &mut usize| -> Option<&[u8]> {
-            let len = get_varint(buf, pos)?;
-            let end = pos.checked_add(len)?;
-            let bytes = buf.get(*pos..end)?;
-            *pos = end;
-            Some(bytes)
-        };
-        let q = take(&mut pos)?;
-        let v = take(&mut pos)?;
+        let q = take_field(buf, &mut pos)?;
+        let v = take_field(buf, &mut pos)?;
         (pos == buf.len()).then_some((q, v))
     }
 
@@ -178,11 +158,9 @@ pub fn decode_row(
     policy: DuplicatePolicy,
 ) -> Result<DecodedRow, ColumnError> {
     let mut row = DecodedRow::default();
-    // Each point's cell index and position in it: later writes win among
-    // duplicates, and within one append column the later pair always wins.
     let mut points: Vec<StoredPoint> = Vec::new();
-    let mut seq: Vec<(usize, usize)> = Vec::new();
-    let mut from_append: Vec<bool> = Vec::new();
+    // For each cell that held points: its index and where its points end.
+    let mut spans: Vec<(usize, usize)> = Vec::new();
     for (i, cell) in cells.cells.iter().enumerate() {
         let q = &cell.qualifier;
         let before = points.len();
@@ -203,26 +181,32 @@ pub fn decode_row(
         } else {
             return Err(ColumnError::UnknownQualifier(q.clone()));
         }
-        // Within one append column later pairs are later writes too.
-        seq.extend((before..points.len()).map(|j| (i, j - before)));
-        let append = q.len() == 3 && q[0] == APPEND_PREFIX;
-        from_append.extend((before..points.len()).map(|_| append));
+        if points.len() > before {
+            spans.push((i, points.len()));
+        }
     }
+    row.annotations
+        .sort_by_key(|c| column::object_offset_ms(&c.qualifier).unwrap_or(0));
+    let is_append = |cell: usize| {
+        let q = &cells.cells[cell].qualifier;
+        q.len() == 3 && q[0] == APPEND_PREFIX
+    };
     // The common case: one data column (compacted or compressed) whose
     // points are already sorted and unique; no merging needed.
-    let data_cells = seq.last().map_or(0, |_| {
-        let mut cells_seen = seq.iter().map(|s| s.0).collect::<Vec<_>>();
-        cells_seen.dedup();
-        cells_seen.len()
-    });
-    if data_cells <= 1
-        && !from_append.first().copied().unwrap_or(false)
+    if spans.len() <= 1
+        && !spans.first().is_some_and(|&(cell, _)| is_append(cell))
         && points.windows(2).all(|w| w[0].offset_ms < w[1].offset_ms)
     {
         row.points = points;
-        row.annotations
-            .sort_by_key(|c| column::object_offset_ms(&c.qualifier).unwrap_or(0));
         return Ok(row);
+    }
+    // Each point's cell and position in it: later writes win among
+    // duplicates, and within one append column the later pair always wins.
+    let mut seq: Vec<(usize, usize)> = Vec::with_capacity(points.len());
+    let mut start = 0;
+    for &(cell, end) in &spans {
+        seq.extend((0..end - start).map(|pos| (cell, pos)));
+        start = end;
     }
     let mut order: Vec<usize> = (0..points.len()).collect();
     order.sort_by_key(|&j| (points[j].offset_ms, seq[j]));
@@ -236,7 +220,7 @@ pub fn decode_row(
                     last_j = j;
                     continue;
                 }
-                let same_append = from_append[j] && seq[last_j].0 == seq[j].0;
+                let same_append = is_append(seq[j].0) && seq[last_j].0 == seq[j].0;
                 let policy = if same_append {
                     DuplicatePolicy::LastWriteWins
                 } else {
@@ -262,8 +246,6 @@ pub fn decode_row(
             }
         }
     }
-    row.annotations
-        .sort_by_key(|c| column::object_offset_ms(&c.qualifier).unwrap_or(0));
     Ok(row)
 }
 

@@ -5,9 +5,9 @@ use std::path::Path;
 
 use std::sync::Arc;
 
+use super::StripedLocks;
 use ::fjall::compaction::filter::{CompactionFilter, Context, Factory, ItemAccessor, Verdict};
 use ::fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
-use parking_lot::Mutex;
 
 use super::{
     Durability, KvStore, Mutation, Result, ScanIter, ScanRange, StorageError, Table, WriteBatch,
@@ -23,7 +23,7 @@ const RMW_STRIPES: usize = 64;
 pub struct FjallStore {
     db: Database,
     tables: [Keyspace; 4],
-    rmw: Vec<Mutex<()>>,
+    rmw: StripedLocks,
 }
 
 fn err(e: impl std::fmt::Display) -> StorageError {
@@ -110,7 +110,7 @@ impl FjallStore {
         Ok(FjallStore {
             db,
             tables,
-            rmw: (0..RMW_STRIPES).map(|_| Mutex::new(())).collect(),
+            rmw: StripedLocks::new(RMW_STRIPES),
         })
     }
 
@@ -121,15 +121,6 @@ impl FjallStore {
             Table::Meta => &self.tables[2],
             Table::Index => &self.tables[3],
         }
-    }
-
-    fn stripe(&self, table: Table, key: &[u8]) -> &Mutex<()> {
-        // FNV-1a: cheap and good enough to spread keys over stripes.
-        let mut h: u64 = 0xcbf29ce484222325 ^ table as u64;
-        for b in key {
-            h = (h ^ *b as u64).wrapping_mul(0x100000001b3);
-        }
-        &self.rmw[(h % RMW_STRIPES as u64) as usize]
     }
 
     fn put_one(&self, table: Table, key: &[u8], value: Vec<u8>, d: Durability) -> Result<()> {
@@ -223,7 +214,7 @@ impl KvStore for FjallStore {
     }
 
     fn increment(&self, table: Table, key: &[u8], delta: i64, d: Durability) -> Result<i64> {
-        let _g = self.stripe(table, key).lock();
+        let _g = self.rmw.lock(table as u64, key);
         let cur = self.get(table, key)?;
         let v = counter_value(table, key, cur.as_deref())?.wrapping_add(delta);
         self.put_one(table, key, v.to_be_bytes().to_vec(), d)?;
@@ -238,7 +229,7 @@ impl KvStore for FjallStore {
         new: &[u8],
         d: Durability,
     ) -> Result<bool> {
-        let _g = self.stripe(table, key).lock();
+        let _g = self.rmw.lock(table as u64, key);
         if self.get(table, key)?.as_deref() != expected {
             return Ok(false);
         }

@@ -157,6 +157,32 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 pub type KeyValue = (Vec<u8>, Vec<u8>);
 
+/// A fixed set of locks, one picked per key by hash: serialises
+/// read-modify-write of one key without a lock per key.
+pub struct StripedLocks {
+    locks: Vec<parking_lot::Mutex<()>>,
+}
+
+impl StripedLocks {
+    pub fn new(stripes: usize) -> StripedLocks {
+        StripedLocks {
+            locks: (0..stripes.max(1))
+                .map(|_| parking_lot::Mutex::new(()))
+                .collect(),
+        }
+    }
+
+    /// Locks the stripe of `key` (FNV-1a of `seed` and the key: cheap and
+    /// spreads keys well enough).
+    pub fn lock(&self, seed: u64, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
+        let mut h: u64 = 0xcbf29ce484222325 ^ seed;
+        for b in key {
+            h = (h ^ *b as u64).wrapping_mul(0x100000001b3);
+        }
+        self.locks[(h % self.locks.len() as u64) as usize].lock()
+    }
+}
+
 /// A scan's results, in key order, produced lazily.
 pub type ScanIter<'a> = Box<dyn Iterator<Item = Result<KeyValue>> + 'a>;
 

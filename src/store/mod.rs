@@ -11,7 +11,6 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use thiserror::Error;
 
 use crate::codec::column::{ColumnError, StoredPoint};
@@ -21,7 +20,9 @@ use crate::model::point::{Timestamp, Value};
 use crate::model::uid::UidWidths;
 use crate::storage::fjall::{FjallOptions, FjallStore};
 use crate::storage::memory::MemoryStore;
-use crate::storage::{Durability, KvStore, ScanRange, StorageError, Table, WriteBatch, prefix_end};
+use crate::storage::{
+    Durability, KvStore, ScanRange, StorageError, StripedLocks, Table, WriteBatch, prefix_end,
+};
 
 pub use header::StoreHeader;
 
@@ -161,7 +162,7 @@ pub struct Store {
     retention: Arc<retention::Retention>,
     dir: Option<PathBuf>,
     /// Serialises read-modify-write of one data row (by key hash).
-    row_locks: Vec<Mutex<()>>,
+    row_locks: StripedLocks,
     _lock: Option<File>,
 }
 
@@ -170,21 +171,10 @@ impl Store {
     /// the directory is empty or missing.
     pub fn open(dir: &Path, opts: &StoreOptions) -> Result<Store> {
         fs::create_dir_all(dir)?;
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LOCK_FILE))?;
         // A lock held for a moment (a process exiting, or a child process
         // that inherited the descriptor between fork and exec) is waited
         // out briefly; a lock that stays held is a running TSD.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        while lock.try_lock().is_err() {
-            if std::time::Instant::now() >= deadline {
-                return Err(StoreError::Locked(dir.display().to_string()));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        let lock = lock_dir(dir, std::time::Duration::from_secs(2))?;
         let engine_dir = dir.join(ENGINE_DIR);
         let layout = match StoreHeader::read(dir)? {
             Some(h) => {
@@ -233,14 +223,7 @@ impl Store {
     /// the engine's journal dropped once its contents are in tables. Takes
     /// the store's lock, so it refuses while a TSD runs.
     pub fn compact_offline(dir: &Path) -> Result<u64> {
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LOCK_FILE))?;
-        if lock.try_lock().is_err() {
-            return Err(StoreError::Locked(dir.display().to_string()));
-        }
+        let _lock = lock_dir(dir, std::time::Duration::ZERO)?;
         if StoreHeader::read(dir)?.is_none() {
             return Err(StoreError::MissingHeader(dir.display().to_string()));
         }
@@ -268,7 +251,7 @@ impl Store {
             encoding: RowEncoding::default(),
             retention: Default::default(),
             dir,
-            row_locks: (0..ROW_LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            row_locks: StripedLocks::new(ROW_LOCK_STRIPES),
             _lock: lock,
         }
     }
@@ -308,14 +291,6 @@ impl Store {
         self.dir.as_deref()
     }
 
-    fn row_lock(&self, key: &[u8]) -> &Mutex<()> {
-        let mut h: u64 = 0xcbf29ce484222325;
-        for b in key {
-            h = (h ^ *b as u64).wrapping_mul(0x100000001b3);
-        }
-        &self.row_locks[(h % ROW_LOCK_STRIPES as u64) as usize]
-    }
-
     /// The cells of one data row, if it exists.
     pub fn get_row(&self, key: &[u8]) -> Result<Option<RowCells>> {
         match self.kv.get(Table::Data, key)? {
@@ -343,7 +318,7 @@ impl Store {
         durability: Durability,
         f: impl FnOnce(&mut RowCells) -> Result<bool>,
     ) -> Result<()> {
-        let _g = self.row_lock(key).lock();
+        let _g = self.row_locks.lock(0, key);
         let mut row = self.get_row(key)?.unwrap_or_default();
         if !f(&mut row)? {
             return Ok(());
@@ -384,14 +359,11 @@ impl Store {
                     // The new points go in as one more append cell after all
                     // existing cells (pushed, not put: a stored append column
                     // must not be replaced), so decoding ranks them latest.
-                    let mut merged = row.clone();
+                    // (On error nothing is written, so `row` may be changed.)
                     let (q, v) = crate::codec::column::encode_append_column(&new_points);
-                    merged.cells.push(Cell::new(q, v));
-                    let decoded = row::decode_row(&key, &merged, DuplicatePolicy::LastWriteWins)
-                        .map_err(|source| StoreError::BadRow {
-                            key: crate::model::uid::hex_upper(&key),
-                            source,
-                        })?;
+                    row.cells.push(Cell::new(q, v));
+                    let decoded = row::decode_row(&key, row, DuplicatePolicy::LastWriteWins)
+                        .map_err(|source| bad_row(&key, source))?;
                     *row = row::compact(&decoded, self.encoding);
                     Ok(true)
                 })?,
@@ -409,14 +381,11 @@ impl Store {
 
     /// Decodes a row with the store's duplicate policy.
     pub fn decode(&self, key: &[u8], cells: &RowCells) -> Result<DecodedRow> {
-        row::decode_row(key, cells, self.duplicates).map_err(|source| StoreError::BadRow {
-            key: crate::model::uid::hex_upper(key),
-            source,
-        })
+        row::decode_row(key, cells, self.duplicates).map_err(|source| bad_row(key, source))
     }
 
     pub fn delete_row(&self, key: &[u8], durability: Durability) -> Result<()> {
-        let _g = self.row_lock(key).lock();
+        let _g = self.row_locks.lock(0, key);
         let mut b = WriteBatch::new();
         b.durability = durability;
         b.delete(Table::Data, key.to_vec());
@@ -460,6 +429,31 @@ impl Store {
 
     pub fn sync(&self) -> Result<()> {
         Ok(self.kv.sync()?)
+    }
+}
+
+/// Takes the store directory's lock, retrying for up to `wait`; the lock
+/// lasts as long as the returned file is open.
+fn lock_dir(dir: &Path, wait: std::time::Duration) -> Result<File> {
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK_FILE))?;
+    let deadline = std::time::Instant::now() + wait;
+    while lock.try_lock().is_err() {
+        if std::time::Instant::now() >= deadline {
+            return Err(StoreError::Locked(dir.display().to_string()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(lock)
+}
+
+fn bad_row(key: &[u8], source: ColumnError) -> StoreError {
+    StoreError::BadRow {
+        key: crate::model::uid::hex_upper(key),
+        source,
     }
 }
 

@@ -113,10 +113,9 @@ impl SeriesSource for Store {
         end_ms: u64,
         want: &mut dyn FnMut(&Tsuid) -> bool,
     ) -> Result<Vec<SeriesData>> {
-        let start_s = start_ms / 1000;
-        let end_s = (end_ms / 1000).min(u32::MAX as u64);
-        let start_base = (start_s - start_s % 3600).min(u32::MAX as u64) as u32;
-        let end_base = (end_s - end_s % 3600) as u32;
+        let Some((start_base, end_base)) = hour_range(start_ms, end_ms) else {
+            return Ok(Vec::new());
+        };
         let mut by_series: std::collections::BTreeMap<Tsuid, Vec<Point>> = Default::default();
         for item in self.scan_metric_rows(metric, start_base, end_base) {
             let (key, cells) = item?;
