@@ -19,7 +19,7 @@ use thiserror::Error;
 
 use crate::model::uid::{java_byte_array, parse_hex};
 use crate::model::{InvalidName, NameRules, Uid, UidKind, UidWidth};
-use crate::storage::{Durability, KvStore, ScanRange, StorageError, Table, WriteBatch};
+use crate::storage::{KvStore, ScanRange, StorageError, Table, WriteBatch};
 use crate::store::Store;
 
 #[derive(Debug, Error)]
@@ -445,39 +445,43 @@ impl UidTable {
     /// Names of `kind` starting with `prefix`, in byte order, at most `max`
     /// (`/api/suggest`: a prefix scan over the forward rows).
     pub fn suggest(&self, kind: UidKind, prefix: &str, max: usize) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        for (name, _) in self.scan_forward(kind, prefix.as_bytes())? {
-            if out.len() >= max {
-                break;
-            }
-            out.push(name);
-        }
-        Ok(out)
+        // Stops scanning at `max`: an empty prefix must not read every name.
+        self.forward(kind, prefix.as_bytes())
+            .take(max)
+            .map(|r| r.map(|(name, _)| name))
+            .collect()
     }
 
     /// Every (name, UID) of `kind` whose name starts with `prefix`, in name
     /// byte order.
     pub fn scan_forward(&self, kind: UidKind, prefix: &[u8]) -> Result<Vec<(String, Uid)>> {
+        self.forward(kind, prefix).collect()
+    }
+
+    /// The forward mappings of `kind` under `prefix`, read lazily.
+    fn forward<'a>(
+        &'a self,
+        kind: UidKind,
+        prefix: &[u8],
+    ) -> impl Iterator<Item = Result<(String, Uid)>> + 'a {
         let width = self.width(kind);
-        let mut out = Vec::new();
-        for item in self.kv.scan(Table::Uid, &ScanRange::prefix(prefix)) {
-            let (key, value) = item?;
-            let Some((row, family, qualifier)) = keys::split_cell_key(&key) else {
-                continue;
-            };
-            if family != keys::FAMILY_ID
-                || qualifier != kind.qualifier().as_bytes()
-                || row == keys::MAXID_ROW
-            {
-                continue;
-            }
-            let (Ok(name), Ok(uid)) = (std::str::from_utf8(row), Uid::from_bytes(&value, width))
-            else {
-                continue;
-            };
-            out.push((name.to_string(), uid));
-        }
-        Ok(out)
+        self.kv
+            .scan(Table::Uid, &ScanRange::prefix(prefix))
+            .filter_map(move |item| {
+                let (key, value) = match item {
+                    Ok(kv) => kv,
+                    Err(e) => return Some(Err(e.into())),
+                };
+                let (row, family, qualifier) = keys::split_cell_key(&key)?;
+                if family != keys::FAMILY_ID
+                    || qualifier != kind.qualifier().as_bytes()
+                    || row == keys::MAXID_ROW
+                {
+                    return None;
+                }
+                let name = std::str::from_utf8(row).ok()?.to_string();
+                Some(Ok((name, Uid::from_bytes(&value, width).ok()?)))
+            })
     }
 
     /// Every reverse mapping of `kind`: (UID, name). For fsck.
@@ -499,15 +503,6 @@ impl UidTable {
         Ok(out)
     }
 
-    /// Parses a UID typed by a user (hex, decimal or Java bytes) for `kind`.
-    pub fn parse_uid(
-        &self,
-        kind: UidKind,
-        s: &str,
-    ) -> std::result::Result<Uid, crate::model::UidError> {
-        Uid::parse(s, self.width(kind))
-    }
-
     /// Raw bytes of a hex TSUID component, checked against `kind`'s width.
     pub fn parse_hex_uid(&self, kind: UidKind, s: &str) -> Option<Uid> {
         Uid::from_bytes(&parse_hex(s)?, self.width(kind)).ok()
@@ -516,11 +511,6 @@ impl UidTable {
     /// Writes pending UID changes to stable storage.
     pub fn sync(&self) -> Result<()> {
         Ok(self.kv.sync()?)
-    }
-
-    #[doc(hidden)]
-    pub fn durability(&self) -> Durability {
-        Durability::Process
     }
 }
 
