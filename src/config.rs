@@ -237,24 +237,25 @@ impl Config {
 
     /// Store settings: layout keys count only when set explicitly, so a
     /// store created with other widths opens without repeating them.
+    /// A number only if the key was set (file or flag), not defaulted.
+    fn explicit_int<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>, ConfigError>
+    where
+        T::Err: std::fmt::Display,
+    {
+        if self.is_set(key) {
+            self.get_int(key)
+        } else {
+            Ok(None)
+        }
+    }
+
     pub fn store_options(&self) -> Result<StoreOptions, ConfigError> {
-        let explicit_u8 = |k: &str| -> Result<Option<u8>, ConfigError> {
-            if self.is_set(k) {
-                self.get_int(k)
-            } else {
-                Ok(None)
-            }
-        };
         Ok(StoreOptions {
-            metric_width: explicit_u8("tsd.storage.uid.width.metric")?,
-            tagk_width: explicit_u8("tsd.storage.uid.width.tagk")?,
-            tagv_width: explicit_u8("tsd.storage.uid.width.tagv")?,
-            salt_width: explicit_u8("tsd.storage.salt.width")?,
-            salt_buckets: if self.is_set("tsd.storage.salt.buckets") {
-                self.get_int("tsd.storage.salt.buckets")?
-            } else {
-                None
-            },
+            metric_width: self.explicit_int("tsd.storage.uid.width.metric")?,
+            tagk_width: self.explicit_int("tsd.storage.uid.width.tagk")?,
+            tagv_width: self.explicit_int("tsd.storage.uid.width.tagv")?,
+            salt_width: self.explicit_int("tsd.storage.salt.width")?,
+            salt_buckets: self.explicit_int("tsd.storage.salt.buckets")?,
             // rtsdb resolves duplicates last-write-wins unless the user
             // asks for OpenTSDB's strict behaviour explicitly.
             duplicates: if self.get_bool("tsd.storage.fix_duplicates") {
