@@ -63,7 +63,7 @@ impl<'a> QueryContext<'a> {
         }
     }
 
-    fn widths(&self) -> UidWidths {
+    pub(super) fn widths(&self) -> UidWidths {
         UidWidths {
             metric: self.uids.width(UidKind::Metric),
             tagk: self.uids.width(UidKind::TagKey),
@@ -84,6 +84,19 @@ struct SubStats {
     output_points: u64,
     storage_ms: f64,
     aggregation_ms: f64,
+}
+
+impl SubStats {
+    fn add(&mut self, o: &SubStats) {
+        self.series += o.series;
+        self.raw_points += o.raw_points;
+        self.rows += o.rows;
+        self.bytes += o.bytes;
+        self.unresolved += o.unresolved;
+        self.output_points += o.output_points;
+        self.storage_ms += o.storage_ms;
+        self.aggregation_ms += o.aggregation_ms;
+    }
 }
 
 /// Runs a query: validation, then every sub-query in order.
@@ -139,14 +152,7 @@ pub fn execute(ctx: &QueryContext, q: &TsQuery) -> Result<QueryResponse, QueryEr
                 "processingTime": (budget.elapsed() - t0).as_secs_f64() * 1000.0,
             }),
         );
-        totals.series += stats.series;
-        totals.raw_points += stats.raw_points;
-        totals.rows += stats.rows;
-        totals.bytes += stats.bytes;
-        totals.unresolved += stats.unresolved;
-        totals.output_points += stats.output_points;
-        totals.storage_ms += stats.storage_ms;
-        totals.aggregation_ms += stats.aggregation_ms;
+        totals.add(&stats);
         results.extend(res);
     }
     let summary = (q.show_summary || q.show_stats).then(|| {
@@ -205,16 +211,11 @@ fn scan_range(q: &ValidQuery, sub: &ValidSubQuery) -> (u64, u64) {
     (start * 1000, end * 1000 - 1)
 }
 
-/// A series whose tag UIDs all still resolve to names.
-struct Resolved {
-    tsuid: Tsuid,
-}
-
 /// Which tag UIDs still have names, remembered for one query: series share
 /// most of their tag values, so each distinct UID is looked up once.
 #[derive(Default)]
 struct NameCheck {
-    known: std::collections::HashMap<(UidKind, Uid), bool>,
+    known: HashMap<(UidKind, Uid), bool>,
 }
 
 impl NameCheck {
@@ -259,9 +260,7 @@ impl Pipeline<'_> {
             (Some(d), None) => d.push(ts, v, &mut self.out),
             (Some(d), Some(r)) => {
                 d.push(ts, v, &mut self.stage);
-                for (t, v) in self.stage.drain(..) {
-                    r.push(t, v, &mut self.out);
-                }
+                Self::rate_stage(r, &mut self.stage, &mut self.out);
             }
         }
     }
@@ -272,11 +271,16 @@ impl Pipeline<'_> {
                 None => d.finish(&mut self.out),
                 Some(r) => {
                     d.finish(&mut self.stage);
-                    for (t, v) in self.stage.drain(..) {
-                        r.push(t, v, &mut self.out);
-                    }
+                    Self::rate_stage(r, &mut self.stage, &mut self.out);
                 }
             }
+        }
+    }
+
+    /// Feeds the downsampled points waiting in `stage` to the rate.
+    fn rate_stage(r: &mut Rate, stage: &mut Vec<(i64, Value)>, out: &mut Vec<(i64, Value)>) {
+        for (t, v) in stage.drain(..) {
+            r.push(t, v, out);
         }
     }
 }
@@ -295,11 +299,11 @@ fn run_sub(
         select_metric(ctx, sub)?
     };
     // Drop series whose tag UIDs were deleted (OpenTSDB fails the query).
-    let mut series: Vec<Resolved> = Vec::with_capacity(candidates.len());
+    let mut series: Vec<Tsuid> = Vec::with_capacity(candidates.len());
     let mut check = NameCheck::default();
     for tsuid in candidates {
         if check.resolves(ctx, &tsuid)? {
-            series.push(Resolved { tsuid });
+            series.push(tsuid);
         } else {
             stats.unresolved += 1;
         }
@@ -309,7 +313,7 @@ fn run_sub(
     for (i, s) in series.iter().enumerate() {
         let mut key = Vec::with_capacity(group_keys.len());
         for gk in &group_keys {
-            match s.tsuid.tags.iter().find(|(k, _)| k == gk) {
+            match s.tags.iter().find(|(k, _)| k == gk) {
                 Some(&(_, v)) => key.push(v),
                 None => break,
             }
@@ -317,7 +321,7 @@ fn run_sub(
         if key.len() != group_keys.len() {
             continue;
         }
-        let per_series = sub.aggregator.is_none().then(|| s.tsuid.clone());
+        let per_series = sub.aggregator.is_none().then(|| s.clone());
         groups.entry((key, per_series)).or_default().push(i);
     }
     // Read every grouped series' rows through its pipeline.
@@ -326,7 +330,7 @@ fn run_sub(
         v.sort_unstable();
         v
     };
-    let tsuids: Vec<Tsuid> = grouped.iter().map(|&i| series[i].tsuid.clone()).collect();
+    let tsuids: Vec<Tsuid> = grouped.iter().map(|&i| series[i].clone()).collect();
     stats.series = tsuids.len() as u64;
     let (scan_start, scan_end) = scan_range(q, sub);
     // `padding` wants the nearest point on either side of the range: read
@@ -433,6 +437,13 @@ fn run_sub(
         .is_some_and(|d| d.fill == FillPolicy::Null);
     let query_json = q.original.show_query.then(|| show_query(sub));
     let mut scratch = Scratch::default();
+    // With `padding` the whole scanned range is aggregated, then cut
+    // down to the range plus the nearest point on either side.
+    let (from, to) = if q.original.padding {
+        (read_start as i64, read_end as i64)
+    } else {
+        (q.start_ms, q.end_ms)
+    };
     let mut results = Vec::with_capacity(groups.len());
     for members in groups.values() {
         let present: Vec<usize> = members
@@ -444,13 +455,6 @@ fn run_sub(
             continue;
         }
         let mut dps = Vec::new();
-        // With `padding` the whole scanned range is aggregated, then cut
-        // down to the range plus the nearest point on either side.
-        let (from, to) = if q.original.padding {
-            (read_start as i64, read_end as i64)
-        } else {
-            (q.start_ms, q.end_ms)
-        };
         if sub.aggregator.is_none() {
             let out = &pipes[slot[&present[0]]].out;
             dps.extend(out.iter().copied().filter(|p| p.0 >= from && p.0 <= to));
@@ -484,10 +488,7 @@ fn run_sub(
         }
         let mut hex: Vec<String> = Vec::new();
         if q.original.show_tsuids {
-            hex = present
-                .iter()
-                .map(|&i| series[i].tsuid.to_hex(&widths))
-                .collect();
+            hex = present.iter().map(|&i| series[i].to_hex(&widths)).collect();
             hex.sort();
         }
         results.push(QueryResult {
@@ -697,12 +698,12 @@ fn select_metric(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selection, Q
 /// resolves only the keys and values that end up in the output.
 fn compute_tags<'a>(
     ctx: &QueryContext,
-    series: impl Iterator<Item = &'a Resolved>,
+    series: impl Iterator<Item = &'a Tsuid>,
 ) -> Result<(BTreeMap<String, String>, Vec<String>), QueryError> {
     // Few distinct keys per group: a small vector beats a map.
     let mut seen: Vec<(Uid, Option<Uid>)> = Vec::new();
     for s in series {
-        for &(k, v) in &s.tsuid.tags {
+        for &(k, v) in &s.tags {
             match seen.iter_mut().find(|(sk, _)| *sk == k) {
                 Some((_, cur)) => {
                     if cur.is_some_and(|c| c != v) {

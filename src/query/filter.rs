@@ -269,10 +269,7 @@ impl TagFilter {
     /// (`None` if the series lacks the key: only the `not_*` types pass).
     pub fn matches(&self, value: Option<&str>) -> bool {
         let Some(v) = value else {
-            return matches!(
-                self.kind,
-                FilterType::NotLiteralOr | FilterType::NotILiteralOr
-            );
+            return !self.is_positive();
         };
         let lowered;
         let v = if self.kind.case_insensitive() {
@@ -282,13 +279,7 @@ impl TagFilter {
             v
         };
         match &self.matcher {
-            Matcher::Literals(l) => {
-                let found = l.iter().any(|x| x == v);
-                match self.kind {
-                    FilterType::NotLiteralOr | FilterType::NotILiteralOr => !found,
-                    _ => found,
-                }
-            }
+            Matcher::Literals(l) => l.iter().any(|x| x == v) == self.is_positive(),
             Matcher::Any => true,
             Matcher::Wildcard {
                 components,

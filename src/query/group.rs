@@ -268,31 +268,21 @@ mod tests {
                 (60, 20)
             ])
         );
-        // ZIM: zero inside a series' range, absent outside it.
-        assert_eq!(
-            run("zimsum", &[a.clone(), b.clone()]),
-            ints(&[
-                (0, 10),
-                (10, 5),
-                (20, 20),
-                (30, 15),
-                (40, 10),
-                (50, 5),
-                (60, 20)
-            ])
-        );
-        assert_eq!(
-            run("mimmin", &[a.clone(), b.clone()]),
-            ints(&[
-                (0, 10),
-                (10, 5),
-                (20, 20),
-                (30, 15),
-                (40, 10),
-                (50, 5),
-                (60, 20)
-            ])
-        );
+        // ZIM: zero inside a series' range, absent outside it. The series
+        // never share a timestamp, so zimsum and mimmin both return the one
+        // real point at each.
+        let alone = ints(&[
+            (0, 10),
+            (10, 5),
+            (20, 20),
+            (30, 15),
+            (40, 10),
+            (50, 5),
+            (60, 20),
+        ]);
+        for name in ["zimsum", "mimmin"] {
+            assert_eq!(run(name, &[a.clone(), b.clone()]), alone, "{name}");
+        }
         assert_eq!(
             run("pfsum", &[a, b]),
             ints(&[

@@ -101,11 +101,7 @@ pub struct LastPoint {
 /// Finds the newest point of every requested series and renders the
 /// response array (timestamps in ms, values as strings).
 pub fn execute_last(ctx: &QueryContext, q: &LastQuery) -> Result<serde_json::Value, QueryError> {
-    let widths = UidWidths {
-        metric: ctx.uids.width(UidKind::Metric),
-        tagk: ctx.uids.width(UidKind::TagKey),
-        tagv: ctx.uids.width(UidKind::TagValue),
-    };
+    let widths = ctx.widths();
     let mut out = Vec::new();
     for sub in &q.queries {
         for tsuid in series_for(ctx, sub, widths, q.back_scan > 0)? {
