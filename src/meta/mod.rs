@@ -132,21 +132,6 @@ impl TsMetaFields {
             min: f64::NAN,
         }
     }
-
-    /// Field equality with NaN equal to NaN (for "nothing changed").
-    pub fn same_as(&self, o: &TsMetaFields) -> bool {
-        let f = |a: f64, b: f64| (a.is_nan() && b.is_nan()) || a == b;
-        self.display_name == o.display_name
-            && self.description == o.description
-            && self.notes == o.notes
-            && self.created == o.created
-            && self.custom == o.custom
-            && self.units == o.units
-            && self.data_type == o.data_type
-            && self.retention == o.retention
-            && f(self.max, o.max)
-            && f(self.min, o.min)
-    }
 }
 
 /// TSMeta as the HTTP API serializes it.
@@ -199,12 +184,13 @@ pub fn read_uid_meta(
     uid: Uid,
 ) -> Result<Option<UidMetaFields>> {
     let bytes = uid.to_bytes(uids.width(kind));
-    match kv.get(Table::Uid, &uid_meta(kind, &bytes))? {
-        None => Ok(None),
-        Some(v) => serde_json::from_slice(&v)
-            .map(Some)
-            .map_err(|e| MetaError::Corrupt(e.to_string())),
-    }
+    decode(kv.get(Table::Uid, &uid_meta(kind, &bytes))?)
+}
+
+/// A stored JSON meta cell, if there is one.
+fn decode<T: serde::de::DeserializeOwned>(cell: Option<Vec<u8>>) -> Result<Option<T>> {
+    cell.map(|v| serde_json::from_slice(&v).map_err(|e| MetaError::Corrupt(e.to_string())))
+        .transpose()
 }
 
 /// The UIDMeta of an existing UID: its stored fields, or the default
@@ -267,12 +253,7 @@ fn read_u64(kv: &dyn KvStore, key: &[u8]) -> Result<u64> {
 
 /// The stored TSMeta fields of a series, if any.
 pub fn read_ts_fields(kv: &dyn KvStore, tsuid: &[u8]) -> Result<Option<TsMetaFields>> {
-    match kv.get(Table::Meta, &meta_key(tsuid, TS_META))? {
-        None => Ok(None),
-        Some(v) => serde_json::from_slice(&v)
-            .map(Some)
-            .map_err(|e| MetaError::Corrupt(e.to_string())),
-    }
+    decode(kv.get(Table::Meta, &meta_key(tsuid, TS_META))?)
 }
 
 pub fn write_ts_fields(kv: &dyn KvStore, tsuid: &[u8], f: &TsMetaFields) -> Result<()> {

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::model::UidKind;
+use crate::write::PointError;
 
 use super::TsdState;
 
@@ -27,6 +28,18 @@ pub struct ServerStats {
 
 pub fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl ServerStats {
+    /// Counts a refused point (telnet or HTTP) by its kind of error.
+    pub fn count_error(&self, e: &PointError) {
+        inc(match e {
+            PointError::IllegalArgument(_) => &self.illegal_arguments,
+            PointError::InvalidValue(_) => &self.invalid_values,
+            PointError::UnknownName(_) => &self.unknown_metrics,
+            PointError::Storage(_) => &self.storage_errors,
+        });
+    }
 }
 
 /// One figure: `tsd.<name> <ts> <value> [<tag>] host=<host>`.

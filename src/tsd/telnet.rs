@@ -88,13 +88,7 @@ struct Conn<'s> {
 
 impl Conn<'_> {
     fn error_line(&mut self, e: &PointError) {
-        let s = &self.state.stats;
-        match e {
-            PointError::IllegalArgument(_) => inc(&s.illegal_arguments),
-            PointError::InvalidValue(_) => inc(&s.invalid_values),
-            PointError::UnknownName(_) => inc(&s.unknown_metrics),
-            PointError::Storage(_) => inc(&s.storage_errors),
-        }
+        self.state.stats.count_error(e);
         if matches!(e, PointError::Storage(_)) && !self.state.config.return_errors {
             return;
         }

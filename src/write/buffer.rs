@@ -377,20 +377,9 @@ pub fn now_s() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::UidWidth;
 
     fn series(id: u32) -> Arc<Series> {
-        let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
-        Arc::new(Series {
-            id,
-            tsuid: Tsuid::new(u(1), vec![(u(1), u(id as u64))]).unwrap(),
-            metric: "m".into(),
-            tags: vec![("host".into(), format!("h{id}").into())].into_boxed_slice(),
-            wal_segment: AtomicU64::new(0),
-            indexed_hour: AtomicU64::new(0),
-            unsaved_points: AtomicU64::new(0),
-            last_received: AtomicU64::new(0),
-        })
+        Series::for_test(id, "m")
     }
 
     fn policy() -> SealPolicy {

@@ -343,16 +343,7 @@ impl SeriesCache {
                     }
                 }
             };
-            let s = Arc::new(Series {
-                id,
-                tsuid,
-                metric: metric.into(),
-                tags: sorted.into_boxed_slice(),
-                wal_segment: AtomicU64::new(0),
-                indexed_hour: AtomicU64::new(0),
-                unsaved_points: AtomicU64::new(0),
-                last_received: AtomicU64::new(0),
-            });
+            let s = Arc::new(Series::new(id, tsuid, metric, sorted));
             map.insert(key.into(), s.clone());
             (s, is_new)
         };
@@ -367,6 +358,32 @@ impl SeriesCache {
 }
 
 impl Series {
+    /// A series with nothing logged, indexed or counted yet; `tags` sorted
+    /// by key name.
+    fn new(id: u32, tsuid: Tsuid, metric: &str, tags: Vec<(Box<str>, Box<str>)>) -> Series {
+        Series {
+            id,
+            tsuid,
+            metric: metric.into(),
+            tags: tags.into_boxed_slice(),
+            wal_segment: AtomicU64::new(0),
+            indexed_hour: AtomicU64::new(0),
+            unsaved_points: AtomicU64::new(0),
+            last_received: AtomicU64::new(0),
+        }
+    }
+
+    /// Series `id` of `metric` with the one tag `host=h<id>` (tests of the
+    /// buffer and the WAL).
+    #[cfg(test)]
+    pub(crate) fn for_test(id: u32, metric: &str) -> Arc<Series> {
+        use crate::model::{Uid, UidWidth};
+        let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
+        let tsuid = Tsuid::new(u(1), vec![(u(1), u(id as u64))]).unwrap();
+        let tags = vec![("host".into(), format!("h{id}").into())];
+        Arc::new(Series::new(id, tsuid, metric, tags))
+    }
+
     /// `metric{k=v,...}` for logs.
     pub fn describe(&self) -> String {
         let mut s = self.metric.to_string();

@@ -309,11 +309,6 @@ impl Wal {
         *self.shared.durable.borrow()
     }
 
-    /// The segment appends currently go to.
-    pub fn current_segment(&self) -> u64 {
-        self.shared.state.lock().segment
-    }
-
     /// Segments below this number are complete files.
     pub fn closed_below(&self) -> u64 {
         self.shared.closed_below.load(Ordering::Acquire)
@@ -597,21 +592,9 @@ pub fn read_segment(path: &Path) -> std::io::Result<SegmentContents> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::row_key::Tsuid;
-    use crate::model::{Uid, UidWidth};
 
     fn series(id: u32) -> Arc<Series> {
-        let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
-        Arc::new(Series {
-            id,
-            tsuid: Tsuid::new(u(1), vec![(u(1), u(id as u64))]).unwrap(),
-            metric: "sys.cpu".into(),
-            tags: vec![("host".into(), format!("h{id}").into())].into_boxed_slice(),
-            wal_segment: AtomicU64::new(0),
-            indexed_hour: AtomicU64::new(0),
-            unsaved_points: AtomicU64::new(0),
-            last_received: AtomicU64::new(0),
-        })
+        Series::for_test(id, "sys.cpu")
     }
 
     #[tokio::test]

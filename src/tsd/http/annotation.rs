@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use hyper::Method;
 
-use super::{Query, Reply, method_not_allowed};
+use super::{Query, Reply, json_text, method_not_allowed};
 use crate::codec::row_key::Tsuid;
 use crate::model::annotation::{self, Annotation, AnnotationError, Changes};
 use crate::model::time::parse_datetime;
@@ -231,14 +231,6 @@ struct BulkDelete {
     end_time: Option<String>,
     tsuids: Option<Vec<String>>,
     global: bool,
-}
-
-fn json_text(v: &serde_json::Value) -> Option<String> {
-    match v {
-        serde_json::Value::Null => None,
-        serde_json::Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
-    }
 }
 
 fn parse_bulk_delete(q: &Query, body: Option<&[u8]>) -> Result<BulkDelete, Reply> {

@@ -362,6 +362,16 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
         .map_err(|e| Reply::error(400, "Unable to parse the given JSON", &e.to_string()))
 }
 
+/// A JSON value as the string OpenTSDB's map parsing would give
+/// (`null`: none; other non-strings: their JSON text).
+fn json_text(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
 /// hyper's entry point for one request.
 pub async fn serve_request(
     state: Arc<TsdState>,

@@ -10,7 +10,6 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::write::series::PointError;
 use crate::write::{PendingPoint, parse_value};
 
 use super::super::TsdState;
@@ -163,19 +162,20 @@ impl JsonPoint<'_> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct BadBody(pub String);
 
-/// The `value` text as Jackson would coerce it into a `String`.
-fn value_text(raw: Option<&RawValue>) -> Result<Option<String>, BadBody> {
+/// The `value` text as Jackson would coerce it into a `String`; a bare
+/// number is borrowed from the body, not copied.
+fn value_text(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, BadBody> {
     let Some(raw) = raw else { return Ok(None) };
     let t = raw.get().trim();
     match t.as_bytes().first() {
         Some(b'"') => serde_json::from_str::<String>(t)
-            .map(Some)
+            .map(|s| Some(Cow::Owned(s)))
             .map_err(|e| BadBody(e.to_string())),
         Some(b'{') | Some(b'[') => Err(BadBody(
             "Cannot deserialize value of type `java.lang.String` from an object or array (field \"value\")".into(),
         )),
         _ if t == "null" => Ok(None),
-        _ => Ok(Some(t.to_string())),
+        _ => Ok(Some(Cow::Borrowed(t))),
     }
 }
 
@@ -365,15 +365,7 @@ pub fn check_points(
         match r {
             Ok(pp) => good.push(pp),
             Err(e) => {
-                let s = &state.stats;
-                match e {
-                    PointError::IllegalArgument(_) => {
-                        super::super::stats::inc(&s.illegal_arguments)
-                    }
-                    PointError::InvalidValue(_) => super::super::stats::inc(&s.invalid_values),
-                    PointError::UnknownName(_) => super::super::stats::inc(&s.unknown_metrics),
-                    PointError::Storage(_) => super::super::stats::inc(&s.storage_errors),
-                }
+                state.stats.count_error(&e);
                 fail(e.http_message(), outcome)
             }
         }

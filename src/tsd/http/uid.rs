@@ -4,7 +4,7 @@
 use hyper::Method;
 use serde_json::{Map, Value};
 
-use super::{Query, Reply, method_not_allowed, parse_json};
+use super::{Query, Reply, json_text, method_not_allowed, parse_json};
 use crate::codec::row_key::Tsuid;
 use crate::index::lookup::{LookupQuery, lookup};
 use crate::meta::{self, MetaError, TsMetaFields, UidMetaFields};
@@ -60,15 +60,6 @@ fn body_object(body: &[u8]) -> Result<Map<String, Value>, Reply> {
     }
 }
 
-/// A JSON value as the string OpenTSDB's map parsing would give.
-fn as_text(v: &Value) -> Option<String> {
-    match v {
-        Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
-    }
-}
-
 const KINDS: [(&str, UidKind); 3] = [
     ("metric", UidKind::Metric),
     ("tagk", UidKind::TagKey),
@@ -83,9 +74,9 @@ fn assign(state: &TsdState, q: &Query, body: Option<&[u8]>) -> Answer {
             match obj.get(key) {
                 None | Some(Value::Null) => {}
                 Some(Value::Array(items)) => {
-                    wanted.push((key, kind, items.iter().filter_map(as_text).collect()))
+                    wanted.push((key, kind, items.iter().filter_map(json_text).collect()))
                 }
-                Some(v) => wanted.push((key, kind, as_text(v).into_iter().collect())),
+                Some(v) => wanted.push((key, kind, json_text(v).into_iter().collect())),
             }
         }
     } else {
@@ -155,7 +146,7 @@ fn assign(state: &TsdState, q: &Query, body: Option<&[u8]>) -> Answer {
 
 fn rename(state: &TsdState, q: &Query, body: Option<&[u8]>) -> Answer {
     let get = |obj: &Option<Map<String, Value>>, k: &str| match obj {
-        Some(o) => o.get(k).and_then(as_text),
+        Some(o) => o.get(k).and_then(json_text),
         None => q.get(k).map(String::from),
     };
     let obj = body.map(body_object).transpose()?;
@@ -214,7 +205,7 @@ fn custom_of(v: &Value) -> Result<meta::Custom, Reply> {
         Value::Null => Ok(None),
         Value::Object(o) => Ok(Some(
             o.iter()
-                .map(|(k, v)| (k.clone(), as_text(v).unwrap_or_default()))
+                .map(|(k, v)| (k.clone(), json_text(v).unwrap_or_default()))
                 .collect(),
         )),
         _ => Err(bad("Unable to parse the given JSON")),
@@ -264,7 +255,7 @@ impl Edit {
 
 /// A string field counts as set when it is not empty.
 fn set_text(v: &Value) -> Option<String> {
-    as_text(v).filter(|s| !s.is_empty())
+    json_text(v).filter(|s| !s.is_empty())
 }
 
 /// `from_body`: a value that is no number fails Jackson's mapping of the
@@ -322,7 +313,7 @@ fn uidmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) ->
         fields(q, body)?
     };
     let required = |k: &str| -> Result<String, Reply> {
-        let v = f.get(k).and_then(as_text).filter(|s| !s.is_empty());
+        let v = f.get(k).and_then(json_text).filter(|s| !s.is_empty());
         match (v, from_qs) {
             (Some(v), _) => Ok(v),
             (None, true) => Err(bad(&format!("Missing parameter <code>{k}</code>"))),
@@ -382,7 +373,7 @@ fn uidmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) ->
                 return Ok(Reply::empty(304));
             }
             // The UID must exist before its meta is written.
-            meta::uid_meta_of(kv, uids, kind, uid).map_err(meta_error)?;
+            uids.get_name(kind, uid).map_err(|e| meta_error(e.into()))?;
             let stored = meta::read_uid_meta(kv, uids, kind, uid)
                 .map_err(internal)?
                 .unwrap_or_default();
@@ -394,19 +385,10 @@ fn uidmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) ->
             } else {
                 stored
             };
-            if let Some(v) = edit.display_name {
-                next.display_name = v;
-            }
-            if let Some(v) = edit.description {
-                next.description = v;
-            }
-            if let Some(v) = edit.notes {
-                next.notes = v;
-            }
-            if let Some(v) = edit.custom {
-                next.custom = v;
-            }
-            next.kind = kind.type_name().into();
+            set(&mut next.display_name, edit.display_name);
+            set(&mut next.description, edit.description);
+            set(&mut next.notes, edit.notes);
+            set(&mut next.custom, edit.custom);
             meta::write_uid_meta(kv, uids, kind, uid, &next).map_err(internal)?;
             let now = meta::uid_meta_of(kv, uids, kind, uid).map_err(meta_error)?;
             Ok(Reply::json(200, serde_json::to_string(&now).expect("json")))
@@ -451,34 +433,23 @@ fn merged_ts(stored: &TsMetaFields, edit: Edit, put: bool) -> TsMetaFields {
     } else {
         stored.clone()
     };
-    if let Some(v) = edit.display_name {
-        next.display_name = v;
-    }
-    if let Some(v) = edit.description {
-        next.description = v;
-    }
-    if let Some(v) = edit.notes {
-        next.notes = v;
-    }
-    if let Some(v) = edit.custom {
-        next.custom = v;
-    }
-    if let Some(v) = edit.units {
-        next.units = v;
-    }
-    if let Some(v) = edit.data_type {
-        next.data_type = v;
-    }
-    if let Some(v) = edit.retention {
-        next.retention = v;
-    }
-    if let Some(v) = edit.max {
-        next.max = v;
-    }
-    if let Some(v) = edit.min {
-        next.min = v;
-    }
+    set(&mut next.display_name, edit.display_name);
+    set(&mut next.description, edit.description);
+    set(&mut next.notes, edit.notes);
+    set(&mut next.custom, edit.custom);
+    set(&mut next.units, edit.units);
+    set(&mut next.data_type, edit.data_type);
+    set(&mut next.retention, edit.retention);
+    set(&mut next.max, edit.max);
+    set(&mut next.min, edit.min);
     next
+}
+
+/// A field the request changed replaces the stored one.
+fn set<T>(field: &mut T, edit: Option<T>) {
+    if let Some(v) = edit {
+        *field = v;
+    }
 }
 
 fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> Answer {
@@ -522,7 +493,7 @@ fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> 
         return Ok(Reply::json(200, serde_json::to_string(&out).expect("json")));
     }
     let f = fields(q, body)?;
-    let given = f.get("tsuid").and_then(as_text).filter(|t| !t.is_empty());
+    let given = f.get("tsuid").and_then(json_text).filter(|t| !t.is_empty());
     if method == Method::DELETE {
         // `TSMeta.delete` without a TSUID: "Missing UID", wrapped.
         let Some(t) = given else {
