@@ -11,7 +11,7 @@ mod search;
 mod suggest;
 mod uid;
 
-use crate::query::request::url_decode;
+use crate::query::request::query_pairs;
 use std::convert::Infallible;
 use std::io::Read;
 use std::sync::Arc;
@@ -126,16 +126,7 @@ pub struct Query(Vec<(String, String)>);
 
 impl Query {
     pub fn parse(q: Option<&str>) -> Query {
-        Query(
-            q.unwrap_or("")
-                .split('&')
-                .filter(|p| !p.is_empty())
-                .map(|p| match p.split_once('=') {
-                    Some((k, v)) => (url_decode(k), url_decode(v)),
-                    None => (url_decode(p), String::new()),
-                })
-                .collect(),
-        )
+        Query(query_pairs(q.unwrap_or("")))
     }
 
     /// OpenTSDB's "present" flags: any value, even `false`, is true.
