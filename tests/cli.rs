@@ -1,35 +1,16 @@
 //! The `tsdb` binary as users run it: uid, mkmetric and scan output must be
 //! OpenTSDB's, byte for byte.
 
+mod common;
+
+use common::tsdb;
 use std::path::Path;
-use std::process::Command;
 
 use rtsdb::codec::row_key::Tsuid;
 use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
 use rtsdb::storage::Durability;
 use rtsdb::store::{Store, StoreOptions};
 use rtsdb::uid::{AutoCreate, UidTable};
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn tsdb(dir: &Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
 
 #[test]
 fn uid_commands_print_opentsdb_lines() {

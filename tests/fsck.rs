@@ -1,8 +1,9 @@
 //! `tsdb fsck` and `tsdb uid fsck` find injected faults, fix them, and
 //! report a clean store as clean.
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
 use rtsdb::codec::row::Cell;
 use rtsdb::codec::row_key::Tsuid;
@@ -11,16 +12,10 @@ use rtsdb::storage::{Durability, Table, WriteBatch};
 use rtsdb::store::{Store, StoreOptions};
 use rtsdb::uid::{AutoCreate, UidTable, keys};
 
+/// Exit code, and stdout followed by stderr.
 fn tsdb(dir: &Path, args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap() + &String::from_utf8(out.stderr).unwrap();
-    (out.status.code().unwrap_or(-1), text)
+    let r = common::tsdb(dir, args);
+    (r.code, r.stdout + &r.stderr)
 }
 
 const BASE: u32 = 1_356_998_400;

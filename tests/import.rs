@@ -1,30 +1,11 @@
 //! `tsdb import` as users run it: round trip with `scan --import`, bad
 //! lines, gzip, out-of-order timestamps, several files, a held store.
 
+mod common;
+
+use common::tsdb;
 use std::io::Write as _;
 use std::path::Path;
-use std::process::Command;
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn tsdb(dir: &Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
 
 fn scan_import(dir: &Path) -> String {
     scan_metrics(dir, &["sys.a", "sys.b"])

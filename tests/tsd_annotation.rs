@@ -8,21 +8,6 @@ use common::*;
 const TSUID: &str = "000001000001000001";
 const T: u64 = 1356998400;
 
-fn req(s: &TestServer, method: &str, path: &str, body: &str) -> (u16, String) {
-    let r = http(
-        s.addr,
-        method,
-        path,
-        &[("Content-Type", "application/json")],
-        body.as_bytes(),
-    );
-    (r.status, r.text())
-}
-
-fn err(code: u16, message: &str) -> String {
-    format!("{{\"error\":{{\"code\":{code},\"message\":\"{message}\"}}}}")
-}
-
 #[test]
 fn single_annotation_create_read_merge_replace_delete() {
     let s = TestServer::start(&[]);

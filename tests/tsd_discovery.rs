@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{TestServer, http, post_put};
+use common::{TestServer, err, http, json_http, post_put};
 use serde_json::{Value, json};
 
 fn get(srv: &TestServer, path: &str) -> common::HttpResponse {
@@ -11,13 +11,7 @@ fn get(srv: &TestServer, path: &str) -> common::HttpResponse {
 }
 
 fn post(srv: &TestServer, path: &str, body: &str) -> common::HttpResponse {
-    http(
-        srv.addr,
-        "POST",
-        path,
-        &[("Content-Type", "application/json")],
-        body.as_bytes(),
-    )
+    json_http(srv.addr, "POST", path, body)
 }
 
 /// A server with sys.cpu.user on web01/web02 (dc=lga), sys.cpu.sys on
@@ -37,10 +31,6 @@ fn seeded() -> TestServer {
         .assign(rtsdb::model::UidKind::Metric, "sys.disk")
         .unwrap();
     srv
-}
-
-fn err(code: u16, message: &str) -> String {
-    json!({"error":{"code":code,"message":message}}).to_string()
 }
 
 #[test]

@@ -4,23 +4,11 @@
 
 mod common;
 
-use common::{TestServer, http, post_put};
+use common::{TestServer, get, http, post_put, req};
 use serde_json::json;
 
-fn get(srv: &TestServer, path: &str) -> (u16, String) {
-    let r = http(srv.addr, "GET", path, &[], b"");
-    (r.status, r.text())
-}
-
 fn post(srv: &TestServer, path: &str, body: &str) -> (u16, String) {
-    let r = http(
-        srv.addr,
-        "POST",
-        path,
-        &[("Content-Type", "application/json")],
-        body.as_bytes(),
-    );
-    (r.status, r.text())
+    req(srv, "POST", path, body)
 }
 
 fn seeded() -> TestServer {

@@ -4,12 +4,7 @@
 
 mod common;
 
-use common::{TestServer, http, telnet};
-
-fn get(srv: &TestServer, path: &str) -> (u16, String) {
-    let r = http(srv.addr, "GET", path, &[], b"");
-    (r.status, r.text())
-}
+use common::{TestServer, get, http, telnet};
 
 fn server_with_two_hosts() -> TestServer {
     let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);

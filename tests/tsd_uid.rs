@@ -3,23 +3,8 @@
 
 mod common;
 
-use common::{TestServer, http, post_put};
+use common::{TestServer, err, post_put, req};
 use serde_json::json;
-
-fn req(srv: &TestServer, method: &str, path: &str, body: &str) -> (u16, String) {
-    let r = http(
-        srv.addr,
-        method,
-        path,
-        &[("Content-Type", "application/json")],
-        body.as_bytes(),
-    );
-    (r.status, r.text())
-}
-
-fn err(code: u16, message: &str) -> String {
-    json!({"error":{"code":code,"message":message}}).to_string()
-}
 
 #[test]
 fn assign_mixed_success_and_errors() {

@@ -190,7 +190,7 @@ pub fn run(
         }
         keys
     } else {
-        let q = match super::query_args::parse(&a.query, super::scan::now_ms()) {
+        let q = match super::query_args::parse(&a.query, super::now_ms()) {
             Ok(q) => q,
             Err(e) => {
                 writeln!(err, "{e}")?;
@@ -198,7 +198,8 @@ pub fn run(
             }
         };
         let start_s = q.start_ms / 1000;
-        let end_s = q.end_ms.unwrap_or_else(super::scan::now_ms) / 1000;
+        let end_s = q.end_ms.unwrap_or_else(super::now_ms) / 1000;
+        let (start_base, end_base) = (super::row_base(start_s), super::row_base(end_s));
         let mut keys = Vec::new();
         for sub in &q.queries {
             let metric = match table.get_id(UidKind::Metric, &sub.metric) {
@@ -208,8 +209,6 @@ pub fn run(
                     return Ok(1);
                 }
             };
-            let start_base = (start_s - start_s % 3600).min(u32::MAX as u64) as u32;
-            let end_base = (end_s - end_s % 3600).min(u32::MAX as u64) as u32;
             for item in store.scan_metric_rows(metric, start_base, end_base) {
                 keys.push(item.map(|(k, _)| k).or_else(|e| match e {
                     // Unreadable engine values are fsck's business, not a stop.

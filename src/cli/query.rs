@@ -53,7 +53,7 @@ pub fn run(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<i32> {
-    let now = super::scan::now_ms();
+    let now = super::now_ms();
     let cli = match query_args::parse(&a.query, now) {
         Ok(q) => q,
         Err(e) => {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::Context;
 use super::query_args::{self, CliSubQuery};
+use super::{Context, now_ms, row_base};
 use crate::codec::column::{self, ANNOTATION_PREFIX, APPEND_PREFIX, FLAG_FLOAT, StoredPoint};
 use crate::codec::compressed;
 use crate::codec::row::Cell;
@@ -44,13 +44,6 @@ enum TagMatch {
 struct RowFilter {
     metric: Uid,
     tags: Vec<(Uid, TagMatch)>,
-}
-
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 pub fn run(
@@ -180,8 +173,7 @@ fn dump(
     delete: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let start_base = (start_s - start_s % 3600).min(u32::MAX as u64) as u32;
-    let end_base = (end_s - end_s % 3600).min(u32::MAX as u64) as u32;
+    let (start_base, end_base) = (row_base(start_s), row_base(end_s));
     let layout = *store.layout();
     let mut to_delete = Vec::new();
     let progress = super::row_progress("scan");

@@ -273,6 +273,35 @@ fn print_mapping(
     )
 }
 
+/// Prints each cell of `row` in `family` of the UID table as the cell's
+/// qualifier (a kind's word) followed by `rest(value)`, as `uid` does for a
+/// name or ID given without a kind. Returns whether the row had any cell.
+fn print_row_cells(
+    store: &crate::store::Store,
+    row: &[u8],
+    family: &[u8],
+    out: &mut dyn Write,
+    rest: impl Fn(&[u8]) -> String,
+) -> anyhow::Result<bool> {
+    let prefix = keys::cell_key(row, family, b"");
+    let mut found = false;
+    for item in store.kv().scan(Table::Uid, &ScanRange::prefix(&prefix)) {
+        let (key, value) = item?;
+        if let Some((r, _, qualifier)) = keys::split_cell_key(&key)
+            && r == row
+        {
+            writeln!(
+                out,
+                "{} {}",
+                String::from_utf8_lossy(qualifier),
+                rest(&value)
+            )?;
+            found = true;
+        }
+    }
+    Ok(found)
+}
+
 fn lookup_name(
     table: &UidTable,
     store: &crate::store::Store,
@@ -294,22 +323,9 @@ fn lookup_name(
         };
     }
     // Without a kind: every cell of the name's row in family `id`.
-    let prefix = keys::cell_key(name.as_bytes(), keys::FAMILY_ID, b"");
-    let mut found = false;
-    for item in store.kv().scan(Table::Uid, &ScanRange::prefix(&prefix)) {
-        let (key, value) = item?;
-        if let Some((row, _, qualifier)) = keys::split_cell_key(&key)
-            && row == name.as_bytes()
-        {
-            writeln!(
-                out,
-                "{} {name}: {}",
-                String::from_utf8_lossy(qualifier),
-                java_byte_array(&value)
-            )?;
-            found = true;
-        }
-    }
+    let found = print_row_cells(store, name.as_bytes(), keys::FAMILY_ID, out, |uid| {
+        format!("{name}: {}", java_byte_array(uid))
+    })?;
     if !found {
         writeln!(err, "No such name: {name}")?;
     }
@@ -358,23 +374,13 @@ fn lookup_id(
         };
     }
     // Without a kind: every cell of the ID's row in family `name`.
-    let prefix = keys::cell_key(&bytes, keys::FAMILY_NAME, b"");
-    let mut found = false;
-    for item in store.kv().scan(Table::Uid, &ScanRange::prefix(&prefix)) {
-        let (key, value) = item?;
-        if let Some((row, _, qualifier)) = keys::split_cell_key(&key)
-            && row == bytes.as_slice()
-        {
-            writeln!(
-                out,
-                "{} {}: {}",
-                String::from_utf8_lossy(qualifier),
-                String::from_utf8_lossy(&value),
-                java_byte_array(&bytes)
-            )?;
-            found = true;
-        }
-    }
+    let found = print_row_cells(store, &bytes, keys::FAMILY_NAME, out, |name| {
+        format!(
+            "{}: {}",
+            String::from_utf8_lossy(name),
+            java_byte_array(&bytes)
+        )
+    })?;
     if !found {
         writeln!(err, "No such unique ID: {}", java_byte_array(&bytes))?;
     }

@@ -1,9 +1,12 @@
-//! Shared test support: an in-memory database for query tests (`db`) and
-//! a real TSD on a loopback port for protocol tests (`server`).
+//! Shared test support: an in-memory database for query tests (`db`),
+//! a real TSD on a loopback port for protocol tests (`server`) and the
+//! `tsdb` binary for command-line tests (`cli`).
 #![allow(dead_code, unused_imports)]
 
+pub mod cli;
 pub mod db;
 pub mod server;
 
+pub use cli::*;
 pub use db::*;
 pub use server::*;

@@ -173,14 +173,36 @@ pub fn parse_response(raw: &[u8]) -> HttpResponse {
     }
 }
 
-pub fn post_put(addr: SocketAddr, query: &str, body: &str) -> HttpResponse {
+/// One request with a JSON body (`Content-Type: application/json`).
+pub fn json_http(addr: SocketAddr, method: &str, path: &str, body: &str) -> HttpResponse {
     http(
         addr,
-        "POST",
-        &format!("/api/put{query}"),
+        method,
+        path,
         &[("Content-Type", "application/json")],
         body.as_bytes(),
     )
+}
+
+pub fn post_put(addr: SocketAddr, query: &str, body: &str) -> HttpResponse {
+    json_http(addr, "POST", &format!("/api/put{query}"), body)
+}
+
+/// Status and body text of a request with a JSON body.
+pub fn req(srv: &TestServer, method: &str, path: &str, body: &str) -> (u16, String) {
+    let r = json_http(srv.addr, method, path, body);
+    (r.status, r.text())
+}
+
+/// Status and body text of a `GET` without a body.
+pub fn get(srv: &TestServer, path: &str) -> (u16, String) {
+    let r = http(srv.addr, "GET", path, &[], b"");
+    (r.status, r.text())
+}
+
+/// OpenTSDB's JSON error body.
+pub fn err(code: u16, message: &str) -> String {
+    serde_json::json!({"error":{"code":code,"message":message}}).to_string()
 }
 
 /// Raises the soft open-files limit as far as the hard limit allows.
