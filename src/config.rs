@@ -6,11 +6,6 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::codec::row::{DuplicatePolicy, RowEncoding};
-use crate::model::NameRules;
-use crate::store::StoreOptions;
-use crate::uid::AutoCreate;
-
 /// Where OpenTSDB looks for a config file when none is given.
 pub const SEARCH_PATHS: [&str; 4] = [
     "./opentsdb.conf",
@@ -235,10 +230,9 @@ impl Config {
         PathBuf::from(self.get(DATA_DIR_KEY).unwrap_or(DEFAULT_DATA_DIR))
     }
 
-    /// Store settings: layout keys count only when set explicitly, so a
-    /// store created with other widths opens without repeating them.
-    /// A number only if the key was set (file or flag), not defaulted.
-    fn explicit_int<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>, ConfigError>
+    /// A number only if the key was set (file or flag), not defaulted:
+    /// layout keys count only when set explicitly.
+    pub fn explicit_int<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>, ConfigError>
     where
         T::Err: std::fmt::Display,
     {
@@ -247,56 +241,6 @@ impl Config {
         } else {
             Ok(None)
         }
-    }
-
-    pub fn store_options(&self) -> Result<StoreOptions, ConfigError> {
-        Ok(StoreOptions {
-            metric_width: self.explicit_int("tsd.storage.uid.width.metric")?,
-            tagk_width: self.explicit_int("tsd.storage.uid.width.tagk")?,
-            tagv_width: self.explicit_int("tsd.storage.uid.width.tagv")?,
-            salt_width: self.explicit_int("tsd.storage.salt.width")?,
-            salt_buckets: self.explicit_int("tsd.storage.salt.buckets")?,
-            // rtsdb resolves duplicates last-write-wins unless the user
-            // asks for OpenTSDB's strict behaviour explicitly.
-            duplicates: if self.get_bool("tsd.storage.fix_duplicates") {
-                DuplicatePolicy::LastWriteWins
-            } else {
-                DuplicatePolicy::Strict
-            },
-            encoding: match self.get_string("tsd.storage.row_encoding").trim() {
-                "compressed" | "" => RowEncoding::Compressed,
-                "classic" => RowEncoding::Classic,
-                other => {
-                    return Err(ConfigError::BadValue {
-                        key: "tsd.storage.row_encoding".into(),
-                        value: other.into(),
-                        reason: "must be 'compressed' or 'classic'".into(),
-                    });
-                }
-            },
-            retention: std::sync::Arc::new(
-                crate::store::retention::Retention::from_entries(self.entries()).map_err(
-                    |reason| ConfigError::BadValue {
-                        key: crate::store::retention::TTL_KEY.into(),
-                        value: String::new(),
-                        reason,
-                    },
-                )?,
-            ),
-            engine: Default::default(),
-        })
-    }
-
-    pub fn auto_create(&self) -> AutoCreate {
-        AutoCreate {
-            metrics: self.get_bool("tsd.core.auto_create_metrics"),
-            tagks: self.get_bool("tsd.core.auto_create_tagks"),
-            tagvs: self.get_bool("tsd.core.auto_create_tagvs"),
-        }
-    }
-
-    pub fn name_rules(&self) -> NameRules {
-        NameRules::with_special_chars(self.get_string("tsd.core.tag.allow_specialchars"))
     }
 }
 
@@ -409,22 +353,18 @@ mod tests {
         )
         .unwrap();
         let cfg = Config::load(Some(&file)).unwrap();
-        assert!(cfg.auto_create().metrics);
-        assert!(cfg.auto_create().tagks);
-        let opts = cfg.store_options().unwrap();
-        assert_eq!(opts.tagv_width, Some(4));
-        assert_eq!(opts.metric_width, None);
-        assert_eq!(opts.duplicates, DuplicatePolicy::LastWriteWins);
-        assert_eq!(cfg.get("tsd.network.port"), Some("4242"));
-        let mut strict = Config::default();
-        strict.set("tsd.storage.fix_duplicates", "false");
+        assert_eq!(cfg.get("tsd.core.auto_create_metrics"), Some("true"));
         assert_eq!(
-            strict.store_options().unwrap().duplicates,
-            DuplicatePolicy::Strict
+            cfg.explicit_int::<u8>("tsd.storage.uid.width.tagv")
+                .unwrap(),
+            Some(4)
         );
-        let mut bad = Config::default();
-        bad.set("tsd.storage.uid.width.metric", "x");
-        assert!(bad.store_options().is_err());
+        assert_eq!(
+            cfg.explicit_int::<u8>("tsd.storage.uid.width.metric")
+                .unwrap(),
+            None
+        );
+        assert_eq!(cfg.get("tsd.network.port"), Some("4242"));
         assert!(Config::load(Some(Path::new("/nonexistent/opentsdb.conf"))).is_err());
     }
 }

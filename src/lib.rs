@@ -21,6 +21,7 @@
 pub mod cli;
 pub mod codec;
 pub mod config;
+pub mod db;
 pub mod index;
 pub mod meta;
 pub mod model;

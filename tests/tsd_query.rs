@@ -174,7 +174,7 @@ fn delete_query_removes_whole_rows_and_returns_the_data() {
         h + 60
     ));
     // These rows are in the store; the next points stay in memory.
-    srv.state.writer.flush_all().unwrap();
+    srv.state.db.flush_all().unwrap();
     put(format!(
         "put sys.cpu.user {} 4 host=web01\n\
          put sys.cpu.user {} 5 host=web02\n\
@@ -183,7 +183,7 @@ fn delete_query_removes_whole_rows_and_returns_the_data() {
         h + 3630,
         h + 7200
     ));
-    assert!(srv.state.writer.buffered_points() > 0);
+    assert!(srv.state.db.buffered_points() > 0);
     // The range starts after the first point: it is not returned, but its
     // row goes all the same.
     let r = http(
@@ -232,7 +232,7 @@ fn delete_query_removes_whole_rows_and_returns_the_data() {
         )
     );
     // Still gone once everything buffered has been flushed.
-    srv.state.writer.flush_all().unwrap();
+    srv.state.db.flush_all().unwrap();
     assert_eq!(get(&srv, &all).1.matches("dps").count(), 1);
     // JSON "delete": true.
     let body = format!(

@@ -174,8 +174,8 @@ pub fn run(
     err: &mut dyn Write,
 ) -> anyhow::Result<i32> {
     let started = Instant::now();
-    let store = ctx.open_store()?;
-    let table = ctx.uid_table(&store);
+    let db = ctx.open_db()?;
+    let (store, table): (&Store, &crate::uid::UidTable) = (db.store(), db.uids());
     let keys: Vec<Vec<u8>> = if a.full_scan || a.query.is_empty() {
         if !a.full_scan {
             writeln!(
@@ -224,7 +224,7 @@ pub fn run(
     let mut report = FsckReport::default();
     let progress = super::row_progress("fsck");
     for key in keys {
-        check_row(&store, &table, &a, &key, &mut report, out)?;
+        check_row(store, table, &a, &key, &mut report, out)?;
         if let Some(pb) = &progress {
             pb.inc(1);
         }
@@ -237,10 +237,10 @@ pub fn run(
         // Beyond OpenTSDB's row compaction: let the storage engine merge
         // its files too (and drop rows past their retention), then drop
         // its journal, which only repeats what the tables now hold.
-        store.kv().compact()?;
+        store.compact()?;
         let dir = store.dir().map(Path::to_path_buf);
-        drop(table);
-        drop(store);
+        db.close()?;
+        drop(db);
         if let Some(dir) = dir {
             let freed = Store::compact_offline(&dir)?;
             writeln!(

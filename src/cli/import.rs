@@ -1,10 +1,11 @@
 //! `tsdb import`: OpenTSDB's `TextImporter`. Reads files (plain or `.gz`)
 //! of put lines without the `put` word,
 //! `<metric> <timestamp> <value> <tagk=tagv>...`, checks each with the
-//! telnet `put` parser and the write path's series checks, and writes
-//! whole rows straight to the store: points are grouped per series in
-//! memory and written with [`Store::put_points`] when the buffer fills and
-//! at the end, keeping the series index up to date.
+//! telnet `put` parser and the write path's series checks, and appends
+//! them through the database's write path ([`Db::append`]), as the TSD
+//! does: logged, buffered per series and hour, written as whole rows, the
+//! series index kept up to date. The database is flushed and closed at
+//! the end.
 //!
 //! As OpenTSDB does: metrics are auto-created; timestamps of one series
 //! must strictly increase unless
@@ -17,8 +18,8 @@
 //! core; this thread takes the parsed chunks back in file order, so order
 //! checks, the first bad line and its number are as for a sequential read.
 //!
-//! The store is opened directly, so a store held by a running TSD is
-//! refused (`in use by another process`).
+//! A store held by a running TSD is refused (`in use by another
+//! process`).
 
 use std::io::{BufReader, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -31,18 +32,16 @@ use clap::Args;
 
 use super::Context;
 use crate::codec::column::encode_value;
-use crate::index::SeriesIndex;
+use crate::db::Db;
 use crate::model::Timestamp;
 use crate::model::Value;
 use crate::model::uid::java_byte_array;
-use crate::storage::Durability;
-use crate::store::Store;
 use crate::tsd::telnet::decode_line;
 use crate::write::line::parse_point;
-use crate::write::{PointError, Series, SeriesCache};
+use crate::write::{PendingPoint, PointError, Series, SeriesCache};
 
-/// Points held in memory before rows are written.
-const FLUSH_POINTS: usize = 8_000_000;
+/// Points handed to the write path in one append.
+const BATCH_POINTS: usize = 4096;
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
@@ -51,23 +50,19 @@ pub struct ImportArgs {
     pub paths: Vec<PathBuf>,
 }
 
-/// One series seen in this import and its last timestamp (ms).
+/// One series seen in this import: its last timestamp (ms).
 struct Known {
-    series: Arc<Series>,
     last_ms: u64,
 }
 
 /// The importer's state across files.
 struct Importer {
-    store: Arc<Store>,
-    index: SeriesIndex,
-    series: Arc<SeriesCache>,
+    db: Arc<Db>,
     allow_out_of_order: bool,
     /// By process-local series id (dense, from 1).
     known: Vec<Option<Known>>,
-    /// Points in arrival order: (series id, time, value). One flat buffer
-    /// (no per-series growth), grouped per series when written.
-    pending: Vec<(u32, Timestamp, Value)>,
+    /// Accepted points not yet appended, in arrival order.
+    pending: Vec<PendingPoint>,
 }
 
 /// Why a line was refused.
@@ -183,10 +178,7 @@ impl Importer {
         if self.known.len() <= id {
             self.known.resize_with(id + 1, || None);
         }
-        let entry = self.known[id].get_or_insert_with(|| Known {
-            series: series.clone(),
-            last_ms: 0,
-        });
+        let entry = self.known[id].get_or_insert(Known { last_ms: 0 });
         if ms <= entry.last_ms && !self.allow_out_of_order {
             let enc = encode_value(value);
             return Err(format!(
@@ -198,42 +190,25 @@ impl Importer {
             ));
         }
         entry.last_ms = entry.last_ms.max(ms);
-        self.pending.push((series.id, ts, value));
+        self.pending.push(PendingPoint {
+            series: series.clone(),
+            ts,
+            value,
+        });
         Ok(())
     }
 
-    /// Writes every pending point as whole rows: a counting sort groups
-    /// them per series (keeping arrival order within each, so later
-    /// duplicates win), then one `put_points` per series.
+    /// Appends the accepted points through the write path, waiting while
+    /// the WAL has a backlog.
     fn flush(&mut self) -> anyhow::Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let mut start = vec![0usize; self.known.len() + 1];
-        for &(id, _, _) in &self.pending {
-            start[id as usize + 1] += 1;
-        }
-        for i in 1..start.len() {
-            start[i] += start[i - 1];
-        }
-        let mut next = start.clone();
-        let mut grouped = vec![(Timestamp::Seconds(0), Value::Int(0)); self.pending.len()];
-        for &(id, ts, v) in &self.pending {
-            grouped[next[id as usize]] = (ts, v);
-            next[id as usize] += 1;
-        }
-        for (id, known) in self.known.iter().enumerate() {
-            let points = &grouped[start[id]..start[id + 1]];
-            let Some(k) = known else { continue };
-            if points.is_empty() {
-                continue;
-            }
-            if let Some(latest) = points.iter().map(|(ts, _)| ts.base_time()).max() {
-                self.index.add_at(&k.series.tsuid, latest)?;
-            }
-            self.store
-                .put_points(&k.series.tsuid, points, Durability::Process)?;
-        }
+        let a = self
+            .db
+            .append(&self.pending)
+            .map_err(|e| anyhow::anyhow!("{}", line_error(&e)))?;
+        self.db.throttle_blocking(a);
         self.pending.clear();
         Ok(())
     }
@@ -275,8 +250,8 @@ impl Importer {
         let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>)>(workers * 2);
         let job_rx = std::sync::Mutex::new(job_rx);
         let (res_tx, res_rx) = std::sync::mpsc::channel::<Parsed>();
-        let cache_arc = self.series.clone();
-        let cache = &*cache_arc;
+        let db = self.db.clone();
+        let cache = db.series();
         let mut points = 0u64;
         let mut lines_before = 0u64;
         let mut failure: Option<(u64, String, String)> = None;
@@ -389,7 +364,7 @@ impl Importer {
                     }
                     lines_before += got.lines;
                     if failure.is_none()
-                        && self.pending.len() >= FLUSH_POINTS
+                        && self.pending.len() >= BATCH_POINTS
                         && let Err(e) = self.flush()
                     {
                         flush_error = Some(e);
@@ -424,27 +399,16 @@ pub fn run(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<i32> {
-    let store = ctx.open_store()?;
-    let mut auto = ctx.config.auto_create();
-    auto.metrics = true; // TextImporter forces tsd.core.auto_create_metrics
-    let uids = Arc::new(crate::uid::UidTable::new(
-        &store,
-        auto,
-        ctx.config.name_rules(),
-    ));
-    let max_tags = ctx
-        .config
-        .get_int::<usize>("tsd.storage.max_tags")?
-        .unwrap_or(8);
+    let mut opts = ctx.db_options()?;
+    opts.auto_create.metrics = true; // TextImporter forces tsd.core.auto_create_metrics
+    let db = super::open_db(&opts)?;
     let mut imp = Importer {
-        index: SeriesIndex::open(&store)?,
-        store: store.clone(),
-        series: Arc::new(SeriesCache::new(uids, max_tags)),
+        db: db.clone(),
         allow_out_of_order: ctx
             .config
             .get_bool("tsd.core.bulk.allow_out_of_order_timestamps"),
         known: Vec::new(),
-        pending: Vec::with_capacity(1 << 20),
+        pending: Vec::with_capacity(BATCH_POINTS),
     };
     let progress = std::io::stderr().is_terminal().then(|| {
         let pb = indicatif::ProgressBar::new(0);
@@ -465,7 +429,7 @@ pub fn run(
             Ok(r) => r,
             Err(e) => {
                 imp.flush()?;
-                store.sync()?;
+                db.close()?;
                 return Err(e);
             }
         };
@@ -486,7 +450,7 @@ pub fn run(
                 }
                 // Points before the bad line are kept, as OpenTSDB does.
                 imp.flush()?;
-                store.sync()?;
+                db.close()?;
                 writeln!(
                     err,
                     "Exception caught while processing file {} line={line}",
@@ -498,7 +462,7 @@ pub fn run(
         }
     }
     imp.flush()?;
-    store.sync()?;
+    db.close()?;
     if let Some(pb) = &progress {
         pb.finish_and_clear();
     }

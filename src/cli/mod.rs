@@ -19,8 +19,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 use crate::config::{Config, DATA_DIR_KEY};
-use crate::store::Store;
-use crate::uid::UidTable;
+use crate::db::{Db, DbOptions};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -98,7 +97,8 @@ pub(crate) fn row_progress(what: &str) -> Option<indicatif::ProgressBar> {
     })
 }
 
-/// What every command needs: the configuration, and a store opened from it.
+/// What every command needs: the configuration, and a database opened
+/// from it.
 pub struct Context {
     pub config: Config,
 }
@@ -112,16 +112,20 @@ impl Context {
         Ok(Context { config })
     }
 
-    pub fn open_store(&self) -> anyhow::Result<Arc<Store>> {
-        let dir = self.config.data_dir();
-        let store = Store::open(&dir, &self.config.store_options()?)
-            .with_context(|| format!("opening store at {}", dir.display()))?;
-        Ok(Arc::new(store))
+    /// The database's options from the configuration.
+    pub fn db_options(&self) -> anyhow::Result<DbOptions> {
+        Ok(DbOptions::from_config(&self.config)?)
     }
 
-    pub fn uid_table(&self, store: &Store) -> UidTable {
-        UidTable::new(store, self.config.auto_create(), self.config.name_rules())
+    /// Opens the database the configuration names.
+    pub fn open_db(&self) -> anyhow::Result<Arc<Db>> {
+        open_db(&self.db_options()?)
     }
+}
+
+/// Opens a database, naming its directory if that fails.
+pub(crate) fn open_db(opts: &DbOptions) -> anyhow::Result<Arc<Db>> {
+    Db::open(opts).with_context(|| format!("opening store at {}", opts.data_dir.display()))
 }
 
 /// Runs a parsed command line; returns the process exit code.

@@ -8,7 +8,6 @@ use clap::Args;
 
 use super::Context;
 use super::query_args::{self, CliSubQuery};
-use crate::index::SeriesIndex;
 use crate::model::{Value, java};
 use crate::query::{self, QueryContext, TsQuery};
 
@@ -64,9 +63,7 @@ pub fn run(
             return Ok(2);
         }
     };
-    let store = ctx.open_store()?;
-    let uids = ctx.uid_table(&store);
-    let index = SeriesIndex::open(&store)?;
+    let db = ctx.open_db()?;
     let mut tsq = TsQuery {
         start: Some(cli.start_ms.to_string()),
         end: cli.end_ms.map(|e| e.to_string()),
@@ -82,7 +79,7 @@ pub fn run(
             }
         }
     }
-    let qctx = QueryContext::new(&*store, &uids, &index);
+    let qctx = QueryContext::new(&*db, db.uids(), db.index());
     let response = match query::execute(&qctx, &tsq) {
         Ok(r) => r,
         Err(e) => {

@@ -62,22 +62,20 @@ pub fn run(
             return Ok(2);
         }
     };
-    let store = ctx.open_store()?;
-    let table = ctx.uid_table(&store);
+    let db = ctx.open_db()?;
+    let (store, table) = (db.store(), db.uids());
     let import = a.import || a.delete;
     let start_s = q.start_ms / 1000;
     let end_s = q.end_ms.unwrap_or_else(now_ms) / 1000;
     for sub in &q.queries {
-        let filter = match resolve(&table, sub) {
+        let filter = match resolve(table, sub) {
             Ok(f) => f,
             Err(e) => {
                 writeln!(err, "{e}")?;
                 return Ok(1);
             }
         };
-        dump(
-            &store, &table, &filter, start_s, end_s, import, a.delete, out,
-        )?;
+        dump(store, table, &filter, start_s, end_s, import, a.delete, out)?;
     }
     Ok(0)
 }

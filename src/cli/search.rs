@@ -6,7 +6,6 @@ use std::io::Write;
 
 use clap::Args;
 
-use crate::index::SeriesIndex;
 use crate::index::lookup::{LookupQuery, lookup};
 use crate::uid::UidTableError;
 
@@ -69,11 +68,10 @@ pub fn run(
         }
         (metric, tags)
     };
-    let store = ctx.open_store()?;
-    let uids = ctx.uid_table(&store);
-    let index = SeriesIndex::open(&store)?;
+    let db = ctx.open_db()?;
+    let (store, uids, index) = (db.store(), db.uids(), db.index());
     let query = LookupQuery::new(&metric, &tags, args.limit.max(1));
-    let found = match lookup(&uids, &index, &query) {
+    let found = match lookup(uids, index, &query) {
         Ok(f) => f,
         Err(e @ UidTableError::NoSuchName { .. }) => {
             writeln!(err, "{e}")?;

@@ -4,12 +4,10 @@
 
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Args;
 
 use crate::tsd::{Server, TsdConfig, TsdState};
-use crate::write::{Writer, WriterOptions};
 
 use super::Context;
 
@@ -107,38 +105,11 @@ impl TsdArgs {
     }
 }
 
-/// The write path's options from the configuration.
-pub fn writer_options(c: &crate::config::Config) -> anyhow::Result<WriterOptions> {
-    let mut o = WriterOptions::default();
-    if let Some(ms) = c.get_int::<u64>("tsd.storage.flush_interval")? {
-        o.flush_interval = Duration::from_millis(ms.max(1));
-        o.wal.flush_interval = o.flush_interval;
-    }
-    if let Some(n) = c.get_int::<usize>("tsd.storage.buffer.max_points")? {
-        o.max_buffered_points = n.max(1000);
-    }
-    if let Some(n) = c.get_int::<u64>("tsd.storage.wal.max_bytes")? {
-        o.wal_max_bytes = n;
-    }
-    if let Some(n) = c.get_int::<usize>("tsd.storage.max_tags")? {
-        anyhow::ensure!(n >= 1, "tsd.storage.max_tags must be at least 1");
-        o.max_tags = n;
-    }
-    Ok(o)
-}
-
-/// Opens the store and write path and builds the server state.
+/// Opens the database and builds the server state.
 pub fn build_state(ctx: &Context) -> anyhow::Result<Arc<TsdState>> {
     let config = TsdConfig::from_config(&ctx.config)?;
-    let store = ctx.open_store()?;
-    let uids = Arc::new(ctx.uid_table(&store));
-    let writer = Writer::open(
-        store,
-        uids,
-        &ctx.config.data_dir(),
-        writer_options(&ctx.config)?,
-    )?;
-    Ok(Arc::new(TsdState::new(config, ctx.config.clone(), writer)))
+    let db = ctx.open_db()?;
+    Ok(Arc::new(TsdState::new(config, ctx.config.clone(), db)))
 }
 
 pub fn run(mut ctx: Context, args: TsdArgs, out: &mut dyn Write) -> anyhow::Result<i32> {

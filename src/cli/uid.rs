@@ -101,8 +101,9 @@ pub fn run(
         }
     }
     let ctx = Context { config: ctx_cfg };
-    let store = ctx.open_store()?;
-    let table = ctx.uid_table(&store);
+    let db = ctx.open_db()?;
+    let store: &crate::store::Store = db.store();
+    let table: &crate::uid::UidTable = db.uids();
     let args = &a.args;
     let n = args.len();
     match args[0].as_str() {
@@ -118,7 +119,7 @@ pub fn run(
             } else {
                 None
             };
-            grep(&table, &store, kind, &args[n - 1], a.ignore_case, out, err)
+            grep(table, store, kind, &args[n - 1], a.ignore_case, out, err)
         }
         "assign" => {
             if n < 3 {
@@ -129,7 +130,7 @@ pub fn run(
             };
             for name in &args[2..] {
                 match table.assign(kind, name) {
-                    Ok(a) => print_mapping(out, &args[1], name, a.uid(), &table, kind)?,
+                    Ok(a) => print_mapping(out, &args[1], name, a.uid(), table, kind)?,
                     Err(e) => {
                         writeln!(err, "{e}")?;
                         return Ok(3);
@@ -142,8 +143,8 @@ pub fn run(
             // rtsdb's per-series metadata is its series index: rebuild it
             // from the data table (OpenTSDB's metasync creates TSMeta rows).
             let started = std::time::Instant::now();
-            let index = crate::index::SeriesIndex::open(&store)?;
-            let stats = index.rebuild(&store)?;
+            let index = db.index();
+            let stats = index.rebuild(store)?;
             // OpenTSDB's metasync creates the TSMeta objects series lack.
             let widths = store.layout().widths;
             let now = chrono::Utc::now().timestamp().max(0) as u64;
@@ -187,7 +188,7 @@ pub fn run(
         "fsck" => {
             let fix = args[1..].iter().any(|a| a == "fix");
             let delete_unknown = args[1..].iter().any(|a| a == "delete_unknown");
-            let errors = super::uid_fsck::run(&store, fix, delete_unknown, out)?;
+            let errors = super::uid_fsck::run(store, fix, delete_unknown, out)?;
             // OpenTSDB exits with the error count; keep a non-zero code for
             // counts that are multiples of 256.
             Ok(errors.min(255) as i32)
@@ -251,8 +252,8 @@ pub fn run(
             let target = &args[n - 1];
             // As OpenTSDB: anything that parses as a decimal long is an ID.
             match target.parse::<i64>() {
-                Ok(id) => lookup_id(&table, &store, kind, id, out, err),
-                Err(_) => lookup_name(&table, &store, kind, target, out, err),
+                Ok(id) => lookup_id(table, store, kind, id, out, err),
+                Err(_) => lookup_name(table, store, kind, target, out, err),
             }
         }
     }

@@ -19,15 +19,9 @@ use crate::codec::row_key::Tsuid;
 use crate::index::SeriesIndex;
 use crate::model::{Annotation, Uid, UidKind, UidWidths, Value};
 use crate::store::read::{Point, SeriesSource};
-use crate::uid::{UidTable, UidTableError};
 
-/// Deletes the rows a `delete` query read (the write path implements it,
-/// so points still buffered in memory go too).
-pub trait RowDeleter: Send + Sync {
-    /// Deletes every row of `tsuids` whose hour overlaps
-    /// `[start_ms, end_ms]`; returns the stored rows removed.
-    fn delete_rows(&self, tsuids: &[Tsuid], start_ms: u64, end_ms: u64) -> Result<u64, String>;
-}
+use super::output::RowRange;
+use crate::uid::{UidTable, UidTableError};
 
 /// Everything a query needs from the server.
 pub struct QueryContext<'a> {
@@ -44,8 +38,6 @@ pub struct QueryContext<'a> {
     pub skip_unresolved_tagvs: bool,
     /// `tsd.http.query.allow_delete`.
     pub allow_delete: bool,
-    /// Where `delete` queries delete; without one they are refused.
-    pub deleter: Option<&'a dyn RowDeleter>,
 }
 
 impl<'a> QueryContext<'a> {
@@ -59,7 +51,6 @@ impl<'a> QueryContext<'a> {
             default_tz: Tz::UTC,
             skip_unresolved_tagvs: false,
             allow_delete: false,
-            deleter: None,
         }
     }
 
@@ -101,23 +92,16 @@ impl SubStats {
 
 /// Runs a query: validation, then every sub-query in order.
 pub fn execute(ctx: &QueryContext, q: &TsQuery) -> Result<QueryResponse, QueryError> {
-    if q.delete {
-        if !ctx.allow_delete {
-            // QueryRpc's wording. OpenTSDB only checks the DELETE verb and
-            // seems to act on a JSON `"delete":true` whatever the setting;
-            // we refuse that too rather than delete data unasked.
-            return Err(QueryError::BadRequest {
-                message: "Bad request".into(),
-                details: Some(
-                    "Deleting data is not enabled (tsd.http.query.allow_delete=false)".into(),
-                ),
-            });
-        }
-        if ctx.deleter.is_none() {
-            return Err(QueryError::NotImplemented(
-                "Deleting data is not supported by this data source".into(),
-            ));
-        }
+    if q.delete && !ctx.allow_delete {
+        // QueryRpc's wording. OpenTSDB only checks the DELETE verb and
+        // seems to act on a JSON `"delete":true` whatever the setting;
+        // we refuse that too rather than delete data unasked.
+        return Err(QueryError::BadRequest {
+            message: "Bad request".into(),
+            details: Some(
+                "Deleting data is not enabled (tsd.http.query.allow_delete=false)".into(),
+            ),
+        });
     }
     let valid = q.validate(ctx.now_ms, ctx.default_tz)?;
     let mut budget = Budget::new(ctx.limits);
@@ -131,9 +115,10 @@ pub fn execute(ctx: &QueryContext, q: &TsQuery) -> Result<QueryResponse, QueryEr
     let mut results = Vec::new();
     let mut summary = serde_json::Map::new();
     let mut totals = SubStats::default();
+    let mut deletions = Vec::new();
     for sub in &valid.queries {
         let t0 = budget.elapsed();
-        let (mut res, stats) = run_sub(ctx, &valid, sub, &mut budget)?;
+        let (mut res, stats) = run_sub(ctx, &valid, sub, &mut budget, &mut deletions)?;
         if stats.unresolved > 0 {
             tracing::warn!(
                 sub_query = sub.index,
@@ -175,6 +160,7 @@ pub fn execute(ctx: &QueryContext, q: &TsQuery) -> Result<QueryResponse, QueryEr
         show_tsuids: q.show_tsuids,
         summary,
         global_annotations,
+        deletions,
     })
 }
 
@@ -290,6 +276,7 @@ fn run_sub(
     q: &ValidQuery,
     sub: &ValidSubQuery,
     budget: &mut Budget,
+    deletions: &mut Vec<RowRange>,
 ) -> Result<(Vec<QueryResult>, SubStats), QueryError> {
     let mut stats = SubStats::default();
     let widths = ctx.widths();
@@ -416,13 +403,15 @@ fn run_sub(
         return Err(e);
     }
     budget.charge(stats.bytes, 0)?;
-    // A delete query answers with what it read, then drops every row its
-    // scan covered (whole hours, so possibly points outside the range).
-    if q.original.delete
-        && let Some(d) = ctx.deleter
-    {
-        d.delete_rows(&tsuids, scan_start, scan_end)
-            .map_err(QueryError::Storage)?;
+    // A delete query answers with what it read; the caller then drops
+    // every row its scan covered (whole hours, so possibly points outside
+    // the range).
+    if q.original.delete && !tsuids.is_empty() {
+        deletions.push(RowRange {
+            tsuids: tsuids.clone(),
+            start_ms: scan_start,
+            end_ms: scan_end,
+        });
     }
     for p in &mut pipes {
         p.finish();

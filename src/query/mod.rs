@@ -30,7 +30,7 @@ pub mod rate;
 pub mod request;
 
 pub use aggregator::{AGGREGATORS, Aggregator};
-pub use engine::{QueryContext, RowDeleter, execute};
+pub use engine::{QueryContext, execute};
 pub use error::QueryError;
 pub use last::{LastQuery, execute_last, parse_last_get, parse_last_post};
 pub use limits::QueryLimits;

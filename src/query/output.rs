@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::codec::row_key::Tsuid;
 use crate::model::java::double_to_string;
 use crate::model::{Annotation, Value};
 
@@ -44,6 +45,17 @@ pub struct QueryResponse {
     /// Global annotations (`globalAnnotations`), sorted by start time and
     /// repeated in every result; left out when empty.
     pub global_annotations: Vec<Annotation>,
+    /// For a `delete` query: the rows its scans covered, which the caller
+    /// deletes once the answer is built (the engine only reads).
+    pub deletions: Vec<RowRange>,
+}
+
+/// Whole hour rows of some series, `[start_ms, end_ms]` inclusive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowRange {
+    pub tsuids: Vec<Tsuid>,
+    pub start_ms: u64,
+    pub end_ms: u64,
 }
 
 fn write_str(out: &mut String, s: &str) {

@@ -287,6 +287,12 @@ impl Store {
         self.encoding = encoding;
     }
 
+    /// Asks the engine to merge its files now (and drop rows past their
+    /// retention) instead of when it gets round to it.
+    pub fn compact(&self) -> Result<()> {
+        Ok(self.kv.compact()?)
+    }
+
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
     }

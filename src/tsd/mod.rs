@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::{Config, ConfigError};
-use crate::write::Writer;
+use crate::db::Db;
 
 pub use server::{Server, ServerHandle};
 
@@ -129,7 +129,7 @@ pub struct TsdState {
     pub config: TsdConfig,
     /// The full configuration (`/api/config`).
     pub settings: Config,
-    pub writer: Arc<Writer>,
+    pub db: Arc<Db>,
     pub stats: stats::ServerStats,
     /// Running and recent queries (`/api/stats/query`).
     pub queries: stats::QueryLog,
@@ -140,11 +140,11 @@ pub struct TsdState {
 }
 
 impl TsdState {
-    pub fn new(config: TsdConfig, settings: Config, writer: Arc<Writer>) -> TsdState {
+    pub fn new(config: TsdConfig, settings: Config, db: Arc<Db>) -> TsdState {
         TsdState {
             config,
             settings,
-            writer,
+            db,
             stats: stats::ServerStats::default(),
             queries: stats::QueryLog::default(),
             hostname: stats::hostname(),

@@ -44,8 +44,8 @@ impl ServerHandle {
     /// Waits until the server stopped and the write path is flushed.
     pub async fn wait(self) -> anyhow::Result<()> {
         let _ = self.task.await;
-        let w = self.state.writer.clone();
-        tokio::task::spawn_blocking(move || w.shutdown()).await??;
+        let db = self.state.db.clone();
+        tokio::task::spawn_blocking(move || db.close()).await??;
         Ok(())
     }
 }

@@ -77,7 +77,7 @@ pub fn hostname() -> String {
 pub fn collect(state: &TsdState) -> Vec<Stat> {
     let s = &state.stats;
     let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let w = state.writer.stats();
+    let w = state.db.stats();
     let mut out = vec![
         stat(
             "connectionmgr.connections",
@@ -130,7 +130,7 @@ pub fn collect(state: &TsdState) -> Vec<Stat> {
         ),
         stat("http.errors", g(&s.http_errors), None),
     ];
-    let uids = state.writer.uids();
+    let uids = state.db.uids();
     for kind in UidKind::ALL {
         let k = kind.qualifier();
         let cs = uids.stats(kind);
@@ -161,17 +161,13 @@ pub fn collect(state: &TsdState) -> Vec<Stat> {
     out.extend([
         stat("datapoints.added", g(&w.points_added), None),
         stat("datapoints.stored", g(&w.points_stored), None),
-        stat("datapoints.buffered", state.writer.buffered_points(), None),
+        stat("datapoints.buffered", state.db.buffered_points(), None),
         stat("datapoints.replayed", g(&w.points_replayed), None),
         stat("storage.rows_written", g(&w.rows_written), None),
         stat("storage.flush_errors", g(&w.flush_errors), None),
-        stat(
-            "wal.bytes_written",
-            state.writer.wal().bytes_written(),
-            None,
-        ),
-        stat("wal.syncs", state.writer.wal().syncs(), None),
-        stat("series.count", state.writer.series().len(), None),
+        stat("wal.bytes_written", state.db.wal().bytes_written(), None),
+        stat("wal.syncs", state.db.wal().syncs(), None),
+        stat("series.count", state.db.series().len(), None),
     ]);
     out
 }

@@ -99,13 +99,10 @@ impl Conn<'_> {
     fn put(&mut self, words: &[&str]) {
         inc(&self.state.stats.telnet_puts);
         let r = parse_put(words).and_then(|p| {
-            let (series, ts) = self.state.writer.series().resolve(
-                p.metric,
-                p.timestamp,
-                p.value,
-                &p.tags,
-                &mut self.key,
-            )?;
+            let (series, ts) =
+                self.state
+                    .db
+                    .resolve(p.metric, p.timestamp, p.value, &p.tags, &mut self.key)?;
             Ok(PendingPoint {
                 series,
                 ts,
@@ -123,7 +120,7 @@ impl Conn<'_> {
         if self.batch.is_empty() {
             return None;
         }
-        let r = self.state.writer.append(&self.batch);
+        let r = self.state.db.append(&self.batch);
         self.batch.clear();
         match r {
             Ok(a) => Some(a),
@@ -182,8 +179,7 @@ impl Conn<'_> {
                 }
             }
             "dropcaches" => {
-                self.state.writer.uids().drop_caches();
-                self.state.writer.forget_series_names();
+                self.state.db.drop_caches();
                 self.out.extend_from_slice(b"Caches dropped.\n");
             }
             "exit" => return After::Close,
@@ -270,7 +266,7 @@ pub async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
             conn.out.clear();
         }
         if let Some(a) = appended {
-            state.writer.throttle(a).await;
+            state.db.throttle(a).await;
         }
         match after {
             After::Continue => {}

@@ -112,8 +112,6 @@ pub struct Series {
     pub(crate) last_received: AtomicU64,
 }
 
-type NewSeriesHook = Box<dyn Fn(&Tsuid) + Send + Sync>;
-
 /// The cache of known series.
 pub struct SeriesCache {
     uids: Arc<UidTable>,
@@ -125,7 +123,6 @@ pub struct SeriesCache {
     /// WAL references stay one series.
     ids: RwLock<FnvMap<Tsuid, u32>>,
     next_id: AtomicU32,
-    hooks: RwLock<Vec<NewSeriesHook>>,
 }
 
 /// Builds the cache key of a series: metric, then `k=v` sorted by key.
@@ -178,7 +175,6 @@ impl SeriesCache {
                 .collect(),
             ids: RwLock::new(FnvMap::default()),
             next_id: AtomicU32::new(1),
-            hooks: RwLock::new(Vec::new()),
         }
     }
 
@@ -193,12 +189,6 @@ impl SeriesCache {
 
     pub fn uids(&self) -> &Arc<UidTable> {
         &self.uids
-    }
-
-    /// Registers `f`, called once for every series first seen by this
-    /// process (including series replayed from the WAL).
-    pub fn on_new_series(&self, f: NewSeriesHook) {
-        self.hooks.write().push(f);
     }
 
     /// Runs `f` on every known series.
@@ -322,7 +312,7 @@ impl SeriesCache {
     }
 
     fn insert(&self, key: &str, metric: &str, tags: &[(&str, &str)], tsuid: Tsuid) -> Arc<Series> {
-        let created = {
+        {
             let mut map = self.shard(key).write();
             if let Some(s) = map.get(key) {
                 return s.clone();
@@ -332,28 +322,15 @@ impl SeriesCache {
                 .map(|(k, v)| ((*k).into(), (*v).into()))
                 .collect();
             sorted.sort();
-            let (id, is_new) = {
-                let mut ids = self.ids.write();
-                match ids.get(&tsuid) {
-                    Some(&id) => (id, false),
-                    None => {
-                        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                        ids.insert(tsuid.clone(), id);
-                        (id, true)
-                    }
-                }
-            };
+            let id = *self
+                .ids
+                .write()
+                .entry(tsuid.clone())
+                .or_insert_with(|| self.next_id.fetch_add(1, Ordering::Relaxed));
             let s = Arc::new(Series::new(id, tsuid, metric, sorted));
             map.insert(key.into(), s.clone());
-            (s, is_new)
-        };
-        let (created, is_new) = created;
-        if is_new {
-            for hook in self.hooks.read().iter() {
-                hook(&created.tsuid);
-            }
+            s
         }
-        created
     }
 }
 
@@ -423,11 +400,6 @@ mod tests {
     #[test]
     fn same_series_whatever_the_tag_order() {
         let c = cache(true);
-        let seen = Arc::new(AtomicU32::new(0));
-        let s2 = seen.clone();
-        c.on_new_series(Box::new(move |_| {
-            s2.fetch_add(1, Ordering::Relaxed);
-        }));
         let mut buf = String::new();
         let (a, ts) = c
             .resolve(
@@ -459,7 +431,6 @@ mod tests {
             )
             .unwrap();
         assert_ne!(a.id, d.id);
-        assert_eq!(seen.load(Ordering::Relaxed), 2);
         assert_eq!(c.len(), 2);
     }
 

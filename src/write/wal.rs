@@ -299,6 +299,16 @@ impl Wal {
         let _ = rx.wait_for(|d| *d >= seq).await;
     }
 
+    /// Blocks the calling (non-async) thread until everything up to `seq`
+    /// has been handed to the OS.
+    pub fn wait_written_blocking(&self, seq: u64) {
+        let rx = self.shared.written.subscribe();
+        while *rx.borrow() < seq {
+            self.shared.wake.notify_one();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Waits until everything up to `seq` has been handed to the OS.
     pub async fn wait_written(&self, seq: u64) {
         let mut rx = self.shared.written.subscribe();

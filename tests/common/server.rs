@@ -63,7 +63,7 @@ impl TestServer {
 
     /// Every series of `metric` as the query side would read it.
     pub fn read(&self, metric: &str) -> Vec<SeriesData> {
-        let w = &self.state.writer;
+        let w = &self.state.db;
         let Ok(m) = w.uids().get_id(rtsdb::model::UidKind::Metric, metric) else {
             return Vec::new();
         };

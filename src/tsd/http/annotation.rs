@@ -55,7 +55,7 @@ pub(super) async fn handle(
     }
     let method = method.clone();
     super::query::blocking(state, move |st| {
-        let store = st.writer.store();
+        let store = st.db.store();
         let body = body.filter(|b| !b.iter().all(u8::is_ascii_whitespace));
         if bulk {
             if method == Method::DELETE {

@@ -523,8 +523,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                 if !(get_post(&method) || method == Method::DELETE) {
                     return method_not_allowed(&method);
                 }
-                state.writer.uids().drop_caches();
-                state.writer.forget_series_names();
+                state.db.drop_caches();
                 Reply::json(200, "{\"message\":\"Caches dropped\",\"status\":\"200\"}")
             }
             "api/stats" => {
@@ -608,8 +607,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                 body: super::stats::prometheus(state).into_bytes(),
             },
             "dropcaches" => {
-                state.writer.uids().drop_caches();
-                state.writer.forget_series_names();
+                state.db.drop_caches();
                 Reply::text(200, "Caches dropped.\n")
             }
             "diediedie" if !cfg.no_diediedie => {

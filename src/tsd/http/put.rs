@@ -357,8 +357,7 @@ pub fn check_points(
             check_finite(p.metric(), p.timestamp.0, value)?;
             let (series, ts) =
                 state
-                    .writer
-                    .series()
+                    .db
                     .resolve(p.metric(), p.timestamp.0, value, &tags, &mut key)?;
             Ok(PendingPoint { series, ts, value })
         });
@@ -383,10 +382,10 @@ pub async fn write_points(
     let mut last = None;
     let mut accepted = 0u64;
     for chunk in good.chunks(8192) {
-        match state.writer.append(chunk) {
+        match state.db.append(chunk) {
             Ok(a) => {
                 accepted += chunk.len() as u64;
-                state.writer.throttle(a).await;
+                state.db.throttle(a).await;
                 last = Some(a);
             }
             Err(e) => {
@@ -398,7 +397,7 @@ pub async fn write_points(
     if flags.sync
         && let Some(a) = last
     {
-        let wait = state.writer.wait_durable(a);
+        let wait = state.db.wait_durable(a);
         if flags.sync_timeout > 0 {
             if tokio::time::timeout(Duration::from_millis(flags.sync_timeout), wait)
                 .await

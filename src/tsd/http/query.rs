@@ -10,15 +10,12 @@ use crate::query::{self, QueryContext, QueryError, QueryLimits};
 use crate::tsd::TsdState;
 
 fn context(state: &TsdState) -> QueryContext<'_> {
-    let w = &state.writer;
+    let w = &state.db;
     let mut ctx = QueryContext::new(&**w, w.uids(), w.index());
     let cfg = &state.settings;
     ctx.limits = QueryLimits::from_config(cfg);
     ctx.skip_unresolved_tagvs = cfg.get_bool("tsd.query.skip_unresolved_tagvs");
     ctx.allow_delete = cfg.get_bool("tsd.http.query.allow_delete");
-    if ctx.allow_delete {
-        ctx.deleter = Some(&**w);
-    }
     if let Ok(tz) = cfg.get_string("tsd.core.timezone").parse() {
         ctx.default_tz = tz;
     }
@@ -80,7 +77,15 @@ pub(super) async fn handle(
             serde_json::to_value(&q).unwrap_or(serde_json::Value::Null),
             String::new(),
         );
-        let reply = match query::execute(&context(st), &q) {
+        let deleted = query::execute(&context(st), &q).and_then(|r| {
+            for d in &r.deletions {
+                st.db
+                    .delete_rows(&d.tsuids, d.start_ms, d.end_ms)
+                    .map_err(|e| QueryError::Storage(e.to_string()))?;
+            }
+            Ok(r)
+        });
+        let reply = match deleted {
             Ok(r) => Reply::json(200, r.to_json()),
             Err(e) => {
                 let msg = e.to_string();

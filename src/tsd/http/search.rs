@@ -190,7 +190,7 @@ fn run_lookup(state: &TsdState, body: LookupBody) -> Reply {
         })
         .collect();
     let query = LookupQuery::new(&metric, &pairs, cap);
-    let w = &state.writer;
+    let w = &state.db;
     let found = match lookup(w.uids(), w.index(), &query) {
         Ok(f) => f,
         Err(e @ crate::uid::UidTableError::NoSuchName { .. }) => {

@@ -61,7 +61,7 @@ fn answer(state: &TsdState, p: Params) -> Reply {
         },
     };
     let max = usize::try_from(max).unwrap_or(0);
-    match state.writer.uids().suggest(kind, &p.q, max) {
+    match state.db.uids().suggest(kind, &p.q, max) {
         Ok(names) => Reply::json(200, serde_json::to_string(&names).expect("json")),
         Err(e) => Reply::error(500, "Unexpected exception", &e.to_string()),
     }

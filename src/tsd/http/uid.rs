@@ -89,7 +89,7 @@ fn assign(state: &TsdState, q: &Query, body: Option<&[u8]>) -> Answer {
     if wanted.is_empty() {
         return Err(bad("Missing values to assign UIDs"));
     }
-    let uids = state.writer.uids();
+    let uids = state.db.uids();
     let mut out = Map::new();
     let mut failed = false;
     for (key, kind, names) in wanted {
@@ -157,10 +157,10 @@ fn rename(state: &TsdState, q: &Query, body: Option<&[u8]>) -> Answer {
     let (Some(new), Some((kind, old))) = (new, old) else {
         return Err(bad("Missing necessary values to rename UID"));
     };
-    match state.writer.uids().rename(kind, &old, &new) {
+    match state.db.uids().rename(kind, &old, &new) {
         Ok(_) => {
             // Cached series still map the old name to this UID.
-            state.writer.forget_series_names();
+            state.db.forget_series_names();
             Ok(Reply::json(200, r#"{"result":"true"}"#))
         }
         Err(e) => Ok(Reply::json(
@@ -349,11 +349,11 @@ fn uidmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) ->
             )
         }
     })?;
-    let uids = state.writer.uids();
+    let uids = state.db.uids();
     let uid = uids
         .parse_hex_uid(kind, &uid_s)
         .ok_or_else(|| bad(&format!("Invalid UID: {uid_s}")))?;
-    let kv = &**state.writer.store().kv();
+    let kv = &**state.db.store().kv();
     match *method {
         Method::GET => {
             let current = meta::uid_meta_of(kv, uids, kind, uid).map_err(meta_error)?;
@@ -412,7 +412,7 @@ fn unknown_name(e: UidTableError) -> Reply {
 /// the status its other "no such name" paths use.
 fn series_of_m(state: &TsdState, m: &str) -> Result<Tsuid, Reply> {
     let (metric, tags) = LookupQuery::parse_m(m).map_err(|e| bad(&e))?;
-    let uids = state.writer.uids();
+    let uids = state.db.uids();
     let unknown = |e: UidTableError| Reply::error(404, &e.to_string(), "");
     let mu = uids.get_id(UidKind::Metric, &metric).map_err(unknown)?;
     let mut pairs = Vec::new();
@@ -453,7 +453,7 @@ fn set<T>(field: &mut T, edit: Option<T>) {
 }
 
 fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> Answer {
-    let w = &state.writer;
+    let w = &state.db;
     let uids = w.uids();
     let kv = &**w.store().kv();
     let widths = w.store().layout().widths;
@@ -562,8 +562,8 @@ fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> 
 
 /// Every name of the series must resolve before its TSMeta is written.
 fn render_names(state: &TsdState, tsuid: &Tsuid) -> Result<(), Reply> {
-    let uids = state.writer.uids();
-    let kv = &**state.writer.store().kv();
+    let uids = state.db.uids();
+    let kv = &**state.db.store().kv();
     meta::uid_meta_of(kv, uids, UidKind::Metric, tsuid.metric).map_err(meta_error)?;
     for (k, v) in &tsuid.tags {
         meta::uid_meta_of(kv, uids, UidKind::TagKey, *k).map_err(meta_error)?;

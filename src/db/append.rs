@@ -1,0 +1,99 @@
+//! Appending: points resolved to their series, logged in the WAL and
+//! buffered, then acknowledged by the caller.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::Db;
+use crate::model::{Timestamp, Value};
+use crate::write::buffer;
+use crate::write::{PointError, Series};
+
+pub use crate::write::wal::{Appended, PendingPoint};
+
+impl Db {
+    /// Checks one point and finds (or creates) its series, as OpenTSDB's
+    /// `TSDB.addPoint` does; `key_buf` is scratch space kept by the caller.
+    pub fn resolve(
+        &self,
+        metric: &str,
+        raw_ts: i64,
+        value: Value,
+        tags: &[(&str, &str)],
+        key_buf: &mut String,
+    ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        self.series.resolve(metric, raw_ts, value, tags, key_buf)
+    }
+
+    /// Logs and buffers resolved points. The caller acknowledges them
+    /// (after [`Db::wait_durable`] for `sync` writers).
+    pub fn append(&self, points: &[PendingPoint]) -> Result<Appended, PointError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(PointError::Storage("the TSD is shutting down".into()));
+        }
+        if points.is_empty() {
+            return Ok(Appended {
+                seq: 0,
+                segment: 0,
+                backlog: false,
+            });
+        }
+        // Record each series' hours in the index before the points become
+        // visible, so a query never finds buffered points it cannot name.
+        let now = buffer::now_s() as u64;
+        for p in points {
+            p.series.unsaved_points.fetch_add(1, Ordering::Relaxed);
+            if p.series.last_received.load(Ordering::Relaxed) != now {
+                p.series.last_received.store(now, Ordering::Relaxed);
+            }
+            let hour = p.ts.base_time() as u64 + 1;
+            if p.series.indexed_hour.load(Ordering::Relaxed) < hour {
+                self.index
+                    .add_at(&p.series.tsuid, p.ts.base_time())
+                    .map_err(|e| PointError::Storage(e.to_string()))?;
+                p.series.indexed_hour.fetch_max(hour, Ordering::Relaxed);
+            }
+        }
+        let g = self.gate.read();
+        let a = self.wal.append(points);
+        for p in points {
+            self.buffer.insert(&p.series, p.ts, p.value, a.segment);
+        }
+        drop(g);
+        self.stats
+            .points_added
+            .fetch_add(points.len() as u64, Ordering::Relaxed);
+        if self.buffer.points() > self.opts.max_buffered_points {
+            self.wake_flusher();
+        }
+        Ok(a)
+    }
+
+    /// Waits until `a`'s points are on stable storage.
+    pub async fn wait_durable(&self, a: Appended) {
+        if a.seq > 0 {
+            self.wal.wait_durable(a.seq).await;
+        }
+    }
+
+    /// [`Db::wait_durable`] for callers outside an async runtime.
+    pub fn wait_durable_blocking(&self, a: Appended) {
+        if a.seq > 0 {
+            self.wal.wait_durable_blocking(a.seq);
+        }
+    }
+
+    /// Waits while the WAL has a backlog (back-pressure for fast writers).
+    pub async fn throttle(&self, a: Appended) {
+        if a.backlog {
+            self.wal.wait_written(a.seq).await;
+        }
+    }
+
+    /// [`Db::throttle`] for callers outside an async runtime.
+    pub fn throttle_blocking(&self, a: Appended) {
+        if a.backlog {
+            self.wal.wait_written_blocking(a.seq);
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Flushing: the flusher thread seals buffered hours and writes them as
+//! whole rows, removes WAL segments the store now covers, and adds the
+//! in-memory series counters to the meta table.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::Db;
+use crate::storage::Durability;
+use crate::write::buffer::{self, SealPolicy, SealedHour};
+use crate::write::{Series, wal};
+
+/// How often the per-series point counters are added to `tsdb-meta`.
+const COUNTER_PERSIST_INTERVAL: Duration = Duration::from_secs(10);
+
+pub(super) fn flusher_loop(db: std::sync::Weak<Db>) {
+    loop {
+        let Some(db) = db.upgrade() else { return };
+        if db.closed.load(Ordering::Acquire) {
+            return;
+        }
+        {
+            let mut woken = db.flusher_wake.0.lock();
+            if !*woken {
+                let wait = (db.opts.flush_interval / 2).max(Duration::from_millis(10));
+                db.flusher_wake.1.wait_for(&mut woken, wait);
+            }
+            *woken = false;
+        }
+        if db.closed.load(Ordering::Acquire) {
+            return;
+        }
+        db.tick(false);
+    }
+}
+
+impl Db {
+    pub(super) fn wake_flusher(&self) {
+        *self.flusher_wake.0.lock() = true;
+        self.flusher_wake.1.notify_one();
+    }
+
+    /// One flush round: seals what `policy` says and writes it.
+    pub(super) fn flush(&self, policy: SealPolicy) -> usize {
+        let _f = self.flush_lock.lock();
+        let (id, sealed) = self.buffer.seal(policy);
+        let mut stored = 0;
+        // One store call per series: rows of several hours together.
+        let mut by_series: HashMap<u32, Vec<&SealedHour>> = HashMap::new();
+        for h in sealed.iter() {
+            by_series.entry(h.series.id).or_default().push(h);
+        }
+        for hours in by_series.values() {
+            let points: Vec<_> = hours
+                .iter()
+                .flat_map(|h| h.points.iter().copied())
+                .collect();
+            match self
+                .store
+                .put_points(&hours[0].series.tsuid, &points, Durability::Process)
+            {
+                Ok(()) => {
+                    stored += points.len();
+                    self.stats
+                        .rows_written
+                        .fetch_add(hours.len() as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::error!(series = %hours[0].series.describe(), error = %e, "writing rows failed; points kept in memory");
+                    self.stats.flush_errors.fetch_add(1, Ordering::Relaxed);
+                    for h in hours {
+                        self.buffer.put_back(h);
+                    }
+                }
+            }
+        }
+        self.buffer.finish(id);
+        self.stats
+            .points_stored
+            .fetch_add(stored as u64, Ordering::Relaxed);
+        stored
+    }
+
+    /// Adds the points counted in memory since the last call to each
+    /// series' counters in `tsdb-meta` (TSMeta `totalDatapoints` and
+    /// `lastReceived`): one batch for all series, never a write per point.
+    pub fn persist_counters(&self) -> super::Result<()> {
+        let mut last = self.counters.lock();
+        let mut taken: Vec<(Arc<Series>, u64)> = Vec::new();
+        let mut deltas = Vec::new();
+        let widths = self.store.layout().widths;
+        self.series.for_each(|s| {
+            let n = s.unsaved_points.swap(0, Ordering::Relaxed);
+            if n > 0 {
+                deltas.push((
+                    s.tsuid.to_bytes(&widths),
+                    n,
+                    s.last_received.load(Ordering::Relaxed),
+                ));
+                taken.push((s.clone(), n));
+            }
+        });
+        *last = std::time::Instant::now();
+        if let Err(e) = crate::meta::add_counters(&**self.store.kv(), &deltas) {
+            // Keep the counts for the next attempt.
+            for (s, n) in taken {
+                s.unsaved_points.fetch_add(n, Ordering::Relaxed);
+            }
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    fn persist_counters_if_due(&self) {
+        if self.counters.lock().elapsed() < COUNTER_PERSIST_INTERVAL {
+            return;
+        }
+        if let Err(e) = self.persist_counters() {
+            tracing::error!(error = %e, "saving series counters failed; will retry");
+        }
+    }
+
+    /// Deletes WAL segments whose points are all in the store.
+    fn truncate_wal(&self) {
+        let (min_pinned, closed_below) = {
+            let _g = self.gate.write();
+            (self.buffer.min_segment(), self.wal.closed_below())
+        };
+        let below = min_pinned.unwrap_or(u64::MAX).min(closed_below);
+        let oldest = wal::list_segments(self.wal.dir())
+            .ok()
+            .and_then(|s| s.first().copied());
+        if oldest.is_some_and(|o| o < below) {
+            if let Err(e) = self.store.sync() {
+                tracing::error!(error = %e, "store sync failed; WAL kept");
+                return;
+            }
+            if let Err(e) = self.wal.delete_below(below) {
+                tracing::error!(error = %e, "deleting WAL segments failed");
+            }
+        }
+    }
+
+    pub(super) fn tick(&self, everything: bool) {
+        let now = buffer::now_s();
+        self.buffer.tick(now);
+        let policy = SealPolicy {
+            now_s: now,
+            grace_s: self.opts.seal_grace.as_secs() as u32,
+            idle_s: 5,
+            pressure: false,
+            everything: everything || self.wal.disk_bytes() > self.opts.wal_max_bytes,
+        };
+        self.flush(policy);
+        if self.buffer.points() > self.opts.max_buffered_points {
+            self.flush(SealPolicy {
+                pressure: true,
+                ..policy
+            });
+            if self.buffer.points() > self.opts.max_buffered_points / 2 {
+                self.flush(SealPolicy {
+                    everything: true,
+                    ..policy
+                });
+            }
+        }
+        self.truncate_wal();
+        self.persist_counters_if_due();
+    }
+}

@@ -1,0 +1,365 @@
+//! The database handle: the one door to a store.
+//!
+//! [`Db`] owns everything a running database is made of and is the only
+//! way the server, the command line, the benchmarks and the tests reach
+//! it: the data rows ([`Store`]), UID assignment ([`UidTable`]), the
+//! series index ([`SeriesIndex`]), the per-series meta counters, and the
+//! write path (series cache, write-ahead log, hour buffers, flusher).
+//!
+//! Its verbs live in one file each, as Prometheus splits its head block:
+//! - [`open`](Db::open) and the lifecycle (flush, close): here;
+//! - [`append`]: resolving points to series, logging and buffering them;
+//! - [`flush`]: the flusher thread, sealed hours written as rows, WAL
+//!   truncation and the meta counters;
+//! - [`read`]: reads of stored rows merged with buffered points
+//!   (the [`SeriesSource`] queries use);
+//! - [`replay`]: the WAL read back into the store at open;
+//! - [`delete`]: whole-row deletes (`/api/query` with `delete`);
+//! - [`admin`]: UID and meta operations, cache drops.
+//!
+//! What is durable when:
+//! - a `sync` write is acknowledged after its WAL records are fdatasynced;
+//! - other writes are fdatasynced within `flush_interval` (they survive a
+//!   process crash as soon as the WAL thread has written them);
+//! - a WAL segment is deleted only after the store holds (and has synced)
+//!   every point logged in it;
+//! - a delete is logged (and synced) in the WAL before rows are removed,
+//!   so a replay after a crash cannot bring deleted points back.
+//!
+//! The seams for other engines (see `docs/architecture.md`): rows go
+//! through [`Store`], names through [`UidTable`], series through
+//! [`SeriesIndex`] and counters through [`crate::meta`]; `Db` itself only
+//! orchestrates them and never touches a key-value engine.
+
+pub mod admin;
+pub mod append;
+pub mod delete;
+pub mod flush;
+pub mod options;
+pub mod read;
+pub mod replay;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use thiserror::Error;
+
+use crate::index::SeriesIndex;
+use crate::store::{Store, StoreError};
+use crate::uid::UidTable;
+use crate::write::buffer::{Buffer, SealPolicy};
+use crate::write::wal::{self, Wal};
+use crate::write::{SeriesCache, buffer};
+
+pub use append::Appended;
+pub use options::{DbOptions, WriteOptions};
+
+/// Directory of the WAL inside the data directory.
+pub const WAL_DIR: &str = "wal";
+
+#[derive(Debug, Error)]
+pub enum DbError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Uid(#[from] crate::uid::UidTableError),
+    #[error(transparent)]
+    Meta(#[from] crate::meta::MetaError),
+    #[error("write-ahead log {path}: {source}")]
+    Wal {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("starting the flusher thread: {0}")]
+    Thread(std::io::Error),
+}
+
+pub type Result<T> = std::result::Result<T, DbError>;
+
+/// Write-path counters for `/api/stats`.
+#[derive(Debug, Default)]
+pub struct WriteStats {
+    /// Points accepted (logged and buffered).
+    pub points_added: AtomicU64,
+    /// Points written to the store.
+    pub points_stored: AtomicU64,
+    /// Rows written to the store.
+    pub rows_written: AtomicU64,
+    /// Failed row writes (points kept and retried).
+    pub flush_errors: AtomicU64,
+    /// Points recovered from the WAL at start.
+    pub points_replayed: AtomicU64,
+}
+
+/// An open database. Shared behind an `Arc`; [`Db::close`] flushes it.
+pub struct Db {
+    store: Arc<Store>,
+    index: Arc<SeriesIndex>,
+    series: SeriesCache,
+    buffer: Buffer,
+    wal: Wal,
+    /// Held shared by appenders (log + buffer as one step), exclusively
+    /// while the flusher decides which WAL segments are still needed.
+    gate: RwLock<()>,
+    opts: WriteOptions,
+    stats: WriteStats,
+    closed: AtomicBool,
+    flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+    flusher_wake: (Mutex<bool>, Condvar),
+    /// Serialises flushes (flusher thread, deletes, close).
+    flush_lock: Mutex<()>,
+    /// Serialises counter persistence; holds when it last ran.
+    counters: Mutex<std::time::Instant>,
+}
+
+impl Db {
+    /// Opens (or creates) the store in `opts.data_dir`, replays and removes
+    /// the WAL left there, then starts the WAL and flusher threads.
+    pub fn open(opts: &DbOptions) -> Result<Arc<Db>> {
+        let store = Arc::new(Store::open(&opts.data_dir, &opts.store)?);
+        let uids = Arc::new(UidTable::new(
+            &store,
+            opts.auto_create,
+            opts.name_rules.clone(),
+        ));
+        Self::assemble(store, uids, &opts.data_dir, opts.write.clone())
+    }
+
+    fn assemble(
+        store: Arc<Store>,
+        uids: Arc<UidTable>,
+        data_dir: &Path,
+        opts: WriteOptions,
+    ) -> Result<Arc<Db>> {
+        let wal_dir = data_dir.join(WAL_DIR);
+        let series = SeriesCache::new(uids, opts.max_tags);
+        let index = Arc::new(SeriesIndex::open(&store)?);
+        let (next_segment, replayed) = replay::replay(&store, &series, &index, &wal_dir)?;
+        let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone()).map_err(|source| {
+            DbError::Wal {
+                path: wal_dir.clone(),
+                source,
+            }
+        })?;
+        let db = Arc::new(Db {
+            store,
+            index,
+            series,
+            buffer: Buffer::new(),
+            wal,
+            gate: RwLock::new(()),
+            opts,
+            stats: WriteStats::default(),
+            closed: AtomicBool::new(false),
+            flusher: Mutex::new(None),
+            flusher_wake: (Mutex::new(false), Condvar::new()),
+            flush_lock: Mutex::new(()),
+            counters: Mutex::new(std::time::Instant::now()),
+        });
+        db.stats.points_replayed.store(replayed, Ordering::Relaxed);
+        let weak = Arc::downgrade(&db);
+        let t = std::thread::Builder::new()
+            .name("flusher".into())
+            .spawn(move || flush::flusher_loop(weak))
+            .map_err(DbError::Thread)?;
+        *db.flusher.lock() = Some(t);
+        Ok(db)
+    }
+
+    /// The store holding the data rows (and, embedded, every other table).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// The series index queries select series from.
+    pub fn index(&self) -> &Arc<SeriesIndex> {
+        &self.index
+    }
+
+    pub fn uids(&self) -> &Arc<UidTable> {
+        self.series.uids()
+    }
+
+    /// The write path's cache of known series.
+    pub fn series(&self) -> &SeriesCache {
+        &self.series
+    }
+
+    pub fn stats(&self) -> &WriteStats {
+        &self.stats
+    }
+
+    pub fn wal(&self) -> &Wal {
+        &self.wal
+    }
+
+    pub fn buffered_points(&self) -> usize {
+        self.buffer.points()
+    }
+
+    /// Writes every buffered point to the store and syncs it (tests,
+    /// tools). Ingest may continue meanwhile.
+    pub fn flush_all(&self) -> Result<()> {
+        self.tick(true);
+        self.store.sync()?;
+        Ok(())
+    }
+
+    /// Stops accepting points, flushes everything to the store, syncs it
+    /// and removes the WAL. Idempotent.
+    pub fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.wake_flusher();
+        if let Some(t) = self.flusher.lock().take()
+            && t.thread().id() != std::thread::current().id()
+        {
+            // (The flusher itself closes the database when it held the
+            // last reference; it cannot wait for itself.)
+            let _ = t.join();
+        }
+        // Appenders that passed the closed check finish under the gate.
+        drop(self.gate.write());
+        self.wal.close();
+        self.flush(SealPolicy {
+            now_s: buffer::now_s(),
+            grace_s: 0,
+            idle_s: 0,
+            pressure: false,
+            everything: true,
+        });
+        if let Err(e) = self.persist_counters() {
+            tracing::error!(error = %e, "saving series counters at shutdown failed");
+        }
+        self.store.sync()?;
+        if self.buffer.points() == 0 {
+            let wal_err = |source| DbError::Wal {
+                path: self.wal.dir().to_path_buf(),
+                source,
+            };
+            self.wal.delete_below(u64::MAX).map_err(wal_err)?;
+            // The active segment is closed too now.
+            for s in wal::list_segments(self.wal.dir()).map_err(wal_err)? {
+                std::fs::remove_file(wal::segment_path(self.wal.dir(), s)).map_err(wal_err)?;
+            }
+        }
+        tracing::info!(
+            stored = self.stats.points_stored.load(Ordering::Relaxed),
+            "database flushed and closed"
+        );
+        Ok(())
+    }
+}
+
+impl Drop for Db {
+    /// A database dropped without [`Db::close`] (a command that stopped
+    /// early) is closed here, so nothing buffered is left to the WAL.
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            tracing::error!(error = %e, "closing the database failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::model::Value;
+    use crate::store::read::{SeriesData, SeriesSource};
+    use crate::uid::AutoCreate;
+    use crate::write::wal::{self, PendingPoint};
+
+    fn open(dir: &Path) -> Arc<Db> {
+        let mut opts = DbOptions::new(dir);
+        opts.auto_create = AutoCreate {
+            metrics: true,
+            ..Default::default()
+        };
+        Db::open(&opts).unwrap()
+    }
+
+    fn put(w: &Db, ts: i64, v: Value, host: &str) -> Appended {
+        let mut key = String::new();
+        let (series, ts) = w
+            .resolve("sys.cpu", ts, v, &[("host", host)], &mut key)
+            .unwrap();
+        w.append(&[PendingPoint {
+            series,
+            ts,
+            value: v,
+        }])
+        .unwrap()
+    }
+
+    fn read_all(w: &Db) -> Vec<SeriesData> {
+        let m = w
+            .uids()
+            .get_id(crate::model::UidKind::Metric, "sys.cpu")
+            .unwrap();
+        w.read_series(m, 0, u64::MAX, &mut |_| true).unwrap()
+    }
+
+    #[tokio::test]
+    async fn reads_merge_buffer_and_store_and_wal_replays() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = open(dir.path());
+        put(&w, 1356998400, Value::Int(1), "a");
+        put(&w, 1356998401, Value::Int(2), "a");
+        w.flush_all().unwrap();
+        assert_eq!(w.buffered_points(), 0);
+        // Late point for the stored hour, and an overwrite.
+        put(&w, 1356998402, Value::Int(3), "a");
+        let last = put(&w, 1356998400, Value::Float(9.5), "a");
+        put(&w, 1356998400, Value::Int(7), "b");
+        let got = read_all(&w);
+        assert_eq!(got.len(), 2);
+        let a: Vec<_> = got[0]
+            .points
+            .iter()
+            .map(|p| (p.timestamp_ms, p.value))
+            .collect();
+        assert_eq!(
+            a,
+            vec![
+                (1356998400000, Value::Float(9.5)),
+                (1356998401000, Value::Int(2)),
+                (1356998402000, Value::Int(3)),
+            ]
+        );
+        w.wait_durable(last).await;
+        // Simulate a crash: no shutdown, WAL left behind.
+        let wal_dir = dir.path().join(WAL_DIR);
+        let copy = tempfile::tempdir().unwrap();
+        for s in wal::list_segments(&wal_dir).unwrap() {
+            std::fs::copy(
+                wal::segment_path(&wal_dir, s),
+                wal::segment_path(copy.path(), s),
+            )
+            .unwrap();
+        }
+        w.close().unwrap();
+        drop(w);
+        for s in wal::list_segments(copy.path()).unwrap() {
+            std::fs::copy(
+                wal::segment_path(copy.path(), s),
+                wal::segment_path(&wal_dir, s),
+            )
+            .unwrap();
+        }
+        let w = open(dir.path());
+        assert!(w.stats().points_replayed.load(Ordering::Relaxed) >= 3);
+        let got = read_all(&w);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].points.len(), 3);
+        assert_eq!(got[0].points[0].value, Value::Float(9.5));
+        w.close().unwrap();
+        assert!(wal::list_segments(&wal_dir).unwrap().is_empty());
+    }
+}

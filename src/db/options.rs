@@ -1,0 +1,186 @@
+//! The database's typed options, built once from the configuration.
+//!
+//! Every default is stated here, once; the server and the command line
+//! hand these structs down instead of reading configuration strings.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::codec::row::{DuplicatePolicy, RowEncoding};
+use crate::config::{Config, ConfigError};
+use crate::model::NameRules;
+use crate::store::StoreOptions;
+use crate::store::retention::{Retention, TTL_KEY};
+use crate::uid::AutoCreate;
+use crate::write::wal::WalOptions;
+
+/// Everything [`super::Db::open`] needs.
+#[derive(Debug, Clone)]
+pub struct DbOptions {
+    /// `tsd.storage.data_dir`.
+    pub data_dir: PathBuf,
+    pub store: StoreOptions,
+    /// `tsd.core.auto_create_*`.
+    pub auto_create: AutoCreate,
+    /// `tsd.core.tag.allow_specialchars`.
+    pub name_rules: NameRules,
+    pub write: WriteOptions,
+}
+
+/// The write path's settings.
+#[derive(Debug, Clone)]
+pub struct WriteOptions {
+    /// `tsd.storage.flush_interval`: the WAL fsync period and flusher tick.
+    pub flush_interval: Duration,
+    /// Buffered points above which hours are sealed early
+    /// (`tsd.storage.buffer.max_points`).
+    pub max_buffered_points: usize,
+    /// How long after an hour ends an idle series' row stays open.
+    pub seal_grace: Duration,
+    /// WAL bytes on disk above which everything is flushed (checkpoint;
+    /// `tsd.storage.wal.max_bytes`).
+    pub wal_max_bytes: u64,
+    pub wal: WalOptions,
+    /// `tsd.storage.max_tags`.
+    pub max_tags: usize,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            flush_interval: Duration::from_millis(1000),
+            max_buffered_points: 2_000_000,
+            seal_grace: Duration::from_secs(600),
+            wal_max_bytes: 512 << 20,
+            wal: WalOptions::default(),
+            max_tags: 8,
+        }
+    }
+}
+
+fn bad(key: &str, value: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::BadValue {
+        key: key.into(),
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+impl DbOptions {
+    /// Defaults for a database in `data_dir` (tests, tools).
+    pub fn new(data_dir: impl Into<PathBuf>) -> DbOptions {
+        DbOptions {
+            data_dir: data_dir.into(),
+            store: StoreOptions::default(),
+            auto_create: AutoCreate::default(),
+            name_rules: NameRules::default(),
+            write: WriteOptions::default(),
+        }
+    }
+
+    pub fn from_config(c: &Config) -> Result<DbOptions, ConfigError> {
+        Ok(DbOptions {
+            data_dir: c.data_dir(),
+            store: store_options(c)?,
+            auto_create: AutoCreate {
+                metrics: c.get_bool("tsd.core.auto_create_metrics"),
+                tagks: c.get_bool("tsd.core.auto_create_tagks"),
+                tagvs: c.get_bool("tsd.core.auto_create_tagvs"),
+            },
+            name_rules: NameRules::with_special_chars(
+                c.get_string("tsd.core.tag.allow_specialchars"),
+            ),
+            write: write_options(c)?,
+        })
+    }
+}
+
+/// Store settings: layout keys count only when set explicitly, so a store
+/// created with other widths opens without repeating them.
+fn store_options(c: &Config) -> Result<StoreOptions, ConfigError> {
+    Ok(StoreOptions {
+        metric_width: c.explicit_int("tsd.storage.uid.width.metric")?,
+        tagk_width: c.explicit_int("tsd.storage.uid.width.tagk")?,
+        tagv_width: c.explicit_int("tsd.storage.uid.width.tagv")?,
+        salt_width: c.explicit_int("tsd.storage.salt.width")?,
+        salt_buckets: c.explicit_int("tsd.storage.salt.buckets")?,
+        // rtsdb resolves duplicates last-write-wins unless the user asks
+        // for OpenTSDB's strict behaviour explicitly.
+        duplicates: if c.get_bool("tsd.storage.fix_duplicates") {
+            DuplicatePolicy::LastWriteWins
+        } else {
+            DuplicatePolicy::Strict
+        },
+        encoding: match c.get_string("tsd.storage.row_encoding").trim() {
+            "compressed" | "" => RowEncoding::Compressed,
+            "classic" => RowEncoding::Classic,
+            other => {
+                return Err(bad(
+                    "tsd.storage.row_encoding",
+                    other,
+                    "must be 'compressed' or 'classic'",
+                ));
+            }
+        },
+        retention: Arc::new(
+            Retention::from_entries(c.entries()).map_err(|reason| bad(TTL_KEY, "", reason))?,
+        ),
+        engine: Default::default(),
+    })
+}
+
+fn write_options(c: &Config) -> Result<WriteOptions, ConfigError> {
+    let mut o = WriteOptions::default();
+    if let Some(ms) = c.get_int::<u64>("tsd.storage.flush_interval")? {
+        o.flush_interval = Duration::from_millis(ms.max(1));
+        o.wal.flush_interval = o.flush_interval;
+    }
+    if let Some(n) = c.get_int::<usize>("tsd.storage.buffer.max_points")? {
+        o.max_buffered_points = n.max(1000);
+    }
+    if let Some(n) = c.get_int::<u64>("tsd.storage.wal.max_bytes")? {
+        o.wal_max_bytes = n;
+    }
+    if let Some(n) = c.get_int::<usize>("tsd.storage.max_tags")? {
+        if n < 1 {
+            return Err(bad(
+                "tsd.storage.max_tags",
+                n.to_string(),
+                "must be at least 1",
+            ));
+        }
+        o.max_tags = n;
+    }
+    Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_config_defaults_and_overrides() {
+        let mut cfg = Config::default();
+        cfg.set("tsd.core.auto_create_metrics", "true");
+        cfg.set("tsd.storage.uid.width.tagv", "4");
+        let opts = DbOptions::from_config(&cfg).unwrap();
+        assert!(opts.auto_create.metrics);
+        assert!(opts.auto_create.tagks);
+        assert_eq!(opts.store.tagv_width, Some(4));
+        assert_eq!(opts.store.metric_width, None);
+        assert_eq!(opts.store.duplicates, DuplicatePolicy::LastWriteWins);
+        let mut strict = Config::default();
+        strict.set("tsd.storage.fix_duplicates", "false");
+        assert_eq!(
+            DbOptions::from_config(&strict).unwrap().store.duplicates,
+            DuplicatePolicy::Strict
+        );
+        let mut bad = Config::default();
+        bad.set("tsd.storage.uid.width.metric", "x");
+        assert!(DbOptions::from_config(&bad).is_err());
+        let mut tags = Config::default();
+        tags.set("tsd.storage.max_tags", "0");
+        assert!(DbOptions::from_config(&tags).is_err());
+    }
+}

@@ -1,0 +1,153 @@
+//! Reading: stored rows merged with the points still buffered in memory,
+//! served to queries as a [`SeriesSource`].
+
+use std::collections::{HashMap, HashSet};
+
+use super::Db;
+use crate::codec::row_key::Tsuid;
+use crate::model::Uid;
+use crate::store::read::{Point, PointSink, ReadStats, SeriesData, SeriesSource};
+use crate::store::{self};
+
+impl Db {
+    /// Reads `tsuids` from the store through `read`, merging in the points
+    /// still buffered here. Series with nothing buffered stream straight
+    /// through; the others are collected, merged last-write-wins and then
+    /// handed over whole.
+    fn read_merged(
+        &self,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+        sink: &mut PointSink<'_>,
+        read: impl FnOnce(&mut PointSink<'_>) -> store::Result<ReadStats>,
+    ) -> store::Result<ReadStats> {
+        // Buffer first: a point sealed meanwhile is then found in the store.
+        let mut buffered: HashMap<Tsuid, Vec<Point>> = HashMap::new();
+        let mut metrics: Vec<Uid> = tsuids.iter().map(|t| t.metric).collect();
+        metrics.sort_unstable();
+        metrics.dedup();
+        let asked: HashSet<&Tsuid> = tsuids.iter().collect();
+        for m in metrics {
+            buffered.extend(
+                self.buffer
+                    .read(m, start_ms, end_ms, &mut |t| asked.contains(t)),
+            );
+        }
+        let pending: HashMap<usize, Vec<Point>> = tsuids
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| buffered.remove(t).map(|p| (i, p)))
+            .collect();
+        let mut stored: HashMap<usize, Vec<Point>> = HashMap::new();
+        let mut stopped = false;
+        let mut stats = read(&mut |i, points: &[Point]| {
+            if pending.contains_key(&i) {
+                stored.entry(i).or_default().extend_from_slice(points);
+                true
+            } else {
+                let go_on = sink(i, points);
+                stopped |= !go_on;
+                go_on
+            }
+        })?;
+        if stopped {
+            return Ok(stats);
+        }
+        for (i, newer) in pending {
+            let merged = match stored.remove(&i) {
+                Some(older) if !older.is_empty() => merge_last_wins(older, newer),
+                _ => newer,
+            };
+            stats.points += merged.len() as u64;
+            if !merged.is_empty() && !sink(i, &merged) {
+                break;
+            }
+        }
+        Ok(stats)
+    }
+}
+
+impl SeriesSource for Db {
+    fn global_annotations(
+        &self,
+        start_ms: u64,
+        end_ms: u64,
+    ) -> store::Result<Vec<crate::model::Annotation>> {
+        self.store.global_annotations(start_ms, end_ms)
+    }
+
+    fn read_tsuids(
+        &self,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+        sink: &mut PointSink<'_>,
+    ) -> store::Result<ReadStats> {
+        self.read_merged(tsuids, start_ms, end_ms, sink, |s| {
+            self.store.read_tsuids(tsuids, start_ms, end_ms, s)
+        })
+    }
+
+    fn scan_tsuids(
+        &self,
+        metric: Uid,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+        sink: &mut PointSink<'_>,
+    ) -> store::Result<ReadStats> {
+        self.read_merged(tsuids, start_ms, end_ms, sink, |s| {
+            self.store.scan_tsuids(metric, tsuids, start_ms, end_ms, s)
+        })
+    }
+
+    fn read_series(
+        &self,
+        metric: Uid,
+        start_ms: u64,
+        end_ms: u64,
+        want: &mut dyn FnMut(&Tsuid) -> bool,
+    ) -> store::Result<Vec<SeriesData>> {
+        // Buffer first: a point sealed meanwhile is then found in the store.
+        let mut buffered = self.buffer.read(metric, start_ms, end_ms, &mut |_| true);
+        let stored = self.store.read_series(metric, start_ms, end_ms, want)?;
+        let mut out = Vec::with_capacity(stored.len() + buffered.len());
+        for mut s in stored {
+            if let Some(b) = buffered.remove(&s.tsuid) {
+                s.points = merge_last_wins(s.points, b);
+            }
+            out.push(s);
+        }
+        for (tsuid, points) in buffered {
+            if want(&tsuid) {
+                out.push(SeriesData { tsuid, points });
+            }
+        }
+        out.sort_by(|a, b| a.tsuid.cmp(&b.tsuid));
+        Ok(out)
+    }
+}
+
+/// Merges two sorted point lists; on equal timestamps `newer` wins.
+fn merge_last_wins(older: Vec<Point>, newer: Vec<Point>) -> Vec<Point> {
+    let mut out = Vec::with_capacity(older.len() + newer.len());
+    let (mut a, mut b) = (older.into_iter().peekable(), newer.into_iter().peekable());
+    loop {
+        match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => {
+                if x.timestamp_ms < y.timestamp_ms {
+                    out.push(a.next().expect("peeked"));
+                } else if x.timestamp_ms > y.timestamp_ms {
+                    out.push(b.next().expect("peeked"));
+                } else {
+                    a.next();
+                    out.push(b.next().expect("peeked"));
+                }
+            }
+            (Some(_), None) => out.push(a.next().expect("peeked")),
+            (None, Some(_)) => out.push(b.next().expect("peeked")),
+            (None, None) => return out,
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Replay: the WAL left by the previous process is read back into the
+//! store when a database opens, then removed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{DbError, Result};
+use crate::codec::row_key::Tsuid;
+use crate::index::SeriesIndex;
+use crate::model::{Timestamp, Value};
+use crate::storage::Durability;
+use crate::store::Store;
+use crate::write::{Series, SeriesCache, wal};
+
+/// Replays every WAL segment in `dir` into the store, syncs it and
+/// deletes the segments. Returns the next segment number and the points
+/// replayed.
+pub(super) fn replay(
+    store: &Arc<Store>,
+    series: &SeriesCache,
+    index: &SeriesIndex,
+    dir: &Path,
+) -> Result<(u64, u64)> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| DbError::Wal { path, source }
+    };
+    let segments = wal::list_segments(dir).map_err(io(dir))?;
+    let Some(&last) = segments.last() else {
+        return Ok((1, 0));
+    };
+    let mut total = 0u64;
+    for seg in &segments {
+        let path = wal::segment_path(dir, *seg);
+        let contents = wal::read_segment(&path).map_err(io(&path))?;
+        if contents.bad_tail > 0 {
+            tracing::warn!(segment = %path.display(), bytes = contents.bad_tail, "WAL segment ends in a torn or corrupt frame; ignoring its tail");
+        }
+        let mut ids: HashMap<u32, Arc<Series>> = HashMap::new();
+        let mut points: HashMap<u32, Vec<(Timestamp, Value)>> = HashMap::new();
+        for rec in contents.records {
+            match rec {
+                wal::Record::Series { id, metric, tags } => {
+                    let t: Vec<(&str, &str)> =
+                        tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                    match series.resolve_replayed(&metric, &t) {
+                        Ok(s) => {
+                            ids.insert(id, s);
+                        }
+                        Err(e) => {
+                            tracing::error!(metric, error = ?e, "WAL series cannot be resolved; its points are skipped")
+                        }
+                    }
+                }
+                wal::Record::Point { id, ts, value } => {
+                    if ids.contains_key(&id) {
+                        points.entry(id).or_default().push((ts, value));
+                    }
+                }
+                wal::Record::Delete {
+                    tsuid,
+                    first_hour,
+                    last_hour,
+                } => {
+                    let Ok(tsuid) = Tsuid::from_bytes(&tsuid, &store.layout().widths) else {
+                        continue;
+                    };
+                    // Points logged earlier in this segment go, and rows
+                    // earlier segments' replay already stored are deleted.
+                    for (id, s) in &ids {
+                        if s.tsuid == tsuid
+                            && let Some(pts) = points.get_mut(id)
+                        {
+                            pts.retain(|(ts, _)| {
+                                !(first_hour..=last_hour).contains(&ts.base_time())
+                            });
+                        }
+                    }
+                    let mut base = first_hour;
+                    while base <= last_hour {
+                        store.delete_row(
+                            &store.layout().row_key(&tsuid, base),
+                            Durability::Process,
+                        )?;
+                        base = match base.checked_add(3600) {
+                            Some(b) => b,
+                            None => break,
+                        };
+                    }
+                }
+            }
+        }
+        for (id, pts) in points {
+            let s = &ids[&id];
+            // Later writes win: put_points merges in order, so keep the
+            // last value per timestamp before writing.
+            let mut dedup: BTreeMap<u64, (Timestamp, Value)> = BTreeMap::new();
+            for (ts, v) in pts {
+                dedup.insert(ts.as_millis(), (ts, v));
+            }
+            let pts: Vec<_> = dedup.into_values().collect();
+            total += pts.len() as u64;
+            // The index write may not have survived what the WAL did.
+            if let Some(latest) = pts.iter().map(|(ts, _)| ts.base_time()).max() {
+                index.add_at(&s.tsuid, latest)?;
+            }
+            store.put_points(&s.tsuid, &pts, Durability::Process)?;
+        }
+    }
+    store.sync()?;
+    for seg in &segments {
+        let path = wal::segment_path(dir, *seg);
+        std::fs::remove_file(&path).map_err(io(&path))?;
+    }
+    if total > 0 {
+        tracing::info!(
+            points = total,
+            segments = segments.len(),
+            "replayed the write-ahead log"
+        );
+    }
+    Ok((last + 1, total))
+}
