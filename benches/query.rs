@@ -1,5 +1,6 @@
 //! Query latency on a TSBS-like data set: 1,000 hosts × 10 cpu metrics,
-//! one hour at 10 s (3.6 M points), in a fjall-backed store in a temp dir.
+//! one hour at 10 s (3.6 M points), loaded through a `Db`'s write path
+//! into a fjall-backed store in a temp dir, flushed and compacted.
 //!
 //! Run: `cargo bench --bench query` (prints median and p90 per query).
 //! Targets (issue 4): all hosts ≤ 8 ms, one host ≤ 1 ms, by region
@@ -8,13 +9,10 @@
 use std::time::{Duration, Instant};
 
 use rtsdb::codec::row::RowEncoding;
-use rtsdb::codec::row_key::Tsuid;
-use rtsdb::index::SeriesIndex;
-use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
+use rtsdb::db::{Db, DbOptions};
+use rtsdb::model::Value;
 use rtsdb::query::{self, QueryContext};
-use rtsdb::storage::Durability;
-use rtsdb::store::{Store, StoreOptions};
-use rtsdb::uid::{AutoCreate, UidTable};
+use rtsdb::write::PendingPoint;
 
 const HOSTS: usize = 1000;
 const START: u32 = 1_451_606_400; // 2016-01-01T00:00:00Z, an hour boundary
@@ -54,9 +52,11 @@ impl Rng {
     }
 }
 
-fn load(store: &Store, uids: &UidTable, index: &SeriesIndex) {
-    let id = |k, n: &str| uids.get_or_create_id(k, n).unwrap();
+/// Loads the data set through the database's write path, as a TSD
+/// would, then flushes it into rows.
+fn load(db: &Db) {
     let mut rng = Rng(0x9E3779B97F4A7C15);
+    let mut key = String::new();
     for h in 0..HOSTS {
         let region = REGIONS[h % REGIONS.len()];
         let tags = [
@@ -77,24 +77,24 @@ fn load(store: &Store, uids: &UidTable, index: &SeriesIndex) {
                 ["production", "staging", "test"][h % 3].to_string(),
             ),
         ];
-        let pairs: Vec<_> = tags
-            .iter()
-            .map(|(k, v)| (id(UidKind::TagKey, k), id(UidKind::TagValue, v)))
-            .collect();
+        let tags: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (*k, v.as_str())).collect();
         for m in METRICS {
-            let metric = id(UidKind::Metric, &format!("cpu.{m}"));
-            let tsuid = Tsuid::new(metric, pairs.clone()).unwrap();
+            let metric = format!("cpu.{m}");
             let mut v = (rng.next() % 100) as f64;
-            let pts: Vec<(Timestamp, Value)> = (0..POINTS)
-                .map(|i| {
-                    v = (v + (rng.next() % 21) as f64 / 2.0 - 5.0).clamp(0.0, 100.0);
-                    (Timestamp::Seconds(START + i * 10), Value::Float(v + 0.1))
-                })
-                .collect();
-            store.put_points(&tsuid, &pts, Durability::Process).unwrap();
-            index.add_at(&tsuid, START).unwrap();
+            let mut batch = Vec::with_capacity(POINTS as usize);
+            for i in 0..POINTS {
+                v = (v + (rng.next() % 21) as f64 / 2.0 - 5.0).clamp(0.0, 100.0);
+                let value = Value::Float(v + 0.1);
+                let (series, ts) = db
+                    .resolve(&metric, (START + i * 10) as i64, value, &tags, &mut key)
+                    .unwrap();
+                batch.push(PendingPoint { series, ts, value });
+            }
+            let a = db.append(&batch).unwrap();
+            db.throttle_blocking(a);
         }
     }
+    db.flush_all().unwrap();
 }
 
 fn time_query(ctx: &QueryContext, qs: &str, runs: usize) -> (Duration, Duration, usize) {
@@ -125,35 +125,24 @@ fn main() {
 
 fn run(encoding: RowEncoding) {
     let dir = tempfile::tempdir().unwrap();
-    let opts = StoreOptions {
-        encoding,
-        ..StoreOptions::default()
-    };
-    let store = Store::open(dir.path(), &opts).unwrap();
-    let uids = UidTable::new(
-        &store,
-        AutoCreate {
-            metrics: true,
-            ..AutoCreate::default()
-        },
-        NameRules::default(),
-    );
-    let index = SeriesIndex::open(&store).unwrap();
+    let mut opts = DbOptions::new(dir.path());
+    opts.store.encoding = encoding;
+    opts.auto_create.metrics = true;
+    let db = Db::open(&opts).unwrap();
     let t = Instant::now();
-    load(&store, &uids, &index);
-    store.sync().unwrap();
+    load(&db);
     // Settle: rows in table files, as after any flush. (Left in the engine's
     // memtable, small compressed rows would be read through a skip list
     // while the larger classic rows had already been flushed: not a fair
     // comparison of the encodings.)
-    store.kv().compact().unwrap();
+    db.store().compact().unwrap();
     let points = HOSTS * METRICS.len() * POINTS as usize;
     println!(
         "\n{encoding:?} rows: loaded {} series, {points} points in {:.1} s",
         HOSTS * METRICS.len(),
         t.elapsed().as_secs_f64()
     );
-    let ctx = QueryContext::new(&store, &uids, &index);
+    let ctx = QueryContext::new(&*db, db.uids(), db.index());
     let range = format!("start={START}&end={}", START + 3600);
     let queries = [
         (
