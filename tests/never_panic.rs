@@ -65,10 +65,7 @@ fn db() -> common::Db {
 }
 
 proptest! {
-    // NEVER_PANIC_CASES=20000 for a longer hunt than CI's.
-    #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("NEVER_PANIC_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(400)
-    ))]
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     #[test]
     fn put_lines(line in "[ -~\u{80}-\u{2FF}]{0,80}", words in proptest::collection::vec(fragments(), 0..12)) {
@@ -98,21 +95,44 @@ proptest! {
         let _ = Tsuid::parse_hex(&s, &UidWidths::default());
         let _ = rtsdb::config::parse_properties(&s);
     }
+}
 
-    #[test]
-    fn queries_parse_and_run(m in fragments(), start in "(1356998400|1356998400000|1h-ago|2013/01/01|0|x|)", end in "(|1357009999|now|1356990000)") {
-        let db = db();
-        let mut qs = format!("start={start}&m={m}");
-        if !end.is_empty() {
-            qs.push_str(&format!("&end={end}"));
-        }
-        let _ = db.get(&qs);
-        let _ = db.get(&format!("{qs}&arrays&ms&show_tsuids&show_query&show_stats"));
-        let _ = db.get(&format!("start={start}&tsuid=sum:{m}"));
-        let _ = query::parse_last_get(&format!("timeseries={m}&back_scan={end}"));
-        let body = format!(r#"{{"start":"{start}","queries":[{{"aggregator":"{m}","metric":"sys.cpu","downsample":"{m}"}}]}}"#);
-        let _ = db.post(&body);
-        let _ = query::parse_post(m.as_bytes());
-        let _ = query::parse_last_post(m.as_bytes());
-    }
+fn cases() -> u32 {
+    // NEVER_PANIC_CASES=20000 for a longer hunt than CI's.
+    std::env::var("NEVER_PANIC_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400)
+}
+
+/// One database for every case (queries only read it), so the runner is
+/// driven by hand rather than by `proptest!`, which would build one per case.
+#[test]
+fn queries_parse_and_run() {
+    let db = db();
+    let strategy = (
+        fragments(),
+        "(1356998400|1356998400000|1h-ago|2013/01/01|0|x|)",
+        "(|1357009999|now|1356990000)",
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(cases()));
+    runner
+        .run(&strategy, |(m, start, end)| {
+            let mut qs = format!("start={start}&m={m}");
+            if !end.is_empty() {
+                qs.push_str(&format!("&end={end}"));
+            }
+            let _ = db.get(&qs);
+            let _ = db.get(&format!("{qs}&arrays&ms&show_tsuids&show_query&show_stats"));
+            let _ = db.get(&format!("start={start}&tsuid=sum:{m}"));
+            let _ = query::parse_last_get(&format!("timeseries={m}&back_scan={end}"));
+            let body = format!(
+                r#"{{"start":"{start}","queries":[{{"aggregator":"{m}","metric":"sys.cpu","downsample":"{m}"}}]}}"#
+            );
+            let _ = db.post(&body);
+            let _ = query::parse_post(m.as_bytes());
+            let _ = query::parse_last_post(m.as_bytes());
+            Ok(())
+        })
+        .unwrap();
 }

@@ -26,7 +26,7 @@ fn two_hosts() -> Db {
 #[test]
 fn deleted_tag_uids_skip_series_instead_of_failing() {
     let db = two_hosts();
-    db.uids.delete(UidKind::TagValue, "web02").unwrap();
+    db.uids().delete(UidKind::TagValue, "web02").unwrap();
     let v = db.get_value(&format!("start={T}&m=sum:sys.cpu.user&show_stats"));
     assert_eq!(v[0]["dps"][T.to_string()], 1);
     assert_eq!(v[0]["stats"]["unresolvedSeries"], 1);

@@ -1,66 +1,71 @@
-//! A database in memory with names, series index and query entry points.
+//! A database in a temporary directory with the query entry points, for
+//! tests that call the query library directly.
 
-use rtsdb::codec::row::DuplicatePolicy;
-use rtsdb::codec::row_key::{KeyLayout, Tsuid};
-use rtsdb::index::SeriesIndex;
-use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
+use std::sync::Arc;
+
+use rtsdb::codec::row_key::Tsuid;
+use rtsdb::db::DbOptions;
+use rtsdb::model::{UidKind, Value};
 use rtsdb::query::{self, QueryContext, QueryError};
-use rtsdb::storage::Durability;
-use rtsdb::store::Store;
 use rtsdb::uid::{AutoCreate, UidTable};
+use rtsdb::write::PendingPoint;
 
 pub const T: u64 = 1356998400;
 
 pub struct Db {
-    pub store: Store,
-    pub uids: UidTable,
-    pub index: SeriesIndex,
+    pub db: Arc<rtsdb::db::Db>,
+    _dir: tempfile::TempDir,
 }
 
 impl Db {
     pub fn new() -> Db {
-        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
-        let uids = UidTable::new(
-            &store,
-            AutoCreate {
-                metrics: true,
-                tagks: true,
-                tagvs: true,
-            },
-            NameRules::default(),
-        );
-        let index = SeriesIndex::open(&store).unwrap();
-        Db { store, uids, index }
-    }
-
-    pub fn tsuid(&self, metric: &str, tags: &[(&str, &str)]) -> Tsuid {
-        let m = self.uids.get_or_create_id(UidKind::Metric, metric).unwrap();
-        let pairs = tags
-            .iter()
-            .map(|(k, v)| {
-                (
-                    self.uids.get_or_create_id(UidKind::TagKey, k).unwrap(),
-                    self.uids.get_or_create_id(UidKind::TagValue, v).unwrap(),
-                )
-            })
-            .collect();
-        Tsuid::new(m, pairs).unwrap()
-    }
-
-    /// Writes points (seconds offsets from `T`) as the write path would.
-    pub fn put(&self, metric: &str, tags: &[(&str, &str)], points: &[(u64, Value)]) -> Tsuid {
-        let t = self.tsuid(metric, tags);
-        let pts: Vec<(Timestamp, Value)> = points
-            .iter()
-            .map(|&(s, v)| (Timestamp::Seconds((T + s) as u32), v))
-            .collect();
-        self.store
-            .put_points(&t, &pts, Durability::Process)
-            .unwrap();
-        for (ts, _) in &pts {
-            self.index.add_at(&t, ts.base_time()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = DbOptions::new(dir.path());
+        opts.auto_create = AutoCreate {
+            metrics: true,
+            tagks: true,
+            tagvs: true,
+        };
+        Db {
+            db: rtsdb::db::Db::open(&opts).unwrap(),
+            _dir: dir,
         }
-        t
+    }
+
+    pub fn uids(&self) -> &UidTable {
+        self.db.uids()
+    }
+
+    /// Writes points (seconds offsets from `T`) through the write path;
+    /// they are read back merged from the write buffer.
+    pub fn put(&self, metric: &str, tags: &[(&str, &str)], points: &[(u64, Value)]) -> Tsuid {
+        let mut key = String::new();
+        let mut batch = Vec::with_capacity(points.len());
+        for &(s, value) in points {
+            let (series, ts) = self
+                .db
+                .resolve(metric, (T + s) as i64, value, tags, &mut key)
+                .unwrap();
+            batch.push(PendingPoint { series, ts, value });
+        }
+        if batch.is_empty() {
+            let m = self
+                .uids()
+                .get_or_create_id(UidKind::Metric, metric)
+                .unwrap();
+            let pairs = tags
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        self.uids().get_or_create_id(UidKind::TagKey, k).unwrap(),
+                        self.uids().get_or_create_id(UidKind::TagValue, v).unwrap(),
+                    )
+                })
+                .collect();
+            return Tsuid::new(m, pairs).unwrap();
+        }
+        self.db.append(&batch).unwrap();
+        batch[0].series.tsuid.clone()
     }
 
     pub fn ints(&self, metric: &str, tags: &[(&str, &str)], points: &[(u64, i64)]) -> Tsuid {
@@ -69,7 +74,7 @@ impl Db {
     }
 
     pub fn ctx(&self) -> QueryContext<'_> {
-        let mut c = QueryContext::new(&self.store, &self.uids, &self.index);
+        let mut c = QueryContext::new(&*self.db, self.db.uids(), self.db.index());
         c.now_ms = (T + 86_400) * 1000;
         c
     }
