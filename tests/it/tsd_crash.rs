@@ -2,7 +2,7 @@
 //! killed with SIGKILL mid-stream; after a restart every acknowledged
 //! point is in the store, and store and WAL reopen clean.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};

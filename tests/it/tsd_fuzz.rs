@@ -2,7 +2,7 @@
 //! query string or body, the server answers with a status (never a
 //! dropped connection from a panic) and keeps serving.
 
-mod common;
+use crate::common;
 
 use common::{TestServer, http, telnet};
 use proptest::prelude::*;

@@ -2,7 +2,7 @@
 //! at startup, for template variables and for panels, with exact bodies;
 //! and the stats endpoints (/api/stats/query, /metrics).
 
-mod common;
+use crate::common;
 
 use common::{TestServer, get, http, post_put, req};
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! /api/uid/* against a real TSD: assign, rename, uidmeta and tsmeta with
 //! their success, not-found, no-change and bad-input answers.
 
-mod common;
+use crate::common;
 
 use common::{TestServer, err, post_put, req};
 use serde_json::json;

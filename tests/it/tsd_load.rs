@@ -1,6 +1,6 @@
 //! Many connections at once over both protocols.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -1,7 +1,7 @@
 //! Discovery endpoints against a real TSD: /api/suggest, /suggest,
 //! /api/search/lookup (served from the series index), /api/config/filters.
 
-mod common;
+use crate::common;
 
 use common::{TestServer, err, http, json_http, post_put};
 use serde_json::{Value, json};

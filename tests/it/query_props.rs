@@ -2,7 +2,7 @@
 //! loops over raw points, for random data and random aggregator,
 //! downsample, rate and filter combinations.
 
-mod common;
+use crate::common;
 
 use common::{Db, T};
 use proptest::prelude::*;

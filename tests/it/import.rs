@@ -1,7 +1,7 @@
 //! `tsdb import` as users run it: round trip with `scan --import`, bad
 //! lines, gzip, out-of-order timestamps, several files, a held store.
 
-mod common;
+use crate::common;
 
 use common::tsdb;
 use std::io::Write as _;

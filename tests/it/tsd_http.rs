@@ -2,7 +2,7 @@
 //! requests on one keep-alive connection, compressed bodies and body
 //! limits. Request→response checks are in `tests/compat/http/*.case`.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 

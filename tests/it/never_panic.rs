@@ -2,7 +2,7 @@
 //! query engine on random but well-formed-looking requests, must answer
 //! with an error or a result.
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use rtsdb::codec::row_key::Tsuid;

@@ -3,7 +3,7 @@
 //! run against the query library over an in-memory store. Everything that
 //! can be expressed as requests lives in `tests/compat/query/*.case`.
 
-mod common;
+use crate::common;
 
 use common::{Db, T};
 use rtsdb::model::UidKind;

@@ -1,7 +1,7 @@
 //! The `tsdb` binary as users run it: uid, mkmetric and scan output must be
 //! OpenTSDB's, byte for byte.
 
-mod common;
+use crate::common;
 
 use common::tsdb;
 use std::path::Path;

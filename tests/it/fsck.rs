@@ -1,7 +1,7 @@
 //! `tsdb fsck` and `tsdb uid fsck` find injected faults, fix them, and
 //! report a clean store as clean.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

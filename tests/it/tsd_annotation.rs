@@ -1,7 +1,7 @@
 //! `/api/annotation`, `/api/annotation/bulk` and annotations in query
 //! results, against a running TSD: exact status codes and bodies.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -2,7 +2,7 @@
 //! error line of OpenTSDB's section 2 verbatim, the other commands, and
 //! bad input that must leave the server serving.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -3,7 +3,7 @@
 //! a case file; the other /api/query checks are in
 //! `tests/compat/query/*.case`).
 
-mod common;
+use crate::common;
 
 use common::{TestServer, get, http, telnet};
 

@@ -58,7 +58,7 @@ fn sigkill_loses_nothing_acknowledged() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "crash_child",
+            "crash::crash_child",
             "--ignored",
             "--nocapture",
             "--test-threads=1",

@@ -1,0 +1,25 @@
+//! The integration tests, as one binary: one link of the crate instead of
+//! one per file. Each module is a former `tests/<name>.rs`; run one with
+//! `cargo test --test it <name>::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cli;
+mod crash;
+mod fsck;
+mod import;
+mod never_panic;
+mod query_props;
+mod query_semantics;
+mod tsd_annotation;
+mod tsd_crash;
+mod tsd_discovery;
+mod tsd_fuzz;
+mod tsd_grafana;
+mod tsd_http;
+mod tsd_load;
+mod tsd_query;
+mod tsd_telnet;
+mod tsd_uid;
+mod uid_concurrency;
