@@ -16,8 +16,11 @@ pub struct QueryArgs {
     /// Accepted for compatibility (gnuplot output is not produced).
     #[arg(long, value_name = "BASEPATH")]
     pub graph: Option<String>,
-    /// START-DATE [END-DATE] <aggregator> [rate] [counter,max,reset] [downsample <ms> <agg>] <metric> [tagk=tagv ...] [more queries]
-    #[arg(allow_hyphen_values = true)]
+    // The usage text as help (a doc comment would be read as rustdoc links).
+    #[arg(
+        allow_hyphen_values = true,
+        help = "START-DATE [END-DATE] <aggregator> [rate] [counter,max,reset] [downsample <ms> <agg>] <metric> [tagk=tagv ...] [more queries]"
+    )]
     pub query: Vec<String>,
 }
 

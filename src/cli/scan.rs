@@ -28,8 +28,11 @@ pub struct ScanArgs {
     /// Delete every matching row (whole hours) after printing it; implies --import.
     #[arg(long)]
     pub delete: bool,
-    /// START-DATE [END-DATE] <aggregator> <metric> [tagk=tagv ...] [more queries]
-    #[arg(allow_hyphen_values = true)]
+    // The usage text as help (a doc comment would be read as rustdoc links).
+    #[arg(
+        allow_hyphen_values = true,
+        help = "START-DATE [END-DATE] <aggregator> <metric> [tagk=tagv ...] [more queries]"
+    )]
     pub query: Vec<String>,
 }
 

@@ -20,9 +20,11 @@ pub struct UidArgs {
     /// Ignore case distinctions when matching a regexp (grep).
     #[arg(short = 'i', long = "ignore-case")]
     pub ignore_case: bool,
-    /// grep [kind] <RE> | assign <kind> <name>... | rename <kind> <name> <newname>
-    /// | delete <kind> <name> | [kind] <name> | [kind] <id>
-    #[arg(allow_hyphen_values = true)]
+    // The usage text as help (a doc comment would be read as rustdoc links).
+    #[arg(
+        allow_hyphen_values = true,
+        help = "grep [kind] <RE> | assign <kind> <name>... | rename <kind> <name> <newname> | delete <kind> <name> | [kind] <name> | [kind] <id>"
+    )]
     pub args: Vec<String>,
 }
 

@@ -12,7 +12,7 @@
 //! - [`flush`]: the flusher thread, sealed hours written as rows, WAL
 //!   truncation and the meta counters;
 //! - [`read`]: reads of stored rows merged with buffered points
-//!   (the [`SeriesSource`] queries use);
+//!   (the [`SeriesSource`](crate::store::read::SeriesSource) queries use);
 //! - [`replay`]: the WAL read back into the store at open;
 //! - [`delete`]: whole-row deletes (`/api/query` with `delete`);
 //! - [`admin`]: UID and meta operations, cache drops.
