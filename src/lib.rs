@@ -1,22 +1,28 @@
 //! rtsdb: an OpenTSDB 2.4-compatible time series database.
 //!
-//! The crate is layered; each module only uses the ones listed above it:
+//! The crate is layered; each module uses only the ones listed below it,
+//! and only [`db`] and [`store`] reach the key-value engine
+//! (`docs/architecture.md` has the picture and a put and a query traced
+//! through it):
 //!
-//! - [`model`]: UIDs, names and their rules, data points.
-//! - [`codec`]: OpenTSDB's byte formats (row keys, qualifiers, values,
-//!   compacted/append/annotation columns), documented in `docs/format/`.
-//! - [`storage`]: the narrow key-value trait and its engines (fjall, memory).
-//! - [`store`]: a store on disk: its recorded layout, tables and rows.
-//! - [`uid`]: UID assignment, lookup with caches, rename and delete.
-//! - [`index`]: the series index (metric and tag pairs → series).
-//! - [`meta`]: UIDMeta and TSMeta objects and the per-series counters.
-//! - [`query`]: `/api/query` and `/api/query/last` semantics as a library.
-//! - [`config`]: `opentsdb.conf` properties and OpenTSDB's defaults.
-//! - [`write`]: the write path: series cache, write-ahead log, in-memory
-//!   hour buffers flushed as whole rows, reads merged with the buffers.
+//! - [`cli`]: the `tsdb` command line; every command opens a [`db::Db`].
 //! - [`tsd`]: the server: one port for telnet and HTTP.
+//! - [`query`]: `/api/query` and `/api/query/last` semantics as a library,
+//!   reading through [`store::read::SeriesSource`].
+//! - [`db`]: the database handle: opens a store and owns its parts; the
+//!   only door for appends, reads, deletes, UID and meta operations.
+//! - [`mod@write`]: the write path's parts: series cache, write-ahead log,
+//!   in-memory hour buffers.
+//! - [`uid`], [`index`], [`meta`]: UID assignment with caches, the series
+//!   index, UIDMeta/TSMeta and the per-series counters.
+//! - [`store`]: a store on disk: its recorded layout, tables and rows.
+//! - [`storage`]: the narrow key-value trait and its engines (fjall, memory).
+//! - [`codec`]: OpenTSDB's byte formats (row keys, qualifiers, values,
+//!   compacted/append/annotation columns) and rtsdb's compressed column,
+//!   documented in `docs/format/`.
+//! - [`model`]: UIDs, names and their rules, data points, time.
+//! - [`config`]: `opentsdb.conf` as read; typed options are built from it.
 //! - [`version`]: build facts reported by `version` and `/api/version`.
-//! - [`cli`]: the `tsdb` command line.
 
 pub mod cli;
 pub mod codec;

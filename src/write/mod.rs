@@ -1,6 +1,6 @@
 //! The write path's parts, orchestrated by [`crate::db::Db`]:
 //!
-//! - [`line`]: the put-line parser shared by telnet and `tsdb import`.
+//! - [`mod@line`]: the put-line parser shared by telnet and `tsdb import`.
 //! - [`series`]: a point's names checked and resolved to its TSUID, once
 //!   per series.
 //! - [`wal`]: every point is logged before it is acknowledged.
