@@ -57,18 +57,6 @@ impl QueryError {
             _ => None,
         }
     }
-
-    /// `{"error":{"code":..,"message":..,"details":..}}` (details only when
-    /// non-empty), as OpenTSDB's JSON serializer writes it.
-    pub fn to_json(&self) -> serde_json::Value {
-        let mut e = serde_json::Map::new();
-        e.insert("code".into(), self.status().into());
-        e.insert("message".into(), self.message().into());
-        if let Some(d) = self.details().filter(|d| !d.is_empty()) {
-            e.insert("details".into(), d.into());
-        }
-        serde_json::json!({ "error": e })
-    }
 }
 
 impl From<crate::store::StoreError> for QueryError {

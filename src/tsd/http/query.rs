@@ -23,7 +23,7 @@ fn context(state: &TsdState) -> QueryContext<'_> {
 }
 
 fn error(e: QueryError) -> Reply {
-    Reply::json(e.status(), e.to_json().to_string())
+    Reply::error(e.status(), &e.message(), e.details().unwrap_or(""))
 }
 
 /// Runs `f` off the async workers: queries are CPU-bound, and storage
