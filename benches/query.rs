@@ -131,14 +131,14 @@ fn run(encoding: RowEncoding) {
     };
     let store = Store::open(dir.path(), &opts).unwrap();
     let uids = UidTable::new(
-        &store,
+        store.uid_store(),
         AutoCreate {
             metrics: true,
             ..AutoCreate::default()
         },
         NameRules::default(),
     );
-    let index = SeriesIndex::open(&store).unwrap();
+    let index = SeriesIndex::open(store.index_store(), store.layout().widths).unwrap();
     let t = Instant::now();
     load(&store, &uids, &index);
     store.sync().unwrap();
@@ -146,7 +146,7 @@ fn run(encoding: RowEncoding) {
     // memtable, small compressed rows would be read through a skip list
     // while the larger classic rows had already been flushed: not a fair
     // comparison of the encodings.)
-    store.kv().compact().unwrap();
+    store.compact().unwrap();
     let points = HOSTS * METRICS.len() * POINTS as usize;
     println!(
         "\n{encoding:?} rows: loaded {} series, {points} points in {:.1} s",

@@ -6,14 +6,21 @@
 //! - [`codec`]: OpenTSDB's byte formats (row keys, qualifiers, values,
 //!   compacted/append/annotation columns), documented in `docs/format/`.
 //! - [`storage`]: the narrow key-value trait and its engines (fjall, memory).
-//! - [`store`]: a store on disk: its recorded layout, tables and rows.
-//! - [`uid`]: UID assignment, lookup with caches, rename and delete.
-//! - [`index`]: the series index (metric and tag pairs → series).
-//! - [`meta`]: UIDMeta and TSMeta objects and the per-series counters.
-//! - [`query`]: `/api/query` and `/api/query/last` semantics as a library.
+//! - [`uid`]: UID assignment, lookup with caches, rename and delete, over
+//!   the [`uid::UidStore`] trait.
+//! - [`index`]: the series index (metric and tag pairs → series), over
+//!   the [`index::IndexStore`] trait.
+//! - [`meta`]: UIDMeta and TSMeta objects and the per-series counters,
+//!   over the [`meta::MetaStore`] trait.
+//! - [`store`]: a store on disk: its recorded layout, tables and rows, and
+//!   the embedded implementations of the three traits above. Only `store`
+//!   and `db` reach a [`storage::KvStore`].
 //! - [`config`]: `opentsdb.conf` properties and OpenTSDB's defaults.
 //! - [`write`]: the write path: series cache, write-ahead log, in-memory
-//!   hour buffers flushed as whole rows, reads merged with the buffers.
+//!   hour buffers.
+//! - [`db`]: the database handle: owns the store, UIDs, index, meta and
+//!   the write path; flushes buffers as whole rows, merges reads with them.
+//! - [`query`]: `/api/query` and `/api/query/last` semantics as a library.
 //! - [`tsd`]: the server: one port for telnet and HTTP.
 //! - [`version`]: build facts reported by `version` and `/api/version`.
 //! - [`cli`]: the `tsdb` command line.

@@ -5,12 +5,14 @@
 //! data keyspace).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use parking_lot::RwLock;
 
 use crate::codec::row_key::KeyLayout;
-use crate::model::Uid;
 use crate::model::time::parse_duration;
+use crate::model::{Uid, UidKind};
+use crate::uid::UidTable;
 
 /// Config key of the store-wide TTL (`30d`, `12h`, seconds; `0` = keep
 /// forever). Per-metric TTLs use `tsd.storage.ttl.<metric name>`.
@@ -62,6 +64,22 @@ impl Retention {
     /// Metric names with their own TTL, to resolve to UIDs.
     pub fn metric_names(&self) -> impl Iterator<Item = &str> {
         self.by_name.keys().map(String::as_str)
+    }
+
+    /// Follows the metric names of `uids`: resolves the names with their
+    /// own TTL that already have a UID, and returns `uids` telling this
+    /// retention of every metric UID it assigns from now on.
+    pub fn attach(self: &Arc<Self>, uids: UidTable) -> UidTable {
+        if self.by_name.is_empty() {
+            return uids;
+        }
+        for name in self.metric_names() {
+            if let Ok(Some(uid)) = uids.lookup_id(UidKind::Metric, name) {
+                self.set_metric_uid(name, uid);
+            }
+        }
+        let me = self.clone();
+        uids.on_new_metric(Box::new(move |name, uid| me.set_metric_uid(name, uid)))
     }
 
     pub fn set_metric_uid(&self, name: &str, uid: Uid) {

@@ -21,7 +21,7 @@ impl Db {
     pub fn new() -> Db {
         let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
         let uids = UidTable::new(
-            &store,
+            store.uid_store(),
             AutoCreate {
                 metrics: true,
                 tagks: true,
@@ -29,7 +29,7 @@ impl Db {
             },
             NameRules::default(),
         );
-        let index = SeriesIndex::open(&store).unwrap();
+        let index = SeriesIndex::open(store.index_store(), store.layout().widths).unwrap();
         Db { store, uids, index }
     }
 
