@@ -170,4 +170,42 @@ mod tests {
                 .is_enabled()
         );
     }
+
+    #[test]
+    fn attached_uid_table_resolves_and_follows_metric_names() {
+        use crate::codec::row::DuplicatePolicy;
+        use crate::model::NameRules;
+        use crate::store::Store;
+        use crate::uid::AutoCreate;
+
+        let r = Arc::new(
+            Retention::from_entries(
+                [
+                    ("tsd.storage.ttl.old", "60"),
+                    ("tsd.storage.ttl.new", "120"),
+                ]
+                .into_iter(),
+            )
+            .unwrap(),
+        );
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        let plain = UidTable::new(
+            store.uid_store(),
+            AutoCreate::default(),
+            NameRules::default(),
+        );
+        let old = plain.assign(UidKind::Metric, "old").unwrap().uid();
+        // Names assigned before: resolved when attached.
+        let uids = r.attach(UidTable::new(
+            store.uid_store(),
+            AutoCreate::default(),
+            NameRules::default(),
+        ));
+        assert_eq!(r.ttl(old), Some(60));
+        // Names assigned after: through the hook.
+        let new = uids.assign(UidKind::Metric, "new").unwrap().uid();
+        assert_eq!(r.ttl(new), Some(120));
+        let other = uids.assign(UidKind::Metric, "other").unwrap().uid();
+        assert_eq!(r.ttl(other), None);
+    }
 }
