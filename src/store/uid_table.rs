@@ -231,6 +231,12 @@ mod tests {
     }
 
     #[test]
+    fn embedded_engine_conforms() {
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        crate::uid::backend::conformance::run(store.uid_store());
+    }
+
+    #[test]
     fn fresh_store_assigns_one_in_each_kind() {
         let t = table();
         let m = t.assign(UidKind::Metric, "sys.cpu.0").unwrap();

@@ -29,6 +29,10 @@
 //!   described for compare-and-set engines below) and survives a process
 //!   crash once it returns; [`sync`] makes it survive a power loss.
 //!
+//!
+//! A new engine should pass `conformance::run` (in this file, for
+//! tests), as the embedded one does.
+//!
 //! [`forward`]: UidStore::forward
 //! [`allocate`]: UidStore::allocate
 //! [`max_id`]: UidStore::max_id
@@ -103,4 +107,73 @@ pub trait UidStore: Send + Sync {
 
     /// Makes every write so far durable on stable storage.
     fn sync(&self) -> Result<()>;
+}
+
+#[cfg(test)]
+pub(crate) mod conformance {
+    //! Behaviour every [`UidStore`] must show; run against each engine
+    //! (a fresh, empty one).
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::uid::UidTableError;
+
+    pub fn run(store: Arc<dyn UidStore>) {
+        let k = UidKind::TagValue;
+        let is_new = |a: Assigned| matches!(a, Assigned::New(_));
+        assert_eq!(store.max_id(k).unwrap(), 0);
+        let a = store.allocate(k, "a").unwrap();
+        assert!(is_new(a));
+        assert_eq!(a.uid().id(), 1);
+        assert_eq!(store.allocate(k, "a").unwrap(), Assigned::Existing(a.uid()));
+        assert_eq!(store.forward(k, "a").unwrap(), Some(a.uid()));
+        assert_eq!(store.reverse(k, a.uid()).unwrap().as_deref(), Some("a"));
+        // Kinds are independent.
+        assert_eq!(store.forward(UidKind::Metric, "a").unwrap(), None);
+
+        let b = store.allocate(k, "b").unwrap().uid();
+        assert!(matches!(
+            store.rename(k, "a", "b"),
+            Err(UidTableError::RenameTargetExists { .. })
+        ));
+        assert!(matches!(
+            store.rename(k, "nope", "c"),
+            Err(UidTableError::NoSuchName { .. })
+        ));
+        assert_eq!(store.rename(k, "a", "a2").unwrap(), a.uid());
+        assert_eq!(store.forward(k, "a").unwrap(), None);
+        assert_eq!(store.reverse(k, a.uid()).unwrap().as_deref(), Some("a2"));
+
+        assert_eq!(store.delete(k, "b").unwrap(), b);
+        assert_eq!(store.reverse(k, b).unwrap(), None);
+        assert!(store.delete(k, "b").is_err());
+        // Deleted UIDs are not handed out again.
+        assert_eq!(store.allocate(k, "b").unwrap().uid().id(), 3);
+        assert_eq!(store.max_id(k).unwrap(), 3);
+
+        let names: Vec<String> = store.scan_forward(k, b"").map(|r| r.unwrap().0).collect();
+        assert_eq!(names, vec!["a2", "b"]);
+        assert_eq!(store.scan_forward(k, b"a").count(), 1);
+        assert_eq!(store.scan_reverse(k).unwrap().len(), 2);
+
+        // Concurrent allocations: one UID per name, none handed out twice.
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let s = store.clone();
+                std::thread::spawn(move || {
+                    (0..50)
+                        .map(|i| s.allocate(UidKind::Metric, &format!("m{i}")).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let results: Vec<Vec<Assigned>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        for i in 0..50 {
+            let uids: Vec<Uid> = results.iter().map(|r| r[i].uid()).collect();
+            assert!(uids.iter().all(|u| *u == uids[0]), "m{i}: {uids:?}");
+            assert_eq!(results.iter().filter(|r| is_new(r[i])).count(), 1);
+        }
+        assert_eq!(store.max_id(UidKind::Metric).unwrap(), 50);
+        store.sync().unwrap();
+    }
 }
