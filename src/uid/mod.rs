@@ -125,7 +125,8 @@ struct KindCache {
 struct Kind {
     width: UidWidth,
     cache: RwLock<KindCache>,
-    /// Serialises assignment, rename and delete of this kind.
+    /// Serialises assignment, rename and delete of this kind in this
+    /// process (the engine orders them across processes).
     write_lock: Mutex<()>,
     stats: CacheStats,
 }
