@@ -19,7 +19,11 @@ const BASE: u32 = 1_356_998_400;
 fn uid_benches(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-    let table = UidTable::new(&store, AutoCreate::default(), NameRules::default());
+    let table = UidTable::new(
+        store.uid_store(),
+        AutoCreate::default(),
+        NameRules::default(),
+    );
     let names: Vec<String> = (0..10_000)
         .map(|i| format!("host{i:05}.example.com"))
         .collect();

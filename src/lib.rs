@@ -13,9 +13,12 @@
 //!   only door for appends, reads, deletes, UID and meta operations.
 //! - [`mod@write`]: the write path's parts: series cache, write-ahead log,
 //!   in-memory hour buffers.
+//! - [`store`]: a store on disk: its recorded layout, tables and rows, and
+//!   the embedded implementations of the three seams below.
 //! - [`uid`], [`index`], [`meta`]: UID assignment with caches, the series
-//!   index, UIDMeta/TSMeta and the per-series counters.
-//! - [`store`]: a store on disk: its recorded layout, tables and rows.
+//!   index, UIDMeta/TSMeta and the per-series counters, each persisting
+//!   through its own trait ([`uid::UidStore`], [`index::IndexStore`],
+//!   [`meta::MetaStore`]), so another engine can serve it.
 //! - [`storage`]: the narrow key-value trait and its engines (fjall, memory).
 //! - [`codec`]: OpenTSDB's byte formats (row keys, qualifiers, values,
 //!   compacted/append/annotation columns) and rtsdb's compressed column,

@@ -19,7 +19,7 @@ use crate::codec::row::{self, Cell, RowCells};
 use crate::codec::row_key::RowKey;
 use crate::model::uid::{hex_upper, java_byte_array};
 use crate::model::{UidKind, Value};
-use crate::storage::{Durability, Table, WriteBatch};
+use crate::storage::Durability;
 use crate::store::Store;
 use crate::uid::UidTable;
 
@@ -340,7 +340,7 @@ fn check_cells(
     r: &mut FsckReport,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let raw = store.kv().get(Table::Data, key)?.unwrap_or_default();
+    let raw = store.raw_row(key)?.unwrap_or_default();
     let cells = match RowCells::decode(&raw) {
         Ok(c) => c,
         Err(e) => {
@@ -584,13 +584,7 @@ fn check_cells(
             .push(Cell::new(p.qualifier(), p.value_bytes()));
     }
     new_row.cells.extend(kept);
-    let mut b = WriteBatch::new();
-    if new_row.cells.is_empty() {
-        b.delete(Table::Data, key.to_vec());
-    } else {
-        b.put(Table::Data, key.to_vec(), new_row.encode());
-    }
-    store.kv().write(b)?;
+    store.write_row(key, &new_row, Durability::Process)?;
     Ok(())
 }
 

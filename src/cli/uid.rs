@@ -9,7 +9,6 @@ use regex::RegexBuilder;
 use super::Context;
 use crate::model::uid::java_byte_array;
 use crate::model::{Uid, UidKind};
-use crate::storage::{ScanRange, Table};
 use crate::uid::{UidTable, UidTableError, keys};
 
 #[derive(Debug, Args)]
@@ -146,7 +145,7 @@ pub fn run(
             // from the data table (OpenTSDB's metasync creates TSMeta rows).
             let started = std::time::Instant::now();
             let index = db.index();
-            let stats = index.rebuild(store)?;
+            let stats = db.rebuild_index()?;
             // OpenTSDB's metasync creates the TSMeta objects series lack.
             let widths = store.layout().widths;
             let now = chrono::Utc::now().timestamp().max(0) as u64;
@@ -154,9 +153,9 @@ pub fn run(
             for metric in index.metrics() {
                 for tsuid in index.series_of(metric) {
                     let bytes = tsuid.to_bytes(&widths);
-                    if crate::meta::read_ts_fields(&**store.kv(), &bytes)?.is_none() {
+                    if db.meta().ts_fields(&bytes)?.is_none() {
                         let f = crate::meta::TsMetaFields::new(tsuid.to_hex(&widths), now);
-                        crate::meta::write_ts_fields(&**store.kv(), &bytes, &f)?;
+                        db.meta().put_ts_fields(&bytes, &f)?;
                         created += 1;
                     }
                 }
@@ -173,7 +172,7 @@ pub fn run(
         }
         "metapurge" => {
             let started = std::time::Instant::now();
-            let stats = crate::meta::purge(&**store.kv())?;
+            let stats = db.meta().purge()?;
             store.sync()?;
             writeln!(
                 out,
@@ -288,7 +287,7 @@ fn print_row_cells(
 ) -> anyhow::Result<bool> {
     let prefix = keys::cell_key(row, family, b"");
     let mut found = false;
-    for item in store.kv().scan(Table::Uid, &ScanRange::prefix(&prefix)) {
+    for item in store.scan_uid_cells(&prefix) {
         let (key, value) = item?;
         if let Some((r, _, qualifier)) = keys::split_cell_key(&key)
             && r == row
@@ -410,7 +409,7 @@ fn grep(
         }
     };
     let mut found = false;
-    for item in store.kv().scan(Table::Uid, &ScanRange::default()) {
+    for item in store.scan_uid_cells(&[]) {
         let (key, value) = item?;
         let Some((row, family, qualifier)) = keys::split_cell_key(&key) else {
             continue;

@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use crate::model::UidKind;
 use crate::model::uid::java_byte_array;
-use crate::storage::{ScanRange, Table, WriteBatch};
 use crate::store::Store;
 use crate::uid::keys;
 
@@ -39,7 +38,7 @@ pub fn run(
         .collect();
     let mut kvcount = 0u64;
     let mut unknown = Vec::new();
-    for item in store.kv().scan(Table::Uid, &ScanRange::default()) {
+    for item in store.scan_uid_cells(&[]) {
         let (key, value) = item?;
         kvcount += 1;
         let Some((row, family, qualifier)) = keys::split_cell_key(&key) else {
@@ -75,11 +74,7 @@ pub fn run(
             unknown.len()
         )?;
         if fix && delete_unknown {
-            let mut b = WriteBatch::new();
-            for k in &unknown {
-                b.delete(Table::Uid, k.clone());
-            }
-            store.kv().write(b)?;
+            store.edit_uid_cells(unknown.iter().map(|k| (k.clone(), None)).collect())?;
             writeln!(out, "FIX: Removed {} unknown columns", unknown.len())?;
         }
     }
@@ -88,7 +83,8 @@ pub fn run(
         let name = kind.qualifier();
         let width = store.layout().widths.of(kind).bytes();
         let s = kinds.get_mut(name).expect("every kind has a state");
-        let mut fixes = WriteBatch::new();
+        // Cell key → new value, or `None` to delete the cell.
+        let mut fixes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         let maxid = match &s.maxid {
             None => 0,
             Some(v) if v.len() == 8 => {
@@ -138,11 +134,7 @@ pub fn run(
                         java_byte_array(id)
                     )?;
                     if fix {
-                        fixes.put(
-                            Table::Uid,
-                            keys::reverse(kind, id),
-                            fname.as_bytes().to_vec(),
-                        );
+                        fixes.push((keys::reverse(kind, id), Some(fname.as_bytes().to_vec())));
                         writeln!(
                             out,
                             "FIX: Restoring {name} reverse mapping: {} -> {fname}",
@@ -162,11 +154,7 @@ pub fn run(
                         java_byte_array(id)
                     )?;
                     if fix {
-                        fixes.put(
-                            Table::Uid,
-                            keys::reverse(kind, id),
-                            fname.as_bytes().to_vec(),
-                        );
+                        fixes.push((keys::reverse(kind, id), Some(fname.as_bytes().to_vec())));
                     }
                 }
                 Some(_) => {}
@@ -183,7 +171,7 @@ pub fn run(
                         java_byte_array(id)
                     )?;
                     if fix {
-                        fixes.delete(Table::Uid, keys::reverse(kind, id));
+                        fixes.push((keys::reverse(kind, id), None));
                     }
                 }
                 Some(found) if found != id => {
@@ -195,7 +183,7 @@ pub fn run(
                         java_byte_array(found)
                     )?;
                     if fix {
-                        fixes.delete(Table::Uid, keys::reverse(kind, id));
+                        fixes.push((keys::reverse(kind, id), None));
                     }
                 }
                 Some(_) => {}
@@ -215,16 +203,15 @@ pub fn run(
                 "We found an ID of {max_found} for {name} but the max ID is only {maxid}!  Future IDs may be double-assigned!"
             )?;
             if fix {
-                fixes.put(
-                    Table::Uid,
+                fixes.push((
                     keys::max_id(kind),
-                    (max_found as i64).to_be_bytes().to_vec(),
-                );
+                    Some((max_found as i64).to_be_bytes().to_vec()),
+                ));
                 writeln!(out, "FIX: Updated max ID for {name} to {max_found}")?;
             }
         }
         if !fixes.is_empty() {
-            store.kv().write(fixes)?;
+            store.edit_uid_cells(fixes)?;
         }
         if s.errors > 0 {
             writeln!(out, "{name}: Found {} errors.", s.errors)?;

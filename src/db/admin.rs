@@ -1,8 +1,18 @@
-//! Maintenance verbs: dropping caches (`dropcaches`, UID renames).
+//! Maintenance verbs: rebuilding the series index, dropping caches
+//! (`dropcaches`, UID renames).
 
 use super::Db;
+use crate::index::RebuildStats;
 
 impl Db {
+    /// Recreates the series index from the data rows (`tsdb uid
+    /// metasync`): drops every entry, then records each series found.
+    pub fn rebuild_index(&self) -> super::Result<RebuildStats> {
+        let (found, stats) = self.store.scan_series()?;
+        self.index.replace_all(found)?;
+        Ok(stats)
+    }
+
     /// `dropcaches`: forgets cached UID mappings and cached series names,
     /// saving the series' point counters first so they are not lost with
     /// the forgotten entries.

@@ -103,7 +103,7 @@ impl Db {
             }
         });
         *last = std::time::Instant::now();
-        if let Err(e) = crate::meta::add_counters(&**self.store.kv(), &deltas) {
+        if let Err(e) = self.meta.add_counters(&deltas) {
             // Keep the counts for the next attempt.
             for (s, n) in taken {
                 s.unsaved_points.fetch_add(n, Ordering::Relaxed);

@@ -15,7 +15,7 @@
 //!   (the [`SeriesSource`](crate::store::read::SeriesSource) queries use);
 //! - [`replay`]: the WAL read back into the store at open;
 //! - [`delete`]: whole-row deletes (`/api/query` with `delete`);
-//! - [`admin`]: UID and meta operations, cache drops.
+//! - [`admin`]: index rebuilds, cache drops.
 //!
 //! What is durable when:
 //! - a `sync` write is acknowledged after its WAL records are fdatasynced;
@@ -26,10 +26,13 @@
 //! - a delete is logged (and synced) in the WAL before rows are removed,
 //!   so a replay after a crash cannot bring deleted points back.
 //!
-//! The seams for other engines (see `docs/architecture.md`): rows go
-//! through [`Store`], names through [`UidTable`], series through
-//! [`SeriesIndex`] and counters through [`crate::meta`]; `Db` itself only
-//! orchestrates them and never touches a key-value engine.
+//! The seams for other engines: rows go through [`Store`], names through
+//! [`UidTable`] over a [`crate::uid::UidStore`], series through
+//! [`SeriesIndex`] over a [`crate::index::IndexStore`], meta objects and
+//! counters through a [`MetaStore`]. [`Db::open`] picks the embedded
+//! implementation of each (all in the store's engine); another engine
+//! for any of them plugs in there. `Db` itself only orchestrates them and
+//! never touches a key-value engine.
 
 pub mod admin;
 pub mod append;
@@ -47,6 +50,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use thiserror::Error;
 
 use crate::index::SeriesIndex;
+use crate::meta::MetaStore;
 use crate::store::{Store, StoreError};
 use crate::uid::UidTable;
 use crate::write::buffer::{Buffer, SealPolicy};
@@ -67,6 +71,8 @@ pub enum DbError {
     Uid(#[from] crate::uid::UidTableError),
     #[error(transparent)]
     Meta(#[from] crate::meta::MetaError),
+    #[error(transparent)]
+    Index(#[from] crate::index::IndexError),
     #[error("write-ahead log {path}: {source}")]
     Wal {
         path: PathBuf,
@@ -97,6 +103,7 @@ pub struct WriteStats {
 pub struct Db {
     store: Arc<Store>,
     index: Arc<SeriesIndex>,
+    meta: Arc<dyn MetaStore>,
     series: SeriesCache,
     buffer: Buffer,
     wal: Wal,
@@ -119,23 +126,30 @@ impl Db {
     /// the WAL left there, then starts the WAL and flusher threads.
     pub fn open(opts: &DbOptions) -> Result<Arc<Db>> {
         let store = Arc::new(Store::open(&opts.data_dir, &opts.store)?);
-        let uids = Arc::new(UidTable::new(
-            &store,
-            opts.auto_create,
-            opts.name_rules.clone(),
-        ));
-        Self::assemble(store, uids, &opts.data_dir, opts.write.clone())
+        let uids = UidTable::new(store.uid_store(), opts.auto_create, opts.name_rules.clone());
+        let uids = Arc::new(store.retention().attach(uids));
+        let index = SeriesIndex::open(store.index_store(), store.layout().widths)?;
+        let meta = store.meta_store();
+        Self::assemble(
+            store,
+            uids,
+            Arc::new(index),
+            meta,
+            &opts.data_dir,
+            opts.write.clone(),
+        )
     }
 
     fn assemble(
         store: Arc<Store>,
         uids: Arc<UidTable>,
+        index: Arc<SeriesIndex>,
+        meta: Arc<dyn MetaStore>,
         data_dir: &Path,
         opts: WriteOptions,
     ) -> Result<Arc<Db>> {
         let wal_dir = data_dir.join(WAL_DIR);
         let series = SeriesCache::new(uids, opts.max_tags);
-        let index = Arc::new(SeriesIndex::open(&store)?);
         let (next_segment, replayed) = replay::replay(&store, &series, &index, &wal_dir)?;
         let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone()).map_err(|source| {
             DbError::Wal {
@@ -146,6 +160,7 @@ impl Db {
         let db = Arc::new(Db {
             store,
             index,
+            meta,
             series,
             buffer: Buffer::new(),
             wal,
@@ -180,6 +195,11 @@ impl Db {
 
     pub fn uids(&self) -> &Arc<UidTable> {
         self.series.uids()
+    }
+
+    /// UIDMeta, TSMeta and the stored per-series counters.
+    pub fn meta(&self) -> &dyn MetaStore {
+        &*self.meta
     }
 
     /// The write path's cache of known series.

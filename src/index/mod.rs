@@ -1,36 +1,69 @@
 //! The series index: metric → series and (metric, tag key, tag value) →
-//! series, maintained on write, persisted in the `rtsdb-index` table and
-//! held in memory for queries.
+//! series, maintained on write, persisted through an [`IndexStore`] (the
+//! embedded one: `crate::store::index_table::KvIndexStore`, the
+//! `rtsdb-index` table) and held in memory for queries.
 //!
 //! OpenTSDB finds a metric's series by scanning every data row of the
 //! metric; tag filters are applied to each row (spec section 9 item 1).
 //! Here a query asks the index which series match, and reads only those.
 //!
-//! # Persistent layout (table `rtsdb-index`)
+//! # What is persisted
 //!
-//! - `S <tsuid bytes>` → the base hour (4 bytes, big-endian seconds) of
-//!   the newest row written for the series. The TSUID starts with the
-//!   metric UID, so a prefix scan on `S <metric>` lists a metric's series.
-//!
-//! That is all that is stored: a series' tag pairs are in its TSUID, so
-//! the postings (tag pair → series) are built in memory when the `S` rows
+//! One entry per series: its TSUID → the base hour of the newest row
+//! written for it. That is all: a series' tag pairs are in its TSUID, so
+//! the postings (tag pair → series) are built in memory when the entries
 //! are loaded at open, and storing them too would only cost disk (about
-//! eight keys per series). `rebuild` recreates the `S` rows from the data
-//! table if the index is lost or suspected stale.
+//! eight keys per series). [`SeriesIndex::replace_all`] recreates the
+//! entries from a scan of the data rows if the index is lost or suspected
+//! stale.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use thiserror::Error;
+
 use crate::codec::row_key::Tsuid;
 use crate::model::{Uid, UidWidths};
-use crate::storage::{Durability, KvStore, ScanRange, Table, WriteBatch};
-use crate::store::{Result, Store};
+use crate::storage::StorageError;
 
 pub mod lookup;
 
-const SERIES: u8 = b'S';
+#[derive(Debug, Error)]
+pub enum IndexError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+pub type Result<T> = std::result::Result<T, IndexError>;
+
+/// The persistence of the series index: one entry per series, its TSUID
+/// bytes → the base hour of its newest row.
+///
+/// The in-memory [`SeriesIndex`] is the authority while a TSD runs; the
+/// engine only has to give back at the next open what was recorded, so:
+/// - [`record`](Self::record) is an upsert, atomic per entry and
+///   surviving a process crash once it returns; it is only called with an
+///   hour newer than the one recorded (or for a series not yet recorded),
+///   but an engine that sees calls out of order (several TSDs) should
+///   keep the highest hour;
+/// - entries may be recorded for series whose rows are not written yet
+///   (the write path records before it flushes): a series known to the
+///   index may have no data;
+/// - no ordering is required between entries, nor between the index and
+///   the data rows.
+pub trait IndexStore: Send + Sync {
+    /// Calls `f` with every recorded entry: (TSUID bytes, base hour).
+    /// Entries whose TSUID does not parse are skipped by the caller.
+    fn load(&self, f: &mut dyn FnMut(&[u8], u32)) -> Result<()>;
+
+    /// Records that `tsuid`'s newest row has base hour `hour`.
+    fn record(&self, tsuid: &[u8], hour: u32) -> Result<()>;
+
+    /// Removes every entry (before a rebuild records them again).
+    fn clear(&self) -> Result<()>;
+}
 
 /// The series of one metric, with postings per tag pair.
 #[derive(Debug, Default)]
@@ -81,7 +114,7 @@ struct Inner {
     known: HashMap<Tsuid, u32>,
 }
 
-/// Counts from a rebuild.
+/// Counts from a rebuild (the scan of the data rows it starts from).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RebuildStats {
     pub rows: u64,
@@ -90,35 +123,24 @@ pub struct RebuildStats {
 }
 
 pub struct SeriesIndex {
-    kv: Arc<dyn KvStore>,
+    backend: Arc<dyn IndexStore>,
     widths: UidWidths,
     inner: RwLock<Inner>,
 }
 
 impl SeriesIndex {
-    /// Loads the index of `store` into memory.
-    pub fn open(store: &Store) -> Result<SeriesIndex> {
-        let index = SeriesIndex {
-            kv: store.kv().clone(),
-            widths: store.layout().widths,
-            inner: RwLock::new(Inner::default()),
-        };
-        {
-            let mut inner = index.inner.write();
-            for item in index.kv.scan(Table::Index, &ScanRange::prefix(&[SERIES])) {
-                let (key, value) = item?;
-                let Ok(tsuid) = Tsuid::from_bytes(&key[1..], &index.widths) else {
-                    tracing::warn!(key = ?key, "skipping malformed series index entry");
-                    continue;
-                };
-                let hour = value
-                    .get(..4)
-                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-                    .unwrap_or(0);
-                insert(&mut inner, tsuid, hour);
-            }
-        }
-        Ok(index)
+    /// Loads the index recorded in `backend` into memory.
+    pub fn open(backend: Arc<dyn IndexStore>, widths: UidWidths) -> Result<SeriesIndex> {
+        let mut inner = Inner::default();
+        backend.load(&mut |bytes, hour| match Tsuid::from_bytes(bytes, &widths) {
+            Ok(tsuid) => insert(&mut inner, tsuid, hour),
+            Err(_) => tracing::warn!(tsuid = ?bytes, "skipping malformed series index entry"),
+        })?;
+        Ok(SeriesIndex {
+            backend,
+            widths,
+            inner: RwLock::new(inner),
+        })
     }
 
     /// Records a series the write path just wrote to. A known series costs
@@ -145,14 +167,8 @@ impl SeriesIndex {
             Some(_) => false,
             None => true,
         };
-        let mut batch = WriteBatch::new();
-        batch.durability = Durability::Process;
-        let bytes = tsuid.to_bytes(&self.widths);
-        let mut key = Vec::with_capacity(bytes.len() + 1);
-        key.push(SERIES);
-        key.extend_from_slice(&bytes);
-        batch.put(Table::Index, key, base_time.to_be_bytes().to_vec());
-        self.kv.write(batch)?;
+        self.backend
+            .record(&tsuid.to_bytes(&self.widths), base_time)?;
         if is_new {
             insert(&mut inner, tsuid.clone(), base_time);
         } else if let Some(h) = inner.known.get_mut(tsuid) {
@@ -204,93 +220,26 @@ impl SeriesIndex {
         self.len() == 0
     }
 
-    /// Recreates the index from the data table (`tsdb index rebuild`):
-    /// drops every entry, then records each series found in the rows.
-    pub fn rebuild(&self, store: &Store) -> Result<RebuildStats> {
-        let mut stats = RebuildStats::default();
-        let mut found: HashMap<Tsuid, u32> = HashMap::new();
-        for item in store.scan_all_rows() {
-            let (key, _) = item?;
-            stats.rows += 1;
-            match store.layout().parse_row_key(&key) {
-                Ok(rk) if rk.tsuid.metric.id() != 0 => {
-                    let h = found.entry(rk.tsuid).or_insert(0);
-                    *h = (*h).max(rk.base_time);
-                }
-                Ok(_) => {}
-                Err(_) => stats.bad_rows += 1,
-            }
-        }
+    /// Replaces every entry with `found` (each series → base hour of its
+    /// newest row), as a scan of the data rows found them (`tsdb uid
+    /// metasync`, `Db::rebuild_index`).
+    pub fn replace_all(&self, found: HashMap<Tsuid, u32>) -> Result<()> {
         {
             let mut inner = self.inner.write();
-            let mut batch = WriteBatch::new();
-            for item in self.kv.scan(Table::Index, &ScanRange::default()) {
-                batch.delete(Table::Index, item?.0);
-            }
-            self.kv.write(batch)?;
+            self.backend.clear()?;
             *inner = Inner::default();
         }
-        stats.series = found.len() as u64;
         let mut sorted: Vec<(Tsuid, u32)> = found.into_iter().collect();
         sorted.sort();
         for (tsuid, hour) in sorted {
             self.add_at(&tsuid, hour)?;
         }
-        Ok(stats)
+        Ok(())
     }
 }
 
 fn insert(inner: &mut Inner, tsuid: Tsuid, hour: u32) {
     if inner.known.insert(tsuid.clone(), hour).is_none() {
         inner.metrics.entry(tsuid.metric).or_default().insert(tsuid);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::codec::row::DuplicatePolicy;
-    use crate::codec::row_key::KeyLayout;
-    use crate::model::{Timestamp, UidWidth, Value};
-
-    fn u(i: u64) -> Uid {
-        Uid::new(i, UidWidth::DEFAULT).unwrap()
-    }
-
-    #[test]
-    fn add_lookup_persist_and_rebuild() {
-        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
-        let idx = SeriesIndex::open(&store).unwrap();
-        let a = Tsuid::new(u(1), vec![(u(1), u(1)), (u(2), u(5))]).unwrap();
-        let b = Tsuid::new(u(1), vec![(u(1), u(2)), (u(2), u(5))]).unwrap();
-        let c = Tsuid::new(u(2), vec![(u(1), u(1))]).unwrap();
-        assert!(idx.add(&a).unwrap());
-        assert!(!idx.add(&a).unwrap());
-        idx.add_at(&b, 1356998400).unwrap();
-        idx.add(&c).unwrap();
-        assert_eq!(idx.series_of(u(1)), vec![a.clone(), b.clone()]);
-        assert_eq!(idx.lookup(u(1), u(2), u(5)).len(), 2);
-        assert_eq!(idx.lookup(u(1), u(1), u(2)), vec![b.clone()]);
-        assert_eq!(
-            idx.with_metric(u(1), |m| m.unwrap().tag_values(u(1)).count()),
-            2
-        );
-        // Reopening loads what was written.
-        let again = SeriesIndex::open(&store).unwrap();
-        assert_eq!(again.len(), 3);
-        assert_eq!(again.last_hour(&b), Some(1356998400));
-        // Rebuild from data rows.
-        store
-            .put_points(
-                &a,
-                &[(Timestamp::Seconds(1357002001), Value::Int(1))],
-                Durability::Process,
-            )
-            .unwrap();
-        let stats = again.rebuild(&store).unwrap();
-        assert_eq!(stats.series, 1);
-        assert_eq!(again.series_of(u(1)), vec![a.clone()]);
-        assert_eq!(again.last_hour(&a), Some(1357002000));
-        assert_eq!(SeriesIndex::open(&store).unwrap().len(), 1);
     }
 }

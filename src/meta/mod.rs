@@ -5,7 +5,11 @@
 //!
 //! The counters are not written per point: the write path counts in
 //! memory ([`crate::write::Series`]) and adds what it counted here from
-//! time to time and at shutdown ([`add_counters`]).
+//! time to time and at shutdown ([`MetaStore::add_counters`]).
+//!
+//! Meta objects persist through a [`MetaStore`], so they can live in
+//! another engine than the data rows; the embedded one is
+//! `crate::store::meta_table::KvMetaStore`.
 
 use std::collections::BTreeMap;
 
@@ -13,8 +17,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::codec::row_key::Tsuid;
 use crate::model::{Uid, UidKind};
-use crate::storage::{KvStore, ScanRange, StorageError, Table, WriteBatch};
-use crate::uid::keys::{FAMILY_NAME, cell_key, split_cell_key, uid_meta};
+use crate::storage::StorageError;
 use crate::uid::{UidTable, UidTableError};
 
 /// TSMeta JSON qualifier in `tsdb-meta`.
@@ -176,29 +179,73 @@ pub enum MetaError {
 
 pub type Result<T> = std::result::Result<T, MetaError>;
 
-/// The stored UIDMeta fields of a UID (`None` if there is no meta cell).
-pub fn read_uid_meta(
-    kv: &dyn KvStore,
-    uids: &UidTable,
-    kind: UidKind,
-    uid: Uid,
-) -> Result<Option<UidMetaFields>> {
-    let bytes = uid.to_bytes(uids.width(kind));
-    decode(kv.get(Table::Uid, &uid_meta(kind, &bytes))?)
-}
+/// Points counted for one series since the last save: (TSUID bytes,
+/// points, last time a point was received in epoch seconds).
+pub type CounterDelta = (Vec<u8>, u64, u64);
 
-/// A stored JSON meta cell, if there is one.
-fn decode<T: serde::de::DeserializeOwned>(cell: Option<Vec<u8>>) -> Result<Option<T>> {
-    cell.map(|v| serde_json::from_slice(&v).map_err(|e| MetaError::Corrupt(e.to_string())))
-        .transpose()
+/// The persistence of meta objects and per-series counters.
+///
+/// Series are named by their TSUID bytes, UIDs by kind and [`Uid`] (the
+/// implementation knows the widths). Every method is atomic on its own:
+/// a reader sees a meta object as it was before or after a write, never
+/// half of it; a write survives a process crash once it returns. Nothing
+/// orders two calls against each other: a TSD that reads a TSMeta while
+/// another request rewrites it sees either version.
+pub trait MetaStore: Send + Sync {
+    /// The stored UIDMeta fields of a UID (`None` if none are stored).
+    /// Whether the UID has a name is not this trait's business.
+    fn uid_meta(&self, kind: UidKind, uid: Uid) -> Result<Option<UidMetaFields>>;
+
+    /// Stores the UIDMeta fields of a UID, replacing what was stored,
+    /// with `type` set to the kind's type name (as OpenTSDB writes it).
+    fn put_uid_meta(&self, kind: UidKind, uid: Uid, fields: &UidMetaFields) -> Result<()>;
+
+    /// Deletes the UIDMeta of a UID (nothing if there is none).
+    fn delete_uid_meta(&self, kind: UidKind, uid: Uid) -> Result<()>;
+
+    /// The stored TSMeta fields of a series, if any.
+    fn ts_fields(&self, tsuid: &[u8]) -> Result<Option<TsMetaFields>>;
+
+    /// Stores the TSMeta fields of a series, replacing what was stored.
+    fn put_ts_fields(&self, tsuid: &[u8], fields: &TsMetaFields) -> Result<()>;
+
+    /// Deletes the TSMeta fields of a series; its counters stay, as in
+    /// OpenTSDB, where deleting a TSMeta leaves `ts_ctr`.
+    fn delete_ts_fields(&self, tsuid: &[u8]) -> Result<()>;
+
+    /// (`totalDatapoints`, `lastReceived`) as stored; (0, 0) if never
+    /// counted.
+    fn counters(&self, tsuid: &[u8]) -> Result<(u64, u64)>;
+
+    /// Adds each delta's points to its series' total and raises its last
+    /// received time to the delta's if later, all series in one atomic
+    /// step (all or none after a crash).
+    ///
+    /// Concurrency: the database handle calls this from one thread at a
+    /// time (its `counters` lock), so the embedded engine may read, add
+    /// and write back. An engine shared by several TSDs must make the
+    /// addition itself atomic (a counter increment, a summing table) so
+    /// that two TSDs adding to one series lose nothing; a lost update of
+    /// the last received time is harmless as long as it only grows.
+    fn add_counters(&self, deltas: &[CounterDelta]) -> Result<()>;
+
+    /// `uid metapurge`: deletes every UIDMeta and every TSMeta with its
+    /// counters, in one atomic step. Series written meanwhile may get new
+    /// counters right after.
+    fn purge(&self) -> Result<PurgeStats>;
 }
 
 /// The UIDMeta of an existing UID: its stored fields, or the default
 /// object (empty strings, `created` 0) when none are stored. Fails with
 /// `NoSuchId` when the UID has no name.
-pub fn uid_meta_of(kv: &dyn KvStore, uids: &UidTable, kind: UidKind, uid: Uid) -> Result<UidMeta> {
+pub fn uid_meta_of(
+    meta: &dyn MetaStore,
+    uids: &UidTable,
+    kind: UidKind,
+    uid: Uid,
+) -> Result<UidMeta> {
     let name = uids.get_name(kind, uid)?;
-    let f = read_uid_meta(kv, uids, kind, uid)?.unwrap_or_default();
+    let f = meta.uid_meta(kind, uid)?.unwrap_or_default();
     Ok(UidMeta {
         uid: uid.to_hex(uids.width(kind)),
         kind: kind.type_name(),
@@ -211,121 +258,24 @@ pub fn uid_meta_of(kv: &dyn KvStore, uids: &UidTable, kind: UidKind, uid: Uid) -
     })
 }
 
-/// Writes the UIDMeta cell of a UID.
-pub fn write_uid_meta(
-    kv: &dyn KvStore,
-    uids: &UidTable,
-    kind: UidKind,
-    uid: Uid,
-    f: &UidMetaFields,
-) -> Result<()> {
-    let mut stored = f.clone();
-    stored.kind = kind.type_name().to_string();
-    let mut b = WriteBatch::new();
-    b.put(
-        Table::Uid,
-        uid_meta(kind, &uid.to_bytes(uids.width(kind))),
-        serde_json::to_vec(&stored).expect("json"),
-    );
-    kv.write(b)?;
-    Ok(())
-}
-
-/// Deletes the UIDMeta cell of a UID.
-pub fn delete_uid_meta(kv: &dyn KvStore, uids: &UidTable, kind: UidKind, uid: Uid) -> Result<()> {
-    let mut b = WriteBatch::new();
-    b.delete(Table::Uid, uid_meta(kind, &uid.to_bytes(uids.width(kind))));
-    kv.write(b)?;
-    Ok(())
-}
-
-fn meta_key(tsuid: &[u8], qualifier: &[u8]) -> Vec<u8> {
-    cell_key(tsuid, FAMILY_NAME, qualifier)
-}
-
-fn read_u64(kv: &dyn KvStore, key: &[u8]) -> Result<u64> {
-    Ok(match kv.get(Table::Meta, key)? {
-        Some(v) if v.len() == 8 => i64::from_be_bytes(v.try_into().expect("8 bytes")).max(0) as u64,
-        Some(v) => return Err(MetaError::Corrupt(format!("counter of {} bytes", v.len()))),
-        None => 0,
-    })
-}
-
-/// The stored TSMeta fields of a series, if any.
-pub fn read_ts_fields(kv: &dyn KvStore, tsuid: &[u8]) -> Result<Option<TsMetaFields>> {
-    decode(kv.get(Table::Meta, &meta_key(tsuid, TS_META))?)
-}
-
-pub fn write_ts_fields(kv: &dyn KvStore, tsuid: &[u8], f: &TsMetaFields) -> Result<()> {
-    let mut b = WriteBatch::new();
-    b.put(
-        Table::Meta,
-        meta_key(tsuid, TS_META),
-        serde_json::to_vec(f).expect("json"),
-    );
-    kv.write(b)?;
-    Ok(())
-}
-
-/// Deletes the TSMeta object of a series (its counters stay, as in
-/// OpenTSDB, where deleting a TSMeta leaves `ts_ctr`).
-pub fn delete_ts_fields(kv: &dyn KvStore, tsuid: &[u8]) -> Result<()> {
-    let mut b = WriteBatch::new();
-    b.delete(Table::Meta, meta_key(tsuid, TS_META));
-    kv.write(b)?;
-    Ok(())
-}
-
-/// (`totalDatapoints`, `lastReceived`) as stored.
-pub fn read_counters(kv: &dyn KvStore, tsuid: &[u8]) -> Result<(u64, u64)> {
-    Ok((
-        read_u64(kv, &meta_key(tsuid, TS_CTR))?,
-        read_u64(kv, &meta_key(tsuid, TS_LAST))?,
-    ))
-}
-
-/// Adds counted points to the stored counters of each series, in one
-/// batch: `(tsuid bytes, points, last received seconds)`.
-pub fn add_counters(kv: &dyn KvStore, deltas: &[(Vec<u8>, u64, u64)]) -> Result<()> {
-    if deltas.is_empty() {
-        return Ok(());
-    }
-    let mut b = WriteBatch::new();
-    for (tsuid, n, last) in deltas {
-        let (count, stored_last) = read_counters(kv, tsuid).unwrap_or((0, 0));
-        b.put(
-            Table::Meta,
-            meta_key(tsuid, TS_CTR),
-            ((count + n) as i64).to_be_bytes().to_vec(),
-        );
-        b.put(
-            Table::Meta,
-            meta_key(tsuid, TS_LAST),
-            ((*last).max(stored_last) as i64).to_be_bytes().to_vec(),
-        );
-    }
-    kv.write(b)?;
-    Ok(())
-}
-
 /// The full TSMeta of a series with a stored TSMeta object (`None`
 /// otherwise). Names that no longer resolve fail with `NoSuchId`.
 pub fn ts_meta_of(
-    kv: &dyn KvStore,
+    meta: &dyn MetaStore,
     uids: &UidTable,
     tsuid: &Tsuid,
     bytes: &[u8],
 ) -> Result<Option<TsMeta>> {
-    let Some(f) = read_ts_fields(kv, bytes)? else {
+    let Some(f) = meta.ts_fields(bytes)? else {
         return Ok(None);
     };
-    let metric = uid_meta_of(kv, uids, UidKind::Metric, tsuid.metric)?;
+    let metric = uid_meta_of(meta, uids, UidKind::Metric, tsuid.metric)?;
     let mut tags = Vec::with_capacity(tsuid.tags.len() * 2);
     for (k, v) in &tsuid.tags {
-        tags.push(uid_meta_of(kv, uids, UidKind::TagKey, *k)?);
-        tags.push(uid_meta_of(kv, uids, UidKind::TagValue, *v)?);
+        tags.push(uid_meta_of(meta, uids, UidKind::TagKey, *k)?);
+        tags.push(uid_meta_of(meta, uids, UidKind::TagValue, *v)?);
     }
-    let (total, last) = read_counters(kv, bytes)?;
+    let (total, last) = meta.counters(bytes)?;
     Ok(Some(TsMeta {
         tsuid: crate::model::uid::hex_upper(bytes),
         metric,
@@ -345,38 +295,9 @@ pub fn ts_meta_of(
     }))
 }
 
-/// Counts from [`purge`].
+/// Counts from [`MetaStore::purge`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PurgeStats {
     pub uid_meta: u64,
     pub ts_rows: u64,
-}
-
-/// `uid metapurge`: deletes every UIDMeta cell and every `tsdb-meta` cell.
-pub fn purge(kv: &dyn KvStore) -> Result<PurgeStats> {
-    let mut stats = PurgeStats::default();
-    let mut b = WriteBatch::new();
-    for item in kv.scan(Table::Uid, &ScanRange::default()) {
-        let (key, _) = item?;
-        if let Some((_, family, qualifier)) = split_cell_key(&key)
-            && family == FAMILY_NAME
-            && qualifier.ends_with(b"_meta")
-        {
-            b.delete(Table::Uid, key.clone());
-            stats.uid_meta += 1;
-        }
-    }
-    let mut last_row: Option<Vec<u8>> = None;
-    for item in kv.scan(Table::Meta, &ScanRange::default()) {
-        let (key, _) = item?;
-        if let Some((row, _, _)) = split_cell_key(&key)
-            && last_row.as_deref() != Some(row)
-        {
-            stats.ts_rows += 1;
-            last_row = Some(row.to_vec());
-        }
-        b.delete(Table::Meta, key);
-    }
-    kv.write(b)?;
-    Ok(stats)
 }

@@ -1,11 +1,20 @@
 //! A store: one data directory holding the header and the engine's files,
 //! opened with its recorded layout enforced, plus the data-row operations
 //! everything above builds on (read, merge-write and scan hourly rows).
+//!
+//! The embedded engine also keeps the other tables; the store hands out
+//! their implementations of the upper layers' persistence traits
+//! ([`uid_store`](Store::uid_store), [`index_store`](Store::index_store),
+//! [`meta_store`](Store::meta_store)). Only this module and the database
+//! handle reach the key-value engine itself.
 
 pub mod annotations;
 pub mod header;
+pub mod index_table;
+pub mod meta_table;
 pub mod read;
 pub mod retention;
+pub mod uid_table;
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -16,6 +25,8 @@ use thiserror::Error;
 use crate::codec::column::{ColumnError, StoredPoint};
 use crate::codec::row::{self, Cell, DecodedRow, DuplicatePolicy, RowCells, RowEncoding, RowError};
 use crate::codec::row_key::{KeyError, KeyLayout, Salt, Tsuid};
+use crate::index::IndexStore;
+use crate::meta::MetaStore;
 use crate::model::point::{Timestamp, Value};
 use crate::model::uid::UidWidths;
 use crate::storage::fjall::{FjallOptions, FjallStore};
@@ -23,6 +34,7 @@ use crate::storage::memory::MemoryStore;
 use crate::storage::{
     Durability, KvStore, ScanRange, StorageError, StripedLocks, Table, WriteBatch, prefix_end,
 };
+use crate::uid::UidStore;
 
 pub use header::StoreHeader;
 
@@ -156,6 +168,9 @@ impl StoreOptions {
 /// An open store. Cheap to share behind an `Arc`.
 pub struct Store {
     kv: Arc<dyn KvStore>,
+    uids: Arc<uid_table::KvUidStore>,
+    index: Arc<index_table::KvIndexStore>,
+    meta: Arc<meta_table::KvMetaStore>,
     layout: KeyLayout,
     duplicates: DuplicatePolicy,
     encoding: RowEncoding,
@@ -245,6 +260,9 @@ impl Store {
         lock: Option<File>,
     ) -> Store {
         Store {
+            uids: Arc::new(uid_table::KvUidStore::new(kv.clone(), layout.widths)),
+            index: Arc::new(index_table::KvIndexStore::new(kv.clone())),
+            meta: Arc::new(meta_table::KvMetaStore::new(kv.clone(), layout.widths)),
             kv,
             layout,
             duplicates,
@@ -256,8 +274,28 @@ impl Store {
         }
     }
 
+    /// The key-value engine itself: for the store's own modules, the
+    /// database handle and tests that fabricate raw rows. Everything else
+    /// goes through the store's methods and the traits below.
     pub fn kv(&self) -> &Arc<dyn KvStore> {
         &self.kv
+    }
+
+    /// UID mappings in this store's `tsdb-uid` table. One instance per
+    /// store: its per-kind locks must be shared by every `UidTable`.
+    pub fn uid_store(&self) -> Arc<dyn UidStore> {
+        self.uids.clone()
+    }
+
+    /// The series index in this store's `rtsdb-index` table.
+    pub fn index_store(&self) -> Arc<dyn IndexStore> {
+        self.index.clone()
+    }
+
+    /// Meta objects and counters in this store's `tsdb-uid` and
+    /// `tsdb-meta` tables.
+    pub fn meta_store(&self) -> Arc<dyn MetaStore> {
+        self.meta.clone()
     }
 
     pub fn layout(&self) -> &KeyLayout {
@@ -329,6 +367,18 @@ impl Store {
         if !f(&mut row)? {
             return Ok(());
         }
+        self.write_row_locked(key, &row, durability)
+    }
+
+    /// Replaces a data row with `row` (deletes it if `row` has no cells),
+    /// whatever it held (`fsck --fix`).
+    pub fn write_row(&self, key: &[u8], row: &RowCells, durability: Durability) -> Result<()> {
+        let _g = self.row_locks.lock(0, key);
+        self.write_row_locked(key, row, durability)
+    }
+
+    /// [`write_row`](Self::write_row) with the row's lock already held.
+    fn write_row_locked(&self, key: &[u8], row: &RowCells, durability: Durability) -> Result<()> {
         let mut b = WriteBatch::new();
         b.durability = durability;
         if row.cells.is_empty() {
@@ -336,8 +386,39 @@ impl Store {
         } else {
             b.put(Table::Data, key.to_vec(), row.encode());
         }
-        self.kv.write(b)?;
-        Ok(())
+        Ok(self.kv.write(b)?)
+    }
+
+    /// The stored bytes of one data row, undecoded (fsck looks at rows
+    /// that may not decode).
+    pub fn raw_row(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.kv.get(Table::Data, key)?)
+    }
+
+    /// The raw cells of the embedded `tsdb-uid` table whose engine key
+    /// starts with `prefix` (keys as `crate::uid::keys` builds them), in
+    /// key order: for `tsdb uid` lookups, `grep` and `uid fsck`, which
+    /// show and repair the table as it is stored.
+    pub fn scan_uid_cells(
+        &self,
+        prefix: &[u8],
+    ) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + '_ {
+        self.kv
+            .scan(Table::Uid, &ScanRange::prefix(prefix))
+            .map(|r| r.map_err(StoreError::from))
+    }
+
+    /// Applies repairs to raw `tsdb-uid` cells in one atomic batch
+    /// (`uid fsck fix`): `Some(value)` puts, `None` deletes.
+    pub fn edit_uid_cells(&self, edits: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        for (key, value) in edits {
+            match value {
+                Some(v) => b.put(Table::Uid, key, v),
+                None => b.delete(Table::Uid, key),
+            }
+        }
+        Ok(self.kv.write(b)?)
     }
 
     /// Stores points of one series, grouped into their hourly rows.

@@ -5,12 +5,14 @@
 //! data keyspace).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use parking_lot::RwLock;
 
 use crate::codec::row_key::KeyLayout;
-use crate::model::Uid;
 use crate::model::time::parse_duration;
+use crate::model::{Uid, UidKind};
+use crate::uid::UidTable;
 
 /// Config key of the store-wide TTL (`30d`, `12h`, seconds; `0` = keep
 /// forever). Per-metric TTLs use `tsd.storage.ttl.<metric name>`.
@@ -62,6 +64,22 @@ impl Retention {
     /// Metric names with their own TTL, to resolve to UIDs.
     pub fn metric_names(&self) -> impl Iterator<Item = &str> {
         self.by_name.keys().map(String::as_str)
+    }
+
+    /// Follows the metric names of `uids`: resolves the names with their
+    /// own TTL that already have a UID, and returns `uids` telling this
+    /// retention of every metric UID it assigns from now on.
+    pub fn attach(self: &Arc<Self>, uids: UidTable) -> UidTable {
+        if self.by_name.is_empty() {
+            return uids;
+        }
+        for name in self.metric_names() {
+            if let Ok(Some(uid)) = uids.lookup_id(UidKind::Metric, name) {
+                self.set_metric_uid(name, uid);
+            }
+        }
+        let me = self.clone();
+        uids.on_new_metric(Box::new(move |name, uid| me.set_metric_uid(name, uid)))
     }
 
     pub fn set_metric_uid(&self, name: &str, uid: Uid) {
@@ -151,5 +169,43 @@ mod tests {
                 .unwrap()
                 .is_enabled()
         );
+    }
+
+    #[test]
+    fn attached_uid_table_resolves_and_follows_metric_names() {
+        use crate::codec::row::DuplicatePolicy;
+        use crate::model::NameRules;
+        use crate::store::Store;
+        use crate::uid::AutoCreate;
+
+        let r = Arc::new(
+            Retention::from_entries(
+                [
+                    ("tsd.storage.ttl.old", "60"),
+                    ("tsd.storage.ttl.new", "120"),
+                ]
+                .into_iter(),
+            )
+            .unwrap(),
+        );
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        let plain = UidTable::new(
+            store.uid_store(),
+            AutoCreate::default(),
+            NameRules::default(),
+        );
+        let old = plain.assign(UidKind::Metric, "old").unwrap().uid();
+        // Names assigned before: resolved when attached.
+        let uids = r.attach(UidTable::new(
+            store.uid_store(),
+            AutoCreate::default(),
+            NameRules::default(),
+        ));
+        assert_eq!(r.ttl(old), Some(60));
+        // Names assigned after: through the hook.
+        let new = uids.assign(UidKind::Metric, "new").unwrap().uid();
+        assert_eq!(r.ttl(new), Some(120));
+        let other = uids.assign(UidKind::Metric, "other").unwrap().uid();
+        assert_eq!(r.ttl(other), None);
     }
 }

@@ -1,13 +1,16 @@
-//! UID assignment and lookup (OpenTSDB's `UniqueId`), over the `tsdb-uid`
-//! table, with an in-process cache in both directions.
+//! UID assignment and lookup (OpenTSDB's `UniqueId`), with an in-process
+//! cache in both directions, over a [`UidStore`] that keeps the mappings.
 //!
-//! Assignment differs from OpenTSDB's on purpose: OpenTSDB increments the
-//! MAXID counter, then CASes the reverse and forward mappings one by one,
-//! so a crash or a lost race leaves a leaked reverse mapping that `uid fsck`
-//! later reports. Here the store is owned by one process, so assignment
-//! takes a per-kind lock and writes counter, reverse and forward mapping in
-//! one atomic batch: a reader sees all of it or none of it.
+//! Assignment differs from OpenTSDB's on purpose when the engine allows:
+//! OpenTSDB increments the MAXID counter, then CASes the reverse and
+//! forward mappings one by one, so a crash or a lost race leaves a leaked
+//! reverse mapping that `uid fsck` later reports. The embedded engine is
+//! owned by one process, so it writes counter, reverse and forward mapping
+//! in one atomic batch: a reader sees all of it or none of it. (An engine
+//! shared by several processes follows OpenTSDB's order; see
+//! [`UidStore::allocate`].)
 
+pub mod backend;
 pub mod keys;
 
 use std::collections::HashMap;
@@ -19,8 +22,9 @@ use thiserror::Error;
 
 use crate::model::uid::{java_byte_array, parse_hex};
 use crate::model::{InvalidName, NameRules, Uid, UidKind, UidWidth};
-use crate::storage::{KvStore, ScanRange, StorageError, Table, WriteBatch};
-use crate::store::Store;
+use crate::storage::StorageError;
+
+pub use backend::{ForwardScan, UidStore};
 
 #[derive(Debug, Error)]
 pub enum UidTableError {
@@ -119,37 +123,39 @@ struct KindCache {
 }
 
 struct Kind {
-    kind: UidKind,
     width: UidWidth,
     cache: RwLock<KindCache>,
-    /// Serialises assignment, rename and delete of this kind.
+    /// Serialises assignment, rename and delete of this kind in this
+    /// process (the engine orders them across processes).
     write_lock: Mutex<()>,
     stats: CacheStats,
 }
 
+/// Called with each metric name given a new UID.
+pub type MetricHook = Box<dyn Fn(&str, Uid) + Send + Sync>;
+
 pub struct UidTable {
-    kv: Arc<dyn KvStore>,
-    /// Per-metric TTLs are configured by name; they apply once the name
-    /// has a UID.
-    retention: Arc<crate::store::retention::Retention>,
+    backend: Arc<dyn UidStore>,
+    /// Told of every new metric UID (the store's per-metric TTLs, which
+    /// are configured by name, apply once the name has a UID).
+    on_new_metric: Option<MetricHook>,
     kinds: [Kind; 3],
     auto_create: AutoCreate,
     rules: NameRules,
 }
 
 impl UidTable {
-    pub fn new(store: &Store, auto_create: AutoCreate, rules: NameRules) -> UidTable {
-        let widths = store.layout().widths;
+    pub fn new(backend: Arc<dyn UidStore>, auto_create: AutoCreate, rules: NameRules) -> UidTable {
+        let widths = backend.widths();
         let kind = |k: UidKind| Kind {
-            kind: k,
             width: widths.of(k),
             cache: RwLock::new(KindCache::default()),
             write_lock: Mutex::new(()),
             stats: CacheStats::default(),
         };
-        let table = UidTable {
-            retention: store.retention().clone(),
-            kv: store.kv().clone(),
+        UidTable {
+            backend,
+            on_new_metric: None,
             kinds: [
                 kind(UidKind::Metric),
                 kind(UidKind::TagKey),
@@ -157,14 +163,13 @@ impl UidTable {
             ],
             auto_create,
             rules,
-        };
-        let names: Vec<String> = table.retention.metric_names().map(String::from).collect();
-        for name in names {
-            if let Ok(Some(uid)) = table.lookup_id(UidKind::Metric, &name) {
-                table.retention.set_metric_uid(&name, uid);
-            }
         }
-        table
+    }
+
+    /// Calls `hook` with every metric name this table gives a new UID.
+    pub fn on_new_metric(mut self, hook: MetricHook) -> UidTable {
+        self.on_new_metric = Some(hook);
+        self
     }
 
     fn k(&self, kind: UidKind) -> &Kind {
@@ -232,26 +237,11 @@ impl UidTable {
             c.generation
         };
         k.stats.misses.fetch_add(1, Ordering::Relaxed);
-        let found = self.read_forward(k, name)?;
+        let found = self.backend.forward(kind, name)?;
         if let Some(uid) = found {
             self.cache_insert(k, generation, name, uid);
         }
         Ok(found)
-    }
-
-    fn read_forward(&self, k: &Kind, name: &str) -> Result<Option<Uid>> {
-        match self.kv.get(Table::Uid, &keys::forward(k.kind, name))? {
-            None => Ok(None),
-            Some(bytes) => {
-                Uid::from_bytes(&bytes, k.width)
-                    .map(Some)
-                    .map_err(|e| UidTableError::Corrupt {
-                        kind: k.kind,
-                        what: name.to_string(),
-                        reason: e.to_string(),
-                    })
-            }
-        }
     }
 
     /// The name of `uid`, or `NoSuchId`.
@@ -266,19 +256,13 @@ impl UidTable {
             c.generation
         };
         k.stats.misses.fetch_add(1, Ordering::Relaxed);
-        let bytes = uid.to_bytes(k.width);
         let name = self
-            .kv
-            .get(Table::Uid, &keys::reverse(kind, &bytes))?
-            .ok_or(UidTableError::NoSuchId {
+            .backend
+            .reverse(kind, uid)?
+            .ok_or_else(|| UidTableError::NoSuchId {
                 kind,
-                bytes: bytes.clone(),
+                bytes: uid.to_bytes(k.width),
             })?;
-        let name = String::from_utf8(name).map_err(|_| UidTableError::Corrupt {
-            kind,
-            what: java_byte_array(&bytes),
-            reason: "name is not UTF-8".into(),
-        })?;
         self.cache_insert(k, generation, &name, uid);
         Ok(name.into())
     }
@@ -327,55 +311,22 @@ impl UidTable {
         let _w = k.write_lock.lock();
         let generation = k.cache.read().generation;
         // Storage, not the cache, decides: another task may have just won.
-        if let Some(uid) = self.read_forward(k, name)? {
-            self.cache_insert(k, generation, name, uid);
-            return Ok(Assigned::Existing(uid));
+        let assigned = self.backend.allocate(kind, name)?;
+        self.cache_insert(k, generation, name, assigned.uid());
+        if let Assigned::New(uid) = assigned {
+            if kind == UidKind::Metric
+                && let Some(hook) = &self.on_new_metric
+            {
+                hook(name, uid);
+            }
+            tracing::debug!(%kind, name, id = uid.id(), "assigned UID");
         }
-        let max = self.max_id(kind)?;
-        let exhausted = || UidTableError::Exhausted {
-            kind,
-            width: k.width.bytes(),
-        };
-        let next = max.checked_add(1).ok_or_else(exhausted)?;
-        let uid = Uid::new(next, k.width).map_err(|_| exhausted())?;
-        let bytes = uid.to_bytes(k.width);
-        let mut b = WriteBatch::new();
-        b.put(
-            Table::Uid,
-            keys::max_id(kind),
-            (next as i64).to_be_bytes().to_vec(),
-        );
-        b.put(
-            Table::Uid,
-            keys::reverse(kind, &bytes),
-            name.as_bytes().to_vec(),
-        );
-        b.put(Table::Uid, keys::forward(kind, name), bytes);
-        self.kv.write(b)?;
-        self.cache_insert(k, generation, name, uid);
-        if kind == UidKind::Metric {
-            self.retention.set_metric_uid(name, uid);
-        }
-        tracing::debug!(%kind, name, id = uid.id(), "assigned UID");
-        Ok(Assigned::New(uid))
+        Ok(assigned)
     }
 
     /// Highest UID handed out so far for `kind` (the MAXID counter).
     pub fn max_id(&self, kind: UidKind) -> Result<u64> {
-        match self.kv.get(Table::Uid, &keys::max_id(kind))? {
-            None => Ok(0),
-            Some(v) => {
-                let arr: [u8; 8] = v
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| UidTableError::Corrupt {
-                        kind,
-                        what: "MAXID".into(),
-                        reason: format!("Invalid maximum ID for {kind}: should be on 8 bytes"),
-                    })?;
-                Ok(i64::from_be_bytes(arr) as u64)
-            }
-        }
+        self.backend.max_id(kind)
     }
 
     /// Renames a UID's name; data rows are untouched since they hold UIDs.
@@ -383,39 +334,13 @@ impl UidTable {
         self.validate(kind, new)?;
         let k = self.k(kind);
         let _w = k.write_lock.lock();
-        let uid = self
-            .read_forward(k, old)?
-            .ok_or_else(|| UidTableError::NoSuchName {
-                kind,
-                name: old.to_string(),
-            })?;
-        if let Some(existing) = self.read_forward(k, new)? {
-            return Err(UidTableError::RenameTargetExists {
-                kind,
-                width: k.width.bytes(),
-                old: old.into(),
-                new: new.into(),
-                existing: existing.to_bytes(k.width),
-            });
-        }
-        let bytes = uid.to_bytes(k.width);
-        let mut b = WriteBatch::new();
-        b.put(
-            Table::Uid,
-            keys::reverse(kind, &bytes),
-            new.as_bytes().to_vec(),
-        );
-        b.put(Table::Uid, keys::forward(kind, new), bytes);
-        b.delete(Table::Uid, keys::forward(kind, old));
-        {
-            // Holding the cache lock across the write: no reader can cache
-            // the old mapping between the write and the purge.
-            let mut c = k.cache.write();
-            self.kv.write(b)?;
-            c.by_name.remove(old);
-            c.by_id.remove(&uid);
-            c.generation += 1;
-        }
+        // Holding the cache lock across the write: no reader can cache
+        // the old mapping between the write and the purge.
+        let mut c = k.cache.write();
+        let uid = self.backend.rename(kind, old, new)?;
+        c.by_name.remove(old);
+        c.by_id.remove(&uid);
+        c.generation += 1;
         Ok(uid)
     }
 
@@ -423,19 +348,8 @@ impl UidTable {
     pub fn delete(&self, kind: UidKind, name: &str) -> Result<Uid> {
         let k = self.k(kind);
         let _w = k.write_lock.lock();
-        let uid = self
-            .read_forward(k, name)?
-            .ok_or_else(|| UidTableError::NoSuchName {
-                kind,
-                name: name.to_string(),
-            })?;
-        let bytes = uid.to_bytes(k.width);
-        let mut b = WriteBatch::new();
-        b.delete(Table::Uid, keys::forward(kind, name));
-        b.delete(Table::Uid, keys::reverse(kind, &bytes));
-        b.delete(Table::Uid, keys::uid_meta(kind, &bytes));
         let mut c = k.cache.write();
-        self.kv.write(b)?;
+        let uid = self.backend.delete(kind, name)?;
         c.by_name.remove(name);
         c.by_id.remove(&uid);
         c.generation += 1;
@@ -446,7 +360,8 @@ impl UidTable {
     /// (`/api/suggest`: a prefix scan over the forward rows).
     pub fn suggest(&self, kind: UidKind, prefix: &str, max: usize) -> Result<Vec<String>> {
         // Stops scanning at `max`: an empty prefix must not read every name.
-        self.forward(kind, prefix.as_bytes())
+        self.backend
+            .scan_forward(kind, prefix.as_bytes())
             .take(max)
             .map(|r| r.map(|(name, _)| name))
             .collect()
@@ -455,52 +370,12 @@ impl UidTable {
     /// Every (name, UID) of `kind` whose name starts with `prefix`, in name
     /// byte order.
     pub fn scan_forward(&self, kind: UidKind, prefix: &[u8]) -> Result<Vec<(String, Uid)>> {
-        self.forward(kind, prefix).collect()
-    }
-
-    /// The forward mappings of `kind` under `prefix`, read lazily.
-    fn forward<'a>(
-        &'a self,
-        kind: UidKind,
-        prefix: &[u8],
-    ) -> impl Iterator<Item = Result<(String, Uid)>> + 'a {
-        let width = self.width(kind);
-        self.kv
-            .scan(Table::Uid, &ScanRange::prefix(prefix))
-            .filter_map(move |item| {
-                let (key, value) = match item {
-                    Ok(kv) => kv,
-                    Err(e) => return Some(Err(e.into())),
-                };
-                let (row, family, qualifier) = keys::split_cell_key(&key)?;
-                if family != keys::FAMILY_ID
-                    || qualifier != kind.qualifier().as_bytes()
-                    || row == keys::MAXID_ROW
-                {
-                    return None;
-                }
-                let name = std::str::from_utf8(row).ok()?.to_string();
-                Some(Ok((name, Uid::from_bytes(&value, width).ok()?)))
-            })
+        self.backend.scan_forward(kind, prefix).collect()
     }
 
     /// Every reverse mapping of `kind`: (UID, name). For fsck.
     pub fn scan_reverse(&self, kind: UidKind) -> Result<Vec<(Uid, String)>> {
-        let width = self.width(kind);
-        let mut out = Vec::new();
-        for item in self.kv.scan(Table::Uid, &ScanRange::default()) {
-            let (key, value) = item?;
-            let Some((row, family, qualifier)) = keys::split_cell_key(&key) else {
-                continue;
-            };
-            if family != keys::FAMILY_NAME || qualifier != kind.qualifier().as_bytes() {
-                continue;
-            }
-            if let (Ok(uid), Ok(name)) = (Uid::from_bytes(row, width), String::from_utf8(value)) {
-                out.push((uid, name));
-            }
-        }
-        Ok(out)
+        self.backend.scan_reverse(kind)
     }
 
     /// Raw bytes of a hex TSUID component, checked against `kind`'s width.
@@ -510,173 +385,6 @@ impl UidTable {
 
     /// Writes pending UID changes to stable storage.
     pub fn sync(&self) -> Result<()> {
-        Ok(self.kv.sync()?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::codec::row::DuplicatePolicy;
-    use crate::codec::row_key::{KeyLayout, Salt, Tsuid};
-    use crate::model::UidWidths;
-
-    fn table_with(layout: KeyLayout) -> UidTable {
-        let store = Store::in_memory(layout, DuplicatePolicy::LastWriteWins);
-        UidTable::new(&store, AutoCreate::default(), NameRules::default())
-    }
-
-    fn table() -> UidTable {
-        table_with(KeyLayout::default())
-    }
-
-    #[test]
-    fn fresh_store_assigns_one_in_each_kind() {
-        let t = table();
-        let m = t.assign(UidKind::Metric, "sys.cpu.0").unwrap();
-        let k = t.assign(UidKind::TagKey, "host").unwrap();
-        let v = t.assign(UidKind::TagValue, "web01").unwrap();
-        assert_eq!((m.uid().id(), k.uid().id(), v.uid().id()), (1, 1, 1));
-        assert!(matches!(m, Assigned::New(_)));
-        let tsuid = Tsuid::new(m.uid(), vec![(k.uid(), v.uid())]).unwrap();
-        assert_eq!(tsuid.to_hex(&UidWidths::default()), "000001000001000001");
-        assert_eq!(
-            t.assign(UidKind::Metric, "sys.cpu.0").unwrap(),
-            Assigned::Existing(m.uid())
-        );
-        assert_eq!(
-            t.assign(UidKind::Metric, "sys.cpu.1").unwrap().uid().id(),
-            2
-        );
-        assert_eq!(t.max_id(UidKind::Metric).unwrap(), 2);
-        assert_eq!(t.max_id(UidKind::TagKey).unwrap(), 1);
-        assert_eq!(&*t.get_name(UidKind::TagValue, v.uid()).unwrap(), "web01");
-    }
-
-    #[test]
-    fn auto_create_switches() {
-        let t = table();
-        let err = t
-            .get_or_create_id(UidKind::Metric, "new.metric")
-            .unwrap_err();
-        assert_eq!(err.to_string(), "No such name for 'metrics': 'new.metric'");
-        assert_eq!(t.get_or_create_id(UidKind::TagKey, "host").unwrap().id(), 1);
-        let err = t
-            .get_name(UidKind::Metric, Uid::new(1, UidWidth::DEFAULT).unwrap())
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "No such unique ID for 'metrics': [0, 0, 1]"
-        );
-    }
-
-    #[test]
-    fn exhaustion_gives_opentsdbs_error() {
-        let layout = KeyLayout {
-            widths: UidWidths {
-                metric: UidWidth::new(1).unwrap(),
-                ..Default::default()
-            },
-            salt: Salt::default(),
-        };
-        let t = table_with(layout);
-        for i in 0..255 {
-            t.assign(UidKind::Metric, &format!("m{i}")).unwrap();
-        }
-        let err = t.assign(UidKind::Metric, "one.too.many").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "All Unique IDs for metrics on 1 bytes are already assigned!"
-        );
-        assert!(
-            t.lookup_id(UidKind::Metric, "one.too.many")
-                .unwrap()
-                .is_none()
-        );
-        assert_eq!(t.max_id(UidKind::Metric).unwrap(), 255);
-    }
-
-    #[test]
-    fn names_are_validated_and_utf8() {
-        let t = table();
-        assert_eq!(
-            t.assign(UidKind::Metric, "bad name")
-                .unwrap_err()
-                .to_string(),
-            "Invalid metric (\"bad name\"): illegal character:  "
-        );
-        assert!(t.assign(UidKind::TagValue, "").is_err());
-        // Distinct non-Latin names stay distinct (OpenTSDB's Latin-1 would
-        // turn both into "??").
-        let a = t.assign(UidKind::TagValue, "美国").unwrap().uid();
-        let b = t.assign(UidKind::TagValue, "中国").unwrap().uid();
-        assert_ne!(a, b);
-        t.drop_caches();
-        assert_eq!(&*t.get_name(UidKind::TagValue, a).unwrap(), "美国");
-        assert_eq!(t.get_id(UidKind::TagValue, "中国").unwrap(), b);
-    }
-
-    #[test]
-    fn rename_and_delete_never_serve_stale_cache() {
-        let t = table();
-        let uid = t.assign(UidKind::TagValue, "web01").unwrap().uid();
-        t.assign(UidKind::TagValue, "web02").unwrap();
-        assert_eq!(t.get_id(UidKind::TagValue, "web01").unwrap(), uid);
-        assert_eq!(&*t.get_name(UidKind::TagValue, uid).unwrap(), "web01");
-        let err = t.rename(UidKind::TagValue, "web01", "web02").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "When trying rename(\"web01\", \"web02\") on UniqueId(tsdb-uid, tagv, 3): new name already assigned ID=[0, 0, 2]"
-        );
-        t.rename(UidKind::TagValue, "web01", "web01.mysite.org")
-            .unwrap();
-        assert!(t.lookup_id(UidKind::TagValue, "web01").unwrap().is_none());
-        assert_eq!(
-            &*t.get_name(UidKind::TagValue, uid).unwrap(),
-            "web01.mysite.org"
-        );
-        assert_eq!(
-            t.get_id(UidKind::TagValue, "web01.mysite.org").unwrap(),
-            uid
-        );
-        assert!(t.rename(UidKind::TagValue, "nope", "x").is_err());
-        // The old name is free again and gets a new UID.
-        assert_eq!(t.assign(UidKind::TagValue, "web01").unwrap().uid().id(), 3);
-
-        t.delete(UidKind::TagValue, "web01.mysite.org").unwrap();
-        assert!(
-            t.lookup_id(UidKind::TagValue, "web01.mysite.org")
-                .unwrap()
-                .is_none()
-        );
-        assert!(matches!(
-            t.get_name(UidKind::TagValue, uid),
-            Err(UidTableError::NoSuchId { .. })
-        ));
-        assert!(t.delete(UidKind::TagValue, "web01.mysite.org").is_err());
-        // Deleted ids are not reused.
-        assert_eq!(t.assign(UidKind::TagValue, "web04").unwrap().uid().id(), 4);
-    }
-
-    #[test]
-    fn suggest_is_a_byte_ordered_prefix_scan() {
-        let t = table();
-        for n in ["sys.cpu.user", "sys.cpu.sys", "sys.mem", "app.x", "sys"] {
-            t.assign(UidKind::Metric, n).unwrap();
-        }
-        t.assign(UidKind::TagValue, "sys.tagv").unwrap();
-        assert_eq!(
-            t.suggest(UidKind::Metric, "sys.", 25).unwrap(),
-            vec!["sys.cpu.sys", "sys.cpu.user", "sys.mem"]
-        );
-        assert_eq!(
-            t.suggest(UidKind::Metric, "", 2).unwrap(),
-            vec!["app.x", "sys"]
-        );
-        assert_eq!(
-            t.suggest(UidKind::TagValue, "sys", 25).unwrap(),
-            vec!["sys.tagv"]
-        );
-        assert_eq!(t.scan_reverse(UidKind::Metric).unwrap().len(), 5);
+        self.backend.sync()
     }
 }

@@ -387,7 +387,7 @@ mod tests {
     fn cache(auto_metrics: bool) -> SeriesCache {
         let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
         let uids = UidTable::new(
-            &store,
+            store.uid_store(),
             AutoCreate {
                 metrics: auto_metrics,
                 ..Default::default()

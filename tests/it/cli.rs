@@ -138,7 +138,7 @@ fn write_sample(dir: &Path) {
         metrics: true,
         ..Default::default()
     };
-    let t = UidTable::new(&store, auto, NameRules::default());
+    let t = UidTable::new(store.uid_store(), auto, NameRules::default());
     let m = t.get_or_create_id(UidKind::Metric, "sys.cpu.user").unwrap();
     let k = t.get_or_create_id(UidKind::TagKey, "host").unwrap();
     let v = t.get_or_create_id(UidKind::TagValue, "web01").unwrap();
@@ -344,13 +344,20 @@ fn search_lookup_metasync_and_metapurge() {
     // A UIDMeta cell, then purge everything meta.
     {
         let store = Store::open(d, &StoreOptions::default()).unwrap();
-        let t = UidTable::new(&store, AutoCreate::default(), NameRules::default());
+        let t = UidTable::new(
+            store.uid_store(),
+            AutoCreate::default(),
+            NameRules::default(),
+        );
         let uid = t.get_id(UidKind::Metric, "sys.cpu.user").unwrap();
         let f = rtsdb::meta::UidMetaFields {
             description: "cpu".into(),
             ..Default::default()
         };
-        rtsdb::meta::write_uid_meta(&**store.kv(), &t, UidKind::Metric, uid, &f).unwrap();
+        store
+            .meta_store()
+            .put_uid_meta(UidKind::Metric, uid, &f)
+            .unwrap();
     }
     let r = tsdb(d, &["uid", "metapurge"]);
     assert_eq!(r.code, 0, "{}", r.stderr);

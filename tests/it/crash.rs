@@ -23,7 +23,7 @@ fn tables(dir: &std::path::Path) -> (Store, UidTable) {
         metrics: true,
         ..AutoCreate::default()
     };
-    let table = UidTable::new(&store, auto, NameRules::default());
+    let table = UidTable::new(store.uid_store(), auto, NameRules::default());
     (store, table)
 }
 

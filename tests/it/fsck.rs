@@ -24,7 +24,7 @@ const BASE: u32 = 1_356_998_400;
 fn populate(dir: &Path) -> (Vec<u8>, Vec<u8>) {
     let store = Store::open(dir, &StoreOptions::default()).unwrap();
     let t = UidTable::new(
-        &store,
+        store.uid_store(),
         AutoCreate {
             metrics: true,
             ..Default::default()
@@ -192,7 +192,11 @@ fn orphans_in_data_and_uid_tables() {
     populate(dir.path());
     {
         let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-        let t = UidTable::new(&store, AutoCreate::default(), NameRules::default());
+        let t = UidTable::new(
+            store.uid_store(),
+            AutoCreate::default(),
+            NameRules::default(),
+        );
         // The data row of web02 loses its tag value.
         t.delete(UidKind::TagValue, "web02").unwrap();
         let mut b = WriteBatch::new();

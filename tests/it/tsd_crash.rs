@@ -93,7 +93,7 @@ fn ingest(
 
 fn stored_timestamps(dir: &Path) -> BTreeSet<u64> {
     let store = Store::open(dir, &StoreOptions::default()).unwrap();
-    let uids = UidTable::new(&store, AutoCreate::default(), Default::default());
+    let uids = UidTable::new(store.uid_store(), AutoCreate::default(), Default::default());
     let m = uids.get_id(UidKind::Metric, "crash.test").unwrap();
     let mut out = BTreeSet::new();
     for s in store.read_series(m, 0, u64::MAX, &mut |_| true).unwrap() {

@@ -14,7 +14,7 @@ fn eight_tasks_assign_overlapping_names() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
     let table = Arc::new(UidTable::new(
-        &store,
+        store.uid_store(),
         AutoCreate::default(),
         NameRules::default(),
     ));

@@ -353,18 +353,18 @@ fn uidmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) ->
     let uid = uids
         .parse_hex_uid(kind, &uid_s)
         .ok_or_else(|| bad(&format!("Invalid UID: {uid_s}")))?;
-    let kv = &**state.db.store().kv();
+    let ms = state.db.meta();
     match *method {
         Method::GET => {
-            let current = meta::uid_meta_of(kv, uids, kind, uid).map_err(meta_error)?;
+            let current = meta::uid_meta_of(ms, uids, kind, uid).map_err(meta_error)?;
             Ok(Reply::json(
                 200,
                 serde_json::to_string(&current).expect("json"),
             ))
         }
         Method::DELETE => {
-            meta::uid_meta_of(kv, uids, kind, uid).map_err(meta_error)?;
-            meta::delete_uid_meta(kv, uids, kind, uid).map_err(internal)?;
+            meta::uid_meta_of(ms, uids, kind, uid).map_err(meta_error)?;
+            ms.delete_uid_meta(kind, uid).map_err(internal)?;
             Ok(Reply::empty(204))
         }
         _ => {
@@ -374,7 +374,8 @@ fn uidmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) ->
             }
             // The UID must exist before its meta is written.
             uids.get_name(kind, uid).map_err(|e| meta_error(e.into()))?;
-            let stored = meta::read_uid_meta(kv, uids, kind, uid)
+            let stored = ms
+                .uid_meta(kind, uid)
                 .map_err(internal)?
                 .unwrap_or_default();
             let mut next = if method == Method::PUT {
@@ -389,8 +390,8 @@ fn uidmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) ->
             set(&mut next.description, edit.description);
             set(&mut next.notes, edit.notes);
             set(&mut next.custom, edit.custom);
-            meta::write_uid_meta(kv, uids, kind, uid, &next).map_err(internal)?;
-            let now = meta::uid_meta_of(kv, uids, kind, uid).map_err(meta_error)?;
+            ms.put_uid_meta(kind, uid, &next).map_err(internal)?;
+            let now = meta::uid_meta_of(ms, uids, kind, uid).map_err(meta_error)?;
             Ok(Reply::json(200, serde_json::to_string(&now).expect("json")))
         }
     }
@@ -455,14 +456,14 @@ fn set<T>(field: &mut T, edit: Option<T>) {
 fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> Answer {
     let w = &state.db;
     let uids = w.uids();
-    let kv = &**w.store().kv();
+    let ms = w.meta();
     let widths = w.store().layout().widths;
     // What the TSD counted in memory goes to storage before it is read.
     if let Err(e) = w.persist_counters() {
         tracing::warn!(error = %e, "saving series counters failed");
     }
     let render = |tsuid: &Tsuid| -> Result<Option<meta::TsMeta>, Reply> {
-        meta::ts_meta_of(kv, uids, tsuid, &tsuid.to_bytes(&widths)).map_err(|e| match e {
+        meta::ts_meta_of(ms, uids, tsuid, &tsuid.to_bytes(&widths)).map_err(|e| match e {
             MetaError::Uid(u @ UidTableError::NoSuchId { .. }) => unknown_name(u),
             other => internal(other),
         })
@@ -504,7 +505,8 @@ fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> 
             ));
         };
         let tsuid = parse_tsuid(&t)?;
-        meta::delete_ts_fields(kv, &tsuid.to_bytes(&widths)).map_err(internal)?;
+        ms.delete_ts_fields(&tsuid.to_bytes(&widths))
+            .map_err(internal)?;
         return Ok(Reply::empty(204));
     }
     let edit = edit_of(&f, true, body.is_some())?;
@@ -518,9 +520,7 @@ fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> 
                 return Ok(Reply::empty(304));
             }
             render_names(state, &tsuid)?;
-            let Some(stored) =
-                meta::read_ts_fields(kv, &tsuid.to_bytes(&widths)).map_err(internal)?
-            else {
+            let Some(stored) = ms.ts_fields(&tsuid.to_bytes(&widths)).map_err(internal)? else {
                 return Err(bad("Requested TSMeta did not exist"));
             };
             (tsuid, merged_ts(&stored, edit, put))
@@ -534,7 +534,7 @@ fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> 
             let create = q.get("create") == Some("true");
             let tsuid = series_of_m(state, m)?;
             let hex = tsuid.to_hex(&widths);
-            match meta::read_ts_fields(kv, &tsuid.to_bytes(&widths)).map_err(internal)? {
+            match ms.ts_fields(&tsuid.to_bytes(&widths)).map_err(internal)? {
                 Some(stored) => {
                     if !edit.any() {
                         return Ok(Reply::empty(304));
@@ -555,7 +555,8 @@ fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> 
     };
     let mut next = stored;
     next.tsuid = tsuid.to_hex(&widths);
-    meta::write_ts_fields(kv, &tsuid.to_bytes(&widths), &next).map_err(internal)?;
+    ms.put_ts_fields(&tsuid.to_bytes(&widths), &next)
+        .map_err(internal)?;
     let m = render(&tsuid)?.ok_or_else(not_found_ts)?;
     Ok(Reply::json(200, serde_json::to_string(&m).expect("json")))
 }
@@ -563,11 +564,11 @@ fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> 
 /// Every name of the series must resolve before its TSMeta is written.
 fn render_names(state: &TsdState, tsuid: &Tsuid) -> Result<(), Reply> {
     let uids = state.db.uids();
-    let kv = &**state.db.store().kv();
-    meta::uid_meta_of(kv, uids, UidKind::Metric, tsuid.metric).map_err(meta_error)?;
+    let ms = state.db.meta();
+    meta::uid_meta_of(ms, uids, UidKind::Metric, tsuid.metric).map_err(meta_error)?;
     for (k, v) in &tsuid.tags {
-        meta::uid_meta_of(kv, uids, UidKind::TagKey, *k).map_err(meta_error)?;
-        meta::uid_meta_of(kv, uids, UidKind::TagValue, *v).map_err(meta_error)?;
+        meta::uid_meta_of(ms, uids, UidKind::TagKey, *k).map_err(meta_error)?;
+        meta::uid_meta_of(ms, uids, UidKind::TagValue, *v).map_err(meta_error)?;
     }
     Ok(())
 }

@@ -1,0 +1,139 @@
+//! The embedded [`IndexStore`]: the series index in the store's
+//! `rtsdb-index` table, in the same engine as the data rows.
+//!
+//! # Layout
+//!
+//! - `S <tsuid bytes>` → the base hour (4 bytes, big-endian seconds) of
+//!   the newest row written for the series. The TSUID starts with the
+//!   metric UID, so a prefix scan on `S <metric>` lists a metric's series.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{Result, Store};
+use crate::codec::row_key::Tsuid;
+use crate::index::{self, IndexStore, RebuildStats};
+use crate::storage::{Durability, KvStore, ScanRange, Table, WriteBatch};
+
+const SERIES: u8 = b'S';
+
+pub struct KvIndexStore {
+    kv: Arc<dyn KvStore>,
+}
+
+impl KvIndexStore {
+    pub fn new(kv: Arc<dyn KvStore>) -> KvIndexStore {
+        KvIndexStore { kv }
+    }
+}
+
+impl IndexStore for KvIndexStore {
+    fn load(&self, f: &mut dyn FnMut(&[u8], u32)) -> index::Result<()> {
+        for item in self.kv.scan(Table::Index, &ScanRange::prefix(&[SERIES])) {
+            let (key, value) = item?;
+            let hour = value
+                .get(..4)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+                .unwrap_or(0);
+            f(&key[1..], hour);
+        }
+        Ok(())
+    }
+
+    fn record(&self, tsuid: &[u8], hour: u32) -> index::Result<()> {
+        let mut batch = WriteBatch::new();
+        batch.durability = Durability::Process;
+        let mut key = Vec::with_capacity(tsuid.len() + 1);
+        key.push(SERIES);
+        key.extend_from_slice(tsuid);
+        batch.put(Table::Index, key, hour.to_be_bytes().to_vec());
+        Ok(self.kv.write(batch)?)
+    }
+
+    fn clear(&self) -> index::Result<()> {
+        let mut batch = WriteBatch::new();
+        for item in self.kv.scan(Table::Index, &ScanRange::default()) {
+            batch.delete(Table::Index, item?.0);
+        }
+        Ok(self.kv.write(batch)?)
+    }
+}
+
+impl Store {
+    /// Every series with a data row, with the base hour of its newest
+    /// row: what the series index is rebuilt from.
+    pub fn scan_series(&self) -> Result<(HashMap<Tsuid, u32>, RebuildStats)> {
+        let mut stats = RebuildStats::default();
+        let mut found: HashMap<Tsuid, u32> = HashMap::new();
+        for item in self.scan_all_rows() {
+            let (key, _) = item?;
+            stats.rows += 1;
+            match self.layout().parse_row_key(&key) {
+                Ok(rk) if rk.tsuid.metric.id() != 0 => {
+                    let h = found.entry(rk.tsuid).or_insert(0);
+                    *h = (*h).max(rk.base_time);
+                }
+                Ok(_) => {}
+                Err(_) => stats.bad_rows += 1,
+            }
+        }
+        stats.series = found.len() as u64;
+        Ok((found, stats))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A [`SeriesIndex`] over the embedded engine.
+    use super::*;
+    use crate::codec::row::DuplicatePolicy;
+    use crate::codec::row_key::KeyLayout;
+    use crate::index::SeriesIndex;
+    use crate::model::{Timestamp, Uid, UidWidth, Value};
+
+    fn open(store: &Store) -> SeriesIndex {
+        SeriesIndex::open(store.index_store(), store.layout().widths).unwrap()
+    }
+
+    fn u(i: u64) -> Uid {
+        Uid::new(i, UidWidth::DEFAULT).unwrap()
+    }
+
+    #[test]
+    fn add_lookup_persist_and_rebuild() {
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        let idx = open(&store);
+        let a = Tsuid::new(u(1), vec![(u(1), u(1)), (u(2), u(5))]).unwrap();
+        let b = Tsuid::new(u(1), vec![(u(1), u(2)), (u(2), u(5))]).unwrap();
+        let c = Tsuid::new(u(2), vec![(u(1), u(1))]).unwrap();
+        assert!(idx.add(&a).unwrap());
+        assert!(!idx.add(&a).unwrap());
+        idx.add_at(&b, 1356998400).unwrap();
+        idx.add(&c).unwrap();
+        assert_eq!(idx.series_of(u(1)), vec![a.clone(), b.clone()]);
+        assert_eq!(idx.lookup(u(1), u(2), u(5)).len(), 2);
+        assert_eq!(idx.lookup(u(1), u(1), u(2)), vec![b.clone()]);
+        assert_eq!(
+            idx.with_metric(u(1), |m| m.unwrap().tag_values(u(1)).count()),
+            2
+        );
+        // Reopening loads what was written.
+        let again = open(&store);
+        assert_eq!(again.len(), 3);
+        assert_eq!(again.last_hour(&b), Some(1356998400));
+        // Rebuild from data rows.
+        store
+            .put_points(
+                &a,
+                &[(Timestamp::Seconds(1357002001), Value::Int(1))],
+                Durability::Process,
+            )
+            .unwrap();
+        let (found, stats) = store.scan_series().unwrap();
+        again.replace_all(found).unwrap();
+        assert_eq!(stats.series, 1);
+        assert_eq!(again.series_of(u(1)), vec![a.clone()]);
+        assert_eq!(again.last_hour(&a), Some(1357002000));
+        assert_eq!(open(&store).len(), 1);
+    }
+}
