@@ -32,7 +32,8 @@
 //! counters through a [`MetaStore`]. [`Db::open`] picks the embedded
 //! implementation of each (all in the store's engine); another engine
 //! for any of them plugs in there. `Db` itself only orchestrates them and
-//! never touches a key-value engine.
+//! never touches a key-value engine. `docs/architecture.md` draws the
+//! layers and follows a put and a query through them.
 
 pub mod admin;
 pub mod append;
