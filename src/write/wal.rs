@@ -705,4 +705,79 @@ mod tests {
         assert_eq!(points, 50);
         assert!(wal.delete_below(segs[segs.len() - 1]).unwrap() >= 1);
     }
+
+    /// A segment as written by the log of ba3fdfc (before the codec and the
+    /// segment I/O were split), spelled out byte by byte: any change to the
+    /// stored format would strand logs written by an older build.
+    #[rustfmt::skip] // one line per field, as annotated
+    const OLD_SEGMENT: &[u8] = &[
+        // Frame 1: len 43, CRC-32 of the payload.
+        0x2b, 0x00, 0x00, 0x00, 0x1e, 0x86, 0xbf, 0xcf,
+        // Series 3 "sys.cpu" with one tag host=h3.
+        0x01, 0x03, 0x07, b's', b'y', b's', b'.', b'c', b'p', b'u',
+        0x01, 0x04, b'h', b'o', b's', b't', 0x02, b'h', b'3',
+        // Int point: id 3, ts 1356998400, zigzag(-5) = 9.
+        0x02, 0x03, 0x80, 0xce, 0x88, 0x87, 0x05, 0x09,
+        // Float point: id 3, ts 1356998400123 ms, 1.5 as f64 LE.
+        0x03, 0x03, 0xfb, 0xb0, 0xa1, 0x9b, 0xbf, 0x27,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf8, 0x3f,
+        // Frame 2: len 21.
+        0x15, 0x00, 0x00, 0x00, 0xfc, 0x5c, 0xe2, 0xa0,
+        // Delete: 9-byte TSUID, hours 1356998400..=1357002000.
+        0x04, 0x09, 0x00, 0x00, 0x01, 0x00, 0x00, 0x01, 0x00, 0x00, 0x03,
+        0x80, 0xce, 0x88, 0x87, 0x05, 0x90, 0xea, 0x88, 0x87, 0x05,
+        // Frame 3: len 9; the series is already declared in this segment.
+        0x09, 0x00, 0x00, 0x00, 0x93, 0x42, 0x4f, 0x01,
+        // Int point: id 3, ts 1357002001, zigzag(300) = 600.
+        0x02, 0x03, 0x91, 0xea, 0x88, 0x87, 0x05, 0xd8, 0x04,
+    ];
+
+    fn old_segment_records() -> Vec<Record> {
+        let point = |ts, value| Record::Point { id: 3, ts, value };
+        vec![
+            Record::Series {
+                id: 3,
+                metric: "sys.cpu".into(),
+                tags: vec![("host".into(), "h3".into())],
+            },
+            point(Timestamp::Seconds(1356998400), Value::Int(-5)),
+            point(Timestamp::Millis(1356998400123), Value::Float(1.5)),
+            Record::Delete {
+                tsuid: vec![0, 0, 1, 0, 0, 1, 0, 0, 3],
+                first_hour: 1356998400,
+                last_hour: 1357002000,
+            },
+            point(Timestamp::Seconds(1357002001), Value::Int(300)),
+        ]
+    }
+
+    #[test]
+    fn segment_written_before_the_split_still_decodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = segment_path(dir.path(), 1);
+        fs::write(&path, OLD_SEGMENT).unwrap();
+        let got = read_segment(&path).unwrap();
+        assert_eq!(got.bad_tail, 0);
+        assert_eq!(got.records, old_segment_records());
+    }
+
+    #[test]
+    fn the_writer_still_produces_the_old_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::start(dir.path(), 1, WalOptions::default()).unwrap();
+        let s = series(3);
+        let p = |ts, value| PendingPoint {
+            series: s.clone(),
+            ts,
+            value,
+        };
+        wal.append(&[
+            p(Timestamp::Seconds(1356998400), Value::Int(-5)),
+            p(Timestamp::Millis(1356998400123), Value::Float(1.5)),
+        ]);
+        wal.append_deletes(&[vec![0, 0, 1, 0, 0, 1, 0, 0, 3]], 1356998400, 1357002000);
+        wal.append(&[p(Timestamp::Seconds(1357002001), Value::Int(300))]);
+        wal.close();
+        assert_eq!(fs::read(segment_path(dir.path(), 1)).unwrap(), OLD_SEGMENT);
+    }
 }
