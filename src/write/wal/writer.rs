@@ -1,5 +1,4 @@
-//! The write-ahead log: every accepted point is appended here before it
-//! is acknowledged. Format: docs/format/wal.md.
+//! The [`Wal`] handle and its writer thread.
 //!
 //! Appends go to an in-memory buffer; one thread writes the buffer to the
 //! current segment file and fdatasyncs it (group commit). `sync` writers
@@ -8,7 +7,7 @@
 //! point in it is in the store.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,17 +17,10 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::watch;
 
 use crate::model::point::{Timestamp, Value};
+use crate::write::series::Series;
 
-use super::series::Series;
-
-const SEGMENT_SUFFIX: &str = ".wal";
-const FRAME_HEADER: usize = 8;
-const REC_SERIES: u8 = 1;
-const REC_INT: u8 = 2;
-const REC_FLOAT: u8 = 3;
-const REC_DELETE: u8 = 4;
-/// Refuse to read frames larger than this (corruption guard).
-const MAX_FRAME: usize = 256 << 20;
+use super::record::{encode_delete, encode_point, encode_series, finish_frame, start_frame};
+use super::segment::{list_segments, segment_path, sync_dir};
 
 #[derive(Debug, Clone)]
 pub struct WalOptions {
@@ -100,85 +92,6 @@ pub struct Wal {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-pub fn segment_path(dir: &Path, n: u64) -> PathBuf {
-    dir.join(format!("{n:016}{SEGMENT_SUFFIX}"))
-}
-
-/// Segment numbers present in `dir`, ascending.
-pub fn list_segments(dir: &Path) -> std::io::Result<Vec<u64>> {
-    let mut out = Vec::new();
-    if !dir.exists() {
-        return Ok(out);
-    }
-    for e in fs::read_dir(dir)? {
-        let name = e?.file_name();
-        let name = name.to_string_lossy();
-        if let Some(n) = name
-            .strip_suffix(SEGMENT_SUFFIX)
-            .and_then(|s| s.parse::<u64>().ok())
-        {
-            out.push(n);
-        }
-    }
-    out.sort_unstable();
-    Ok(out)
-}
-
-fn sync_dir(dir: &Path) {
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    put_varint(out, s.len() as u64);
-    out.extend_from_slice(s.as_bytes());
-}
-
-fn encode_series(out: &mut Vec<u8>, s: &Series) {
-    out.push(REC_SERIES);
-    put_varint(out, s.id as u64);
-    put_str(out, &s.metric);
-    put_varint(out, s.tags.len() as u64);
-    for (k, v) in s.tags.iter() {
-        put_str(out, k);
-        put_str(out, v);
-    }
-}
-
-fn encode_point(out: &mut Vec<u8>, id: u32, ts: Timestamp, value: Value) {
-    match value {
-        Value::Int(i) => {
-            out.push(REC_INT);
-            put_varint(out, id as u64);
-            put_varint(out, ts.raw());
-            put_varint(out, ((i << 1) ^ (i >> 63)) as u64);
-        }
-        Value::Float(f) => {
-            out.push(REC_FLOAT);
-            put_varint(out, id as u64);
-            put_varint(out, ts.raw());
-            out.extend_from_slice(&f.to_bits().to_le_bytes());
-        }
-    }
-}
-
-fn encode_delete(out: &mut Vec<u8>, tsuid: &[u8], first_hour: u32, last_hour: u32) {
-    out.push(REC_DELETE);
-    put_varint(out, tsuid.len() as u64);
-    out.extend_from_slice(tsuid);
-    put_varint(out, first_hour as u64);
-    put_varint(out, last_hour as u64);
-}
-
 impl Wal {
     /// Starts a log writing to segment `first_segment` in `dir`.
     pub fn start(dir: &Path, first_segment: u64, opts: WalOptions) -> std::io::Result<Wal> {
@@ -223,20 +136,16 @@ impl Wal {
         let mut st = sh.state.lock();
         let segment = st.segment;
         let tag = segment + 1;
-        let start = st.buf.len();
-        st.buf.extend_from_slice(&[0u8; FRAME_HEADER]);
+        let start = start_frame(&mut st.buf);
         for p in points {
             if p.series.wal_segment.load(Ordering::Relaxed) != tag {
                 p.series.wal_segment.store(tag, Ordering::Relaxed);
-                encode_series(&mut st.buf, &p.series);
+                let s = &p.series;
+                encode_series(&mut st.buf, s.id, &s.metric, &s.tags);
             }
             encode_point(&mut st.buf, p.series.id, p.ts, p.value);
         }
-        let len = st.buf.len() - start - FRAME_HEADER;
-        let crc = crc32fast::hash(&st.buf[start + FRAME_HEADER..]);
-        st.buf[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
-        st.buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-        st.seq += (len + FRAME_HEADER) as u64;
+        st.seq += finish_frame(&mut st.buf, start);
         let pending = st.buf.len();
         let seq = st.seq;
         drop(st);
@@ -256,16 +165,11 @@ impl Wal {
         let sh = &self.shared;
         let mut st = sh.state.lock();
         let segment = st.segment;
-        let start = st.buf.len();
-        st.buf.extend_from_slice(&[0u8; FRAME_HEADER]);
+        let start = start_frame(&mut st.buf);
         for t in tsuids {
             encode_delete(&mut st.buf, t, first_hour, last_hour);
         }
-        let len = st.buf.len() - start - FRAME_HEADER;
-        let crc = crc32fast::hash(&st.buf[start + FRAME_HEADER..]);
-        st.buf[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
-        st.buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-        st.seq += (len + FRAME_HEADER) as u64;
+        st.seq += finish_frame(&mut st.buf, start);
         let seq = st.seq;
         st.sync_wanted = true;
         drop(st);
@@ -464,147 +368,22 @@ fn writer_loop(sh: Arc<Shared>, mut file: File) {
     }
 }
 
-/// A record read back from a segment.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Record {
-    Series {
-        id: u32,
-        metric: String,
-        tags: Vec<(String, String)>,
-    },
-    Point {
-        id: u32,
-        ts: Timestamp,
-        value: Value,
-    },
-    /// Hourly rows of a series (by TSUID bytes) deleted by a query.
-    Delete {
-        tsuid: Vec<u8>,
-        first_hour: u32,
-        last_hour: u32,
-    },
-}
-
-struct Cursor<'a> {
-    b: &'a [u8],
-    i: usize,
-}
-
-impl Cursor<'_> {
-    fn byte(&mut self) -> Option<u8> {
-        let v = *self.b.get(self.i)?;
-        self.i += 1;
-        Some(v)
-    }
-
-    fn varint(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= ((b & 0x7F) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
-
-    fn string(&mut self) -> Option<String> {
-        let n = self.varint()? as usize;
-        let s = self.b.get(self.i..self.i.checked_add(n)?)?;
-        self.i += n;
-        String::from_utf8(s.to_vec()).ok()
-    }
-}
-
-fn decode_frame(payload: &[u8], out: &mut Vec<Record>) -> Option<()> {
-    let mut c = Cursor { b: payload, i: 0 };
-    while c.i < payload.len() {
-        match c.byte()? {
-            REC_SERIES => {
-                let id = c.varint()? as u32;
-                let metric = c.string()?;
-                let n = c.varint()? as usize;
-                let mut tags = Vec::with_capacity(n.min(64));
-                for _ in 0..n {
-                    tags.push((c.string()?, c.string()?));
-                }
-                out.push(Record::Series { id, metric, tags });
-            }
-            kind @ (REC_INT | REC_FLOAT) => {
-                let id = c.varint()? as u32;
-                let ts = Timestamp::from_raw(c.varint()? as i64).ok()?;
-                let value = if kind == REC_INT {
-                    let z = c.varint()?;
-                    Value::Int(((z >> 1) as i64) ^ -((z & 1) as i64))
-                } else {
-                    let b: [u8; 8] = c.b.get(c.i..c.i + 8)?.try_into().ok()?;
-                    c.i += 8;
-                    Value::Float(f64::from_bits(u64::from_le_bytes(b)))
-                };
-                out.push(Record::Point { id, ts, value });
-            }
-            REC_DELETE => {
-                let n = c.varint()? as usize;
-                let tsuid = c.b.get(c.i..c.i.checked_add(n)?)?.to_vec();
-                c.i += n;
-                let first_hour = u32::try_from(c.varint()?).ok()?;
-                let last_hour = u32::try_from(c.varint()?).ok()?;
-                out.push(Record::Delete {
-                    tsuid,
-                    first_hour,
-                    last_hour,
-                });
-            }
-            _ => return None,
-        }
-    }
-    Some(())
-}
-
-/// What reading a segment found.
-#[derive(Debug, Default)]
-pub struct SegmentContents {
-    pub records: Vec<Record>,
-    /// Bytes after the last good frame (a torn or corrupt tail).
-    pub bad_tail: u64,
-}
-
-/// Reads every intact frame of a segment. Reading stops at the first
-/// truncated or corrupt frame: a crash can only tear the tail.
-pub fn read_segment(path: &Path) -> std::io::Result<SegmentContents> {
-    let mut bytes = Vec::new();
-    File::open(path)?.read_to_end(&mut bytes)?;
-    let mut out = SegmentContents::default();
-    let mut i = 0;
-    while i + FRAME_HEADER <= bytes.len() {
-        let len = u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(bytes[i + 4..i + 8].try_into().expect("4 bytes"));
-        let end = i + FRAME_HEADER + len;
-        if len > MAX_FRAME || end > bytes.len() {
-            break;
-        }
-        let payload = &bytes[i + FRAME_HEADER..end];
-        if crc32fast::hash(payload) != crc {
-            break;
-        }
-        let mut recs = Vec::new();
-        if decode_frame(payload, &mut recs).is_none() {
-            break;
-        }
-        out.records.extend(recs);
-        i = end;
-    }
-    out.bad_tail = (bytes.len() - i) as u64;
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::record::tests::OLD_SEGMENT;
+    use super::super::{Record, read_segment};
     use super::*;
 
     fn series(id: u32) -> Arc<Series> {
         Series::for_test(id, "sys.cpu")
+    }
+
+    fn pending(series: &Arc<Series>, ts: Timestamp, value: Value) -> PendingPoint {
+        PendingPoint {
+            series: series.clone(),
+            ts,
+            value,
+        }
     }
 
     #[tokio::test]
@@ -612,11 +391,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let wal = Wal::start(dir.path(), 7, WalOptions::default()).unwrap();
         let s = series(3);
-        let p = |ts, v| PendingPoint {
-            series: s.clone(),
-            ts,
-            value: v,
-        };
+        let p = |ts, value| pending(&s, ts, value);
         let a = wal.append(&[
             p(Timestamp::Seconds(1356998400), Value::Int(-5)),
             p(Timestamp::Millis(1356998400123), Value::Float(1.5)),
@@ -675,11 +450,11 @@ mod tests {
         .unwrap();
         let s = series(1);
         for i in 0..50 {
-            wal.append(&[PendingPoint {
-                series: s.clone(),
-                ts: Timestamp::Seconds(1356998400 + i),
-                value: Value::Int(i as i64),
-            }]);
+            wal.append(&[pending(
+                &s,
+                Timestamp::Seconds(1356998400 + i),
+                Value::Int(i as i64),
+            )]);
             std::thread::sleep(Duration::from_millis(2));
         }
         wal.close();
@@ -704,5 +479,21 @@ mod tests {
         }
         assert_eq!(points, 50);
         assert!(wal.delete_below(segs[segs.len() - 1]).unwrap() >= 1);
+    }
+
+    #[test]
+    fn the_writer_still_produces_the_old_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::start(dir.path(), 1, WalOptions::default()).unwrap();
+        let s = series(3);
+        let p = |ts, value| pending(&s, ts, value);
+        wal.append(&[
+            p(Timestamp::Seconds(1356998400), Value::Int(-5)),
+            p(Timestamp::Millis(1356998400123), Value::Float(1.5)),
+        ]);
+        wal.append_deletes(&[vec![0, 0, 1, 0, 0, 1, 0, 0, 3]], 1356998400, 1357002000);
+        wal.append(&[p(Timestamp::Seconds(1357002001), Value::Int(300))]);
+        wal.close();
+        assert_eq!(fs::read(segment_path(dir.path(), 1)).unwrap(), OLD_SEGMENT);
     }
 }

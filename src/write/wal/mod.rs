@@ -1,0 +1,19 @@
+//! The write-ahead log: every accepted point is appended here before it
+//! is acknowledged. Format: docs/format/wal.md.
+//!
+//! Split as Prometheus splits `tsdb/record` from `tsdb/wlog`, so the byte
+//! format can be read and tested apart from the files and the thread:
+//!
+//! - `record`: records and their frames (length + CRC-32), encoded and
+//!   decoded; pure functions over bytes.
+//! - `segment`: segment file names, listing them, reading one back.
+//! - `writer`: the [`Wal`] handle and its writer thread (group commit,
+//!   fdatasync, rotation, deleting segments the store no longer needs).
+
+mod record;
+mod segment;
+mod writer;
+
+pub use record::Record;
+pub use segment::{SegmentContents, list_segments, read_segment, segment_path};
+pub use writer::{Appended, PendingPoint, Wal, WalOptions};
