@@ -15,7 +15,8 @@
 //!
 //! The HTTP layer calls [`parse_get`] or [`parse_post`], then [`execute`]
 //! with a [`QueryContext`], and writes [`QueryResponse::to_json`] (200) or
-//! [`QueryError::to_json`] with [`QueryError::status`].
+//! an error with [`QueryError::status`], [`QueryError::message`] and
+//! [`QueryError::details`] in OpenTSDB's error shape.
 
 pub mod aggregator;
 pub mod downsample;
