@@ -9,7 +9,8 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use rtsdb::codec::column::{self, StoredPoint};
 use rtsdb::codec::compressed;
 use rtsdb::codec::row::{self, DuplicatePolicy, RowCells};
-use rtsdb::codec::row_key::{KeyLayout, Tsuid};
+use rtsdb::codec::row_key::KeyLayout;
+use rtsdb::model::Tsuid;
 use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
 use rtsdb::store::{Store, StoreOptions};
 use rtsdb::uid::{AutoCreate, UidTable};

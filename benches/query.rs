@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use rtsdb::codec::row::RowEncoding;
-use rtsdb::codec::row_key::Tsuid;
 use rtsdb::index::SeriesIndex;
+use rtsdb::model::Tsuid;
 use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
 use rtsdb::query::{self, QueryContext};
 use rtsdb::storage::Durability;

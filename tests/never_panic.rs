@@ -5,7 +5,7 @@
 mod common;
 
 use proptest::prelude::*;
-use rtsdb::codec::row_key::Tsuid;
+use rtsdb::model::Tsuid;
 use rtsdb::model::time::{parse_datetime, parse_duration};
 use rtsdb::model::{Uid, UidWidth, UidWidths, Value};
 use rtsdb::query;

@@ -9,4 +9,4 @@ pub mod varint;
 
 pub use column::{ColumnError, StoredPoint};
 pub use row::{Cell, DecodedRow, DuplicatePolicy, RowCells, RowEncoding};
-pub use row_key::{KeyError, KeyLayout, RowKey, Salt, Tsuid};
+pub use row_key::{KeyError, KeyLayout, RowKey, Salt};

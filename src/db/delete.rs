@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use super::{Db, Result};
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::Uid;
 use crate::storage::Durability;
 

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{DbError, Result};
-use crate::codec::row_key::Tsuid;
 use crate::index::SeriesIndex;
+use crate::model::Tsuid;
 use crate::model::{Timestamp, Value};
 use crate::storage::Durability;
 use crate::store::Store;

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::{Uid, UidWidths};
 use crate::storage::{Durability, KvStore, ScanRange, Table, WriteBatch};
 use crate::store::{Result, Store};

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::{Uid, UidKind};
 use crate::storage::{KvStore, ScanRange, StorageError, Table, WriteBatch};
 use crate::uid::keys::{FAMILY_NAME, cell_key, split_cell_key, uid_meta};

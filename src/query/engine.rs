@@ -15,8 +15,8 @@ use super::limits::{Budget, QueryLimits};
 use super::output::{QueryResponse, QueryResult};
 use super::rate::Rate;
 use super::request::{TsQuery, ValidQuery, ValidSubQuery};
-use crate::codec::row_key::Tsuid;
 use crate::index::SeriesIndex;
+use crate::model::Tsuid;
 use crate::model::{Annotation, Uid, UidKind, UidWidths, Value};
 use crate::store::read::{Point, SeriesSource};
 

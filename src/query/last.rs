@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::engine::QueryContext;
 use super::error::QueryError;
 use super::request::query_pairs;
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::java::double_to_string;
 use crate::model::{UidKind, UidWidths, Value};
 use crate::store::read::Point;

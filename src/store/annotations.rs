@@ -7,7 +7,7 @@
 
 use crate::codec::column::{ANNOTATION_PREFIX, object_offset_ms, object_qualifier};
 use crate::codec::row::{Cell, RowCells};
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::annotation::{Annotation, Changes};
 use crate::model::point::Timestamp;
 use crate::storage::{Durability, ScanRange, Table, prefix_end};

@@ -15,7 +15,8 @@ use thiserror::Error;
 
 use crate::codec::column::{ColumnError, StoredPoint};
 use crate::codec::row::{self, Cell, DecodedRow, DuplicatePolicy, RowCells, RowEncoding, RowError};
-use crate::codec::row_key::{KeyError, KeyLayout, Salt, Tsuid};
+use crate::codec::row_key::{KeyError, KeyLayout, Salt};
+use crate::model::Tsuid;
 use crate::model::point::{Timestamp, Value};
 use crate::model::uid::UidWidths;
 use crate::storage::fjall::{FjallOptions, FjallStore};

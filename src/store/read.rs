@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::codec::column;
 use crate::codec::row::RowCells;
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::Uid;
 use crate::model::point::Value;
 use crate::storage::{ScanRange, Table, prefix_end};

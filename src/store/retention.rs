@@ -118,7 +118,7 @@ pub fn now_s() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::row_key::Tsuid;
+    use crate::model::Tsuid;
     use crate::model::UidWidth;
 
     #[test]

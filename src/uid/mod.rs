@@ -518,7 +518,8 @@ impl UidTable {
 mod tests {
     use super::*;
     use crate::codec::row::DuplicatePolicy;
-    use crate::codec::row_key::{KeyLayout, Salt, Tsuid};
+    use crate::codec::row_key::{KeyLayout, Salt};
+    use crate::model::Tsuid;
     use crate::model::UidWidths;
 
     fn table_with(layout: KeyLayout) -> UidTable {

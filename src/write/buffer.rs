@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::Uid;
 use crate::model::point::{Timestamp, Value};
 use crate::store::read::Point;

@@ -1,8 +1,9 @@
 //! A database in memory with names, series index and query entry points.
 
 use rtsdb::codec::row::DuplicatePolicy;
-use rtsdb::codec::row_key::{KeyLayout, Tsuid};
+use rtsdb::codec::row_key::KeyLayout;
 use rtsdb::index::SeriesIndex;
+use rtsdb::model::Tsuid;
 use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
 use rtsdb::query::{self, QueryContext, QueryError};
 use rtsdb::storage::Durability;
