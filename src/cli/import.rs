@@ -31,7 +31,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use super::Context;
-use crate::codec::column::encode_value;
+use crate::codec::qualifier::encode_value;
 use crate::db::Db;
 use crate::model::Timestamp;
 use crate::model::Value;

@@ -5,7 +5,8 @@
 //! so it never loses cells written meanwhile by the flusher or another
 //! annotation write.
 
-use crate::codec::column::{ANNOTATION_PREFIX, object_offset_ms, object_qualifier};
+use crate::codec::column::ColumnError;
+use crate::codec::qualifier::{ANNOTATION_PREFIX, object_offset_ms, object_qualifier};
 use crate::codec::row::{Cell, RowCells};
 use crate::model::Tsuid;
 use crate::model::annotation::{Annotation, Changes};
@@ -37,7 +38,8 @@ impl Store {
             Some(t) => self.layout().row_key(t, base),
             None => self.layout().global_annotation_row(base),
         };
-        Ok((key, object_qualifier(ANNOTATION_PREFIX, start, base)?))
+        let q = object_qualifier(ANNOTATION_PREFIX, start, base).map_err(ColumnError::from)?;
+        Ok((key, q))
     }
 
     fn parse_note(key: &[u8], value: &[u8]) -> Result<Annotation> {

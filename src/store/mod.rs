@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::codec::column::{ColumnError, StoredPoint};
+use crate::codec::column::ColumnError;
+use crate::codec::qualifier::StoredPoint;
 use crate::codec::row::{self, Cell, DecodedRow, DuplicatePolicy, RowCells, RowEncoding, RowError};
 use crate::codec::row_key::{KeyError, KeyLayout, Salt};
 use crate::model::Tsuid;
@@ -356,7 +357,7 @@ impl Store {
         let mut by_hour: std::collections::BTreeMap<u32, Vec<StoredPoint>> = Default::default();
         for &(ts, v) in points {
             let base = ts.base_time();
-            let (p, _) = StoredPoint::new(ts, base, v)?;
+            let (p, _) = StoredPoint::new(ts, base, v).map_err(ColumnError::from)?;
             by_hour.entry(base).or_default().push(p);
         }
         for (base, new_points) in by_hour {

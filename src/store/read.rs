@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use crate::codec::CellKind;
 use crate::codec::column;
 use crate::codec::row::RowCells;
 use crate::model::Tsuid;
@@ -275,37 +276,37 @@ impl Store {
                 });
             }
         };
-        if let Some((q, v)) = RowCells::single_cell(value)
-            && !q.is_empty()
-            && q.len() % 2 == 0
-        {
-            if column::is_single_point(q) {
-                let p = column::decode_single(q, v)?;
-                push(p.offset_ms, p.value);
-                return Ok(Vec::new());
-            }
-            if column::for_each_compacted(q, v, &mut push) {
-                return Ok(Vec::new());
-            }
-        }
-        if let Some((q, v)) = RowCells::single_cell(value)
-            && q == crate::codec::compressed::COMPRESSED_QUALIFIER
-        {
-            // Errors (a bad checksum) fall through to the general decoder,
-            // which reports them with the row key.
-            thread_local! {
-                static SCRATCH: std::cell::RefCell<crate::codec::compressed::Scratch> = Default::default();
-            }
-            let ok = SCRATCH.with(|scratch| {
-                crate::codec::compressed::decode_values_with(
-                    v,
-                    &mut scratch.borrow_mut(),
-                    &mut push,
-                )
-                .is_ok()
-            });
-            if ok {
-                return Ok(Vec::new());
+        if let Some((q, v)) = RowCells::single_cell(value) {
+            match CellKind::of(q) {
+                CellKind::Single => {
+                    let p = column::decode_single(q, v)?;
+                    push(p.offset_ms, p.value);
+                    return Ok(Vec::new());
+                }
+                CellKind::Compacted => {
+                    if column::for_each_compacted(q, v, &mut push) {
+                        return Ok(Vec::new());
+                    }
+                }
+                CellKind::Compressed => {
+                    // Errors (a bad checksum) fall through to the general
+                    // decoder, which reports them with the row key.
+                    thread_local! {
+                        static SCRATCH: std::cell::RefCell<crate::codec::compressed::Scratch> = Default::default();
+                    }
+                    let ok = SCRATCH.with(|scratch| {
+                        crate::codec::compressed::decode_values_with(
+                            v,
+                            &mut scratch.borrow_mut(),
+                            &mut push,
+                        )
+                        .is_ok()
+                    });
+                    if ok {
+                        return Ok(Vec::new());
+                    }
+                }
+                _ => {}
             }
         }
         buf.clear();

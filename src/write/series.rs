@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
-use crate::codec::column::encode_value;
+use crate::codec::qualifier::encode_value;
 use crate::model::Tsuid;
 use crate::model::java::{hashmap_order, map_to_string};
 use crate::model::point::{MAX_MILLIS, Timestamp, Value};
