@@ -16,6 +16,7 @@ use crate::codec::compressed;
 use crate::codec::qualifier::{self, CellKind, FLAG_FLOAT, LENGTH_MASK, StoredPoint};
 use crate::codec::row::{self, Cell, RowCells};
 use crate::codec::row_key::RowKey;
+use crate::model::row_span::row_base_clamped;
 use crate::model::uid::{hex_upper, java_byte_array};
 use crate::model::{UidKind, Value};
 use crate::storage::{Durability, Table, WriteBatch};
@@ -198,7 +199,7 @@ pub fn run(
         };
         let start_s = q.start_ms / 1000;
         let end_s = q.end_ms.unwrap_or_else(super::now_ms) / 1000;
-        let (start_base, end_base) = (super::row_base(start_s), super::row_base(end_s));
+        let (start_base, end_base) = (row_base_clamped(start_s), row_base_clamped(end_s));
         let mut keys = Vec::new();
         for sub in &q.queries {
             let metric = match table.get_id(UidKind::Metric, &sub.metric) {

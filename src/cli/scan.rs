@@ -8,13 +8,14 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::query_args::{self, CliSubQuery};
-use super::{Context, now_ms, row_base};
+use super::{Context, now_ms};
 use crate::codec::column;
 use crate::codec::compressed;
 use crate::codec::qualifier::{self, CellKind, FLAG_FLOAT, StoredPoint};
 use crate::codec::row::Cell;
 use crate::codec::row_key::RowKey;
 use crate::model::java;
+use crate::model::row_span::row_base_clamped;
 use crate::model::uid::java_byte_array;
 use crate::model::{Uid, UidKind, Value};
 use crate::storage::Durability;
@@ -172,7 +173,7 @@ fn dump(
     delete: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let (start_base, end_base) = (row_base(start_s), row_base(end_s));
+    let (start_base, end_base) = (row_base_clamped(start_s), row_base_clamped(end_s));
     let layout = *store.layout();
     let mut to_delete = Vec::new();
     let progress = super::row_progress("scan");

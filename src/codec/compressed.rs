@@ -16,6 +16,7 @@ use super::qualifier::{
 };
 use super::varint::{self, unzigzag, zigzag};
 use crate::model::point::Value;
+use crate::model::row_span::ROW_SPAN_MS;
 
 /// The compressed column's qualifier.
 pub const COMPRESSED_QUALIFIER: [u8; 3] = [COMPRESSED_PREFIX, 0, 0];
@@ -482,7 +483,7 @@ fn parse(value: &[u8], scratch: &mut Scratch) -> Result<Parsed, CompressedError>
         return Err(CompressedError::Corrupt("stream lengths disagree"));
     }
     let unit = if ts_kind == TS_SECONDS { 1000 } else { 1 };
-    let limit = 3_600_000 / unit;
+    let limit = ROW_SPAN_MS as i64 / unit;
     let in_hour = |o: i64| (0..limit).contains(&o);
     match regular {
         // An arithmetic sequence has its extremes at its ends.

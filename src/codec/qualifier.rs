@@ -6,6 +6,7 @@
 use thiserror::Error;
 
 use crate::model::point::{Timestamp, Value};
+use crate::model::row_span::{ROW_SPAN_MS, ROW_SPAN_SECS};
 
 /// Flag bit: the value is an IEEE-754 float.
 pub const FLAG_FLOAT: u8 = 0x8;
@@ -86,8 +87,8 @@ impl CellKind {
     }
 }
 
-const MAX_SECOND_OFFSET: u32 = 3599;
-const MAX_MS_OFFSET: u32 = 3_599_999;
+const MAX_SECOND_OFFSET: u32 = ROW_SPAN_SECS - 1;
+const MAX_MS_OFFSET: u32 = ROW_SPAN_MS as u32 - 1;
 
 /// How a value is written: the flags nibble and its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -418,15 +419,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(hex_upper(&q), "010000007B");
-        assert!(object_qualifier(ANNOTATION_PREFIX, s(1292148000 + 3600), 1292148000).is_err());
+        assert!(
+            object_qualifier(ANNOTATION_PREFIX, s(1292148000 + ROW_SPAN_SECS), 1292148000).is_err()
+        );
     }
 
     #[test]
     fn offsets_outside_the_row_are_rejected() {
-        assert!(point_qualifier(s(BASE + 3600), BASE, 0).is_err());
+        assert!(point_qualifier(s(BASE + ROW_SPAN_SECS), BASE, 0).is_err());
         assert!(point_qualifier(s(BASE - 1), BASE, 0).is_err());
         assert!(
-            point_qualifier(Timestamp::Millis(BASE as u64 * 1000 + 3_600_000), BASE, 0).is_err()
+            point_qualifier(Timestamp::Millis(BASE as u64 * 1000 + ROW_SPAN_MS), BASE, 0).is_err()
         );
     }
 

@@ -166,6 +166,7 @@ impl KeyLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::row_span::{ROW_SPAN_SECS, row_base};
     use crate::model::uid::{hex_upper, parse_hex};
     use proptest::prelude::*;
 
@@ -222,7 +223,7 @@ mod tests {
             let rk = layout.parse_row_key(&unhex(hex)).unwrap();
             assert_eq!(rk.tsuid.metric, uid(1));
             assert_eq!(rk.base_time, base);
-            assert_eq!(rk.base_time % 3600, 0);
+            assert_eq!(rk.base_time % ROW_SPAN_SECS, 0);
             let want: Vec<_> = tags.into_iter().map(|(k, v)| (uid(k), uid(v))).collect();
             assert_eq!(rk.tsuid.tags, want);
             assert_eq!(hex_upper(&layout.row_key(&rk.tsuid, rk.base_time)), hex);
@@ -307,7 +308,7 @@ mod tests {
                 .collect();
             let tsuid = Tsuid::new(clamp(metric, widths.metric), tags.into_iter().collect()).unwrap();
             let layout = KeyLayout { widths, salt: Salt { width: sw, buckets } };
-            let base = base - base % 3600;
+            let base = row_base(base as u64).unwrap();
             let key = layout.row_key(&tsuid, base);
             let parsed = layout.parse_row_key(&key).unwrap();
             prop_assert_eq!(parsed.base_time, base);

@@ -5,6 +5,7 @@ pub mod annotation;
 pub mod java;
 pub mod name;
 pub mod point;
+pub mod row_span;
 pub mod time;
 pub mod tsuid;
 pub mod uid;

@@ -10,6 +10,7 @@ use parking_lot::RwLock;
 
 use crate::codec::row_key::KeyLayout;
 use crate::model::Uid;
+use crate::model::row_span::row_base_clamped;
 use crate::model::time::parse_duration;
 
 /// Config key of the store-wide TTL (`30d`, `12h`, seconds; `0` = keep
@@ -84,8 +85,8 @@ impl Retention {
         match self.ttl(metric) {
             None => 0,
             Some(ttl) => {
-                let cutoff = now_s.saturating_sub(ttl);
-                (cutoff - cutoff % 3600).min(u32::MAX as u64) as u32
+                // A cutoff past 2106 expires every row but the last.
+                row_base_clamped(now_s.saturating_sub(ttl))
             }
         }
     }

@@ -59,7 +59,7 @@ impl Db {
             .put_points(&t, &pts, Durability::Process)
             .unwrap();
         for (ts, _) in &pts {
-            self.index.add_at(&t, ts.base_time()).unwrap();
+            self.index.add_at(&t, ts.base_time().unwrap()).unwrap();
         }
         t
     }
