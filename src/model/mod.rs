@@ -2,6 +2,7 @@
 //! here.
 
 pub mod annotation;
+pub mod hash;
 pub mod java;
 pub mod name;
 pub mod point;

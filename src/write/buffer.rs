@@ -26,8 +26,8 @@ use crate::model::point::{Timestamp, Value};
 use crate::model::row_span::ROW_SPAN_SECS;
 use crate::store::read::Point;
 
-use super::hash::FnvMap;
 use super::series::Series;
+use crate::model::hash::FnvMap;
 
 const SHARDS: usize = 64;
 /// Bit of a buffered timestamp meaning "written in seconds".

@@ -8,7 +8,6 @@
 //!   written to the store when the hour is sealed.
 
 pub mod buffer;
-pub mod hash;
 pub mod line;
 pub mod series;
 pub mod wal;

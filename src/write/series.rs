@@ -20,7 +20,7 @@ use crate::model::uid::java_byte_array;
 use crate::model::{NameRules, UidKind};
 use crate::uid::{UidTable, UidTableError};
 
-use super::hash::FnvMap;
+use crate::model::hash::{FnvMap, fnv1a};
 
 const SHARDS: usize = 16;
 
@@ -210,11 +210,10 @@ impl SeriesCache {
     }
 
     fn shard(&self, key: &str) -> &RwLock<FnvMap<Box<str>, Arc<Series>>> {
-        let mut h: u32 = 0x811c9dc5;
-        for b in key.as_bytes().iter().take(64) {
-            h = (h ^ *b as u32).wrapping_mul(0x01000193);
-        }
-        &self.shards[h as usize % SHARDS]
+        // The first 64 bytes spread series well enough.
+        let bytes = key.as_bytes();
+        let h = fnv1a(0, &bytes[..bytes.len().min(64)]);
+        &self.shards[(h % SHARDS as u64) as usize]
     }
 
     /// Checks one point and finds (or creates) its series. `tags` are in
