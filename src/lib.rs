@@ -3,6 +3,8 @@
 //! The crate is layered; each module only uses the ones listed above it:
 //!
 //! - [`model`]: UIDs, names and their rules, data points.
+//! - [`protocol`]: client protocols as text: telnet framing, words and
+//!   `put` lines, value text; shared by the server and `tsdb import`.
 //! - [`codec`]: OpenTSDB's byte formats (row keys, qualifiers, values,
 //!   compacted/append/annotation columns), documented in `docs/format/`.
 //! - [`storage`]: the narrow key-value trait and its engines (fjall, memory).
@@ -25,6 +27,7 @@ pub mod db;
 pub mod index;
 pub mod meta;
 pub mod model;
+pub mod protocol;
 pub mod query;
 pub mod storage;
 pub mod store;

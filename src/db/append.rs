@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 use super::Db;
 use crate::model::row_span::LAST_ROW_BASE;
 use crate::model::{Timestamp, Value};
+use crate::protocol::PointError;
+use crate::write::Series;
 use crate::write::buffer;
-use crate::write::{PointError, Series};
 
 pub use crate::write::wal::{Appended, PendingPoint};
 
