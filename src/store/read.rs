@@ -279,10 +279,8 @@ impl Store {
                     push(p.offset_ms, p.value);
                     return Ok(Vec::new());
                 }
-                CellKind::Compacted => {
-                    if column::for_each_compacted(q, v, &mut push) {
-                        return Ok(Vec::new());
-                    }
+                CellKind::Compacted if column::for_each_compacted(q, v, &mut push) => {
+                    return Ok(Vec::new());
                 }
                 CellKind::Compressed => {
                     // Errors (a bad checksum) fall through to the general
