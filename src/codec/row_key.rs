@@ -168,15 +168,8 @@ mod tests {
     use super::*;
     use crate::model::row_span::{ROW_SPAN_SECS, row_base};
     use crate::model::uid::{hex_upper, parse_hex};
+    use crate::model::tsuid::tests::{uid, w3};
     use proptest::prelude::*;
-
-    fn w3() -> UidWidths {
-        UidWidths::default()
-    }
-
-    fn uid(id: u64) -> Uid {
-        Uid::new(id, UidWidth::DEFAULT).unwrap()
-    }
 
     fn unhex(s: &str) -> Vec<u8> {
         parse_hex(s).unwrap()

@@ -105,15 +105,16 @@ pub fn parse_pairs(bytes: &[u8], widths: &UidWidths) -> Result<Vec<(Uid, Uid)>, 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::uid::UidWidth;
 
-    fn w3() -> UidWidths {
+    /// OpenTSDB's default widths (3 bytes each); also for row-key tests.
+    pub(crate) fn w3() -> UidWidths {
         UidWidths::default()
     }
 
-    fn uid(id: u64) -> Uid {
+    pub(crate) fn uid(id: u64) -> Uid {
         Uid::new(id, UidWidth::DEFAULT).unwrap()
     }
 
