@@ -167,8 +167,8 @@ impl KeyLayout {
 mod tests {
     use super::*;
     use crate::model::row_span::{ROW_SPAN_SECS, row_base};
-    use crate::model::uid::{hex_upper, parse_hex};
     use crate::model::tsuid::tests::{uid, w3};
+    use crate::model::uid::{hex_upper, parse_hex};
     use proptest::prelude::*;
 
     fn unhex(s: &str) -> Vec<u8> {
