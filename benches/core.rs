@@ -6,10 +6,12 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use rtsdb::codec::column::{self, StoredPoint};
+use rtsdb::codec::column;
 use rtsdb::codec::compressed;
+use rtsdb::codec::qualifier::StoredPoint;
 use rtsdb::codec::row::{self, DuplicatePolicy, RowCells};
-use rtsdb::codec::row_key::{KeyLayout, Tsuid};
+use rtsdb::codec::row_key::KeyLayout;
+use rtsdb::model::Tsuid;
 use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
 use rtsdb::store::{Store, StoreOptions};
 use rtsdb::uid::{AutoCreate, UidTable};

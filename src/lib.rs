@@ -23,7 +23,10 @@
 //! - [`codec`]: OpenTSDB's byte formats (row keys, qualifiers, values,
 //!   compacted/append/annotation columns) and rtsdb's compressed column,
 //!   documented in `docs/format/`.
-//! - [`model`]: UIDs, names and their rules, data points, time.
+//! - [`protocol`]: client protocols as text: telnet framing, words and
+//!   `put` lines, value text; shared by the server and `tsdb import`.
+//! - [`model`]: UIDs, names and their rules, TSUIDs, data points, time,
+//!   the one-hour row span.
 //! - [`config`]: `opentsdb.conf` as read; typed options are built from it.
 //! - [`version`]: build facts reported by `version` and `/api/version`.
 
@@ -34,6 +37,7 @@ pub mod db;
 pub mod index;
 pub mod meta;
 pub mod model;
+pub mod protocol;
 pub mod query;
 pub mod storage;
 pub mod store;

@@ -11,12 +11,12 @@ use std::time::Instant;
 use clap::Args;
 
 use super::Context;
-use crate::codec::column::{
-    self, ANNOTATION_PREFIX, APPEND_PREFIX, FLAG_FLOAT, HISTOGRAM_PREFIX, LENGTH_MASK, StoredPoint,
-};
-use crate::codec::compressed::{self, COMPRESSED_PREFIX};
+use crate::codec::column;
+use crate::codec::compressed;
+use crate::codec::qualifier::{self, CellKind, FLAG_FLOAT, LENGTH_MASK, StoredPoint};
 use crate::codec::row::{self, Cell, RowCells};
 use crate::codec::row_key::RowKey;
+use crate::model::row_span::row_base_clamped;
 use crate::model::uid::{hex_upper, java_byte_array};
 use crate::model::{UidKind, Value};
 use crate::storage::Durability;
@@ -199,7 +199,7 @@ pub fn run(
         };
         let start_s = q.start_ms / 1000;
         let end_s = q.end_ms.unwrap_or_else(super::now_ms) / 1000;
-        let (start_base, end_base) = (super::row_base(start_s), super::row_base(end_s));
+        let (start_base, end_base) = (row_base_clamped(start_s), row_base_clamped(end_s));
         let mut keys = Vec::new();
         for sub in &q.queries {
             let metric = match table.get_id(UidKind::Metric, &sub.metric) {
@@ -380,22 +380,31 @@ fn check_cells(
                 }
                 Ok(false)
             };
-        if q.len() < 2 {
-            changed |= unknown(r, out, "Invalid qualifier, must be on 2 bytes or more.")?;
-            if !changed {
+        let kind = CellKind::of(q);
+        let not_opentsdb = match kind {
+            CellKind::TooShort => Some("Invalid qualifier, must be on 2 bytes or more."),
+            CellKind::Unknown => {
+                Some("Unknown qualifier, must be 2, 3, 5 or an even number of bytes.")
+            }
+            _ => None,
+        };
+        if let Some(msg) = not_opentsdb {
+            let deleted = unknown(r, out, msg)?;
+            changed |= deleted;
+            if !deleted {
                 kept.push(cell.clone());
             }
             continue;
         }
-        if q.len() % 2 == 1 {
+        if !matches!(kind, CellKind::Single | CellKind::Compacted) {
             let points_before = found.len();
-            let bad_block = match q[0] {
-                ANNOTATION_PREFIX if q.len() == 3 || q.len() == 5 => {
+            let bad_block = match kind {
+                CellKind::Annotation => {
                     r.annotations += 1;
                     kept.push(cell.clone());
                     continue;
                 }
-                APPEND_PREFIX if q.len() == 3 => {
+                CellKind::Append => {
                     let mut pts = Vec::new();
                     column::decode_append(&cell.value, &mut pts)
                         .err()
@@ -405,7 +414,7 @@ fn check_cells(
                             None
                         })
                 }
-                COMPRESSED_PREFIX if q.len() == 3 => {
+                CellKind::Compressed => {
                     let mut pts = Vec::new();
                     compressed::decode(&cell.value, &mut pts)
                         .err()
@@ -415,11 +424,11 @@ fn check_cells(
                             None
                         })
                 }
-                HISTOGRAM_PREFIX if q.len() == 3 || q.len() == 5 => {
+                CellKind::Histogram => {
                     kept.push(cell.clone());
                     continue;
                 }
-                _ if q.len() == 3 || q.len() == 5 => {
+                _ => {
                     r.future += 1;
                     writeln!(
                         out,
@@ -428,18 +437,6 @@ fn check_cells(
                         hex_upper(q)
                     )?;
                     kept.push(cell.clone());
-                    continue;
-                }
-                _ => {
-                    let deleted = unknown(
-                        r,
-                        out,
-                        "Unknown qualifier, must be 2, 3, 5 or an even number of bytes.",
-                    )?;
-                    changed |= deleted;
-                    if !deleted {
-                        kept.push(cell.clone());
-                    }
                     continue;
                 }
             };
@@ -458,7 +455,7 @@ fn check_cells(
             }
             continue;
         }
-        if column::is_single_point(q) {
+        if kind == CellKind::Single {
             data_columns += 1;
             match check_single(q, &cell.value, r, out, key)? {
                 SingleCheck::Ok(point) => found.push(Found { point, order }),
@@ -548,7 +545,7 @@ fn check_cells(
         };
         // VLE: integers wider than they need to be.
         if let Value::Int(_) = p.value {
-            let canonical = column::encode_value(p.value).flags;
+            let canonical = qualifier::encode_value(p.value).flags;
             if canonical != p.flags {
                 r.vle += 1;
                 r.vle_bytes += ((p.flags & LENGTH_MASK) - (canonical & LENGTH_MASK)) as u64;

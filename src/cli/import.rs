@@ -31,14 +31,14 @@ use anyhow::Context as _;
 use clap::Args;
 
 use super::Context;
-use crate::codec::column::encode_value;
+use crate::codec::qualifier::encode_value;
 use crate::db::Db;
 use crate::model::Timestamp;
 use crate::model::Value;
 use crate::model::uid::java_byte_array;
-use crate::tsd::telnet::decode_line;
-use crate::write::line::parse_point;
-use crate::write::{PendingPoint, PointError, Series, SeriesCache};
+use crate::protocol::PointError;
+use crate::protocol::telnet::{Words, chunk_lines, parse_point};
+use crate::write::{PendingPoint, Series, SeriesCache};
 
 /// Points handed to the write path in one append.
 const BATCH_POINTS: usize = 4096;
@@ -82,37 +82,12 @@ fn parse_line(
     line: &str,
     key: &mut String,
 ) -> Result<(Arc<Series>, Timestamp, Value), String> {
-    // Words as OpenTSDB's Tags.splitString: on single spaces (on the stack
-    // for the usual line, which has at most 11 words).
-    let mut arr: [&str; 16] = [""; 16];
-    let mut n = 0;
-    let mut spill: Vec<&str> = Vec::new();
-    for w in line.split(' ') {
-        if n < arr.len() {
-            arr[n] = w;
-        } else {
-            if spill.is_empty() {
-                spill.extend_from_slice(&arr);
-            }
-            spill.push(w);
-        }
-        n += 1;
-    }
-    let words: &[&str] = if spill.is_empty() { &arr[..n] } else { &spill };
-    let p = parse_point(words).map_err(|e| line_error(&e))?;
+    let words = Words::split(line);
+    let p = parse_point(words.as_slice()).map_err(|e| line_error(&e))?;
     let (series, ts) = cache
         .resolve(p.metric, p.timestamp, p.value, &p.tags, key)
         .map_err(|e| line_error(&e))?;
     Ok((series, ts, p.value))
-}
-
-/// The lines of a chunk (complete lines, `\n` or `\r\n`), decoded.
-fn chunk_lines(data: &[u8]) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
-    let data = data.strip_suffix(b"\n").unwrap_or(data);
-    data.split(|&b| b == b'\n').map(|raw| {
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        decode_line(raw)
-    })
 }
 
 /// A chunk of a file, parsed by a worker.

@@ -74,12 +74,6 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// The base time (hour start) of the data row holding second `s`, capped
-/// at the largest base a row key can carry.
-pub(crate) fn row_base(s: u64) -> u32 {
-    (s - s % 3600).min(u32::MAX as u64) as u32
-}
-
 /// A row counter on stderr for long scans, only when a person watches
 /// (stderr is a terminal); scripts and pipes see nothing.
 pub(crate) fn row_progress(what: &str) -> Option<indicatif::ProgressBar> {

@@ -8,12 +8,14 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::query_args::{self, CliSubQuery};
-use super::{Context, now_ms, row_base};
-use crate::codec::column::{self, ANNOTATION_PREFIX, APPEND_PREFIX, FLAG_FLOAT, StoredPoint};
+use super::{Context, now_ms};
+use crate::codec::column;
 use crate::codec::compressed;
+use crate::codec::qualifier::{self, CellKind, FLAG_FLOAT, StoredPoint};
 use crate::codec::row::Cell;
 use crate::codec::row_key::RowKey;
 use crate::model::java;
+use crate::model::row_span::row_base_clamped;
 use crate::model::uid::java_byte_array;
 use crate::model::{Uid, UidKind, Value};
 use crate::storage::Durability;
@@ -174,7 +176,7 @@ fn dump(
     delete: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let (start_base, end_base) = (row_base(start_s), row_base(end_s));
+    let (start_base, end_base) = (row_base_clamped(start_s), row_base_clamped(end_s));
     let layout = *store.layout();
     let mut to_delete = Vec::new();
     let progress = super::row_progress("scan");
@@ -266,17 +268,16 @@ fn format_cell(
     tags: &str,
 ) -> anyhow::Result<String> {
     let q = &cell.qualifier;
-    let is_append = q.len() == 3 && q[0] == APPEND_PREFIX;
-    let is_compressed = q.len() == 3 && q[0] == compressed::COMPRESSED_PREFIX;
-    if q.len() % 2 == 1 && !is_append && !is_compressed {
+    let kind = CellKind::of(q);
+    if !kind.holds_points() {
         if import {
             return Ok(String::new());
         }
-        if q[0] == ANNOTATION_PREFIX {
+        if kind == CellKind::Annotation {
             // OpenTSDB computes this line's offset and time by reading the
             // annotation qualifier as if it were a data-point qualifier,
             // which prints nonsense; rtsdb prints the real offset and time.
-            let offset_ms = column::object_offset_ms(q).unwrap_or(0) as u64;
+            let offset_ms = qualifier::object_offset_ms(q).unwrap_or(0) as u64;
             let ts_ms = base as u64 * 1000 + offset_ms;
             return Ok(format!(
                 "{}\t{}\t{}\t{}\t{ts_ms}\t({})",
@@ -292,22 +293,22 @@ fn format_cell(
             java_byte_array(&cell.value)
         ));
     }
-    if column::is_single_point(q) {
-        let p = column::decode_single(q, &cell.value)?;
-        return Ok(if import {
-            import_point(&p, base, metric, tags)
-        } else {
-            raw_point(&p, base)
-        });
-    }
     let mut points = Vec::new();
-    if is_append {
-        column::decode_append(&cell.value, &mut points)?;
-        points.sort_by_key(|p| p.offset_ms);
-    } else if is_compressed {
-        compressed::decode(&cell.value, &mut points)?;
-    } else {
-        column::decode_compacted(q, &cell.value, &mut points)?;
+    match kind {
+        CellKind::Single => {
+            let p = column::decode_single(q, &cell.value)?;
+            return Ok(if import {
+                import_point(&p, base, metric, tags)
+            } else {
+                raw_point(&p, base)
+            });
+        }
+        CellKind::Append => {
+            column::decode_append(&cell.value, &mut points)?;
+            points.sort_by_key(|p| p.offset_ms);
+        }
+        CellKind::Compressed => compressed::decode(&cell.value, &mut points)?,
+        _ => column::decode_compacted(q, &cell.value, &mut points)?,
     }
     if import {
         return Ok(points
@@ -331,7 +332,8 @@ fn format_cell(
 
 #[cfg(test)]
 mod tests {
-    use super::wildcard_match;
+    use super::{format_cell, wildcard_match};
+    use crate::codec::row::Cell;
 
     #[test]
     fn wildcards() {
@@ -339,5 +341,25 @@ mod tests {
         assert!(wildcard_match("*01", "web01"));
         assert!(wildcard_match("w*b*1", "web01"));
         assert!(!wildcard_match("db*", "web01"));
+    }
+
+    #[test]
+    fn cells_printed_by_their_cell_kind() {
+        let base = 1356998400;
+        let line = |q: Vec<u8>, v: Vec<u8>| format_cell(&Cell::new(q, v), base, "m", false, "");
+        // An append column on a 5-byte qualifier is read, as Fsck reads it.
+        let append5 = line(vec![0x05, 0, 0, 0, 0], vec![0x00, 0x10, 0x2A]).unwrap();
+        assert!(
+            append5.ends_with(
+                "= 1 values:\n    [0, 16]\t[42]\t1\tl\t1356998401\t(Tue Jan 01 00:00:01 UTC 2013)"
+            ),
+            "{append5}"
+        );
+        // An annotation prefix on 7 bytes is no annotation.
+        let odd7 = line(vec![0x01, 0, 0, 0, 0, 0, 0], b"{}".to_vec()).unwrap();
+        assert_eq!(odd7, "[123, 125]\t[Not a data point]");
+        // Nor is a 1-byte qualifier a data point.
+        let short = line(vec![0x01], b"{}".to_vec()).unwrap();
+        assert_eq!(short, "[123, 125]\t[Not a data point]");
     }
 }

@@ -1,26 +1,17 @@
-//! Data-table columns: qualifiers, values, compacted and append columns,
-//! annotation qualifiers. Formats: docs/format/qualifier-and-value.md,
-//! docs/format/compacted-column.md, docs/format/append-column.md,
-//! docs/format/annotation.md.
+//! Data-table columns of several points: compacted and append columns,
+//! and single-point cells with OpenTSDB's read-side fixes, built from the
+//! primitives of [`super::qualifier`]. Formats:
+//! docs/format/compacted-column.md, docs/format/append-column.md.
 
 use thiserror::Error;
 
-use crate::model::point::{Timestamp, Value};
+use super::compressed::CompressedError;
+use super::qualifier::{
+    APPEND_PREFIX, FLAG_FLOAT, LENGTH_MASK, QualifierError, StoredPoint, decode_value, qualifier_at,
+};
+use crate::model::point::Value;
 use crate::model::uid::hex_upper;
 
-/// Flag bit: the value is an IEEE-754 float.
-pub const FLAG_FLOAT: u8 = 0x8;
-/// Low three bits: value length − 1.
-pub const LENGTH_MASK: u8 = 0x7;
-pub const FLAGS_MASK: u8 = 0xF;
-/// Marks a 4-byte millisecond qualifier (high nibble of its first byte).
-pub const MS_PREFIX: u8 = 0xF0;
-/// First byte of annotation qualifiers.
-pub const ANNOTATION_PREFIX: u8 = 0x01;
-/// First byte of the append column qualifier (`05 00 00`).
-pub const APPEND_PREFIX: u8 = 0x05;
-/// First byte of histogram qualifiers (OpenTSDB 2.4).
-pub const HISTOGRAM_PREFIX: u8 = 0x06;
 /// Trailing byte of a multi-point compacted column.
 pub const META_SECONDS_ONLY: u8 = 0x00;
 /// ... and of one mixing second and millisecond points.
@@ -28,15 +19,11 @@ pub const META_MIXED: u8 = 0x01;
 
 pub const APPEND_QUALIFIER: [u8; 3] = [APPEND_PREFIX, 0, 0];
 
-const MAX_SECOND_OFFSET: u32 = 3599;
-const MAX_MS_OFFSET: u32 = 3_599_999;
-
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum ColumnError {
-    #[error("timestamp {ts} is not inside the hour starting at {base_time}")]
-    OutsideRow { ts: u64, base_time: u32 },
-    #[error("value length {len} does not match flags 0x{flags:X}")]
-    BadValueLength { flags: u8, len: usize },
+    /// A point's qualifier or value on its own is wrong.
+    #[error(transparent)]
+    Qualifier(#[from] QualifierError),
     #[error(
         "Corrupted floating point value: {} flags=0x{flags:x} -- first 4 bytes are expected to be zeros.",
         crate::model::uid::java_byte_array(value)
@@ -58,224 +45,7 @@ pub enum ColumnError {
     #[error("{0}")]
     Duplicate(String),
     #[error(transparent)]
-    Compressed(#[from] super::compressed::CompressedError),
-}
-
-/// How a value is written: the flags nibble and its bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EncodedValue {
-    pub flags: u8,
-    bytes: [u8; 8],
-}
-
-impl EncodedValue {
-    pub fn len(&self) -> usize {
-        (self.flags & LENGTH_MASK) as usize + 1
-    }
-
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[8 - self.len()..]
-    }
-}
-
-/// Integers in the smallest of 1/2/4/8 bytes; floats on 4 bytes when the
-/// value is exactly representable as f32, else 8 (OpenTSDB 2.4).
-pub fn encode_value(value: Value) -> EncodedValue {
-    match value {
-        Value::Int(v) => {
-            let len: u8 = if i8::try_from(v).is_ok() {
-                1
-            } else if i16::try_from(v).is_ok() {
-                2
-            } else if i32::try_from(v).is_ok() {
-                4
-            } else {
-                8
-            };
-            EncodedValue {
-                flags: len - 1,
-                bytes: v.to_be_bytes(),
-            }
-        }
-        Value::Float(f) => {
-            let single = f as f32;
-            if single as f64 == f || f.is_nan() {
-                let mut bytes = [0u8; 8];
-                bytes[4..].copy_from_slice(&single.to_bits().to_be_bytes());
-                EncodedValue {
-                    flags: FLAG_FLOAT | 0x3,
-                    bytes,
-                }
-            } else {
-                EncodedValue {
-                    flags: FLAG_FLOAT | 0x7,
-                    bytes: f.to_bits().to_be_bytes(),
-                }
-            }
-        }
-    }
-}
-
-/// Decodes a value whose length already matches its flags.
-pub fn decode_value(flags: u8, bytes: &[u8]) -> Result<Value, ColumnError> {
-    let bad = || ColumnError::BadValueLength {
-        flags,
-        len: bytes.len(),
-    };
-    if flags & FLAG_FLOAT != 0 {
-        match bytes.len() {
-            4 => Ok(Value::Float(f32::from_bits(u32::from_be_bytes(
-                bytes.try_into().map_err(|_| bad())?,
-            )) as f64)),
-            8 => Ok(Value::Float(f64::from_bits(u64::from_be_bytes(
-                bytes.try_into().map_err(|_| bad())?,
-            )))),
-            _ => Err(bad()),
-        }
-    } else {
-        let v = match bytes.len() {
-            1 => bytes[0] as i8 as i64,
-            2 => i16::from_be_bytes([bytes[0], bytes[1]]) as i64,
-            4 => i32::from_be_bytes(bytes.try_into().map_err(|_| bad())?) as i64,
-            8 => i64::from_be_bytes(bytes.try_into().map_err(|_| bad())?),
-            _ => return Err(bad()),
-        };
-        Ok(Value::Int(v))
-    }
-}
-
-/// Is this qualifier (or the qualifier at the start of a compacted one) a
-/// 4-byte millisecond qualifier?
-pub fn is_ms_qualifier(first_byte: u8) -> bool {
-    first_byte & MS_PREFIX == MS_PREFIX
-}
-
-/// Qualifier of one data point in the row starting at `base_time`.
-pub fn point_qualifier(ts: Timestamp, base_time: u32, flags: u8) -> Result<Vec<u8>, ColumnError> {
-    let delta = row_offset(ts, base_time)?;
-    Ok(match ts {
-        Timestamp::Seconds(_) => ((delta << 4) as u16 | flags as u16).to_be_bytes().to_vec(),
-        Timestamp::Millis(_) => (0xF000_0000u32 | (delta << 6) | flags as u32)
-            .to_be_bytes()
-            .to_vec(),
-    })
-}
-
-/// `ts`'s offset from the row starting at `base_time`, in the unit it was
-/// written in (seconds or milliseconds), checked to lie inside the hour.
-fn row_offset(ts: Timestamp, base_time: u32) -> Result<u32, ColumnError> {
-    let outside = || ColumnError::OutsideRow {
-        ts: ts.raw(),
-        base_time,
-    };
-    match ts {
-        Timestamp::Seconds(s) => s
-            .checked_sub(base_time)
-            .filter(|d| *d <= MAX_SECOND_OFFSET)
-            .ok_or_else(outside),
-        Timestamp::Millis(ms) => ms
-            .checked_sub(base_time as u64 * 1000)
-            .filter(|d| *d <= MAX_MS_OFFSET as u64)
-            .map(|d| d as u32)
-            .ok_or_else(outside),
-    }
-}
-
-/// One data point read back from a row.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StoredPoint {
-    /// Milliseconds from the row's base time.
-    pub offset_ms: u32,
-    /// Written with a millisecond qualifier.
-    pub millis: bool,
-    /// Flags after OpenTSDB's read-side fixes (length matches the value).
-    pub flags: u8,
-    pub value: Value,
-}
-
-impl StoredPoint {
-    pub fn timestamp_ms(&self, base_time: u32) -> u64 {
-        base_time as u64 * 1000 + self.offset_ms as u64
-    }
-
-    /// The point's time as it was written (seconds or milliseconds).
-    pub fn timestamp(&self, base_time: u32) -> Timestamp {
-        if self.millis {
-            Timestamp::Millis(self.timestamp_ms(base_time))
-        } else {
-            Timestamp::Seconds(base_time + self.offset_ms / 1000)
-        }
-    }
-
-    pub fn qualifier(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4);
-        self.write_qualifier(&mut out);
-        out
-    }
-
-    /// Appends the qualifier without allocating (compaction hot path).
-    pub fn write_qualifier(&self, out: &mut Vec<u8>) {
-        if self.millis {
-            out.extend_from_slice(
-                &(0xF000_0000u32 | (self.offset_ms << 6) | self.flags as u32).to_be_bytes(),
-            );
-        } else {
-            out.extend_from_slice(
-                &((((self.offset_ms / 1000) << 4) as u16) | self.flags as u16).to_be_bytes(),
-            );
-        }
-    }
-
-    pub fn value_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(8);
-        self.write_value(&mut out);
-        out
-    }
-
-    /// Appends the value bytes, on the width its flags say.
-    pub fn write_value(&self, out: &mut Vec<u8>) {
-        let len = (self.flags & LENGTH_MASK) as usize + 1;
-        match self.value {
-            Value::Int(v) => out.extend_from_slice(&v.to_be_bytes()[8 - len..]),
-            Value::Float(f) if len == 4 => {
-                out.extend_from_slice(&(f as f32).to_bits().to_be_bytes())
-            }
-            Value::Float(f) => out.extend_from_slice(&f.to_bits().to_be_bytes()),
-        }
-    }
-
-    pub fn new(
-        ts: Timestamp,
-        base_time: u32,
-        value: Value,
-    ) -> Result<(StoredPoint, EncodedValue), ColumnError> {
-        let enc = encode_value(value);
-        row_offset(ts, base_time)?;
-        let offset_ms = (ts.as_millis() - base_time as u64 * 1000) as u32;
-        let point = StoredPoint {
-            offset_ms,
-            millis: ts.is_millis(),
-            flags: enc.flags,
-            value: decode_value(enc.flags, enc.as_bytes())?,
-        };
-        Ok((point, enc))
-    }
-}
-
-fn qualifier_at(qualifier: &[u8]) -> Option<(usize, u32, bool, u8)> {
-    // (qualifier length, offset ms, is ms, flags)
-    let first = *qualifier.first()?;
-    if is_ms_qualifier(first) {
-        let q = u32::from_be_bytes(qualifier.get(..4)?.try_into().ok()?);
-        Some((4, (q & 0x0FFF_FFC0) >> 6, true, (q & 0xF) as u8))
-    } else {
-        let q = u16::from_be_bytes(qualifier.get(..2)?.try_into().ok()?);
-        Some((2, (q >> 4) as u32 * 1000, false, (q & 0xF) as u8))
-    }
+    Compressed(#[from] CompressedError),
 }
 
 /// A stand-alone (single point) cell, with OpenTSDB's read-side fixes
@@ -296,10 +66,11 @@ pub fn decode_single(qualifier: &[u8], value: &[u8]) -> Result<StoredPoint, Colu
         value = &value[4..];
     }
     if !matches!(value.len(), 1 | 2 | 4 | 8) {
-        return Err(ColumnError::BadValueLength {
+        return Err(QualifierError::BadValueLength {
             flags,
             len: value.len(),
-        });
+        }
+        .into());
     }
     flags = (flags & !LENGTH_MASK) | (value.len() as u8 - 1);
     Ok(StoredPoint {
@@ -391,11 +162,6 @@ pub fn for_each_compacted(qualifier: &[u8], value: &[u8], mut f: impl FnMut(u32,
     vi + 1 == value.len()
 }
 
-/// Is this even-length qualifier a single point (as opposed to compacted)?
-pub fn is_single_point(qualifier: &[u8]) -> bool {
-    qualifier.len() == 2 || (qualifier.len() == 4 && is_ms_qualifier(qualifier[0]))
-}
-
 /// Builds one compacted column from points sorted by offset, without
 /// duplicates. A single point is written as a plain cell (no meta byte),
 /// as OpenTSDB does.
@@ -459,95 +225,18 @@ pub fn encode_append_column(points: &[StoredPoint]) -> (Vec<u8>, Vec<u8>) {
     (APPEND_QUALIFIER.to_vec(), value)
 }
 
-/// Qualifier of an annotation (or other odd-length object) at `ts`:
-/// `prefix` then the plain offset, 2 bytes of seconds or 4 of milliseconds.
-pub fn object_qualifier(prefix: u8, ts: Timestamp, base_time: u32) -> Result<Vec<u8>, ColumnError> {
-    let d = row_offset(ts, base_time)?;
-    let mut q = vec![prefix];
-    match ts {
-        Timestamp::Seconds(_) => q.extend_from_slice(&(d as u16).to_be_bytes()),
-        Timestamp::Millis(_) => q.extend_from_slice(&d.to_be_bytes()),
-    }
-    Ok(q)
-}
-
-/// Offset in milliseconds of an odd-length object qualifier.
-pub fn object_offset_ms(qualifier: &[u8]) -> Option<u32> {
-    match qualifier.len() {
-        3 => Some(u16::from_be_bytes([qualifier[1], qualifier[2]]) as u32 * 1000),
-        5 => Some(u32::from_be_bytes([
-            qualifier[1],
-            qualifier[2],
-            qualifier[3],
-            qualifier[4],
-        ])),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::uid::parse_hex;
+    use crate::codec::qualifier::{object_offset_ms, point_qualifier};
+    use crate::model::point::Timestamp;
+    use crate::model::uid::{hex_upper, parse_hex};
     use proptest::prelude::*;
 
     const BASE: u32 = 1356998400;
 
-    fn cell(ts: Timestamp, v: Value) -> (String, String) {
-        let enc = encode_value(v);
-        let q = point_qualifier(ts, BASE, enc.flags).unwrap();
-        (hex_upper(&q), hex_upper(enc.as_bytes()))
-    }
-
     fn s(n: u32) -> Timestamp {
         Timestamp::Seconds(n)
-    }
-
-    fn pair(q: &str, v: &str) -> (String, String) {
-        (q.to_string(), v.to_string())
-    }
-
-    #[test]
-    fn spec_5_2_worked_examples() {
-        assert_eq!(cell(s(1356998403), Value::Int(42)), pair("0030", "2A"));
-        assert_eq!(cell(s(1356998403), Value::Int(300)), pair("0031", "012C"));
-        assert_eq!(
-            cell(s(1356998403), Value::Int(70000)),
-            pair("0033", "00011170")
-        );
-        assert_eq!(cell(s(1356998403), Value::Int(-1)), pair("0030", "FF"));
-        assert_eq!(
-            cell(s(1356998523), Value::Int(4294967296)),
-            pair("07B7", "0000000100000000")
-        );
-        assert_eq!(
-            cell(s(1356998403), Value::Float(42.5)),
-            pair("003B", "422A0000")
-        );
-        assert_eq!(
-            cell(s(1356998403), Value::Float(0.1)),
-            pair("003F", "3FB999999999999A")
-        );
-        assert_eq!(
-            cell(Timestamp::Millis(1356998400500), Value::Int(42)),
-            pair("F0007D00", "2A")
-        );
-        let enc8 = EncodedValue {
-            flags: 7,
-            bytes: [0; 8],
-        };
-        assert_eq!(
-            hex_upper(
-                &point_qualifier(Timestamp::Millis(1356998400008), BASE, enc8.flags).unwrap()
-            ),
-            "F0000207"
-        );
-        assert_eq!(
-            hex_upper(&point_qualifier(Timestamp::Millis(1356998400001), BASE, 7).unwrap()),
-            "F0000047"
-        );
-        // Seed 003's corrected example: 42 at offset 123 is 07B0 / 2A.
-        assert_eq!(cell(s(1356998523), Value::Int(42)), pair("07B0", "2A"));
     }
 
     #[test]
@@ -630,31 +319,6 @@ mod tests {
         decode_append(&v, &mut out).unwrap();
         assert_eq!(out, vec![p1, p2]);
         assert!(decode_append(&v[..v.len() - 1], &mut out).is_err());
-    }
-
-    #[test]
-    fn annotation_qualifiers() {
-        // Seed 003: annotation at 1292148123 in row 1292148000 is 01007B.
-        let q = object_qualifier(ANNOTATION_PREFIX, s(1292148123), 1292148000).unwrap();
-        assert_eq!(hex_upper(&q), "01007B");
-        assert_eq!(object_offset_ms(&q), Some(123_000));
-        let q = object_qualifier(
-            ANNOTATION_PREFIX,
-            Timestamp::Millis(1292148000123),
-            1292148000,
-        )
-        .unwrap();
-        assert_eq!(hex_upper(&q), "010000007B");
-        assert!(object_qualifier(ANNOTATION_PREFIX, s(1292148000 + 3600), 1292148000).is_err());
-    }
-
-    #[test]
-    fn offsets_outside_the_row_are_rejected() {
-        assert!(point_qualifier(s(BASE + 3600), BASE, 0).is_err());
-        assert!(point_qualifier(s(BASE - 1), BASE, 0).is_err());
-        assert!(
-            point_qualifier(Timestamp::Millis(BASE as u64 * 1000 + 3_600_000), BASE, 0).is_err()
-        );
     }
 
     fn arb_value() -> impl Strategy<Value = Value> {

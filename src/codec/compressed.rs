@@ -11,12 +11,14 @@
 
 use thiserror::Error;
 
-use super::column::{FLAG_FLOAT, LENGTH_MASK, StoredPoint, encode_value};
+use super::qualifier::{
+    COMPRESSED_PREFIX, FLAG_FLOAT, LENGTH_MASK, StoredPoint, decode_value, encode_value,
+};
 use super::varint::{self, unzigzag, zigzag};
 use crate::model::point::Value;
+use crate::model::row_span::ROW_SPAN_MS;
 
-/// First byte of the compressed column's qualifier.
-pub const COMPRESSED_PREFIX: u8 = 0x0C;
+/// The compressed column's qualifier.
 pub const COMPRESSED_QUALIFIER: [u8; 3] = [COMPRESSED_PREFIX, 0, 0];
 
 const VERSION: u8 = 1;
@@ -379,8 +381,6 @@ pub fn decode(value: &[u8], out: &mut Vec<StoredPoint>) -> Result<(), Compressed
     decode_with(value, &mut scratch, |p| out.push(p))
 }
 
-/// Decodes a compressed column into `emit`, point by point, in time order.
-/// Nothing is emitted unless the whole block is valid.
 /// What [`parse`] learnt about a block; its streams are in the scratch.
 struct Parsed {
     n: usize,
@@ -465,7 +465,7 @@ fn parse(value: &[u8], scratch: &mut Scratch) -> Result<Parsed, CompressedError>
                 let flags = r.u8()?;
                 let len = (flags & LENGTH_MASK) as usize + 1;
                 let bytes = r.bytes(len)?;
-                let v = super::column::decode_value(flags, bytes)
+                let v = decode_value(flags, bytes)
                     .map_err(|_| CompressedError::Corrupt("bad raw value"))?;
                 raw.push((flags, v));
             }
@@ -483,7 +483,7 @@ fn parse(value: &[u8], scratch: &mut Scratch) -> Result<Parsed, CompressedError>
         return Err(CompressedError::Corrupt("stream lengths disagree"));
     }
     let unit = if ts_kind == TS_SECONDS { 1000 } else { 1 };
-    let limit = 3_600_000 / unit;
+    let limit = ROW_SPAN_MS as i64 / unit;
     let in_hour = |o: i64| (0..limit).contains(&o);
     match regular {
         // An arithmetic sequence has its extremes at its ends.

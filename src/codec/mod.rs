@@ -3,10 +3,12 @@
 
 pub mod column;
 pub mod compressed;
+pub mod qualifier;
 pub mod row;
 pub mod row_key;
 pub mod varint;
 
-pub use column::{ColumnError, StoredPoint};
+pub use column::ColumnError;
+pub use qualifier::{CellKind, QualifierError, StoredPoint};
 pub use row::{Cell, DecodedRow, DuplicatePolicy, RowCells, RowEncoding};
-pub use row_key::{KeyError, KeyLayout, RowKey, Salt, Tsuid};
+pub use row_key::{KeyError, KeyLayout, RowKey, Salt};

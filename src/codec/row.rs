@@ -4,10 +4,9 @@
 
 use thiserror::Error;
 
-use super::column::{
-    self, ANNOTATION_PREFIX, APPEND_PREFIX, ColumnError, HISTOGRAM_PREFIX, StoredPoint,
-};
-use super::compressed::{self, COMPRESSED_PREFIX};
+use super::column::{self, ColumnError};
+use super::compressed;
+use super::qualifier::{self, CellKind, StoredPoint};
 use super::varint;
 use crate::model::uid::java_byte_array;
 
@@ -164,33 +163,25 @@ pub fn decode_row(
     for (i, cell) in cells.cells.iter().enumerate() {
         let q = &cell.qualifier;
         let before = points.len();
-        if q.len() % 2 == 0 && !q.is_empty() {
-            if column::is_single_point(q) {
-                points.push(column::decode_single(q, &cell.value)?);
-            } else {
-                column::decode_compacted(q, &cell.value, &mut points)?;
+        match CellKind::of(q) {
+            CellKind::Single => points.push(column::decode_single(q, &cell.value)?),
+            CellKind::Compacted => column::decode_compacted(q, &cell.value, &mut points)?,
+            CellKind::Append => column::decode_append(&cell.value, &mut points)?,
+            CellKind::Compressed => compressed::decode(&cell.value, &mut points)?,
+            CellKind::Annotation => row.annotations.push(cell.clone()),
+            // Kept untouched: OpenTSDB's compaction skips what it cannot read.
+            CellKind::Histogram | CellKind::Object | CellKind::Unknown => {
+                row.other.push(cell.clone())
             }
-        } else if q.len() % 2 == 1 {
-            match q[0] {
-                ANNOTATION_PREFIX => row.annotations.push(cell.clone()),
-                APPEND_PREFIX => column::decode_append(&cell.value, &mut points)?,
-                COMPRESSED_PREFIX => compressed::decode(&cell.value, &mut points)?,
-                HISTOGRAM_PREFIX => row.other.push(cell.clone()),
-                _ => row.other.push(cell.clone()),
-            }
-        } else {
-            return Err(ColumnError::UnknownQualifier(q.clone()));
+            CellKind::TooShort => return Err(ColumnError::UnknownQualifier(q.clone())),
         }
         if points.len() > before {
             spans.push((i, points.len()));
         }
     }
     row.annotations
-        .sort_by_key(|c| column::object_offset_ms(&c.qualifier).unwrap_or(0));
-    let is_append = |cell: usize| {
-        let q = &cells.cells[cell].qualifier;
-        q.len() == 3 && q[0] == APPEND_PREFIX
-    };
+        .sort_by_key(|c| qualifier::object_offset_ms(&c.qualifier).unwrap_or(0));
+    let is_append = |cell: usize| CellKind::of(&cells.cells[cell].qualifier) == CellKind::Append;
     // The common case: one data column (compacted or compressed) whose
     // points are already sorted and unique; no merging needed.
     if spans.len() <= 1
@@ -295,6 +286,32 @@ mod tests {
     fn point_cell(ts: Timestamp, v: Value) -> Cell {
         let (p, enc) = StoredPoint::new(ts, BASE, v).unwrap();
         Cell::new(p.qualifier(), enc.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn odd_qualifiers_read_by_their_cell_kind() {
+        let annotation = Cell::new(vec![0x01, 0x00, 0x7B], b"{}".to_vec());
+        // A 7-byte qualifier is no OpenTSDB object, whatever its prefix:
+        // kept untouched, not read as an annotation or an append column.
+        let odd7 = Cell::new(vec![0x01, 0, 0, 0, 0, 0, 0], b"{}".to_vec());
+        let append7 = Cell::new(vec![0x05, 0, 0, 0, 0, 0, 0], vec![0x00, 0x10, 0x2A]);
+        let row = RowCells {
+            cells: vec![annotation.clone(), odd7.clone(), append7.clone()],
+        };
+        let d = decode_row(b"k", &row, DuplicatePolicy::LastWriteWins).unwrap();
+        assert_eq!(d.annotations, vec![annotation]);
+        assert_eq!(d.other, vec![odd7, append7]);
+        assert!(d.points.is_empty());
+        // Shorter than 2 bytes is an error, whatever the byte.
+        for q in [vec![], vec![0x01], vec![0x05]] {
+            let row = RowCells {
+                cells: vec![Cell::new(q, vec![0x2A])],
+            };
+            assert!(matches!(
+                decode_row(b"k", &row, DuplicatePolicy::LastWriteWins),
+                Err(ColumnError::UnknownQualifier(_))
+            ));
+        }
     }
 
     #[test]

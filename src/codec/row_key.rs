@@ -1,8 +1,9 @@
-//! Row keys and TSUIDs of the data table. Format: docs/format/row-key.md.
+//! Row keys of the data table. Format: docs/format/row-key.md.
 
 use thiserror::Error;
 
-use crate::model::uid::{Uid, UidError, UidKind, UidWidth, UidWidths, hex_upper, parse_hex};
+use crate::model::tsuid::{Tsuid, TsuidError, parse_pairs};
+use crate::model::uid::{Uid, UidError, UidKind, UidWidth, UidWidths};
 
 /// Salting: spreads series over `buckets` prefixes (OpenTSDB 2.2+).
 /// A width of 0 disables it.
@@ -72,98 +73,11 @@ pub enum KeyError {
         prefix: usize,
         pair: usize,
     },
-    #[error(
-        "TSUID of {len} bytes does not fit the layout (metric {metric} bytes, tag pair {pair} bytes)"
-    )]
-    BadTsuidLength {
-        len: usize,
-        metric: usize,
-        pair: usize,
-    },
-    #[error("invalid TSUID '{0}': not hex")]
-    NotHex(String),
-    #[error("tag pairs are not sorted by tag key UID or repeat a tag key")]
-    UnsortedTags,
+    /// The series part of the key (metric and tag pairs) is malformed.
+    #[error(transparent)]
+    Tsuid(#[from] TsuidError),
     #[error(transparent)]
     Uid(#[from] UidError),
-}
-
-/// A series identity: metric UID and tag pairs sorted by tag key UID bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Tsuid {
-    pub metric: Uid,
-    /// Sorted by tag key (by UID value, which for fixed-width big-endian
-    /// bytes is the same as OpenTSDB's unsigned memcmp order).
-    pub tags: Vec<(Uid, Uid)>,
-}
-
-impl Tsuid {
-    /// Builds a TSUID, sorting the pairs by tag key UID as OpenTSDB does.
-    pub fn new(metric: Uid, mut tags: Vec<(Uid, Uid)>) -> Result<Tsuid, KeyError> {
-        tags.sort_unstable();
-        if tags.windows(2).any(|w| w[0].0 == w[1].0) {
-            return Err(KeyError::UnsortedTags);
-        }
-        Ok(Tsuid { metric, tags })
-    }
-
-    pub fn to_bytes(&self, widths: &UidWidths) -> Vec<u8> {
-        let mut out = Vec::with_capacity(
-            widths.metric.bytes() + self.tags.len() * (widths.tagk.bytes() + widths.tagv.bytes()),
-        );
-        self.metric.write_to(widths.metric, &mut out);
-        self.write_tags(widths, &mut out);
-        out
-    }
-
-    fn write_tags(&self, widths: &UidWidths, out: &mut Vec<u8>) {
-        for (k, v) in &self.tags {
-            k.write_to(widths.tagk, out);
-            v.write_to(widths.tagv, out);
-        }
-    }
-
-    pub fn to_hex(&self, widths: &UidWidths) -> String {
-        hex_upper(&self.to_bytes(widths))
-    }
-
-    pub fn from_bytes(bytes: &[u8], widths: &UidWidths) -> Result<Tsuid, KeyError> {
-        let m = widths.metric.bytes();
-        let pair = widths.tagk.bytes() + widths.tagv.bytes();
-        if bytes.len() < m || !(bytes.len() - m).is_multiple_of(pair) {
-            return Err(KeyError::BadTsuidLength {
-                len: bytes.len(),
-                metric: m,
-                pair,
-            });
-        }
-        let metric = Uid::from_bytes(&bytes[..m], widths.metric)?;
-        let tags = parse_pairs(&bytes[m..], widths)?;
-        Ok(Tsuid { metric, tags })
-    }
-
-    /// Parses hex of either case, as OpenTSDB's API accepts.
-    pub fn parse_hex(s: &str, widths: &UidWidths) -> Result<Tsuid, KeyError> {
-        let bytes = parse_hex(s).ok_or_else(|| KeyError::NotHex(s.to_string()))?;
-        Tsuid::from_bytes(&bytes, widths)
-    }
-}
-
-fn parse_pairs(bytes: &[u8], widths: &UidWidths) -> Result<Vec<(Uid, Uid)>, KeyError> {
-    let (k, v) = (widths.tagk.bytes(), widths.tagv.bytes());
-    let tags: Vec<(Uid, Uid)> = bytes
-        .chunks(k + v)
-        .map(|p| {
-            Ok((
-                Uid::from_bytes(&p[..k], widths.tagk)?,
-                Uid::from_bytes(&p[k..], widths.tagv)?,
-            ))
-        })
-        .collect::<Result<_, UidError>>()?;
-    if tags.windows(2).any(|w| w[0].0 >= w[1].0) {
-        return Err(KeyError::UnsortedTags);
-    }
-    Ok(tags)
 }
 
 /// A parsed data-table row key.
@@ -252,31 +166,13 @@ impl KeyLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::row_span::{ROW_SPAN_SECS, row_base};
+    use crate::model::tsuid::tests::{uid, w3};
+    use crate::model::uid::{hex_upper, parse_hex};
     use proptest::prelude::*;
-
-    fn w3() -> UidWidths {
-        UidWidths::default()
-    }
-
-    fn uid(id: u64) -> Uid {
-        Uid::new(id, UidWidth::DEFAULT).unwrap()
-    }
 
     fn unhex(s: &str) -> Vec<u8> {
         parse_hex(s).unwrap()
-    }
-
-    #[test]
-    fn seed_tsuid() {
-        let t = Tsuid::new(uid(1), vec![(uid(1), uid(1))]).unwrap();
-        assert_eq!(t.to_hex(&w3()), "000001000001000001");
-        assert_eq!(Tsuid::parse_hex("000001000001000001", &w3()).unwrap(), t);
-        assert_eq!(
-            Tsuid::parse_hex("00000a00000100000b", &w3())
-                .unwrap()
-                .metric,
-            uid(10)
-        );
     }
 
     #[test]
@@ -320,7 +216,7 @@ mod tests {
             let rk = layout.parse_row_key(&unhex(hex)).unwrap();
             assert_eq!(rk.tsuid.metric, uid(1));
             assert_eq!(rk.base_time, base);
-            assert_eq!(rk.base_time % 3600, 0);
+            assert_eq!(rk.base_time % ROW_SPAN_SECS, 0);
             let want: Vec<_> = tags.into_iter().map(|(k, v)| (uid(k), uid(v))).collect();
             assert_eq!(rk.tsuid.tags, want);
             assert_eq!(hex_upper(&layout.row_key(&rk.tsuid, rk.base_time)), hex);
@@ -383,9 +279,6 @@ mod tests {
                 .parse_row_key(&unhex("00000050E22700000001000001"))
                 .is_err()
         );
-        assert!(Tsuid::parse_hex("00001", &w3()).is_err());
-        assert!(Tsuid::parse_hex("zz0001", &w3()).is_err());
-        assert!(Tsuid::new(uid(1), vec![(uid(1), uid(1)), (uid(1), uid(2))]).is_err());
     }
 
     proptest! {
@@ -408,7 +301,7 @@ mod tests {
                 .collect();
             let tsuid = Tsuid::new(clamp(metric, widths.metric), tags.into_iter().collect()).unwrap();
             let layout = KeyLayout { widths, salt: Salt { width: sw, buckets } };
-            let base = base - base % 3600;
+            let base = row_base(base as u64).unwrap();
             let key = layout.row_key(&tsuid, base);
             let parsed = layout.parse_row_key(&key).unwrap();
             prop_assert_eq!(parsed.base_time, base);

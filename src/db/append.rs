@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::Db;
+use crate::model::row_span::LAST_ROW_BASE;
 use crate::model::{Timestamp, Value};
+use crate::protocol::PointError;
+use crate::write::Series;
 use crate::write::buffer;
-use crate::write::{PointError, Series};
 
 pub use crate::write::wal::{Appended, PendingPoint};
 
@@ -41,15 +43,21 @@ impl Db {
         // Record each series' hours in the index before the points become
         // visible, so a query never finds buffered points it cannot name.
         let now = buffer::now_s() as u64;
+        // Points from the parsers cannot lie past the last row
+        // (Timestamp::from_raw refuses them); these could be built by hand.
+        if let Some(Err(e)) = points.iter().map(|p| p.ts.base_time()).find(Result::is_err) {
+            return Err(PointError::IllegalArgument(e.to_string()));
+        }
         for p in points {
             p.series.unsaved_points.fetch_add(1, Ordering::Relaxed);
             if p.series.last_received.load(Ordering::Relaxed) != now {
                 p.series.last_received.store(now, Ordering::Relaxed);
             }
-            let hour = p.ts.base_time() as u64 + 1;
+            let base = p.ts.base_time().unwrap_or(LAST_ROW_BASE);
+            let hour = base as u64 + 1;
             if p.series.indexed_hour.load(Ordering::Relaxed) < hour {
                 self.index
-                    .add_at(&p.series.tsuid, p.ts.base_time())
+                    .add_at(&p.series.tsuid, base)
                     .map_err(|e| PointError::Storage(e.to_string()))?;
                 p.series.indexed_hour.fetch_max(hour, Ordering::Relaxed);
             }

@@ -4,8 +4,9 @@
 use std::collections::HashSet;
 
 use super::{Db, Result};
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::Uid;
+use crate::model::row_span::row_base_clamped;
 use crate::storage::Durability;
 
 /// What [`Db::delete_rows`] removed.
@@ -29,11 +30,11 @@ impl Db {
         if tsuids.is_empty() || end_ms < start_ms {
             return Ok(Deleted::default());
         }
-        let hour = |ms: u64| {
-            let s = (ms / 1000).min(u32::MAX as u64) as u32;
-            s - s % 3600
-        };
-        let (first, last) = (hour(start_ms), hour(end_ms));
+        // A range reaching past 2106 deletes through the last row.
+        let (first, last) = (
+            row_base_clamped(start_ms / 1000),
+            row_base_clamped(end_ms / 1000),
+        );
         let doomed: HashSet<&Tsuid> = tsuids.iter().collect();
         let widths = self.store.layout().widths;
         let logged: Vec<Vec<u8>> = tsuids.iter().map(|t| t.to_bytes(&widths)).collect();

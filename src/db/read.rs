@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::Db;
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::Uid;
 use crate::store::read::{Point, PointSink, ReadStats, SeriesData, SeriesSource};
 use crate::store::{self};

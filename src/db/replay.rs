@@ -6,8 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{DbError, Result};
-use crate::codec::row_key::Tsuid;
 use crate::index::SeriesIndex;
+use crate::model::Tsuid;
+use crate::model::row_span::row_bases;
 use crate::model::{Timestamp, Value};
 use crate::storage::Durability;
 use crate::store::Store;
@@ -73,20 +74,16 @@ pub(super) fn replay(
                             && let Some(pts) = points.get_mut(id)
                         {
                             pts.retain(|(ts, _)| {
-                                !(first_hour..=last_hour).contains(&ts.base_time())
+                                !ts.base_time()
+                                    .is_ok_and(|b| (first_hour..=last_hour).contains(&b))
                             });
                         }
                     }
-                    let mut base = first_hour;
-                    while base <= last_hour {
+                    for base in row_bases(first_hour, last_hour) {
                         store.delete_row(
                             &store.layout().row_key(&tsuid, base),
                             Durability::Process,
                         )?;
-                        base = match base.checked_add(3600) {
-                            Some(b) => b,
-                            None => break,
-                        };
                     }
                 }
             }
@@ -102,7 +99,7 @@ pub(super) fn replay(
             let pts: Vec<_> = dedup.into_values().collect();
             total += pts.len() as u64;
             // The index write may not have survived what the WAL did.
-            if let Some(latest) = pts.iter().map(|(ts, _)| ts.base_time()).max() {
+            if let Some(latest) = pts.iter().filter_map(|(ts, _)| ts.base_time().ok()).max() {
                 index.add_at(&s.tsuid, latest)?;
             }
             store.put_points(&s.tsuid, &pts, Durability::Process)?;

@@ -11,7 +11,7 @@
 //! with different keys are AND-ed (pairs whose key is `*` form one more
 //! OR-group). Results come in TSUID byte order, at most `limit`.
 
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::UidKind;
 use crate::uid::{UidTable, UidTableError};
 

@@ -24,7 +24,7 @@ use parking_lot::RwLock;
 
 use thiserror::Error;
 
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::{Uid, UidWidths};
 use crate::storage::StorageError;
 

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::{Uid, UidKind};
 use crate::storage::StorageError;
 use crate::uid::{UidTable, UidTableError};

@@ -201,6 +201,18 @@ pub fn parse_double(s: &str) -> Result<f64, String> {
     body.parse::<f64>().map(signed).map_err(|_| bad())
 }
 
+/// `HashMap.toString()` of tags as OpenTSDB built the map (insertion in
+/// arrival order, default capacity).
+pub fn java_tags(tags: &[(&str, &str)]) -> String {
+    let keys: Vec<&str> = tags.iter().map(|t| t.0).collect();
+    let order = hashmap_order(&keys, 16);
+    map_to_string(
+        order
+            .iter()
+            .map(|k| *tags.iter().find(|t| t.0 == *k).expect("key from tags")),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,13 +1,18 @@
-//! The data model: UIDs, names, data points. No I/O here.
+//! The data model: UIDs, names, series identities, data points. No I/O
+//! here.
 
 pub mod annotation;
+pub mod hash;
 pub mod java;
 pub mod name;
 pub mod point;
+pub mod row_span;
 pub mod time;
+pub mod tsuid;
 pub mod uid;
 
 pub use annotation::Annotation;
 pub use name::{InvalidName, NameRules};
 pub use point::{DataPoint, Tags, Timestamp, Value};
+pub use tsuid::{Tsuid, TsuidError};
 pub use uid::{Uid, UidError, UidKind, UidWidth, UidWidths};

@@ -5,6 +5,8 @@ use std::fmt;
 
 use thiserror::Error;
 
+use super::row_span::{BeyondLastRow, row_base};
+
 /// A point's time as given by the client. OpenTSDB decides precision by
 /// magnitude alone: anything above `u32::MAX` is milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -22,6 +24,8 @@ pub enum TimestampError {
     NotPositive(i64),
     #[error("timestamp {0} is beyond the 13-digit millisecond range")]
     TooLarge(i64),
+    #[error("timestamp {0} is past 2106-02-07T06:28:15Z, the last second a row key can hold")]
+    BeyondLastRow(i64),
 }
 
 impl Timestamp {
@@ -34,7 +38,12 @@ impl Timestamp {
         if raw <= u32::MAX as u64 {
             Ok(Timestamp::Seconds(raw as u32))
         } else if raw <= MAX_MILLIS {
-            Ok(Timestamp::Millis(raw))
+            let ts = Timestamp::Millis(raw);
+            // OpenTSDB casts the base time to 4 bytes, wrapping it; a
+            // point filed in 1970 is worse than a refused one.
+            ts.base_time()
+                .map_err(|_| TimestampError::BeyondLastRow(raw as i64))?;
+            Ok(ts)
         } else {
             Err(TimestampError::TooLarge(raw as i64))
         }
@@ -63,10 +72,10 @@ impl Timestamp {
         }
     }
 
-    /// Start of the hour row holding this point: `ts - ts % 3600` in seconds.
-    pub fn base_time(self) -> u32 {
-        let s = self.as_seconds();
-        (s - s % 3600) as u32
+    /// Base time of the hour row holding this point; an error for a
+    /// millisecond time past the last row a key can name.
+    pub fn base_time(self) -> Result<u32, BeyondLastRow> {
+        row_base(self.as_seconds())
     }
 }
 
@@ -127,7 +136,20 @@ mod tests {
         assert!(Timestamp::from_raw(0).is_err());
         assert!(Timestamp::from_raw(-5).is_err());
         assert!(Timestamp::from_raw(10_000_000_000_000).is_err());
-        assert_eq!(Timestamp::Seconds(1356998523).base_time(), 1356998400);
-        assert_eq!(Timestamp::Millis(1356998400500).base_time(), 1356998400);
+        assert_eq!(Timestamp::Seconds(1356998523).base_time(), Ok(1356998400));
+        assert_eq!(Timestamp::Millis(1356998400500).base_time(), Ok(1356998400));
+    }
+
+    #[test]
+    fn millis_past_the_last_row_are_refused_not_wrapped() {
+        assert_eq!(
+            Timestamp::from_raw(4_294_967_295_999),
+            Ok(Timestamp::Millis(4_294_967_295_999))
+        );
+        assert_eq!(
+            Timestamp::from_raw(4_294_967_296_000),
+            Err(TimestampError::BeyondLastRow(4_294_967_296_000))
+        );
+        assert!(Timestamp::Millis(5_000_000_000_000).base_time().is_err());
     }
 }

@@ -15,8 +15,9 @@ use super::limits::{Budget, QueryLimits};
 use super::output::{QueryResponse, QueryResult};
 use super::rate::Rate;
 use super::request::{TsQuery, ValidQuery, ValidSubQuery};
-use crate::codec::row_key::Tsuid;
 use crate::index::SeriesIndex;
+use crate::model::Tsuid;
+use crate::model::row_span::{ROW_SPAN_MS, ROW_SPAN_SECS, hour_floor};
 use crate::model::{Annotation, Uid, UidKind, UidWidths, Value};
 use crate::store::read::{Point, SeriesSource};
 
@@ -192,8 +193,9 @@ fn scan_range(q: &ValidQuery, sub: &ValidSubQuery) -> (u64, u64) {
         start -= start % iv;
         end = end - end % iv + iv;
     }
-    start -= start % 3600;
-    let end = end - end % 3600 + 3600;
+    // Whole rows: the store clamps ends past the last row itself.
+    let start = hour_floor(start);
+    let end = hour_floor(end) + ROW_SPAN_SECS as u64;
     (start * 1000, end * 1000 - 1)
 }
 
@@ -324,7 +326,10 @@ fn run_sub(
     // one more hour each way (only for reading; a delete keeps to the
     // rows OpenTSDB's scan covers).
     let (read_start, read_end) = if q.original.padding {
-        (scan_start.saturating_sub(3_600_000), scan_end + 3_600_000)
+        (
+            scan_start.saturating_sub(ROW_SPAN_MS),
+            scan_end + ROW_SPAN_MS,
+        )
     } else {
         (scan_start, scan_end)
     };
@@ -382,7 +387,7 @@ fn run_sub(
             }
             true
         };
-        let hours = (read_end - read_start) / 3_600_000 + 1;
+        let hours = (read_end - read_start) / ROW_SPAN_MS + 1;
         let use_scan = tsuids.len() > 1
             && (tsuids.len() * 2 >= total || hours.saturating_mul(tsuids.len() as u64) > 200_000);
         let read = if use_scan {

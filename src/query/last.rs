@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::engine::QueryContext;
 use super::error::QueryError;
 use super::request::query_pairs;
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::java::double_to_string;
+use crate::model::row_span::{ROW_SPAN_MS, ROW_SPAN_SECS, hour_floor};
 use crate::model::{UidKind, UidWidths, Value};
 use crate::store::read::Point;
 use crate::uid::UidTableError;
@@ -187,21 +188,21 @@ fn series_for(
 
 fn newest(ctx: &QueryContext, tsuid: &Tsuid, back_scan: i64) -> Result<Option<Point>, QueryError> {
     let hours: Vec<u64> = if back_scan > 0 {
-        let now_hour = ctx.now_ms / 1000 / 3600 * 3600;
+        let now_hour = hour_floor(ctx.now_ms / 1000);
         (0..=back_scan as u64)
-            .map_while(|h| now_hour.checked_sub(h * 3600))
+            .map_while(|h| now_hour.checked_sub(h * ROW_SPAN_SECS as u64))
             .collect()
     } else {
         match ctx.index.last_hour(tsuid) {
             // The recorded newest hour, then a day back in case it was deleted.
             Some(h) if h > 0 => (0..24u64)
-                .map_while(|i| (h as u64).checked_sub(i * 3600))
+                .map_while(|i| (h as u64).checked_sub(i * ROW_SPAN_SECS as u64))
                 .collect(),
             // Known without a recorded hour: look back a day from now.
             Some(_) => {
-                let now_hour = ctx.now_ms / 1000 / 3600 * 3600;
+                let now_hour = hour_floor(ctx.now_ms / 1000);
                 (0..24u64)
-                    .map_while(|i| now_hour.checked_sub(i * 3600))
+                    .map_while(|i| now_hour.checked_sub(i * ROW_SPAN_SECS as u64))
                     .collect()
             }
             None => Vec::new(),
@@ -212,7 +213,7 @@ fn newest(ctx: &QueryContext, tsuid: &Tsuid, back_scan: i64) -> Result<Option<Po
         ctx.source.read_tsuids(
             std::slice::from_ref(tsuid),
             hour * 1000,
-            hour * 1000 + 3_599_999,
+            hour * 1000 + ROW_SPAN_MS - 1,
             &mut |_, pts| {
                 last = pts.last().copied().or(last);
                 true

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::java::double_to_string;
 use crate::model::{Annotation, Value};
 

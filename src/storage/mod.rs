@@ -175,10 +175,7 @@ impl StripedLocks {
     /// Locks the stripe of `key` (FNV-1a of `seed` and the key: cheap and
     /// spreads keys well enough).
     pub fn lock(&self, seed: u64, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
-        let mut h: u64 = 0xcbf29ce484222325 ^ seed;
-        for b in key {
-            h = (h ^ *b as u64).wrapping_mul(0x100000001b3);
-        }
+        let h = crate::model::hash::fnv1a(seed, key);
         self.locks[(h % self.locks.len() as u64) as usize].lock()
     }
 }

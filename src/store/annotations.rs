@@ -5,19 +5,20 @@
 //! so it never loses cells written meanwhile by the flusher or another
 //! annotation write.
 
-use crate::codec::column::{ANNOTATION_PREFIX, object_offset_ms, object_qualifier};
+use crate::codec::column::ColumnError;
+use crate::codec::qualifier::{ANNOTATION_PREFIX, object_offset_ms, object_qualifier};
 use crate::codec::row::{Cell, RowCells};
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::annotation::{Annotation, Changes};
 use crate::model::point::Timestamp;
+use crate::model::row_span::row_base_clamped;
 use crate::storage::{Durability, ScanRange, Table, prefix_end};
 
 use super::{Result, Store, StoreError};
 
-/// Base hour of a time in ms, clamped to the row-key range.
+/// Base hour of a range end in ms; past 2106, the last row.
 fn base_of_ms(ms: u64) -> u32 {
-    let s = (ms / 1000).min(u32::MAX as u64);
-    (s - s % 3600) as u32
+    row_base_clamped(ms / 1000)
 }
 
 fn is_annotation(q: &[u8]) -> bool {
@@ -32,12 +33,13 @@ impl Store {
         tsuid: Option<&Tsuid>,
         start: Timestamp,
     ) -> Result<(Vec<u8>, Vec<u8>)> {
-        let base = start.base_time();
+        let base = start.base_time()?;
         let key = match tsuid {
             Some(t) => self.layout().row_key(t, base),
             None => self.layout().global_annotation_row(base),
         };
-        Ok((key, object_qualifier(ANNOTATION_PREFIX, start, base)?))
+        let q = object_qualifier(ANNOTATION_PREFIX, start, base).map_err(ColumnError::from)?;
+        Ok((key, q))
     }
 
     fn parse_note(key: &[u8], value: &[u8]) -> Result<Annotation> {

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Result, Store};
-use crate::codec::row_key::Tsuid;
 use crate::index::{self, IndexStore, RebuildStats};
+use crate::model::Tsuid;
 use crate::storage::{Durability, KvStore, ScanRange, Table, WriteBatch};
 
 const SERIES: u8 = b'S';

@@ -22,12 +22,15 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::codec::column::{ColumnError, StoredPoint};
+use crate::codec::column::ColumnError;
+use crate::codec::qualifier::StoredPoint;
 use crate::codec::row::{self, Cell, DecodedRow, DuplicatePolicy, RowCells, RowEncoding, RowError};
-use crate::codec::row_key::{KeyError, KeyLayout, Salt, Tsuid};
+use crate::codec::row_key::{KeyError, KeyLayout, Salt};
 use crate::index::IndexStore;
 use crate::meta::MetaStore;
+use crate::model::Tsuid;
 use crate::model::point::{Timestamp, Value};
+use crate::model::row_span::BeyondLastRow;
 use crate::model::uid::UidWidths;
 use crate::storage::fjall::{FjallOptions, FjallStore};
 use crate::storage::memory::MemoryStore;
@@ -74,6 +77,9 @@ pub enum StoreError {
     Key(#[from] KeyError),
     #[error(transparent)]
     Column(#[from] ColumnError),
+    /// A point or annotation past the last row a key can name.
+    #[error(transparent)]
+    BeyondLastRow(#[from] BeyondLastRow),
     #[error("row {key}: {source}")]
     Row { key: String, source: RowError },
     #[error("row {key}: {source}")]
@@ -435,8 +441,8 @@ impl Store {
     ) -> Result<()> {
         let mut by_hour: std::collections::BTreeMap<u32, Vec<StoredPoint>> = Default::default();
         for &(ts, v) in points {
-            let base = ts.base_time();
-            let (p, _) = StoredPoint::new(ts, base, v)?;
+            let base = ts.base_time()?;
+            let (p, _) = StoredPoint::new(ts, base, v).map_err(ColumnError::from)?;
             by_hour.entry(base).or_default().push(p);
         }
         for (base, new_points) in by_hour {
@@ -554,6 +560,7 @@ fn decode_cells(key: &[u8], value: &[u8]) -> Result<RowCells> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::row_span::{ROW_SPAN_SECS, row_base};
     use crate::model::{Uid, UidWidth};
 
     fn tsuid() -> Tsuid {
@@ -773,9 +780,9 @@ mod tests {
         let store = Store::open(dir.path(), &opts).unwrap();
         let t = tsuid();
         let now = retention::now_s() as u32;
-        let hour = now - now % 3600;
+        let hour = row_base(now as u64).unwrap();
         for h in 0..6u32 {
-            let ts = Timestamp::Seconds(hour - h * 3600 + 1);
+            let ts = Timestamp::Seconds(hour - h * ROW_SPAN_SECS + 1);
             store
                 .put_points(&t, &[(ts, Value::Int(h as i64))], Durability::Process)
                 .unwrap();

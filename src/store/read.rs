@@ -4,11 +4,13 @@
 
 use std::collections::HashMap;
 
+use crate::codec::CellKind;
 use crate::codec::column;
 use crate::codec::row::RowCells;
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::Uid;
 use crate::model::point::Value;
+use crate::model::row_span::{row_base_clamped, row_bases};
 use crate::storage::{ScanRange, Table, prefix_end};
 
 use super::{Result, Store};
@@ -158,8 +160,8 @@ impl SeriesSource for Store {
         };
         let mut buf = Vec::with_capacity(4096);
         for (i, tsuid) in tsuids.iter().enumerate() {
-            let mut base = start_base.max(self.retention_floor(tsuid.metric));
-            while base <= end_base {
+            let first = start_base.max(self.retention_floor(tsuid.metric));
+            for base in row_bases(first, end_base) {
                 let key = self.layout().row_key(tsuid, base);
                 if let Some(value) = self.kv().get(Table::Data, &key)? {
                     stats.rows += 1;
@@ -172,10 +174,6 @@ impl SeriesSource for Store {
                         return Ok(stats);
                     }
                 }
-                base = match base.checked_add(3600) {
-                    Some(b) => b,
-                    None => break,
-                };
             }
         }
         Ok(stats)
@@ -235,16 +233,15 @@ impl SeriesSource for Store {
     }
 }
 
-/// First and last hourly row base times covering `[start_ms, end_ms]`.
+/// First and last hourly row base times covering `[start_ms, end_ms]`; a
+/// range reaching past 2106 reads through the last row.
 fn hour_range(start_ms: u64, end_ms: u64) -> Option<(u32, u32)> {
     if end_ms < start_ms {
         return None;
     }
-    let start_s = (start_ms / 1000).min(u32::MAX as u64);
-    let end_s = (end_ms / 1000).min(u32::MAX as u64);
     Some((
-        (start_s - start_s % 3600) as u32,
-        (end_s - end_s % 3600) as u32,
+        row_base_clamped(start_ms / 1000),
+        row_base_clamped(end_ms / 1000),
     ))
 }
 
@@ -275,37 +272,35 @@ impl Store {
                 });
             }
         };
-        if let Some((q, v)) = RowCells::single_cell(value)
-            && !q.is_empty()
-            && q.len() % 2 == 0
-        {
-            if column::is_single_point(q) {
-                let p = column::decode_single(q, v)?;
-                push(p.offset_ms, p.value);
-                return Ok(Vec::new());
-            }
-            if column::for_each_compacted(q, v, &mut push) {
-                return Ok(Vec::new());
-            }
-        }
-        if let Some((q, v)) = RowCells::single_cell(value)
-            && q == crate::codec::compressed::COMPRESSED_QUALIFIER
-        {
-            // Errors (a bad checksum) fall through to the general decoder,
-            // which reports them with the row key.
-            thread_local! {
-                static SCRATCH: std::cell::RefCell<crate::codec::compressed::Scratch> = Default::default();
-            }
-            let ok = SCRATCH.with(|scratch| {
-                crate::codec::compressed::decode_values_with(
-                    v,
-                    &mut scratch.borrow_mut(),
-                    &mut push,
-                )
-                .is_ok()
-            });
-            if ok {
-                return Ok(Vec::new());
+        if let Some((q, v)) = RowCells::single_cell(value) {
+            match CellKind::of(q) {
+                CellKind::Single => {
+                    let p = column::decode_single(q, v)?;
+                    push(p.offset_ms, p.value);
+                    return Ok(Vec::new());
+                }
+                CellKind::Compacted if column::for_each_compacted(q, v, &mut push) => {
+                    return Ok(Vec::new());
+                }
+                CellKind::Compressed => {
+                    // Errors (a bad checksum) fall through to the general
+                    // decoder, which reports them with the row key.
+                    thread_local! {
+                        static SCRATCH: std::cell::RefCell<crate::codec::compressed::Scratch> = Default::default();
+                    }
+                    let ok = SCRATCH.with(|scratch| {
+                        crate::codec::compressed::decode_values_with(
+                            v,
+                            &mut scratch.borrow_mut(),
+                            &mut push,
+                        )
+                        .is_ok()
+                    });
+                    if ok {
+                        return Ok(Vec::new());
+                    }
+                }
+                _ => {}
             }
         }
         buf.clear();

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use crate::codec::row_key::KeyLayout;
+use crate::model::row_span::row_base_clamped;
 use crate::model::time::parse_duration;
 use crate::model::{Uid, UidKind};
 use crate::uid::UidTable;
@@ -102,8 +103,8 @@ impl Retention {
         match self.ttl(metric) {
             None => 0,
             Some(ttl) => {
-                let cutoff = now_s.saturating_sub(ttl);
-                (cutoff - cutoff % 3600).min(u32::MAX as u64) as u32
+                // A cutoff past 2106 expires every row but the last.
+                row_base_clamped(now_s.saturating_sub(ttl))
             }
         }
     }
@@ -136,7 +137,7 @@ pub fn now_s() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::row_key::Tsuid;
+    use crate::model::Tsuid;
     use crate::model::UidWidth;
 
     #[test]

@@ -212,7 +212,8 @@ impl UidStore for KvUidStore {
 mod tests {
     //! A [`UidTable`] over the embedded engine.
     use crate::codec::row::DuplicatePolicy;
-    use crate::codec::row_key::{KeyLayout, Salt, Tsuid};
+    use crate::codec::row_key::{KeyLayout, Salt};
+    use crate::model::Tsuid;
     use crate::model::{NameRules, Uid, UidKind, UidWidth, UidWidths};
     use crate::store::Store;
     use crate::uid::{Assigned, AutoCreate, UidTable, UidTableError};

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::model::UidKind;
-use crate::write::PointError;
+use crate::protocol::PointError;
 
 use super::TsdState;
 

@@ -3,60 +3,23 @@
 //! single spaces, the `put` parser with OpenTSDB's exact error lines
 //! (`PutDataPointRpc.importDataPoint`), and the other line commands.
 //!
-//! Parsing is pure ([`parse_put`], [`split_lines`]); [`serve`] does the
+//! Parsing is pure (`crate::protocol::telnet`); [`serve`] does the
 //! I/O: it reads a chunk, handles every complete line in it, logs the
 //! chunk's points in one WAL append, then writes the chunk's replies.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::write::{PendingPoint, PointError};
-
-pub use crate::write::line::{PutLine, check_finite, parse_put};
+use crate::protocol::PointError;
+use crate::protocol::telnet::{Words, decode_line, parse_put, split_lines};
+use crate::write::PendingPoint;
 
 use super::TsdState;
 use super::stats::inc;
 
 const READ_CHUNK: usize = 64 * 1024;
-
-/// Decodes a line as ISO-8859-1, as OpenTSDB does.
-pub fn decode_line(bytes: &[u8]) -> Cow<'_, str> {
-    if bytes.is_ascii() {
-        Cow::Borrowed(std::str::from_utf8(bytes).expect("ASCII is UTF-8"))
-    } else {
-        Cow::Owned(bytes.iter().map(|&b| b as char).collect())
-    }
-}
-
-/// Complete lines of `buf` (without `\n` / `\r\n`) and how many bytes
-/// they used. `Err(len)` if a line (or the unterminated rest) is longer
-/// than `max`.
-pub fn split_lines(buf: &[u8], max: usize) -> Result<(Vec<&[u8]>, usize), usize> {
-    let mut lines = Vec::new();
-    let mut start = 0;
-    while let Some(pos) = memchr(b'\n', &buf[start..]) {
-        let mut line = &buf[start..start + pos];
-        if let Some(l) = line.strip_suffix(b"\r") {
-            line = l;
-        }
-        if line.len() > max {
-            return Err(line.len());
-        }
-        lines.push(line);
-        start += pos + 1;
-    }
-    if buf.len() - start > max {
-        return Err(buf.len() - start);
-    }
-    Ok((lines, start))
-}
-
-fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
-    hay.iter().position(|&b| b == needle)
-}
 
 /// What a line asks of the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,22 +96,8 @@ impl Conn<'_> {
 
     fn line(&mut self, line: &str) -> After {
         inc(&self.state.stats.rpc_telnet);
-        // Words on the stack for ordinary lines; a Vec only for long ones.
-        let mut stack: [&str; 24] = [""; 24];
-        let mut n = 0;
-        let mut heap: Vec<&str> = Vec::new();
-        for w in line.split(' ') {
-            if n < stack.len() {
-                stack[n] = w;
-            } else {
-                if heap.is_empty() {
-                    heap.extend_from_slice(&stack);
-                }
-                heap.push(w);
-            }
-            n += 1;
-        }
-        let words: &[&str] = if heap.is_empty() { &stack[..n] } else { &heap };
+        let words = Words::split(line);
+        let words = words.as_slice();
         let cmd = words[0];
         if cmd == "put" && self.state.config.mode.writes() {
             self.put(words);
@@ -280,87 +229,5 @@ pub async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
         if state.shutting_down() {
             return;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::Value;
-
-    fn put(line: &str) -> Result<PutLine<'_>, String> {
-        let words: Vec<&str> = line.split(' ').collect();
-        parse_put(&words).map_err(|e| e.telnet_line())
-    }
-
-    #[test]
-    fn put_errors_verbatim() {
-        assert_eq!(
-            put("put").unwrap_err(),
-            "put: illegal argument: not enough arguments (need least 4, got 0)"
-        );
-        assert_eq!(
-            put("put m 1 1").unwrap_err(),
-            "put: illegal argument: not enough arguments (need least 4, got 3)"
-        );
-        assert_eq!(
-            put("put  1356998400 1 host=a").unwrap_err(),
-            "put: illegal argument: empty metric name"
-        );
-        assert_eq!(
-            put("put m notatime 1 host=a").unwrap_err(),
-            "put: invalid value: Invalid character 'n' in notatime"
-        );
-        assert_eq!(
-            put("put m 0 1 host=a").unwrap_err(),
-            "put: illegal argument: invalid timestamp: 0"
-        );
-        assert_eq!(
-            put("put m -5 1 host=a").unwrap_err(),
-            "put: illegal argument: invalid timestamp: -5"
-        );
-        assert_eq!(
-            put("put m 1356998400  host=a").unwrap_err(),
-            "put: illegal argument: empty value"
-        );
-        assert_eq!(
-            put("put m 1356998400 1 host").unwrap_err(),
-            "put: illegal argument: invalid tag: host"
-        );
-        assert_eq!(
-            put("put m 1356998400 1 host=a=b").unwrap_err(),
-            "put: illegal argument: invalid tag: host=a=b"
-        );
-        assert_eq!(
-            put("put m 1356998400 1 host=a host=b").unwrap_err(),
-            "put: illegal argument: duplicate tag: host=b, tags={host=a}"
-        );
-        assert!(put("put m 1356998400 1 host=a host=a").is_ok());
-        assert_eq!(
-            put("put m 1356998400 NaN host=a").unwrap_err(),
-            "put: invalid value: Invalid character 'N' in NaN"
-        );
-        assert_eq!(
-            put("put m 1356998400 1e999 host=a").unwrap_err(),
-            "put: illegal argument: value is NaN or Infinite: Infinity for metric=m timestamp=1356998400"
-        );
-        assert_eq!(
-            put("put m 1356998400 1.2.3 host=a").unwrap_err(),
-            "put: invalid value: For input string: \"1.2.3\""
-        );
-        let p = put("put m 1356998400.500 1.5 host=a  dc=x").unwrap();
-        assert_eq!(p.timestamp, 1356998400500);
-        assert_eq!(p.value, Value::Float(1.5));
-        assert_eq!(p.tags, vec![("host", "a"), ("dc", "x")]);
-    }
-
-    #[test]
-    fn framing() {
-        let (lines, used) = split_lines(b"a\r\nb\npartial", 10).unwrap();
-        assert_eq!(lines, vec![&b"a"[..], &b"b"[..]]);
-        assert_eq!(used, 5);
-        assert_eq!(split_lines(b"0123456789AB\n", 10), Err(12));
-        assert_eq!(split_lines(b"0123456789AB", 10), Err(12));
-        assert_eq!(decode_line(&[0x63, 0xE9]), "c\u{e9}");
     }
 }

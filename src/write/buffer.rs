@@ -20,13 +20,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::Uid;
 use crate::model::point::{Timestamp, Value};
+use crate::model::row_span::ROW_SPAN_SECS;
 use crate::store::read::Point;
 
-use super::hash::FnvMap;
 use super::series::Series;
+use crate::model::hash::FnvMap;
 
 const SHARDS: usize = 64;
 /// Bit of a buffered timestamp meaning "written in seconds".
@@ -150,7 +151,9 @@ impl Buffer {
     }
 
     pub fn insert(&self, series: &Arc<Series>, ts: Timestamp, value: Value, segment: u64) {
-        let base = ts.base_time();
+        let base = ts
+            .base_time()
+            .expect("Db::append refuses points past the last row");
         let now = self.clock_s.load(Ordering::Relaxed);
         let mut shard = self.shards[series.id as usize % SHARDS].lock();
         let sb = shard.entry(series.id).or_insert_with(|| SeriesBuf {
@@ -195,7 +198,8 @@ impl Buffer {
                 while i < sb.hours.len() {
                     let h = &sb.hours[i];
                     let closed = h.base < newest;
-                    let old = (h.base as u64 + 3600 + policy.grace_s as u64) <= policy.now_s as u64
+                    let old = (h.base as u64 + ROW_SPAN_SECS as u64 + policy.grace_s as u64)
+                        <= policy.now_s as u64
                         && idle;
                     if policy.everything || closed || old || (policy.pressure && h.base < newest) {
                         let h = sb.hours.swap_remove(i);

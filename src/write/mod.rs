@@ -1,6 +1,5 @@
 //! The write path's parts, orchestrated by [`crate::db::Db`]:
 //!
-//! - [`mod@line`]: the put-line parser shared by telnet and `tsdb import`.
 //! - [`series`]: a point's names checked and resolved to its TSUID, once
 //!   per series.
 //! - [`wal`]: every point is logged before it is acknowledged.
@@ -8,10 +7,8 @@
 //!   written to the store when the hour is sealed.
 
 pub mod buffer;
-pub mod hash;
-pub mod line;
 pub mod series;
 pub mod wal;
 
-pub use series::{PointError, Series, SeriesCache, parse_value};
+pub use series::{Series, SeriesCache};
 pub use wal::{Appended, PendingPoint, Wal, WalOptions};

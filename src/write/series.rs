@@ -12,57 +12,18 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
-use crate::codec::column::encode_value;
-use crate::codec::row_key::Tsuid;
-use crate::model::java::{hashmap_order, map_to_string};
+use crate::codec::qualifier::encode_value;
+use crate::model::Tsuid;
+use crate::model::java::{hashmap_order, java_tags};
 use crate::model::point::{MAX_MILLIS, Timestamp, Value};
 use crate::model::uid::java_byte_array;
 use crate::model::{NameRules, UidKind};
+use crate::protocol::PointError;
 use crate::uid::{UidTable, UidTableError};
 
-use super::hash::FnvMap;
+use crate::model::hash::{FnvMap, fnv1a};
 
 const SHARDS: usize = 16;
-
-/// Why a point was refused, in OpenTSDB's exception classes: each maps to
-/// its own telnet prefix and HTTP message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PointError {
-    /// `IllegalArgumentException`: telnet `put: illegal argument: <msg>`,
-    /// HTTP the message itself.
-    IllegalArgument(String),
-    /// `NumberFormatException`: telnet `put: invalid value: <msg>`, HTTP
-    /// `Unable to parse value to a number`.
-    InvalidValue(String),
-    /// `NoSuchUniqueName`: telnet `put: unknown metric: <msg>`, HTTP
-    /// `Unknown metric`.
-    UnknownName(String),
-    /// Anything else (storage trouble, shutdown): telnet
-    /// `put: HBase error: <msg>`, HTTP `Unexpected exception`.
-    Storage(String),
-}
-
-impl PointError {
-    /// The telnet error line (without the trailing newline).
-    pub fn telnet_line(&self) -> String {
-        match self {
-            PointError::IllegalArgument(m) => format!("put: illegal argument: {m}"),
-            PointError::InvalidValue(m) => format!("put: invalid value: {m}"),
-            PointError::UnknownName(m) => format!("put: unknown metric: {m}"),
-            PointError::Storage(m) => format!("put: HBase error: {m}"),
-        }
-    }
-
-    /// The per-point `error` of `/api/put` details.
-    pub fn http_message(&self) -> String {
-        match self {
-            PointError::IllegalArgument(m) => m.clone(),
-            PointError::InvalidValue(_) => "Unable to parse value to a number".into(),
-            PointError::UnknownName(_) => "Unknown metric".into(),
-            PointError::Storage(_) => "Unexpected exception".into(),
-        }
-    }
-}
 
 impl From<UidTableError> for PointError {
     fn from(e: UidTableError) -> Self {
@@ -71,22 +32,6 @@ impl From<UidTableError> for PointError {
             UidTableError::InvalidName(n) => PointError::IllegalArgument(n.0),
             other => PointError::Storage(other.to_string()),
         }
-    }
-}
-
-/// Parses a point's value text as `PutDataPointRpc` does: integer text
-/// through `Tags.parseLong`, anything with `.`/`e`/`E` through
-/// `Double.parseDouble` (stored on 4 bytes when exact as a float).
-pub fn parse_value(text: &str) -> Result<Value, PointError> {
-    use crate::model::java::{looks_like_integer, parse_double, parse_long};
-    if looks_like_integer(text) {
-        parse_long(text)
-            .map(Value::Int)
-            .map_err(PointError::InvalidValue)
-    } else {
-        parse_double(text)
-            .map(Value::Float)
-            .map_err(PointError::InvalidValue)
     }
 }
 
@@ -152,18 +97,6 @@ fn series_key(metric: &str, tags: &[(&str, &str)], out: &mut String) {
     }
 }
 
-/// `HashMap.toString()` of tags as OpenTSDB built the map (insertion in
-/// arrival order, default capacity).
-pub fn java_tags(tags: &[(&str, &str)]) -> String {
-    let keys: Vec<&str> = tags.iter().map(|t| t.0).collect();
-    let order = hashmap_order(&keys, 16);
-    map_to_string(
-        order
-            .iter()
-            .map(|k| *tags.iter().find(|t| t.0 == *k).expect("key from tags")),
-    )
-}
-
 impl SeriesCache {
     pub fn new(uids: Arc<UidTable>, max_tags: usize) -> SeriesCache {
         SeriesCache {
@@ -210,11 +143,10 @@ impl SeriesCache {
     }
 
     fn shard(&self, key: &str) -> &RwLock<FnvMap<Box<str>, Arc<Series>>> {
-        let mut h: u32 = 0x811c9dc5;
-        for b in key.as_bytes().iter().take(64) {
-            h = (h ^ *b as u32).wrapping_mul(0x01000193);
-        }
-        &self.shards[h as usize % SHARDS]
+        // The first 64 bytes spread series well enough.
+        let bytes = key.as_bytes();
+        let h = fnv1a(0, &bytes[..bytes.len().min(64)]);
+        &self.shards[(h % SHARDS as u64) as usize]
     }
 
     /// Checks one point and finds (or creates) its series. `tags` are in
@@ -471,11 +403,5 @@ mod tests {
                     .into()
             )
         );
-        assert_eq!(
-            parse_value("NaN").unwrap_err(),
-            PointError::InvalidValue("Invalid character 'N' in NaN".into())
-        );
-        assert_eq!(parse_value("1.5").unwrap(), Value::Float(1.5));
-        assert_eq!(parse_value("42").unwrap(), Value::Int(42));
     }
 }

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use rtsdb::codec::row_key::Tsuid;
 use rtsdb::db::DbOptions;
+use rtsdb::model::Tsuid;
 use rtsdb::model::{UidKind, Value};
 use rtsdb::query::{self, QueryContext, QueryError};
 use rtsdb::uid::{AutoCreate, UidTable};

@@ -6,7 +6,7 @@ use crate::common;
 use common::tsdb;
 use std::path::Path;
 
-use rtsdb::codec::row_key::Tsuid;
+use rtsdb::model::Tsuid;
 use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
 use rtsdb::storage::Durability;
 use rtsdb::store::{Store, StoreOptions};

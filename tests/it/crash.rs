@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rtsdb::codec::row_key::Tsuid;
+use rtsdb::model::Tsuid;
 use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
 use rtsdb::storage::Durability;
 use rtsdb::store::read::SeriesSource;

@@ -6,7 +6,7 @@ use crate::common;
 use std::path::Path;
 
 use rtsdb::codec::row::Cell;
-use rtsdb::codec::row_key::Tsuid;
+use rtsdb::model::Tsuid;
 use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
 use rtsdb::storage::{Durability, Table, WriteBatch};
 use rtsdb::store::{Store, StoreOptions};

@@ -5,12 +5,12 @@
 use crate::common;
 
 use proptest::prelude::*;
-use rtsdb::codec::row_key::Tsuid;
+use rtsdb::model::Tsuid;
 use rtsdb::model::time::{parse_datetime, parse_duration};
 use rtsdb::model::{Uid, UidWidth, UidWidths, Value};
+use rtsdb::protocol::telnet as line;
 use rtsdb::query;
 use rtsdb::tsd::http::put;
-use rtsdb::write::line;
 
 /// Pieces clients send, glued at random: nearer to real input than noise.
 fn fragments() -> impl Strategy<Value = String> {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use hyper::Method;
 
 use super::{Query, Reply, json_text, method_not_allowed};
-use crate::codec::row_key::Tsuid;
+use crate::model::Tsuid;
 use crate::model::annotation::{self, Annotation, AnnotationError, Changes};
 use crate::model::time::parse_datetime;
 use crate::storage::Durability;

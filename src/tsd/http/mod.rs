@@ -25,45 +25,6 @@ use hyper::{Method, Request, Response, StatusCode};
 use super::TsdState;
 use super::stats::inc;
 
-/// `Aggregators.java`'s 2.4 list.
-pub const AGGREGATORS: [&str; 35] = [
-    "sum",
-    "min",
-    "max",
-    "avg",
-    "none",
-    "median",
-    "mult",
-    "dev",
-    "diff",
-    "count",
-    "zimsum",
-    "mimmin",
-    "mimmax",
-    "first",
-    "last",
-    "pfsum",
-    "squareSum",
-    "p999",
-    "p99",
-    "p95",
-    "p90",
-    "p75",
-    "p50",
-    "ep999r3",
-    "ep99r3",
-    "ep95r3",
-    "ep90r3",
-    "ep75r3",
-    "ep50r3",
-    "ep999r7",
-    "ep99r7",
-    "ep95r7",
-    "ep90r7",
-    "ep75r7",
-    "ep50r7",
-];
-
 const MAX_API_VERSION: u32 = 1;
 const JSON_TYPE: &str = "application/json; charset=UTF-8";
 const TEXT_TYPE: &str = "text/plain; charset=UTF-8";
@@ -72,6 +33,12 @@ const HTML_TYPE: &str = "text/html; charset=UTF-8";
 const GZIP_MIN: usize = 512;
 /// Put bodies at least this long are checked on a blocking thread.
 const BLOCKING_BODY: usize = 256 * 1024;
+
+/// `/api/aggregators`: the query engine's list, in its order.
+fn aggregator_names() -> String {
+    let names: Vec<&str> = crate::query::Aggregator::names().collect();
+    serde_json::to_string(&names).expect("json")
+}
 
 /// OpenTSDB's error envelope (no stack trace: there is no Java one).
 pub fn error_body(code: u16, message: &str, details: &str) -> String {
@@ -517,7 +484,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                 if !get_post(&method) {
                     return method_not_allowed(&method);
                 }
-                Reply::json(200, serde_json::to_string(&AGGREGATORS[..]).expect("json"))
+                Reply::json(200, aggregator_names())
             }
             "api/dropcaches" => {
                 if !(get_post(&method) || method == Method::DELETE) {
@@ -585,9 +552,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                     Reply::text(200, format!("{}\n", crate::version::version_lines()))
                 }
             }
-            "aggregators" => {
-                Reply::json(200, serde_json::to_string(&AGGREGATORS[..]).expect("json"))
-            }
+            "aggregators" => Reply::json(200, aggregator_names()),
             "stats" => {
                 let lines = super::stats::lines(state, now_s());
                 if query.has("json") {

@@ -10,10 +10,11 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::write::{PendingPoint, parse_value};
+use crate::protocol::parse_value;
+use crate::write::PendingPoint;
 
 use super::super::TsdState;
-use super::super::telnet::check_finite;
+use crate::protocol::telnet::check_finite;
 
 /// A JSON scalar read as Jackson reads it into a `String` field: strings
 /// as-is, numbers and booleans as their text, `null` as absent.

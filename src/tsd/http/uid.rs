@@ -5,9 +5,9 @@ use hyper::Method;
 use serde_json::{Map, Value};
 
 use super::{Query, Reply, json_text, method_not_allowed, parse_json};
-use crate::codec::row_key::Tsuid;
 use crate::index::lookup::{LookupQuery, lookup};
 use crate::meta::{self, MetaError, TsMetaFields, UidMetaFields};
+use crate::model::Tsuid;
 use crate::model::UidKind;
 use crate::tsd::TsdState;
 use crate::uid::{Assigned, UidTableError};

@@ -1,0 +1,81 @@
+//! Client protocols as text: what a line or a value sent by a client
+//! means, before the write path resolves its series. Pure parsing, no
+//! I/O; the server (`tsd`) and `tsdb import` both use it, as
+//! VictoriaMetrics keeps its `lib/protoparser/opentsdb`.
+//!
+//! - [`telnet`]: framing, word splitting and the `put` line parser.
+
+pub mod telnet;
+
+use crate::model::Value;
+
+/// Why a point was refused, in OpenTSDB's exception classes: each maps to
+/// its own telnet prefix and HTTP message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PointError {
+    /// `IllegalArgumentException`: telnet `put: illegal argument: <msg>`,
+    /// HTTP the message itself.
+    IllegalArgument(String),
+    /// `NumberFormatException`: telnet `put: invalid value: <msg>`, HTTP
+    /// `Unable to parse value to a number`.
+    InvalidValue(String),
+    /// `NoSuchUniqueName`: telnet `put: unknown metric: <msg>`, HTTP
+    /// `Unknown metric`.
+    UnknownName(String),
+    /// Anything else (storage trouble, shutdown): telnet
+    /// `put: HBase error: <msg>`, HTTP `Unexpected exception`.
+    Storage(String),
+}
+
+impl PointError {
+    /// The telnet error line (without the trailing newline).
+    pub fn telnet_line(&self) -> String {
+        match self {
+            PointError::IllegalArgument(m) => format!("put: illegal argument: {m}"),
+            PointError::InvalidValue(m) => format!("put: invalid value: {m}"),
+            PointError::UnknownName(m) => format!("put: unknown metric: {m}"),
+            PointError::Storage(m) => format!("put: HBase error: {m}"),
+        }
+    }
+
+    /// The per-point `error` of `/api/put` details.
+    pub fn http_message(&self) -> String {
+        match self {
+            PointError::IllegalArgument(m) => m.clone(),
+            PointError::InvalidValue(_) => "Unable to parse value to a number".into(),
+            PointError::UnknownName(_) => "Unknown metric".into(),
+            PointError::Storage(_) => "Unexpected exception".into(),
+        }
+    }
+}
+
+/// Parses a point's value text as `PutDataPointRpc` does: integer text
+/// through `Tags.parseLong`, anything with `.`/`e`/`E` through
+/// `Double.parseDouble` (stored on 4 bytes when exact as a float).
+pub fn parse_value(text: &str) -> Result<Value, PointError> {
+    use crate::model::java::{looks_like_integer, parse_double, parse_long};
+    if looks_like_integer(text) {
+        parse_long(text)
+            .map(Value::Int)
+            .map_err(PointError::InvalidValue)
+    } else {
+        parse_double(text)
+            .map(Value::Float)
+            .map_err(PointError::InvalidValue)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_as_put_data_point_rpc() {
+        assert_eq!(
+            parse_value("NaN").unwrap_err(),
+            PointError::InvalidValue("Invalid character 'N' in NaN".into())
+        );
+        assert_eq!(parse_value("1.5").unwrap(), Value::Float(1.5));
+        assert_eq!(parse_value("42").unwrap(), Value::Int(42));
+    }
+}

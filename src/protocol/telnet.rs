@@ -1,0 +1,289 @@
+//! OpenTSDB's telnet-style line protocol as text: framing (lines up to
+//! `max_line_length` bytes, `\n` or `\r\n`, ISO-8859-1), word splitting
+//! as `Tags.splitString`, and the `put` line parser
+//! (`PutDataPointRpc.importDataPoint`) with its exact messages, checked
+//! in OpenTSDB's order up to (not including) the series' names, which
+//! the write path's series cache checks. `tsdb import` reads the same
+//! lines without the `put` word.
+//!
+//! Hot paths (every telnet and import line): nothing here allocates per
+//! line for ordinary lines.
+
+use std::borrow::Cow;
+
+use super::{PointError, parse_value};
+use crate::model::Value;
+use crate::model::java::{double_to_string, java_tags};
+
+/// Decodes a line as ISO-8859-1, as OpenTSDB does.
+pub fn decode_line(bytes: &[u8]) -> Cow<'_, str> {
+    if bytes.is_ascii() {
+        Cow::Borrowed(std::str::from_utf8(bytes).expect("ASCII is UTF-8"))
+    } else {
+        Cow::Owned(bytes.iter().map(|&b| b as char).collect())
+    }
+}
+
+/// Complete lines of `buf` (without `\n` / `\r\n`) and how many bytes
+/// they used. `Err(len)` if a line (or the unterminated rest) is longer
+/// than `max`.
+pub fn split_lines(buf: &[u8], max: usize) -> Result<(Vec<&[u8]>, usize), usize> {
+    let mut lines = Vec::new();
+    let mut start = 0;
+    while let Some(pos) = memchr(b'\n', &buf[start..]) {
+        let mut line = &buf[start..start + pos];
+        if let Some(l) = line.strip_suffix(b"\r") {
+            line = l;
+        }
+        if line.len() > max {
+            return Err(line.len());
+        }
+        lines.push(line);
+        start += pos + 1;
+    }
+    if buf.len() - start > max {
+        return Err(buf.len() - start);
+    }
+    Ok((lines, start))
+}
+
+fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
+    hay.iter().position(|&b| b == needle)
+}
+
+/// The lines of a chunk (complete lines, `\n` or `\r\n`), decoded.
+pub fn chunk_lines(data: &[u8]) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+    let data = data.strip_suffix(b"\n").unwrap_or(data);
+    data.split(|&b| b == b'\n').map(|raw| {
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        decode_line(raw)
+    })
+}
+
+/// Words per line kept on the stack; longer lines spill to one Vec.
+const STACK_WORDS: usize = 24;
+
+/// A line's words as OpenTSDB's `Tags.splitString(line, ' ')`: split on
+/// every single space, empty words kept. Held on the stack for ordinary
+/// lines (a `put` with 20 tags fits), so splitting does not allocate.
+pub struct Words<'a> {
+    stack: [&'a str; STACK_WORDS],
+    n: usize,
+    heap: Vec<&'a str>,
+}
+
+impl<'a> Words<'a> {
+    pub fn split(line: &'a str) -> Words<'a> {
+        let mut w = Words {
+            stack: [""; STACK_WORDS],
+            n: 0,
+            heap: Vec::new(),
+        };
+        for word in line.split(' ') {
+            if w.n < STACK_WORDS {
+                w.stack[w.n] = word;
+            } else {
+                if w.heap.is_empty() {
+                    w.heap.extend_from_slice(&w.stack);
+                }
+                w.heap.push(word);
+            }
+            w.n += 1;
+        }
+        w
+    }
+
+    pub fn as_slice(&self) -> &[&'a str] {
+        if self.heap.is_empty() {
+            &self.stack[..self.n]
+        } else {
+            &self.heap
+        }
+    }
+}
+
+/// A `put` line, parsed and checked up to (not including) the series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PutLine<'a> {
+    pub metric: &'a str,
+    pub timestamp: i64,
+    pub value: Value,
+    /// In arrival order, unique keys.
+    pub tags: Vec<(&'a str, &'a str)>,
+}
+
+/// `Tags.parse`: one `k=v` word into the tag list.
+fn parse_tag<'a>(tags: &mut Vec<(&'a str, &'a str)>, word: &'a str) -> Result<(), PointError> {
+    let mut parts = word.split('=');
+    let (k, v) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(k), Some(v), None) if !k.is_empty() && !v.is_empty() => (k, v),
+        _ => return Err(PointError::IllegalArgument(format!("invalid tag: {word}"))),
+    };
+    match tags.iter().find(|t| t.0 == k) {
+        Some(t) if t.1 == v => Ok(()),
+        Some(_) => Err(PointError::IllegalArgument(format!(
+            "duplicate tag: {word}, tags={}",
+            java_tags(tags)
+        ))),
+        None => {
+            tags.push((k, v));
+            Ok(())
+        }
+    }
+}
+
+/// `importDataPoint` for the words of a `put` line (`words[0]` is `put`),
+/// in OpenTSDB's order: argument count, metric, timestamp, value, tags,
+/// value parsing, NaN/Infinity.
+pub fn parse_put<'a>(words: &[&'a str]) -> Result<PutLine<'a>, PointError> {
+    parse_point(words.get(1..).unwrap_or_default())
+}
+
+/// The same checks for a line's words after the command word: what
+/// `tsdb import` reads (`<metric> <timestamp> <value> <tagk=tagv>...`).
+pub fn parse_point<'a>(words: &[&'a str]) -> Result<PutLine<'a>, PointError> {
+    if words.len() < 4 {
+        return Err(PointError::IllegalArgument(format!(
+            "not enough arguments (need least 4, got {})",
+            words.len()
+        )));
+    }
+    let metric = words[0];
+    if metric.is_empty() {
+        return Err(PointError::IllegalArgument("empty metric name".into()));
+    }
+    let ts_word: Cow<str> = if words[1].contains('.') {
+        Cow::Owned(words[1].replace('.', ""))
+    } else {
+        Cow::Borrowed(words[1])
+    };
+    let timestamp = crate::model::java::parse_long(&ts_word).map_err(PointError::InvalidValue)?;
+    if timestamp <= 0 {
+        return Err(PointError::IllegalArgument(format!(
+            "invalid timestamp: {timestamp}"
+        )));
+    }
+    let value_word = words[2];
+    if value_word.is_empty() {
+        return Err(PointError::IllegalArgument("empty value".into()));
+    }
+    let mut tags = Vec::with_capacity(words.len() - 3);
+    for w in &words[3..] {
+        if !w.is_empty() {
+            parse_tag(&mut tags, w)?;
+        }
+    }
+    let value = parse_value(value_word)?;
+    check_finite(metric, timestamp, value)?;
+    Ok(PutLine {
+        metric,
+        timestamp,
+        value,
+        tags,
+    })
+}
+
+/// `TSDB.addPoint(float|double)`'s first check.
+pub fn check_finite(metric: &str, timestamp: i64, value: Value) -> Result<(), PointError> {
+    if let Value::Float(f) = value
+        && !f.is_finite()
+    {
+        return Err(PointError::IllegalArgument(format!(
+            "value is NaN or Infinite: {} for metric={metric} timestamp={timestamp}",
+            double_to_string(f)
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(line: &str) -> Result<PutLine<'_>, String> {
+        let words: Vec<&str> = line.split(' ').collect();
+        parse_put(&words).map_err(|e| e.telnet_line())
+    }
+
+    #[test]
+    fn put_errors_verbatim() {
+        assert_eq!(
+            put("put").unwrap_err(),
+            "put: illegal argument: not enough arguments (need least 4, got 0)"
+        );
+        assert_eq!(
+            put("put m 1 1").unwrap_err(),
+            "put: illegal argument: not enough arguments (need least 4, got 3)"
+        );
+        assert_eq!(
+            put("put  1356998400 1 host=a").unwrap_err(),
+            "put: illegal argument: empty metric name"
+        );
+        assert_eq!(
+            put("put m notatime 1 host=a").unwrap_err(),
+            "put: invalid value: Invalid character 'n' in notatime"
+        );
+        assert_eq!(
+            put("put m 0 1 host=a").unwrap_err(),
+            "put: illegal argument: invalid timestamp: 0"
+        );
+        assert_eq!(
+            put("put m -5 1 host=a").unwrap_err(),
+            "put: illegal argument: invalid timestamp: -5"
+        );
+        assert_eq!(
+            put("put m 1356998400  host=a").unwrap_err(),
+            "put: illegal argument: empty value"
+        );
+        assert_eq!(
+            put("put m 1356998400 1 host").unwrap_err(),
+            "put: illegal argument: invalid tag: host"
+        );
+        assert_eq!(
+            put("put m 1356998400 1 host=a=b").unwrap_err(),
+            "put: illegal argument: invalid tag: host=a=b"
+        );
+        assert_eq!(
+            put("put m 1356998400 1 host=a host=b").unwrap_err(),
+            "put: illegal argument: duplicate tag: host=b, tags={host=a}"
+        );
+        assert!(put("put m 1356998400 1 host=a host=a").is_ok());
+        assert_eq!(
+            put("put m 1356998400 NaN host=a").unwrap_err(),
+            "put: invalid value: Invalid character 'N' in NaN"
+        );
+        assert_eq!(
+            put("put m 1356998400 1e999 host=a").unwrap_err(),
+            "put: illegal argument: value is NaN or Infinite: Infinity for metric=m timestamp=1356998400"
+        );
+        assert_eq!(
+            put("put m 1356998400 1.2.3 host=a").unwrap_err(),
+            "put: invalid value: For input string: \"1.2.3\""
+        );
+        let p = put("put m 1356998400.500 1.5 host=a  dc=x").unwrap();
+        assert_eq!(p.timestamp, 1356998400500);
+        assert_eq!(p.value, Value::Float(1.5));
+        assert_eq!(p.tags, vec![("host", "a"), ("dc", "x")]);
+    }
+
+    #[test]
+    fn framing() {
+        let (lines, used) = split_lines(b"a\r\nb\npartial", 10).unwrap();
+        assert_eq!(lines, vec![&b"a"[..], &b"b"[..]]);
+        assert_eq!(used, 5);
+        assert_eq!(split_lines(b"0123456789AB\n", 10), Err(12));
+        assert_eq!(split_lines(b"0123456789AB", 10), Err(12));
+        assert_eq!(decode_line(&[0x63, 0xE9]), "c\u{e9}");
+        let lines: Vec<_> = chunk_lines(b"a\r\nb\n\nc\n").collect();
+        assert_eq!(lines, vec!["a", "b", "", "c"]);
+    }
+
+    #[test]
+    fn words_as_split_string() {
+        let w = Words::split("put m  1");
+        assert_eq!(w.as_slice(), ["put", "m", "", "1"]);
+        let long = vec!["t=v"; 30].join(" ");
+        assert_eq!(Words::split(&long).as_slice().len(), 30);
+        assert_eq!(Words::split("").as_slice(), [""]);
+    }
+}
