@@ -9,10 +9,10 @@
 use std::time::{Duration, Instant};
 
 use rtsdb::codec::row::RowEncoding;
+use rtsdb::db::PendingPoint;
 use rtsdb::db::{Db, DbOptions};
 use rtsdb::model::Value;
 use rtsdb::query::{self, QueryContext};
-use rtsdb::write::PendingPoint;
 
 const HOSTS: usize = 1000;
 const START: u32 = 1_451_606_400; // 2016-01-01T00:00:00Z, an hour boundary

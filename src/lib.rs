@@ -11,7 +11,7 @@
 //!   reading through [`store::read::SeriesSource`].
 //! - [`db`]: the database handle: opens a store and owns its parts; the
 //!   only door for appends, reads, deletes, UID and meta operations.
-//! - [`mod@write`]: the write path's parts: series cache, write-ahead log,
+//! - `write` (crate-internal): the write path's parts: series cache, write-ahead log,
 //!   in-memory hour buffers.
 //! - [`store`]: a store on disk: its recorded layout, tables and rows, and
 //!   the embedded implementations of the three seams below.
@@ -19,7 +19,7 @@
 //!   index, UIDMeta/TSMeta and the per-series counters, each persisting
 //!   through its own trait ([`uid::UidStore`], [`index::IndexStore`],
 //!   [`meta::MetaStore`]), so another engine can serve it.
-//! - [`storage`]: the narrow key-value trait and its engines (fjall, memory).
+//! - `storage` (crate-internal): the narrow key-value trait and its engines (fjall, memory).
 //! - [`codec`]: OpenTSDB's byte formats (row keys, qualifiers, values,
 //!   compacted/append/annotation columns) and rtsdb's compressed column,
 //!   documented in `docs/format/`.
@@ -28,7 +28,9 @@
 //! - [`model`]: UIDs, names and their rules, TSUIDs, data points, time,
 //!   the one-hour row span.
 //! - [`config`]: `opentsdb.conf` as read; typed options are built from it.
-//! - [`version`]: build facts reported by `version` and `/api/version`.
+//! - `version` (crate-internal): build facts reported by `version` and `/api/version`.
+
+#![warn(unreachable_pub)]
 
 pub mod cli;
 pub mod codec;
@@ -39,9 +41,9 @@ pub mod meta;
 pub mod model;
 pub mod protocol;
 pub mod query;
-pub mod storage;
+pub(crate) mod storage;
 pub mod store;
 pub mod tsd;
 pub mod uid;
-pub mod version;
-pub mod write;
+pub(crate) mod version;
+pub(crate) mod write;

@@ -6,22 +6,21 @@ use chrono::{TimeZone, Utc};
 
 /// The OpenTSDB version whose API rtsdb speaks. `/api/version` reports it
 /// because clients compare it to decide which API features to use (a
-/// "0.1.0" would read as older than 2.0); rtsdb's own version follows in
-/// `RTSDB_VERSION` and the revision fields.
-pub const VERSION: &str = "2.4.1";
-pub const RTSDB_VERSION: &str = env!("CARGO_PKG_VERSION");
-pub const SHORT_REVISION: &str = env!("RTSDB_GIT_SHORT");
-pub const FULL_REVISION: &str = env!("RTSDB_GIT_FULL");
-pub const BRANCH: &str = env!("RTSDB_GIT_BRANCH");
-pub const REPO_STATUS: &str = env!("RTSDB_REPO_STATUS");
+/// "0.1.0" would read as older than 2.0); rtsdb's own build is told by
+/// the revision fields (and the crate version by `tsdb --version`).
+pub(crate) const VERSION: &str = "2.4.1";
+pub(crate) const SHORT_REVISION: &str = env!("RTSDB_GIT_SHORT");
+pub(crate) const FULL_REVISION: &str = env!("RTSDB_GIT_FULL");
+pub(crate) const BRANCH: &str = env!("RTSDB_GIT_BRANCH");
+pub(crate) const REPO_STATUS: &str = env!("RTSDB_REPO_STATUS");
 /// Build time, Unix seconds.
-pub const TIMESTAMP: &str = env!("RTSDB_BUILD_TIMESTAMP");
-pub const USER: &str = env!("RTSDB_BUILD_USER");
-pub const HOST: &str = env!("RTSDB_BUILD_HOST");
-pub const REPO: &str = env!("RTSDB_BUILD_REPO");
+pub(crate) const TIMESTAMP: &str = env!("RTSDB_BUILD_TIMESTAMP");
+pub(crate) const USER: &str = env!("RTSDB_BUILD_USER");
+pub(crate) const HOST: &str = env!("RTSDB_BUILD_HOST");
+pub(crate) const REPO: &str = env!("RTSDB_BUILD_REPO");
 
 /// Build time as OpenTSDB's `BuildData.date` prints it.
-pub fn build_date() -> String {
+pub(crate) fn build_date() -> String {
     let secs: i64 = TIMESTAMP.parse().unwrap_or(0);
     match Utc.timestamp_opt(secs, 0).single() {
         Some(t) => t.format("%Y/%m/%d %H:%M:%S +0000").to_string(),
@@ -31,7 +30,7 @@ pub fn build_date() -> String {
 
 /// The two lines of the telnet `version` command and legacy `/version`
 /// (no trailing newline).
-pub fn version_lines() -> String {
+pub(crate) fn version_lines() -> String {
     format!(
         "net.opentsdb.tools BuildData built at revision {SHORT_REVISION} ({REPO_STATUS})\nBuilt on {} by {USER}@{HOST}:{REPO}",
         build_date()
@@ -39,7 +38,7 @@ pub fn version_lines() -> String {
 }
 
 /// `/api/version`'s fields, in OpenTSDB's order.
-pub fn fields() -> Vec<(&'static str, String)> {
+pub(crate) fn fields() -> Vec<(&'static str, String)> {
     vec![
         ("version", VERSION.to_string()),
         ("short_revision", SHORT_REVISION.to_string()),
@@ -54,7 +53,7 @@ pub fn fields() -> Vec<(&'static str, String)> {
 }
 
 /// `/api/version` as a JSON object of strings.
-pub fn json() -> serde_json::Value {
+pub(crate) fn json() -> serde_json::Value {
     serde_json::Value::Object(
         fields()
             .into_iter()

@@ -58,7 +58,8 @@ use crate::write::buffer::{Buffer, SealPolicy};
 use crate::write::wal::{self, Wal};
 use crate::write::{SeriesCache, buffer};
 
-pub use append::Appended;
+pub use crate::write::Series;
+pub use append::{Appended, PendingPoint};
 pub use options::{DbOptions, WriteOptions};
 
 /// Directory of the WAL inside the data directory.

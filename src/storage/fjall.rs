@@ -20,7 +20,7 @@ use super::{
 /// enough for atomicity.
 const RMW_STRIPES: usize = 64;
 
-pub struct FjallStore {
+pub(crate) struct FjallStore {
     db: Database,
     tables: [Keyspace; 4],
     rmw: StripedLocks,
@@ -32,7 +32,7 @@ fn err(e: impl std::fmt::Display) -> StorageError {
 
 /// Decides, during the engine's compaction, that a data-table entry is
 /// expired and can be dropped (retention).
-pub type ExpiryFilter = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+pub(crate) type ExpiryFilter = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
 /// Engine tuning. Defaults suit a single TSD on a small machine.
 #[derive(Clone)]
@@ -90,7 +90,7 @@ impl Default for FjallOptions {
 }
 
 impl FjallStore {
-    pub fn open(path: &Path, opts: &FjallOptions) -> Result<FjallStore> {
+    pub(crate) fn open(path: &Path, opts: &FjallOptions) -> Result<FjallStore> {
         let mut builder = Database::builder(path).cache_size(opts.cache_bytes);
         if let Some(expiry) = &opts.data_expiry {
             let factory: Arc<dyn Factory> =
@@ -132,7 +132,7 @@ impl FjallStore {
 
     /// Forces the engine's own compaction on every table (benchmarks,
     /// size measurements).
-    pub fn major_compact(&self) -> Result<()> {
+    pub(crate) fn major_compact(&self) -> Result<()> {
         for ks in &self.tables {
             ks.rotate_memtable_and_wait().map_err(err)?;
             ks.major_compact().map_err(err)?;
@@ -146,7 +146,7 @@ impl FjallStore {
 /// hold, and fjall keeps up to 64 MB of it otherwise. Run only with the
 /// store closed everywhere else (the caller holds the store's lock); fjall
 /// starts a fresh journal on the next open. Returns the bytes freed.
-pub fn flush_and_trim_journal(path: &Path) -> Result<u64> {
+pub(crate) fn flush_and_trim_journal(path: &Path) -> Result<u64> {
     {
         let store = FjallStore::open(path, &FjallOptions::default())?;
         store.major_compact()?;

@@ -11,7 +11,7 @@ use super::{
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
 #[derive(Default)]
-pub struct MemoryStore {
+pub(crate) struct MemoryStore {
     tables: RwLock<[Map; 4]>,
 }
 
@@ -25,7 +25,7 @@ fn idx(t: Table) -> usize {
 }
 
 impl MemoryStore {
-    pub fn new() -> MemoryStore {
+    pub(crate) fn new() -> MemoryStore {
         MemoryStore::default()
     }
 }

@@ -4,8 +4,8 @@
 //! Engines: [`fjall::FjallStore`] (embedded, the default; see
 //! docs/storage-engine.md for why) and [`memory::MemoryStore`] (tests).
 
-pub mod fjall;
-pub mod memory;
+pub(crate) mod fjall;
+pub(crate) mod memory;
 
 use thiserror::Error;
 
@@ -51,7 +51,7 @@ pub enum StorageError {
     },
 }
 
-pub type Result<T> = std::result::Result<T, StorageError>;
+pub(crate) type Result<T> = std::result::Result<T, StorageError>;
 
 /// How far a write must get before it returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -144,7 +144,7 @@ impl ScanRange {
 
 /// The smallest key greater than every key starting with `prefix`
 /// (empty if there is none, i.e. the prefix is all 0xFF).
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xFF {
@@ -155,16 +155,16 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     Vec::new()
 }
 
-pub type KeyValue = (Vec<u8>, Vec<u8>);
+pub(crate) type KeyValue = (Vec<u8>, Vec<u8>);
 
 /// A fixed set of locks, one picked per key by hash: serialises
 /// read-modify-write of one key without a lock per key.
-pub struct StripedLocks {
+pub(crate) struct StripedLocks {
     locks: Vec<parking_lot::Mutex<()>>,
 }
 
 impl StripedLocks {
-    pub fn new(stripes: usize) -> StripedLocks {
+    pub(crate) fn new(stripes: usize) -> StripedLocks {
         StripedLocks {
             locks: (0..stripes.max(1))
                 .map(|_| parking_lot::Mutex::new(()))
@@ -174,14 +174,14 @@ impl StripedLocks {
 
     /// Locks the stripe of `key` (FNV-1a of `seed` and the key: cheap and
     /// spreads keys well enough).
-    pub fn lock(&self, seed: u64, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
+    pub(crate) fn lock(&self, seed: u64, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
         let h = crate::model::hash::fnv1a(seed, key);
         self.locks[(h % self.locks.len() as u64) as usize].lock()
     }
 }
 
 /// A scan's results, in key order, produced lazily.
-pub type ScanIter<'a> = Box<dyn Iterator<Item = Result<KeyValue>> + 'a>;
+pub(crate) type ScanIter<'a> = Box<dyn Iterator<Item = Result<KeyValue>> + 'a>;
 
 /// The storage engine interface. Implementations must be safe to share
 /// between threads; `increment` and `compare_and_set` must be atomic
@@ -250,7 +250,7 @@ pub(crate) mod conformance {
     use super::*;
     use std::sync::Arc;
 
-    pub fn run(store: Arc<dyn KvStore>) {
+    pub(crate) fn run(store: Arc<dyn KvStore>) {
         let mut b = WriteBatch::new();
         for i in 0u8..10 {
             b.put(Table::Data, vec![1, i], vec![i]);

@@ -32,10 +32,11 @@ use crate::model::Tsuid;
 use crate::model::point::{Timestamp, Value};
 use crate::model::row_span::BeyondLastRow;
 use crate::model::uid::UidWidths;
+pub use crate::storage::Durability;
 use crate::storage::fjall::{FjallOptions, FjallStore};
 use crate::storage::memory::MemoryStore;
 use crate::storage::{
-    Durability, KvStore, ScanRange, StorageError, StripedLocks, Table, WriteBatch, prefix_end,
+    KvStore, ScanRange, StorageError, StripedLocks, Table, WriteBatch, prefix_end,
 };
 use crate::uid::UidStore;
 

@@ -118,7 +118,7 @@ pub(crate) mod conformance {
     use super::*;
     use crate::uid::UidTableError;
 
-    pub fn run(store: Arc<dyn UidStore>) {
+    pub(crate) fn run(store: Arc<dyn UidStore>) {
         let k = UidKind::TagValue;
         let is_new = |a: Assigned| matches!(a, Assigned::New(_));
         assert_eq!(store.max_id(k).unwrap(), 0);

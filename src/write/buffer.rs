@@ -78,7 +78,7 @@ struct SeriesBuf {
 }
 
 /// An hour row taken out of the buffer to be written.
-pub struct SealedHour {
+pub(crate) struct SealedHour {
     pub series: Arc<Series>,
     pub base: u32,
     pub min_segment: u64,
@@ -88,7 +88,7 @@ pub struct SealedHour {
 
 /// Which hours to seal.
 #[derive(Debug, Clone, Copy)]
-pub struct SealPolicy {
+pub(crate) struct SealPolicy {
     pub now_s: u32,
     pub grace_s: u32,
     pub idle_s: u32,
@@ -98,7 +98,7 @@ pub struct SealPolicy {
     pub everything: bool,
 }
 
-pub struct Buffer {
+pub(crate) struct Buffer {
     shards: Vec<Mutex<FnvMap<u32, SeriesBuf>>>,
     points: AtomicUsize,
     clock_s: AtomicU32,
@@ -130,7 +130,7 @@ fn dedup_last_wins(mut pts: Vec<BufPoint>) -> Vec<BufPoint> {
 }
 
 impl Buffer {
-    pub fn new() -> Buffer {
+    pub(crate) fn new() -> Buffer {
         Buffer {
             shards: (0..SHARDS).map(|_| Mutex::new(FnvMap::default())).collect(),
             points: AtomicUsize::new(0),
@@ -141,16 +141,16 @@ impl Buffer {
     }
 
     /// Points buffered, in flight excluded.
-    pub fn points(&self) -> usize {
+    pub(crate) fn points(&self) -> usize {
         self.points.load(Ordering::Relaxed)
     }
 
     /// Advances the coarse clock used for idleness (called by the flusher).
-    pub fn tick(&self, now_s: u32) {
+    pub(crate) fn tick(&self, now_s: u32) {
         self.clock_s.store(now_s, Ordering::Relaxed);
     }
 
-    pub fn insert(&self, series: &Arc<Series>, ts: Timestamp, value: Value, segment: u64) {
+    pub(crate) fn insert(&self, series: &Arc<Series>, ts: Timestamp, value: Value, segment: u64) {
         let base = ts
             .base_time()
             .expect("Db::append refuses points past the last row");
@@ -182,7 +182,7 @@ impl Buffer {
 
     /// Takes the hours `policy` seals; they stay readable until
     /// [`Buffer::finish`] is called with the returned id.
-    pub fn seal(&self, policy: SealPolicy) -> (u64, Arc<Vec<SealedHour>>) {
+    pub(crate) fn seal(&self, policy: SealPolicy) -> (u64, Arc<Vec<SealedHour>>) {
         // Held until the sealed hours are registered as in flight: a reader
         // (which takes this lock before the shards) then sees every point
         // either in a shard or in flight, never in neither.
@@ -230,12 +230,12 @@ impl Buffer {
     }
 
     /// The sealed batch `id` is in the store (or was put back).
-    pub fn finish(&self, id: u64) {
+    pub(crate) fn finish(&self, id: u64) {
         self.in_flight.lock().remove(&id);
     }
 
     /// Puts a sealed hour back (its write failed).
-    pub fn put_back(&self, hour: &SealedHour) {
+    pub(crate) fn put_back(&self, hour: &SealedHour) {
         for (ts, v) in &hour.points {
             self.insert(&hour.series, *ts, *v, hour.min_segment);
         }
@@ -244,7 +244,7 @@ impl Buffer {
     /// Drops the buffered hours `[first_base, last_base]` of the series
     /// `doomed` selects; returns the points dropped. In-flight hours are
     /// not touched: the caller holds the flush lock, so there are none.
-    pub fn remove_hours(
+    pub(crate) fn remove_hours(
         &self,
         doomed: &dyn Fn(&Tsuid) -> bool,
         first_base: u32,
@@ -271,7 +271,7 @@ impl Buffer {
     }
 
     /// Oldest WAL segment that still holds points not in the store.
-    pub fn min_segment(&self) -> Option<u64> {
+    pub(crate) fn min_segment(&self) -> Option<u64> {
         let mut min: Option<u64> = None;
         let mut see = |s: u64| min = Some(min.map_or(s, |m: u64| m.min(s)));
         for shard in &self.shards {
@@ -292,7 +292,7 @@ impl Buffer {
     /// Buffered and in-flight points of those of `metric`'s series that
     /// `want` selects, in `[start_ms, end_ms]`, sorted, one per timestamp
     /// (newest write wins). Only selected series are copied.
-    pub fn read(
+    pub(crate) fn read(
         &self,
         metric: Uid,
         start_ms: u64,
@@ -371,7 +371,7 @@ impl Buffer {
     }
 }
 
-pub fn now_s() -> u32 {
+pub(crate) fn now_s() -> u32 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs().min(u32::MAX as u64) as u32)

@@ -6,9 +6,10 @@
 //! - [`buffer`]: points wait in memory per series and hour; whole rows are
 //!   written to the store when the hour is sealed.
 
-pub mod buffer;
-pub mod series;
-pub mod wal;
+pub(crate) mod buffer;
+pub(crate) mod series;
+pub(crate) mod wal;
 
-pub use series::{Series, SeriesCache};
-pub use wal::{Appended, PendingPoint, Wal, WalOptions};
+pub use series::Series;
+pub(crate) use series::SeriesCache;
+pub(crate) use wal::{Appended, PendingPoint};

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use rtsdb::db::DbOptions;
+use rtsdb::db::PendingPoint;
 use rtsdb::model::Tsuid;
 use rtsdb::model::{UidKind, Value};
 use rtsdb::query::{self, QueryContext, QueryError};
 use rtsdb::uid::{AutoCreate, UidTable};
-use rtsdb::write::PendingPoint;
 
 pub const T: u64 = 1356998400;
 

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use rtsdb::model::Tsuid;
 use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
-use rtsdb::storage::Durability;
+use rtsdb::store::Durability;
 use rtsdb::store::{Store, StoreOptions};
 use rtsdb::uid::{AutoCreate, UidTable};
 

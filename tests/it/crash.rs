@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rtsdb::model::Tsuid;
 use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
-use rtsdb::storage::Durability;
+use rtsdb::store::Durability;
 use rtsdb::store::read::SeriesSource;
 use rtsdb::store::{Store, StoreOptions};
 use rtsdb::uid::{AutoCreate, UidTable};

@@ -8,7 +8,7 @@ use std::path::Path;
 use rtsdb::codec::row::Cell;
 use rtsdb::model::Tsuid;
 use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
-use rtsdb::storage::{Durability, Table, WriteBatch};
+use rtsdb::store::Durability;
 use rtsdb::store::{Store, StoreOptions};
 use rtsdb::uid::{AutoCreate, UidTable, keys};
 
@@ -172,9 +172,7 @@ fn corrupt_compressed_block_is_reported_with_its_row() {
         let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
         let mut row = store.get_row(&a).unwrap().unwrap();
         row.cells[0].value[5] ^= 0x40;
-        let mut batch = WriteBatch::new();
-        batch.put(Table::Data, a.clone(), row.encode());
-        store.kv().write(batch).unwrap();
+        store.write_row(&a, &row, Durability::Sync).unwrap();
     }
     let (code, out) = tsdb(dir.path(), &["fsck", "--full-scan"]);
     assert_eq!(code, 1);
@@ -199,20 +197,17 @@ fn orphans_in_data_and_uid_tables() {
         );
         // The data row of web02 loses its tag value.
         t.delete(UidKind::TagValue, "web02").unwrap();
-        let mut b = WriteBatch::new();
         // A reverse mapping with no forward one, and a forward mapping
         // with no reverse one.
-        b.put(
-            Table::Uid,
-            keys::reverse(UidKind::TagValue, &[0, 0, 9]),
-            b"ghost".to_vec(),
-        );
-        b.put(
-            Table::Uid,
-            keys::forward(UidKind::TagKey, "dc"),
-            vec![0, 0, 2],
-        );
-        store.kv().write(b).unwrap();
+        store
+            .edit_uid_cells(vec![
+                (
+                    keys::reverse(UidKind::TagValue, &[0, 0, 9]),
+                    Some(b"ghost".to_vec()),
+                ),
+                (keys::forward(UidKind::TagKey, "dc"), Some(vec![0, 0, 2])),
+            ])
+            .unwrap();
     }
     let (code, out) = tsdb(dir.path(), &["fsck", "--full-scan"]);
     assert_eq!(code, 1);

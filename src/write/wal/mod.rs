@@ -14,6 +14,7 @@ mod record;
 mod segment;
 mod writer;
 
-pub use record::Record;
-pub use segment::{SegmentContents, list_segments, read_segment, segment_path};
-pub use writer::{Appended, PendingPoint, Wal, WalOptions};
+pub(crate) use record::Record;
+pub(crate) use segment::{list_segments, read_segment, segment_path};
+pub use writer::{Appended, PendingPoint};
+pub(crate) use writer::{Wal, WalOptions};

@@ -18,7 +18,7 @@ const REC_DELETE: u8 = 4;
 
 /// A record read back from a segment.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Record {
+pub(crate) enum Record {
     Series {
         id: u32,
         metric: String,
@@ -40,7 +40,7 @@ pub enum Record {
 /// Reserves the header of a frame at the end of `buf`; records encoded
 /// after it belong to the frame until [`finish_frame`] seals it. Returns
 /// where the frame starts.
-pub fn start_frame(buf: &mut Vec<u8>) -> usize {
+pub(super) fn start_frame(buf: &mut Vec<u8>) -> usize {
     let start = buf.len();
     buf.extend_from_slice(&[0u8; FRAME_HEADER]);
     start
@@ -48,7 +48,7 @@ pub fn start_frame(buf: &mut Vec<u8>) -> usize {
 
 /// Fills in the header of the frame started at `start`, covering every
 /// byte after it. Returns the frame's length, header included.
-pub fn finish_frame(buf: &mut [u8], start: usize) -> u64 {
+pub(super) fn finish_frame(buf: &mut [u8], start: usize) -> u64 {
     let len = buf.len() - start - FRAME_HEADER;
     let crc = crc32fast::hash(&buf[start + FRAME_HEADER..]);
     buf[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
@@ -63,7 +63,7 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 
 /// Generic over the string type so the writer can encode a
 /// [`crate::write::Series`] (boxed strings) without copying its names.
-pub fn encode_series<K: AsRef<str>, V: AsRef<str>>(
+pub(super) fn encode_series<K: AsRef<str>, V: AsRef<str>>(
     out: &mut Vec<u8>,
     id: u32,
     metric: &str,
@@ -79,7 +79,7 @@ pub fn encode_series<K: AsRef<str>, V: AsRef<str>>(
     }
 }
 
-pub fn encode_point(out: &mut Vec<u8>, id: u32, ts: Timestamp, value: Value) {
+pub(super) fn encode_point(out: &mut Vec<u8>, id: u32, ts: Timestamp, value: Value) {
     match value {
         Value::Int(i) => {
             out.push(REC_INT);
@@ -96,7 +96,7 @@ pub fn encode_point(out: &mut Vec<u8>, id: u32, ts: Timestamp, value: Value) {
     }
 }
 
-pub fn encode_delete(out: &mut Vec<u8>, tsuid: &[u8], first_hour: u32, last_hour: u32) {
+pub(super) fn encode_delete(out: &mut Vec<u8>, tsuid: &[u8], first_hour: u32, last_hour: u32) {
     out.push(REC_DELETE);
     varint::put(tsuid.len() as u64, out);
     out.extend_from_slice(tsuid);
@@ -179,7 +179,7 @@ fn decode_payload(payload: &[u8], out: &mut Vec<Record>) -> Option<()> {
 /// length, header included. `None`, with `out` left as it was, if the
 /// frame is truncated, too long, fails its CRC or holds an undecodable
 /// record: a frame is replayed whole or not at all.
-pub fn decode_frame(bytes: &[u8], out: &mut Vec<Record>) -> Option<usize> {
+pub(super) fn decode_frame(bytes: &[u8], out: &mut Vec<Record>) -> Option<usize> {
     let header = bytes.get(..FRAME_HEADER)?;
     let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
     let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
@@ -201,7 +201,7 @@ pub fn decode_frame(bytes: &[u8], out: &mut Vec<Record>) -> Option<usize> {
 /// Decodes frames from the start of `bytes` until one is missing or bad
 /// (a crash can only tear the tail, so nothing after it is trusted).
 /// Returns how many bytes were decoded.
-pub fn decode_frames(bytes: &[u8], out: &mut Vec<Record>) -> usize {
+pub(super) fn decode_frames(bytes: &[u8], out: &mut Vec<Record>) -> usize {
     let mut i = 0;
     while let Some(n) = decode_frame(&bytes[i..], out) {
         i += n;

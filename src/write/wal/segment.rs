@@ -9,12 +9,12 @@ use super::record::{self, Record};
 
 const SEGMENT_SUFFIX: &str = ".wal";
 
-pub fn segment_path(dir: &Path, n: u64) -> PathBuf {
+pub(crate) fn segment_path(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("{n:016}{SEGMENT_SUFFIX}"))
 }
 
 /// Segment numbers present in `dir`, ascending.
-pub fn list_segments(dir: &Path) -> std::io::Result<Vec<u64>> {
+pub(crate) fn list_segments(dir: &Path) -> std::io::Result<Vec<u64>> {
     let mut out = Vec::new();
     if !dir.exists() {
         return Ok(out);
@@ -42,7 +42,7 @@ pub(super) fn sync_dir(dir: &Path) {
 
 /// What reading a segment found.
 #[derive(Debug, Default)]
-pub struct SegmentContents {
+pub(crate) struct SegmentContents {
     pub records: Vec<Record>,
     /// Bytes after the last good frame (a torn or corrupt tail).
     pub bad_tail: u64,
@@ -50,7 +50,7 @@ pub struct SegmentContents {
 
 /// Reads every intact frame of a segment. Reading stops at the first
 /// truncated or corrupt frame: a crash can only tear the tail.
-pub fn read_segment(path: &Path) -> std::io::Result<SegmentContents> {
+pub(crate) fn read_segment(path: &Path) -> std::io::Result<SegmentContents> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
     let mut out = SegmentContents::default();
