@@ -71,7 +71,7 @@ impl FsckArgs {
 
 /// OpenTSDB's counters, printed at the end.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct FsckReport {
+pub(crate) struct FsckReport {
     pub kvs_processed: u64,
     pub rows_processed: u64,
     pub valid_datapoints: u64,
@@ -98,7 +98,7 @@ pub struct FsckReport {
 }
 
 impl FsckReport {
-    pub fn total_errors(&self) -> u64 {
+    pub(crate) fn total_errors(&self) -> u64 {
         self.bad_key
             + self.duplicates
             + self.orphans
@@ -109,7 +109,7 @@ impl FsckReport {
             + self.value_encoding
     }
 
-    pub fn total_fixed(&self) -> u64 {
+    pub(crate) fn total_fixed(&self) -> u64 {
         self.bad_key_fixed
             + self.duplicates_fixed
             + self.orphans_fixed
@@ -167,7 +167,7 @@ impl FsckReport {
     }
 }
 
-pub fn run(
+pub(crate) fn run(
     ctx: &Context,
     a: FsckArgs,
     out: &mut dyn Write,

@@ -368,7 +368,7 @@ fn rate(points: u64, ms: u128) -> f64 {
     points as f64 * 1000.0 / (ms.max(1) as f64)
 }
 
-pub fn run(
+pub(crate) fn run(
     ctx: &Context,
     a: ImportArgs,
     out: &mut dyn Write,

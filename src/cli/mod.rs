@@ -1,15 +1,15 @@
 //! The `tsdb` command line: OpenTSDB's tools with their arguments and
 //! output formats, over the embedded store.
 
-pub mod fsck;
-pub mod import;
-pub mod query;
-pub mod query_args;
-pub mod scan;
-pub mod search;
+pub(crate) mod fsck;
+pub(crate) mod import;
+pub(crate) mod query;
+pub(crate) mod query_args;
+pub(crate) mod scan;
+pub(crate) mod search;
 pub mod tsd;
-pub mod uid;
-pub mod uid_fsck;
+pub(crate) mod uid;
+pub(crate) mod uid_fsck;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -49,7 +49,7 @@ fn m_param(q: &CliSubQuery) -> String {
     m
 }
 
-pub fn run(
+pub(crate) fn run(
     ctx: &Context,
     a: QueryArgs,
     out: &mut dyn Write,

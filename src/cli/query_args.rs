@@ -8,7 +8,7 @@ use thiserror::Error;
 use crate::model::time::{TimeError, parse_datetime};
 
 #[derive(Debug, Error, PartialEq, Eq)]
-pub enum QueryArgsError {
+pub(crate) enum QueryArgsError {
     #[error("Not enough arguments.")]
     NotEnough,
     #[error("No such aggregation function: {0}")]
@@ -24,14 +24,14 @@ pub enum QueryArgsError {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RateArgs {
+pub(crate) struct RateArgs {
     pub counter: bool,
     pub counter_max: i64,
     pub reset_value: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CliSubQuery {
+pub(crate) struct CliSubQuery {
     pub aggregator: String,
     pub rate: Option<RateArgs>,
     /// (interval in ms, aggregator)
@@ -42,7 +42,7 @@ pub struct CliSubQuery {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CliQuery {
+pub(crate) struct CliQuery {
     pub start_ms: u64,
     pub end_ms: Option<u64>,
     pub queries: Vec<CliSubQuery>,
@@ -63,7 +63,7 @@ fn number(what: &'static str, s: &str) -> Result<i64, QueryArgsError> {
     })
 }
 
-pub fn parse(args: &[String], now_ms: u64) -> Result<CliQuery, QueryArgsError> {
+pub(crate) fn parse(args: &[String], now_ms: u64) -> Result<CliQuery, QueryArgsError> {
     if args.len() < 3 {
         return Err(QueryArgsError::NotEnough);
     }

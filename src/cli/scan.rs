@@ -51,7 +51,7 @@ struct RowFilter {
     tags: Vec<(Uid, TagMatch)>,
 }
 
-pub fn run(
+pub(crate) fn run(
     ctx: &Context,
     a: ScanArgs,
     out: &mut dyn Write,

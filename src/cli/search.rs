@@ -25,7 +25,7 @@ pub struct SearchArgs {
     pub query: Vec<String>,
 }
 
-pub fn run(
+pub(crate) fn run(
     ctx: &Context,
     args: SearchArgs,
     out: &mut dyn Write,

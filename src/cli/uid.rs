@@ -61,7 +61,7 @@ fn kind_of(name: &str, err: &mut dyn Write) -> anyhow::Result<Option<UidKind>> {
     }
 }
 
-pub fn run(
+pub(crate) fn run(
     ctx: &Context,
     mut a: UidArgs,
     out: &mut dyn Write,

@@ -25,7 +25,7 @@ fn id_value(bytes: &[u8]) -> u64 {
 }
 
 /// Runs the check; returns the number of errors found.
-pub fn run(
+pub(crate) fn run(
     store: &Store,
     fix: bool,
     delete_unknown: bool,

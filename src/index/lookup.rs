@@ -19,18 +19,18 @@ use super::SeriesIndex;
 
 /// A lookup: `None` stands for `*` (any).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LookupQuery {
+pub(crate) struct LookupQuery {
     pub metric: Option<String>,
     pub tags: Vec<(Option<String>, Option<String>)>,
     pub limit: usize,
 }
 
 /// OpenTSDB's default `limit`.
-pub const DEFAULT_LIMIT: usize = 25;
+pub(crate) const DEFAULT_LIMIT: usize = 25;
 
 /// One matching series with its names resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LookupResult {
+pub(crate) struct LookupResult {
     pub tsuid: Tsuid,
     pub metric: String,
     /// In TSUID order (by tag key UID).
@@ -48,7 +48,7 @@ fn star(s: &str) -> Option<String> {
 
 impl LookupQuery {
     /// Builds a query from a metric (empty or `*` = any) and raw pairs.
-    pub fn new(metric: &str, tags: &[(String, String)], limit: usize) -> LookupQuery {
+    pub(crate) fn new(metric: &str, tags: &[(String, String)], limit: usize) -> LookupQuery {
         LookupQuery {
             metric: star(metric),
             tags: tags.iter().map(|(k, v)| (star(k), star(v))).collect(),
@@ -58,7 +58,7 @@ impl LookupQuery {
 
     /// Parses `metric{k=v,k2=*,*=v3}` (the metric and the braces optional),
     /// the `m=` grammar of `/api/search/lookup`.
-    pub fn parse_m(m: &str) -> Result<(String, Vec<(String, String)>), String> {
+    pub(crate) fn parse_m(m: &str) -> Result<(String, Vec<(String, String)>), String> {
         let m = m.trim();
         let Some(open) = m.find('{') else {
             return Ok((m.to_string(), Vec::new()));
@@ -81,10 +81,10 @@ impl LookupQuery {
 
 /// What can go wrong: a name that has no UID (OpenTSDB answers 404
 /// `Unable to resolve one or more UIDs`).
-pub type LookupError = UidTableError;
+pub(crate) type LookupError = UidTableError;
 
 /// Runs a lookup.
-pub fn lookup(
+pub(crate) fn lookup(
     uids: &UidTable,
     index: &SeriesIndex,
     q: &LookupQuery,

@@ -28,7 +28,7 @@ use crate::model::Tsuid;
 use crate::model::{Uid, UidWidths};
 use crate::storage::StorageError;
 
-pub mod lookup;
+pub(crate) mod lookup;
 
 #[derive(Debug, Error)]
 pub enum IndexError {

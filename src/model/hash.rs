@@ -10,14 +10,14 @@ const PRIME: u64 = 0x100000001b3;
 
 /// FNV-1a (64-bit) of `bytes`, continuing from `seed` (0 for a fresh hash;
 /// a nonzero seed mixes in, e.g., a table number).
-pub fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
     bytes.iter().fold(OFFSET_BASIS ^ seed, |h, b| {
         (h ^ *b as u64).wrapping_mul(PRIME)
     })
 }
 
 #[derive(Default, Clone, Copy)]
-pub struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl Hasher for Fnv {
     fn finish(&self) -> u64 {
@@ -43,8 +43,8 @@ impl Hasher for Fnv {
     }
 }
 
-pub type FnvBuild = BuildHasherDefault<Fnv>;
-pub type FnvMap<K, V> = std::collections::HashMap<K, V, FnvBuild>;
+pub(crate) type FnvBuild = BuildHasherDefault<Fnv>;
+pub(crate) type FnvMap<K, V> = std::collections::HashMap<K, V, FnvBuild>;
 
 #[cfg(test)]
 mod tests {

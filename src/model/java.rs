@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 /// `Double.toString(d)`: shortest round-trip digits, plain notation for
 /// 1e-3 <= |d| < 1e7 (always with a fractional part), else `d.dddE±n`.
-pub fn double_to_string(d: f64) -> String {
+pub(crate) fn double_to_string(d: f64) -> String {
     if d.is_nan() {
         return "NaN".into();
     }
@@ -35,7 +35,7 @@ pub fn double_to_string(d: f64) -> String {
 
 /// `String.format("%f", d)`: six decimals, rounded half-up on the decimal
 /// expansion (Java's `Formatter` uses `BigDecimal` of the double).
-pub fn format_f(d: f64) -> String {
+pub(crate) fn format_f(d: f64) -> String {
     if d.is_nan() {
         return "NaN".into();
     }
@@ -47,7 +47,7 @@ pub fn format_f(d: f64) -> String {
 
 /// `java.util.Date.toString()` in UTC: `Tue Jan 01 00:00:00 UTC 2013`.
 /// OpenTSDB prints the JVM's default zone; rtsdb always prints UTC.
-pub fn date_to_string(millis: i64) -> String {
+pub(crate) fn date_to_string(millis: i64) -> String {
     match DateTime::<Utc>::from_timestamp_millis(millis) {
         Some(t) => t.format("%a %b %d %H:%M:%S UTC %Y").to_string(),
         None => millis.to_string(),
@@ -55,7 +55,7 @@ pub fn date_to_string(millis: i64) -> String {
 }
 
 /// `String.hashCode()` over UTF-16 code units.
-pub fn string_hash_code(s: &str) -> i32 {
+pub(crate) fn string_hash_code(s: &str) -> i32 {
     s.encode_utf16()
         .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32))
 }
@@ -63,7 +63,7 @@ pub fn string_hash_code(s: &str) -> i32 {
 /// The order in which a `java.util.HashMap` built with
 /// `new HashMap<>(expected)` and filled with `keys` (in that order)
 /// iterates. OpenTSDB prints tag maps this way (`{host=web01, dc=lga}`).
-pub fn hashmap_order<'a>(keys: &[&'a str], expected: usize) -> Vec<&'a str> {
+pub(crate) fn hashmap_order<'a>(keys: &[&'a str], expected: usize) -> Vec<&'a str> {
     // tableSizeFor(expected), then doubled whenever size > 0.75 * capacity.
     let mut cap = expected.max(1).next_power_of_two();
     for size in 1..=keys.len() {
@@ -86,7 +86,7 @@ pub fn hashmap_order<'a>(keys: &[&'a str], expected: usize) -> Vec<&'a str> {
 }
 
 /// `Map.toString()` of string pairs given in iteration order.
-pub fn map_to_string<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+pub(crate) fn map_to_string<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     let body: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
     format!("{{{}}}", body.join(", "))
 }
@@ -94,7 +94,7 @@ pub fn map_to_string<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) ->
 /// `Tags.parseLong`: strict decimal (optional sign, at most 19 digits, or
 /// 20 with the sign), no whitespace. The error is the
 /// `NumberFormatException` message OpenTSDB sends back verbatim.
-pub fn parse_long(s: &str) -> Result<i64, String> {
+pub(crate) fn parse_long(s: &str) -> Result<i64, String> {
     // Works on chars (for the message) without allocating: the hot path
     // is short ASCII digit strings.
     let n = s.chars().count();
@@ -141,7 +141,7 @@ pub fn parse_long(s: &str) -> Result<i64, String> {
 }
 
 /// `Tags.looksLikeInteger`: no `.`, `e` or `E`.
-pub fn looks_like_integer(s: &str) -> bool {
+pub(crate) fn looks_like_integer(s: &str) -> bool {
     !s.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))
 }
 
@@ -149,7 +149,7 @@ pub fn looks_like_integer(s: &str) -> bool {
 /// up to U+0020) trimmed, optional sign, `NaN`, `Infinity`, digits with an
 /// optional fraction and exponent, optional `f`/`F`/`d`/`D` suffix. Hex
 /// floats are not supported. The error is Java's message.
-pub fn parse_double(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_double(s: &str) -> Result<f64, String> {
     let bad = || format!("For input string: \"{s}\"");
     let t = s.trim_matches(|c: char| c <= ' ');
     if t.is_empty() {
@@ -203,7 +203,7 @@ pub fn parse_double(s: &str) -> Result<f64, String> {
 
 /// `HashMap.toString()` of tags as OpenTSDB built the map (insertion in
 /// arrival order, default capacity).
-pub fn java_tags(tags: &[(&str, &str)]) -> String {
+pub(crate) fn java_tags(tags: &[(&str, &str)]) -> String {
     let keys: Vec<&str> = tags.iter().map(|t| t.0).collect();
     let order = hashmap_order(&keys, 16);
     map_to_string(

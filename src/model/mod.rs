@@ -2,8 +2,8 @@
 //! here.
 
 pub mod annotation;
-pub mod hash;
-pub mod java;
+pub(crate) mod hash;
+pub(crate) mod java;
 pub mod name;
 pub mod point;
 pub mod row_span;
