@@ -409,3 +409,41 @@ fn a_renamed_name_gets_a_new_uid_on_its_next_point() {
         r#"[{"metric":"m","tags":{"host":"web02"},"aggregateTags":[],"tsuids":["000001000001000001"],"dps":{"1356998400":1,"1356998520":3}},{"metric":"m","tags":{"host":"web01"},"aggregateTags":[],"tsuids":["000001000001000002"],"dps":{"1356998460":2}}]"#
     );
 }
+
+#[test]
+fn the_configured_timezone_reads_absolute_dates() {
+    let srv = TestServer::start(&[
+        ("tsd.core.auto_create_metrics", "true"),
+        ("tsd.core.timezone", "America/New_York"),
+    ]);
+    telnet(srv.addr, b"put tz.m 1356998400 1 host=a\n");
+    // 2013-01-01 00:00 UTC is 2012-12-31 19:00 in New York.
+    let (status, body) = get(
+        &srv,
+        "/api/query?start=2012/12/31-19:00:00&end=2012/12/31-19:00:01&m=sum:tz.m",
+    );
+    assert_eq!(
+        (status, body.contains(r#""1356998400":1"#)),
+        (200, true),
+        "{body}"
+    );
+}
+
+/// OpenTSDB 2.4.1 refuses to start on an unknown `tsd.core.timezone`
+/// (`DateTime.setDefaultTimezone`); rtsdb used to fall back to UTC.
+#[test]
+fn an_unknown_timezone_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = rtsdb::config::Config::default();
+    config.set(
+        rtsdb::config::DATA_DIR_KEY,
+        &dir.path().display().to_string(),
+    );
+    config.set("tsd.core.timezone", "Mars/Olympus_Mons");
+    let ctx = rtsdb::cli::Context { config };
+    let e = rtsdb::cli::tsd::build_state(&ctx).err().unwrap();
+    assert_eq!(
+        e.to_string(),
+        "config key tsd.core.timezone = 'Mars/Olympus_Mons': Invalid timezone name"
+    );
+}

@@ -65,7 +65,7 @@ impl Drop for ConnGuard {
 impl Server {
     /// Binds `bind:port` (port 0 picks a free one) and starts serving.
     pub async fn start(state: Arc<TsdState>) -> anyhow::Result<ServerHandle> {
-        let addr = format!("{}:{}", state.config.bind, state.config.port);
+        let addr = format!("{}:{}", state.options.bind, state.options.port);
         let listener = TcpListener::bind(&addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
@@ -93,7 +93,7 @@ async fn accept_loop(state: Arc<TsdState>, listener: TcpListener) {
             },
             _ = super::stopped(&mut shutdown) => break,
         };
-        let limit = state.config.connections_limit;
+        let limit = state.options.connections_limit;
         let open = state.stats.connections_open.load(Ordering::Relaxed);
         if limit > 0 && open as usize >= limit {
             inc(&state.stats.connections_rejected);
@@ -119,7 +119,7 @@ async fn accept_loop(state: Arc<TsdState>, listener: TcpListener) {
 
 async fn handle_connection(state: Arc<TsdState>, stream: TcpStream) {
     let mut first = [0u8; 1];
-    let timeout = state.config.socket_timeout;
+    let timeout = state.options.socket_timeout;
     let mut shutdown = state.shutdown_signal();
     let peeked = tokio::select! {
         r = async {
@@ -210,7 +210,7 @@ async fn serve_http(state: Arc<TsdState>, stream: TcpStream) {
     let svc = service_fn(move |req| super::http::serve_request(st.clone(), req));
     let mut builder = http1::Builder::new();
     builder.keep_alive(true).timer(TokioTimer::new());
-    let timeout = state.config.socket_timeout;
+    let timeout = state.options.socket_timeout;
     if !timeout.is_zero() {
         builder.header_read_timeout(timeout);
     }

@@ -174,7 +174,7 @@ pub fn collect(state: &TsdState) -> Vec<Stat> {
 
 fn host_tags(state: &TsdState) -> Vec<(&'static str, String)> {
     let mut t = vec![("host", state.hostname.clone())];
-    if state.config.stats_with_port {
+    if state.options.stats_with_port {
         t.push(("port", state.port.load(Ordering::Relaxed).to_string()));
     }
     t

@@ -69,11 +69,11 @@ enum After {
 /// The commands this TSD answers, in OpenTSDB's `help` order.
 pub fn commands(state: &TsdState) -> Vec<&'static str> {
     let mut c = Vec::new();
-    if state.config.mode.writes() {
+    if state.options.mode.writes() {
         c.push("put");
     }
     c.extend(["stats", "dropcaches", "version", "exit", "help"]);
-    if !state.config.no_diediedie {
+    if !state.options.no_diediedie {
         c.push("diediedie");
     }
     c
@@ -89,7 +89,7 @@ struct Conn<'s> {
 impl Conn<'_> {
     fn error_line(&mut self, e: &PointError) {
         self.state.stats.count_error(e);
-        if matches!(e, PointError::Storage(_)) && !self.state.config.return_errors {
+        if matches!(e, PointError::Storage(_)) && !self.state.options.return_errors {
             return;
         }
         self.out.extend_from_slice(e.telnet_line().as_bytes());
@@ -150,7 +150,7 @@ impl Conn<'_> {
         }
         let words: &[&str] = if heap.is_empty() { &stack[..n] } else { &heap };
         let cmd = words[0];
-        if cmd == "put" && self.state.config.mode.writes() {
+        if cmd == "put" && self.state.options.mode.writes() {
             self.put(words);
             return After::Continue;
         }
@@ -183,7 +183,7 @@ impl Conn<'_> {
                 self.out.extend_from_slice(b"Caches dropped.\n");
             }
             "exit" => return After::Close,
-            "diediedie" if !self.state.config.no_diediedie => {
+            "diediedie" if !self.state.options.no_diediedie => {
                 self.out
                     .extend_from_slice(b"Cleaning up and exiting now.\n");
                 return After::Shutdown;
@@ -200,8 +200,8 @@ impl Conn<'_> {
 
 /// Serves one telnet connection. `first` is the detection read's data.
 pub async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
-    let max = state.config.max_line_length;
-    let timeout = state.config.socket_timeout;
+    let max = state.options.max_line_length;
+    let timeout = state.options.socket_timeout;
     let mut shutdown = state.shutdown_signal();
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut conn = Conn {

@@ -253,7 +253,7 @@ fn now_s() -> u64 {
 
 /// Reads, limits and decompresses the request body.
 async fn read_body(state: &TsdState, req: Request<Incoming>) -> Result<Vec<u8>, Reply> {
-    let limit = state.config.max_body_bytes;
+    let limit = state.options.max_body_bytes;
     let too_big = || {
         Reply::error(
             413,
@@ -268,7 +268,7 @@ async fn read_body(state: &TsdState, req: Request<Incoming>) -> Result<Vec<u8>, 
         .get(header::TRANSFER_ENCODING)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    if chunked && !state.config.enable_chunked {
+    if chunked && !state.options.enable_chunked {
         return Err(Reply::error(400, "Chunked request not supported.", ""));
     }
     if let Some(len) = req
@@ -381,11 +381,11 @@ pub async fn serve_request(
         .map(str::to_string);
     let mut cors = false;
     let reply = 'reply: {
-        if !state.config.cors_domains.is_empty()
+        if !state.options.cors_domains.is_empty()
             && let Some(origin) = &origin
         {
             let allowed = state
-                .config
+                .options
                 .cors_domains
                 .iter()
                 .any(|d| d == "*" || d.eq_ignore_ascii_case(origin));
@@ -429,7 +429,7 @@ pub async fn serve_request(
             )
             .header(
                 header::ACCESS_CONTROL_ALLOW_HEADERS,
-                HeaderValue::from_str(&state.config.cors_headers)
+                HeaderValue::from_str(&state.options.cors_headers)
                     .unwrap_or(HeaderValue::from_static("")),
             );
     }
@@ -454,7 +454,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
         Ok(m) => m,
         Err(r) => return r,
     };
-    let cfg = &state.config;
+    let cfg = &state.options;
     let get_post = |m: &Method| m == Method::GET || m == Method::POST;
     if api {
         if !cfg.enable_api {
@@ -632,11 +632,11 @@ async fn handle_put(state: &Arc<TsdState>, req: Request<Incoming>, q: &Query) ->
             0
         },
     };
-    let header_tag = if state.config.header_tag.is_empty() {
+    let header_tag = if state.options.header_tag.is_empty() {
         None
     } else {
         req.headers()
-            .get(state.config.header_tag.as_str())
+            .get(state.options.header_tag.as_str())
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.split_once('='))
             .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))

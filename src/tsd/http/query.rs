@@ -6,20 +6,12 @@ use std::sync::Arc;
 use hyper::Method;
 
 use super::{Reply, method_not_allowed};
-use crate::query::{self, QueryContext, QueryError, QueryLimits};
+use crate::query::{self, QueryContext, QueryError};
 use crate::tsd::TsdState;
 
 fn context(state: &TsdState) -> QueryContext<'_> {
-    let w = &state.db;
-    let mut ctx = QueryContext::new(&**w, w.uids(), w.index());
-    let cfg = &state.settings;
-    ctx.limits = QueryLimits::from_config(cfg);
-    ctx.skip_unresolved_tagvs = cfg.get_bool("tsd.query.skip_unresolved_tagvs");
-    ctx.allow_delete = cfg.get_bool("tsd.http.query.allow_delete");
-    if let Ok(tz) = cfg.get_string("tsd.core.timezone").parse() {
-        ctx.default_tz = tz;
-    }
-    ctx
+    let db = &state.db;
+    QueryContext::with_options(&**db, db.uids(), db.index(), &state.options.query)
 }
 
 fn error(e: QueryError) -> Reply {
@@ -54,7 +46,7 @@ pub(super) async fn handle(
     // QueryRpc refuses the DELETE verb itself when deleting is off, and
     // turns a DELETE API method (the verb or GET + method_override=delete)
     // into a delete query only when it is on.
-    let allowed = state.settings.get_bool("tsd.http.query.allow_delete");
+    let allowed = state.options.query.allow_delete;
     if verb == Method::DELETE && !allowed {
         return Reply::error(
             400,
