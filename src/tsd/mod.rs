@@ -65,6 +65,19 @@ impl TsdState {
     pub fn shutting_down(&self) -> bool {
         *self.shutdown.borrow()
     }
+
+    /// A snapshot of this server's figures and its database's.
+    pub fn stats_report(&self) -> stats::Report {
+        let port = self
+            .options
+            .stats_with_port
+            .then(|| self.port.load(std::sync::atomic::Ordering::Relaxed));
+        stats::Report {
+            stats: stats::collect(&self.stats, &self.db),
+            host_tags: stats::host_tags(&self.hostname, port),
+            now_s: chrono::Utc::now().timestamp().max(0) as u64,
+        }
+    }
 }
 
 /// Resolves once shutdown has been requested.

@@ -1,12 +1,14 @@
 //! Counters shared by the telnet and HTTP sides, and the `stats` report
 //! in OpenTSDB's shapes: telnet lines in `put` format, `/api/stats` JSON.
+//!
+//! The report is built from the counters and the database it describes,
+//! not from the server state, which owns the counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::db::Db;
 use crate::model::UidKind;
 use crate::write::PointError;
-
-use super::TsdState;
 
 #[derive(Debug, Default)]
 pub struct ServerStats {
@@ -73,11 +75,10 @@ pub fn hostname() -> String {
     "localhost".into()
 }
 
-/// Every figure the TSD reports.
-pub fn collect(state: &TsdState) -> Vec<Stat> {
-    let s = &state.stats;
+/// Every figure the TSD reports: its counters and its database's.
+pub fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
     let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let w = state.db.stats();
+    let w = db.stats();
     let mut out = vec![
         stat(
             "connectionmgr.connections",
@@ -130,7 +131,7 @@ pub fn collect(state: &TsdState) -> Vec<Stat> {
         ),
         stat("http.errors", g(&s.http_errors), None),
     ];
-    let uids = state.db.uids();
+    let uids = db.uids();
     for kind in UidKind::ALL {
         let k = kind.qualifier();
         let cs = uids.stats(kind);
@@ -161,115 +162,128 @@ pub fn collect(state: &TsdState) -> Vec<Stat> {
     out.extend([
         stat("datapoints.added", g(&w.points_added), None),
         stat("datapoints.stored", g(&w.points_stored), None),
-        stat("datapoints.buffered", state.db.buffered_points(), None),
+        stat("datapoints.buffered", db.buffered_points(), None),
         stat("datapoints.replayed", g(&w.points_replayed), None),
         stat("storage.rows_written", g(&w.rows_written), None),
         stat("storage.flush_errors", g(&w.flush_errors), None),
-        stat("wal.bytes_written", state.db.wal().bytes_written(), None),
-        stat("wal.syncs", state.db.wal().syncs(), None),
-        stat("series.count", state.db.series().len(), None),
+        stat("wal.bytes_written", db.wal().bytes_written(), None),
+        stat("wal.syncs", db.wal().syncs(), None),
+        stat("series.count", db.series().len(), None),
     ]);
     out
 }
 
-fn host_tags(state: &TsdState) -> Vec<(&'static str, String)> {
-    let mut t = vec![("host", state.hostname.clone())];
-    if state.options.stats_with_port {
-        t.push(("port", state.port.load(Ordering::Relaxed).to_string()));
+/// Tags every figure carries: `host`, and `port` if
+/// `tsd.core.stats_with_port` is set.
+pub fn host_tags(hostname: &str, port: Option<u16>) -> Vec<(&'static str, String)> {
+    let mut t = vec![("host", hostname.to_string())];
+    if let Some(p) = port {
+        t.push(("port", p.to_string()));
     }
     t
 }
 
-/// Telnet `stats` / legacy `/stats` lines.
-pub fn lines(state: &TsdState, now_s: u64) -> Vec<String> {
-    let extra = host_tags(state);
-    collect(state)
-        .into_iter()
-        .map(|s| {
-            let mut line = format!("tsd.{} {now_s} {}", s.name, s.value);
-            if let Some((k, v)) = &s.tag {
-                line.push_str(&format!(" {k}={v}"));
-            }
-            for (k, v) in &extra {
-                line.push_str(&format!(" {k}={v}"));
-            }
-            line
-        })
-        .collect()
+/// One snapshot of every figure, rendered in each protocol's shape.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub stats: Vec<Stat>,
+    /// See [`host_tags`].
+    pub host_tags: Vec<(&'static str, String)>,
+    /// When the snapshot was taken, Unix seconds.
+    pub now_s: u64,
 }
 
-/// `/api/stats`: `[{"metric":..,"timestamp":..,"value":"..","tags":{..}}]`.
-pub fn json(state: &TsdState, now_s: u64) -> serde_json::Value {
-    let extra = host_tags(state);
-    serde_json::Value::Array(
-        collect(state)
-            .into_iter()
+impl Report {
+    /// Telnet `stats` / legacy `/stats` lines.
+    pub fn lines(&self) -> Vec<String> {
+        let now_s = self.now_s;
+        self.stats
+            .iter()
             .map(|s| {
-                let mut tags = serde_json::Map::new();
-                if let Some((k, v)) = s.tag {
-                    tags.insert(k.into(), v.into());
+                let mut line = format!("tsd.{} {now_s} {}", s.name, s.value);
+                if let Some((k, v)) = &s.tag {
+                    line.push_str(&format!(" {k}={v}"));
                 }
-                for (k, v) in &extra {
-                    tags.insert((*k).into(), v.clone().into());
+                for (k, v) in &self.host_tags {
+                    line.push_str(&format!(" {k}={v}"));
                 }
-                serde_json::json!({
-                    "metric": format!("tsd.{}", s.name),
-                    "timestamp": now_s,
-                    "value": s.value,
-                    "tags": tags,
-                })
-            })
-            .collect(),
-    )
-}
-
-/// `/metrics`: the figures of `/api/stats` in Prometheus' text exposition
-/// format. `tsd.uid.cache-hit` becomes `tsd_uid_cache_hit`; tags become
-/// labels; samples of one name are grouped under one `# TYPE` line.
-pub fn prometheus(state: &TsdState) -> String {
-    fn name(s: &str) -> String {
-        format!("tsd_{s}")
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
-                    c
-                } else {
-                    '_'
-                }
+                line
             })
             .collect()
     }
-    fn escape(v: &str) -> String {
-        v.replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n")
+
+    /// `/api/stats`: `[{"metric":..,"timestamp":..,"value":"..","tags":{..}}]`.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::Value::Array(
+            self.stats
+                .iter()
+                .map(|s| {
+                    let mut tags = serde_json::Map::new();
+                    if let Some((k, v)) = &s.tag {
+                        tags.insert((*k).into(), v.clone().into());
+                    }
+                    for (k, v) in &self.host_tags {
+                        tags.insert((*k).into(), v.clone().into());
+                    }
+                    serde_json::json!({
+                        "metric": format!("tsd.{}", s.name),
+                        "timestamp": self.now_s,
+                        "value": s.value,
+                        "tags": tags,
+                    })
+                })
+                .collect(),
+        )
     }
-    let extra = host_tags(state);
-    let mut families: Vec<(String, Vec<String>)> = Vec::new();
-    for s in collect(state) {
-        let n = name(s.name);
-        let mut labels: Vec<String> = Vec::new();
-        if let Some((k, v)) = &s.tag {
-            labels.push(format!("{k}=\"{}\"", escape(v)));
+
+    /// `/metrics`: the figures of `/api/stats` in Prometheus' text
+    /// exposition format. `tsd.uid.cache-hit` becomes `tsd_uid_cache_hit`;
+    /// tags become labels; samples of one name are grouped under one
+    /// `# TYPE` line.
+    pub fn prometheus(&self) -> String {
+        fn name(s: &str) -> String {
+            format!("tsd_{s}")
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect()
         }
-        for (k, v) in &extra {
-            labels.push(format!("{k}=\"{}\"", escape(v)));
+        fn escape(v: &str) -> String {
+            v.replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n")
         }
-        let sample = format!("{n}{{{}}} {}", labels.join(","), s.value);
-        match families.iter_mut().find(|(f, _)| *f == n) {
-            Some((_, v)) => v.push(sample),
-            None => families.push((n, vec![sample])),
+        let mut families: Vec<(String, Vec<String>)> = Vec::new();
+        for s in &self.stats {
+            let n = name(s.name);
+            let mut labels: Vec<String> = Vec::new();
+            if let Some((k, v)) = &s.tag {
+                labels.push(format!("{k}=\"{}\"", escape(v)));
+            }
+            for (k, v) in &self.host_tags {
+                labels.push(format!("{k}=\"{}\"", escape(v)));
+            }
+            let sample = format!("{n}{{{}}} {}", labels.join(","), s.value);
+            match families.iter_mut().find(|(f, _)| *f == n) {
+                Some((_, v)) => v.push(sample),
+                None => families.push((n, vec![sample])),
+            }
         }
+        let mut out = String::new();
+        for (n, samples) in families {
+            out.push_str(&format!("# TYPE {n} untyped\n"));
+            for s in samples {
+                out.push_str(&s);
+                out.push('\n');
+            }
+        }
+        out
     }
-    let mut out = String::new();
-    for (n, samples) in families {
-        out.push_str(&format!("# TYPE {n} untyped\n"));
-        for s in samples {
-            out.push_str(&s);
-            out.push('\n');
-        }
-    }
-    out
 }
 
 /// One query seen by `/api/query`, for `/api/stats/query`.

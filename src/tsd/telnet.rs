@@ -172,8 +172,7 @@ impl Conn<'_> {
                 self.out.extend_from_slice(s.as_bytes());
             }
             "stats" => {
-                let now = chrono::Utc::now().timestamp().max(0) as u64;
-                for l in super::stats::lines(self.state, now) {
+                for l in self.state.stats_report().lines() {
                     self.out.extend_from_slice(l.as_bytes());
                     self.out.push(b'\n');
                 }

@@ -532,7 +532,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                 }
                 match route.rest.first().map(String::as_str) {
                     Some("query") => Reply::json(200, state.queries.json().to_string()),
-                    _ => Reply::json(200, super::stats::json(state, now_s()).to_string()),
+                    _ => Reply::json(200, state.stats_report().json().to_string()),
                 }
             }
             "api/config" => {
@@ -589,7 +589,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
                 Reply::json(200, serde_json::to_string(&AGGREGATORS[..]).expect("json"))
             }
             "stats" => {
-                let lines = super::stats::lines(state, now_s());
+                let lines = state.stats_report().lines();
                 if query.has("json") {
                     Reply::json(200, serde_json::to_string(&lines).expect("json"))
                 } else {
@@ -604,7 +604,7 @@ async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
             "metrics" => Reply {
                 status: 200,
                 content_type: "text/plain; version=0.0.4; charset=utf-8",
-                body: super::stats::prometheus(state).into_bytes(),
+                body: state.stats_report().prometheus().into_bytes(),
             },
             "dropcaches" => {
                 state.db.drop_caches();
