@@ -439,3 +439,49 @@ fn compression_and_body_limits() {
         200
     );
 }
+
+/// The commands telnet shares (version, aggregators, stats, dropcaches)
+/// check the method on legacy paths too, as OpenTSDB 2.4.1's
+/// `RpcUtil.allowedMethods` does for both; a legacy refusal is
+/// `HttpQuery.badRequest`'s 400, not the API's 405. `dropcaches` takes GET
+/// and DELETE only (OpenTSDB's `DropCachesRpc`), on both paths.
+#[test]
+fn shared_commands_check_methods_on_both_paths() {
+    let srv = TestServer::start(&[]);
+    let a = srv.addr;
+    for path in ["/version", "/aggregators", "/stats", "/dropcaches"] {
+        assert_eq!(http(a, "GET", path, &[], b"").status, 200, "{path}");
+        let r = http(a, "PUT", path, &[], b"");
+        assert_eq!(r.status, 400, "{path}");
+        assert_eq!(r.header("content-type"), Some("text/html; charset=UTF-8"));
+        assert!(
+            r.text()
+                .contains("The reason provided was:<blockquote>Method not allowed</blockquote>")
+        );
+        let r = http(a, "PUT", &format!("{path}?json"), &[], b"");
+        assert_eq!(
+            (r.status, r.text()),
+            (400, r#"{"err":"Method not allowed"}"#.into())
+        );
+    }
+    for path in ["/version", "/aggregators", "/stats"] {
+        assert_eq!(http(a, "POST", path, &[], b"").status, 200, "{path}");
+    }
+    assert_eq!(
+        http(a, "DELETE", "/api/dropcaches", &[], b"").json(),
+        json!({"message":"Caches dropped","status":"200"})
+    );
+    assert_eq!(
+        http(a, "DELETE", "/dropcaches", &[], b"").text(),
+        "Caches dropped.\n"
+    );
+    let r = http(a, "POST", "/api/dropcaches", &[], b"");
+    assert_eq!(
+        (r.status, r.text()),
+        (
+            405,
+            r#"{"error":{"code":405,"message":"Method not allowed","details":"The HTTP method [POST] is not permitted for this endpoint"}}"#.into()
+        )
+    );
+    assert_eq!(http(a, "POST", "/dropcaches", &[], b"").status, 400);
+}

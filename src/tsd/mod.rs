@@ -5,11 +5,14 @@
 //! - [`server`]: the listener, protocol detection by first byte,
 //!   connection limit, idle timeout, graceful shutdown.
 //! - [`telnet`]: line framing and the line commands.
-//! - [`http`]: the HTTP API (hyper on the accepted connection).
+//! - [`rpc`]: the commands both protocols serve, one implementation each.
+//! - [`http`]: the HTTP API (hyper on the accepted connection): a route
+//!   table, one file per endpoint.
 //! - [`stats`]: counters shared by both protocols, `stats` output.
 
 pub mod http;
 pub mod options;
+pub(crate) mod rpc;
 pub mod server;
 pub mod stats;
 pub mod telnet;

@@ -6,6 +6,8 @@
 //! Parsing is pure ([`parse_put`], [`split_lines`]); [`serve`] does the
 //! I/O: it reads a chunk, handles every complete line in it, logs the
 //! chunk's points in one WAL append, then writes the chunk's replies.
+//! Commands other than `put`, `exit` and `help` are the shared ones of
+//! `super::rpc`, which HTTP serves too.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -17,8 +19,9 @@ use crate::write::{PendingPoint, PointError};
 
 pub use crate::write::line::{PutLine, check_finite, parse_put};
 
-use super::TsdState;
+use super::rpc::{self, After, Serve};
 use super::stats::inc;
+use super::{TsdOptions, TsdState};
 
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -58,25 +61,51 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
     hay.iter().position(|&b| b == needle)
 }
 
-/// What a line asks of the connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum After {
-    Continue,
-    Close,
-    Shutdown,
+/// How a command is run.
+#[derive(Clone, Copy)]
+enum Run {
+    /// Batched by the connection, logged once per chunk read.
+    Put,
+    /// Sees the points of the lines before it; writes its reply.
+    Command(fn(&TsdState, &mut Vec<u8>) -> After),
 }
 
+/// The telnet commands, in `help` order, and when each is served.
+const COMMANDS: &[(&str, Serve, Run)] = &[
+    ("put", Serve::Writes, Run::Put),
+    ("stats", Serve::Always, Run::Command(rpc::stats::telnet)),
+    (
+        "dropcaches",
+        Serve::Always,
+        Run::Command(rpc::dropcaches::telnet),
+    ),
+    ("version", Serve::Always, Run::Command(rpc::version::telnet)),
+    ("exit", Serve::Always, Run::Command(|_, _| After::Close)),
+    ("help", Serve::Always, Run::Command(help)),
+    (
+        "diediedie",
+        Serve::DieDieDie,
+        Run::Command(rpc::diediedie::telnet),
+    ),
+];
+
 /// The commands this TSD answers, in OpenTSDB's `help` order.
-pub fn commands(state: &TsdState) -> Vec<&'static str> {
-    let mut c = Vec::new();
-    if state.options.mode.writes() {
-        c.push("put");
+pub fn commands(options: &TsdOptions) -> impl Iterator<Item = &'static str> + '_ {
+    COMMANDS
+        .iter()
+        .filter(|(_, serve, _)| serve.on(options))
+        .map(|(name, _, _)| *name)
+}
+
+fn help(state: &TsdState, out: &mut Vec<u8>) -> After {
+    let mut s = String::from("available commands: ");
+    for c in commands(&state.options) {
+        s.push_str(c);
+        s.push(' ');
     }
-    c.extend(["stats", "dropcaches", "version", "exit", "help"]);
-    if !state.options.no_diediedie {
-        c.push("diediedie");
-    }
-    c
+    s.push('\n');
+    out.extend_from_slice(s.as_bytes());
+    After::Continue
 }
 
 struct Conn<'s> {
@@ -150,54 +179,30 @@ impl Conn<'_> {
         }
         let words: &[&str] = if heap.is_empty() { &stack[..n] } else { &heap };
         let cmd = words[0];
-        if cmd == "put" && self.state.options.mode.writes() {
+        let run = COMMANDS
+            .iter()
+            .find(|(name, serve, _)| *name == cmd && serve.on(&self.state.options))
+            .map(|(_, _, run)| *run);
+        if let Some(Run::Put) = run {
             self.put(words);
             return After::Continue;
         }
         // Other commands see the points before them.
         self.flush_batch();
-        match cmd {
-            "version" => {
-                self.out
-                    .extend_from_slice(crate::version::version_lines().as_bytes());
-                self.out.push(b'\n');
-            }
-            "help" => {
-                let mut s = String::from("available commands: ");
-                for c in commands(self.state) {
-                    s.push_str(c);
-                    s.push(' ');
-                }
-                s.push('\n');
-                self.out.extend_from_slice(s.as_bytes());
-            }
-            "stats" => {
-                for l in self.state.stats_report().lines() {
-                    self.out.extend_from_slice(l.as_bytes());
-                    self.out.push(b'\n');
-                }
-            }
-            "dropcaches" => {
-                self.state.db.drop_caches();
-                self.out.extend_from_slice(b"Caches dropped.\n");
-            }
-            "exit" => return After::Close,
-            "diediedie" if !self.state.options.no_diediedie => {
-                self.out
-                    .extend_from_slice(b"Cleaning up and exiting now.\n");
-                return After::Shutdown;
-            }
+        match run {
+            Some(Run::Command(f)) => f(self.state, &mut self.out),
             _ => {
                 self.out.extend_from_slice(
                     format!("unknown command: {cmd}.  Try `help'.\n").as_bytes(),
                 );
+                After::Continue
             }
         }
-        After::Continue
     }
 }
 
-/// Serves one telnet connection. `first` is the detection read's data.
+/// Serves one telnet connection. The first byte, which chose this
+/// protocol, was only peeked at, so it is read again here.
 pub async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
     let max = state.options.max_line_length;
     let timeout = state.options.socket_timeout;

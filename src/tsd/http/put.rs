@@ -4,8 +4,11 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use hyper::Method;
+use hyper::body::Incoming;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -14,6 +17,10 @@ use crate::write::{PendingPoint, parse_value};
 
 use super::super::TsdState;
 use super::super::telnet::check_finite;
+use super::{Call, Reply, method_not_allowed, read_body};
+
+/// Put bodies at least this long are checked on a blocking thread.
+const BLOCKING_BODY: usize = 256 * 1024;
 
 /// A JSON scalar read as Jackson reads it into a `String` field: strings
 /// as-is, numbers and booleans as their text, `null` as absent.
@@ -489,6 +496,102 @@ fn errors_json(o: &PutOutcome) -> String {
     }
     s.push(']');
     s
+}
+
+/// `/api/put`: POST only; checks the points (on a blocking thread for big
+/// bodies), logs the good ones, answers as `summary`/`details`/`sync` ask.
+pub(super) async fn route(c: Call, body: Incoming) -> Reply {
+    if c.method != Method::POST {
+        return method_not_allowed(&c.method);
+    }
+    if *c.verb() == Method::GET {
+        return Reply::error(
+            400,
+            "Missing message content",
+            "Supply valid JSON formatted data in the body of your request",
+        );
+    }
+    let (state, q) = (&c.state, &c.query);
+    let flags = PutFlags {
+        summary: q.has("summary"),
+        details: q.has("details"),
+        sync: q.has("sync"),
+        sync_timeout: if q.has("sync") {
+            q.get("sync_timeout")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        } else {
+            0
+        },
+    };
+    let header_tag = if state.options.header_tag.is_empty() {
+        None
+    } else {
+        c.head
+            .headers
+            .get(state.options.header_tag.as_str())
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+    };
+    let body = match read_body(state, &c.head, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let text = match std::str::from_utf8(&body) {
+        Ok(t) => t.trim().to_string(),
+        Err(_) => String::from_utf8_lossy(&body).trim().to_string(),
+    };
+    drop(body);
+    if text.is_empty() {
+        return Reply::error(
+            400,
+            "Missing message content",
+            "Supply valid JSON formatted data in the body of your request",
+        );
+    }
+    let len = text.len();
+    let st = state.clone();
+    let check = move || -> Result<(Vec<PendingPoint>, PutOutcome, usize), Reply> {
+        let fixed;
+        let parsed = match parse_body(&text) {
+            Ok(p) => p,
+            Err(first) => {
+                fixed = quote_non_numeric(&text)
+                    .ok_or_else(|| Reply::error(400, "Unable to parse the given JSON", &first.0))?;
+                parse_body(&fixed)
+                    .map_err(|e| Reply::error(400, "Unable to parse the given JSON", &e.0))?
+            }
+        };
+        if parsed.is_empty() {
+            return Err(Reply::error(400, "No datapoints found in content", ""));
+        }
+        let n = parsed.len();
+        let mut outcome = PutOutcome::default();
+        let ht = header_tag.as_ref().map(|(k, v)| (k.as_str(), v.as_str()));
+        let good = check_points(&st, &parsed, ht, &mut outcome)
+            .map_err(|e| Reply::error(400, "Unable to parse the given JSON", &e.0))?;
+        Ok((good, outcome, n))
+    };
+    let checked = if len >= BLOCKING_BODY {
+        match tokio::task::spawn_blocking(check).await {
+            Ok(r) => r,
+            Err(_) => Err(Reply::error(500, "Unexpected exception", "")),
+        }
+    } else {
+        check()
+    };
+    let (good, mut outcome, n) = match checked {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    state.stats.http_puts.fetch_add(n as u64, Ordering::Relaxed);
+    write_points(state, good, flags, &mut outcome).await;
+    let (status, body) = render(flags, &outcome);
+    match body {
+        None => Reply::empty(status),
+        Some(b) => Reply::json(status, b),
+    }
 }
 
 #[cfg(test)]

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use hyper::Method;
+use hyper::body::Incoming;
 
-use super::{Reply, method_not_allowed};
+use super::{Call, Reply, method_not_allowed, not_found, read_body};
 use crate::query::{self, QueryContext, QueryError};
 use crate::tsd::TsdState;
 
@@ -28,6 +29,25 @@ pub(super) async fn blocking(
     tokio::task::spawn_blocking(move || f(&st))
         .await
         .unwrap_or_else(|_| Reply::error(500, "Unexpected exception", ""))
+}
+
+/// The route: reads the body of POST requests only (a DELETE's query is
+/// in its query string), then `/api/query` or `/api/query/last`.
+pub(super) async fn route(c: Call, body: Incoming) -> Reply {
+    let body = if c.method == Method::POST && *c.verb() != Method::GET {
+        match read_body(&c.state, &c.head, body).await {
+            Ok(b) => Some(b),
+            Err(r) => return r,
+        }
+    } else {
+        None
+    };
+    let raw = c.head.uri.query().map(String::from);
+    match c.rest.first().map(String::as_str) {
+        None | Some("") => handle(&c.state, &c.method, c.verb(), raw, body).await,
+        Some("last") => handle_last(&c.state, &c.method, raw, body).await,
+        Some(_) => not_found(true, &c.query),
+    }
 }
 
 /// `/api/query` (GET with `m=`/`tsuid=`, POST JSON, DELETE).
