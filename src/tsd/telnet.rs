@@ -70,7 +70,9 @@ enum Run {
     Command(fn(&TsdState, &mut Vec<u8>) -> After),
 }
 
-/// The telnet commands, in `help` order, and when each is served.
+/// The telnet commands, in `help` order, and when each is served. (OpenTSDB
+/// registers `put` after `help`, so lists it there; rtsdb's clients and
+/// tests have always seen it first.)
 const COMMANDS: &[(&str, Serve, Run)] = &[
     ("put", Serve::Writes, Run::Put),
     ("stats", Serve::Always, Run::Command(rpc::stats::telnet)),
@@ -89,7 +91,7 @@ const COMMANDS: &[(&str, Serve, Run)] = &[
     ),
 ];
 
-/// The commands this TSD answers, in OpenTSDB's `help` order.
+/// The commands this TSD answers, in `help` order.
 pub fn commands(options: &TsdOptions) -> impl Iterator<Item = &'static str> + '_ {
     COMMANDS
         .iter()
