@@ -11,7 +11,7 @@
 //!   reading through [`store::read::SeriesSource`].
 //! - [`db`]: the database handle: opens a store and owns its parts; the
 //!   only door for appends, reads, deletes, UID and meta operations.
-//! - `write` (crate-internal): the write path's parts: series cache, write-ahead log,
+//! - [`mod@write`] (crate-internal): the write path's parts: series cache, write-ahead log,
 //!   in-memory hour buffers.
 //! - [`store`]: a store on disk: its recorded layout, tables and rows, and
 //!   the embedded implementations of the three seams below.
@@ -19,7 +19,7 @@
 //!   index, UIDMeta/TSMeta and the per-series counters, each persisting
 //!   through its own trait ([`uid::UidStore`], [`index::IndexStore`],
 //!   [`meta::MetaStore`]), so another engine can serve it.
-//! - `storage` (crate-internal): the narrow key-value trait and its engines (fjall, memory).
+//! - [`storage`] (crate-internal): the narrow key-value trait and its engines (fjall, memory).
 //! - [`codec`]: OpenTSDB's byte formats (row keys, qualifiers, values,
 //!   compacted/append/annotation columns) and rtsdb's compressed column,
 //!   documented in `docs/format/`.
@@ -28,9 +28,14 @@
 //! - [`model`]: UIDs, names and their rules, TSUIDs, data points, time,
 //!   the one-hour row span.
 //! - [`config`]: `opentsdb.conf` as read; typed options are built from it.
-//! - `version` (crate-internal): build facts reported by `version` and `/api/version`.
+//! - [`version`] (crate-internal): build facts reported by `version` and `/api/version`.
 
+// The public surface is curated: what is not reachable from here is
+// `pub(crate)`, and the lint keeps it so.
 #![warn(unreachable_pub)]
+// Module maps name the crate-internal modules too (they are the
+// architecture); those links resolve in `cargo doc --document-private-items`.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod cli;
 pub mod codec;

@@ -7,7 +7,7 @@ pub(crate) mod query;
 pub(crate) mod query_args;
 pub(crate) mod scan;
 pub(crate) mod search;
-pub mod tsd;
+pub(crate) mod tsd;
 pub(crate) mod uid;
 pub(crate) mod uid_fsck;
 

@@ -3,11 +3,10 @@
 //! 127.0.0.1:4242 over a store in `--data-dir`.
 
 use std::io::Write;
-use std::sync::Arc;
 
 use clap::Args;
 
-use crate::tsd::{Server, TsdConfig, TsdState};
+use crate::tsd::{Server, TsdOptions, TsdState};
 
 use super::Context;
 
@@ -105,23 +104,17 @@ impl TsdArgs {
     }
 }
 
-/// Opens the database and builds the server state.
-pub fn build_state(ctx: &Context) -> anyhow::Result<Arc<TsdState>> {
-    let config = TsdConfig::from_config(&ctx.config)?;
-    let db = ctx.open_db()?;
-    Ok(Arc::new(TsdState::new(config, ctx.config.clone(), db)))
-}
-
-pub fn run(mut ctx: Context, args: TsdArgs, out: &mut dyn Write) -> anyhow::Result<i32> {
+pub(crate) fn run(mut ctx: Context, args: TsdArgs, out: &mut dyn Write) -> anyhow::Result<i32> {
     args.apply(&mut ctx);
-    let cfg = TsdConfig::from_config(&ctx.config)?;
+    // Options first: a bad value stops the start before the store opens.
+    let options = TsdOptions::from_config(&ctx.config)?;
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     rt.enable_all();
-    if let Some(n) = cfg.worker_threads.filter(|n| *n > 0) {
+    if let Some(n) = options.worker_threads.filter(|n| *n > 0) {
         rt.worker_threads(n);
     }
     let rt = rt.build()?;
-    let state = build_state(&ctx)?;
+    let state = TsdState::open_with(options, ctx.config.clone())?;
     rt.block_on(async {
         let signals = crate::tsd::server::Signals::install();
         let handle = Server::start(state.clone()).await?;

@@ -12,6 +12,7 @@ use super::error::QueryError;
 use super::filter::FilterType;
 use super::group::{self, Scratch};
 use super::limits::{Budget, QueryLimits};
+use super::options::QueryOptions;
 use super::output::{QueryResponse, QueryResult};
 use super::rate::Rate;
 use super::request::{TsQuery, ValidQuery, ValidSubQuery};
@@ -33,7 +34,7 @@ pub struct QueryContext<'a> {
     /// "now" in epoch ms (relative times, missing end).
     pub now_ms: u64,
     /// Zone for absolute dates and calendar downsampling when the query
-    /// names none (`tsd.core.timezone`; UTC by default).
+    /// names none ([`QueryOptions::default_tz`]).
     pub default_tz: Tz,
     /// `tsd.query.skip_unresolved_tagvs`.
     pub skip_unresolved_tagvs: bool,
@@ -42,16 +43,27 @@ pub struct QueryContext<'a> {
 }
 
 impl<'a> QueryContext<'a> {
+    /// A context with [`QueryOptions::default`].
     pub fn new(source: &'a dyn SeriesSource, uids: &'a UidTable, index: &'a SeriesIndex) -> Self {
+        Self::with_options(source, uids, index, &QueryOptions::default())
+    }
+
+    /// A context with the options the server built at start.
+    pub fn with_options(
+        source: &'a dyn SeriesSource,
+        uids: &'a UidTable,
+        index: &'a SeriesIndex,
+        o: &QueryOptions,
+    ) -> Self {
         QueryContext {
             source,
             uids,
             index,
-            limits: QueryLimits::default(),
+            limits: o.limits,
             now_ms: chrono::Utc::now().timestamp_millis().max(0) as u64,
-            default_tz: Tz::UTC,
-            skip_unresolved_tagvs: false,
-            allow_delete: false,
+            default_tz: o.default_tz,
+            skip_unresolved_tagvs: o.skip_unresolved_tagvs,
+            allow_delete: o.allow_delete,
         }
     }
 

@@ -4,7 +4,6 @@
 use std::time::{Duration, Instant};
 
 use super::error::QueryError;
-use crate::config::Config;
 
 /// Limits for one query; 0 means unlimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,18 +26,6 @@ impl Default for QueryLimits {
             max_bytes: 0,
             max_data_points: 0,
             max_output_points: 50_000_000,
-        }
-    }
-}
-
-impl QueryLimits {
-    pub fn from_config(c: &Config) -> QueryLimits {
-        let get = |k: &str| c.get_int::<u64>(k).ok().flatten().unwrap_or(0);
-        QueryLimits {
-            timeout_ms: get("tsd.query.timeout"),
-            max_bytes: get("tsd.query.limits.bytes.default"),
-            max_data_points: get("tsd.query.limits.data_points.default"),
-            ..QueryLimits::default()
         }
     }
 }

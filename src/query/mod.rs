@@ -11,6 +11,7 @@
 //! - [`output`]: the JSON response, byte for byte.
 //! - [`last`]: the `/api/query/last` endpoint.
 //! - [`limits`]: query limits and timeouts.
+//! - [`options`]: the options a server builds once and every query uses.
 //! - [`error`]: errors carrying OpenTSDB's status and message.
 //!
 //! The HTTP layer calls [`parse_get`] or [`parse_post`], then [`execute`]
@@ -26,6 +27,7 @@ pub mod filter;
 pub mod group;
 pub mod last;
 pub mod limits;
+pub mod options;
 pub mod output;
 pub mod rate;
 pub mod request;
@@ -35,5 +37,6 @@ pub use engine::{QueryContext, execute};
 pub use error::QueryError;
 pub use last::{LastQuery, execute_last, parse_last_get, parse_last_post};
 pub use limits::QueryLimits;
+pub use options::QueryOptions;
 pub use output::{QueryResponse, QueryResult};
 pub use request::{TsQuery, TsSubQuery, parse_get, parse_post};

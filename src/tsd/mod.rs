@@ -1,148 +1,95 @@
 //! The TSD: one TCP port serving OpenTSDB's telnet-style line protocol and
 //! its HTTP API, over the write path.
 //!
+//! - [`options`]: the typed options, built once from the configuration.
 //! - [`server`]: the listener, protocol detection by first byte,
 //!   connection limit, idle timeout, graceful shutdown.
 //! - [`telnet`]: line framing and the line commands.
-//! - [`http`]: the HTTP API (hyper on the accepted connection).
+//! - [`rpc`]: the commands both protocols serve, one implementation each.
+//! - [`http`]: the HTTP API (hyper on the accepted connection): a route
+//!   table, one file per endpoint.
 //! - [`stats`]: counters shared by both protocols, `stats` output.
 
-pub mod http;
-pub mod server;
-pub mod stats;
-pub mod telnet;
+pub(crate) mod http;
+pub(crate) mod options;
+pub(crate) mod rpc;
+pub(crate) mod server;
+pub(crate) mod stats;
+pub(crate) mod telnet;
 
 use std::sync::Arc;
-use std::time::Duration;
-
 use tokio::sync::watch;
 
-use crate::config::{Config, ConfigError};
-use crate::db::Db;
+use std::path::PathBuf;
 
+use thiserror::Error;
+
+use crate::config::{Config, ConfigError};
+use crate::db::{Db, DbError, DbOptions};
+
+pub use options::{Mode, TsdOptions};
 pub use server::{Server, ServerHandle};
 
-/// `tsd.mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    ReadWrite,
-    ReadOnly,
-    WriteOnly,
+/// Why a TSD could not start or stop cleanly.
+#[derive(Debug, Error)]
+pub enum TsdError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("opening store at {dir}: {source}")]
+    Open { dir: PathBuf, source: DbError },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("closing the database: {0}")]
+    Close(String),
 }
 
-impl Mode {
-    pub fn parse(s: &str) -> Option<Mode> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "rw" => Some(Mode::ReadWrite),
-            "ro" => Some(Mode::ReadOnly),
-            "wo" => Some(Mode::WriteOnly),
-            _ => None,
-        }
-    }
-
-    pub fn writes(self) -> bool {
-        self != Mode::ReadOnly
-    }
-}
-
-/// The server's settings, read once from the configuration.
-#[derive(Debug, Clone)]
-pub struct TsdConfig {
-    pub port: u16,
-    pub bind: String,
-    pub mode: Mode,
-    pub enable_api: bool,
-    pub enable_ui: bool,
-    pub no_diediedie: bool,
-    /// `tsd.core.socket.timeout`; zero = never close idle connections.
-    pub socket_timeout: Duration,
-    /// `tsd.core.connections.limit`; zero = unlimited.
-    pub connections_limit: usize,
-    pub max_line_length: usize,
-    /// Largest HTTP request body, after decompression.
-    pub max_body_bytes: usize,
-    pub enable_chunked: bool,
-    pub cors_domains: Vec<String>,
-    pub cors_headers: String,
-    pub header_tag: String,
-    pub return_errors: bool,
-    pub stats_with_port: bool,
-    pub worker_threads: Option<usize>,
-}
-
-fn bad(key: &str, value: &str, reason: &str) -> ConfigError {
-    ConfigError::BadValue {
-        key: key.into(),
-        value: value.into(),
-        reason: reason.into(),
-    }
-}
-
-impl TsdConfig {
-    pub fn from_config(c: &Config) -> Result<TsdConfig, ConfigError> {
-        let mode_s = c.get_string("tsd.mode");
-        let mode =
-            Mode::parse(mode_s).ok_or_else(|| bad("tsd.mode", mode_s, "must be rw, ro or wo"))?;
-        let cors_domains: Vec<String> = c
-            .get_string("tsd.http.request.cors_domains")
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect();
-        if cors_domains.len() > 1 && cors_domains.iter().any(|d| d == "*") {
-            return Err(bad(
-                "tsd.http.request.cors_domains",
-                c.get_string("tsd.http.request.cors_domains"),
-                "the wildcard * cannot be combined with other domains",
-            ));
-        }
-        Ok(TsdConfig {
-            port: c.get_int("tsd.network.port")?.unwrap_or(4242),
-            bind: match c.get_string("tsd.network.bind").trim() {
-                "" => "127.0.0.1".into(),
-                b => b.into(),
-            },
-            mode,
-            enable_api: c.get_bool("tsd.core.enable_api"),
-            enable_ui: c.get_bool("tsd.core.enable_ui"),
-            no_diediedie: c.get_bool("tsd.no_diediedie"),
-            socket_timeout: Duration::from_secs(c.get_int("tsd.core.socket.timeout")?.unwrap_or(0)),
-            connections_limit: c.get_int("tsd.core.connections.limit")?.unwrap_or(0),
-            max_line_length: c
-                .get_int("tsd.network.max_line_length")?
-                .unwrap_or(1024)
-                .max(16),
-            max_body_bytes: c.get_int("tsd.http.request.max_chunk")?.unwrap_or(64 << 20),
-            enable_chunked: c.get_bool("tsd.http.request.enable_chunked"),
-            cors_domains,
-            cors_headers: c.get_string("tsd.http.request.cors_headers").to_string(),
-            header_tag: c.get_string("tsd.http.header_tag").trim().to_string(),
-            return_errors: c.get_bool("tsd.rpc.telnet.return_errors"),
-            stats_with_port: c.get_bool("tsd.core.stats_with_port"),
-            worker_threads: c.get_int("tsd.network.worker_threads")?,
-        })
-    }
-}
-
-/// What every connection shares.
+/// What every connection shares: the options, the database, the counters.
 pub struct TsdState {
-    pub config: TsdConfig,
-    /// The full configuration (`/api/config`).
-    pub settings: Config,
-    pub db: Arc<Db>,
-    pub stats: stats::ServerStats,
+    /// Built once at start; requests read these, not `settings`.
+    pub(crate) options: TsdOptions,
+    /// The configuration as read, only to echo it (`/api/config`).
+    pub(crate) settings: Config,
+    pub(crate) db: Arc<Db>,
+    pub(crate) stats: stats::ServerStats,
     /// Running and recent queries (`/api/stats/query`).
-    pub queries: stats::QueryLog,
-    pub hostname: String,
+    pub(crate) queries: stats::QueryLog,
+    pub(crate) hostname: String,
     /// The port actually bound.
-    pub port: std::sync::atomic::AtomicU16,
+    pub(crate) port: std::sync::atomic::AtomicU16,
     shutdown: watch::Sender<bool>,
 }
 
 impl TsdState {
-    pub fn new(config: TsdConfig, settings: Config, db: Arc<Db>) -> TsdState {
+    /// Everything a server needs from a configuration: the options built
+    /// (and checked) once, and the database it names opened.
+    pub fn open(config: Config) -> Result<Arc<TsdState>, TsdError> {
+        let options = TsdOptions::from_config(&config)?;
+        Self::open_with(options, config)
+    }
+
+    /// [`TsdState::open`] with options already built from `config`.
+    pub fn open_with(options: TsdOptions, config: Config) -> Result<Arc<TsdState>, TsdError> {
+        let db_options = DbOptions::from_config(&config)?;
+        let db = Db::open(&db_options).map_err(|source| TsdError::Open {
+            dir: db_options.data_dir.clone(),
+            source,
+        })?;
+        Ok(Arc::new(TsdState::new(options, config, db)))
+    }
+
+    /// The database this server serves.
+    pub fn db(&self) -> &Arc<Db> {
+        &self.db
+    }
+
+    pub fn new(options: TsdOptions, settings: Config, db: Arc<Db>) -> TsdState {
         TsdState {
-            config,
+            options,
             settings,
             db,
             stats: stats::ServerStats::default(),
@@ -164,6 +111,19 @@ impl TsdState {
 
     pub fn shutting_down(&self) -> bool {
         *self.shutdown.borrow()
+    }
+
+    /// A snapshot of this server's figures and its database's.
+    pub fn stats_report(&self) -> stats::Report {
+        let port = self
+            .options
+            .stats_with_port
+            .then(|| self.port.load(std::sync::atomic::Ordering::Relaxed));
+        stats::Report {
+            stats: stats::collect(&self.stats, &self.db),
+            host_tags: stats::host_tags(&self.hostname, port),
+            now_s: chrono::Utc::now().timestamp().max(0) as u64,
+        }
     }
 }
 

@@ -20,8 +20,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use super::TsdState;
 use super::stats::inc;
+use super::{TsdError, TsdState};
 
 /// How long shutdown waits for open connections before closing them.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -41,11 +41,14 @@ impl ServerHandle {
         self.state.request_shutdown();
     }
 
-    /// Waits until the server stopped and the write path is flushed.
-    pub async fn wait(self) -> anyhow::Result<()> {
+    /// Waits until the server stopped and the database is flushed and
+    /// closed.
+    pub async fn wait(self) -> Result<(), TsdError> {
         let _ = self.task.await;
         let db = self.state.db.clone();
-        tokio::task::spawn_blocking(move || db.close()).await??;
+        tokio::task::spawn_blocking(move || db.close())
+            .await
+            .map_err(|e| TsdError::Close(e.to_string()))??;
         Ok(())
     }
 }
@@ -64,12 +67,14 @@ impl Drop for ConnGuard {
 
 impl Server {
     /// Binds `bind:port` (port 0 picks a free one) and starts serving.
-    pub async fn start(state: Arc<TsdState>) -> anyhow::Result<ServerHandle> {
-        let addr = format!("{}:{}", state.config.bind, state.config.port);
-        let listener = TcpListener::bind(&addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-        let addr = listener.local_addr()?;
+    pub async fn start(state: Arc<TsdState>) -> Result<ServerHandle, TsdError> {
+        let addr = format!("{}:{}", state.options.bind, state.options.port);
+        let bind_error = |source| TsdError::Bind {
+            addr: addr.clone(),
+            source,
+        };
+        let listener = TcpListener::bind(&addr).await.map_err(bind_error)?;
+        let addr = listener.local_addr().map_err(bind_error)?;
         state.port.store(addr.port(), Ordering::Relaxed);
         let s = state.clone();
         let task = tokio::spawn(accept_loop(s, listener));
@@ -93,7 +98,7 @@ async fn accept_loop(state: Arc<TsdState>, listener: TcpListener) {
             },
             _ = super::stopped(&mut shutdown) => break,
         };
-        let limit = state.config.connections_limit;
+        let limit = state.options.connections_limit;
         let open = state.stats.connections_open.load(Ordering::Relaxed);
         if limit > 0 && open as usize >= limit {
             inc(&state.stats.connections_rejected);
@@ -119,7 +124,7 @@ async fn accept_loop(state: Arc<TsdState>, listener: TcpListener) {
 
 async fn handle_connection(state: Arc<TsdState>, stream: TcpStream) {
     let mut first = [0u8; 1];
-    let timeout = state.config.socket_timeout;
+    let timeout = state.options.socket_timeout;
     let mut shutdown = state.shutdown_signal();
     let peeked = tokio::select! {
         r = async {
@@ -210,7 +215,7 @@ async fn serve_http(state: Arc<TsdState>, stream: TcpStream) {
     let svc = service_fn(move |req| super::http::serve_request(st.clone(), req));
     let mut builder = http1::Builder::new();
     builder.keep_alive(true).timer(TokioTimer::new());
-    let timeout = state.config.socket_timeout;
+    let timeout = state.options.socket_timeout;
     if !timeout.is_zero() {
         builder.header_read_timeout(timeout);
     }
@@ -244,7 +249,7 @@ async fn serve_http(state: Arc<TsdState>, stream: TcpStream) {
 
 /// SIGTERM/SIGINT handlers, installed before the server announces itself
 /// so that a signal sent right after "Ready" stops it gracefully.
-pub struct Signals {
+pub(crate) struct Signals {
     #[cfg(unix)]
     term: Option<tokio::signal::unix::Signal>,
     #[cfg(unix)]
@@ -253,7 +258,7 @@ pub struct Signals {
 
 impl Signals {
     /// Must be called inside the runtime.
-    pub fn install() -> Signals {
+    pub(crate) fn install() -> Signals {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
@@ -268,7 +273,7 @@ impl Signals {
 
     /// Runs until SIGTERM/SIGINT or another shutdown request, then asks
     /// the server to stop.
-    pub async fn wait(mut self, state: Arc<TsdState>) {
+    pub(crate) async fn wait(mut self, state: Arc<TsdState>) {
         let mut shutdown = state.shutdown_signal();
         #[cfg(unix)]
         {

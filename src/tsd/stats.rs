@@ -1,15 +1,17 @@
 //! Counters shared by the telnet and HTTP sides, and the `stats` report
 //! in OpenTSDB's shapes: telnet lines in `put` format, `/api/stats` JSON.
+//!
+//! The report is built from the counters and the database it describes,
+//! not from the server state, which owns the counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::db::Db;
 use crate::model::UidKind;
 use crate::protocol::PointError;
 
-use super::TsdState;
-
 #[derive(Debug, Default)]
-pub struct ServerStats {
+pub(crate) struct ServerStats {
     pub connections_open: AtomicU64,
     pub connections_total: AtomicU64,
     pub connections_rejected: AtomicU64,
@@ -26,13 +28,13 @@ pub struct ServerStats {
     pub http_errors: AtomicU64,
 }
 
-pub fn inc(c: &AtomicU64) {
+pub(crate) fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
 impl ServerStats {
     /// Counts a refused point (telnet or HTTP) by its kind of error.
-    pub fn count_error(&self, e: &PointError) {
+    pub(crate) fn count_error(&self, e: &PointError) {
         inc(match e {
             PointError::IllegalArgument(_) => &self.illegal_arguments,
             PointError::InvalidValue(_) => &self.invalid_values,
@@ -58,7 +60,7 @@ fn stat(name: &'static str, value: impl ToString, tag: Option<(&'static str, &st
     }
 }
 
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname writes a
     // NUL-terminated name into it (truncated if needed).
@@ -73,11 +75,10 @@ pub fn hostname() -> String {
     "localhost".into()
 }
 
-/// Every figure the TSD reports.
-pub fn collect(state: &TsdState) -> Vec<Stat> {
-    let s = &state.stats;
+/// Every figure the TSD reports: its counters and its database's.
+pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
     let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let w = state.db.stats();
+    let w = db.stats();
     let mut out = vec![
         stat(
             "connectionmgr.connections",
@@ -130,7 +131,7 @@ pub fn collect(state: &TsdState) -> Vec<Stat> {
         ),
         stat("http.errors", g(&s.http_errors), None),
     ];
-    let uids = state.db.uids();
+    let uids = db.uids();
     for kind in UidKind::ALL {
         let k = kind.qualifier();
         let cs = uids.stats(kind);
@@ -161,120 +162,133 @@ pub fn collect(state: &TsdState) -> Vec<Stat> {
     out.extend([
         stat("datapoints.added", g(&w.points_added), None),
         stat("datapoints.stored", g(&w.points_stored), None),
-        stat("datapoints.buffered", state.db.buffered_points(), None),
+        stat("datapoints.buffered", db.buffered_points(), None),
         stat("datapoints.replayed", g(&w.points_replayed), None),
         stat("storage.rows_written", g(&w.rows_written), None),
         stat("storage.flush_errors", g(&w.flush_errors), None),
-        stat("wal.bytes_written", state.db.wal().bytes_written(), None),
-        stat("wal.syncs", state.db.wal().syncs(), None),
-        stat("series.count", state.db.series().len(), None),
+        stat("wal.bytes_written", db.wal().bytes_written(), None),
+        stat("wal.syncs", db.wal().syncs(), None),
+        stat("series.count", db.series().len(), None),
     ]);
     out
 }
 
-fn host_tags(state: &TsdState) -> Vec<(&'static str, String)> {
-    let mut t = vec![("host", state.hostname.clone())];
-    if state.config.stats_with_port {
-        t.push(("port", state.port.load(Ordering::Relaxed).to_string()));
+/// Tags every figure carries: `host`, and `port` if
+/// `tsd.core.stats_with_port` is set.
+pub(crate) fn host_tags(hostname: &str, port: Option<u16>) -> Vec<(&'static str, String)> {
+    let mut t = vec![("host", hostname.to_string())];
+    if let Some(p) = port {
+        t.push(("port", p.to_string()));
     }
     t
 }
 
-/// Telnet `stats` / legacy `/stats` lines.
-pub fn lines(state: &TsdState, now_s: u64) -> Vec<String> {
-    let extra = host_tags(state);
-    collect(state)
-        .into_iter()
-        .map(|s| {
-            let mut line = format!("tsd.{} {now_s} {}", s.name, s.value);
-            if let Some((k, v)) = &s.tag {
-                line.push_str(&format!(" {k}={v}"));
-            }
-            for (k, v) in &extra {
-                line.push_str(&format!(" {k}={v}"));
-            }
-            line
-        })
-        .collect()
+/// One snapshot of every figure, rendered in each protocol's shape.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub stats: Vec<Stat>,
+    /// See [`host_tags`].
+    pub host_tags: Vec<(&'static str, String)>,
+    /// When the snapshot was taken, Unix seconds.
+    pub now_s: u64,
 }
 
-/// `/api/stats`: `[{"metric":..,"timestamp":..,"value":"..","tags":{..}}]`.
-pub fn json(state: &TsdState, now_s: u64) -> serde_json::Value {
-    let extra = host_tags(state);
-    serde_json::Value::Array(
-        collect(state)
-            .into_iter()
+impl Report {
+    /// Telnet `stats` / legacy `/stats` lines.
+    pub fn lines(&self) -> Vec<String> {
+        let now_s = self.now_s;
+        self.stats
+            .iter()
             .map(|s| {
-                let mut tags = serde_json::Map::new();
-                if let Some((k, v)) = s.tag {
-                    tags.insert(k.into(), v.into());
+                let mut line = format!("tsd.{} {now_s} {}", s.name, s.value);
+                if let Some((k, v)) = &s.tag {
+                    line.push_str(&format!(" {k}={v}"));
                 }
-                for (k, v) in &extra {
-                    tags.insert((*k).into(), v.clone().into());
+                for (k, v) in &self.host_tags {
+                    line.push_str(&format!(" {k}={v}"));
                 }
-                serde_json::json!({
-                    "metric": format!("tsd.{}", s.name),
-                    "timestamp": now_s,
-                    "value": s.value,
-                    "tags": tags,
-                })
-            })
-            .collect(),
-    )
-}
-
-/// `/metrics`: the figures of `/api/stats` in Prometheus' text exposition
-/// format. `tsd.uid.cache-hit` becomes `tsd_uid_cache_hit`; tags become
-/// labels; samples of one name are grouped under one `# TYPE` line.
-pub fn prometheus(state: &TsdState) -> String {
-    fn name(s: &str) -> String {
-        format!("tsd_{s}")
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
-                    c
-                } else {
-                    '_'
-                }
+                line
             })
             .collect()
     }
-    fn escape(v: &str) -> String {
-        v.replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n")
+
+    /// `/api/stats`: `[{"metric":..,"timestamp":..,"value":"..","tags":{..}}]`.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::Value::Array(
+            self.stats
+                .iter()
+                .map(|s| {
+                    let mut tags = serde_json::Map::new();
+                    if let Some((k, v)) = &s.tag {
+                        tags.insert((*k).into(), v.clone().into());
+                    }
+                    for (k, v) in &self.host_tags {
+                        tags.insert((*k).into(), v.clone().into());
+                    }
+                    serde_json::json!({
+                        "metric": format!("tsd.{}", s.name),
+                        "timestamp": self.now_s,
+                        "value": s.value,
+                        "tags": tags,
+                    })
+                })
+                .collect(),
+        )
     }
-    let extra = host_tags(state);
-    let mut families: Vec<(String, Vec<String>)> = Vec::new();
-    for s in collect(state) {
-        let n = name(s.name);
-        let mut labels: Vec<String> = Vec::new();
-        if let Some((k, v)) = &s.tag {
-            labels.push(format!("{k}=\"{}\"", escape(v)));
+
+    /// `/metrics`: the figures of `/api/stats` in Prometheus' text
+    /// exposition format. `tsd.uid.cache-hit` becomes `tsd_uid_cache_hit`;
+    /// tags become labels; samples of one name are grouped under one
+    /// `# TYPE` line.
+    pub fn prometheus(&self) -> String {
+        fn name(s: &str) -> String {
+            format!("tsd_{s}")
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect()
         }
-        for (k, v) in &extra {
-            labels.push(format!("{k}=\"{}\"", escape(v)));
+        fn escape(v: &str) -> String {
+            v.replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n")
         }
-        let sample = format!("{n}{{{}}} {}", labels.join(","), s.value);
-        match families.iter_mut().find(|(f, _)| *f == n) {
-            Some((_, v)) => v.push(sample),
-            None => families.push((n, vec![sample])),
+        let mut families: Vec<(String, Vec<String>)> = Vec::new();
+        for s in &self.stats {
+            let n = name(s.name);
+            let mut labels: Vec<String> = Vec::new();
+            if let Some((k, v)) = &s.tag {
+                labels.push(format!("{k}=\"{}\"", escape(v)));
+            }
+            for (k, v) in &self.host_tags {
+                labels.push(format!("{k}=\"{}\"", escape(v)));
+            }
+            let sample = format!("{n}{{{}}} {}", labels.join(","), s.value);
+            match families.iter_mut().find(|(f, _)| *f == n) {
+                Some((_, v)) => v.push(sample),
+                None => families.push((n, vec![sample])),
+            }
         }
+        let mut out = String::new();
+        for (n, samples) in families {
+            out.push_str(&format!("# TYPE {n} untyped\n"));
+            for s in samples {
+                out.push_str(&s);
+                out.push('\n');
+            }
+        }
+        out
     }
-    let mut out = String::new();
-    for (n, samples) in families {
-        out.push_str(&format!("# TYPE {n} untyped\n"));
-        for s in samples {
-            out.push_str(&s);
-            out.push('\n');
-        }
-    }
-    out
 }
 
 /// One query seen by `/api/query`, for `/api/stats/query`.
 #[derive(Debug, Clone)]
-pub struct QueryRecord {
+pub(crate) struct QueryRecord {
     pub id: u64,
     pub query: serde_json::Value,
     pub remote: String,
@@ -286,7 +300,7 @@ pub struct QueryRecord {
 
 /// Running queries and the last [`QueryLog::KEEP`] completed ones.
 #[derive(Debug, Default)]
-pub struct QueryLog {
+pub(crate) struct QueryLog {
     next: AtomicU64,
     inner: parking_lot::Mutex<QueryLogInner>,
 }
@@ -299,10 +313,10 @@ struct QueryLogInner {
 
 impl QueryLog {
     /// How many completed queries are kept (OpenTSDB keeps 256).
-    pub const KEEP: usize = 256;
+    pub(crate) const KEEP: usize = 256;
 
     /// Records a query as running; returns its id for [`finish`](Self::finish).
-    pub fn start(&self, query: serde_json::Value, remote: String) -> u64 {
+    pub(crate) fn start(&self, query: serde_json::Value, remote: String) -> u64 {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         self.inner.lock().running.push(QueryRecord {
             id,
@@ -315,7 +329,7 @@ impl QueryLog {
         id
     }
 
-    pub fn finish(&self, id: u64, status: u16, error: Option<String>) {
+    pub(crate) fn finish(&self, id: u64, status: u16, error: Option<String>) {
         let mut inner = self.inner.lock();
         let Some(pos) = inner.running.iter().position(|r| r.id == id) else {
             return;
@@ -359,7 +373,7 @@ impl QueryLog {
     }
 
     /// `{"running":[...],"completed":[...]}`, newest completed last.
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         let inner = self.inner.lock();
         serde_json::json!({
             "running": inner.running.iter().map(Self::render).collect::<Vec<_>>(),

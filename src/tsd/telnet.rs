@@ -6,6 +6,8 @@
 //! Parsing is pure (`crate::protocol::telnet`); [`serve`] does the
 //! I/O: it reads a chunk, handles every complete line in it, logs the
 //! chunk's points in one WAL append, then writes the chunk's replies.
+//! Commands other than `put`, `exit` and `help` are the shared ones of
+//! `super::rpc`, which HTTP serves too.
 
 use std::sync::Arc;
 
@@ -16,30 +18,59 @@ use crate::protocol::PointError;
 use crate::protocol::telnet::{Words, decode_line, parse_put, split_lines};
 use crate::write::PendingPoint;
 
-use super::TsdState;
+use super::rpc::{self, After, Serve};
 use super::stats::inc;
+use super::{TsdOptions, TsdState};
 
 const READ_CHUNK: usize = 64 * 1024;
 
-/// What a line asks of the connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum After {
-    Continue,
-    Close,
-    Shutdown,
+/// How a command is run.
+#[derive(Clone, Copy)]
+enum Run {
+    /// Batched by the connection, logged once per chunk read.
+    Put,
+    /// Sees the points of the lines before it; writes its reply.
+    Command(fn(&TsdState, &mut Vec<u8>) -> After),
 }
 
-/// The commands this TSD answers, in OpenTSDB's `help` order.
-pub fn commands(state: &TsdState) -> Vec<&'static str> {
-    let mut c = Vec::new();
-    if state.config.mode.writes() {
-        c.push("put");
+/// The telnet commands, in `help` order, and when each is served. (OpenTSDB
+/// registers `put` after `help`, so lists it there; rtsdb's clients and
+/// tests have always seen it first.)
+const COMMANDS: &[(&str, Serve, Run)] = &[
+    ("put", Serve::Writes, Run::Put),
+    ("stats", Serve::Always, Run::Command(rpc::stats::telnet)),
+    (
+        "dropcaches",
+        Serve::Always,
+        Run::Command(rpc::dropcaches::telnet),
+    ),
+    ("version", Serve::Always, Run::Command(rpc::version::telnet)),
+    ("exit", Serve::Always, Run::Command(|_, _| After::Close)),
+    ("help", Serve::Always, Run::Command(help)),
+    (
+        "diediedie",
+        Serve::DieDieDie,
+        Run::Command(rpc::diediedie::telnet),
+    ),
+];
+
+/// The commands this TSD answers, in `help` order.
+pub(crate) fn commands(options: &TsdOptions) -> impl Iterator<Item = &'static str> + '_ {
+    COMMANDS
+        .iter()
+        .filter(|(_, serve, _)| serve.on(options))
+        .map(|(name, _, _)| *name)
+}
+
+fn help(state: &TsdState, out: &mut Vec<u8>) -> After {
+    let mut s = String::from("available commands: ");
+    for c in commands(&state.options) {
+        s.push_str(c);
+        s.push(' ');
     }
-    c.extend(["stats", "dropcaches", "version", "exit", "help"]);
-    if !state.config.no_diediedie {
-        c.push("diediedie");
-    }
-    c
+    s.push('\n');
+    out.extend_from_slice(s.as_bytes());
+    After::Continue
 }
 
 struct Conn<'s> {
@@ -52,7 +83,7 @@ struct Conn<'s> {
 impl Conn<'_> {
     fn error_line(&mut self, e: &PointError) {
         self.state.stats.count_error(e);
-        if matches!(e, PointError::Storage(_)) && !self.state.config.return_errors {
+        if matches!(e, PointError::Storage(_)) && !self.state.options.return_errors {
             return;
         }
         self.out.extend_from_slice(e.telnet_line().as_bytes());
@@ -99,58 +130,33 @@ impl Conn<'_> {
         let words = Words::split(line);
         let words = words.as_slice();
         let cmd = words[0];
-        if cmd == "put" && self.state.config.mode.writes() {
+        let run = COMMANDS
+            .iter()
+            .find(|(name, serve, _)| *name == cmd && serve.on(&self.state.options))
+            .map(|(_, _, run)| *run);
+        if let Some(Run::Put) = run {
             self.put(words);
             return After::Continue;
         }
         // Other commands see the points before them.
         self.flush_batch();
-        match cmd {
-            "version" => {
-                self.out
-                    .extend_from_slice(crate::version::version_lines().as_bytes());
-                self.out.push(b'\n');
-            }
-            "help" => {
-                let mut s = String::from("available commands: ");
-                for c in commands(self.state) {
-                    s.push_str(c);
-                    s.push(' ');
-                }
-                s.push('\n');
-                self.out.extend_from_slice(s.as_bytes());
-            }
-            "stats" => {
-                let now = chrono::Utc::now().timestamp().max(0) as u64;
-                for l in super::stats::lines(self.state, now) {
-                    self.out.extend_from_slice(l.as_bytes());
-                    self.out.push(b'\n');
-                }
-            }
-            "dropcaches" => {
-                self.state.db.drop_caches();
-                self.out.extend_from_slice(b"Caches dropped.\n");
-            }
-            "exit" => return After::Close,
-            "diediedie" if !self.state.config.no_diediedie => {
-                self.out
-                    .extend_from_slice(b"Cleaning up and exiting now.\n");
-                return After::Shutdown;
-            }
+        match run {
+            Some(Run::Command(f)) => f(self.state, &mut self.out),
             _ => {
                 self.out.extend_from_slice(
                     format!("unknown command: {cmd}.  Try `help'.\n").as_bytes(),
                 );
+                After::Continue
             }
         }
-        After::Continue
     }
 }
 
-/// Serves one telnet connection. `first` is the detection read's data.
-pub async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
-    let max = state.config.max_line_length;
-    let timeout = state.config.socket_timeout;
+/// Serves one telnet connection. The first byte, which chose this
+/// protocol, was only peeked at, so it is read again here.
+pub(crate) async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
+    let max = state.options.max_line_length;
+    let timeout = state.options.socket_timeout;
     let mut shutdown = state.shutdown_signal();
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut conn = Conn {

@@ -6,7 +6,6 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rtsdb::cli::Context;
 use rtsdb::config::{Config, DATA_DIR_KEY};
 use rtsdb::store::read::{SeriesData, SeriesSource};
 use rtsdb::tsd::{Server, ServerHandle, TsdState};
@@ -33,13 +32,12 @@ impl TestServer {
         for (k, v) in settings {
             config.set(k, v);
         }
-        let ctx = Context { config };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        let state = rtsdb::cli::tsd::build_state(&ctx).unwrap();
+        let state = TsdState::open(config).unwrap();
         let handle = rt.block_on(Server::start(state.clone())).unwrap();
         TestServer {
             addr: handle.addr,
@@ -63,7 +61,7 @@ impl TestServer {
 
     /// Every series of `metric` as the query side would read it.
     pub fn read(&self, metric: &str) -> Vec<SeriesData> {
-        let w = &self.state.db;
+        let w = self.state.db();
         let Ok(m) = w.uids().get_id(rtsdb::model::UidKind::Metric, metric) else {
             return Vec::new();
         };

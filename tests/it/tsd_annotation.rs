@@ -396,7 +396,7 @@ fn query_results_carry_annotations() {
     // Both before and after the buffered points reach the store.
     for flushed in [false, true] {
         if flushed {
-            s.state.db.flush_all().unwrap();
+            s.state.db().flush_all().unwrap();
         }
         assert_eq!(
             req(&s, "GET", &q, ""),

@@ -26,7 +26,7 @@ fn seeded() -> TestServer {
     ]);
     assert_eq!(post_put(srv.addr, "", &pts.to_string()).status, 204);
     srv.state
-        .db
+        .db()
         .uids()
         .assign(rtsdb::model::UidKind::Metric, "sys.disk")
         .unwrap();
@@ -133,7 +133,7 @@ fn lookup_from_the_series_index() {
     // metric 2 = sys.cpu.user (app.hits came... see UIDs below).
     let user = srv
         .state
-        .db
+        .db()
         .uids()
         .get_id(rtsdb::model::UidKind::Metric, "sys.cpu.user")
         .unwrap()

@@ -157,9 +157,7 @@ fn stats_query_and_prometheus_metrics() {
     );
     // Only the last 256 are kept.
     for _ in 0..260 {
-        srv.state
-            .queries
-            .finish(srv.state.queries.start(json!({}), String::new()), 200, None);
+        get(&srv, "/api/query?start=1h-ago&m=sum:no.such.metric");
     }
     let (_, t) = get(&srv, "/api/stats/query");
     let v: serde_json::Value = serde_json::from_str(&t).unwrap();
@@ -173,7 +171,10 @@ fn stats_query_and_prometheus_metrics() {
         Some("text/plain; version=0.0.4; charset=utf-8")
     );
     let text = r.text();
-    let host = &srv.state.hostname;
+    // The host tag every figure carries, as /api/stats reports it.
+    let (_, stats) = get(&srv, "/api/stats");
+    let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    let host = stats[0]["tags"]["host"].as_str().unwrap().to_string();
     assert!(text.contains("# TYPE tsd_rpc_received untyped\n"), "{text}");
     assert!(
         text.contains(&format!(

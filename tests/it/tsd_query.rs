@@ -26,7 +26,7 @@ fn delete_query_removes_whole_rows_and_returns_the_data() {
         h + 60
     ));
     // These rows are in the store; the next points stay in memory.
-    srv.state.db.flush_all().unwrap();
+    srv.state.db().flush_all().unwrap();
     put(format!(
         "put sys.cpu.user {} 4 host=web01\n\
          put sys.cpu.user {} 5 host=web02\n\
@@ -35,7 +35,7 @@ fn delete_query_removes_whole_rows_and_returns_the_data() {
         h + 3630,
         h + 7200
     ));
-    assert!(srv.state.db.buffered_points() > 0);
+    assert!(srv.state.db().buffered_points() > 0);
     // The range starts after the first point: it is not returned, but its
     // row goes all the same.
     let r = http(
@@ -84,7 +84,7 @@ fn delete_query_removes_whole_rows_and_returns_the_data() {
         )
     );
     // Still gone once everything buffered has been flushed.
-    srv.state.db.flush_all().unwrap();
+    srv.state.db().flush_all().unwrap();
     assert_eq!(get(&srv, &all).1.matches("dps").count(), 1);
     // JSON "delete": true.
     let body = format!(
@@ -117,4 +117,22 @@ fn delete_query_removes_whole_rows_and_returns_the_data() {
     );
     // The series stay known.
     assert_eq!(get(&srv, "/api/search/lookup?m=sys.cpu.user").0, 200);
+}
+
+/// OpenTSDB 2.4.1 refuses to start on an unknown `tsd.core.timezone`
+/// (`DateTime.setDefaultTimezone`); rtsdb used to fall back to UTC.
+#[test]
+fn an_unknown_timezone_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = rtsdb::config::Config::default();
+    config.set(
+        rtsdb::config::DATA_DIR_KEY,
+        &dir.path().display().to_string(),
+    );
+    config.set("tsd.core.timezone", "Mars/Olympus_Mons");
+    let e = rtsdb::tsd::TsdState::open(config).err().unwrap();
+    assert_eq!(
+        e.to_string(),
+        "config key tsd.core.timezone = 'Mars/Olympus_Mons': Invalid timezone name"
+    );
 }

@@ -15,7 +15,7 @@ fn every_put_error_line_is_verbatim() {
     let srv = TestServer::start(&[]);
     // Only `sys.cpu` exists: auto-create of metrics is off by default.
     srv.state
-        .db
+        .db()
         .uids()
         .assign(rtsdb::model::UidKind::Metric, "sys.cpu")
         .unwrap();

@@ -7,8 +7,10 @@
 use std::sync::Arc;
 
 use hyper::Method;
+use hyper::body::Incoming;
 
-use super::{Query, Reply, json_text, method_not_allowed};
+use super::routes::body_unless_get;
+use super::{Call, Query, Reply, json_text, method_not_allowed};
 use crate::model::Tsuid;
 use crate::model::annotation::{self, Annotation, AnnotationError, Changes};
 use crate::model::time::parse_datetime;
@@ -34,6 +36,14 @@ fn storage_error(e: impl std::fmt::Display) -> Reply {
 
 fn now_ms() -> u64 {
     chrono::Utc::now().timestamp_millis().max(0) as u64
+}
+
+/// The route: the body of non-GET requests, then [`handle`].
+pub(super) async fn route(c: Call, body: Incoming) -> Reply {
+    match body_unless_get(&c, body).await {
+        Ok(b) => handle(&c.state, &c.method, &c.rest, c.query, b).await,
+        Err(r) => r,
+    }
 }
 
 /// `/api/annotation[/bulk]`. `body` is `None` for GET requests.

@@ -1,15 +1,19 @@
-//! The HTTP side of the TSD: OpenTSDB's routing (`/api/<x>`,
-//! `/api/v<N>/<x>`, case-insensitive first component, legacy paths),
-//! method checks and `method_override`, CORS, `tsd.mode` routing, request
-//! bodies (size limit, gzip/deflate), gzip responses and the JSON error
-//! envelope `{"error":{"code":..,"message":..,"details":..}}`.
+//! The HTTP side of the TSD: CORS, request bodies (size limit,
+//! gzip/deflate), gzip responses and the JSON error envelope
+//! `{"error":{"code":..,"message":..,"details":..}}`. Paths, methods and
+//! `tsd.mode` are routed by [`routes`]; each endpoint has its own file,
+//! or a module of `crate::tsd::rpc` if telnet serves it too.
 
 mod annotation;
-pub mod put;
+mod metrics;
+pub(crate) mod put;
 mod query;
+mod routes;
 mod search;
 mod suggest;
 mod uid;
+
+pub(crate) use routes::{Call, allow};
 
 use crate::query::request::query_pairs;
 use std::convert::Infallible;
@@ -20,28 +24,20 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
+use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::TsdState;
 use super::stats::inc;
 
-const MAX_API_VERSION: u32 = 1;
 const JSON_TYPE: &str = "application/json; charset=UTF-8";
 const TEXT_TYPE: &str = "text/plain; charset=UTF-8";
 const HTML_TYPE: &str = "text/html; charset=UTF-8";
 /// Bodies at least this long are gzipped for clients that accept it.
 const GZIP_MIN: usize = 512;
-/// Put bodies at least this long are checked on a blocking thread.
-const BLOCKING_BODY: usize = 256 * 1024;
-
-/// `/api/aggregators`: the query engine's list, in its order.
-fn aggregator_names() -> String {
-    let names: Vec<&str> = crate::query::Aggregator::names().collect();
-    serde_json::to_string(&names).expect("json")
-}
 
 /// OpenTSDB's error envelope (no stack trace: there is no Java one).
-pub fn error_body(code: u16, message: &str, details: &str) -> String {
+pub(crate) fn error_body(code: u16, message: &str, details: &str) -> String {
     let mut s = format!(
         "{{\"error\":{{\"code\":{code},\"message\":{}",
         serde_json::to_string(message).expect("string")
@@ -55,14 +51,14 @@ pub fn error_body(code: u16, message: &str, details: &str) -> String {
 }
 
 /// A response under construction.
-struct Reply {
+pub(crate) struct Reply {
     status: u16,
     content_type: &'static str,
     body: Vec<u8>,
 }
 
 impl Reply {
-    fn json(status: u16, body: impl Into<Vec<u8>>) -> Reply {
+    pub(crate) fn json(status: u16, body: impl Into<Vec<u8>>) -> Reply {
         Reply {
             status,
             content_type: JSON_TYPE,
@@ -70,7 +66,7 @@ impl Reply {
         }
     }
 
-    fn text(status: u16, body: impl Into<Vec<u8>>) -> Reply {
+    pub(crate) fn text(status: u16, body: impl Into<Vec<u8>>) -> Reply {
         Reply {
             status,
             content_type: TEXT_TYPE,
@@ -78,7 +74,7 @@ impl Reply {
         }
     }
 
-    fn error(status: u16, message: &str, details: &str) -> Reply {
+    pub(crate) fn error(status: u16, message: &str, details: &str) -> Reply {
         Reply::json(status, error_body(status, message, details))
     }
 
@@ -89,110 +85,24 @@ impl Reply {
 
 /// The parsed query string.
 #[derive(Debug, Default)]
-pub struct Query(Vec<(String, String)>);
+pub(crate) struct Query(Vec<(String, String)>);
 
 impl Query {
-    pub fn parse(q: Option<&str>) -> Query {
+    pub(crate) fn parse(q: Option<&str>) -> Query {
         Query(query_pairs(q.unwrap_or("")))
     }
 
     /// OpenTSDB's "present" flags: any value, even `false`, is true.
-    pub fn has(&self, k: &str) -> bool {
+    pub(crate) fn has(&self, k: &str) -> bool {
         self.0.iter().any(|(n, _)| n == k)
     }
 
-    pub fn get(&self, k: &str) -> Option<&str> {
+    pub(crate) fn get(&self, k: &str) -> Option<&str> {
         self.0.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
     }
 }
 
-/// A routed request.
-struct Route {
-    /// Lower-cased route key: `api/put`, `version`, ...
-    key: String,
-    /// 0 for legacy paths.
-    api_version: u32,
-    /// Lower-cased path components after the endpoint.
-    rest: Vec<String>,
-}
-
-fn route(path: &str) -> Result<Route, Reply> {
-    let parts: Vec<&str> = path.split('/').skip(1).filter(|p| !p.is_empty()).collect();
-    let first = parts
-        .first()
-        .map(|p| p.to_ascii_lowercase())
-        .unwrap_or_default();
-    if first != "api" {
-        return Ok(Route {
-            key: first,
-            api_version: 0,
-            rest: parts
-                .iter()
-                .skip(1)
-                .map(|p| p.to_ascii_lowercase())
-                .collect(),
-        });
-    }
-    let mut i = 1;
-    let mut version = MAX_API_VERSION;
-    if let Some(p) = parts.get(1) {
-        let b = p.as_bytes();
-        if b.len() > 1 && (b[0] == b'v' || b[0] == b'V') && b[1].is_ascii_digit() {
-            version = p[1..]
-                .parse::<u32>()
-                .map_err(|_| Reply::error(400, "Invalid API version format supplied", ""))?;
-            if version > MAX_API_VERSION {
-                return Err(Reply::error(
-                    501,
-                    "Requested API version is greater than the max implemented",
-                    &format!("API version [{version}] is greater than the max [{MAX_API_VERSION}]"),
-                ));
-            }
-            i = 2;
-        }
-    }
-    let endpoint = parts
-        .get(i)
-        .map(|p| p.to_ascii_lowercase())
-        .unwrap_or_default();
-    Ok(Route {
-        key: if endpoint.is_empty() {
-            "api".into()
-        } else {
-            format!("api/{endpoint}")
-        },
-        api_version: version.max(1),
-        rest: parts
-            .iter()
-            .skip(i + 1)
-            .map(|p| p.to_ascii_lowercase())
-            .collect(),
-    })
-}
-
-/// `getAPIMethod`: the verb, with `method_override` honoured on GET.
-fn api_method(method: &Method, q: &Query) -> Result<Method, Reply> {
-    if method != Method::GET {
-        return Ok(method.clone());
-    }
-    match q.get("method_override") {
-        None => Ok(Method::GET),
-        Some("") => Err(Reply::error(405, "Missing method override value", "")),
-        Some(m) => match m.to_ascii_lowercase().as_str() {
-            "get" => Ok(Method::GET),
-            "post" => Ok(Method::POST),
-            "put" => Ok(Method::PUT),
-            "delete" => Ok(Method::DELETE),
-            _ => Err(Reply::error(
-                405,
-                "Unknown or unsupported method override value",
-                "",
-            )),
-        },
-    }
-}
-
-fn method_not_allowed(m: &Method) -> Reply {
+pub(crate) fn method_not_allowed(m: &Method) -> Reply {
     Reply::error(
         405,
         "Method not allowed",
@@ -200,7 +110,25 @@ fn method_not_allowed(m: &Method) -> Reply {
     )
 }
 
-fn not_found(api: bool, q: &Query) -> Reply {
+/// `HttpQuery.badRequest` on a legacy path: always a 400, as
+/// `{"err":..}` with `?json`, else a page (the API gets the envelope).
+pub(crate) fn legacy_bad_request(q: &Query, message: &str) -> Reply {
+    if q.has("json") {
+        let err = serde_json::to_string(message).expect("string");
+        return Reply::json(400, format!("{{\"err\":{err}}}"));
+    }
+    Reply {
+        status: 400,
+        content_type: HTML_TYPE,
+        body: format!(
+            "<!DOCTYPE html><html><head><title>Bad Request</title></head><body><h2>Bad Request</h2><blockquote><h1>Bad Request</h1>Sorry but your request was rejected as being invalid.<br/><br/>The reason provided was:<blockquote>{}</blockquote></blockquote></body></html>",
+            message
+        )
+        .into_bytes(),
+    }
+}
+
+pub(crate) fn not_found(api: bool, q: &Query) -> Reply {
     if api {
         Reply::error(404, "Endpoint not found", "")
     } else if q.has("json") {
@@ -219,8 +147,8 @@ fn now_s() -> u64 {
 }
 
 /// Reads, limits and decompresses the request body.
-async fn read_body(state: &TsdState, req: Request<Incoming>) -> Result<Vec<u8>, Reply> {
-    let limit = state.config.max_body_bytes;
+async fn read_body(state: &TsdState, head: &Parts, body: Incoming) -> Result<Vec<u8>, Reply> {
+    let limit = state.options.max_body_bytes;
     let too_big = || {
         Reply::error(
             413,
@@ -230,16 +158,16 @@ async fn read_body(state: &TsdState, req: Request<Incoming>) -> Result<Vec<u8>, 
             ),
         )
     };
-    let chunked = req
-        .headers()
+    let chunked = head
+        .headers
         .get(header::TRANSFER_ENCODING)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    if chunked && !state.config.enable_chunked {
+    if chunked && !state.options.enable_chunked {
         return Err(Reply::error(400, "Chunked request not supported.", ""));
     }
-    if let Some(len) = req
-        .headers()
+    if let Some(len) = head
+        .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
@@ -247,13 +175,13 @@ async fn read_body(state: &TsdState, req: Request<Incoming>) -> Result<Vec<u8>, 
     {
         return Err(too_big());
     }
-    let encoding = req
-        .headers()
+    let encoding = head
+        .headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().to_ascii_lowercase())
         .unwrap_or_default();
-    let body = Limited::new(req.into_body(), limit)
+    let body = Limited::new(body, limit)
         .collect()
         .await
         .map_err(|e| {
@@ -294,18 +222,6 @@ async fn read_body(state: &TsdState, req: Request<Incoming>) -> Result<Vec<u8>, 
     }
 }
 
-/// The body of a request whose (overridden) verb carries one: `None` for
-/// GET requests, which OpenTSDB never reads a body of.
-async fn body_unless_get(
-    state: &TsdState,
-    req: Request<Incoming>,
-) -> Result<Option<Vec<u8>>, Reply> {
-    if req.method() == Method::GET {
-        return Ok(None);
-    }
-    read_body(state, req).await.map(Some)
-}
-
 /// Parses a JSON request body with OpenTSDB's messages for an empty or
 /// malformed one.
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
@@ -331,7 +247,7 @@ fn json_text(v: &serde_json::Value) -> Option<String> {
 }
 
 /// hyper's entry point for one request.
-pub async fn serve_request(
+pub(crate) async fn serve_request(
     state: Arc<TsdState>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
@@ -348,11 +264,11 @@ pub async fn serve_request(
         .map(str::to_string);
     let mut cors = false;
     let reply = 'reply: {
-        if !state.config.cors_domains.is_empty()
+        if !state.options.cors_domains.is_empty()
             && let Some(origin) = &origin
         {
             let allowed = state
-                .config
+                .options
                 .cors_domains
                 .iter()
                 .any(|d| d == "*" || d.eq_ignore_ascii_case(origin));
@@ -364,7 +280,7 @@ pub async fn serve_request(
                 break 'reply Reply::text(200, Vec::new());
             }
         }
-        dispatch(&state, req).await
+        routes::dispatch(&state, req).await
     };
     if reply.status >= 400 {
         inc(&state.stats.http_errors);
@@ -396,7 +312,7 @@ pub async fn serve_request(
             )
             .header(
                 header::ACCESS_CONTROL_ALLOW_HEADERS,
-                HeaderValue::from_str(&state.config.cors_headers)
+                HeaderValue::from_str(&state.options.cors_headers)
                     .unwrap_or(HeaderValue::from_static("")),
             );
     }
@@ -404,269 +320,4 @@ pub async fn serve_request(
         .body(Full::new(Bytes::from(body)))
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())));
     Ok(resp)
-}
-
-async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
-    let path = req.uri().path().to_string();
-    let query = Query::parse(req.uri().query());
-    if !path.starts_with('/') {
-        return Reply::error(400, "Bad Request", "The URI must start with a slash");
-    }
-    let route = match route(&path) {
-        Ok(r) => r,
-        Err(reply) => return reply,
-    };
-    let api = route.api_version > 0;
-    let method = match api_method(req.method(), &query) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
-    let cfg = &state.config;
-    let get_post = |m: &Method| m == Method::GET || m == Method::POST;
-    if api {
-        if !cfg.enable_api {
-            return not_found(true, &query);
-        }
-        match route.key.as_str() {
-            "api/put" if cfg.mode.writes() => {
-                if method != Method::POST {
-                    return method_not_allowed(&method);
-                }
-                if req.method() == Method::GET {
-                    return Reply::error(
-                        400,
-                        "Missing message content",
-                        "Supply valid JSON formatted data in the body of your request",
-                    );
-                }
-                handle_put(state, req, &query).await
-            }
-            "api/query" if cfg.mode != super::Mode::WriteOnly => {
-                let raw = req.uri().query().map(String::from);
-                let verb = req.method().clone();
-                let body = if method == Method::POST && req.method() != Method::GET {
-                    match read_body(state, req).await {
-                        Ok(b) => Some(b),
-                        Err(r) => return r,
-                    }
-                } else {
-                    None
-                };
-                match route
-                    .rest
-                    .first()
-                    .map(|s| s.to_ascii_lowercase())
-                    .as_deref()
-                {
-                    None | Some("") => query::handle(state, &method, &verb, raw, body).await,
-                    Some("last") => query::handle_last(state, &method, raw, body).await,
-                    Some(_) => not_found(true, &query),
-                }
-            }
-            "api/annotation" | "api/annotations" => {
-                let body = if method != Method::GET && req.method() != Method::GET {
-                    match read_body(state, req).await {
-                        Ok(b) => Some(b),
-                        Err(r) => return r,
-                    }
-                } else {
-                    None
-                };
-                annotation::handle(state, &method, &route.rest, query, body).await
-            }
-            "api/version" => {
-                if !get_post(&method) {
-                    return method_not_allowed(&method);
-                }
-                Reply::json(200, crate::version::json().to_string())
-            }
-            "api/aggregators" => {
-                if !get_post(&method) {
-                    return method_not_allowed(&method);
-                }
-                Reply::json(200, aggregator_names())
-            }
-            "api/dropcaches" => {
-                if !(get_post(&method) || method == Method::DELETE) {
-                    return method_not_allowed(&method);
-                }
-                state.db.drop_caches();
-                Reply::json(200, "{\"message\":\"Caches dropped\",\"status\":\"200\"}")
-            }
-            "api/stats" => {
-                if !get_post(&method) {
-                    return method_not_allowed(&method);
-                }
-                match route.rest.first().map(String::as_str) {
-                    Some("query") => Reply::json(200, state.queries.json().to_string()),
-                    _ => Reply::json(200, super::stats::json(state, now_s()).to_string()),
-                }
-            }
-            "api/config" => {
-                if !get_post(&method) {
-                    return method_not_allowed(&method);
-                }
-                match route.rest.first().map(String::as_str) {
-                    None => {}
-                    Some("filters") => {
-                        return Reply::json(200, crate::query::filter::filters_json().to_string());
-                    }
-                    Some(_) => return not_found(true, &query),
-                }
-                let map: serde_json::Map<String, serde_json::Value> = state
-                    .settings
-                    .entries()
-                    .map(|(k, v)| (k.to_string(), v.into()))
-                    .collect();
-                Reply::json(200, serde_json::Value::Object(map).to_string())
-            }
-            "api/suggest" if cfg.mode != super::Mode::WriteOnly => {
-                match body_unless_get(state, req).await {
-                    Ok(body) => suggest::handle(state, &method, &query, body.as_deref()),
-                    Err(r) => r,
-                }
-            }
-            "api/search" if cfg.mode != super::Mode::WriteOnly => {
-                match body_unless_get(state, req).await {
-                    Ok(body) => {
-                        search::handle(state, &method, &route.rest, &query, body.as_deref())
-                    }
-                    Err(r) => r,
-                }
-            }
-            "api/uid" if cfg.mode.writes() => match body_unless_get(state, req).await {
-                Ok(body) => uid::handle(state, &method, &route.rest, &query, body.as_deref()),
-                Err(r) => r,
-            },
-            _ => not_found(true, &query),
-        }
-    } else {
-        if !cfg.enable_ui {
-            return not_found(false, &query);
-        }
-        match route.key.as_str() {
-            "version" => {
-                if query.has("json") {
-                    Reply::json(200, crate::version::json().to_string())
-                } else {
-                    Reply::text(200, format!("{}\n", crate::version::version_lines()))
-                }
-            }
-            "aggregators" => Reply::json(200, aggregator_names()),
-            "stats" => {
-                let lines = super::stats::lines(state, now_s());
-                if query.has("json") {
-                    Reply::json(200, serde_json::to_string(&lines).expect("json"))
-                } else {
-                    let mut s = lines.join("\n");
-                    s.push('\n');
-                    Reply::text(200, s)
-                }
-            }
-            "suggest" if cfg.mode != super::Mode::WriteOnly => {
-                suggest::handle_legacy(state, &query)
-            }
-            "metrics" => Reply {
-                status: 200,
-                content_type: "text/plain; version=0.0.4; charset=utf-8",
-                body: super::stats::prometheus(state).into_bytes(),
-            },
-            "dropcaches" => {
-                state.db.drop_caches();
-                Reply::text(200, "Caches dropped.\n")
-            }
-            "diediedie" if !cfg.no_diediedie => {
-                state.request_shutdown();
-                Reply::text(200, "Cleaning up and exiting now.\n")
-            }
-            _ => not_found(false, &query),
-        }
-    }
-}
-
-async fn handle_put(state: &Arc<TsdState>, req: Request<Incoming>, q: &Query) -> Reply {
-    let flags = put::PutFlags {
-        summary: q.has("summary"),
-        details: q.has("details"),
-        sync: q.has("sync"),
-        sync_timeout: if q.has("sync") {
-            q.get("sync_timeout")
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0)
-        } else {
-            0
-        },
-    };
-    let header_tag = if state.config.header_tag.is_empty() {
-        None
-    } else {
-        req.headers()
-            .get(state.config.header_tag.as_str())
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once('='))
-            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-    };
-    let body = match read_body(state, req).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let text = match std::str::from_utf8(&body) {
-        Ok(t) => t.trim().to_string(),
-        Err(_) => String::from_utf8_lossy(&body).trim().to_string(),
-    };
-    drop(body);
-    if text.is_empty() {
-        return Reply::error(
-            400,
-            "Missing message content",
-            "Supply valid JSON formatted data in the body of your request",
-        );
-    }
-    let len = text.len();
-    let st = state.clone();
-    let check =
-        move || -> Result<(Vec<crate::write::PendingPoint>, put::PutOutcome, usize), Reply> {
-            let fixed;
-            let parsed = match put::parse_body(&text) {
-                Ok(p) => p,
-                Err(first) => {
-                    fixed = put::quote_non_numeric(&text).ok_or_else(|| {
-                        Reply::error(400, "Unable to parse the given JSON", &first.0)
-                    })?;
-                    put::parse_body(&fixed)
-                        .map_err(|e| Reply::error(400, "Unable to parse the given JSON", &e.0))?
-                }
-            };
-            if parsed.is_empty() {
-                return Err(Reply::error(400, "No datapoints found in content", ""));
-            }
-            let n = parsed.len();
-            let mut outcome = put::PutOutcome::default();
-            let ht = header_tag.as_ref().map(|(k, v)| (k.as_str(), v.as_str()));
-            let good = put::check_points(&st, &parsed, ht, &mut outcome)
-                .map_err(|e| Reply::error(400, "Unable to parse the given JSON", &e.0))?;
-            Ok((good, outcome, n))
-        };
-    let checked = if len >= BLOCKING_BODY {
-        match tokio::task::spawn_blocking(check).await {
-            Ok(r) => r,
-            Err(_) => Err(Reply::error(500, "Unexpected exception", "")),
-        }
-    } else {
-        check()
-    };
-    let (good, mut outcome, n) = match checked {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
-    state
-        .stats
-        .http_puts
-        .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-    put::write_points(state, good, flags, &mut outcome).await;
-    let (status, body) = put::render(flags, &outcome);
-    match body {
-        None => Reply::empty(status),
-        Some(b) => Reply::json(status, b),
-    }
 }

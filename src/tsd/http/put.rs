@@ -4,8 +4,11 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use hyper::Method;
+use hyper::body::Incoming;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -14,12 +17,16 @@ use crate::protocol::parse_value;
 use crate::write::PendingPoint;
 
 use super::super::TsdState;
+use super::{Call, Reply, method_not_allowed, read_body};
 use crate::protocol::telnet::check_finite;
+
+/// Put bodies at least this long are checked on a blocking thread.
+const BLOCKING_BODY: usize = 256 * 1024;
 
 /// A JSON scalar read as Jackson reads it into a `String` field: strings
 /// as-is, numbers and booleans as their text, `null` as absent.
 #[derive(Debug, Clone, PartialEq)]
-pub struct JavaString<'a>(pub Option<Cow<'a, str>>);
+pub(crate) struct JavaString<'a>(pub Option<Cow<'a, str>>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for JavaString<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -66,7 +73,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for JavaString<'a> {
 /// Tags in arrival order; a repeated key keeps its last value (as
 /// Jackson filling a `HashMap`).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct TagList<'a>(pub Vec<(Cow<'a, str>, Option<Cow<'a, str>>)>);
+pub(crate) struct TagList<'a>(pub Vec<(Cow<'a, str>, Option<Cow<'a, str>>)>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for TagList<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -97,7 +104,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for TagList<'a> {
 /// `IncomingDataPoint.timestamp`: a JSON number (fractions truncated), a
 /// string of digits, or null/absent (0).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct JsonTimestamp(pub i64);
+pub(crate) struct JsonTimestamp(pub i64);
 
 impl<'de> Deserialize<'de> for JsonTimestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -139,7 +146,7 @@ impl<'de> Deserialize<'de> for JsonTimestamp {
 
 /// One point of the body as written by the client.
 #[derive(Debug, Deserialize)]
-pub struct JsonPoint<'a> {
+pub(crate) struct JsonPoint<'a> {
     #[serde(borrow, default)]
     pub metric: Option<JavaString<'a>>,
     #[serde(default)]
@@ -161,7 +168,7 @@ impl JsonPoint<'_> {
 
 /// A body that is not a list of points.
 #[derive(Debug, Clone, PartialEq)]
-pub struct BadBody(pub String);
+pub(crate) struct BadBody(pub String);
 
 /// The `value` text as Jackson would coerce it into a `String`; a bare
 /// number is borrowed from the body, not copied.
@@ -183,7 +190,7 @@ fn value_text(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, BadBody> {
 /// Quotes the bare `NaN`/`Infinity` tokens Jackson accepts
 /// (`ALLOW_NON_NUMERIC_NUMBERS`) so serde can read the body; the points
 /// are then refused one by one.
-pub fn quote_non_numeric(body: &str) -> Option<String> {
+pub(crate) fn quote_non_numeric(body: &str) -> Option<String> {
     const TOKENS: [&str; 7] = [
         "-Infinity",
         "+Infinity",
@@ -236,7 +243,7 @@ pub fn quote_non_numeric(body: &str) -> Option<String> {
 }
 
 /// Parses a put body: one object or an array of them.
-pub fn parse_body(body: &str) -> Result<Vec<JsonPoint<'_>>, BadBody> {
+pub(crate) fn parse_body(body: &str) -> Result<Vec<JsonPoint<'_>>, BadBody> {
     let t = body.trim();
     if t.starts_with('{') {
         serde_json::from_str::<JsonPoint>(t)
@@ -249,7 +256,7 @@ pub fn parse_body(body: &str) -> Result<Vec<JsonPoint<'_>>, BadBody> {
 
 /// The query-string flags of a put.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PutFlags {
+pub(crate) struct PutFlags {
     pub summary: bool,
     pub details: bool,
     pub sync: bool,
@@ -259,7 +266,7 @@ pub struct PutFlags {
 
 /// The outcome of one request, before rendering.
 #[derive(Debug, Default)]
-pub struct PutOutcome {
+pub(crate) struct PutOutcome {
     pub success: u64,
     pub failed: u64,
     /// (point as JSON, error message)
@@ -311,7 +318,7 @@ fn point_json(p: &JsonPoint, value: Option<&str>) -> String {
 /// Checks and resolves every point; the good ones are returned for
 /// logging, the bad ones recorded in `outcome`. Runs on a blocking thread
 /// for big bodies.
-pub fn check_points(
+pub(crate) fn check_points(
     state: &TsdState,
     points: &[JsonPoint],
     header_tag: Option<(&str, &str)>,
@@ -374,7 +381,7 @@ pub fn check_points(
 }
 
 /// Logs the checked points (and waits for durability with `sync`).
-pub async fn write_points(
+pub(crate) async fn write_points(
     state: &TsdState,
     good: Vec<PendingPoint>,
     flags: PutFlags,
@@ -416,7 +423,7 @@ pub async fn write_points(
 }
 
 /// Renders the answer: (status, JSON body or None for 204).
-pub fn render(flags: PutFlags, o: &PutOutcome) -> (u16, Option<String>) {
+pub(crate) fn render(flags: PutFlags, o: &PutOutcome) -> (u16, Option<String>) {
     if o.timed_out {
         let timeouts = o.pending;
         if !flags.summary && !flags.details {
@@ -492,9 +499,119 @@ fn errors_json(o: &PutOutcome) -> String {
     s
 }
 
+/// `/api/put`: POST only; checks the points (on a blocking thread for big
+/// bodies), logs the good ones, answers as `summary`/`details`/`sync` ask.
+pub(super) async fn route(c: Call, body: Incoming) -> Reply {
+    if c.method != Method::POST {
+        return method_not_allowed(&c.method);
+    }
+    if *c.verb() == Method::GET {
+        return Reply::error(
+            400,
+            "Missing message content",
+            "Supply valid JSON formatted data in the body of your request",
+        );
+    }
+    let (state, q) = (&c.state, &c.query);
+    let flags = PutFlags {
+        summary: q.has("summary"),
+        details: q.has("details"),
+        sync: q.has("sync"),
+        sync_timeout: if q.has("sync") {
+            q.get("sync_timeout")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        } else {
+            0
+        },
+    };
+    let header_tag = if state.options.header_tag.is_empty() {
+        None
+    } else {
+        c.head
+            .headers
+            .get(state.options.header_tag.as_str())
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+    };
+    let body = match read_body(state, &c.head, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let text = match std::str::from_utf8(&body) {
+        Ok(t) => t.trim().to_string(),
+        Err(_) => String::from_utf8_lossy(&body).trim().to_string(),
+    };
+    drop(body);
+    if text.is_empty() {
+        return Reply::error(
+            400,
+            "Missing message content",
+            "Supply valid JSON formatted data in the body of your request",
+        );
+    }
+    let len = text.len();
+    let st = state.clone();
+    let check = move || -> Result<(Vec<PendingPoint>, PutOutcome, usize), Reply> {
+        let fixed;
+        let parsed = match parse_body(&text) {
+            Ok(p) => p,
+            Err(first) => {
+                fixed = quote_non_numeric(&text)
+                    .ok_or_else(|| Reply::error(400, "Unable to parse the given JSON", &first.0))?;
+                parse_body(&fixed)
+                    .map_err(|e| Reply::error(400, "Unable to parse the given JSON", &e.0))?
+            }
+        };
+        if parsed.is_empty() {
+            return Err(Reply::error(400, "No datapoints found in content", ""));
+        }
+        let n = parsed.len();
+        let mut outcome = PutOutcome::default();
+        let ht = header_tag.as_ref().map(|(k, v)| (k.as_str(), v.as_str()));
+        let good = check_points(&st, &parsed, ht, &mut outcome)
+            .map_err(|e| Reply::error(400, "Unable to parse the given JSON", &e.0))?;
+        Ok((good, outcome, n))
+    };
+    let checked = if len >= BLOCKING_BODY {
+        match tokio::task::spawn_blocking(check).await {
+            Ok(r) => r,
+            Err(_) => Err(Reply::error(500, "Unexpected exception", "")),
+        }
+    } else {
+        check()
+    };
+    let (good, mut outcome, n) = match checked {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    state.stats.http_puts.fetch_add(n as u64, Ordering::Relaxed);
+    write_points(state, good, flags, &mut outcome).await;
+    let (status, body) = render(flags, &outcome);
+    match body {
+        None => Reply::empty(status),
+        Some(b) => Reply::json(status, b),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// No body, however broken, makes the parser panic.
+        #[test]
+        fn bodies_never_panic(body in "[ -~]{0,200}", numeric in "[0-9eE.+NaInfity-]{0,20}") {
+            let _ = parse_body(&body);
+            let _ = quote_non_numeric(&body);
+            let doc = format!(r#"[{{"metric":"m","timestamp":{numeric},"value":{numeric},"tags":{{"h":"a"}}}}]"#);
+            let _ = parse_body(&doc);
+            if let Some(fixed) = quote_non_numeric(&doc) {
+                let _ = parse_body(&fixed);
+            }
+        }
+    }
 
     #[test]
     fn bodies() {

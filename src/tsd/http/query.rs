@@ -4,22 +4,15 @@
 use std::sync::Arc;
 
 use hyper::Method;
+use hyper::body::Incoming;
 
-use super::{Reply, method_not_allowed};
-use crate::query::{self, QueryContext, QueryError, QueryLimits};
+use super::{Call, Reply, method_not_allowed, not_found, read_body};
+use crate::query::{self, QueryContext, QueryError};
 use crate::tsd::TsdState;
 
 fn context(state: &TsdState) -> QueryContext<'_> {
-    let w = &state.db;
-    let mut ctx = QueryContext::new(&**w, w.uids(), w.index());
-    let cfg = &state.settings;
-    ctx.limits = QueryLimits::from_config(cfg);
-    ctx.skip_unresolved_tagvs = cfg.get_bool("tsd.query.skip_unresolved_tagvs");
-    ctx.allow_delete = cfg.get_bool("tsd.http.query.allow_delete");
-    if let Ok(tz) = cfg.get_string("tsd.core.timezone").parse() {
-        ctx.default_tz = tz;
-    }
-    ctx
+    let db = &state.db;
+    QueryContext::with_options(&**db, db.uids(), db.index(), &state.options.query)
 }
 
 fn error(e: QueryError) -> Reply {
@@ -38,6 +31,25 @@ pub(super) async fn blocking(
         .unwrap_or_else(|_| Reply::error(500, "Unexpected exception", ""))
 }
 
+/// The route: reads the body of POST requests only (a DELETE's query is
+/// in its query string), then `/api/query` or `/api/query/last`.
+pub(super) async fn route(c: Call, body: Incoming) -> Reply {
+    let body = if c.method == Method::POST && *c.verb() != Method::GET {
+        match read_body(&c.state, &c.head, body).await {
+            Ok(b) => Some(b),
+            Err(r) => return r,
+        }
+    } else {
+        None
+    };
+    let raw = c.head.uri.query().map(String::from);
+    match c.rest.first().map(String::as_str) {
+        None | Some("") => handle(&c.state, &c.method, c.verb(), raw, body).await,
+        Some("last") => handle_last(&c.state, &c.method, raw, body).await,
+        Some(_) => not_found(true, &c.query),
+    }
+}
+
 /// `/api/query` (GET with `m=`/`tsuid=`, POST JSON, DELETE).
 /// `method` is the API method (`method_override` applied), `verb` the
 /// request's own.
@@ -54,7 +66,7 @@ pub(super) async fn handle(
     // QueryRpc refuses the DELETE verb itself when deleting is off, and
     // turns a DELETE API method (the verb or GET + method_override=delete)
     // into a delete query only when it is on.
-    let allowed = state.settings.get_bool("tsd.http.query.allow_delete");
+    let allowed = state.options.query.allow_delete;
     if verb == Method::DELETE && !allowed {
         return Reply::error(
             400,

@@ -1,0 +1,286 @@
+//! The route table: OpenTSDB's paths (`/api/<x>`, `/api/v<N>/<x>`,
+//! case-insensitive first component, legacy `/<x>`), each mapped to one
+//! handler, and which configurations serve it (`tsd.mode`,
+//! `tsd.core.enable_api`, `tsd.core.enable_ui`, `tsd.no_diediedie`), as
+//! `RpcManager.initializeBuiltinRpcs` registers them. Commands telnet
+//! serves too are handled in `crate::tsd::rpc`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::http::request::Parts;
+use hyper::{Method, Request};
+
+use super::{Query, Reply, annotation, metrics, not_found, put, query, read_body, search};
+use super::{suggest, uid};
+use crate::tsd::TsdState;
+use crate::tsd::rpc::{self, Serve};
+
+const MAX_API_VERSION: u32 = 1;
+
+/// A routed request, without its body.
+pub(crate) struct Call {
+    pub state: Arc<TsdState>,
+    pub head: Parts,
+    /// The API method: the verb, or `method_override` on GET.
+    pub method: Method,
+    /// 0 for legacy paths.
+    pub api_version: u32,
+    /// Lower-cased path components after the endpoint.
+    pub rest: Vec<String>,
+    pub query: Query,
+}
+
+impl Call {
+    /// Whether this came by `/api/...` rather than a legacy path.
+    pub(crate) fn api(&self) -> bool {
+        self.api_version > 0
+    }
+
+    /// The request's own verb.
+    pub(crate) fn verb(&self) -> &Method {
+        &self.head.method
+    }
+}
+
+/// `RpcUtil.allowedMethods`: refuses an API method not in `allowed`, with
+/// a 405 on `/api` paths and OpenTSDB's legacy 400 on the others.
+pub(crate) fn allow(c: &Call, allowed: &[Method]) -> Result<(), Reply> {
+    if allowed.contains(&c.method) {
+        Ok(())
+    } else if c.api() {
+        Err(super::method_not_allowed(&c.method))
+    } else {
+        Err(super::legacy_bad_request(&c.query, "Method not allowed"))
+    }
+}
+
+pub(super) type BoxReply = Pin<Box<dyn Future<Output = Reply> + Send>>;
+
+/// How an endpoint takes its request.
+#[derive(Clone, Copy)]
+pub(super) enum Handler {
+    /// Answers from the request line and headers alone.
+    Head(fn(&Call) -> Reply),
+    /// Gets the body of non-GET requests (OpenTSDB never reads a GET
+    /// body), read and decompressed.
+    Body(fn(&Call, Option<&[u8]>) -> Reply),
+    /// Reads the body itself and may wait (put, query).
+    Async(fn(Call, Incoming) -> BoxReply),
+}
+
+/// Which paths a row answers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum At {
+    /// `/api/<x>`, when `tsd.core.enable_api` is set.
+    Api,
+    /// `/<x>`, when `tsd.core.enable_ui` is set.
+    Legacy,
+    /// Both, one handler (the commands of `crate::tsd::rpc`).
+    Both,
+}
+
+/// One row of the table.
+struct Route {
+    /// Lower-cased endpoint: `put`, `version`, ...
+    endpoint: &'static str,
+    at: At,
+    serve: Serve,
+    handler: Handler,
+}
+
+const fn route(endpoint: &'static str, at: At, serve: Serve, handler: Handler) -> Route {
+    Route {
+        endpoint,
+        at,
+        serve,
+        handler,
+    }
+}
+
+use At::{Api, Both, Legacy};
+use Handler::{Async, Body, Head};
+use Serve::{Always, DieDieDie, Reads, Writes};
+
+const ANNOTATION: Handler = Async(|c, b| Box::pin(annotation::route(c, b)));
+
+static ROUTES: &[Route] = &[
+    route("put", Api, Writes, Async(|c, b| Box::pin(put::route(c, b)))),
+    route(
+        "query",
+        Api,
+        Reads,
+        Async(|c, b| Box::pin(query::route(c, b))),
+    ),
+    route("annotation", Api, Always, ANNOTATION),
+    route("annotations", Api, Always, ANNOTATION),
+    route("version", Both, Always, Head(rpc::version::http)),
+    route("aggregators", Both, Always, Head(rpc::aggregators::http)),
+    route("dropcaches", Both, Always, Head(rpc::dropcaches::http)),
+    route("stats", Both, Always, Head(rpc::stats::http)),
+    route("config", Api, Always, Head(rpc::config::http)),
+    route(
+        "suggest",
+        Api,
+        Reads,
+        Body(|c, b| suggest::handle(&c.state, &c.method, &c.query, b)),
+    ),
+    route(
+        "suggest",
+        Legacy,
+        Reads,
+        Head(|c| suggest::handle_legacy(&c.state, &c.query)),
+    ),
+    route(
+        "search",
+        Api,
+        Reads,
+        Body(|c, b| search::handle(&c.state, &c.method, &c.rest, &c.query, b)),
+    ),
+    route(
+        "uid",
+        Api,
+        Writes,
+        Body(|c, b| uid::handle(&c.state, &c.method, &c.rest, &c.query, b)),
+    ),
+    route("metrics", Legacy, Always, Head(metrics::http)),
+    route("diediedie", Legacy, DieDieDie, Head(rpc::diediedie::http)),
+];
+
+/// Where a path leads, before the table is consulted.
+struct Path {
+    /// Lower-cased; empty for `/` and `/api`.
+    endpoint: String,
+    api_version: u32,
+    rest: Vec<String>,
+}
+
+fn parse_path(path: &str) -> Result<Path, Reply> {
+    let parts: Vec<&str> = path.split('/').skip(1).filter(|p| !p.is_empty()).collect();
+    let lower_from = |i: usize| -> Vec<String> {
+        parts
+            .iter()
+            .skip(i)
+            .map(|p| p.to_ascii_lowercase())
+            .collect()
+    };
+    let first = parts
+        .first()
+        .map(|p| p.to_ascii_lowercase())
+        .unwrap_or_default();
+    if first != "api" {
+        return Ok(Path {
+            endpoint: first,
+            api_version: 0,
+            rest: lower_from(1),
+        });
+    }
+    let mut i = 1;
+    let mut version = MAX_API_VERSION;
+    if let Some(p) = parts.get(1) {
+        let b = p.as_bytes();
+        if b.len() > 1 && (b[0] == b'v' || b[0] == b'V') && b[1].is_ascii_digit() {
+            version = p[1..]
+                .parse::<u32>()
+                .map_err(|_| Reply::error(400, "Invalid API version format supplied", ""))?;
+            if version > MAX_API_VERSION {
+                return Err(Reply::error(
+                    501,
+                    "Requested API version is greater than the max implemented",
+                    &format!("API version [{version}] is greater than the max [{MAX_API_VERSION}]"),
+                ));
+            }
+            i = 2;
+        }
+    }
+    let endpoint = parts
+        .get(i)
+        .map(|p| p.to_ascii_lowercase())
+        .unwrap_or_default();
+    Ok(Path {
+        endpoint,
+        api_version: version.max(1),
+        rest: lower_from(i + 1),
+    })
+}
+
+/// `getAPIMethod`: the verb, with `method_override` honoured on GET.
+fn api_method(method: &Method, q: &Query) -> Result<Method, Reply> {
+    if method != Method::GET {
+        return Ok(method.clone());
+    }
+    match q.get("method_override") {
+        None => Ok(Method::GET),
+        Some("") => Err(Reply::error(405, "Missing method override value", "")),
+        Some(m) => match m.to_ascii_lowercase().as_str() {
+            "get" => Ok(Method::GET),
+            "post" => Ok(Method::POST),
+            "put" => Ok(Method::PUT),
+            "delete" => Ok(Method::DELETE),
+            _ => Err(Reply::error(
+                405,
+                "Unknown or unsupported method override value",
+                "",
+            )),
+        },
+    }
+}
+
+/// The body of a request whose verb carries one: `None` for GET
+/// requests, which OpenTSDB never reads a body of.
+pub(super) async fn body_unless_get(c: &Call, body: Incoming) -> Result<Option<Vec<u8>>, Reply> {
+    if *c.verb() == Method::GET {
+        return Ok(None);
+    }
+    read_body(&c.state, &c.head, body).await.map(Some)
+}
+
+/// Routes a request to its handler.
+pub(super) async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
+    let (head, body) = req.into_parts();
+    let query = Query::parse(head.uri.query());
+    let path = head.uri.path();
+    if !path.starts_with('/') {
+        return Reply::error(400, "Bad Request", "The URI must start with a slash");
+    }
+    let path = match parse_path(path) {
+        Ok(p) => p,
+        Err(reply) => return reply,
+    };
+    let method = match api_method(&head.method, &query) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let api = path.api_version > 0;
+    let o = &state.options;
+    let (enabled, at) = if api {
+        (o.enable_api, Api)
+    } else {
+        (o.enable_ui, Legacy)
+    };
+    let found = ROUTES
+        .iter()
+        .find(|r| r.endpoint == path.endpoint && (r.at == at || r.at == Both) && r.serve.on(o))
+        .filter(|_| enabled);
+    let Some(found) = found else {
+        return not_found(api, &query);
+    };
+    let call = Call {
+        state: state.clone(),
+        head,
+        method,
+        api_version: path.api_version,
+        rest: path.rest,
+        query,
+    };
+    match found.handler {
+        Head(f) => f(&call),
+        Body(f) => match body_unless_get(&call, body).await {
+            Ok(b) => f(&call, b.as_deref()),
+            Err(r) => r,
+        },
+        Async(f) => f(call, body).await,
+    }
+}

@@ -1,0 +1,206 @@
+//! The server's typed options, built once at start from the configuration
+//! (as `DbOptions` is for the database): every default is stated here
+//! once, every value is checked here, and a bad one stops the start with
+//! an error naming its key. Requests read these structs, never strings.
+
+use std::time::Duration;
+
+use chrono_tz::Tz;
+
+use crate::config::{Config, ConfigError};
+use crate::query::{QueryLimits, QueryOptions};
+
+/// `tsd.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    ReadWrite,
+    ReadOnly,
+    WriteOnly,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "rw" => Some(Mode::ReadWrite),
+            "ro" => Some(Mode::ReadOnly),
+            "wo" => Some(Mode::WriteOnly),
+            _ => None,
+        }
+    }
+
+    pub fn writes(self) -> bool {
+        self != Mode::ReadOnly
+    }
+
+    pub fn reads(self) -> bool {
+        self != Mode::WriteOnly
+    }
+}
+
+/// Everything the server takes from the configuration.
+#[derive(Debug, Clone)]
+pub struct TsdOptions {
+    pub port: u16,
+    pub bind: String,
+    pub mode: Mode,
+    pub enable_api: bool,
+    pub enable_ui: bool,
+    pub no_diediedie: bool,
+    /// `tsd.core.socket.timeout`; zero = never close idle connections.
+    pub socket_timeout: Duration,
+    /// `tsd.core.connections.limit`; zero = unlimited.
+    pub connections_limit: usize,
+    pub max_line_length: usize,
+    /// Largest HTTP request body, after decompression.
+    pub max_body_bytes: usize,
+    pub enable_chunked: bool,
+    pub cors_domains: Vec<String>,
+    pub cors_headers: String,
+    pub header_tag: String,
+    pub return_errors: bool,
+    pub stats_with_port: bool,
+    pub worker_threads: Option<usize>,
+    /// What `/api/query` and `/api/query/last` run with.
+    pub query: QueryOptions,
+}
+
+fn bad(key: &str, value: &str, reason: &str) -> ConfigError {
+    ConfigError::BadValue {
+        key: key.into(),
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+impl TsdOptions {
+    pub fn from_config(c: &Config) -> Result<TsdOptions, ConfigError> {
+        let mode_s = c.get_string("tsd.mode");
+        let mode =
+            Mode::parse(mode_s).ok_or_else(|| bad("tsd.mode", mode_s, "must be rw, ro or wo"))?;
+        let cors_domains: Vec<String> = c
+            .get_string("tsd.http.request.cors_domains")
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if cors_domains.len() > 1 && cors_domains.iter().any(|d| d == "*") {
+            return Err(bad(
+                "tsd.http.request.cors_domains",
+                c.get_string("tsd.http.request.cors_domains"),
+                "the wildcard * cannot be combined with other domains",
+            ));
+        }
+        Ok(TsdOptions {
+            port: c.get_int("tsd.network.port")?.unwrap_or(4242),
+            bind: match c.get_string("tsd.network.bind").trim() {
+                "" => "127.0.0.1".into(),
+                b => b.into(),
+            },
+            mode,
+            enable_api: c.get_bool("tsd.core.enable_api"),
+            enable_ui: c.get_bool("tsd.core.enable_ui"),
+            no_diediedie: c.get_bool("tsd.no_diediedie"),
+            socket_timeout: Duration::from_secs(c.get_int("tsd.core.socket.timeout")?.unwrap_or(0)),
+            connections_limit: c.get_int("tsd.core.connections.limit")?.unwrap_or(0),
+            max_line_length: c
+                .get_int("tsd.network.max_line_length")?
+                .unwrap_or(1024)
+                .max(16),
+            max_body_bytes: c.get_int("tsd.http.request.max_chunk")?.unwrap_or(64 << 20),
+            enable_chunked: c.get_bool("tsd.http.request.enable_chunked"),
+            cors_domains,
+            cors_headers: c.get_string("tsd.http.request.cors_headers").to_string(),
+            header_tag: c.get_string("tsd.http.header_tag").trim().to_string(),
+            return_errors: c.get_bool("tsd.rpc.telnet.return_errors"),
+            stats_with_port: c.get_bool("tsd.core.stats_with_port"),
+            worker_threads: c.get_int("tsd.network.worker_threads")?,
+            query: query_options(c)?,
+        })
+    }
+}
+
+fn query_options(c: &Config) -> Result<QueryOptions, ConfigError> {
+    let defaults = QueryOptions::default();
+    let limit = |key: &str, default: u64| Ok::<_, ConfigError>(c.get_int(key)?.unwrap_or(default));
+    Ok(QueryOptions {
+        limits: QueryLimits {
+            timeout_ms: limit("tsd.query.timeout", defaults.limits.timeout_ms)?,
+            max_bytes: limit("tsd.query.limits.bytes.default", defaults.limits.max_bytes)?,
+            max_data_points: limit(
+                "tsd.query.limits.data_points.default",
+                defaults.limits.max_data_points,
+            )?,
+            ..defaults.limits
+        },
+        default_tz: timezone(c)?.unwrap_or(defaults.default_tz),
+        skip_unresolved_tagvs: c.get_bool("tsd.query.skip_unresolved_tagvs"),
+        allow_delete: c.get_bool("tsd.http.query.allow_delete"),
+    })
+}
+
+/// `tsd.core.timezone`. OpenTSDB 2.4.1 (`DateTime.setDefaultTimezone`,
+/// called by the `TSDB` constructor) refuses to start on a zone name it
+/// does not know, rather than quietly using another zone; so do we. An
+/// empty value counts as unset there (`Config.hasProperty`), and here.
+fn timezone(c: &Config) -> Result<Option<Tz>, ConfigError> {
+    let name = c.get_string("tsd.core.timezone");
+    if name.trim().is_empty() {
+        return Ok(None);
+    }
+    name.trim()
+        .parse::<Tz>()
+        .map(Some)
+        .map_err(|_| bad("tsd.core.timezone", name, "Invalid timezone name"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(key: &str, value: &str) -> Result<TsdOptions, ConfigError> {
+        let mut c = Config::default();
+        c.set(key, value);
+        TsdOptions::from_config(&c)
+    }
+
+    #[test]
+    fn defaults() {
+        let o = TsdOptions::from_config(&Config::default()).unwrap();
+        assert_eq!(o.port, 4242);
+        assert_eq!(o.mode, Mode::ReadWrite);
+        assert_eq!(o.query, QueryOptions::default());
+    }
+
+    #[test]
+    fn query_options_are_typed_once() {
+        let o = with("tsd.core.timezone", "America/New_York").unwrap();
+        assert_eq!(o.query.default_tz, chrono_tz::America::New_York);
+        let o = with("tsd.query.limits.data_points.default", "7").unwrap();
+        assert_eq!(o.query.limits.max_data_points, 7);
+        assert!(
+            with("tsd.http.query.allow_delete", "yes")
+                .unwrap()
+                .query
+                .allow_delete
+        );
+        assert_eq!(
+            with("tsd.core.timezone", "").unwrap().query.default_tz,
+            Tz::UTC
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (key, value) in [
+            ("tsd.core.timezone", "Mars/Olympus_Mons"),
+            ("tsd.query.timeout", "soon"),
+            ("tsd.mode", "rx"),
+        ] {
+            let e = with(key, value).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("config key {key} = '{value}'")),
+                "{e}"
+            );
+        }
+    }
+}
