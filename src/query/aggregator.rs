@@ -266,7 +266,7 @@ fn dev(mut values: impl Iterator<Item = f64>) -> f64 {
 
 /// commons-math `Percentile.evaluate` with the given estimation type.
 /// `quantile` is in (0, 100]. Sorts `values`.
-pub fn percentile(values: &mut [f64], quantile: f64, est: Estimation) -> f64 {
+pub(crate) fn percentile(values: &mut [f64], quantile: f64, est: Estimation) -> f64 {
     let len = values.len();
     if len == 0 {
         return f64::NAN;

@@ -175,7 +175,7 @@ impl DownsampleSpec {
 
 /// Java's `String.split(regex)` for a single literal char: trailing empty
 /// strings are removed.
-pub fn java_split(s: &str, sep: char) -> Vec<&str> {
+pub(crate) fn java_split(s: &str, sep: char) -> Vec<&str> {
     let mut parts: Vec<&str> = s.split(sep).collect();
     while parts.len() > 1 && parts.last() == Some(&"") {
         parts.pop();
@@ -188,7 +188,7 @@ pub fn java_split(s: &str, sep: char) -> Vec<&str> {
 
 /// Maps timestamps to bucket starts for one query.
 #[derive(Debug, Clone)]
-pub struct Bucketer {
+pub(crate) struct Bucketer {
     interval: Interval,
     tz: Tz,
     query_start: i64,
@@ -198,7 +198,7 @@ pub struct Bucketer {
 }
 
 impl Bucketer {
-    pub fn new(spec: &DownsampleSpec, tz: Tz, query_start: i64, query_end: i64) -> Bucketer {
+    pub(crate) fn new(spec: &DownsampleSpec, tz: Tz, query_start: i64, query_end: i64) -> Bucketer {
         let mut b = Bucketer {
             interval: spec.interval,
             tz,
@@ -235,7 +235,7 @@ impl Bucketer {
 
     /// Start of the bucket holding `ts`; `None` if it is outside the single
     /// `all` bucket `[query_start, query_end)`.
-    pub fn bucket(&self, ts: i64) -> Option<i64> {
+    pub(crate) fn bucket(&self, ts: i64) -> Option<i64> {
         match self.interval {
             Interval::Fixed(iv) => {
                 let iv = iv as i64;
@@ -253,7 +253,7 @@ impl Bucketer {
     }
 
     /// The bucket after `bucket`.
-    pub fn next(&self, bucket: i64) -> i64 {
+    pub(crate) fn next(&self, bucket: i64) -> i64 {
         match self.interval {
             Interval::Fixed(iv) => bucket + iv as i64,
             Interval::All => i64::MAX,
@@ -325,7 +325,7 @@ fn add_units(a: NaiveDateTime, k: i64, unit: CalendarUnit) -> NaiveDateTime {
 
 /// One series' downsampler: feed points in time order, get buckets out.
 /// Values are always doubles, as OpenTSDB's downsampler reports.
-pub struct Downsampler<'a> {
+pub(crate) struct Downsampler<'a> {
     spec: &'a DownsampleSpec,
     bucketer: &'a Bucketer,
     current: Option<i64>,
@@ -339,7 +339,7 @@ pub struct Downsampler<'a> {
 impl<'a> Downsampler<'a> {
     /// `fill_range`: first and last bucket starts to fill (from the query
     /// range); ignored for the `none` policy.
-    pub fn new(
+    pub(crate) fn new(
         spec: &'a DownsampleSpec,
         bucketer: &'a Bucketer,
         fill_range: (i64, i64),
@@ -355,7 +355,7 @@ impl<'a> Downsampler<'a> {
         }
     }
 
-    pub fn push(&mut self, ts: i64, v: Value, out: &mut Vec<(i64, Value)>) {
+    pub(crate) fn push(&mut self, ts: i64, v: Value, out: &mut Vec<(i64, Value)>) {
         let Some(b) = self.bucketer.bucket(ts) else {
             return;
         };
@@ -390,7 +390,7 @@ impl<'a> Downsampler<'a> {
         }
     }
 
-    pub fn finish(mut self, out: &mut Vec<(i64, Value)>) {
+    pub(crate) fn finish(mut self, out: &mut Vec<(i64, Value)>) {
         self.flush(out);
         self.fill_until(i64::MAX, out);
     }

@@ -97,7 +97,7 @@ impl FilterType {
 
 /// `/api/config/filters`: `{"<type>":{"description":..,"examples":..}}`
 /// for every registered filter (sorted by name).
-pub fn filters_json() -> serde_json::Value {
+pub(crate) fn filters_json() -> serde_json::Value {
     let map: serde_json::Map<String, serde_json::Value> = FilterType::ALL
         .into_iter()
         .map(|t| {
@@ -338,7 +338,7 @@ fn add_filter(filters: &mut Vec<TagFilter>, filter: TagFilter) {
 }
 
 /// Converts a legacy `tags` map (group-by) into filters.
-pub fn tags_to_filters<'a>(
+pub(crate) fn tags_to_filters<'a>(
     tags: impl IntoIterator<Item = (&'a String, &'a String)>,
     filters: &mut Vec<TagFilter>,
 ) -> Result<(), String> {
@@ -359,7 +359,7 @@ fn parse_tag(tag: &str) -> Result<(&str, &str), String> {
 
 /// `Tags.parseWithMetricAndFilters`: `metric{gk=gv,...}{fk=fv,...}` →
 /// the metric name and its filters (first braces group-by, second not).
-pub fn parse_metric_with_filters(m: &str) -> Result<(String, Vec<TagFilter>), String> {
+pub(crate) fn parse_metric_with_filters(m: &str) -> Result<(String, Vec<TagFilter>), String> {
     let mut filters = Vec::new();
     let Some(curly) = m.find('{') else {
         return Ok((m.to_string(), filters));

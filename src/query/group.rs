@@ -7,11 +7,11 @@ use super::aggregator::{Aggregator, Interpolation};
 use crate::model::Value;
 
 /// A series after downsampling and rate: sorted, one point per timestamp.
-pub type Points = [(i64, Value)];
+pub(crate) type Points = [(i64, Value)];
 
 /// Reusable buffers for [`aggregate`].
 #[derive(Default)]
-pub struct Scratch {
+pub(crate) struct Scratch {
     times: Vec<i64>,
     cursors: Vec<usize>,
     longs: Vec<i64>,
@@ -25,7 +25,7 @@ pub struct Scratch {
 /// Integer arithmetic is used at a timestamp only when no series' current
 /// or next point is a float and `rate` is off (`isInteger`); with `rate`
 /// a missing value is the series' previous rate, never interpolated.
-pub fn aggregate(
+pub(crate) fn aggregate(
     series: &[&Points],
     agg: &Aggregator,
     rate: bool,

@@ -92,13 +92,6 @@ pub fn parse_last_post(body: &[u8]) -> Result<LastQuery, QueryError> {
         .map_err(|e| QueryError::bad(format!("Unable to parse the given JSON: {e}")))
 }
 
-/// One answer: the series and its newest point.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LastPoint {
-    pub tsuid: Tsuid,
-    pub point: Point,
-}
-
 /// Finds the newest point of every requested series and renders the
 /// response array (timestamps in ms, values as strings).
 pub fn execute_last(ctx: &QueryContext, q: &LastQuery) -> Result<serde_json::Value, QueryError> {

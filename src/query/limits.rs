@@ -32,7 +32,7 @@ impl Default for QueryLimits {
 
 /// Tracks one query's use against its limits.
 #[derive(Debug)]
-pub struct Budget {
+pub(crate) struct Budget {
     limits: QueryLimits,
     started: Instant,
     pub bytes: u64,
@@ -40,7 +40,7 @@ pub struct Budget {
 }
 
 impl Budget {
-    pub fn new(limits: QueryLimits) -> Budget {
+    pub(crate) fn new(limits: QueryLimits) -> Budget {
         Budget {
             limits,
             started: Instant::now(),
@@ -49,12 +49,12 @@ impl Budget {
         }
     }
 
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
 
     /// Accounts for data read; the error to return if a limit is passed.
-    pub fn charge(&mut self, bytes: u64, points: u64) -> Result<(), QueryError> {
+    pub(crate) fn charge(&mut self, bytes: u64, points: u64) -> Result<(), QueryError> {
         self.bytes += bytes;
         self.points += points;
         let l = &self.limits;
@@ -73,7 +73,7 @@ impl Budget {
         self.check_time()
     }
 
-    pub fn check_time(&self) -> Result<(), QueryError> {
+    pub(crate) fn check_time(&self) -> Result<(), QueryError> {
         if self.limits.timeout_ms > 0 && self.elapsed().as_millis() as u64 > self.limits.timeout_ms
         {
             return Err(QueryError::Timeout(format!(
@@ -86,7 +86,7 @@ impl Budget {
 
     /// Refuses a query whose fill policy would emit more than the output
     /// guard allows.
-    pub fn check_output(&self, points: u64) -> Result<(), QueryError> {
+    pub(crate) fn check_output(&self, points: u64) -> Result<(), QueryError> {
         let max = self.limits.max_output_points;
         if max > 0 && points > max {
             return Err(QueryError::TooLarge(format!(

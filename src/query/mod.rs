@@ -19,18 +19,18 @@
 //! an error with [`QueryError::status`], [`QueryError::message`] and
 //! [`QueryError::details`] in OpenTSDB's error shape.
 
-pub mod aggregator;
-pub mod downsample;
-pub mod engine;
-pub mod error;
-pub mod filter;
-pub mod group;
-pub mod last;
-pub mod limits;
-pub mod options;
-pub mod output;
-pub mod rate;
-pub mod request;
+pub(crate) mod aggregator;
+pub(crate) mod downsample;
+pub(crate) mod engine;
+pub(crate) mod error;
+pub(crate) mod filter;
+pub(crate) mod group;
+pub(crate) mod last;
+pub(crate) mod limits;
+pub(crate) mod options;
+pub(crate) mod output;
+pub(crate) mod rate;
+pub(crate) mod request;
 
 pub use aggregator::{AGGREGATORS, Aggregator};
 pub use engine::{QueryContext, execute};

@@ -64,7 +64,7 @@ fn write_str(out: &mut String, s: &str) {
 }
 
 /// A value as Jackson writes it.
-pub fn write_value(out: &mut String, v: Value, nan_as_null: bool) {
+pub(crate) fn write_value(out: &mut String, v: Value, nan_as_null: bool) {
     match v {
         Value::Int(i) => {
             let _ = write!(out, "{i}");

@@ -70,17 +70,17 @@ impl RateOptions {
 
 /// One series' rate computation: feed points in time order.
 #[derive(Debug, Clone)]
-pub struct Rate {
+pub(crate) struct Rate {
     opts: RateOptions,
     prev: Option<(i64, Value)>,
 }
 
 impl Rate {
-    pub fn new(opts: RateOptions) -> Rate {
+    pub(crate) fn new(opts: RateOptions) -> Rate {
         Rate { opts, prev: None }
     }
 
-    pub fn push(&mut self, ts: i64, v: Value, out: &mut Vec<(i64, Value)>) {
+    pub(crate) fn push(&mut self, ts: i64, v: Value, out: &mut Vec<(i64, Value)>) {
         let Some((t0, v0)) = self.prev.replace((ts, v)) else {
             return;
         };

@@ -96,7 +96,7 @@ pub fn parse_post(body: &[u8]) -> Result<TsQuery, QueryError> {
 }
 
 /// Decodes `application/x-www-form-urlencoded` text (`+` is a space).
-pub fn url_decode(s: &str) -> String {
+pub(crate) fn url_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -121,7 +121,7 @@ pub fn url_decode(s: &str) -> String {
 }
 
 /// Splits a query string into decoded (name, value) pairs, in order.
-pub fn query_pairs(qs: &str) -> Vec<(String, String)> {
+pub(crate) fn query_pairs(qs: &str) -> Vec<(String, String)> {
     qs.trim_start_matches('?')
         .split('&')
         .filter(|p| !p.is_empty())
@@ -228,7 +228,7 @@ fn middle_part(sub: &mut TsSubQuery, part: &str, full: bool) -> Result<(), Query
 }
 
 /// `m=<agg>[:rate[{...}]][:<downsample>][:explicit_tags]...:<metric>[{..}][{..}]`.
-pub fn parse_m_subquery(q: &str) -> Result<TsSubQuery, QueryError> {
+pub(crate) fn parse_m_subquery(q: &str) -> Result<TsSubQuery, QueryError> {
     if q.is_empty() {
         return Err(QueryError::bad("The query string was empty"));
     }
@@ -248,7 +248,7 @@ pub fn parse_m_subquery(q: &str) -> Result<TsSubQuery, QueryError> {
 }
 
 /// `tsuid=<agg>[:rate][:<downsample>]:<tsuid>[,<tsuid>...]`.
-pub fn parse_tsuid_subquery(q: &str) -> Result<TsSubQuery, QueryError> {
+pub(crate) fn parse_tsuid_subquery(q: &str) -> Result<TsSubQuery, QueryError> {
     if q.is_empty() {
         return Err(QueryError::bad("The tsuid query string was empty"));
     }
@@ -296,7 +296,7 @@ fn time_error(e: TimeError) -> QueryError {
 }
 
 /// Parses a query time; absolute dates are read in `tz`.
-pub fn parse_time(s: &str, now_ms: u64, tz: Tz) -> Result<i64, QueryError> {
+pub(crate) fn parse_time(s: &str, now_ms: u64, tz: Tz) -> Result<i64, QueryError> {
     let utc = parse_datetime(s, now_ms).map_err(time_error)? as i64;
     if tz == Tz::UTC || !(s.contains('/') || s.contains(':')) {
         return Ok(utc);
