@@ -19,7 +19,7 @@ use crate::codec::row_key::RowKey;
 use crate::model::row_span::row_base_clamped;
 use crate::model::uid::{hex_upper, java_byte_array};
 use crate::model::{UidKind, Value};
-use crate::storage::Durability;
+use crate::store::Durability;
 use crate::store::Store;
 use crate::uid::UidTable;
 

@@ -18,7 +18,7 @@ use crate::model::java;
 use crate::model::row_span::row_base_clamped;
 use crate::model::uid::java_byte_array;
 use crate::model::{Uid, UidKind, Value};
-use crate::storage::Durability;
+use crate::store::Durability;
 use crate::store::Store;
 use crate::uid::UidTable;
 

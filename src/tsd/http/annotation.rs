@@ -14,7 +14,7 @@ use super::{Call, Query, Reply, json_text, method_not_allowed};
 use crate::model::Tsuid;
 use crate::model::annotation::{self, Annotation, AnnotationError, Changes};
 use crate::model::time::parse_datetime;
-use crate::storage::Durability;
+use crate::store::Durability;
 use crate::store::Store;
 use crate::tsd::TsdState;
 
