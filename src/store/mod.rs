@@ -14,6 +14,7 @@ pub mod index_table;
 pub mod meta_table;
 pub mod read;
 pub mod retention;
+pub mod rows;
 pub mod uid_table;
 
 use std::fs::{self, File};
