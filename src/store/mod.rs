@@ -1,6 +1,10 @@
 //! A store: one data directory holding the header and the engine's files,
 //! opened with its recorded layout enforced, plus the data-row operations
 //! everything above builds on (read, merge-write and scan hourly rows).
+//! The database handle reaches those rows only through the
+//! [`rows::RowStore`] trait, which [`Store`] implements, so another
+//! engine can serve them; the rest of `Store`'s row methods are for the
+//! embedded-only tools (fsck, raw scans) and its own tests.
 //!
 //! The embedded engine also keeps the other tables; the store hands out
 //! their implementations of the upper layers' persistence traits
