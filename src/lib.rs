@@ -13,8 +13,10 @@
 //!   only door for appends, reads, deletes, UID and meta operations.
 //! - [`mod@write`] (crate-internal): the write path's parts: series cache, write-ahead log,
 //!   in-memory hour buffers.
-//! - [`store`]: a store on disk: its recorded layout, tables and rows, and
-//!   the embedded implementations of the three seams below.
+//! - [`store`]: the data-row seam ([`store::rows::RowStore`], read
+//!   through [`store::read::SeriesSource`]) and a store on disk: its
+//!   recorded layout, tables and rows, and the embedded implementations
+//!   of that seam and the three below.
 //! - [`uid`], [`index`], [`meta`]: UID assignment with caches, the series
 //!   index, UIDMeta/TSMeta and the per-series counters, each persisting
 //!   through its own trait ([`uid::UidStore`], [`index::IndexStore`],

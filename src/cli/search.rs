@@ -69,7 +69,7 @@ pub(crate) fn run(
         (metric, tags)
     };
     let db = ctx.open_db()?;
-    let (store, uids, index) = (db.store(), db.uids(), db.index());
+    let (rows, uids, index) = (db.rows(), db.uids(), db.index());
     let query = LookupQuery::new(&metric, &tags, args.limit.max(1));
     let found = match lookup(uids, index, &query) {
         Ok(f) => f,
@@ -79,7 +79,7 @@ pub(crate) fn run(
         }
         Err(e) => return Err(e.into()),
     };
-    let widths = store.layout().widths;
+    let widths = rows.widths();
     for r in found {
         let tags: Vec<String> = r.tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
         writeln!(

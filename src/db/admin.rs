@@ -8,7 +8,7 @@ impl Db {
     /// Recreates the series index from the data rows (`tsdb uid
     /// metasync`): drops every entry, then records each series found.
     pub fn rebuild_index(&self) -> super::Result<RebuildStats> {
-        let (found, stats) = self.store.scan_series()?;
+        let (found, stats) = self.rows.scan_series()?;
         self.index.replace_all(found)?;
         Ok(stats)
     }

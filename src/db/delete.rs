@@ -5,9 +5,7 @@ use std::collections::HashSet;
 
 use super::{Db, Result};
 use crate::model::Tsuid;
-use crate::model::Uid;
 use crate::model::row_span::row_base_clamped;
-use crate::storage::Durability;
 
 /// What [`Db::delete_rows`] removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -36,7 +34,7 @@ impl Db {
             row_base_clamped(end_ms / 1000),
         );
         let doomed: HashSet<&Tsuid> = tsuids.iter().collect();
-        let widths = self.store.layout().widths;
+        let widths = self.rows.widths();
         let logged: Vec<Vec<u8>> = tsuids.iter().map(|t| t.to_bytes(&widths)).collect();
         let a = self.wal.append_deletes(&logged, first, last);
         self.wal.wait_durable_blocking(a.seq);
@@ -46,26 +44,9 @@ impl Db {
         let buffered_points = self
             .buffer
             .remove_hours(&|t| doomed.contains(t), first, last);
-        let mut metrics: Vec<Uid> = tsuids.iter().map(|t| t.metric).collect();
-        metrics.sort_unstable();
-        metrics.dedup();
-        let layout = self.store.layout();
-        let mut keys = Vec::new();
-        for m in metrics {
-            for row in self.store.scan_metric_rows(m, first, last) {
-                let (key, _) = row?;
-                if let Ok(k) = layout.parse_row_key(&key)
-                    && doomed.contains(&k.tsuid)
-                {
-                    keys.push(key);
-                }
-            }
-        }
-        for k in &keys {
-            self.store.delete_row(k, Durability::Process)?;
-        }
+        let rows = self.rows.delete_rows(tsuids, first, last)?;
         Ok(Deleted {
-            rows: keys.len() as u64,
+            rows,
             buffered_points,
         })
     }

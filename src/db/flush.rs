@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Db;
-use crate::storage::Durability;
 use crate::write::buffer::{self, SealPolicy, SealedHour};
 use crate::write::{Series, wal};
 
@@ -57,10 +56,7 @@ impl Db {
                 .iter()
                 .flat_map(|h| h.points.iter().copied())
                 .collect();
-            match self
-                .store
-                .put_points(&hours[0].series.tsuid, &points, Durability::Process)
-            {
+            match self.rows.put_points(&hours[0].series.tsuid, &points) {
                 Ok(()) => {
                     stored += points.len();
                     self.stats
@@ -90,7 +86,7 @@ impl Db {
         let mut last = self.counters.lock();
         let mut taken: Vec<(Arc<Series>, u64)> = Vec::new();
         let mut deltas = Vec::new();
-        let widths = self.store.layout().widths;
+        let widths = self.rows.widths();
         self.series.for_each(|s| {
             let n = s.unsaved_points.swap(0, Ordering::Relaxed);
             if n > 0 {
@@ -133,7 +129,7 @@ impl Db {
             .ok()
             .and_then(|s| s.first().copied());
         if oldest.is_some_and(|o| o < below) {
-            if let Err(e) = self.store.sync() {
+            if let Err(e) = self.rows.sync() {
                 tracing::error!(error = %e, "store sync failed; WAL kept");
                 return;
             }

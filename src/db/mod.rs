@@ -2,7 +2,7 @@
 //!
 //! [`Db`] owns everything a running database is made of and is the only
 //! way the server, the command line, the benchmarks and the tests reach
-//! it: the data rows ([`Store`]), UID assignment ([`UidTable`]), the
+//! it: the data rows ([`RowStore`]), UID assignment ([`UidTable`]), the
 //! series index ([`SeriesIndex`]), the per-series meta counters, and the
 //! write path (series cache, write-ahead log, hour buffers, flusher).
 //!
@@ -26,22 +26,24 @@
 //! - a delete is logged (and synced) in the WAL before rows are removed,
 //!   so a replay after a crash cannot bring deleted points back.
 //!
-//! The seams for other engines: rows go through [`Store`], names through
+//! The seams for other engines: rows go through a [`RowStore`], names through
 //! [`UidTable`] over a [`crate::uid::UidStore`], series through
 //! [`SeriesIndex`] over a [`crate::index::IndexStore`], meta objects and
 //! counters through a [`MetaStore`]. [`Db::open`] picks the embedded
 //! implementation of each (all in the store's engine); another engine
 //! for any of them plugs in there. `Db` itself only orchestrates them and
-//! never touches a key-value engine. `docs/architecture.md` draws the
+//! never touches a key-value engine; the embedded [`Store`] stays
+//! reachable through [`Db::store`] for the tools that work on its files
+//! as they are (fsck, `scan --delete`, `uid` grep and fsck, compaction). `docs/architecture.md` draws the
 //! layers and follows a put and a query through them.
 
-pub mod admin;
-pub mod append;
-pub mod delete;
-pub mod flush;
-pub mod options;
-pub mod read;
-pub mod replay;
+pub(crate) mod admin;
+pub(crate) mod append;
+pub(crate) mod delete;
+pub(crate) mod flush;
+pub(crate) mod options;
+pub(crate) mod read;
+pub(crate) mod replay;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -52,6 +54,7 @@ use thiserror::Error;
 
 use crate::index::SeriesIndex;
 use crate::meta::MetaStore;
+use crate::store::rows::RowStore;
 use crate::store::{Store, StoreError};
 use crate::uid::UidTable;
 use crate::write::buffer::{Buffer, SealPolicy};
@@ -60,6 +63,7 @@ use crate::write::{SeriesCache, buffer};
 
 pub use crate::write::Series;
 pub use append::{Appended, PendingPoint};
+pub use delete::Deleted;
 pub use options::{DbOptions, WriteOptions};
 
 /// Directory of the WAL inside the data directory.
@@ -103,6 +107,10 @@ pub struct WriteStats {
 
 /// An open database. Shared behind an `Arc`; [`Db::close`] flushes it.
 pub struct Db {
+    /// The data rows: every read, write and delete of `Db` goes here.
+    rows: Arc<dyn RowStore>,
+    /// The embedded store `open` opened (it also serves the UID, index
+    /// and meta tables): only handed to embedded-only tools.
     store: Arc<Store>,
     index: Arc<SeriesIndex>,
     meta: Arc<dyn MetaStore>,
@@ -133,6 +141,7 @@ impl Db {
         let index = SeriesIndex::open(store.index_store(), store.layout().widths)?;
         let meta = store.meta_store();
         Self::assemble(
+            store.clone(),
             store,
             uids,
             Arc::new(index),
@@ -143,6 +152,7 @@ impl Db {
     }
 
     fn assemble(
+        rows: Arc<dyn RowStore>,
         store: Arc<Store>,
         uids: Arc<UidTable>,
         index: Arc<SeriesIndex>,
@@ -152,7 +162,7 @@ impl Db {
     ) -> Result<Arc<Db>> {
         let wal_dir = data_dir.join(WAL_DIR);
         let series = SeriesCache::new(uids, opts.max_tags);
-        let (next_segment, replayed) = replay::replay(&store, &series, &index, &wal_dir)?;
+        let (next_segment, replayed) = replay::replay(&*rows, &series, &index, &wal_dir)?;
         let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone()).map_err(|source| {
             DbError::Wal {
                 path: wal_dir.clone(),
@@ -160,6 +170,7 @@ impl Db {
             }
         })?;
         let db = Arc::new(Db {
+            rows,
             store,
             index,
             meta,
@@ -185,7 +196,17 @@ impl Db {
         Ok(db)
     }
 
-    /// The store holding the data rows (and, embedded, every other table).
+    /// The data rows: reads without the buffered points, and the
+    /// annotation operations (`/api/annotation`).
+    pub fn rows(&self) -> &dyn RowStore {
+        &*self.rows
+    }
+
+    /// The embedded store as it is on disk, for the tools that work on
+    /// its files directly: `fsck`, `scan --delete`/`--import`, `uid`
+    /// grep/fsck/assign and compaction. Everything else goes through
+    /// [`rows`](Self::rows) and the other parts, so another row engine
+    /// needs nothing from here.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
@@ -225,7 +246,7 @@ impl Db {
     /// tools). Ingest may continue meanwhile.
     pub fn flush_all(&self) -> Result<()> {
         self.tick(true);
-        self.store.sync()?;
+        self.rows.sync()?;
         Ok(())
     }
 
@@ -256,7 +277,7 @@ impl Db {
         if let Err(e) = self.persist_counters() {
             tracing::error!(error = %e, "saving series counters at shutdown failed");
         }
-        self.store.sync()?;
+        self.rows.sync()?;
         if self.buffer.points() == 0 {
             let wal_err = |source| DbError::Wal {
                 path: self.wal.dir().to_path_buf(),

@@ -74,7 +74,7 @@ impl SeriesSource for Db {
         start_ms: u64,
         end_ms: u64,
     ) -> store::Result<Vec<crate::model::Annotation>> {
-        self.store.global_annotations(start_ms, end_ms)
+        self.rows.global_annotations(start_ms, end_ms)
     }
 
     fn read_tsuids(
@@ -85,7 +85,7 @@ impl SeriesSource for Db {
         sink: &mut PointSink<'_>,
     ) -> store::Result<ReadStats> {
         self.read_merged(tsuids, start_ms, end_ms, sink, |s| {
-            self.store.read_tsuids(tsuids, start_ms, end_ms, s)
+            self.rows.read_tsuids(tsuids, start_ms, end_ms, s)
         })
     }
 
@@ -98,7 +98,7 @@ impl SeriesSource for Db {
         sink: &mut PointSink<'_>,
     ) -> store::Result<ReadStats> {
         self.read_merged(tsuids, start_ms, end_ms, sink, |s| {
-            self.store.scan_tsuids(metric, tsuids, start_ms, end_ms, s)
+            self.rows.scan_tsuids(metric, tsuids, start_ms, end_ms, s)
         })
     }
 
@@ -111,7 +111,7 @@ impl SeriesSource for Db {
     ) -> store::Result<Vec<SeriesData>> {
         // Buffer first: a point sealed meanwhile is then found in the store.
         let mut buffered = self.buffer.read(metric, start_ms, end_ms, &mut |_| true);
-        let stored = self.store.read_series(metric, start_ms, end_ms, want)?;
+        let stored = self.rows.read_series(metric, start_ms, end_ms, want)?;
         let mut out = Vec::with_capacity(stored.len() + buffered.len());
         for mut s in stored {
             if let Some(b) = buffered.remove(&s.tsuid) {

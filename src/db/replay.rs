@@ -8,17 +8,15 @@ use std::sync::Arc;
 use super::{DbError, Result};
 use crate::index::SeriesIndex;
 use crate::model::Tsuid;
-use crate::model::row_span::row_bases;
 use crate::model::{Timestamp, Value};
-use crate::storage::Durability;
-use crate::store::Store;
+use crate::store::rows::RowStore;
 use crate::write::{Series, SeriesCache, wal};
 
-/// Replays every WAL segment in `dir` into the store, syncs it and
+/// Replays every WAL segment in `dir` into the row store, syncs it and
 /// deletes the segments. Returns the next segment number and the points
 /// replayed.
 pub(super) fn replay(
-    store: &Arc<Store>,
+    rows: &dyn RowStore,
     series: &SeriesCache,
     index: &SeriesIndex,
     dir: &Path,
@@ -40,6 +38,11 @@ pub(super) fn replay(
         }
         let mut ids: HashMap<u32, Arc<Series>> = HashMap::new();
         let mut points: HashMap<u32, Vec<(Timestamp, Value)>> = HashMap::new();
+        // Rows to delete, by hour range: nothing in this segment is written
+        // before its last record is read, so deleting them all then (and
+        // before its points are written) is what deleting each at its
+        // record would do, in one row-store call per range.
+        let mut deletes: BTreeMap<(u32, u32), Vec<Tsuid>> = BTreeMap::new();
         for rec in contents.records {
             match rec {
                 wal::Record::Series { id, metric, tags } => {
@@ -64,11 +67,12 @@ pub(super) fn replay(
                     first_hour,
                     last_hour,
                 } => {
-                    let Ok(tsuid) = Tsuid::from_bytes(&tsuid, &store.layout().widths) else {
+                    let Ok(tsuid) = Tsuid::from_bytes(&tsuid, &rows.widths()) else {
                         continue;
                     };
                     // Points logged earlier in this segment go, and rows
-                    // earlier segments' replay already stored are deleted.
+                    // earlier segments' replay already stored are deleted
+                    // (below).
                     for (id, s) in &ids {
                         if s.tsuid == tsuid
                             && let Some(pts) = points.get_mut(id)
@@ -79,14 +83,15 @@ pub(super) fn replay(
                             });
                         }
                     }
-                    for base in row_bases(first_hour, last_hour) {
-                        store.delete_row(
-                            &store.layout().row_key(&tsuid, base),
-                            Durability::Process,
-                        )?;
-                    }
+                    deletes
+                        .entry((first_hour, last_hour))
+                        .or_default()
+                        .push(tsuid);
                 }
             }
+        }
+        for ((first_hour, last_hour), tsuids) in deletes {
+            rows.delete_rows(&tsuids, first_hour, last_hour)?;
         }
         for (id, pts) in points {
             let s = &ids[&id];
@@ -102,10 +107,10 @@ pub(super) fn replay(
             if let Some(latest) = pts.iter().filter_map(|(ts, _)| ts.base_time().ok()).max() {
                 index.add_at(&s.tsuid, latest)?;
             }
-            store.put_points(&s.tsuid, &pts, Durability::Process)?;
+            rows.put_points(&s.tsuid, &pts)?;
         }
     }
-    store.sync()?;
+    rows.sync()?;
     for seg in &segments {
         let path = wal::segment_path(dir, *seg);
         std::fs::remove_file(&path).map_err(io(&path))?;

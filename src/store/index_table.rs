@@ -17,12 +17,12 @@ use crate::storage::{Durability, KvStore, ScanRange, Table, WriteBatch};
 
 const SERIES: u8 = b'S';
 
-pub struct KvIndexStore {
+pub(crate) struct KvIndexStore {
     kv: Arc<dyn KvStore>,
 }
 
 impl KvIndexStore {
-    pub fn new(kv: Arc<dyn KvStore>) -> KvIndexStore {
+    pub(crate) fn new(kv: Arc<dyn KvStore>) -> KvIndexStore {
         KvIndexStore { kv }
     }
 }

@@ -13,13 +13,13 @@ use crate::model::{Uid, UidKind, UidWidths};
 use crate::storage::{KvStore, ScanRange, Table, WriteBatch};
 use crate::uid::keys::{FAMILY_NAME, cell_key, split_cell_key, uid_meta};
 
-pub struct KvMetaStore {
+pub(crate) struct KvMetaStore {
     kv: Arc<dyn KvStore>,
     widths: UidWidths,
 }
 
 impl KvMetaStore {
-    pub fn new(kv: Arc<dyn KvStore>, widths: UidWidths) -> KvMetaStore {
+    pub(crate) fn new(kv: Arc<dyn KvStore>, widths: UidWidths) -> KvMetaStore {
         KvMetaStore { kv, widths }
     }
 

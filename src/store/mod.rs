@@ -1,6 +1,10 @@
 //! A store: one data directory holding the header and the engine's files,
 //! opened with its recorded layout enforced, plus the data-row operations
 //! everything above builds on (read, merge-write and scan hourly rows).
+//! The database handle reaches those rows only through the
+//! [`rows::RowStore`] trait, which [`Store`] implements, so another
+//! engine can serve them; the rest of `Store`'s row methods are for the
+//! embedded-only tools (fsck, raw scans) and its own tests.
 //!
 //! The embedded engine also keeps the other tables; the store hands out
 //! their implementations of the upper layers' persistence traits
@@ -8,13 +12,14 @@
 //! [`meta_store`](Store::meta_store)). Only this module and the database
 //! handle reach the key-value engine itself.
 
-pub mod annotations;
+pub(crate) mod annotations;
 pub mod header;
-pub mod index_table;
-pub mod meta_table;
+pub(crate) mod index_table;
+pub(crate) mod meta_table;
 pub mod read;
-pub mod retention;
-pub mod uid_table;
+pub(crate) mod retention;
+pub mod rows;
+pub(crate) mod uid_table;
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};

@@ -17,7 +17,7 @@ use crate::uid::UidTable;
 
 /// Config key of the store-wide TTL (`30d`, `12h`, seconds; `0` = keep
 /// forever). Per-metric TTLs use `tsd.storage.ttl.<metric name>`.
-pub const TTL_KEY: &str = "tsd.storage.ttl";
+pub(crate) const TTL_KEY: &str = "tsd.storage.ttl";
 
 #[derive(Debug, Default)]
 pub struct Retention {
@@ -127,7 +127,7 @@ impl Retention {
     }
 }
 
-pub fn now_s() -> u64 {
+pub(crate) fn now_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

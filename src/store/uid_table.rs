@@ -17,7 +17,7 @@ use crate::storage::{KvStore, ScanRange, Table, WriteBatch};
 use crate::uid::keys;
 use crate::uid::{Assigned, ForwardScan, Result, UidStore, UidTableError};
 
-pub struct KvUidStore {
+pub(crate) struct KvUidStore {
     kv: Arc<dyn KvStore>,
     widths: UidWidths,
     /// Serialises the read-then-write of assignment, rename and delete,
@@ -26,7 +26,7 @@ pub struct KvUidStore {
 }
 
 impl KvUidStore {
-    pub fn new(kv: Arc<dyn KvStore>, widths: UidWidths) -> KvUidStore {
+    pub(crate) fn new(kv: Arc<dyn KvStore>, widths: UidWidths) -> KvUidStore {
         KvUidStore {
             kv,
             widths,

@@ -2,7 +2,8 @@
 //! as OpenTSDB's `AnnotationRpc` answers them: one annotation by query
 //! string or JSON body (GET, POST merge, PUT replace, DELETE), lists of
 //! them (bulk POST/PUT) and range deletes (bulk DELETE with
-//! `totalDeleted`). Storage lives in `crate::store::annotations`.
+//! `totalDeleted`). Storage goes through the row store
+//! ([`RowStore`]; the embedded one is in `crate::store::annotations`).
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use crate::model::Tsuid;
 use crate::model::annotation::{self, Annotation, AnnotationError, Changes};
 use crate::model::time::parse_datetime;
 use crate::store::Durability;
-use crate::store::Store;
+use crate::store::rows::RowStore;
 use crate::tsd::TsdState;
 
 fn bad(message: &str) -> Reply {
@@ -65,7 +66,7 @@ pub(super) async fn handle(
     }
     let method = method.clone();
     super::query::blocking(state, move |st| {
-        let store = st.db.store();
+        let store = st.db.rows();
         let body = body.filter(|b| !b.iter().all(u8::is_ascii_whitespace));
         if bulk {
             if method == Method::DELETE {
@@ -125,16 +126,16 @@ fn parse_json_error(e: AnnotationError) -> Reply {
 }
 
 /// The annotation's series, `None` for a global one.
-fn series_of(store: &Store, a: &Annotation) -> Result<Option<Tsuid>, String> {
+fn series_of(store: &dyn RowStore, a: &Annotation) -> Result<Option<Tsuid>, String> {
     if a.tsuid.is_empty() {
         return Ok(None);
     }
-    Tsuid::parse_hex(&a.tsuid, &store.layout().widths)
+    Tsuid::parse_hex(&a.tsuid, &store.widths())
         .map(Some)
         .map_err(|e| format!("Invalid TSUID '{}': {e}", a.tsuid))
 }
 
-fn single(store: &Store, method: &Method, q: &Query, body: Option<&[u8]>) -> Reply {
+fn single(store: &dyn RowStore, method: &Method, q: &Query, body: Option<&[u8]>) -> Reply {
     let (note, changes) = match body {
         Some(b) => match Annotation::parse(b) {
             Ok(x) => x,
@@ -190,7 +191,7 @@ fn single(store: &Store, method: &Method, q: &Query, body: Option<&[u8]>) -> Rep
     }
 }
 
-fn bulk_update(store: &Store, overwrite: bool, body: Option<&[u8]>) -> Reply {
+fn bulk_update(store: &dyn RowStore, overwrite: bool, body: Option<&[u8]>) -> Reply {
     let Some(body) = body else {
         return missing_content();
     };
@@ -301,7 +302,7 @@ fn parse_bulk_delete(q: &Query, body: Option<&[u8]>) -> Result<BulkDelete, Reply
     Ok(d)
 }
 
-fn bulk_delete(store: &Store, q: &Query, body: Option<&[u8]>) -> Reply {
+fn bulk_delete(store: &dyn RowStore, q: &Query, body: Option<&[u8]>) -> Reply {
     let d = match parse_bulk_delete(q, body) {
         Ok(d) => d,
         Err(r) => return r,
@@ -332,7 +333,7 @@ fn bulk_delete(store: &Store, q: &Query, body: Option<&[u8]>) -> Reply {
     }
     let mut series = Vec::new();
     for t in d.tsuids.iter().flatten() {
-        match Tsuid::parse_hex(t, &store.layout().widths) {
+        match Tsuid::parse_hex(t, &store.widths()) {
             Ok(ts) => series.push(ts),
             Err(e) => return bad(&format!("Invalid TSUID '{t}': {e}")),
         }

@@ -198,7 +198,7 @@ fn run_lookup(state: &TsdState, body: LookupBody) -> Reply {
         }
         Err(e) => return Reply::error(500, "Unexpected exception", &e.to_string()),
     };
-    let widths = w.store().layout().widths;
+    let widths = w.rows().widths();
     let results: Vec<ResultRow> = found
         .into_iter()
         .map(|r| ResultRow {

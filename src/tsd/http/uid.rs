@@ -457,7 +457,7 @@ fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> 
     let w = &state.db;
     let uids = w.uids();
     let ms = w.meta();
-    let widths = w.store().layout().widths;
+    let widths = w.rows().widths();
     // What the TSD counted in memory goes to storage before it is read.
     if let Err(e) = w.persist_counters() {
         tracing::warn!(error = %e, "saving series counters failed");

@@ -1,0 +1,430 @@
+//! Where data rows live: the narrow interface the database handle
+//! ([`crate::db::Db`]) writes, reads and deletes rows through, so the
+//! rows can be served by another engine than the embedded one (this
+//! module's [`Store`], over the `tsdb` keyspace; a ClickHouse one would
+//! keep one row per series and hour in a table ordered by row key).
+//!
+//! The database handle keeps what is the same for every engine: the
+//! write-ahead log, the hour buffers and their merge into reads, the
+//! ordering of deletes after their WAL record. An implementation keeps
+//! only the rows: the points and annotation cells of each series-hour.
+//!
+//! # What every implementation guarantees
+//!
+//! - **A row changes atomically.** Each call that changes a row (a
+//!   [`put_points`] merge, an annotation write, a delete) is applied to
+//!   that row as one read-modify-write: a concurrent reader sees the row
+//!   before or after it, never half of it, and two writers of one row
+//!   never lose each other's cells (the flusher writing points and an
+//!   HTTP request writing an annotation into the same hour both stay).
+//!   A call touching several rows is *not* atomic across them: a reader
+//!   may see some of its rows changed and others not yet.
+//! - **Last write wins on equal timestamps.** A point written for a
+//!   series and timestamp that already has one replaces it, whatever
+//!   the two values' types; a row never yields two points for one
+//!   timestamp. (A store opened with the strict duplicate policy instead
+//!   keeps both cells and fails the read, as OpenTSDB does; `Db` opens
+//!   last-write-wins stores unless told otherwise.) Points of one call
+//!   arrive with at most one per timestamp (the caller deduplicates).
+//! - **Reads are per row consistent, not snapshots.** The
+//!   [`SeriesSource`] reads see each row as of some moment during the
+//!   read; rows written or deleted meanwhile may or may not show.
+//!   Points come back sorted by time within each series.
+//! - **Durable by [`sync`].** A write or delete survives a process crash
+//!   once it returns (the embedded engine hands it to the OS); [`sync`]
+//!   makes everything returned so far survive a power loss. The database
+//!   handle deletes WAL segments only after `sync`, so an engine that
+//!   acknowledges before its data is safe must not return from `sync`
+//!   until it is.
+//! - **Expired hours are invisible.** Rows older than the store's
+//!   retention period are never returned by reads or scans, whether or
+//!   not they are physically gone yet.
+//!
+//! A new engine should pass `conformance::run` (in this file, for
+//! tests), as the embedded one does.
+//!
+//! [`put_points`]: RowStore::put_points
+//! [`sync`]: RowStore::sync
+
+use std::collections::{HashMap, HashSet};
+
+use super::read::SeriesSource;
+use super::{Result, Store};
+use crate::index::RebuildStats;
+use crate::model::annotation::{Annotation, Changes};
+use crate::model::point::{Timestamp, Value};
+use crate::model::{Tsuid, Uid, UidWidths};
+use crate::storage::Durability;
+
+/// The persistence of data rows: what [`crate::db::Db`] needs from a row
+/// engine besides the reads of [`SeriesSource`]. See the
+/// [module docs](self) for the guarantees every method relies on.
+pub trait RowStore: SeriesSource {
+    /// Byte width of the UIDs in this store's TSUIDs, fixed for its life
+    /// (how TSUIDs are written in the WAL and parsed from hex).
+    fn widths(&self) -> UidWidths;
+
+    /// Merges the points of one series into its hourly rows: points of
+    /// several hours go to their rows, each row merged atomically with
+    /// what it holds (last write wins per timestamp) and its annotation
+    /// cells kept. `points` need not be sorted but hold at most one point
+    /// per timestamp. On error some rows may have been written; writing
+    /// the same points again is harmless.
+    fn put_points(&self, tsuid: &Tsuid, points: &[(Timestamp, Value)]) -> Result<()>;
+
+    /// Deletes every row of `tsuids` whose base hour lies in
+    /// `[first_hour, last_hour]` (points and annotation cells alike);
+    /// returns how many rows existed and were deleted. Rows are deleted
+    /// one at a time: a concurrent reader may see some gone, others not.
+    fn delete_rows(&self, tsuids: &[Tsuid], first_hour: u32, last_hour: u32) -> Result<u64>;
+
+    /// Every series with at least one row, with the base hour of its
+    /// newest row: what the series index is rebuilt from. Rows whose key
+    /// does not parse are counted in [`RebuildStats::bad_rows`].
+    fn scan_series(&self) -> Result<(HashMap<Tsuid, u32>, RebuildStats)>;
+
+    /// The stored annotation of `tsuid` (global: `None`) starting at
+    /// `start`, if any.
+    fn get_annotation(&self, tsuid: Option<&Tsuid>, start: Timestamp)
+    -> Result<Option<Annotation>>;
+
+    /// `Annotation.syncToStorage`: merges `note` (its fields named in
+    /// `changes`; with `overwrite`, all of them) into the stored one
+    /// starting at the same time, atomically for its row, and returns the
+    /// annotation as now stored.
+    fn sync_annotation(
+        &self,
+        tsuid: Option<&Tsuid>,
+        note: &Annotation,
+        changes: Changes,
+        overwrite: bool,
+        durability: Durability,
+    ) -> Result<Annotation>;
+
+    /// Deletes one annotation; false if there was none.
+    fn delete_annotation(
+        &self,
+        tsuid: Option<&Tsuid>,
+        start: Timestamp,
+        durability: Durability,
+    ) -> Result<bool>;
+
+    /// Annotations of `tsuid` (global: `None`) starting in
+    /// `[start_ms, end_ms]`, sorted by start time.
+    fn annotations_in(
+        &self,
+        tsuid: Option<&Tsuid>,
+        start_ms: u64,
+        end_ms: u64,
+    ) -> Result<Vec<Annotation>>;
+
+    /// `Annotation.deleteRange`: deletes the annotations of `tsuid`
+    /// (global: `None`) starting in `[start_ms, end_ms]`; returns how many.
+    fn delete_annotations_in(
+        &self,
+        tsuid: Option<&Tsuid>,
+        start_ms: u64,
+        end_ms: u64,
+        durability: Durability,
+    ) -> Result<u64>;
+
+    /// Makes every write and delete returned so far durable on stable
+    /// storage.
+    fn sync(&self) -> Result<()>;
+}
+
+/// The embedded engine: each method is the [`Store`] method of the same
+/// name (rows written with [`Durability::Process`]), except
+/// [`delete_rows`](RowStore::delete_rows), built here from the store's
+/// row scan and delete.
+impl RowStore for Store {
+    fn widths(&self) -> UidWidths {
+        self.layout().widths
+    }
+
+    fn put_points(&self, tsuid: &Tsuid, points: &[(Timestamp, Value)]) -> Result<()> {
+        Store::put_points(self, tsuid, points, Durability::Process)
+    }
+
+    fn delete_rows(&self, tsuids: &[Tsuid], first_hour: u32, last_hour: u32) -> Result<u64> {
+        // One scan of each metric's rows in the range rather than a delete
+        // per series and hour: a range may span years of hours that were
+        // never written, and a scan only meets the rows that exist.
+        let mut by_metric: HashMap<Uid, HashSet<&Tsuid>> = HashMap::new();
+        for t in tsuids {
+            by_metric.entry(t.metric).or_default().insert(t);
+        }
+        let mut keys = Vec::new();
+        for (metric, doomed) in by_metric {
+            for row in self.scan_metric_rows(metric, first_hour, last_hour) {
+                let (key, _) = row?;
+                if let Ok(k) = self.layout().parse_row_key(&key)
+                    && doomed.contains(&k.tsuid)
+                {
+                    keys.push(key);
+                }
+            }
+        }
+        // (Deleted after the scan, not during it: the engine's iterator
+        // need not tolerate writes under it.)
+        for k in &keys {
+            self.delete_row(k, Durability::Process)?;
+        }
+        Ok(keys.len() as u64)
+    }
+
+    fn scan_series(&self) -> Result<(HashMap<Tsuid, u32>, RebuildStats)> {
+        Store::scan_series(self)
+    }
+
+    fn get_annotation(
+        &self,
+        tsuid: Option<&Tsuid>,
+        start: Timestamp,
+    ) -> Result<Option<Annotation>> {
+        Store::get_annotation(self, tsuid, start)
+    }
+
+    fn sync_annotation(
+        &self,
+        tsuid: Option<&Tsuid>,
+        note: &Annotation,
+        changes: Changes,
+        overwrite: bool,
+        durability: Durability,
+    ) -> Result<Annotation> {
+        Store::sync_annotation(self, tsuid, note, changes, overwrite, durability)
+    }
+
+    fn delete_annotation(
+        &self,
+        tsuid: Option<&Tsuid>,
+        start: Timestamp,
+        durability: Durability,
+    ) -> Result<bool> {
+        Store::delete_annotation(self, tsuid, start, durability)
+    }
+
+    fn annotations_in(
+        &self,
+        tsuid: Option<&Tsuid>,
+        start_ms: u64,
+        end_ms: u64,
+    ) -> Result<Vec<Annotation>> {
+        Store::annotations_in(self, tsuid, start_ms, end_ms)
+    }
+
+    fn delete_annotations_in(
+        &self,
+        tsuid: Option<&Tsuid>,
+        start_ms: u64,
+        end_ms: u64,
+        durability: Durability,
+    ) -> Result<u64> {
+        Store::delete_annotations_in(self, tsuid, start_ms, end_ms, durability)
+    }
+
+    fn sync(&self) -> Result<()> {
+        Store::sync(self)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod conformance {
+    //! Behaviour every [`RowStore`] must show; run against each engine (a
+    //! fresh, empty one with 3-byte UIDs and last write wins).
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::UidWidth;
+    use crate::store::read::Point;
+
+    fn uid(i: u64) -> Uid {
+        Uid::new(i, UidWidth::DEFAULT).unwrap()
+    }
+
+    fn series(metric: u64, tagv: u64) -> Tsuid {
+        Tsuid::new(uid(metric), vec![(uid(1), uid(tagv))]).unwrap()
+    }
+
+    /// The hours the test writes, with one empty hour either side:
+    /// `read_tsuids` looks each hour up, so a read from 0 to the last
+    /// row would cost a million lookups per series.
+    const READ_MS: (u64, u64) = (1356994800 * 1000, 1357009200 * 1000);
+
+    /// (series index, ms, value) of everything `read_tsuids` and
+    /// `scan_tsuids` return for `tsuids` (which must share a metric) in
+    /// [`READ_MS`]; both must agree.
+    fn read(rows: &dyn RowStore, tsuids: &[Tsuid]) -> Vec<(usize, u64, Value)> {
+        let mut by_get = Vec::new();
+        let (start, end) = READ_MS;
+        rows.read_tsuids(tsuids, start, end, &mut |i, p: &[Point]| {
+            by_get.extend(p.iter().map(|p| (i, p.timestamp_ms, p.value)));
+            true
+        })
+        .unwrap();
+        let mut by_scan = Vec::new();
+        rows.scan_tsuids(
+            tsuids[0].metric,
+            tsuids,
+            start,
+            end,
+            &mut |i, p: &[Point]| {
+                by_scan.extend(p.iter().map(|p| (i, p.timestamp_ms, p.value)));
+                true
+            },
+        )
+        .unwrap();
+        by_get.sort_by_key(|&(i, ms, _)| (i, ms));
+        by_scan.sort_by_key(|&(i, ms, _)| (i, ms));
+        assert_eq!(by_get, by_scan, "gets and scans disagree");
+        by_get
+    }
+
+    fn note(tsuid: Option<&Tsuid>, start: i64, desc: &str) -> (Annotation, Changes) {
+        let t = tsuid.map(|t| t.to_hex(&UidWidths::default()));
+        let json = serde_json::json!({
+            "tsuid": t.unwrap_or_default(),
+            "startTime": start,
+            "description": desc,
+        });
+        Annotation::parse(json.to_string().as_bytes()).unwrap()
+    }
+
+    pub(crate) fn run(rows: Arc<dyn RowStore>) {
+        let rows = &*rows;
+        assert_eq!(rows.widths(), UidWidths::default());
+        let (a, b, other) = (series(1, 1), series(1, 2), series(2, 1));
+        let h0 = 1356998400u32;
+        let h1 = h0 + 3600;
+        let s = Timestamp::Seconds;
+
+        // Put across two hours, then overwrite: last write wins, whatever
+        // the type, and untouched points stay.
+        rows.put_points(&a, &[(s(h0 + 1), Value::Int(1)), (s(h1), Value::Int(2))])
+            .unwrap();
+        rows.put_points(
+            &a,
+            &[(s(h0 + 1), Value::Float(1.5)), (s(h0 + 2), Value::Int(3))],
+        )
+        .unwrap();
+        rows.put_points(&b, &[(s(h0 + 1), Value::Int(7))]).unwrap();
+        rows.put_points(&other, &[(s(h0), Value::Int(9))]).unwrap();
+        let ms = |t: u32| t as u64 * 1000;
+        assert_eq!(
+            read(rows, &[a.clone(), b.clone()]),
+            vec![
+                (0, ms(h0 + 1), Value::Float(1.5)),
+                (0, ms(h0 + 2), Value::Int(3)),
+                (0, ms(h1), Value::Int(2)),
+                (1, ms(h0 + 1), Value::Int(7)),
+            ]
+        );
+        let all = rows
+            .read_series(uid(1), 0, u64::MAX / 2, &mut |_| true)
+            .unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].tsuid, a);
+        assert_eq!(all[0].points.len(), 3);
+        let (found, stats) = rows.scan_series().unwrap();
+        assert_eq!(found.get(&a), Some(&h1));
+        assert_eq!(found.get(&other), Some(&h0));
+        assert_eq!((stats.series, stats.bad_rows), (3, 0));
+
+        // Annotations share the series' rows: points written after them
+        // keep them, and they merge, overwrite and delete on their own.
+        let (n, c) = note(Some(&a), (h0 + 5) as i64, "outage");
+        rows.sync_annotation(Some(&a), &n, c, false, Durability::Sync)
+            .unwrap();
+        rows.put_points(&a, &[(s(h0 + 6), Value::Int(4))]).unwrap();
+        let got = rows.get_annotation(Some(&a), s(h0 + 5)).unwrap().unwrap();
+        assert_eq!(got.description, "outage");
+        assert_eq!(read(rows, std::slice::from_ref(&a)).len(), 4);
+        let (g, c) = note(None, (h1 + 1) as i64, "global");
+        rows.sync_annotation(None, &g, c, false, Durability::Process)
+            .unwrap();
+        assert_eq!(rows.global_annotations(0, u64::MAX / 2).unwrap().len(), 1);
+        assert!(rows.get_annotation(Some(&b), s(h0 + 5)).unwrap().is_none());
+        assert_eq!(
+            rows.annotations_in(Some(&a), ms(h0), ms(h1)).unwrap().len(),
+            1
+        );
+        assert!(
+            rows.annotations_in(Some(&a), ms(h0 + 6), ms(h1))
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            rows.delete_annotation(None, s(h1 + 1), Durability::Process)
+                .unwrap()
+        );
+        assert!(
+            !rows
+                .delete_annotation(None, s(h1 + 1), Durability::Process)
+                .unwrap()
+        );
+        assert_eq!(
+            rows.delete_annotations_in(Some(&a), 0, u64::MAX / 2, Durability::Process)
+                .unwrap(),
+            1
+        );
+        assert_eq!(read(rows, std::slice::from_ref(&a)).len(), 4, "points kept");
+
+        // Deleting an hour range removes those rows of the listed series
+        // only, and counts rows, not points.
+        rows.sync_annotation(Some(&a), &n, c, false, Durability::Process)
+            .unwrap();
+        assert_eq!(
+            rows.delete_rows(&[a.clone(), other.clone()], h0, h0)
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            read(rows, &[a.clone(), b.clone()]),
+            vec![(0, ms(h1), Value::Int(2)), (1, ms(h0 + 1), Value::Int(7))]
+        );
+        assert!(rows.get_annotation(Some(&a), s(h0 + 5)).unwrap().is_none());
+        assert_eq!(
+            rows.delete_rows(std::slice::from_ref(&a), h0, h0).unwrap(),
+            0
+        );
+        assert_eq!(
+            rows.delete_rows(&[a.clone(), b.clone()], 0, u32::MAX)
+                .unwrap(),
+            2
+        );
+        assert!(read(rows, &[a, b]).is_empty());
+        rows.sync().unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::codec::row::DuplicatePolicy;
+    use crate::codec::row_key::{KeyLayout, Salt};
+    use crate::store::{Store, StoreOptions};
+
+    #[test]
+    fn embedded_engine_conforms() {
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        super::conformance::run(Arc::new(store));
+        // Salted keys spread a metric over buckets; on disk the engine
+        // is fjall rather than memory.
+        let salted = KeyLayout {
+            salt: Salt {
+                width: 1,
+                buckets: 4,
+            },
+            ..Default::default()
+        };
+        super::conformance::run(Arc::new(Store::in_memory(
+            salted,
+            DuplicatePolicy::LastWriteWins,
+        )));
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        super::conformance::run(Arc::new(store));
+    }
+}
