@@ -128,6 +128,13 @@ fn run(encoding: RowEncoding) {
     let mut opts = DbOptions::new(dir.path());
     opts.store.encoding = encoding;
     opts.auto_create.metrics = true;
+    // TSBS' devops hosts carry 10 tags (tsd.storage.max_tags=10).
+    opts.write.max_tags = 10;
+    // Every hour sealed once, by the flush after the load, so each row is
+    // one column as after any settled flush (a flusher tick mid-load would
+    // write some rows in pieces, which the reads then merge).
+    opts.write.flush_interval = std::time::Duration::from_secs(3600);
+    opts.write.max_buffered_points = 1 << 24;
     let db = Db::open(&opts).unwrap();
     let t = Instant::now();
     load(&db);

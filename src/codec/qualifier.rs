@@ -61,6 +61,7 @@ pub enum CellKind {
 }
 
 impl CellKind {
+    #[inline]
     pub fn of(qualifier: &[u8]) -> CellKind {
         match qualifier.len() {
             0 | 1 => CellKind::TooShort,
@@ -79,6 +80,7 @@ impl CellKind {
     }
 
     /// Does a cell of this kind hold data points?
+    #[inline]
     pub fn holds_points(self) -> bool {
         matches!(
             self,
@@ -113,6 +115,7 @@ impl EncodedValue {
 
 /// Integers in the smallest of 1/2/4/8 bytes; floats on 4 bytes when the
 /// value is exactly representable as f32, else 8 (OpenTSDB 2.4).
+#[inline]
 pub fn encode_value(value: Value) -> EncodedValue {
     match value {
         Value::Int(v) => {
@@ -150,6 +153,7 @@ pub fn encode_value(value: Value) -> EncodedValue {
 }
 
 /// Decodes a value whose length already matches its flags.
+#[inline]
 pub fn decode_value(flags: u8, bytes: &[u8]) -> Result<Value, QualifierError> {
     let bad = || QualifierError::BadValueLength {
         flags,
@@ -179,11 +183,13 @@ pub fn decode_value(flags: u8, bytes: &[u8]) -> Result<Value, QualifierError> {
 
 /// Is this qualifier (or the qualifier at the start of a compacted one) a
 /// 4-byte millisecond qualifier?
+#[inline]
 pub fn is_ms_qualifier(first_byte: u8) -> bool {
     first_byte & MS_PREFIX == MS_PREFIX
 }
 
 /// Qualifier of one data point in the row starting at `base_time`.
+#[inline]
 pub fn point_qualifier(
     ts: Timestamp,
     base_time: u32,
@@ -200,6 +206,7 @@ pub fn point_qualifier(
 
 /// `ts`'s offset from the row starting at `base_time`, in the unit it was
 /// written in (seconds or milliseconds), checked to lie inside the hour.
+#[inline]
 pub(crate) fn row_offset(ts: Timestamp, base_time: u32) -> Result<u32, QualifierError> {
     let outside = || QualifierError::OutsideRow {
         ts: ts.raw(),
@@ -231,11 +238,13 @@ pub struct StoredPoint {
 }
 
 impl StoredPoint {
+    #[inline]
     pub fn timestamp_ms(&self, base_time: u32) -> u64 {
         base_time as u64 * 1000 + self.offset_ms as u64
     }
 
     /// The point's time as it was written (seconds or milliseconds).
+    #[inline]
     pub fn timestamp(&self, base_time: u32) -> Timestamp {
         if self.millis {
             Timestamp::Millis(self.timestamp_ms(base_time))
@@ -251,6 +260,7 @@ impl StoredPoint {
     }
 
     /// Appends the qualifier without allocating (compaction hot path).
+    #[inline]
     pub fn write_qualifier(&self, out: &mut Vec<u8>) {
         if self.millis {
             out.extend_from_slice(
@@ -270,6 +280,7 @@ impl StoredPoint {
     }
 
     /// Appends the value bytes, on the width its flags say.
+    #[inline]
     pub fn write_value(&self, out: &mut Vec<u8>) {
         let len = (self.flags & LENGTH_MASK) as usize + 1;
         match self.value {
@@ -301,6 +312,7 @@ impl StoredPoint {
 
 /// The qualifier at the start of `qualifier` (a single one, or the first
 /// of a compacted column), read as `(length, offset ms, is ms, flags)`.
+#[inline]
 pub(crate) fn qualifier_at(qualifier: &[u8]) -> Option<(usize, u32, bool, u8)> {
     let first = *qualifier.first()?;
     if is_ms_qualifier(first) {
@@ -329,6 +341,7 @@ pub fn object_qualifier(
 }
 
 /// Offset in milliseconds of an odd-length object qualifier.
+#[inline]
 pub fn object_offset_ms(qualifier: &[u8]) -> Option<u32> {
     match qualifier.len() {
         3 => Some(u16::from_be_bytes([qualifier[1], qualifier[2]]) as u32 * 1000),

@@ -10,6 +10,7 @@ const PRIME: u64 = 0x100000001b3;
 
 /// FNV-1a (64-bit) of `bytes`, continuing from `seed` (0 for a fresh hash;
 /// a nonzero seed mixes in, e.g., a table number).
+#[inline]
 pub(crate) fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
     bytes.iter().fold(OFFSET_BASIS ^ seed, |h, b| {
         (h ^ *b as u64).wrapping_mul(PRIME)

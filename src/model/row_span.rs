@@ -26,6 +26,7 @@ pub const LAST_ROW_BASE: u32 = u32::MAX - u32::MAX % ROW_SPAN_SECS;
 pub struct BeyondLastRow(pub u64);
 
 /// Base time of the row holding second `s`; an error past `u32::MAX`.
+#[inline]
 pub fn row_base(s: u64) -> Result<u32, BeyondLastRow> {
     u32::try_from(s)
         .map(|s| s - s % ROW_SPAN_SECS)
@@ -33,18 +34,21 @@ pub fn row_base(s: u64) -> Result<u32, BeyondLastRow> {
 }
 
 /// Base time of the row holding second `s`, or the last row past it.
+#[inline]
 pub fn row_base_clamped(s: u64) -> u32 {
     row_base(s).unwrap_or(LAST_ROW_BASE)
 }
 
 /// Start of the hour holding second `s`, in plain seconds: for aligning
 /// time ranges before they become row bases.
+#[inline]
 pub fn hour_floor(s: u64) -> u64 {
     s - s % ROW_SPAN_SECS as u64
 }
 
 /// Row bases from `first` through `last`, hour by hour, ending at the last
 /// row without overflowing.
+#[inline]
 pub fn row_bases(first: u32, last: u32) -> impl Iterator<Item = u32> {
     std::iter::successors(Some(first), |b| b.checked_add(ROW_SPAN_SECS))
         .take_while(move |b| *b <= last)
