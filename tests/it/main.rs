@@ -12,6 +12,7 @@ mod import;
 mod never_panic;
 mod query_props;
 mod query_semantics;
+mod stored_format;
 mod tsd_annotation;
 mod tsd_crash;
 mod tsd_discovery;

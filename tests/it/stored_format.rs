@@ -1,0 +1,68 @@
+//! Stored bytes are a promise: a store written by the previous release
+//! opens, reads back exactly and takes new writes.
+//!
+//! `tests/fixtures/store-c85e33d` was made by main at c85e33d (the last
+//! commit before the database handle) with `tsdb import` of
+//! `store-c85e33d.points.txt`, then `tsdb fsck --full-scan --compact`, so
+//! its rows are compressed columns in engine tables, with no journal.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::tsdb;
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-c85e33d")
+}
+
+/// A copy to work on: opening a store takes its lock and may write.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    copy_dir(&fixture(), &store);
+    let scan = |metric: &str| {
+        let r = tsdb(&store, &["scan", "--import", "1356998400", "sum", metric]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    assert_eq!(
+        scan("sys.cpu.user"),
+        "sys.cpu.user 1356998400 42 host=web01 dc=lga\n\
+         sys.cpu.user 1356998410 43.5 host=web01 dc=lga\n\
+         sys.cpu.user 1356998400500 -7 host=web02 dc=lga\n\
+         sys.cpu.user 1357002000 1.0E300 host=web01 dc=lga\n"
+    );
+    assert_eq!(
+        scan("sys.mem.free"),
+        "sys.mem.free 1356998400 1024 host=web01\nsys.mem.free 1357002001 2048 host=web01\n"
+    );
+    let r = tsdb(&store, &["fsck", "--full-scan"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
+    // New points land beside the old ones, under the old UIDs.
+    let more = dir.path().join("more.txt");
+    std::fs::write(&more, "sys.mem.free 1357002011 4096 host=web01\n").unwrap();
+    let r = tsdb(&store, &["import", more.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        scan("sys.mem.free"),
+        "sys.mem.free 1356998400 1024 host=web01\n\
+         sys.mem.free 1357002001 2048 host=web01\n\
+         sys.mem.free 1357002011 4096 host=web01\n"
+    );
+    let r = tsdb(&store, &["uid", "metrics", "sys.mem.free"]);
+    assert_eq!(r.stdout, "metrics sys.mem.free: [0, 0, 2]\n");
+}
