@@ -27,18 +27,26 @@ impl Db {
         let mut metrics: Vec<Uid> = tsuids.iter().map(|t| t.metric).collect();
         metrics.sort_unstable();
         metrics.dedup();
-        let asked: HashSet<&Tsuid> = tsuids.iter().collect();
+        // The set of asked series is built only if the buffer holds a series
+        // of these metrics in range: settled data (the common case for
+        // dashboards over past hours) then costs no hashing per series.
+        let mut asked: Option<HashSet<&Tsuid>> = None;
         for m in metrics {
-            buffered.extend(
-                self.buffer
-                    .read(m, start_ms, end_ms, &mut |t| asked.contains(t)),
-            );
+            buffered.extend(self.buffer.read(m, start_ms, end_ms, &mut |t| {
+                asked
+                    .get_or_insert_with(|| tsuids.iter().collect())
+                    .contains(t)
+            }));
         }
-        let pending: HashMap<usize, Vec<Point>> = tsuids
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| buffered.remove(t).map(|p| (i, p)))
-            .collect();
+        let pending: HashMap<usize, Vec<Point>> = if buffered.is_empty() {
+            HashMap::new()
+        } else {
+            tsuids
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| buffered.remove(t).map(|p| (i, p)))
+                .collect()
+        };
         let mut stored: HashMap<usize, Vec<Point>> = HashMap::new();
         let mut stopped = false;
         let mut stats = read(&mut |i, points: &[Point]| {

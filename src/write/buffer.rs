@@ -303,7 +303,12 @@ impl Buffer {
         let mut wanted: FnvMap<u32, bool> = FnvMap::default();
         let mut is_wanted = |s: &Series| *wanted.entry(s.id).or_insert_with(|| want(&s.tsuid));
         let keep = |p: &BufPoint| (start_ms..=end_ms).contains(&p.ms());
-        let (first_hour, last_hour) = ((start_ms / 1000).saturating_sub(3599), end_ms / 1000);
+        // Rows whose hour overlaps the range: bases from one span before
+        // the start.
+        let (first_hour, last_hour) = (
+            (start_ms / 1000).saturating_sub(ROW_SPAN_SECS as u64 - 1),
+            end_ms / 1000,
+        );
         let hour_in_range = |base: u32| (first_hour..=last_hour).contains(&(base as u64));
         // In-flight points are older than buffered ones: collect them first
         // so the stable sort lets later writes win.
