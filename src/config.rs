@@ -111,6 +111,21 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// A key whose value cannot be used, and why.
+    pub fn bad_value(
+        key: &str,
+        value: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError::BadValue {
+            key: key.into(),
+            value: value.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     values: BTreeMap<String, String>,
@@ -213,11 +228,7 @@ impl Config {
             Some(v) => v
                 .parse()
                 .map(Some)
-                .map_err(|e: T::Err| ConfigError::BadValue {
-                    key: key.into(),
-                    value: v.into(),
-                    reason: e.to_string(),
-                }),
+                .map_err(|e: T::Err| ConfigError::bad_value(key, v, e.to_string())),
         }
     }
 

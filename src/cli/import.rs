@@ -50,17 +50,14 @@ pub struct ImportArgs {
     pub paths: Vec<PathBuf>,
 }
 
-/// One series seen in this import: its last timestamp (ms).
-struct Known {
-    last_ms: u64,
-}
-
 /// The importer's state across files.
 struct Importer {
     db: Arc<Db>,
     allow_out_of_order: bool,
-    /// By process-local series id (dense, from 1).
-    known: Vec<Option<Known>>,
+    /// The last timestamp (ms) of each series met in this import, by
+    /// process-local series id (dense, from 1); 0 for none, which no
+    /// timestamp equals (they are positive).
+    last_ms: Vec<u64>,
     /// Accepted points not yet appended, in arrival order.
     pending: Vec<PendingPoint>,
 }
@@ -147,29 +144,25 @@ impl<R: Read> Read for Counting<R> {
 impl Importer {
     /// Records one parsed point: the per-series order check, then the
     /// buffer. `Err` carries the message for the bad line.
-    fn accept(&mut self, series: &Arc<Series>, ts: Timestamp, value: Value) -> Result<(), String> {
+    fn accept(&mut self, series: Arc<Series>, ts: Timestamp, value: Value) -> Result<(), String> {
         let ms = ts.as_millis();
         let id = series.id as usize;
-        if self.known.len() <= id {
-            self.known.resize_with(id + 1, || None);
+        if self.last_ms.len() <= id {
+            self.last_ms.resize(id + 1, 0);
         }
-        let entry = self.known[id].get_or_insert(Known { last_ms: 0 });
-        if ms <= entry.last_ms && !self.allow_out_of_order {
+        let last_ms = &mut self.last_ms[id];
+        if ms <= *last_ms && !self.allow_out_of_order {
             let enc = encode_value(value);
             return Err(format!(
                 "illegal argument: New timestamp={} is less than or equal to previous={} when trying to add value={} to {}",
                 ts.raw(),
-                entry.last_ms,
+                last_ms,
                 java_byte_array(enc.as_bytes()),
                 series.describe()
             ));
         }
-        entry.last_ms = entry.last_ms.max(ms);
-        self.pending.push(PendingPoint {
-            series: series.clone(),
-            ts,
-            value,
-        });
+        *last_ms = (*last_ms).max(ms);
+        self.pending.push(PendingPoint { series, ts, value });
         Ok(())
     }
 
@@ -296,7 +289,7 @@ impl Importer {
                 // Take the finished chunks that are next in file order.
                 let all_sent = job_tx.is_none();
                 while next_seq < sent {
-                    let got = match waiting.remove(&next_seq) {
+                    let mut got = match waiting.remove(&next_seq) {
                         Some(p) => p,
                         None if all_sent => match res_rx.recv() {
                             Ok(p) => {
@@ -317,13 +310,15 @@ impl Importer {
                     if failure.is_some() {
                         continue;
                     }
-                    for (series, ts, value, idx) in &got.points {
-                        if let Err(msg) = self.accept(series, *ts, *value) {
+                    // The parsed points move on to the write path: their
+                    // series handles are not cloned again per point.
+                    for (series, ts, value, idx) in std::mem::take(&mut got.points) {
+                        if let Err(msg) = self.accept(series, ts, value) {
                             let line = chunk_lines(&got.data)
-                                .nth(*idx as usize)
+                                .nth(idx as usize)
                                 .unwrap_or_default()
                                 .into_owned();
-                            failure = Some((lines_before + *idx as u64 + 1, line, msg));
+                            failure = Some((lines_before + idx as u64 + 1, line, msg));
                             break;
                         }
                         points += 1;
@@ -382,7 +377,7 @@ pub(crate) fn run(
         allow_out_of_order: ctx
             .config
             .get_bool("tsd.core.bulk.allow_out_of_order_timestamps"),
-        known: Vec::new(),
+        last_ms: Vec::new(),
         pending: Vec::with_capacity(BATCH_POINTS),
     };
     let progress = std::io::stderr().is_terminal().then(|| {

@@ -45,8 +45,11 @@ impl Db {
         let now = buffer::now_s() as u64;
         // Points from the parsers cannot lie past the last row
         // (Timestamp::from_raw refuses them); these could be built by hand.
-        if let Some(Err(e)) = points.iter().map(|p| p.ts.base_time()).find(Result::is_err) {
-            return Err(PointError::IllegalArgument(e.to_string()));
+        // Checked before anything is counted, so a refused batch leaves no
+        // trace.
+        for p in points {
+            p.ts.base_time()
+                .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
         }
         for p in points {
             p.series.unsaved_points.fetch_add(1, Ordering::Relaxed);

@@ -59,14 +59,6 @@ impl Default for WriteOptions {
     }
 }
 
-fn bad(key: &str, value: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError::BadValue {
-        key: key.into(),
-        value: value.into(),
-        reason: reason.into(),
-    }
-}
-
 impl DbOptions {
     /// Defaults for a database in `data_dir` (tests, tools).
     pub fn new(data_dir: impl Into<PathBuf>) -> DbOptions {
@@ -116,7 +108,7 @@ fn store_options(c: &Config) -> Result<StoreOptions, ConfigError> {
             "compressed" | "" => RowEncoding::Compressed,
             "classic" => RowEncoding::Classic,
             other => {
-                return Err(bad(
+                return Err(ConfigError::bad_value(
                     "tsd.storage.row_encoding",
                     other,
                     "must be 'compressed' or 'classic'",
@@ -124,7 +116,8 @@ fn store_options(c: &Config) -> Result<StoreOptions, ConfigError> {
             }
         },
         retention: Arc::new(
-            Retention::from_entries(c.entries()).map_err(|reason| bad(TTL_KEY, "", reason))?,
+            Retention::from_entries(c.entries())
+                .map_err(|reason| ConfigError::bad_value(TTL_KEY, "", reason))?,
         ),
         engine: Default::default(),
     })
@@ -144,7 +137,7 @@ fn write_options(c: &Config) -> Result<WriteOptions, ConfigError> {
     }
     if let Some(n) = c.get_int::<usize>("tsd.storage.max_tags")? {
         if n < 1 {
-            return Err(bad(
+            return Err(ConfigError::bad_value(
                 "tsd.storage.max_tags",
                 n.to_string(),
                 "must be at least 1",

@@ -64,19 +64,11 @@ pub struct TsdOptions {
     pub query: QueryOptions,
 }
 
-fn bad(key: &str, value: &str, reason: &str) -> ConfigError {
-    ConfigError::BadValue {
-        key: key.into(),
-        value: value.into(),
-        reason: reason.into(),
-    }
-}
-
 impl TsdOptions {
     pub fn from_config(c: &Config) -> Result<TsdOptions, ConfigError> {
         let mode_s = c.get_string("tsd.mode");
-        let mode =
-            Mode::parse(mode_s).ok_or_else(|| bad("tsd.mode", mode_s, "must be rw, ro or wo"))?;
+        let mode = Mode::parse(mode_s)
+            .ok_or_else(|| ConfigError::bad_value("tsd.mode", mode_s, "must be rw, ro or wo"))?;
         let cors_domains: Vec<String> = c
             .get_string("tsd.http.request.cors_domains")
             .split(',')
@@ -84,7 +76,7 @@ impl TsdOptions {
             .filter(|s| !s.is_empty())
             .collect();
         if cors_domains.len() > 1 && cors_domains.iter().any(|d| d == "*") {
-            return Err(bad(
+            return Err(ConfigError::bad_value(
                 "tsd.http.request.cors_domains",
                 c.get_string("tsd.http.request.cors_domains"),
                 "the wildcard * cannot be combined with other domains",
@@ -150,7 +142,7 @@ fn timezone(c: &Config) -> Result<Option<Tz>, ConfigError> {
     name.trim()
         .parse::<Tz>()
         .map(Some)
-        .map_err(|_| bad("tsd.core.timezone", name, "Invalid timezone name"))
+        .map_err(|_| ConfigError::bad_value("tsd.core.timezone", name, "Invalid timezone name"))
 }
 
 #[cfg(test)]

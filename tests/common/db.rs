@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use rtsdb::db::DbOptions;
 use rtsdb::db::PendingPoint;
-use rtsdb::model::Tsuid;
-use rtsdb::model::{UidKind, Value};
+use rtsdb::model::Value;
 use rtsdb::query::{self, QueryContext, QueryError};
 use rtsdb::uid::{AutoCreate, UidTable};
 
@@ -38,7 +37,7 @@ impl Db {
 
     /// Writes points (seconds offsets from `T`) through the write path;
     /// they are read back merged from the write buffer.
-    pub fn put(&self, metric: &str, tags: &[(&str, &str)], points: &[(u64, Value)]) -> Tsuid {
+    pub fn put(&self, metric: &str, tags: &[(&str, &str)], points: &[(u64, Value)]) {
         let mut key = String::new();
         let mut batch = Vec::with_capacity(points.len());
         for &(s, value) in points {
@@ -48,27 +47,10 @@ impl Db {
                 .unwrap();
             batch.push(PendingPoint { series, ts, value });
         }
-        if batch.is_empty() {
-            let m = self
-                .uids()
-                .get_or_create_id(UidKind::Metric, metric)
-                .unwrap();
-            let pairs = tags
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        self.uids().get_or_create_id(UidKind::TagKey, k).unwrap(),
-                        self.uids().get_or_create_id(UidKind::TagValue, v).unwrap(),
-                    )
-                })
-                .collect();
-            return Tsuid::new(m, pairs).unwrap();
-        }
         self.db.append(&batch).unwrap();
-        batch[0].series.tsuid.clone()
     }
 
-    pub fn ints(&self, metric: &str, tags: &[(&str, &str)], points: &[(u64, i64)]) -> Tsuid {
+    pub fn ints(&self, metric: &str, tags: &[(&str, &str)], points: &[(u64, i64)]) {
         let p: Vec<(u64, Value)> = points.iter().map(|&(t, v)| (t, Value::Int(v))).collect();
         self.put(metric, tags, &p)
     }
