@@ -371,7 +371,7 @@ pub(crate) fn run(
 ) -> anyhow::Result<i32> {
     let mut opts = ctx.db_options()?;
     opts.auto_create.metrics = true; // TextImporter forces tsd.core.auto_create_metrics
-    let db = super::open_db(&opts)?;
+    let db = Db::open(&opts)?;
     let mut imp = Importer {
         db: db.clone(),
         allow_out_of_order: ctx

@@ -15,7 +15,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 use crate::config::{Config, DATA_DIR_KEY};
@@ -113,13 +112,8 @@ impl Context {
 
     /// Opens the database the configuration names.
     pub fn open_db(&self) -> anyhow::Result<Arc<Db>> {
-        open_db(&self.db_options()?)
+        Ok(Db::open(&self.db_options()?)?)
     }
-}
-
-/// Opens a database, naming its directory if that fails.
-pub(crate) fn open_db(opts: &DbOptions) -> anyhow::Result<Arc<Db>> {
-    Db::open(opts).with_context(|| format!("opening store at {}", opts.data_dir.display()))
 }
 
 /// Runs a parsed command line; returns the process exit code.

@@ -79,11 +79,14 @@ pub enum DbError {
     Meta(#[from] crate::meta::MetaError),
     #[error(transparent)]
     Index(#[from] crate::index::IndexError),
-    #[error("write-ahead log {path}: {source}")]
+    #[error("write-ahead log {path}: {cause}")]
     Wal {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
+    /// Anything that stopped [`Db::open`], with the directory it opened.
+    #[error("opening store at {}: {cause}", dir.display())]
+    Open { dir: PathBuf, cause: Box<DbError> },
     #[error("starting the flusher thread: {0}")]
     Thread(std::io::Error),
 }
@@ -134,7 +137,15 @@ pub struct Db {
 impl Db {
     /// Opens (or creates) the store in `opts.data_dir`, replays and removes
     /// the WAL left there, then starts the WAL and flusher threads.
+    /// Errors name the directory ([`DbError::Open`]).
     pub fn open(opts: &DbOptions) -> Result<Arc<Db>> {
+        Self::open_embedded(opts).map_err(|e| DbError::Open {
+            dir: opts.data_dir.clone(),
+            cause: Box::new(e),
+        })
+    }
+
+    fn open_embedded(opts: &DbOptions) -> Result<Arc<Db>> {
         let store = Arc::new(Store::open(&opts.data_dir, &opts.store)?);
         let uids = UidTable::new(store.uid_store(), opts.auto_create, opts.name_rules.clone());
         let uids = Arc::new(store.retention().attach(uids));
@@ -166,7 +177,7 @@ impl Db {
         let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone()).map_err(|source| {
             DbError::Wal {
                 path: wal_dir.clone(),
-                source,
+                cause: source,
             }
         })?;
         let db = Arc::new(Db {
@@ -279,9 +290,9 @@ impl Db {
         }
         self.rows.sync()?;
         if self.buffer.points() == 0 {
-            let wal_err = |source| DbError::Wal {
+            let wal_err = |cause| DbError::Wal {
                 path: self.wal.dir().to_path_buf(),
-                source,
+                cause,
             };
             self.wal.delete_below(u64::MAX).map_err(wal_err)?;
             // The active segment is closed too now.

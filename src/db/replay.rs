@@ -23,7 +23,7 @@ pub(super) fn replay(
 ) -> Result<(u64, u64)> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| DbError::Wal { path, source }
+        move |cause| DbError::Wal { path, cause }
     };
     let segments = wal::list_segments(dir).map_err(io(dir))?;
     let Some(&last) = segments.last() else {

@@ -20,8 +20,6 @@ pub(crate) mod telnet;
 use std::sync::Arc;
 use tokio::sync::watch;
 
-use std::path::PathBuf;
-
 use thiserror::Error;
 
 use crate::config::{Config, ConfigError};
@@ -35,13 +33,8 @@ pub use server::{Server, ServerHandle};
 pub enum TsdError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("opening store at {dir}: {source}")]
-    Open { dir: PathBuf, source: DbError },
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: String,
-        source: std::io::Error,
-    },
+    #[error("cannot listen on {addr}: {cause}")]
+    Bind { addr: String, cause: std::io::Error },
     #[error(transparent)]
     Db(#[from] DbError),
     #[error("closing the database: {0}")]
@@ -75,10 +68,7 @@ impl TsdState {
     /// [`TsdState::open`] with options already built from `config`.
     pub fn open_with(options: TsdOptions, config: Config) -> Result<Arc<TsdState>, TsdError> {
         let db_options = DbOptions::from_config(&config)?;
-        let db = Db::open(&db_options).map_err(|source| TsdError::Open {
-            dir: db_options.data_dir.clone(),
-            source,
-        })?;
+        let db = Db::open(&db_options)?;
         Ok(Arc::new(TsdState::new(options, config, db)))
     }
 

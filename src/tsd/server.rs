@@ -69,9 +69,9 @@ impl Server {
     /// Binds `bind:port` (port 0 picks a free one) and starts serving.
     pub async fn start(state: Arc<TsdState>) -> Result<ServerHandle, TsdError> {
         let addr = format!("{}:{}", state.options.bind, state.options.port);
-        let bind_error = |source| TsdError::Bind {
+        let bind_error = |cause| TsdError::Bind {
             addr: addr.clone(),
-            source,
+            cause,
         };
         let listener = TcpListener::bind(&addr).await.map_err(bind_error)?;
         let addr = listener.local_addr().map_err(bind_error)?;
