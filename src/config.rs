@@ -98,11 +98,8 @@ const HBASE_ONLY_PREFIXES: &[&str] = &[
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("cannot read config file {path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
     #[error("config key {key} = '{value}': {reason}")]
     BadValue {
         key: String,
@@ -158,9 +155,9 @@ impl Config {
             None => SEARCH_PATHS.iter().map(PathBuf::from).find(|p| p.is_file()),
         };
         if let Some(p) = found {
-            let text = std::fs::read_to_string(&p).map_err(|source| ConfigError::Read {
+            let text = std::fs::read_to_string(&p).map_err(|cause| ConfigError::Read {
                 path: p.display().to_string(),
-                source,
+                cause,
             })?;
             for (k, v) in parse_properties(&text) {
                 cfg.set(&k, &v);

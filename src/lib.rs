@@ -31,6 +31,10 @@
 //!   the one-hour row span.
 //! - [`config`]: `opentsdb.conf` as read; typed options are built from it.
 //! - [`version`] (crate-internal): build facts reported by `version` and `/api/version`.
+//!
+//! Errors are `thiserror` types whose message names their cause; such an
+//! error does not also hand the cause on as its `source()`, or the binary,
+//! which prints the whole chain, would print the cause twice.
 
 // The public surface is curated: what is not reachable from here is
 // `pub(crate)`, and the lint keeps it so.

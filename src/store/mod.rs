@@ -86,10 +86,10 @@ pub enum StoreError {
     /// A point or annotation past the last row a key can name.
     #[error(transparent)]
     BeyondLastRow(#[from] BeyondLastRow),
-    #[error("row {key}: {source}")]
-    Row { key: String, source: RowError },
-    #[error("row {key}: {source}")]
-    BadRow { key: String, source: ColumnError },
+    #[error("row {key}: {cause}")]
+    Row { key: String, cause: RowError },
+    #[error("row {key}: {cause}")]
+    BadRow { key: String, cause: ColumnError },
     #[error("annotation in row {key}: {message}")]
     BadAnnotation { key: String, message: String },
 }
@@ -549,17 +549,17 @@ fn lock_dir(dir: &Path, wait: std::time::Duration) -> Result<File> {
     Ok(lock)
 }
 
-fn bad_row(key: &[u8], source: ColumnError) -> StoreError {
+fn bad_row(key: &[u8], cause: ColumnError) -> StoreError {
     StoreError::BadRow {
         key: crate::model::uid::hex_upper(key),
-        source,
+        cause,
     }
 }
 
 fn decode_cells(key: &[u8], value: &[u8]) -> Result<RowCells> {
-    RowCells::decode(value).map_err(|source| StoreError::Row {
+    RowCells::decode(value).map_err(|cause| StoreError::Row {
         key: crate::model::uid::hex_upper(key),
-        source,
+        cause,
     })
 }
 

@@ -304,10 +304,7 @@ impl Store {
             }
         }
         buf.clear();
-        let cells = RowCells::decode(value).map_err(|source| super::StoreError::Row {
-            key: crate::model::uid::hex_upper(key),
-            source,
-        })?;
+        let cells = super::decode_cells(key, value)?;
         let decoded = self.decode(key, &cells)?;
         for p in &decoded.points {
             let timestamp_ms = base_ms + p.offset_ms as u64;

@@ -375,3 +375,32 @@ fn search_lookup_metasync_and_metapurge() {
     // Names and data are untouched.
     assert_eq!(tsdb(d, &["search", "lookup", "sys.cpu.user"]).stdout, all);
 }
+
+/// An error prints its cause once: messages that carry their cause do not
+/// also hand it on as a source, which the binary would print again.
+#[test]
+fn errors_print_their_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(["--config", "/nonexistent/opentsdb.conf", "version"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        err.trim_end(),
+        "error: cannot read config file /nonexistent/opentsdb.conf: No such file or directory (os error 2)"
+    );
+    // A store held by another process, named once with its directory.
+    let store = dir.path().join("db");
+    let held = Store::open(&store, &StoreOptions::default()).unwrap();
+    let r = tsdb(&store, &["uid", "grep", "x"]);
+    assert_ne!(r.code, 0);
+    let line = r.stderr.lines().last().unwrap();
+    assert!(line.starts_with("error: opening store at "), "{line}");
+    assert_eq!(
+        line.matches("is in use by another process").count(),
+        1,
+        "{line}"
+    );
+    drop(held);
+}
