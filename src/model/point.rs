@@ -24,8 +24,18 @@ pub enum TimestampError {
     NotPositive(i64),
     #[error("timestamp {0} is beyond the 13-digit millisecond range")]
     TooLarge(i64),
-    #[error("timestamp {0} is past 2106-02-07T06:28:15Z, the last second a row key can hold")]
+    #[error("timestamp {0}: {reason}", reason = beyond_last_row(*.0))]
     BeyondLastRow(i64),
+}
+
+/// Why a millisecond timestamp past 2106 cannot be stored: its second does
+/// not fit the row key's 4-byte base time.
+pub(crate) fn beyond_last_row(raw_ms: i64) -> String {
+    format!(
+        "its second {} is past {}, the last a row key can hold (2106-02-07T06:28:15Z)",
+        raw_ms / 1000,
+        u32::MAX
+    )
 }
 
 impl Timestamp {

@@ -15,7 +15,7 @@ use parking_lot::RwLock;
 use crate::codec::qualifier::encode_value;
 use crate::model::Tsuid;
 use crate::model::java::{hashmap_order, java_tags};
-use crate::model::point::{MAX_MILLIS, Timestamp, Value};
+use crate::model::point::{Timestamp, TimestampError, Value, beyond_last_row};
 use crate::model::uid::java_byte_array;
 use crate::model::{NameRules, UidKind};
 use crate::protocol::PointError;
@@ -161,18 +161,7 @@ impl SeriesCache {
         tags: &[(&str, &str)],
         key_buf: &mut String,
     ) -> Result<(Arc<Series>, Timestamp), PointError> {
-        if raw_ts < 0 || (raw_ts > u32::MAX as i64 && raw_ts > MAX_MILLIS as i64) {
-            let enc = encode_value(value);
-            return Err(PointError::IllegalArgument(format!(
-                "{} timestamp={raw_ts} when trying to add value={}/{} to metric={metric}, tags={}",
-                if raw_ts < 0 { "negative " } else { "bad" },
-                java_byte_array(enc.as_bytes()),
-                enc.flags,
-                java_tags(tags)
-            )));
-        }
-        let ts =
-            Timestamp::from_raw(raw_ts).map_err(|e| PointError::IllegalArgument(e.to_string()))?;
+        let ts = Timestamp::from_raw(raw_ts).map_err(|e| bad_timestamp(e, metric, value, tags))?;
         series_key(metric, tags, key_buf);
         let shard = self.shard(key_buf);
         if let Some(s) = shard.read().get(key_buf.as_str()) {
@@ -306,6 +295,41 @@ impl Series {
         s.push('}');
         s
     }
+}
+
+/// `TSDB.addPoint`'s refusal of a timestamp, in its words where it has
+/// them: `negative timestamp=…` and `bad timestamp=…` (past 13 digits).
+/// OpenTSDB 2.4.1 also takes millisecond timestamps whose second is past
+/// 4294967295 and writes them under a base time wrapped to 32 bits (filed
+/// in 1970); rtsdb refuses them in the same words, with the reason added.
+/// `0` keeps the line parser's `invalid timestamp: 0`.
+fn bad_timestamp(
+    e: TimestampError,
+    metric: &str,
+    value: Value,
+    tags: &[(&str, &str)],
+) -> PointError {
+    let raw = match e {
+        TimestampError::NotPositive(raw) if raw == 0 => {
+            return PointError::IllegalArgument(e.to_string());
+        }
+        TimestampError::NotPositive(raw)
+        | TimestampError::TooLarge(raw)
+        | TimestampError::BeyondLastRow(raw) => raw,
+    };
+    let enc = encode_value(value);
+    let mut msg = format!(
+        "{} timestamp={raw} when trying to add value={}/{} to metric={metric}, tags={}",
+        if raw < 0 { "negative" } else { "bad" },
+        java_byte_array(enc.as_bytes()),
+        enc.flags,
+        java_tags(tags)
+    );
+    if let TimestampError::BeyondLastRow(_) = e {
+        msg.push_str(": ");
+        msg.push_str(&beyond_last_row(raw));
+    }
+    PointError::IllegalArgument(msg)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ mod cli;
 mod crash;
 mod fsck;
 mod import;
+mod limits;
 mod never_panic;
 mod query_props;
 mod query_semantics;

@@ -1,0 +1,54 @@
+//! Input a store cannot hold and limits an operator sets: refused on every
+//! write path with a clear error, never accepted and then stuck.
+
+use crate::common;
+
+use common::{TestServer, get, post_put, telnet};
+
+/// The last second a row key's 4-byte base time can hold is 4294967295;
+/// a millisecond timestamp past it (9999999999999 is 2286-11-20) used to
+/// be accepted, could never be flushed, and stopped the store opening.
+#[test]
+fn a_timestamp_past_the_last_row_is_refused_on_every_write_path() {
+    let mut srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    let reason = "bad timestamp=9999999999999 when trying to add value=[1]/0 to metric=m, tags={a=b}: \
+                  its second 9999999999 is past 4294967295, the last a row key can hold (2106-02-07T06:28:15Z)";
+    assert_eq!(
+        telnet(
+            srv.addr,
+            b"put m 1356998400 1 a=b\nput m 9999999999999 1 a=b\nversion\n"
+        )
+        .lines()
+        .next()
+        .unwrap(),
+        format!("put: illegal argument: {reason}")
+    );
+
+    let r = post_put(
+        srv.addr,
+        "?sync&details",
+        r#"{"metric":"m","timestamp":9999999999999,"value":1,"tags":{"a":"b"}}"#,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["failed"], 1);
+    assert_eq!(r.json()["success"], 0);
+    assert_eq!(r.json()["errors"][0]["error"], reason);
+
+    let r = common::json_http(
+        srv.addr,
+        "POST",
+        "/api/annotation",
+        r#"{"startTime":9999999999999,"description":"d"}"#,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    // Nothing unstorable got in: the store opens again and holds the
+    // one good point.
+    let dir = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
+    srv.stop();
+    drop(srv);
+    let srv = TestServer::start_in(dir, &[]);
+    assert_eq!(srv.point_count("m"), 1);
+    let (status, _) = get(&srv, "/api/query?start=1356998000&m=sum:m");
+    assert_eq!(status, 200);
+}
