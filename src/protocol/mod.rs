@@ -22,8 +22,12 @@ pub enum PointError {
     /// `NoSuchUniqueName`: telnet `put: unknown metric: <msg>`, HTTP
     /// `Unknown metric`.
     UnknownName(String),
-    /// Anything else (storage trouble, shutdown): telnet
-    /// `put: HBase error: <msg>`, HTTP `Unexpected exception`.
+    /// Anything else (storage trouble, running out of UIDs, shutdown):
+    /// telnet `put: HBase error: <msg>`, HTTP `Storage exception: <msg>`.
+    /// OpenTSDB 2.4.1 meets these in the deferred of `addPoint`, whose
+    /// errback (`PutErrback`) writes `Storage exception: ` and the message;
+    /// its `Unexpected exception` is for a synchronous `RuntimeException`,
+    /// which has no counterpart here.
     Storage(String),
 }
 
@@ -44,7 +48,7 @@ impl PointError {
             PointError::IllegalArgument(m) => m.clone(),
             PointError::InvalidValue(_) => "Unable to parse value to a number".into(),
             PointError::UnknownName(_) => "Unknown metric".into(),
-            PointError::Storage(_) => "Unexpected exception".into(),
+            PointError::Storage(m) => format!("Storage exception: {m}"),
         }
     }
 }

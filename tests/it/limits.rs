@@ -52,3 +52,35 @@ fn a_timestamp_past_the_last_row_is_refused_on_every_write_path() {
     let (status, _) = get(&srv, "/api/query?start=1356998000&m=sum:m");
     assert_eq!(status, 200);
 }
+
+/// OpenTSDB assigns UIDs asynchronously, so running out of them reaches
+/// `/api/put` through its storage errback: `Storage exception: <message>`,
+/// not a bare `Unexpected exception` that names nothing.
+#[test]
+fn running_out_of_uids_says_so_over_http_and_telnet() {
+    let srv = TestServer::start(&[
+        ("tsd.core.auto_create_metrics", "true"),
+        ("tsd.storage.uid.width.tagv", "1"),
+    ]);
+    let points: Vec<String> = (0..256)
+        .map(|i| {
+            format!(r#"{{"metric":"m","timestamp":1356998400,"value":1,"tags":{{"a":"v{i}"}}}}"#)
+        })
+        .collect();
+    let r = post_put(srv.addr, "?details", &format!("[{}]", points.join(",")));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["success"], 255);
+    assert_eq!(r.json()["failed"], 1);
+    let msg = "All Unique IDs for tagv on 1 bytes are already assigned!";
+    assert_eq!(
+        r.json()["errors"][0]["error"],
+        format!("Storage exception: {msg}")
+    );
+    assert_eq!(
+        telnet(srv.addr, b"put m 1356998400 1 a=another\nversion\n")
+            .lines()
+            .next()
+            .unwrap(),
+        format!("put: HBase error: {msg}")
+    );
+}
