@@ -54,6 +54,9 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.storage.fix_duplicates", "true"),
     ("tsd.storage.enable_appends", "false"),
     ("tsd.storage.max_tags", "8"),
+    // rtsdb: cardinality limits on new series (0: none).
+    ("tsd.storage.series.max_new_per_hour", "0"),
+    ("tsd.storage.series.max_total", "0"),
     ("tsd.storage.salt.width", "0"),
     ("tsd.storage.salt.buckets", "20"),
     ("tsd.storage.uid.width.metric", "3"),

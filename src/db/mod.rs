@@ -58,10 +58,12 @@ use crate::store::rows::RowStore;
 use crate::store::{Store, StoreError};
 use crate::uid::UidTable;
 use crate::write::buffer::{Buffer, SealPolicy};
+use crate::write::limits::SeriesLimiter;
 use crate::write::wal::{self, Wal};
 use crate::write::{SeriesCache, buffer};
 
 pub use crate::write::Series;
+pub use crate::write::limits::SeriesLimits;
 pub use append::{Appended, PendingPoint};
 pub use delete::Deleted;
 pub use options::{DbOptions, WriteOptions};
@@ -172,7 +174,8 @@ impl Db {
         opts: WriteOptions,
     ) -> Result<Arc<Db>> {
         let wal_dir = data_dir.join(WAL_DIR);
-        let series = SeriesCache::new(uids, opts.max_tags);
+        let series = SeriesCache::new(uids, opts.max_tags)
+            .with_limiter(SeriesLimiter::new(opts.series_limits, index.clone()));
         let (next_segment, replayed) = replay::replay(&*rows, &series, &index, &wal_dir)?;
         let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone()).map_err(|source| {
             DbError::Wal {

@@ -3,6 +3,7 @@
 //! Every default is stated here, once; the server and the command line
 //! hand these structs down instead of reading configuration strings.
 
+use std::num::NonZeroU64;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use crate::model::NameRules;
 use crate::store::StoreOptions;
 use crate::store::retention::{Retention, TTL_KEY};
 use crate::uid::AutoCreate;
+use crate::write::limits::{MAX_NEW_PER_HOUR_KEY, MAX_TOTAL_KEY, SeriesLimits};
 use crate::write::wal::WalOptions;
 
 /// Everything [`super::Db::open`] needs.
@@ -44,6 +46,8 @@ pub struct WriteOptions {
     pub wal: WalOptions,
     /// `tsd.storage.max_tags`.
     pub max_tags: usize,
+    /// `tsd.storage.series.max_new_per_hour` and `…max_total`.
+    pub series_limits: SeriesLimits,
 }
 
 impl Default for WriteOptions {
@@ -55,6 +59,7 @@ impl Default for WriteOptions {
             wal_max_bytes: 512 << 20,
             wal: WalOptions::default(),
             max_tags: 8,
+            series_limits: SeriesLimits::default(),
         }
     }
 }
@@ -145,6 +150,13 @@ fn write_options(c: &Config) -> Result<WriteOptions, ConfigError> {
         }
         o.max_tags = n;
     }
+    // 0, like an unset key, is no limit.
+    o.series_limits = SeriesLimits {
+        max_new_per_hour: c
+            .get_int::<u64>(MAX_NEW_PER_HOUR_KEY)?
+            .and_then(NonZeroU64::new),
+        max_total: c.get_int::<u64>(MAX_TOTAL_KEY)?.and_then(NonZeroU64::new),
+    };
     Ok(o)
 }
 

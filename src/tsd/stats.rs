@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::db::Db;
 use crate::model::UidKind;
 use crate::protocol::PointError;
+use crate::write::limits::{LimitStats, MAX_NEW_PER_HOUR_KEY, MAX_TOTAL_KEY};
 
 #[derive(Debug, Default)]
 pub(crate) struct ServerStats {
@@ -170,6 +171,22 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
         stat("wal.syncs", db.wal().syncs(), None),
         stat("series.count", db.series().len(), None),
     ]);
+    // Series refused by the cardinality limits, by limit.
+    let refused = |f: fn(&LimitStats) -> &AtomicU64| {
+        db.series()
+            .limiter()
+            .map_or(0, |l| f(l.stats()).load(Ordering::Relaxed))
+    };
+    out.push(stat(
+        "series.refused",
+        refused(|s| &s.refused_hourly),
+        Some(("limit", MAX_NEW_PER_HOUR_KEY)),
+    ));
+    out.push(stat(
+        "series.refused",
+        refused(|s| &s.refused_total),
+        Some(("limit", MAX_TOTAL_KEY)),
+    ));
     out
 }
 

@@ -3,10 +3,12 @@
 //! - [`series`]: a point's names checked and resolved to its TSUID, once
 //!   per series.
 //! - [`wal`]: every point is logged before it is acknowledged.
+//! - [`limits`]: cardinality limits on new series.
 //! - [`buffer`]: points wait in memory per series and hour; whole rows are
 //!   written to the store when the hour is sealed.
 
 pub(crate) mod buffer;
+pub(crate) mod limits;
 pub(crate) mod series;
 pub(crate) mod wal;
 

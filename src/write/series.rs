@@ -20,6 +20,7 @@ use crate::model::uid::java_byte_array;
 use crate::model::{NameRules, UidKind};
 use crate::protocol::PointError;
 use crate::uid::{UidTable, UidTableError};
+use crate::write::limits::SeriesLimiter;
 
 use crate::model::hash::{FnvMap, fnv1a};
 
@@ -68,6 +69,8 @@ pub struct SeriesCache {
     /// WAL references stay one series.
     ids: RwLock<FnvMap<Tsuid, u32>>,
     next_id: AtomicU32,
+    /// Cardinality limits on new series (none unless configured).
+    limiter: Option<SeriesLimiter>,
 }
 
 /// Builds the cache key of a series: metric, then `k=v` sorted by key.
@@ -108,7 +111,19 @@ impl SeriesCache {
                 .collect(),
             ids: RwLock::new(FnvMap::default()),
             next_id: AtomicU32::new(1),
+            limiter: None,
         }
+    }
+
+    /// Refuses new series beyond `limiter`'s limits ([`SeriesCache::resolve`]
+    /// only: replayed series were acknowledged already).
+    pub(crate) fn with_limiter(mut self, limiter: SeriesLimiter) -> SeriesCache {
+        self.limiter = (!limiter.limits().is_unlimited()).then_some(limiter);
+        self
+    }
+
+    pub(crate) fn limiter(&self) -> Option<&SeriesLimiter> {
+        self.limiter.as_ref()
     }
 
     /// Forgets which names map to which series (`dropcaches`, and after a
@@ -168,6 +183,15 @@ impl SeriesCache {
             return Ok((s.clone(), ts));
         }
         self.check_names(metric, tags)?;
+        if let Some(limiter) = &self.limiter
+            && !self
+                .known_tsuid(metric, tags)
+                .is_some_and(|t| limiter.is_known(&t))
+        {
+            limiter.admit(super::buffer::now_s() as u64, || {
+                format!("metric={metric}, tags={}", java_tags(tags))
+            })?;
+        }
         let metric_uid = self.uids.get_or_create_id(UidKind::Metric, metric)?;
         let keys: Vec<&str> = tags.iter().map(|t| t.0).collect();
         let mut pairs = Vec::with_capacity(tags.len());
@@ -180,6 +204,20 @@ impl SeriesCache {
         let tsuid = Tsuid::new(metric_uid, pairs)
             .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
         Ok((self.insert(key_buf, metric, tags, tsuid), ts))
+    }
+
+    /// The TSUID of these names if every one of them has a UID already,
+    /// without assigning any.
+    fn known_tsuid(&self, metric: &str, tags: &[(&str, &str)]) -> Option<Tsuid> {
+        let metric = self.uids.get_id(UidKind::Metric, metric).ok()?;
+        let mut pairs = Vec::with_capacity(tags.len());
+        for (k, v) in tags {
+            pairs.push((
+                self.uids.get_id(UidKind::TagKey, k).ok()?,
+                self.uids.get_id(UidKind::TagValue, v).ok()?,
+            ));
+        }
+        Tsuid::new(metric, pairs).ok()
     }
 
     /// `IncomingDataPoints.checkMetricAndTags`.

@@ -84,3 +84,86 @@ fn running_out_of_uids_says_so_over_http_and_telnet() {
         format!("put: HBase error: {msg}")
     );
 }
+
+fn stat(srv: &TestServer, limit: &str) -> u64 {
+    let (_, body) = get(srv, "/api/stats");
+    let stats: serde_json::Value = serde_json::from_str(&body).unwrap();
+    stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["metric"] == "tsd.series.refused" && s["tags"]["limit"] == limit)
+        .unwrap_or_else(|| panic!("no tsd.series.refused for {limit} in {body}"))["value"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// New series beyond the hourly limit are refused with a message naming
+/// the limit and counted; points of known series still pass.
+#[test]
+fn new_series_beyond_the_hourly_limit_are_refused_and_counted() {
+    let srv = TestServer::start(&[
+        ("tsd.core.auto_create_metrics", "true"),
+        ("tsd.storage.series.max_new_per_hour", "3"),
+    ]);
+    let out = telnet(
+        srv.addr,
+        b"put m 1356998400 1 h=a\nput m 1356998400 1 h=b\nput m 1356998400 1 h=c\n\
+          put m 1356998400 1 h=d\nput m 1356998401 2 h=a\nversion\n",
+    );
+    let first = out.lines().next().unwrap();
+    assert_eq!(
+        first,
+        "put: illegal argument: too many series: 3 new series were created this hour, the limit \
+         (tsd.storage.series.max_new_per_hour); refusing new series metric=m, tags={h=d}"
+    );
+    assert_eq!(stat(&srv, "tsd.storage.series.max_new_per_hour"), 1);
+    // h=a got its second point; h=d none.
+    assert_eq!(srv.point_count("m"), 4);
+    let r = post_put(
+        srv.addr,
+        "?details",
+        r#"[{"metric":"m","timestamp":1356998402,"value":1,"tags":{"h":"e"}},
+            {"metric":"m","timestamp":1356998402,"value":1,"tags":{"h":"b"}}]"#,
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["success"], 1);
+    assert!(
+        r.json()["errors"][0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("too many series: 3 new series were created this hour"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(stat(&srv, "tsd.storage.series.max_new_per_hour"), 2);
+}
+
+/// The total limit counts the series the store held when it opened.
+#[test]
+fn the_total_series_limit_survives_a_restart() {
+    let mut srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    telnet(
+        srv.addr,
+        b"put m 1356998400 1 h=a\nput m 1356998400 1 h=b\nversion\n",
+    );
+    let dir = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
+    srv.stop();
+    drop(srv);
+    let srv = TestServer::start_in(dir, &[("tsd.storage.series.max_total", "3")]);
+    let out = telnet(
+        srv.addr,
+        b"put m 1356998401 1 h=a\nput m 1356998400 1 h=c\nput m 1356998400 1 h=d\nversion\n",
+    );
+    assert!(
+        out.starts_with(
+            "put: illegal argument: too many series: the store holds 3 series, its limit \
+             (tsd.storage.series.max_total); refusing new series metric=m, tags={h=d}"
+        ),
+        "{out}"
+    );
+    assert_eq!(stat(&srv, "tsd.storage.series.max_total"), 1);
+    assert_eq!(srv.point_count("m"), 4);
+}
