@@ -348,7 +348,7 @@ fn bad_timestamp(
     tags: &[(&str, &str)],
 ) -> PointError {
     let raw = match e {
-        TimestampError::NotPositive(raw) if raw == 0 => {
+        TimestampError::NotPositive(0) => {
             return PointError::IllegalArgument(e.to_string());
         }
         TimestampError::NotPositive(raw)
