@@ -65,6 +65,7 @@ pub use crate::write::Series;
 pub use append::{Appended, PendingPoint};
 pub use delete::Deleted;
 pub use options::{DbOptions, WriteOptions};
+pub use wal::WalError;
 
 /// Directory of the WAL inside the data directory.
 pub const WAL_DIR: &str = "wal";
@@ -84,6 +85,9 @@ pub enum DbError {
         path: PathBuf,
         cause: std::io::Error,
     },
+    /// The WAL cannot take writes now (a full disk, a removed directory).
+    #[error(transparent)]
+    WalUnavailable(#[from] wal::WalError),
     /// Anything that stopped [`Db::open`], with the directory it opened.
     #[error("opening store at {}: {cause}", dir.display())]
     Open { dir: PathBuf, cause: Box<DbError> },
@@ -277,7 +281,9 @@ impl Db {
         }
         // Appenders that passed the closed check finish under the gate.
         drop(self.gate.write());
-        self.wal.close();
+        let wal_closed = self.wal.close();
+        // A last chance for an engine that failed while the disk was full.
+        let _ = self.store.kv().recover();
         self.flush(SealPolicy {
             now_s: buffer::now_s(),
             grace_s: 0,
@@ -288,7 +294,18 @@ impl Db {
         if let Err(e) = self.persist_counters() {
             tracing::error!(error = %e, "saving series counters at shutdown failed");
         }
-        self.rows.sync()?;
+        if let Err(e) = self.rows.sync() {
+            // Everything the WAL holds is replayed at the next start.
+            tracing::error!(error = %e, buffered = self.buffer.points(), "the store could not be flushed at shutdown; the write-ahead log is kept for the next start");
+            return wal_closed.map_err(DbError::from);
+        }
+        if let Err(e) = &wal_closed {
+            if matches!(e, WalError::Unlinked { .. }) {
+                return Err(e.clone().into());
+            }
+            // The store took every point the WAL could not write.
+            tracing::warn!(error = %e, "the write-ahead log failed, but the store holds every point");
+        }
         if self.buffer.points() == 0 {
             let wal_err = |cause| DbError::Wal {
                 path: self.wal.dir().to_path_buf(),
@@ -387,7 +404,7 @@ mod tests {
                 (1356998402000, Value::Int(3)),
             ]
         );
-        w.wait_durable(last).await;
+        w.wait_durable(last).await.unwrap();
         // Simulate a crash: no shutdown, WAL left behind.
         let wal_dir = dir.path().join(WAL_DIR);
         let copy = tempfile::tempdir().unwrap();

@@ -22,6 +22,12 @@ pub enum PointError {
     /// `NoSuchUniqueName`: telnet `put: unknown metric: <msg>`, HTTP
     /// `Unknown metric`.
     UnknownName(String),
+    /// The TSD cannot store points now (a full disk, a failed engine, a
+    /// removed data directory): the message names the cause. Telnet
+    /// `put: HBase error: <msg>` as for other storage trouble, but always
+    /// sent; HTTP the message itself, not OpenTSDB's bare `Unexpected
+    /// exception`, so a client learns why.
+    Unavailable(String),
     /// Anything else (storage trouble, shutdown): telnet
     /// `put: HBase error: <msg>`, HTTP `Unexpected exception`.
     Storage(String),
@@ -34,7 +40,9 @@ impl PointError {
             PointError::IllegalArgument(m) => format!("put: illegal argument: {m}"),
             PointError::InvalidValue(m) => format!("put: invalid value: {m}"),
             PointError::UnknownName(m) => format!("put: unknown metric: {m}"),
-            PointError::Storage(m) => format!("put: HBase error: {m}"),
+            PointError::Storage(m) | PointError::Unavailable(m) => {
+                format!("put: HBase error: {m}")
+            }
         }
     }
 
@@ -45,6 +53,7 @@ impl PointError {
             PointError::InvalidValue(_) => "Unable to parse value to a number".into(),
             PointError::UnknownName(_) => "Unknown metric".into(),
             PointError::Storage(_) => "Unexpected exception".into(),
+            PointError::Unavailable(m) => m.clone(),
         }
     }
 }
