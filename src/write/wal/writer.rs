@@ -709,11 +709,14 @@ mod tests {
             p(Timestamp::Seconds(1356998400), Value::Int(-5)),
             p(Timestamp::Millis(1356998400123), Value::Float(1.5)),
         ]);
-        let b = wal.append(&[p(Timestamp::Seconds(1356998401), Value::Int(i64::MAX))]);
+        let a = a.unwrap();
+        let b = wal
+            .append(&[p(Timestamp::Seconds(1356998401), Value::Int(i64::MAX))])
+            .unwrap();
         assert_eq!(a.segment, 7);
-        wal.wait_durable(b.seq).await;
+        wal.wait_durable(b.seq).await.unwrap();
         assert!(wal.durable_seq() >= b.seq);
-        wal.close();
+        wal.close().unwrap();
         let path = segment_path(dir.path(), 7);
         // A torn frame at the end is ignored.
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
@@ -767,10 +770,11 @@ mod tests {
                 &s,
                 Timestamp::Seconds(1356998400 + i),
                 Value::Int(i as i64),
-            )]);
+            )])
+            .unwrap();
             std::thread::sleep(Duration::from_millis(2));
         }
-        wal.close();
+        wal.close().unwrap();
         let segs = list_segments(dir.path()).unwrap();
         assert!(segs.len() > 1, "{segs:?}");
         let mut points = 0;
@@ -803,10 +807,186 @@ mod tests {
         wal.append(&[
             p(Timestamp::Seconds(1356998400), Value::Int(-5)),
             p(Timestamp::Millis(1356998400123), Value::Float(1.5)),
-        ]);
-        wal.append_deletes(&[vec![0, 0, 1, 0, 0, 1, 0, 0, 3]], 1356998400, 1357002000);
-        wal.append(&[p(Timestamp::Seconds(1357002001), Value::Int(300))]);
-        wal.close();
+        ])
+        .unwrap();
+        wal.append_deletes(&[vec![0, 0, 1, 0, 0, 1, 0, 0, 3]], 1356998400, 1357002000)
+            .unwrap();
+        wal.append(&[p(Timestamp::Seconds(1357002001), Value::Int(300))])
+            .unwrap();
+        wal.close().unwrap();
         assert_eq!(fs::read(segment_path(dir.path(), 1)).unwrap(), OLD_SEGMENT);
+    }
+
+    /// What the fault-injecting segment file does next.
+    #[derive(Default)]
+    struct Faults {
+        /// Appends write half their bytes, then fail with ENOSPC.
+        disk_full: bool,
+        /// The next fdatasyncs fail with EIO, and the kernel "drops" what
+        /// was written since the last good one (the file is cut back).
+        failing_syncs: usize,
+        synced_len: u64,
+    }
+
+    struct FaultyFiles(Arc<Mutex<Faults>>);
+
+    struct FaultyFile {
+        file: File,
+        faults: Arc<Mutex<Faults>>,
+    }
+
+    impl SegmentFiles for FaultyFiles {
+        fn open(&self, path: &Path) -> std::io::Result<Box<dyn SegmentFile>> {
+            let file = OpenOptions::new().create(true).append(true).open(path)?;
+            Ok(Box::new(FaultyFile {
+                file,
+                faults: self.0.clone(),
+            }))
+        }
+    }
+
+    impl SegmentFile for FaultyFile {
+        fn append(&mut self, data: &[u8]) -> std::io::Result<()> {
+            if self.faults.lock().disk_full {
+                self.file.write_all(&data[..data.len() / 2])?;
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.file.write_all(data)
+        }
+
+        fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+            self.file.set_len(len)
+        }
+
+        fn sync_data(&mut self) -> std::io::Result<()> {
+            let mut f = self.faults.lock();
+            if f.failing_syncs > 0 {
+                f.failing_syncs -= 1;
+                self.file.set_len(f.synced_len)?;
+                return Err(std::io::Error::from_raw_os_error(libc::EIO));
+            }
+            self.file.sync_data()?;
+            f.synced_len = self.file.metadata()?.len();
+            Ok(())
+        }
+
+        fn len(&self) -> std::io::Result<u64> {
+            SegmentFile::len(&self.file)
+        }
+
+        fn linked(&self) -> std::io::Result<bool> {
+            self.file.linked()
+        }
+    }
+
+    fn faulty_wal(dir: &Path) -> (Wal, Arc<Mutex<Faults>>) {
+        let faults = Arc::new(Mutex::new(Faults::default()));
+        let wal = Wal::start_with(
+            dir,
+            1,
+            WalOptions::default(),
+            Arc::new(FaultyFiles(faults.clone())),
+        )
+        .unwrap();
+        (wal, faults)
+    }
+
+    /// Waits (bounded) until the writer has cleared its failure.
+    fn wait_healthy(wal: &Wal) {
+        for _ in 0..500 {
+            if wal.failure().is_none() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the WAL did not recover: {:?}", wal.failure());
+    }
+
+    fn points_in(path: &Path) -> Vec<i64> {
+        let got = read_segment(path).unwrap();
+        assert_eq!(got.bad_tail, 0, "no torn frame is left in the segment");
+        got.records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Point {
+                    value: Value::Int(v),
+                    ..
+                } => Some(*v),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_full_disk_fails_fast_leaves_no_torn_frame_and_recovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (wal, faults) = faulty_wal(dir.path());
+        let s = series(1);
+        let put = |v: i64| wal.append(&[pending(&s, Timestamp::Seconds(1356998400 + v as u32), Value::Int(v))]);
+        let a = put(1).unwrap();
+        wal.wait_durable_blocking(a.seq).unwrap();
+
+        faults.lock().disk_full = true;
+        let b = put(2).unwrap();
+        let e = wal.wait_durable_blocking(b.seq).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("No space left on device"), "{msg}");
+        assert!(msg.contains("0000000000000001.wal"), "{msg}");
+        // While the disk is full, new writes are refused at once.
+        assert!(put(3).is_err());
+        assert!(wal.failed_attempts() >= 1);
+
+        faults.lock().disk_full = false;
+        wait_healthy(&wal);
+        let d = put(4).unwrap();
+        wal.wait_durable_blocking(d.seq).unwrap();
+        wal.close().unwrap();
+        // The point refused while the disk was full is not there; the one
+        // that failed its sync was kept and written once space returned.
+        assert_eq!(points_in(&segment_path(dir.path(), 1)), vec![1, 2, 4]);
+    }
+
+    #[test]
+    fn a_failed_fdatasync_is_never_retried_into_an_acknowledgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let (wal, faults) = faulty_wal(dir.path());
+        let s = series(1);
+        let put = |v: i64| wal.append(&[pending(&s, Timestamp::Seconds(1356998400 + v as u32), Value::Int(v))]);
+        let a = put(1).unwrap();
+        wal.wait_durable_blocking(a.seq).unwrap();
+
+        // The sync fails and the kernel loses the bytes written since the
+        // last good one: the waiter is told, not acknowledged.
+        faults.lock().failing_syncs = 1;
+        let b = put(2).unwrap();
+        let msg = wal.wait_durable_blocking(b.seq).unwrap_err().to_string();
+        assert!(msg.contains("Input/output error"), "{msg}");
+        wait_healthy(&wal);
+        let c = put(3).unwrap();
+        wal.wait_durable_blocking(c.seq).unwrap();
+        wal.close().unwrap();
+        // The lost bytes were written again before the next good sync.
+        assert_eq!(points_in(&segment_path(dir.path(), 1)), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn a_removed_segment_refuses_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal_dir = dir.path().join("wal");
+        let wal = Wal::start(&wal_dir, 1, WalOptions::default()).unwrap();
+        let s = series(1);
+        let a = wal
+            .append(&[pending(&s, Timestamp::Seconds(1356998400), Value::Int(1))])
+            .unwrap();
+        wal.wait_durable_blocking(a.seq).unwrap();
+        fs::remove_dir_all(&wal_dir).unwrap();
+        let b = wal
+            .append(&[pending(&s, Timestamp::Seconds(1356998401), Value::Int(2))])
+            .unwrap();
+        let e = wal.wait_durable_blocking(b.seq).unwrap_err();
+        assert!(matches!(e, WalError::Unlinked { .. }), "{e}");
+        assert!(e.to_string().contains("was deleted"), "{e}");
+        assert!(wal.failure().is_some());
+        assert!(!wal_dir.exists(), "the directory is not recreated");
     }
 }
