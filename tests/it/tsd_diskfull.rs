@@ -54,8 +54,20 @@ impl Drop for Tmpfs {
     }
 }
 
+/// A child TSD, killed if a failing test leaves it running.
+struct Tsd(Option<Child>);
+
+impl Drop for Tsd {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A child TSD whose stderr goes to `log`.
-fn spawn(data: &Path, log: &Path) -> (Child, SocketAddr) {
+fn spawn(data: &Path, log: &Path) -> (Tsd, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
         .args([
             "tsd",
@@ -81,7 +93,7 @@ fn spawn(data: &Path, log: &Path) -> (Child, SocketAddr) {
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .parse()
         .unwrap();
-    (child, addr)
+    (Tsd(Some(child)), addr)
 }
 
 /// `POST /api/put?sync&details` with a read timeout far below any
@@ -168,7 +180,8 @@ fn fill(path: &Path) {
     while f.write_all(&[0xA5]).is_ok() {}
 }
 
-fn terminate(mut child: Child, log: &Path) {
+fn terminate(mut tsd: Tsd, log: &Path) {
+    let mut child = tsd.0.take().unwrap();
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }
@@ -277,7 +290,7 @@ fn a_removed_data_directory_refuses_puts() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("tsd.log");
     let data: PathBuf = dir.path().join("data");
-    let (mut child, addr) = spawn(&data, &log);
+    let (tsd, addr) = spawn(&data, &log);
     let (status, text) = sync_put(addr, &body("gone.test", 0, 10));
     assert_eq!(status, 200, "{text}");
 
@@ -291,7 +304,9 @@ fn a_removed_data_directory_refuses_puts() {
     assert!(out.contains("put: HBase error:"), "{out}");
     assert!(out.contains("was deleted"), "{out}");
     assert_eq!(stat(addr, "wal.healthy"), "0");
-    assert!(!data.exists(), "the directory is not recreated behind the operator's back");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    assert!(
+        !data.exists(),
+        "the directory is not recreated behind the operator's back"
+    );
+    drop(tsd);
 }

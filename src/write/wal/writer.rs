@@ -199,11 +199,18 @@ impl Shared {
 
     /// Whether a waiter for `seq` that started after `failures_seen`
     /// failures is done: `Ok` once durable, the failure if one came.
-    fn durable_outcome(&self, seq: u64, durable: u64, failures_seen: u64) -> Option<Result<(), WalError>> {
+    fn durable_outcome(
+        &self,
+        seq: u64,
+        durable: u64,
+        failures_seen: u64,
+    ) -> Option<Result<(), WalError>> {
         if durable >= seq {
             return Some(Ok(()));
         }
-        if self.failures.load(Ordering::Acquire) != failures_seen || self.failing.load(Ordering::Acquire) {
+        if self.failures.load(Ordering::Acquire) != failures_seen
+            || self.failing.load(Ordering::Acquire)
+        {
             return Some(Err(self.failure().unwrap_or(WalError::Closed)));
         }
         None
@@ -528,7 +535,9 @@ impl Writer {
             let failing = self.sh.failing.load(Ordering::Acquire);
             let mut st = self.sh.state.lock();
             loop {
-                if st.stop || (!failing && (st.sync_wanted || st.buf.len() >= self.sh.opts.wake_bytes)) {
+                if st.stop
+                    || (!failing && (st.sync_wanted || st.buf.len() >= self.sh.opts.wake_bytes))
+                {
                     break;
                 }
                 let left = if failing {
@@ -922,7 +931,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (wal, faults) = faulty_wal(dir.path());
         let s = series(1);
-        let put = |v: i64| wal.append(&[pending(&s, Timestamp::Seconds(1356998400 + v as u32), Value::Int(v))]);
+        let put = |v: i64| {
+            wal.append(&[pending(
+                &s,
+                Timestamp::Seconds(1356998400 + v as u32),
+                Value::Int(v),
+            )])
+        };
         let a = put(1).unwrap();
         wal.wait_durable_blocking(a.seq).unwrap();
 
@@ -951,7 +966,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (wal, faults) = faulty_wal(dir.path());
         let s = series(1);
-        let put = |v: i64| wal.append(&[pending(&s, Timestamp::Seconds(1356998400 + v as u32), Value::Int(v))]);
+        let put = |v: i64| {
+            wal.append(&[pending(
+                &s,
+                Timestamp::Seconds(1356998400 + v as u32),
+                Value::Int(v),
+            )])
+        };
         let a = put(1).unwrap();
         wal.wait_durable_blocking(a.seq).unwrap();
 
