@@ -24,7 +24,14 @@
 //! - a WAL segment is deleted only after the store holds (and has synced)
 //!   every point logged in it;
 //! - a delete is logged (and synced) in the WAL before rows are removed,
-//!   so a replay after a crash cannot bring deleted points back.
+//!   so a replay after a crash cannot bring deleted points back;
+//! - while the WAL cannot be written (a full disk, a removed data
+//!   directory) or the engine refused a write, puts are refused at once
+//!   with the cause ([`Db::writable`]) and `sync` waiters fail instead of
+//!   being acknowledged: a failed write is cut back, a failed fdatasync is
+//!   never retried into an acknowledgement (the bytes are written again
+//!   first). The WAL writer resumes and the flusher reopens the engine by
+//!   themselves once the disk takes writes again.
 //!
 //! The seams for other engines: rows go through a [`RowStore`], names through
 //! [`UidTable`] over a [`crate::uid::UidStore`], series through
