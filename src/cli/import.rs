@@ -68,7 +68,7 @@ fn line_error(e: &PointError) -> String {
         PointError::IllegalArgument(m) => format!("illegal argument: {m}"),
         PointError::InvalidValue(m) => format!("invalid value: {m}"),
         PointError::UnknownName(m) => format!("unknown metric: {m}"),
-        PointError::Storage(m) => format!("storage error: {m}"),
+        PointError::Storage(m) | PointError::Unavailable(m) => format!("storage error: {m}"),
     }
 }
 

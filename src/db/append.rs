@@ -24,7 +24,29 @@ impl Db {
         tags: &[(&str, &str)],
         key_buf: &mut String,
     ) -> Result<(Arc<Series>, Timestamp), PointError> {
-        self.series.resolve(metric, raw_ts, value, tags, key_buf)
+        self.series
+            .resolve(metric, raw_ts, value, tags, key_buf)
+            .map_err(|e| match e {
+                // A UID that could not be created because the store is
+                // down says why, not just that storage failed.
+                PointError::Storage(_) => self.writable().err().unwrap_or(e),
+                e => e,
+            })
+    }
+
+    /// Whether points can be logged and stored now: refused with the
+    /// cause while the WAL cannot be written (a full disk, a removed data
+    /// directory) or the store's engine failed. Both recover by
+    /// themselves (the WAL writer retries, the flusher reopens the
+    /// engine), so this only reports.
+    pub fn writable(&self) -> Result<(), PointError> {
+        if let Some(e) = self.wal.failure() {
+            return Err(PointError::Unavailable(e.to_string()));
+        }
+        if let Some(cause) = self.store.kv().unavailable() {
+            return Err(PointError::Unavailable(cause));
+        }
+        Ok(())
     }
 
     /// Logs and buffers resolved points. The caller acknowledges them
@@ -33,6 +55,7 @@ impl Db {
         if self.closed.load(Ordering::Acquire) {
             return Err(PointError::Storage("the TSD is shutting down".into()));
         }
+        self.writable()?;
         if points.is_empty() {
             return Ok(Appended {
                 seq: 0,
@@ -66,7 +89,10 @@ impl Db {
             }
         }
         let g = self.gate.read();
-        let a = self.wal.append(points);
+        let a = self
+            .wal
+            .append(points)
+            .map_err(|e| PointError::Unavailable(e.to_string()))?;
         for p in points {
             self.buffer.insert(&p.series, p.ts, p.value, a.segment);
         }
@@ -80,18 +106,26 @@ impl Db {
         Ok(a)
     }
 
-    /// Waits until `a`'s points are on stable storage.
-    pub async fn wait_durable(&self, a: Appended) {
+    /// Waits until `a`'s points are on stable storage; fails at once if
+    /// the WAL cannot be written (they must not be acknowledged then).
+    pub async fn wait_durable(&self, a: Appended) -> Result<(), PointError> {
         if a.seq > 0 {
-            self.wal.wait_durable(a.seq).await;
+            self.wal
+                .wait_durable(a.seq)
+                .await
+                .map_err(|e| PointError::Unavailable(e.to_string()))?;
         }
+        Ok(())
     }
 
     /// [`Db::wait_durable`] for callers outside an async runtime.
-    pub fn wait_durable_blocking(&self, a: Appended) {
+    pub fn wait_durable_blocking(&self, a: Appended) -> Result<(), PointError> {
         if a.seq > 0 {
-            self.wal.wait_durable_blocking(a.seq);
+            self.wal
+                .wait_durable_blocking(a.seq)
+                .map_err(|e| PointError::Unavailable(e.to_string()))?;
         }
+        Ok(())
     }
 
     /// Waits while the WAL has a backlog (back-pressure for fast writers).

@@ -36,8 +36,8 @@ impl Db {
         let doomed: HashSet<&Tsuid> = tsuids.iter().collect();
         let widths = self.rows.widths();
         let logged: Vec<Vec<u8>> = tsuids.iter().map(|t| t.to_bytes(&widths)).collect();
-        let a = self.wal.append_deletes(&logged, first, last);
-        self.wal.wait_durable_blocking(a.seq);
+        let a = self.wal.append_deletes(&logged, first, last)?;
+        self.wal.wait_durable_blocking(a.seq)?;
         // No sealed hour is in flight while this is held, so none can land
         // in the store after its row was deleted.
         let _f = self.flush_lock.lock();

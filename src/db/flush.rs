@@ -140,6 +140,12 @@ impl Db {
     }
 
     pub(super) fn tick(&self, everything: bool) {
+        // An engine that failed (a full disk) is reopened once the disk
+        // takes writes again; until then nothing can be flushed, and the
+        // points wait in the buffer (and the WAL).
+        if self.store.kv().unavailable().is_some() && self.store.kv().recover().is_err() {
+            return;
+        }
         let now = buffer::now_s();
         self.buffer.tick(now);
         let policy = SealPolicy {

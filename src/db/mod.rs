@@ -24,7 +24,14 @@
 //! - a WAL segment is deleted only after the store holds (and has synced)
 //!   every point logged in it;
 //! - a delete is logged (and synced) in the WAL before rows are removed,
-//!   so a replay after a crash cannot bring deleted points back.
+//!   so a replay after a crash cannot bring deleted points back;
+//! - while the WAL cannot be written (a full disk, a removed data
+//!   directory) or the engine refused a write, puts are refused at once
+//!   with the cause ([`Db::writable`]) and `sync` waiters fail instead of
+//!   being acknowledged: a failed write is cut back, a failed fdatasync is
+//!   never retried into an acknowledgement (the bytes are written again
+//!   first). The WAL writer resumes and the flusher reopens the engine by
+//!   themselves once the disk takes writes again.
 //!
 //! The seams for other engines: rows go through a [`RowStore`], names through
 //! [`UidTable`] over a [`crate::uid::UidStore`], series through
@@ -67,6 +74,7 @@ pub use crate::write::limits::SeriesLimits;
 pub use append::{Appended, PendingPoint};
 pub use delete::Deleted;
 pub use options::{DbOptions, WriteOptions};
+pub use wal::WalError;
 
 /// Directory of the WAL inside the data directory.
 pub const WAL_DIR: &str = "wal";
@@ -86,6 +94,9 @@ pub enum DbError {
         path: PathBuf,
         cause: std::io::Error,
     },
+    /// The WAL cannot take writes now (a full disk, a removed directory).
+    #[error(transparent)]
+    WalUnavailable(#[from] wal::WalError),
     /// Anything that stopped [`Db::open`], with the directory it opened.
     #[error("opening store at {}: {cause}", dir.display())]
     Open { dir: PathBuf, cause: Box<DbError> },
@@ -280,7 +291,9 @@ impl Db {
         }
         // Appenders that passed the closed check finish under the gate.
         drop(self.gate.write());
-        self.wal.close();
+        let wal_closed = self.wal.close();
+        // A last chance for an engine that failed while the disk was full.
+        let _ = self.store.kv().recover();
         self.flush(SealPolicy {
             now_s: buffer::now_s(),
             grace_s: 0,
@@ -291,7 +304,18 @@ impl Db {
         if let Err(e) = self.persist_counters() {
             tracing::error!(error = %e, "saving series counters at shutdown failed");
         }
-        self.rows.sync()?;
+        if let Err(e) = self.rows.sync() {
+            // Everything the WAL holds is replayed at the next start.
+            tracing::error!(error = %e, buffered = self.buffer.points(), "the store could not be flushed at shutdown; the write-ahead log is kept for the next start");
+            return wal_closed.map_err(DbError::from);
+        }
+        if let Err(e) = &wal_closed {
+            if matches!(e, WalError::Unlinked { .. }) {
+                return Err(e.clone().into());
+            }
+            // The store took every point the WAL could not write.
+            tracing::warn!(error = %e, "the write-ahead log failed, but the store holds every point");
+        }
         if self.buffer.points() == 0 {
             let wal_err = |cause| DbError::Wal {
                 path: self.wal.dir().to_path_buf(),
@@ -390,7 +414,7 @@ mod tests {
                 (1356998402000, Value::Int(3)),
             ]
         );
-        w.wait_durable(last).await;
+        w.wait_durable(last).await.unwrap();
         // Simulate a crash: no shutdown, WAL left behind.
         let wal_dir = dir.path().join(WAL_DIR);
         let copy = tempfile::tempdir().unwrap();

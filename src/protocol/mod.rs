@@ -22,6 +22,11 @@ pub enum PointError {
     /// `NoSuchUniqueName`: telnet `put: unknown metric: <msg>`, HTTP
     /// `Unknown metric`.
     UnknownName(String),
+    /// The TSD cannot store points now (a full disk, a failed engine, a
+    /// removed data directory): the message names the cause. Telnet
+    /// `put: HBase error: <msg>` as for other storage trouble, but always
+    /// sent; HTTP `Storage exception: <msg>` as [`PointError::Storage`].
+    Unavailable(String),
     /// Anything else (storage trouble, running out of UIDs, shutdown):
     /// telnet `put: HBase error: <msg>`, HTTP `Storage exception: <msg>`.
     /// OpenTSDB 2.4.1 meets these in the deferred of `addPoint`, whose
@@ -38,7 +43,9 @@ impl PointError {
             PointError::IllegalArgument(m) => format!("put: illegal argument: {m}"),
             PointError::InvalidValue(m) => format!("put: invalid value: {m}"),
             PointError::UnknownName(m) => format!("put: unknown metric: {m}"),
-            PointError::Storage(m) => format!("put: HBase error: {m}"),
+            PointError::Storage(m) | PointError::Unavailable(m) => {
+                format!("put: HBase error: {m}")
+            }
         }
     }
 
@@ -48,7 +55,9 @@ impl PointError {
             PointError::IllegalArgument(m) => m.clone(),
             PointError::InvalidValue(_) => "Unable to parse value to a number".into(),
             PointError::UnknownName(_) => "Unknown metric".into(),
-            PointError::Storage(m) => format!("Storage exception: {m}"),
+            PointError::Storage(m) | PointError::Unavailable(m) => {
+                format!("Storage exception: {m}")
+            }
         }
     }
 }

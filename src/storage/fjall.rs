@@ -1,9 +1,12 @@
 //! The default embedded engine: fjall, an LSM-tree in pure Rust.
 //! One fjall keyspace per logical table. Why fjall: docs/storage-engine.md.
 
-use std::path::Path;
-
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
 
 use super::StripedLocks;
 use ::fjall::compaction::filter::{CompactionFilter, Context, Factory, ItemAccessor, Verdict};
@@ -20,14 +23,81 @@ use super::{
 /// enough for atomicity.
 const RMW_STRIPES: usize = 64;
 
-pub(crate) struct FjallStore {
+/// Bytes the probe writes and syncs before a failed engine is reopened:
+/// enough that the disk plainly takes writes again.
+const PROBE_BYTES: usize = 256 << 10;
+
+/// One open fjall database and its keyspaces.
+struct Engine {
     db: Database,
     tables: [Keyspace; 4],
+}
+
+impl Engine {
+    fn open(path: &Path, opts: &FjallOptions) -> std::result::Result<Engine, ::fjall::Error> {
+        let mut builder = Database::builder(path).cache_size(opts.cache_bytes);
+        if let Some(expiry) = &opts.data_expiry {
+            let factory: Arc<dyn Factory> =
+                Arc::new(ExpiryFactory(std::panic::AssertUnwindSafe(expiry.clone())));
+            builder = builder.with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
+                (keyspace == Table::Data.name()).then(|| factory.clone())
+            }));
+        }
+        let db = builder.open()?;
+        let open = |t: Table| db.keyspace(t.name(), KeyspaceCreateOptions::default);
+        let tables = [
+            open(Table::Data)?,
+            open(Table::Uid)?,
+            open(Table::Meta)?,
+            open(Table::Index)?,
+        ];
+        Ok(Engine { db, tables })
+    }
+
+    fn ks(&self, t: Table) -> &Keyspace {
+        match t {
+            Table::Data => &self.tables[0],
+            Table::Uid => &self.tables[1],
+            Table::Meta => &self.tables[2],
+            Table::Index => &self.tables[3],
+        }
+    }
+}
+
+/// The fjall store. fjall refuses every write for good once one journal
+/// write or sync failed ("poisoned": after a failed fsync nothing it holds
+/// in memory can be trusted to match the disk). So the engine sits behind
+/// a lock: a failed write marks the store failed (writes are then refused
+/// at once, naming the first cause), and [`KvStore::recover`] reopens the
+/// engine from its files once a probe shows the disk takes writes again.
+/// Reopening replays fjall's own journal, cutting off a torn tail; every
+/// write that reported success was in it, and every failed one reported
+/// its failure to its caller (who still holds the data: rtsdb's WAL
+/// segments are only deleted after the store synced their points).
+pub(crate) struct FjallStore {
+    path: PathBuf,
+    opts: FjallOptions,
+    /// `None` only while a reopen failed.
+    engine: RwLock<Option<Arc<Engine>>>,
+    /// Set while `failure` holds why the engine cannot take writes.
+    failing: AtomicBool,
+    failure: Mutex<Option<String>>,
+    reopens: AtomicU64,
     rmw: StripedLocks,
 }
 
 fn err(e: impl std::fmt::Display) -> StorageError {
     StorageError::Engine(e.to_string())
+}
+
+/// What an engine error says about the disk, readably (fjall prints its
+/// errors as Rust debug output).
+fn cause_text(e: &::fjall::Error) -> String {
+    match e {
+        ::fjall::Error::Io(io) => io.to_string(),
+        ::fjall::Error::Storage(::fjall::LsmError::Io(io)) => io.to_string(),
+        other => other.to_string(),
+    }
 }
 
 /// Decides, during the engine's compaction, that a data-table entry is
@@ -91,36 +161,111 @@ impl Default for FjallOptions {
 
 impl FjallStore {
     pub(crate) fn open(path: &Path, opts: &FjallOptions) -> Result<FjallStore> {
-        let mut builder = Database::builder(path).cache_size(opts.cache_bytes);
-        if let Some(expiry) = &opts.data_expiry {
-            let factory: Arc<dyn Factory> =
-                Arc::new(ExpiryFactory(std::panic::AssertUnwindSafe(expiry.clone())));
-            builder = builder.with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
-                (keyspace == Table::Data.name()).then(|| factory.clone())
-            }));
-        }
-        let db = builder.open().map_err(err)?;
-        let open = |t: Table| db.keyspace(t.name(), KeyspaceCreateOptions::default);
-        let tables = [
-            open(Table::Data).map_err(err)?,
-            open(Table::Uid).map_err(err)?,
-            open(Table::Meta).map_err(err)?,
-            open(Table::Index).map_err(err)?,
-        ];
+        let engine = Engine::open(path, opts).map_err(err)?;
         Ok(FjallStore {
-            db,
-            tables,
+            path: path.to_path_buf(),
+            opts: opts.clone(),
+            engine: RwLock::new(Some(Arc::new(engine))),
+            failing: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            reopens: AtomicU64::new(0),
             rmw: StripedLocks::new(RMW_STRIPES),
         })
     }
 
-    fn ks(&self, t: Table) -> &Keyspace {
-        match t {
-            Table::Data => &self.tables[0],
-            Table::Uid => &self.tables[1],
-            Table::Meta => &self.tables[2],
-            Table::Index => &self.tables[3],
+    /// The open engine, or why there is none.
+    fn engine(&self) -> Result<Arc<Engine>> {
+        match &*self.engine.read() {
+            Some(e) => Ok(e.clone()),
+            None => Err(self.unavailable_error()),
         }
+    }
+
+    fn unavailable_error(&self) -> StorageError {
+        StorageError::Unavailable {
+            path: self.path.clone(),
+            cause: self
+                .failure
+                .lock()
+                .clone()
+                .unwrap_or_else(|| "the engine is not open".into()),
+        }
+    }
+
+    /// Turns a write's error into the store's: an I/O failure (or the
+    /// poisoning one left) marks the engine failed, keeping the first
+    /// cause, so later writes are refused at once and name it.
+    fn write_error(&self, e: ::fjall::Error) -> StorageError {
+        let io = matches!(
+            e,
+            ::fjall::Error::Io(_)
+                | ::fjall::Error::Storage(::fjall::LsmError::Io(_))
+                | ::fjall::Error::Poisoned
+        );
+        if !io {
+            return err(e);
+        }
+        {
+            let mut failure = self.failure.lock();
+            if failure.is_none() {
+                let cause = cause_text(&e);
+                tracing::error!(engine = %self.path.display(), cause, "the storage engine failed a write; refusing writes until it can be reopened");
+                *failure = Some(cause);
+            }
+        }
+        self.failing.store(true, Ordering::Release);
+        self.unavailable_error()
+    }
+
+    /// Writes, syncs and removes a scratch file beside the engine's
+    /// directory: whether the disk takes writes again.
+    fn probe(&self) -> std::io::Result<()> {
+        let path = self.path.with_extension("probe");
+        let r = (|| {
+            let mut f = std::fs::File::create(&path)?;
+            std::io::Write::write_all(&mut f, &vec![0u8; PROBE_BYTES])?;
+            f.sync_all()
+        })();
+        let _ = std::fs::remove_file(&path);
+        r
+    }
+
+    /// Reopens a failed engine: waits for every user of the old one to let
+    /// go (fjall's directory lock is held until then), opens it again and
+    /// syncs what its journal replay recovered.
+    fn reopen(&self) -> std::result::Result<(), String> {
+        let mut slot = self.engine.write();
+        if let Some(old) = slot.take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut old = old;
+            loop {
+                match Arc::try_unwrap(old) {
+                    Ok(engine) => {
+                        drop(engine);
+                        break;
+                    }
+                    Err(still) if Instant::now() < deadline => {
+                        old = still;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(still) => {
+                        *slot = Some(still);
+                        return Err("the failed engine is still in use".into());
+                    }
+                }
+            }
+        }
+        let engine = Engine::open(&self.path, &self.opts).map_err(|e| cause_text(&e))?;
+        engine
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| cause_text(&e))?;
+        // What the reopen recovered from fjall's journal was read back
+        // from the page cache: make sure it is on the disk too, since the
+        // sync that failed may have left it unwritten.
+        sync_tree(&self.path).map_err(|e| e.to_string())?;
+        *slot = Some(Arc::new(engine));
+        Ok(())
     }
 
     fn put_one(&self, table: Table, key: &[u8], value: Vec<u8>, d: Durability) -> Result<()> {
@@ -133,12 +278,26 @@ impl FjallStore {
     /// Forces the engine's own compaction on every table (benchmarks,
     /// size measurements).
     pub(crate) fn major_compact(&self) -> Result<()> {
-        for ks in &self.tables {
+        let engine = self.engine()?;
+        for ks in &engine.tables {
             ks.rotate_memtable_and_wait().map_err(err)?;
             ks.major_compact().map_err(err)?;
         }
         Ok(())
     }
+}
+
+/// fsyncs every file and directory under `dir`.
+fn sync_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())?;
+        } else {
+            std::fs::File::open(entry.path())?.sync_all()?;
+        }
+    }
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Flushes everything into table files, compacts, closes, then deletes the
@@ -151,7 +310,12 @@ pub(crate) fn flush_and_trim_journal(path: &Path) -> Result<u64> {
         let store = FjallStore::open(path, &FjallOptions::default())?;
         store.major_compact()?;
         store.sync()?;
-        if store.tables.iter().any(|ks| ks.sealed_memtable_count() > 0) {
+        if store
+            .engine()?
+            .tables
+            .iter()
+            .any(|ks| ks.sealed_memtable_count() > 0)
+        {
             return Ok(0);
         }
     }
@@ -176,33 +340,48 @@ fn persist_mode(d: Durability) -> PersistMode {
 
 impl KvStore for FjallStore {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.ks(table).get(key).map_err(err)?.map(|v| v.to_vec()))
+        Ok(self
+            .engine()?
+            .ks(table)
+            .get(key)
+            .map_err(err)?
+            .map(|v| v.to_vec()))
     }
 
     fn write(&self, batch: WriteBatch) -> Result<()> {
         // Always set a persist mode: without one fjall keeps the batch in
         // a userspace buffer that a crash loses.
-        let mut b = self
+        if self.failing.load(Ordering::Acquire) {
+            return Err(self.unavailable_error());
+        }
+        let engine = self.engine()?;
+        let mut b = engine
             .db
             .batch()
             .durability(Some(persist_mode(batch.durability)));
         for m in batch.mutations {
             match m {
-                Mutation::Put { table, key, value } => b.insert(self.ks(table), key, value),
-                Mutation::Delete { table, key } => b.remove(self.ks(table), key),
+                Mutation::Put { table, key, value } => b.insert(engine.ks(table), key, value),
+                Mutation::Delete { table, key } => b.remove(engine.ks(table), key),
             }
         }
-        b.commit().map_err(err)
+        b.commit().map_err(|e| self.write_error(e))
     }
 
     fn scan<'a>(&'a self, table: Table, range: &ScanRange) -> ScanIter<'a> {
-        let ks = self.ks(table);
+        let engine = match self.engine() {
+            Ok(e) => e,
+            Err(e) => return Box::new(std::iter::once(Err(e))),
+        };
+        let ks = engine.ks(table);
         let iter = if range.stop.is_empty() {
             ks.range(range.start.clone()..)
         } else {
             ks.range(range.start.clone()..range.stop.clone())
         };
-        let it = iter.map(|g| {
+        // The iterator keeps the engine it reads open (a reopen waits).
+        let it = iter.map(move |g| {
+            let _engine = &engine;
             g.into_inner()
                 .map(|(k, v)| (k.to_vec(), v.to_vec()))
                 .map_err(err)
@@ -238,11 +417,50 @@ impl KvStore for FjallStore {
     }
 
     fn sync(&self) -> Result<()> {
-        self.db.persist(PersistMode::SyncAll).map_err(err)
+        if self.failing.load(Ordering::Acquire) {
+            return Err(self.unavailable_error());
+        }
+        self.engine()?
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| self.write_error(e))
     }
 
     fn disk_space(&self) -> u64 {
-        self.db.disk_space().unwrap_or(0)
+        self.engine()
+            .ok()
+            .and_then(|e| e.db.disk_space().ok())
+            .unwrap_or(0)
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        if !self.failing.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(self.unavailable_error().to_string())
+    }
+
+    fn recover(&self) -> Result<()> {
+        if !self.failing.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if let Err(e) = self.probe() {
+            tracing::debug!(error = %e, "the disk still refuses writes");
+            return Err(self.unavailable_error());
+        }
+        if let Err(cause) = self.reopen() {
+            tracing::warn!(engine = %self.path.display(), cause, "reopening the storage engine failed; will retry");
+            return Err(self.unavailable_error());
+        }
+        *self.failure.lock() = None;
+        self.failing.store(false, Ordering::Release);
+        self.reopens.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(engine = %self.path.display(), "the storage engine was reopened and takes writes again");
+        Ok(())
+    }
+
+    fn reopens(&self) -> u64 {
+        self.reopens.load(Ordering::Relaxed)
     }
 
     fn compact(&self) -> Result<()> {

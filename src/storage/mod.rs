@@ -43,6 +43,16 @@ pub enum StorageError {
     Engine(String),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// A write failed (a full disk) and the engine refuses writes until
+    /// it is reopened ([`KvStore::recover`]).
+    #[error(
+        "the storage engine at {} cannot take writes: {cause}; it is reopened once the disk takes writes again",
+        path.display()
+    )]
+    Unavailable {
+        path: std::path::PathBuf,
+        cause: String,
+    },
     #[error("counter at key {key:?} in {table} holds {len} bytes, not an 8-byte integer")]
     NotACounter {
         table: &'static str,
@@ -225,6 +235,24 @@ pub trait KvStore: Send + Sync {
 
     /// Bytes used on disk (0 for memory stores).
     fn disk_space(&self) -> u64 {
+        0
+    }
+
+    /// Why the engine refuses writes now, if it does (a write failed and
+    /// it has not been [recovered](KvStore::recover) yet).
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
+
+    /// Brings a failed engine back once the disk takes writes again (at
+    /// most one attempt per short interval; callers may call it often).
+    /// `Ok` when the engine takes writes.
+    fn recover(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Times a failed engine was brought back.
+    fn reopens(&self) -> u64 {
         0
     }
 }

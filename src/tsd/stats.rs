@@ -40,7 +40,7 @@ impl ServerStats {
             PointError::IllegalArgument(_) => &self.illegal_arguments,
             PointError::InvalidValue(_) => &self.invalid_values,
             PointError::UnknownName(_) => &self.unknown_metrics,
-            PointError::Storage(_) => &self.storage_errors,
+            PointError::Storage(_) | PointError::Unavailable(_) => &self.storage_errors,
         });
     }
 }
@@ -169,6 +169,16 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
         stat("storage.flush_errors", g(&w.flush_errors), None),
         stat("wal.bytes_written", db.wal().bytes_written(), None),
         stat("wal.syncs", db.wal().syncs(), None),
+        // 0 while the WAL cannot be written (a full disk, a removed data
+        // directory) or the engine refuses writes: puts are refused then.
+        stat("wal.healthy", u8::from(db.wal().failure().is_none()), None),
+        stat("wal.write_errors", db.wal().failed_attempts(), None),
+        stat(
+            "storage.healthy",
+            u8::from(db.store().kv().unavailable().is_none()),
+            None,
+        ),
+        stat("storage.reopens", db.store().kv().reopens(), None),
         stat("series.count", db.series().len(), None),
     ]);
     // Series refused by the cardinality limits, by limit.

@@ -17,6 +17,7 @@ mod stored_format;
 mod tsd_annotation;
 mod tsd_crash;
 mod tsd_discovery;
+mod tsd_diskfull;
 mod tsd_fuzz;
 mod tsd_grafana;
 mod tsd_http;

@@ -397,6 +397,7 @@ pub(crate) async fn write_points(
                 last = Some(a);
             }
             Err(e) => {
+                state.stats.count_error(&e);
                 outcome.failed += chunk.len() as u64;
                 outcome.errors.push(("null".into(), e.http_message()));
             }
@@ -406,17 +407,24 @@ pub(crate) async fn write_points(
         && let Some(a) = last
     {
         let wait = state.db.wait_durable(a);
-        if flags.sync_timeout > 0 {
-            if tokio::time::timeout(Duration::from_millis(flags.sync_timeout), wait)
-                .await
-                .is_err()
-            {
-                outcome.timed_out = true;
-                outcome.pending = accepted;
-                return;
+        let durable = if flags.sync_timeout > 0 {
+            match tokio::time::timeout(Duration::from_millis(flags.sync_timeout), wait).await {
+                Ok(r) => r,
+                Err(_) => {
+                    outcome.timed_out = true;
+                    outcome.pending = accepted;
+                    return;
+                }
             }
         } else {
-            wait.await;
+            wait.await
+        };
+        // Not durable: none of them may be acknowledged.
+        if let Err(e) = durable {
+            state.stats.count_error(&e);
+            outcome.failed += accepted;
+            outcome.errors.push(("null".into(), e.http_message()));
+            return;
         }
     }
     outcome.success += accepted;

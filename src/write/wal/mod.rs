@@ -16,5 +16,5 @@ mod writer;
 
 pub(crate) use record::Record;
 pub(crate) use segment::{list_segments, read_segment, segment_path};
-pub use writer::{Appended, PendingPoint};
+pub use writer::{Appended, PendingPoint, WalError};
 pub(crate) use writer::{Wal, WalOptions};

@@ -10,10 +10,11 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+use thiserror::Error;
 use tokio::sync::watch;
 
 use crate::model::point::{Timestamp, Value};
@@ -21,6 +22,85 @@ use crate::write::series::Series;
 
 use super::record::{encode_delete, encode_point, encode_series, finish_frame, start_frame};
 use super::segment::{list_segments, segment_path, sync_dir};
+
+/// How long the writer waits between attempts while the log cannot be
+/// written (a full disk): short, so it resumes soon after space returns.
+const RETRY_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Bytes written but not yet synced that force a sync: they are kept in
+/// memory until one succeeds (to be written again if it fails).
+const UNSYNCED_LIMIT: usize = 16 << 20;
+
+/// Why the log cannot take writes now. While one stands, appends and
+/// waiters fail at once with it; the writer keeps retrying and clears it
+/// once a write and an fdatasync succeed again.
+#[derive(Debug, Clone, Error)]
+pub enum WalError {
+    #[error("write-ahead log segment {}: {cause}", path.display())]
+    Io {
+        path: PathBuf,
+        cause: Arc<std::io::Error>,
+    },
+    #[error(
+        "write-ahead log segment {} was deleted under the running TSD (was the data directory removed?); nothing can be logged until the TSD restarts on an intact data directory",
+        path.display()
+    )]
+    Unlinked { path: PathBuf },
+    #[error("the write-ahead log is closed")]
+    Closed,
+}
+
+/// A segment file as the writer uses it: appends, cutting back, syncing.
+/// Real segments are plain files ([`PlainFiles`]); tests put a file that
+/// fails on demand behind it.
+pub(crate) trait SegmentFile: Send {
+    /// Appends `data` at the end of the file.
+    fn append(&mut self, data: &[u8]) -> std::io::Result<()>;
+    /// Cuts the file back (or extends it) to `len` bytes.
+    fn set_len(&mut self, len: u64) -> std::io::Result<()>;
+    fn sync_data(&mut self) -> std::io::Result<()>;
+    fn len(&self) -> std::io::Result<u64>;
+    /// False once the file has no name left (its directory was removed).
+    fn linked(&self) -> std::io::Result<bool>;
+}
+
+/// Opens (creating if needed) the segment file at a path.
+pub(crate) trait SegmentFiles: Send + Sync {
+    fn open(&self, path: &Path) -> std::io::Result<Box<dyn SegmentFile>>;
+}
+
+/// Segments as plain files, opened for appending.
+pub(crate) struct PlainFiles;
+
+impl SegmentFiles for PlainFiles {
+    fn open(&self, path: &Path) -> std::io::Result<Box<dyn SegmentFile>> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Box::new(file))
+    }
+}
+
+impl SegmentFile for File {
+    fn append(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.write_all(data)
+    }
+
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        File::set_len(self, len)
+    }
+
+    fn sync_data(&mut self) -> std::io::Result<()> {
+        File::sync_data(self)
+    }
+
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+
+    fn linked(&self) -> std::io::Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(self.metadata()?.nlink() > 0)
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct WalOptions {
@@ -85,6 +165,56 @@ struct Shared {
     closed_below: AtomicU64,
     bytes_written: AtomicU64,
     syncs: AtomicU64,
+    /// Set while `failure` holds an error (a cheap check for appenders).
+    failing: AtomicBool,
+    failure: Mutex<Option<WalError>>,
+    /// Failed attempts so far: a waiter whose data is not durable fails
+    /// when this moves.
+    failures: AtomicU64,
+}
+
+impl Shared {
+    fn failure(&self) -> Option<WalError> {
+        if !self.failing.load(Ordering::Acquire) {
+            return None;
+        }
+        self.failure.lock().clone()
+    }
+
+    fn set_failure(&self, e: WalError) {
+        *self.failure.lock() = Some(e);
+        self.failing.store(true, Ordering::Release);
+        self.failures.fetch_add(1, Ordering::AcqRel);
+        // Wake every waiter so it sees the failure at once.
+        self.durable.send_modify(|_| {});
+        self.written.send_modify(|_| {});
+    }
+
+    fn clear_failure(&self) {
+        if self.failing.swap(false, Ordering::AcqRel) {
+            *self.failure.lock() = None;
+            tracing::info!(dir = %self.dir.display(), "the write-ahead log is writable again");
+        }
+    }
+
+    /// Whether a waiter for `seq` that started after `failures_seen`
+    /// failures is done: `Ok` once durable, the failure if one came.
+    fn durable_outcome(
+        &self,
+        seq: u64,
+        durable: u64,
+        failures_seen: u64,
+    ) -> Option<Result<(), WalError>> {
+        if durable >= seq {
+            return Some(Ok(()));
+        }
+        if self.failures.load(Ordering::Acquire) != failures_seen
+            || self.failing.load(Ordering::Acquire)
+        {
+            return Some(Err(self.failure().unwrap_or(WalError::Closed)));
+        }
+        None
+    }
 }
 
 pub struct Wal {
@@ -95,11 +225,20 @@ pub struct Wal {
 impl Wal {
     /// Starts a log writing to segment `first_segment` in `dir`.
     pub fn start(dir: &Path, first_segment: u64, opts: WalOptions) -> std::io::Result<Wal> {
+        Self::start_with(dir, first_segment, opts, Arc::new(PlainFiles))
+    }
+
+    /// [`Wal::start`] over segment files opened by `files`.
+    pub(crate) fn start_with(
+        dir: &Path,
+        first_segment: u64,
+        opts: WalOptions,
+        files: Arc<dyn SegmentFiles>,
+    ) -> std::io::Result<Wal> {
         fs::create_dir_all(dir)?;
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(segment_path(dir, first_segment))?;
+        let path = segment_path(dir, first_segment);
+        let file = files.open(&path)?;
+        let file_len = file.len()?;
         sync_dir(dir);
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
@@ -118,22 +257,51 @@ impl Wal {
             closed_below: AtomicU64::new(first_segment),
             bytes_written: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            failures: AtomicU64::new(0),
         });
-        let s = shared.clone();
+        let writer = Writer {
+            sh: shared.clone(),
+            files,
+            file,
+            path,
+            synced_len: file_len,
+            unsynced: Vec::new(),
+            rewrite: false,
+            pending: Vec::new(),
+            pending_seq: 0,
+            sync_due: false,
+            rotate_to: None,
+            written_seq: 0,
+            synced_seq: 0,
+        };
         let thread = std::thread::Builder::new()
             .name("wal-writer".into())
-            .spawn(move || writer_loop(s, file))?;
+            .spawn(move || writer.run())?;
         Ok(Wal {
             shared,
             thread: Mutex::new(Some(thread)),
         })
     }
 
+    /// Why the log cannot take writes now, if it cannot.
+    pub fn failure(&self) -> Option<WalError> {
+        self.shared.failure()
+    }
+
     /// Logs `points` as one frame, declaring series not yet declared in
-    /// the current segment first.
-    pub fn append(&self, points: &[PendingPoint]) -> Appended {
+    /// the current segment first. Refused at once while the log cannot be
+    /// written: nothing could make the points durable.
+    pub fn append(&self, points: &[PendingPoint]) -> Result<Appended, WalError> {
         let sh = &self.shared;
+        if let Some(e) = sh.failure() {
+            return Err(e);
+        }
         let mut st = sh.state.lock();
+        if st.stop {
+            return Err(WalError::Closed);
+        }
         let segment = st.segment;
         let tag = segment + 1;
         let start = start_frame(&mut st.buf);
@@ -152,18 +320,29 @@ impl Wal {
         if pending >= sh.opts.wake_bytes {
             sh.wake.notify_one();
         }
-        Appended {
+        Ok(Appended {
             seq,
             segment,
             backlog: pending >= sh.opts.backlog_bytes,
-        }
+        })
     }
 
     /// Logs that the hourly rows `[first_hour, last_hour]` of these series
     /// were deleted, so a replay does not bring back points logged before.
-    pub fn append_deletes(&self, tsuids: &[Vec<u8>], first_hour: u32, last_hour: u32) -> Appended {
+    pub fn append_deletes(
+        &self,
+        tsuids: &[Vec<u8>],
+        first_hour: u32,
+        last_hour: u32,
+    ) -> Result<Appended, WalError> {
         let sh = &self.shared;
+        if let Some(e) = sh.failure() {
+            return Err(e);
+        }
         let mut st = sh.state.lock();
+        if st.stop {
+            return Err(WalError::Closed);
+        }
         let segment = st.segment;
         let start = start_frame(&mut st.buf);
         for t in tsuids {
@@ -174,49 +353,74 @@ impl Wal {
         st.sync_wanted = true;
         drop(st);
         sh.wake.notify_one();
-        Appended {
+        Ok(Appended {
             seq,
             segment,
             backlog: false,
-        }
+        })
     }
 
     /// Blocks the calling (non-async) thread until everything up to `seq`
-    /// is on stable storage.
-    pub fn wait_durable_blocking(&self, seq: u64) {
-        let rx = self.shared.durable.subscribe();
-        while *rx.borrow() < seq {
-            self.shared.state.lock().sync_wanted = true;
-            self.shared.wake.notify_one();
+    /// is on stable storage, or fails as soon as the log cannot be
+    /// written.
+    pub fn wait_durable_blocking(&self, seq: u64) -> Result<(), WalError> {
+        let sh = &self.shared;
+        let seen = sh.failures.load(Ordering::Acquire);
+        let mut rx = sh.durable.subscribe();
+        loop {
+            let durable = *rx.borrow_and_update();
+            if let Some(r) = sh.durable_outcome(seq, durable, seen) {
+                return r;
+            }
+            sh.state.lock().sync_wanted = true;
+            sh.wake.notify_one();
             std::thread::sleep(Duration::from_millis(1));
         }
     }
 
-    /// Waits until everything up to `seq` is on stable storage.
-    pub async fn wait_durable(&self, seq: u64) {
-        let mut rx = self.shared.durable.subscribe();
-        if *rx.borrow() >= seq {
-            return;
+    /// Waits until everything up to `seq` is on stable storage, or fails
+    /// as soon as the log cannot be written.
+    pub async fn wait_durable(&self, seq: u64) -> Result<(), WalError> {
+        let sh = &self.shared;
+        let seen = sh.failures.load(Ordering::Acquire);
+        let mut rx = sh.durable.subscribe();
+        if let Some(r) = sh.durable_outcome(seq, *rx.borrow(), seen) {
+            return r;
         }
-        self.shared.state.lock().sync_wanted = true;
-        self.shared.wake.notify_one();
-        let _ = rx.wait_for(|d| *d >= seq).await;
+        sh.state.lock().sync_wanted = true;
+        sh.wake.notify_one();
+        let mut outcome = None;
+        let waited = rx
+            .wait_for(|d| {
+                outcome = sh.durable_outcome(seq, *d, seen);
+                outcome.is_some()
+            })
+            .await;
+        match (waited, outcome) {
+            (Ok(_), Some(r)) => r,
+            // The writer is gone: nothing more will become durable.
+            _ => Err(self.failure().unwrap_or(WalError::Closed)),
+        }
     }
 
     /// Blocks the calling (non-async) thread until everything up to `seq`
-    /// has been handed to the OS.
+    /// has been handed to the OS (returns at once while the log fails).
     pub fn wait_written_blocking(&self, seq: u64) {
         let rx = self.shared.written.subscribe();
-        while *rx.borrow() < seq {
+        while *rx.borrow() < seq && !self.shared.failing.load(Ordering::Acquire) {
             self.shared.wake.notify_one();
             std::thread::sleep(Duration::from_millis(1));
         }
     }
 
-    /// Waits until everything up to `seq` has been handed to the OS.
+    /// Waits until everything up to `seq` has been handed to the OS
+    /// (returns at once while the log fails).
     pub async fn wait_written(&self, seq: u64) {
-        let mut rx = self.shared.written.subscribe();
-        let _ = rx.wait_for(|d| *d >= seq).await;
+        let sh = &self.shared;
+        let mut rx = sh.written.subscribe();
+        let _ = rx
+            .wait_for(|d| *d >= seq || sh.failing.load(Ordering::Acquire))
+            .await;
     }
 
     pub fn durable_seq(&self) -> u64 {
@@ -238,6 +442,11 @@ impl Wal {
 
     pub fn syncs(&self) -> u64 {
         self.shared.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Attempts to write or sync the log that failed so far.
+    pub fn failed_attempts(&self) -> u64 {
+        self.shared.failures.load(Ordering::Relaxed)
     }
 
     /// Deletes closed segments numbered below `below`.
@@ -267,104 +476,217 @@ impl Wal {
     }
 
     /// Writes and syncs what is buffered, then stops the writer thread.
-    pub fn close(&self) {
+    /// A log that cannot be written gives up after one more attempt and
+    /// returns why: what it held is then only in the caller's buffer.
+    pub fn close(&self) -> Result<(), WalError> {
         self.shared.state.lock().stop = true;
         self.shared.wake.notify_one();
         if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
+        }
+        match self.shared.failure() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 }
 
 impl Drop for Wal {
     fn drop(&mut self) {
-        self.close();
+        let _ = self.close();
     }
 }
 
-fn writer_loop(sh: Arc<Shared>, mut file: File) {
-    let interval = sh.opts.flush_interval;
-    let mut last_sync = Instant::now();
-    let mut file_bytes: u64 = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut synced_seq = 0u64;
-    let mut written_seq = 0u64;
-    loop {
-        let mut st = sh.state.lock();
-        loop {
-            if st.stop || st.sync_wanted || st.buf.len() >= sh.opts.wake_bytes {
-                break;
-            }
-            let left = interval.saturating_sub(last_sync.elapsed());
-            if left.is_zero() {
-                break;
-            }
-            if sh.wake.wait_for(&mut st, left).timed_out() {
-                break;
-            }
-        }
-        let mut data = std::mem::take(&mut st.spare);
-        std::mem::swap(&mut data, &mut st.buf);
-        let end_seq = st.seq;
-        let want_sync = st.sync_wanted || st.stop || last_sync.elapsed() >= interval;
-        st.sync_wanted = false;
-        let stop = st.stop;
-        let rotate = !data.is_empty() && file_bytes + data.len() as u64 > sh.opts.segment_bytes;
-        let next_segment = st.segment + 1;
-        if rotate {
-            st.segment = next_segment;
-        }
-        drop(st);
+/// The writer thread's side: the open segment and what is not yet safe
+/// in it.
+///
+/// Invariants: the file holds exactly `synced_len + unsynced.len()` bytes
+/// of whole frames (a failed append is cut back before anything else is
+/// written); `unsynced` keeps every byte written since the last successful
+/// fdatasync, because after a failed one the kernel may have dropped them:
+/// they are then cut off and written again (`rewrite`), and only a sync
+/// that follows a fresh write of them makes them durable.
+struct Writer {
+    sh: Arc<Shared>,
+    files: Arc<dyn SegmentFiles>,
+    file: Box<dyn SegmentFile>,
+    path: PathBuf,
+    synced_len: u64,
+    unsynced: Vec<u8>,
+    /// A sync failed, or an append failed and may have left a torn frame:
+    /// cut the file back to `synced_len` and write `unsynced` again.
+    rewrite: bool,
+    /// Frames taken from the appenders' buffer, not yet written.
+    pending: Vec<u8>,
+    /// Log position at the end of `pending`.
+    pending_seq: u64,
+    sync_due: bool,
+    /// Segment to continue in once this one is complete and synced.
+    rotate_to: Option<u64>,
+    written_seq: u64,
+    synced_seq: u64,
+}
 
-        if !data.is_empty() {
-            // Retry on I/O errors: nothing is acknowledged until written.
-            while let Err(e) = file.write_all(&data) {
-                tracing::error!(error = %e, "WAL write failed; retrying");
-                std::thread::sleep(Duration::from_millis(100));
+impl Writer {
+    fn run(mut self) {
+        let interval = self.sh.opts.flush_interval;
+        let mut last_sync = Instant::now();
+        loop {
+            let failing = self.sh.failing.load(Ordering::Acquire);
+            let mut st = self.sh.state.lock();
+            loop {
+                if st.stop
+                    || (!failing && (st.sync_wanted || st.buf.len() >= self.sh.opts.wake_bytes))
+                {
+                    break;
+                }
+                let left = if failing {
+                    RETRY_INTERVAL
+                } else {
+                    interval.saturating_sub(last_sync.elapsed())
+                };
+                if left.is_zero() {
+                    break;
+                }
+                if self.sh.wake.wait_for(&mut st, left).timed_out() {
+                    break;
+                }
             }
-            file_bytes += data.len() as u64;
-            sh.bytes_written
-                .fetch_add(data.len() as u64, Ordering::Relaxed);
-            written_seq = end_seq;
-            sh.written.send_replace(written_seq);
-        }
-        if (want_sync || rotate) && synced_seq < written_seq {
-            while let Err(e) = file.sync_data() {
-                tracing::error!(error = %e, "WAL fdatasync failed; retrying");
-                std::thread::sleep(Duration::from_millis(100));
+            let stop = st.stop;
+            // Frames of an unfinished attempt go first, and alone: they
+            // belong to the segment they were encoded for.
+            if self.pending.is_empty() && self.rotate_to.is_none() && !self.rewrite {
+                let mut data = std::mem::take(&mut st.spare);
+                std::mem::swap(&mut data, &mut st.buf);
+                let file_len = self.synced_len + self.unsynced.len() as u64;
+                let rotate =
+                    !data.is_empty() && file_len + data.len() as u64 > self.sh.opts.segment_bytes;
+                if rotate {
+                    st.segment += 1;
+                    self.rotate_to = Some(st.segment);
+                }
+                self.pending_seq = st.seq;
+                std::mem::swap(&mut self.pending, &mut data);
+                st.spare = data;
             }
-            sh.syncs.fetch_add(1, Ordering::Relaxed);
-            synced_seq = written_seq;
-        }
-        if want_sync || rotate {
-            last_sync = Instant::now();
-            let prev = *sh.durable.borrow();
-            sh.durable.send_replace(synced_seq.max(prev));
-        }
-        data.clear();
-        sh.state.lock().spare = data;
-        if rotate {
-            match OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(segment_path(&sh.dir, next_segment))
-            {
-                Ok(f) => {
-                    file = f;
-                    file_bytes = 0;
-                    sync_dir(&sh.dir);
-                    sh.closed_below.store(next_segment, Ordering::Release);
+            let want_sync = st.sync_wanted || stop || last_sync.elapsed() >= interval;
+            st.sync_wanted = false;
+            drop(st);
+            self.sync_due |= want_sync;
+            match self.advance() {
+                Ok(synced) => {
+                    if synced {
+                        last_sync = Instant::now();
+                    }
+                    self.sh.clear_failure();
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "cannot open a new WAL segment; continuing in the old one");
+                    if !self.sh.failing.load(Ordering::Acquire) {
+                        tracing::error!(error = %e, "the write-ahead log cannot be written; refusing writes until it can");
+                    }
+                    self.sh.set_failure(e);
+                    if stop {
+                        tracing::error!("stopping with write-ahead log data unwritten");
+                        break;
+                    }
+                    continue;
                 }
             }
-        }
-        if stop {
-            let st = sh.state.lock();
-            if st.buf.is_empty() {
+            if stop && self.sh.state.lock().buf.is_empty() {
                 break;
             }
         }
+    }
+
+    fn io_error(&self, cause: std::io::Error) -> WalError {
+        WalError::Io {
+            path: self.path.clone(),
+            cause: Arc::new(cause),
+        }
+    }
+
+    /// Writes what is pending, syncs when due and moves to the next
+    /// segment when asked. Returns whether it ran a sync round. Any step
+    /// that fails leaves the state so that the next call starts it again.
+    fn advance(&mut self) -> Result<bool, WalError> {
+        // Writing into a file that no longer has a name acknowledges
+        // points nobody can find again.
+        match self.file.linked() {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(WalError::Unlinked {
+                    path: self.path.clone(),
+                });
+            }
+            Err(e) => return Err(self.io_error(e)),
+        }
+        if self.rewrite {
+            self.file
+                .set_len(self.synced_len)
+                .map_err(|e| self.io_error(e))?;
+            if !self.unsynced.is_empty() {
+                self.file
+                    .append(&self.unsynced)
+                    .map_err(|e| self.io_error(e))?;
+            }
+            self.rewrite = false;
+            // What was written before the failure is written afresh: it
+            // must be synced before anything counts as durable.
+            self.sync_due = true;
+        }
+        if !self.pending.is_empty() {
+            if let Err(e) = self.file.append(&self.pending) {
+                // A short write leaves part of a frame: cut it off (now,
+                // and again before the next attempt if this fails too).
+                let end = self.synced_len + self.unsynced.len() as u64;
+                if self.file.set_len(end).is_err() {
+                    self.rewrite = true;
+                }
+                return Err(self.io_error(e));
+            }
+            let n = self.pending.len() as u64;
+            self.unsynced.extend_from_slice(&self.pending);
+            self.pending.clear();
+            self.sh.bytes_written.fetch_add(n, Ordering::Relaxed);
+            self.written_seq = self.pending_seq;
+            self.sh.written.send_replace(self.written_seq);
+            if self.unsynced.len() >= UNSYNCED_LIMIT {
+                self.sync_due = true;
+            }
+        }
+        let sync_now = self.sync_due || self.rotate_to.is_some();
+        if sync_now {
+            if !self.unsynced.is_empty() {
+                if let Err(e) = self.file.sync_data() {
+                    // Never retried as is: after a failed fdatasync the
+                    // kernel may have dropped these pages, so a later
+                    // success would prove nothing.
+                    self.rewrite = true;
+                    return Err(self.io_error(e));
+                }
+                self.sh.syncs.fetch_add(1, Ordering::Relaxed);
+                self.synced_len += self.unsynced.len() as u64;
+                self.unsynced.clear();
+                self.synced_seq = self.written_seq;
+            }
+            self.sync_due = false;
+            let synced = self.synced_seq;
+            self.sh.durable.send_modify(|d| *d = (*d).max(synced));
+        }
+        if let Some(next) = self.rotate_to {
+            let path = segment_path(&self.sh.dir, next);
+            let file = self.files.open(&path).map_err(|cause| WalError::Io {
+                path: path.clone(),
+                cause: Arc::new(cause),
+            })?;
+            self.synced_len = file.len().map_err(|e| self.io_error(e))?;
+            self.file = file;
+            self.path = path;
+            self.rotate_to = None;
+            sync_dir(&self.sh.dir);
+            self.sh.closed_below.store(next, Ordering::Release);
+        }
+        Ok(sync_now)
     }
 }
 
@@ -396,11 +718,14 @@ mod tests {
             p(Timestamp::Seconds(1356998400), Value::Int(-5)),
             p(Timestamp::Millis(1356998400123), Value::Float(1.5)),
         ]);
-        let b = wal.append(&[p(Timestamp::Seconds(1356998401), Value::Int(i64::MAX))]);
+        let a = a.unwrap();
+        let b = wal
+            .append(&[p(Timestamp::Seconds(1356998401), Value::Int(i64::MAX))])
+            .unwrap();
         assert_eq!(a.segment, 7);
-        wal.wait_durable(b.seq).await;
+        wal.wait_durable(b.seq).await.unwrap();
         assert!(wal.durable_seq() >= b.seq);
-        wal.close();
+        wal.close().unwrap();
         let path = segment_path(dir.path(), 7);
         // A torn frame at the end is ignored.
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
@@ -454,10 +779,11 @@ mod tests {
                 &s,
                 Timestamp::Seconds(1356998400 + i),
                 Value::Int(i as i64),
-            )]);
+            )])
+            .unwrap();
             std::thread::sleep(Duration::from_millis(2));
         }
-        wal.close();
+        wal.close().unwrap();
         let segs = list_segments(dir.path()).unwrap();
         assert!(segs.len() > 1, "{segs:?}");
         let mut points = 0;
@@ -490,10 +816,198 @@ mod tests {
         wal.append(&[
             p(Timestamp::Seconds(1356998400), Value::Int(-5)),
             p(Timestamp::Millis(1356998400123), Value::Float(1.5)),
-        ]);
-        wal.append_deletes(&[vec![0, 0, 1, 0, 0, 1, 0, 0, 3]], 1356998400, 1357002000);
-        wal.append(&[p(Timestamp::Seconds(1357002001), Value::Int(300))]);
-        wal.close();
+        ])
+        .unwrap();
+        wal.append_deletes(&[vec![0, 0, 1, 0, 0, 1, 0, 0, 3]], 1356998400, 1357002000)
+            .unwrap();
+        wal.append(&[p(Timestamp::Seconds(1357002001), Value::Int(300))])
+            .unwrap();
+        wal.close().unwrap();
         assert_eq!(fs::read(segment_path(dir.path(), 1)).unwrap(), OLD_SEGMENT);
+    }
+
+    /// What the fault-injecting segment file does next.
+    #[derive(Default)]
+    struct Faults {
+        /// Appends write half their bytes, then fail with ENOSPC.
+        disk_full: bool,
+        /// The next fdatasyncs fail with EIO, and the kernel "drops" what
+        /// was written since the last good one (the file is cut back).
+        failing_syncs: usize,
+        synced_len: u64,
+    }
+
+    struct FaultyFiles(Arc<Mutex<Faults>>);
+
+    struct FaultyFile {
+        file: File,
+        faults: Arc<Mutex<Faults>>,
+    }
+
+    impl SegmentFiles for FaultyFiles {
+        fn open(&self, path: &Path) -> std::io::Result<Box<dyn SegmentFile>> {
+            let file = OpenOptions::new().create(true).append(true).open(path)?;
+            Ok(Box::new(FaultyFile {
+                file,
+                faults: self.0.clone(),
+            }))
+        }
+    }
+
+    impl SegmentFile for FaultyFile {
+        fn append(&mut self, data: &[u8]) -> std::io::Result<()> {
+            if self.faults.lock().disk_full {
+                self.file.write_all(&data[..data.len() / 2])?;
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.file.write_all(data)
+        }
+
+        fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+            self.file.set_len(len)
+        }
+
+        fn sync_data(&mut self) -> std::io::Result<()> {
+            let mut f = self.faults.lock();
+            if f.failing_syncs > 0 {
+                f.failing_syncs -= 1;
+                self.file.set_len(f.synced_len)?;
+                return Err(std::io::Error::from_raw_os_error(libc::EIO));
+            }
+            self.file.sync_data()?;
+            f.synced_len = self.file.metadata()?.len();
+            Ok(())
+        }
+
+        fn len(&self) -> std::io::Result<u64> {
+            SegmentFile::len(&self.file)
+        }
+
+        fn linked(&self) -> std::io::Result<bool> {
+            self.file.linked()
+        }
+    }
+
+    fn faulty_wal(dir: &Path) -> (Wal, Arc<Mutex<Faults>>) {
+        let faults = Arc::new(Mutex::new(Faults::default()));
+        let wal = Wal::start_with(
+            dir,
+            1,
+            WalOptions::default(),
+            Arc::new(FaultyFiles(faults.clone())),
+        )
+        .unwrap();
+        (wal, faults)
+    }
+
+    /// Waits (bounded) until the writer has cleared its failure.
+    fn wait_healthy(wal: &Wal) {
+        for _ in 0..500 {
+            if wal.failure().is_none() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the WAL did not recover: {:?}", wal.failure());
+    }
+
+    fn points_in(path: &Path) -> Vec<i64> {
+        let got = read_segment(path).unwrap();
+        assert_eq!(got.bad_tail, 0, "no torn frame is left in the segment");
+        got.records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Point {
+                    value: Value::Int(v),
+                    ..
+                } => Some(*v),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_full_disk_fails_fast_leaves_no_torn_frame_and_recovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (wal, faults) = faulty_wal(dir.path());
+        let s = series(1);
+        let put = |v: i64| {
+            wal.append(&[pending(
+                &s,
+                Timestamp::Seconds(1356998400 + v as u32),
+                Value::Int(v),
+            )])
+        };
+        let a = put(1).unwrap();
+        wal.wait_durable_blocking(a.seq).unwrap();
+
+        faults.lock().disk_full = true;
+        let b = put(2).unwrap();
+        let e = wal.wait_durable_blocking(b.seq).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("No space left on device"), "{msg}");
+        assert!(msg.contains("0000000000000001.wal"), "{msg}");
+        // While the disk is full, new writes are refused at once.
+        assert!(put(3).is_err());
+        assert!(wal.failed_attempts() >= 1);
+
+        faults.lock().disk_full = false;
+        wait_healthy(&wal);
+        let d = put(4).unwrap();
+        wal.wait_durable_blocking(d.seq).unwrap();
+        wal.close().unwrap();
+        // The point refused while the disk was full is not there; the one
+        // that failed its sync was kept and written once space returned.
+        assert_eq!(points_in(&segment_path(dir.path(), 1)), vec![1, 2, 4]);
+    }
+
+    #[test]
+    fn a_failed_fdatasync_is_never_retried_into_an_acknowledgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let (wal, faults) = faulty_wal(dir.path());
+        let s = series(1);
+        let put = |v: i64| {
+            wal.append(&[pending(
+                &s,
+                Timestamp::Seconds(1356998400 + v as u32),
+                Value::Int(v),
+            )])
+        };
+        let a = put(1).unwrap();
+        wal.wait_durable_blocking(a.seq).unwrap();
+
+        // The sync fails and the kernel loses the bytes written since the
+        // last good one: the waiter is told, not acknowledged.
+        faults.lock().failing_syncs = 1;
+        let b = put(2).unwrap();
+        let msg = wal.wait_durable_blocking(b.seq).unwrap_err().to_string();
+        assert!(msg.contains("Input/output error"), "{msg}");
+        wait_healthy(&wal);
+        let c = put(3).unwrap();
+        wal.wait_durable_blocking(c.seq).unwrap();
+        wal.close().unwrap();
+        // The lost bytes were written again before the next good sync.
+        assert_eq!(points_in(&segment_path(dir.path(), 1)), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn a_removed_segment_refuses_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal_dir = dir.path().join("wal");
+        let wal = Wal::start(&wal_dir, 1, WalOptions::default()).unwrap();
+        let s = series(1);
+        let a = wal
+            .append(&[pending(&s, Timestamp::Seconds(1356998400), Value::Int(1))])
+            .unwrap();
+        wal.wait_durable_blocking(a.seq).unwrap();
+        fs::remove_dir_all(&wal_dir).unwrap();
+        let b = wal
+            .append(&[pending(&s, Timestamp::Seconds(1356998401), Value::Int(2))])
+            .unwrap();
+        let e = wal.wait_durable_blocking(b.seq).unwrap_err();
+        assert!(matches!(e, WalError::Unlinked { .. }), "{e}");
+        assert!(e.to_string().contains("was deleted"), "{e}");
+        assert!(wal.failure().is_some());
+        assert!(!wal_dir.exists(), "the directory is not recreated");
     }
 }
