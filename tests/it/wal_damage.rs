@@ -226,7 +226,11 @@ fn a_flipped_byte_costs_only_its_frame() {
     assert_eq!(std::fs::read(only_segment(&kept)).unwrap(), bytes);
     let run = common::tsdb(dir.path(), &["fsck", "--full-scan"]);
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
-    assert!(run.stdout.contains("WAL Damaged Frames: 1"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("WAL Damaged Frames: 1"),
+        "{}",
+        run.stdout
+    );
     assert!(
         run.stdout.contains(&format!(
             "{} frames, {} datapoints",
@@ -393,7 +397,10 @@ fn points_of_a_series_declared_in_a_damaged_frame_are_counted_as_orphaned() {
     let db = open(dir.path()).unwrap();
     assert_eq!(
         points(&db, "kept.m"),
-        vec![(BASE * 1000, Value::Int(1)), ((BASE + 1) * 1000, Value::Int(2))]
+        vec![
+            (BASE * 1000, Value::Int(1)),
+            ((BASE + 1) * 1000, Value::Int(2))
+        ]
     );
     use std::sync::atomic::Ordering::Relaxed;
     assert_eq!(db.stats().replay_damaged_frames.load(Relaxed), 1);
@@ -407,7 +414,9 @@ fn errors_about_wal_files_name_them() {
     let dir = tempfile::tempdir().unwrap();
     let seg = dir.path().join("wal").join("0000000000000001.wal");
     std::fs::create_dir_all(&seg).unwrap();
-    let e = open(dir.path()).err().expect("a directory is not a segment");
+    let e = open(dir.path())
+        .err()
+        .expect("a directory is not a segment");
     assert!(e.to_string().contains(&seg.display().to_string()), "{e}");
 
     // One that appears under a running database, met when it closes
@@ -416,7 +425,9 @@ fn errors_about_wal_files_name_them() {
     let db = open(dir.path()).unwrap();
     let seg = dir.path().join("wal").join("0000000000000099.wal");
     std::fs::create_dir_all(&seg).unwrap();
-    let e = db.close().expect_err("a directory cannot be removed as a file");
+    let e = db
+        .close()
+        .expect_err("a directory cannot be removed as a file");
     let msg = e.to_string();
     assert!(msg.contains(&seg.display().to_string()), "{msg}");
     assert!(msg.contains("Is a directory"), "{msg}");
