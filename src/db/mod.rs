@@ -25,6 +25,9 @@
 //!   every point logged in it;
 //! - a delete is logged (and synced) in the WAL before rows are removed,
 //!   so a replay after a crash cannot bring deleted points back;
+//! - at open, a damaged WAL frame costs only itself and a record that
+//!   cannot be stored is skipped and counted ([`WriteStats`]); a segment
+//!   that lost anything is kept in `wal/damaged/` (docs/format/wal.md);
 //! - while the WAL cannot be written (a full disk, a removed data
 //!   directory) or the engine refused a write, puts are refused at once
 //!   with the cause ([`Db::writable`]) and `sync` waiters fail instead of

@@ -838,6 +838,15 @@ mod tests {
     }
 
     #[test]
+    fn series_are_declared_again_every_stretch_of_log_and_segment() {
+        let t = declaration_tag;
+        assert_ne!(t(1, 0), 0, "0 means never declared");
+        assert_eq!(t(1, 0), t(1, REDECLARE_BYTES - 1));
+        assert_ne!(t(1, REDECLARE_BYTES - 1), t(1, REDECLARE_BYTES));
+        assert_ne!(t(1, 5), t(2, 5));
+    }
+
+    #[test]
     fn the_writer_still_produces_the_old_bytes() {
         let dir = tempfile::tempdir().unwrap();
         let wal = Wal::start(dir.path(), 1, WalOptions::default()).unwrap();
