@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
@@ -16,12 +16,14 @@ use crate::codec::compressed;
 use crate::codec::qualifier::{self, CellKind, FLAG_FLOAT, LENGTH_MASK, StoredPoint};
 use crate::codec::row::{self, Cell, RowCells};
 use crate::codec::row_key::RowKey;
+use crate::db::{DbError, WAL_DIR};
 use crate::model::row_span::row_base_clamped;
 use crate::model::uid::{hex_upper, java_byte_array};
 use crate::model::{UidKind, Value};
 use crate::store::Durability;
 use crate::store::Store;
 use crate::uid::UidTable;
+use crate::write::wal;
 
 #[derive(Debug, Args, Default)]
 pub struct FsckArgs {
@@ -95,6 +97,14 @@ pub(crate) struct FsckReport {
     pub vle: u64,
     pub vle_bytes: u64,
     pub vle_fixed: u64,
+    /// The write-ahead log, read before the store opens (opening replays
+    /// it): segments read, damage skipped, points that cannot be stored.
+    pub wal_segments: u64,
+    pub wal_damaged_frames: u64,
+    pub wal_damaged_bytes: u64,
+    pub wal_torn_tail_bytes: u64,
+    pub wal_orphaned: u64,
+    pub wal_unstorable: u64,
 }
 
 impl FsckReport {
@@ -107,6 +117,9 @@ impl FsckReport {
             + self.bad_compacted_columns
             + self.fixable_compacted_columns
             + self.value_encoding
+            + self.wal_damaged_frames
+            + self.wal_orphaned
+            + self.wal_unstorable
     }
 
     pub(crate) fn total_fixed(&self) -> u64 {
@@ -120,7 +133,7 @@ impl FsckReport {
     }
 
     fn print(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        let lines: [(&str, u64); 26] = [
+        let lines: [(&str, u64); 32] = [
             ("Key Values Processed", self.kvs_processed),
             ("Rows Processed", self.rows_processed),
             ("Valid Datapoints", self.valid_datapoints),
@@ -155,6 +168,12 @@ impl FsckReport {
             ("Datapoints Qualified for VLE ", self.vle),
             ("Datapoints Compressed with VLE", self.vle_fixed),
             ("Bytes Saved with VLE", self.vle_bytes),
+            ("WAL Segments Checked", self.wal_segments),
+            ("WAL Damaged Frames", self.wal_damaged_frames),
+            ("WAL Damaged Bytes", self.wal_damaged_bytes),
+            ("WAL Torn Tail Bytes", self.wal_torn_tail_bytes),
+            ("WAL Orphaned Datapoints", self.wal_orphaned),
+            ("WAL Unstorable Datapoints", self.wal_unstorable),
             ("Total Errors", self.total_errors()),
             ("Total Correctable Errors", self.total_errors()),
             ("Total Errors Fixed", self.total_fixed()),
@@ -174,16 +193,19 @@ pub(crate) fn run(
     err: &mut dyn Write,
 ) -> anyhow::Result<i32> {
     let started = Instant::now();
+    if !a.full_scan && a.query.is_empty() {
+        writeln!(
+            err,
+            "Usage: fsck [flags] [START-DATE [END-DATE] query [queries...]]\nScans the OpenTSDB data table for errors. Use the --full-scan flag\nto scan the entire data table or specify a command line query to scan a subset."
+        )?;
+        return Ok(2);
+    }
+    let mut report = FsckReport::default();
+    // Before the store opens: opening it replays the log.
+    check_wal(&ctx.db_options()?.data_dir.join(WAL_DIR), &mut report, out)?;
     let db = ctx.open_db()?;
     let (store, table): (&Store, &crate::uid::UidTable) = (db.store(), db.uids());
-    let keys: Vec<Vec<u8>> = if a.full_scan || a.query.is_empty() {
-        if !a.full_scan {
-            writeln!(
-                err,
-                "Usage: fsck [flags] [START-DATE [END-DATE] query [queries...]]\nScans the OpenTSDB data table for errors. Use the --full-scan flag\nto scan the entire data table or specify a command line query to scan a subset."
-            )?;
-            return Ok(2);
-        }
+    let keys: Vec<Vec<u8>> = if a.full_scan {
         let mut keys = Vec::new();
         for item in store.scan_all_rows() {
             keys.push(item?.0);
@@ -221,7 +243,6 @@ pub(crate) fn run(
         }
         keys
     };
-    let mut report = FsckReport::default();
     let progress = super::row_progress("fsck");
     for key in keys {
         check_row(store, table, &a, &key, &mut report, out)?;
@@ -260,6 +281,55 @@ pub(crate) fn run(
     } else {
         0
     })
+}
+
+/// Reads every segment of the write-ahead log in `dir` (those waiting to
+/// be replayed, and those replay moved aside because they lost frames or
+/// records) and reports, per segment, its records and what cannot be
+/// replayed from it. A torn last frame of the newest waiting segment is
+/// what a crash leaves, not damage.
+fn check_wal(dir: &Path, r: &mut FsckReport, out: &mut dyn Write) -> anyhow::Result<()> {
+    let named = |path: &Path| {
+        let path = path.to_path_buf();
+        move |cause| DbError::Wal { path, cause }
+    };
+    let waiting = wal::list_segments(dir).map_err(named(dir))?;
+    let last = waiting.last().copied();
+    let mut paths: Vec<(PathBuf, bool)> = waiting
+        .iter()
+        .map(|&n| (wal::segment_path(dir, n), Some(n) == last))
+        .collect();
+    let kept = wal::list_damaged(dir).map_err(named(&dir.join(wal::DAMAGED_DIR)))?;
+    paths.extend(kept.into_iter().map(|p| (p, false)));
+    for (path, newest) in paths {
+        let contents = wal::read_segment(&path).map_err(named(&path))?;
+        let scan = contents.scan;
+        let sum = contents.summary();
+        let (mut damaged, mut damaged_bytes) = (scan.damaged_frames, scan.damaged_bytes);
+        if !newest && scan.torn_tail > 0 {
+            damaged += 1;
+            damaged_bytes += scan.torn_tail;
+        } else {
+            r.wal_torn_tail_bytes += scan.torn_tail;
+        }
+        r.wal_segments += 1;
+        r.wal_damaged_frames += damaged;
+        r.wal_damaged_bytes += damaged_bytes;
+        r.wal_orphaned += sum.orphaned_points;
+        r.wal_unstorable += sum.unstorable_points;
+        writeln!(
+            out,
+            "WAL segment {}: {} frames, {} datapoints, {} deletes; {damaged} damaged frames ({damaged_bytes} bytes skipped), torn tail {} bytes, {} orphaned datapoints, {} unstorable datapoints",
+            path.display(),
+            scan.frames,
+            sum.points,
+            sum.deletes,
+            if newest { scan.torn_tail } else { 0 },
+            sum.orphaned_points,
+            sum.unstorable_points,
+        )?;
+    }
+    Ok(())
 }
 
 /// A data point with where it came from, for duplicate resolution.

@@ -25,6 +25,9 @@
 //!   every point logged in it;
 //! - a delete is logged (and synced) in the WAL before rows are removed,
 //!   so a replay after a crash cannot bring deleted points back;
+//! - at open, a damaged WAL frame costs only itself and a record that
+//!   cannot be stored is skipped and counted ([`WriteStats`]); a segment
+//!   that lost anything is kept in `wal/damaged/` (docs/format/wal.md);
 //! - while the WAL cannot be written (a full disk, a removed data
 //!   directory) or the engine refused a write, puts are refused at once
 //!   with the cause ([`Db::writable`]) and `sync` waiters fail instead of
@@ -119,6 +122,14 @@ pub struct WriteStats {
     pub flush_errors: AtomicU64,
     /// Points recovered from the WAL at start.
     pub points_replayed: AtomicU64,
+    /// Damaged stretches of WAL frames skipped at start (replay goes on
+    /// after each; a torn last frame is not counted).
+    pub replay_damaged_frames: AtomicU64,
+    /// WAL points skipped at start because their series was declared in a
+    /// damaged frame.
+    pub replay_orphaned: AtomicU64,
+    /// WAL records skipped at start because they cannot be stored.
+    pub replay_unstorable: AtomicU64,
 }
 
 /// An open database. Shared behind an `Arc`; [`Db::close`] flushes it.
@@ -188,12 +199,7 @@ impl Db {
         let series = SeriesCache::new(uids, opts.max_tags)
             .with_limiter(SeriesLimiter::new(opts.series_limits, index.clone()));
         let (next_segment, replayed) = replay::replay(&*rows, &series, &index, &wal_dir)?;
-        let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone()).map_err(|source| {
-            DbError::Wal {
-                path: wal_dir.clone(),
-                cause: source,
-            }
-        })?;
+        let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone())?;
         let db = Arc::new(Db {
             rows,
             store,
@@ -211,7 +217,11 @@ impl Db {
             flush_lock: Mutex::new(()),
             counters: Mutex::new(std::time::Instant::now()),
         });
-        db.stats.points_replayed.store(replayed, Ordering::Relaxed);
+        let st = &db.stats;
+        st.points_replayed.store(replayed.points, Ordering::Relaxed);
+        (st.replay_damaged_frames).store(replayed.damaged_frames, Ordering::Relaxed);
+        (st.replay_orphaned).store(replayed.orphaned_points, Ordering::Relaxed);
+        (st.replay_unstorable).store(replayed.unstorable, Ordering::Relaxed);
         let weak = Arc::downgrade(&db);
         let t = std::thread::Builder::new()
             .name("flusher".into())
@@ -317,14 +327,15 @@ impl Db {
             tracing::warn!(error = %e, "the write-ahead log failed, but the store holds every point");
         }
         if self.buffer.points() == 0 {
-            let wal_err = |cause| DbError::Wal {
-                path: self.wal.dir().to_path_buf(),
-                cause,
+            let wal_err = |path: &Path| {
+                let path = path.to_path_buf();
+                move |cause| DbError::Wal { path, cause }
             };
-            self.wal.delete_below(u64::MAX).map_err(wal_err)?;
+            self.wal.delete_below(u64::MAX)?;
             // The active segment is closed too now.
-            for s in wal::list_segments(self.wal.dir()).map_err(wal_err)? {
-                std::fs::remove_file(wal::segment_path(self.wal.dir(), s)).map_err(wal_err)?;
+            for s in wal::list_segments(self.wal.dir()).map_err(wal_err(self.wal.dir()))? {
+                let path = wal::segment_path(self.wal.dir(), s);
+                std::fs::remove_file(&path).map_err(wal_err(&path))?;
             }
         }
         tracing::info!(

@@ -1,5 +1,14 @@
 //! Replay: the WAL left by the previous process is read back into the
 //! store when a database opens, then removed.
+//!
+//! No record can stop a store from opening: a damaged frame costs only
+//! itself (the segment reader finds the next frame), and a record that
+//! cannot be stored (its series cannot be resolved, its time is beyond
+//! the last row, the row store refuses it, a delete names a bad TSUID) is
+//! skipped, counted and logged once per kind. A segment that lost
+//! anything is moved to `wal/damaged/` instead of being deleted, so what
+//! it held can still be looked at. Only a failing disk or engine stops
+//! replay, leaving every segment where it was for the next start.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -9,118 +18,291 @@ use super::{DbError, Result};
 use crate::index::SeriesIndex;
 use crate::model::Tsuid;
 use crate::model::{Timestamp, Value};
+use crate::store::StoreError;
 use crate::store::rows::RowStore;
 use crate::write::{Series, SeriesCache, wal};
 
-/// Replays every WAL segment in `dir` into the row store, syncs it and
-/// deletes the segments. Returns the next segment number and the points
-/// replayed.
+/// What a replay stored, and what it had to leave out.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplayReport {
+    /// Points written to the store.
+    pub points: u64,
+    /// Stretches of damaged bytes skipped (each at least one frame), and
+    /// their bytes. A torn last frame of the newest segment is not damage.
+    pub damaged_frames: u64,
+    pub damaged_bytes: u64,
+    /// Points whose series was declared in a damaged frame: series ids
+    /// are local to the writing process, so their names are lost.
+    pub orphaned_points: u64,
+    /// Records that could not be stored: see [`Skip`].
+    pub unstorable: u64,
+    /// Segments moved to `wal/damaged/` because they lost something.
+    pub segments_kept: u64,
+}
+
+/// Why a record was skipped: one log line per kind, with a count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Skip {
+    Orphaned,
+    UnresolvableSeries,
+    BeyondLastRow,
+    RowRefused,
+    BadDeleteTsuid,
+}
+
+impl Skip {
+    fn describe(self) -> &'static str {
+        match self {
+            Skip::Orphaned => {
+                "WAL points skipped: their series was declared in a damaged frame, so their names are lost"
+            }
+            Skip::UnresolvableSeries => "WAL points skipped: their series cannot be resolved",
+            Skip::BeyondLastRow => {
+                "WAL points skipped: their timestamp is past the last row a key can hold (second > 4294967295)"
+            }
+            Skip::RowRefused => "WAL points skipped: the row store refused them",
+            Skip::BadDeleteTsuid => "WAL deletes skipped: their TSUID does not fit this store",
+        }
+    }
+}
+
+/// Skipped records by kind: how many, and the first one's details.
+#[derive(Default)]
+struct Skips(BTreeMap<Skip, (u64, String)>);
+
+impl Skips {
+    fn add(&mut self, kind: Skip, n: u64, detail: impl FnOnce() -> String) {
+        if n == 0 {
+            return;
+        }
+        let e = self.0.entry(kind).or_insert_with(|| (0, detail()));
+        e.0 += n;
+    }
+
+    fn total(&self) -> u64 {
+        self.0.values().map(|(n, _)| n).sum()
+    }
+
+    fn count(&self, kind: Skip) -> u64 {
+        self.0.get(&kind).map_or(0, |(n, _)| *n)
+    }
+
+    fn log(&self) {
+        for (kind, (count, first)) in &self.0 {
+            tracing::warn!(count, first = %first, "{}", kind.describe());
+        }
+    }
+}
+
+/// Whether a row-store error is the disk or engine failing (replay stops
+/// and keeps the WAL for the next start) rather than these points being
+/// refused.
+fn is_environmental(e: &StoreError) -> bool {
+    matches!(e, StoreError::Storage(_) | StoreError::Io(_))
+}
+
+/// Replays every WAL segment in `dir` into the row store, syncs it, and
+/// deletes the segments (or moves those that lost anything aside).
+/// Returns the next segment number and what was replayed and skipped.
 pub(super) fn replay(
     rows: &dyn RowStore,
     series: &SeriesCache,
     index: &SeriesIndex,
     dir: &Path,
-) -> Result<(u64, u64)> {
+) -> Result<(u64, ReplayReport)> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |cause| DbError::Wal { path, cause }
     };
     let segments = wal::list_segments(dir).map_err(io(dir))?;
+    let mut report = ReplayReport::default();
     let Some(&last) = segments.last() else {
-        return Ok((1, 0));
+        return Ok((1, report));
     };
-    let mut total = 0u64;
-    for seg in &segments {
-        let path = wal::segment_path(dir, *seg);
+    let mut skips = Skips::default();
+    let mut lossy = Vec::new();
+    for &seg in &segments {
+        let path = wal::segment_path(dir, seg);
         let contents = wal::read_segment(&path).map_err(io(&path))?;
-        if contents.bad_tail > 0 {
-            tracing::warn!(segment = %path.display(), bytes = contents.bad_tail, "WAL segment ends in a torn or corrupt frame; ignoring its tail");
-        }
-        let mut ids: HashMap<u32, Arc<Series>> = HashMap::new();
-        let mut points: HashMap<u32, Vec<(Timestamp, Value)>> = HashMap::new();
-        // Rows to delete, by hour range: nothing in this segment is written
-        // before its last record is read, so deleting them all then (and
-        // before its points are written) is what deleting each at its
-        // record would do, in one row-store call per range.
-        let mut deletes: BTreeMap<(u32, u32), Vec<Tsuid>> = BTreeMap::new();
-        for rec in contents.records {
-            match rec {
-                wal::Record::Series { id, metric, tags } => {
-                    let t: Vec<(&str, &str)> =
-                        tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                    match series.resolve_replayed(&metric, &t) {
-                        Ok(s) => {
-                            ids.insert(id, s);
-                        }
-                        Err(e) => {
-                            tracing::error!(metric, error = ?e, "WAL series cannot be resolved; its points are skipped")
-                        }
-                    }
-                }
-                wal::Record::Point { id, ts, value } => {
-                    if ids.contains_key(&id) {
-                        points.entry(id).or_default().push((ts, value));
-                    }
-                }
-                wal::Record::Delete {
-                    tsuid,
-                    first_hour,
-                    last_hour,
-                } => {
-                    let Ok(tsuid) = Tsuid::from_bytes(&tsuid, &rows.widths()) else {
-                        continue;
-                    };
-                    // Points logged earlier in this segment go, and rows
-                    // earlier segments' replay already stored are deleted
-                    // (below).
-                    for (id, s) in &ids {
-                        if s.tsuid == tsuid
-                            && let Some(pts) = points.get_mut(id)
-                        {
-                            pts.retain(|(ts, _)| {
-                                !ts.base_time()
-                                    .is_ok_and(|b| (first_hour..=last_hour).contains(&b))
-                            });
-                        }
-                    }
-                    deletes
-                        .entry((first_hour, last_hour))
-                        .or_default()
-                        .push(tsuid);
-                }
+        let scan = contents.scan;
+        let skipped_before = skips.total();
+        // Only the segment being written when the process died can end
+        // in a torn write; anywhere else a cut frame is damage.
+        let (mut damaged_frames, mut damaged_bytes) = (scan.damaged_frames, scan.damaged_bytes);
+        if scan.torn_tail > 0 {
+            if seg == last {
+                tracing::info!(segment = %path.display(), bytes = scan.torn_tail, "WAL segment ends in a torn write (normal after a crash); ignoring it");
+            } else {
+                damaged_frames += 1;
+                damaged_bytes += scan.torn_tail;
             }
         }
-        for ((first_hour, last_hour), tsuids) in deletes {
-            rows.delete_rows(&tsuids, first_hour, last_hour)?;
+        if damaged_frames > 0 {
+            tracing::warn!(segment = %path.display(), damaged_frames, damaged_bytes, frames_read = scan.frames, "WAL segment has damaged frames; skipping them and replaying every frame found after them");
         }
-        for (id, pts) in points {
-            let s = &ids[&id];
-            // Later writes win: put_points merges in order, so keep the
-            // last value per timestamp before writing.
-            let mut dedup: BTreeMap<u64, (Timestamp, Value)> = BTreeMap::new();
-            for (ts, v) in pts {
-                dedup.insert(ts.as_millis(), (ts, v));
-            }
-            let pts: Vec<_> = dedup.into_values().collect();
-            total += pts.len() as u64;
-            // The index write may not have survived what the WAL did.
-            if let Some(latest) = pts.iter().filter_map(|(ts, _)| ts.base_time().ok()).max() {
-                index.add_at(&s.tsuid, latest)?;
-            }
-            rows.put_points(&s.tsuid, &pts)?;
+        report.damaged_frames += damaged_frames;
+        report.damaged_bytes += damaged_bytes;
+        report.points += replay_segment(rows, series, index, contents.records, &mut skips)?;
+        if damaged_frames > 0 || skips.total() > skipped_before {
+            lossy.push(seg);
         }
     }
     rows.sync()?;
-    for seg in &segments {
-        let path = wal::segment_path(dir, *seg);
-        std::fs::remove_file(&path).map_err(io(&path))?;
+    for &seg in &segments {
+        let path = wal::segment_path(dir, seg);
+        if lossy.contains(&seg) {
+            let to = wal::move_aside(dir, seg).map_err(io(&path))?;
+            tracing::warn!(segment = %path.display(), moved_to = %to.display(), "WAL segment lost frames or records at replay; kept for inspection instead of deleted (remove it once inspected)");
+        } else {
+            std::fs::remove_file(&path).map_err(io(&path))?;
+        }
     }
-    if total > 0 {
+    skips.log();
+    report.orphaned_points = skips.count(Skip::Orphaned);
+    report.unstorable = skips.total() - report.orphaned_points;
+    report.segments_kept = lossy.len() as u64;
+    if report.points > 0 || skips.total() > 0 || report.damaged_frames > 0 {
         tracing::info!(
-            points = total,
+            points = report.points,
             segments = segments.len(),
+            damaged_frames = report.damaged_frames,
+            orphaned_points = report.orphaned_points,
+            unstorable = report.unstorable,
             "replayed the write-ahead log"
         );
     }
-    Ok((last + 1, total))
+    Ok((last + 1, report))
+}
+
+/// Stores one segment's records; returns the points stored.
+fn replay_segment(
+    rows: &dyn RowStore,
+    series: &SeriesCache,
+    index: &SeriesIndex,
+    records: Vec<wal::Record>,
+    skips: &mut Skips,
+) -> Result<u64> {
+    let mut ids: HashMap<u32, Arc<Series>> = HashMap::new();
+    // Declared, but the names could not be resolved: not orphans.
+    let mut unresolved: HashMap<u32, String> = HashMap::new();
+    let mut points: HashMap<u32, Vec<(Timestamp, Value)>> = HashMap::new();
+    // Rows to delete, by hour range: nothing in this segment is written
+    // before its last record is read, so deleting them all then (and
+    // before its points are written) is what deleting each at its
+    // record would do, in one row-store call per range.
+    let mut deletes: BTreeMap<(u32, u32), Vec<Tsuid>> = BTreeMap::new();
+    for rec in records {
+        match rec {
+            wal::Record::Series { id, metric, tags } => {
+                let t: Vec<(&str, &str)> =
+                    tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                match series.resolve_replayed(&metric, &t) {
+                    Ok(s) => {
+                        unresolved.remove(&id);
+                        ids.insert(id, s);
+                    }
+                    Err(e) => {
+                        // Its points are counted as they come.
+                        ids.remove(&id);
+                        unresolved.insert(id, format!("metric {metric}: {}", e.telnet_line()));
+                    }
+                }
+            }
+            wal::Record::Point { id, ts, value } => {
+                if ids.contains_key(&id) {
+                    points.entry(id).or_default().push((ts, value));
+                } else if let Some(why) = unresolved.get(&id) {
+                    skips.add(Skip::UnresolvableSeries, 1, || why.clone());
+                } else {
+                    skips.add(Skip::Orphaned, 1, || {
+                        format!("series id {id}, timestamp {ts}")
+                    });
+                }
+            }
+            wal::Record::UnstorablePoint { id, raw_ts, .. } => {
+                skips.add(Skip::BeyondLastRow, 1, || {
+                    let name = ids
+                        .get(&id)
+                        .map_or_else(|| format!("series id {id}"), |s| s.describe().to_string());
+                    format!("{name}, timestamp {raw_ts}")
+                });
+            }
+            wal::Record::Delete {
+                tsuid,
+                first_hour,
+                last_hour,
+            } => {
+                let tsuid = match Tsuid::from_bytes(&tsuid, &rows.widths()) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        skips.add(Skip::BadDeleteTsuid, 1, || e.to_string());
+                        continue;
+                    }
+                };
+                // Points logged earlier in this segment go, and rows
+                // earlier segments' replay already stored are deleted
+                // (below).
+                for (id, s) in &ids {
+                    if s.tsuid == tsuid
+                        && let Some(pts) = points.get_mut(id)
+                    {
+                        pts.retain(|(ts, _)| {
+                            !ts.base_time()
+                                .is_ok_and(|b| (first_hour..=last_hour).contains(&b))
+                        });
+                    }
+                }
+                deletes
+                    .entry((first_hour, last_hour))
+                    .or_default()
+                    .push(tsuid);
+            }
+        }
+    }
+    for ((first_hour, last_hour), tsuids) in deletes {
+        rows.delete_rows(&tsuids, first_hour, last_hour)?;
+    }
+    let mut stored = 0;
+    for (id, pts) in points {
+        let s = &ids[&id];
+        // Later writes win: put_points merges in order, so keep the
+        // last value per timestamp before writing.
+        let mut dedup: BTreeMap<u64, (Timestamp, Value)> = BTreeMap::new();
+        for (ts, v) in pts {
+            dedup.insert(ts.as_millis(), (ts, v));
+        }
+        let pts: Vec<_> = dedup.into_values().collect();
+        // The index write may not have survived what the WAL did.
+        if let Some(latest) = pts.iter().filter_map(|(ts, _)| ts.base_time().ok()).max() {
+            index.add_at(&s.tsuid, latest)?;
+        }
+        stored += store_points(rows, s, &pts, skips)?;
+    }
+    Ok(stored)
+}
+
+/// Writes a series' points; if the row store refuses them (rather than
+/// failing), writes them one by one so only the refused ones are skipped.
+fn store_points(
+    rows: &dyn RowStore,
+    s: &Series,
+    pts: &[(Timestamp, Value)],
+    skips: &mut Skips,
+) -> Result<u64> {
+    match rows.put_points(&s.tsuid, pts) {
+        Ok(()) => return Ok(pts.len() as u64),
+        Err(e) if is_environmental(&e) => return Err(e.into()),
+        Err(_) => {}
+    }
+    let mut stored = 0;
+    for p in pts {
+        match rows.put_points(&s.tsuid, std::slice::from_ref(p)) {
+            Ok(()) => stored += 1,
+            Err(e) if is_environmental(&e) => return Err(e.into()),
+            Err(e) => skips.add(Skip::RowRefused, 1, || {
+                format!("{}, timestamp {}: {e}", s.describe(), p.0)
+            }),
+        }
+    }
+    Ok(stored)
 }

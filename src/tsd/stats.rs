@@ -173,6 +173,23 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
         // directory) or the engine refuses writes: puts are refused then.
         stat("wal.healthy", u8::from(db.wal().failure().is_none()), None),
         stat("wal.write_errors", db.wal().failed_attempts(), None),
+        // What the replay at start had to leave out (its segments are kept
+        // in DATA_DIR/wal/damaged/).
+        stat(
+            "wal.replay.damaged_frames",
+            g(&w.replay_damaged_frames),
+            None,
+        ),
+        stat(
+            "wal.replay.skipped",
+            g(&w.replay_orphaned),
+            Some(("reason", "orphaned")),
+        ),
+        stat(
+            "wal.replay.skipped",
+            g(&w.replay_unstorable),
+            Some(("reason", "unstorable")),
+        ),
         stat(
             "storage.healthy",
             u8::from(db.store().kv().unavailable().is_none()),

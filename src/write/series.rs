@@ -45,7 +45,8 @@ pub struct Series {
     pub metric: Box<str>,
     /// Sorted by tag key name.
     pub tags: Box<[(Box<str>, Box<str>)]>,
-    /// 1 + the WAL segment its definition was last logged in (0: never).
+    /// Where its definition was last logged in the WAL (segment and
+    /// stretch of log; 0: never): the WAL writer's business.
     pub(crate) wal_segment: AtomicU64,
     /// 1 + the latest hour recorded in the series index (0: none yet),
     /// so the index is touched once per series and hour, not per point.

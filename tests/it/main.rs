@@ -26,3 +26,4 @@ mod tsd_query;
 mod tsd_telnet;
 mod tsd_uid;
 mod uid_concurrency;
+mod wal_damage;

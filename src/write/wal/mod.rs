@@ -15,6 +15,8 @@ mod segment;
 mod writer;
 
 pub(crate) use record::Record;
-pub(crate) use segment::{list_segments, read_segment, segment_path};
+pub(crate) use segment::{
+    DAMAGED_DIR, list_damaged, list_segments, move_aside, read_segment, segment_path,
+};
 pub use writer::{Appended, PendingPoint, WalError};
 pub(crate) use writer::{Wal, WalOptions};

@@ -29,6 +29,10 @@ pub(crate) enum Record {
         ts: Timestamp,
         value: Value,
     },
+    /// A point whose timestamp no row can hold (written by a build that
+    /// accepted it: replay skips and counts it rather than refusing to
+    /// open).
+    UnstorablePoint { id: u32, raw_ts: u64, value: Value },
     /// Hourly rows of a series (by TSUID bytes) deleted by a query.
     Delete {
         tsuid: Vec<u8>,
@@ -149,14 +153,20 @@ fn decode_payload(payload: &[u8], out: &mut Vec<Record>) -> Option<()> {
             }
             kind @ (REC_INT | REC_FLOAT) => {
                 let id = c.varint()? as u32;
-                let ts = Timestamp::from_raw(c.varint()? as i64).ok()?;
+                let raw_ts = c.varint()?;
                 let value = if kind == REC_INT {
                     Value::Int(varint::unzigzag(c.varint()?))
                 } else {
                     let b: [u8; 8] = c.bytes(8)?.try_into().ok()?;
                     Value::Float(f64::from_bits(u64::from_le_bytes(b)))
                 };
-                out.push(Record::Point { id, ts, value });
+                // The record is whole: only its time is beyond what a row
+                // holds. It is kept (as such) so that one such point costs
+                // itself, not its frame.
+                out.push(match i64::try_from(raw_ts).map(Timestamp::from_raw) {
+                    Ok(Ok(ts)) => Record::Point { id, ts, value },
+                    _ => Record::UnstorablePoint { id, raw_ts, value },
+                });
             }
             REC_DELETE => {
                 let n = c.varint()? as usize;
@@ -180,6 +190,18 @@ fn decode_payload(payload: &[u8], out: &mut Vec<Record>) -> Option<()> {
 /// frame is truncated, too long, fails its CRC or holds an undecodable
 /// record: a frame is replayed whole or not at all.
 pub(super) fn decode_frame(bytes: &[u8], out: &mut Vec<Record>) -> Option<usize> {
+    let payload = checked_payload(bytes)?;
+    let before = out.len();
+    if decode_payload(payload, out).is_none() {
+        out.truncate(before);
+        return None;
+    }
+    Some(FRAME_HEADER + payload.len())
+}
+
+/// The payload of the frame at the start of `bytes` if its header is
+/// whole, its length plausible and its CRC matches.
+fn checked_payload(bytes: &[u8]) -> Option<&[u8]> {
     let header = bytes.get(..FRAME_HEADER)?;
     let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
     let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
@@ -187,26 +209,121 @@ pub(super) fn decode_frame(bytes: &[u8], out: &mut Vec<Record>) -> Option<usize>
         return None;
     }
     let payload = bytes.get(FRAME_HEADER..FRAME_HEADER + len)?;
-    if crc32fast::hash(payload) != crc {
-        return None;
-    }
-    let before = out.len();
-    if decode_payload(payload, out).is_none() {
-        out.truncate(before);
-        return None;
-    }
-    Some(FRAME_HEADER + len)
+    (crc32fast::hash(payload) == crc).then_some(payload)
 }
 
-/// Decodes frames from the start of `bytes` until one is missing or bad
-/// (a crash can only tear the tail, so nothing after it is trusted).
-/// Returns how many bytes were decoded.
-pub(super) fn decode_frames(bytes: &[u8], out: &mut Vec<Record>) -> usize {
-    let mut i = 0;
-    while let Some(n) = decode_frame(&bytes[i..], out) {
-        i += n;
+/// Whether the bytes at the start of `bytes` are a frame cut short by the
+/// end of the data: a whole-looking header whose payload runs past the
+/// end, or a header itself cut short. This is what a crash leaves at the
+/// end of the segment being written.
+fn is_truncated_frame(bytes: &[u8]) -> bool {
+    match bytes.get(..FRAME_HEADER) {
+        None => true,
+        Some(h) => {
+            let len = u32::from_le_bytes(h[..4].try_into().expect("4 bytes")) as usize;
+            len <= MAX_FRAME && FRAME_HEADER + len > bytes.len()
+        }
     }
-    i
+}
+
+/// Candidate frames longer than this are only checksummed when the bytes
+/// after them look like the start of another frame (or the end).
+const CHEAP_CANDIDATE: usize = 64 << 10;
+
+/// Whether `bytes` could start a frame: a length within bounds and, for a
+/// non-empty payload, a record tag as its first byte (every payload the
+/// writer makes starts with a record). Costs no CRC.
+fn plausible_start(bytes: &[u8]) -> Option<usize> {
+    let Some(len) = bytes.get(..4) else {
+        // Cut short: plausible as the torn last frame.
+        return Some(0);
+    };
+    let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+    if len > MAX_FRAME {
+        return None;
+    }
+    match bytes.get(FRAME_HEADER) {
+        _ if len == 0 => Some(0),
+        Some(tag) if (REC_SERIES..=REC_DELETE).contains(tag) => Some(len),
+        Some(_) => None,
+        // Cut short: plausible as the torn last frame.
+        None => Some(len),
+    }
+}
+
+/// Where the next frame that decodes starts in `bytes`, searching from
+/// offset 1. Candidates whose length is impossible (past the data or
+/// [`MAX_FRAME`]) or whose payload does not start with a record tag are
+/// rejected before any CRC is computed, and a long candidate must also be
+/// followed by a plausible frame start (or the end): so a damaged stretch
+/// costs about one pass over it plus a few short checksums, not a CRC of
+/// up to the rest of the segment at every byte.
+fn resync(bytes: &[u8]) -> Option<usize> {
+    (1..bytes.len().saturating_sub(FRAME_HEADER - 1)).find(|&at| {
+        let rest = &bytes[at..];
+        // An empty frame carries nothing, and eight zero bytes (a float
+        // 0.0) inside a payload would pass for one.
+        let Some(len) = plausible_start(rest).filter(|&len| len > 0) else {
+            return false;
+        };
+        let end = FRAME_HEADER + len;
+        if end > rest.len() {
+            return false;
+        }
+        if len > CHEAP_CANDIDATE && end < rest.len() && plausible_start(&rest[end..]).is_none() {
+            return false;
+        }
+        let mut probe = Vec::new();
+        decode_frame(rest, &mut probe).is_some()
+    })
+}
+
+/// What decoding a run of frames found besides its records.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FrameScan {
+    /// Frames decoded.
+    pub frames: u64,
+    /// Stretches of bytes skipped between good frames (each at least one
+    /// frame whose length, CRC or records were wrong), and at the end when
+    /// no frame could be found again in them.
+    pub damaged_frames: u64,
+    pub damaged_bytes: u64,
+    /// Bytes of a frame cut short at the very end (a torn write).
+    pub torn_tail: u64,
+}
+
+/// Decodes every frame of `bytes` that can be found: after a bad frame
+/// the next offset where a whole frame with a matching CRC starts is
+/// looked for and decoding goes on from there, so one damaged frame costs
+/// only itself.
+pub(super) fn decode_frames(bytes: &[u8], out: &mut Vec<Record>) -> FrameScan {
+    let mut scan = FrameScan::default();
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(n) = decode_frame(&bytes[i..], out) {
+            scan.frames += 1;
+            i += n;
+            continue;
+        }
+        match resync(&bytes[i..]) {
+            Some(skip) => {
+                scan.damaged_frames += 1;
+                scan.damaged_bytes += skip as u64;
+                i += skip;
+            }
+            None => {
+                let rest = (bytes.len() - i) as u64;
+                if is_truncated_frame(&bytes[i..]) {
+                    scan.torn_tail = rest;
+                } else {
+                    scan.damaged_frames += 1;
+                    scan.damaged_bytes += rest;
+                }
+                break;
+            }
+        }
+    }
+    scan
 }
 
 #[cfg(test)]
@@ -266,6 +383,20 @@ pub(super) mod tests {
         match r {
             Record::Series { id, metric, tags } => encode_series(out, *id, metric, tags),
             Record::Point { id, ts, value } => encode_point(out, *id, *ts, *value),
+            // As an older build wrote it: a point record with any raw time.
+            Record::UnstorablePoint { id, raw_ts, value } => {
+                out.push(if matches!(value, Value::Int(_)) {
+                    REC_INT
+                } else {
+                    REC_FLOAT
+                });
+                varint::put(*id as u64, out);
+                varint::put(*raw_ts, out);
+                match value {
+                    Value::Int(i) => varint::put(varint::zigzag(*i), out),
+                    Value::Float(f) => out.extend_from_slice(&f.to_bits().to_le_bytes()),
+                }
+            }
             Record::Delete {
                 tsuid,
                 first_hour,
@@ -289,8 +420,87 @@ pub(super) mod tests {
     #[test]
     fn segment_written_before_the_split_still_decodes() {
         let mut got = Vec::new();
-        assert_eq!(decode_frames(OLD_SEGMENT, &mut got), OLD_SEGMENT.len());
+        let scan = decode_frames(OLD_SEGMENT, &mut got);
+        assert_eq!(
+            scan,
+            FrameScan {
+                frames: 3,
+                ..Default::default()
+            }
+        );
         assert_eq!(got, old_segment_frames().concat());
+    }
+
+    #[test]
+    fn a_point_no_row_can_hold_costs_only_itself() {
+        // Frame: series 1, int point at 9999999999999 ms (past 2106),
+        // int point at 1356998400 s.
+        let frame = vec![
+            Record::Series {
+                id: 1,
+                metric: "m".into(),
+                tags: vec![("a".into(), "b".into())],
+            },
+            Record::UnstorablePoint {
+                id: 1,
+                raw_ts: 9_999_999_999_999,
+                value: Value::Int(1),
+            },
+            Record::Point {
+                id: 1,
+                ts: Timestamp::Seconds(1356998400),
+                value: Value::Int(2),
+            },
+        ];
+        let bytes = encode_frames(std::slice::from_ref(&frame));
+        let mut got = Vec::new();
+        assert_eq!(decode_frames(&bytes, &mut got).frames, 1);
+        assert_eq!(got, frame);
+    }
+
+    #[test]
+    fn garbage_between_frames_is_skipped_and_counted() {
+        let frames = old_segment_frames();
+        let mut bytes = encode_frames(&frames[..1]);
+        // A stretch of pseudo-random bytes (and zeros) where frames were.
+        let mut x = 0x9e37_79b9_u32;
+        let garbage: Vec<u8> = (0..200_000)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                if i % 1000 >= 984 { 0 } else { x as u8 }
+            })
+            .collect();
+        bytes.extend_from_slice(&garbage);
+        bytes.extend_from_slice(&encode_frames(&frames[1..]));
+        let mut got = Vec::new();
+        let scan = decode_frames(&bytes, &mut got);
+        assert_eq!(got, frames.concat());
+        assert_eq!(
+            scan,
+            FrameScan {
+                frames: 3,
+                damaged_frames: 1,
+                damaged_bytes: garbage.len() as u64,
+                torn_tail: 0
+            }
+        );
+        // Garbage at the end that no frame follows is damage, not a torn
+        // write; a frame cut short there is a torn write.
+        let mut got = Vec::new();
+        let mut tail = encode_frames(&frames);
+        tail.extend_from_slice(&garbage);
+        let scan = decode_frames(&tail, &mut got);
+        assert_eq!((scan.damaged_frames, scan.torn_tail), (1, 0));
+        let mut torn = encode_frames(&frames);
+        let last = encode_frames(&frames[..1]);
+        torn.extend_from_slice(&last[..last.len() - 1]);
+        let scan = decode_frames(&torn, &mut Vec::new());
+        assert_eq!(
+            (scan.damaged_frames, scan.torn_tail),
+            (0, last.len() as u64 - 1)
+        );
     }
 
     #[test]
@@ -333,7 +543,22 @@ pub(super) mod tests {
                 prop::collection::vec((".{0,10}", ".{0,10}"), 0..4)
             )
                 .prop_map(|(id, metric, tags)| Record::Series { id, metric, tags }),
-            (any::<u32>(), ts, value).prop_map(|(id, ts, value)| Record::Point { id, ts, value }),
+            (any::<u32>(), ts, value.clone()).prop_map(|(id, ts, value)| Record::Point {
+                id,
+                ts,
+                value
+            }),
+            // Times no row can hold, as older builds logged them.
+            (
+                any::<u32>(),
+                prop_oneof![Just(0u64), (u32::MAX as u64 * 1000 + 1000)..],
+                value
+            )
+                .prop_map(|(id, raw_ts, value)| Record::UnstorablePoint {
+                    id,
+                    raw_ts,
+                    value
+                }),
             (
                 prop::collection::vec(any::<u8>(), 0..20),
                 any::<u32>(),
@@ -356,8 +581,33 @@ pub(super) mod tests {
         fn records_round_trip(frames in frames()) {
             let bytes = encode_frames(&frames);
             let mut got = Vec::new();
-            prop_assert_eq!(decode_frames(&bytes, &mut got), bytes.len());
+            let scan = decode_frames(&bytes, &mut got);
+            prop_assert_eq!(scan, FrameScan { frames: frames.len() as u64, ..Default::default() });
             prop_assert_eq!(got, frames.concat());
+        }
+
+        /// A changed byte anywhere in a frame (header or payload) costs
+        /// exactly that frame: every frame after it is read.
+        #[test]
+        fn a_corrupted_frame_costs_only_itself(
+            frames in frames(),
+            which in any::<prop::sample::Index>(),
+            at in any::<prop::sample::Index>(),
+            flip in 1u8..=255,
+        ) {
+            let k = which.index(frames.len());
+            let mut bytes = encode_frames(&frames[..k]);
+            let mut bad = encode_frames(&frames[k..=k]);
+            let at = at.index(bad.len());
+            bad[at] ^= flip;
+            bytes.extend_from_slice(&bad);
+            bytes.extend_from_slice(&encode_frames(&frames[k + 1..]));
+            let mut got = Vec::new();
+            let scan = decode_frames(&bytes, &mut got);
+            let mut want = frames.clone();
+            want.remove(k);
+            prop_assert_eq!(got, want.concat());
+            prop_assert!(scan.damaged_frames + u64::from(scan.torn_tail > 0) >= 1, "{:?}", scan);
         }
 
         /// Cutting the last frame short anywhere keeps exactly the frames
@@ -369,7 +619,9 @@ pub(super) mod tests {
             let mut bytes = good.clone();
             bytes.extend_from_slice(&last[..cut.index(last.len())]);
             let mut got = Vec::new();
-            prop_assert_eq!(decode_frames(&bytes, &mut got), good.len());
+            let scan = decode_frames(&bytes, &mut got);
+            prop_assert_eq!(scan.torn_tail, (bytes.len() - good.len()) as u64);
+            prop_assert_eq!(scan.damaged_frames, 0);
             prop_assert_eq!(got, frames[..frames.len() - 1].concat());
         }
 
@@ -388,7 +640,8 @@ pub(super) mod tests {
             let mut bytes = good.clone();
             bytes.extend_from_slice(&last);
             let mut got = Vec::new();
-            prop_assert_eq!(decode_frames(&bytes, &mut got), good.len());
+            let scan = decode_frames(&bytes, &mut got);
+            prop_assert_eq!(scan.frames, frames.len() as u64 - 1);
             prop_assert_eq!(got, frames[..frames.len() - 1].concat());
         }
     }

@@ -5,7 +5,7 @@ use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::record::{self, Record};
+use super::record::{self, FrameScan, Record};
 
 const SEGMENT_SUFFIX: &str = ".wal";
 
@@ -33,6 +33,47 @@ pub(crate) fn list_segments(dir: &Path) -> std::io::Result<Vec<u64>> {
     Ok(out)
 }
 
+/// Where replay moves a segment it could not store whole (damaged frames,
+/// points it had to skip), for an operator to inspect; never replayed.
+pub(crate) const DAMAGED_DIR: &str = "damaged";
+
+/// Moves segment `n` of `dir` into [`DAMAGED_DIR`] under a name no earlier
+/// move used (numbering restarts after an empty log), and returns where it
+/// went.
+pub(crate) fn move_aside(dir: &Path, n: u64) -> std::io::Result<PathBuf> {
+    let aside = dir.join(DAMAGED_DIR);
+    fs::create_dir_all(&aside)?;
+    let from = segment_path(dir, n);
+    let mut to = segment_path(&aside, n);
+    for k in 1.. {
+        if !to.exists() {
+            break;
+        }
+        to = aside.join(format!("{n:016}.{k}{SEGMENT_SUFFIX}"));
+    }
+    fs::rename(&from, &to)?;
+    sync_dir(&aside);
+    sync_dir(dir);
+    Ok(to)
+}
+
+/// Files moved aside by [`move_aside`], by name.
+pub(crate) fn list_damaged(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let aside = dir.join(DAMAGED_DIR);
+    if !aside.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for e in fs::read_dir(&aside)? {
+        let path = e?.path();
+        if path.extension().is_some_and(|x| x == "wal") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// Makes a segment's creation or removal durable.
 pub(super) fn sync_dir(dir: &Path) {
     if let Ok(d) = File::open(dir) {
@@ -44,18 +85,59 @@ pub(super) fn sync_dir(dir: &Path) {
 #[derive(Debug, Default)]
 pub(crate) struct SegmentContents {
     pub records: Vec<Record>,
-    /// Bytes after the last good frame (a torn or corrupt tail).
-    pub bad_tail: u64,
+    /// Frames read, the damage skipped between (and after) them, and a
+    /// frame cut short at the end (a torn write: normal at the end of the
+    /// segment a crash interrupted).
+    pub scan: FrameScan,
 }
 
-/// Reads every intact frame of a segment. Reading stops at the first
-/// truncated or corrupt frame: a crash can only tear the tail.
+impl SegmentContents {
+    /// What the records hold, for reports (`tsdb fsck`): the points, and
+    /// those that cannot be stored whatever the store holds.
+    pub(crate) fn summary(&self) -> SegmentSummary {
+        let mut s = SegmentSummary::default();
+        let mut declared = std::collections::HashSet::new();
+        for r in &self.records {
+            match r {
+                Record::Series { id, .. } => {
+                    declared.insert(*id);
+                }
+                Record::Point { id, .. } => {
+                    s.points += 1;
+                    if !declared.contains(id) {
+                        s.orphaned_points += 1;
+                    }
+                }
+                Record::UnstorablePoint { .. } => {
+                    s.points += 1;
+                    s.unstorable_points += 1;
+                }
+                Record::Delete { .. } => s.deletes += 1,
+            }
+        }
+        s
+    }
+}
+
+/// Counts over a segment's records.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentSummary {
+    pub points: u64,
+    pub deletes: u64,
+    /// Points of a series whose declaration is not in the segment (it was
+    /// in a damaged frame): their names are lost, so they cannot be stored.
+    pub orphaned_points: u64,
+    /// Points whose timestamp no row can hold.
+    pub unstorable_points: u64,
+}
+
+/// Reads every frame of a segment that can be found: a damaged frame is
+/// skipped (and counted), the frames after it are read.
 pub(crate) fn read_segment(path: &Path) -> std::io::Result<SegmentContents> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
     let mut out = SegmentContents::default();
-    let good = record::decode_frames(&bytes, &mut out.records);
-    out.bad_tail = (bytes.len() - good) as u64;
+    out.scan = record::decode_frames(&bytes, &mut out.records);
     Ok(out)
 }
 
@@ -73,7 +155,7 @@ mod tests {
         fs::write(&path, bytes).unwrap();
         fs::write(dir.path().join("notes.txt"), "not a segment").unwrap();
         let got = read_segment(&path).unwrap();
-        assert_eq!(got.bad_tail, 6);
+        assert_eq!(got.scan.torn_tail, 6);
         assert_eq!(got.records, old_segment_frames().concat());
         assert_eq!(list_segments(dir.path()).unwrap(), vec![12]);
         assert_eq!(path.file_name().unwrap(), "0000000000000012.wal");

@@ -27,6 +27,18 @@ use super::segment::{list_segments, segment_path, sync_dir};
 /// written (a full disk): short, so it resumes soon after space returns.
 const RETRY_INTERVAL: Duration = Duration::from_millis(200);
 
+/// A series is declared again once this much log was written since its
+/// last declaration in the segment, so a damaged frame that held a
+/// declaration orphans at most this much log's worth of that series'
+/// points, not the rest of a 64 MiB segment (docs/format/wal.md).
+const REDECLARE_BYTES: u64 = 16 << 20;
+
+/// What `Series::wal_segment` holds once a series was declared: the
+/// segment and the stretch of log its declaration covers (0 is "never").
+fn declaration_tag(segment: u64, seq: u64) -> u64 {
+    ((segment << 20) | ((seq / REDECLARE_BYTES) & 0xF_FFFF)) + 1
+}
+
 /// Bytes written but not yet synced that force a sync: they are kept in
 /// memory until one succeeds (to be written again if it fails).
 const UNSYNCED_LIMIT: usize = 16 << 20;
@@ -36,7 +48,8 @@ const UNSYNCED_LIMIT: usize = 16 << 20;
 /// once a write and an fdatasync succeed again.
 #[derive(Debug, Clone, Error)]
 pub enum WalError {
-    #[error("write-ahead log segment {}: {cause}", path.display())]
+    /// An I/O error on a segment or on the log's directory, naming it.
+    #[error("write-ahead log {}: {cause}", path.display())]
     Io {
         path: PathBuf,
         cause: Arc<std::io::Error>,
@@ -223,8 +236,9 @@ pub struct Wal {
 }
 
 impl Wal {
-    /// Starts a log writing to segment `first_segment` in `dir`.
-    pub fn start(dir: &Path, first_segment: u64, opts: WalOptions) -> std::io::Result<Wal> {
+    /// Starts a log writing to segment `first_segment` in `dir`. Errors
+    /// name the file or directory they are about.
+    pub fn start(dir: &Path, first_segment: u64, opts: WalOptions) -> Result<Wal, WalError> {
         Self::start_with(dir, first_segment, opts, Arc::new(PlainFiles))
     }
 
@@ -234,11 +248,18 @@ impl Wal {
         first_segment: u64,
         opts: WalOptions,
         files: Arc<dyn SegmentFiles>,
-    ) -> std::io::Result<Wal> {
-        fs::create_dir_all(dir)?;
+    ) -> Result<Wal, WalError> {
+        let named = |path: &Path| {
+            let path = path.to_path_buf();
+            move |cause| WalError::Io {
+                path,
+                cause: Arc::new(cause),
+            }
+        };
+        fs::create_dir_all(dir).map_err(named(dir))?;
         let path = segment_path(dir, first_segment);
-        let file = files.open(&path)?;
-        let file_len = file.len()?;
+        let file = files.open(&path).map_err(named(&path))?;
+        let file_len = file.len().map_err(named(&path))?;
         sync_dir(dir);
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
@@ -278,7 +299,8 @@ impl Wal {
         };
         let thread = std::thread::Builder::new()
             .name("wal-writer".into())
-            .spawn(move || writer.run())?;
+            .spawn(move || writer.run())
+            .map_err(named(dir))?;
         Ok(Wal {
             shared,
             thread: Mutex::new(Some(thread)),
@@ -303,7 +325,7 @@ impl Wal {
             return Err(WalError::Closed);
         }
         let segment = st.segment;
-        let tag = segment + 1;
+        let tag = declaration_tag(segment, st.seq);
         let start = start_frame(&mut st.buf);
         for p in points {
             if p.series.wal_segment.load(Ordering::Relaxed) != tag {
@@ -450,12 +472,20 @@ impl Wal {
     }
 
     /// Deletes closed segments numbered below `below`.
-    pub fn delete_below(&self, below: u64) -> std::io::Result<usize> {
+    pub fn delete_below(&self, below: u64) -> Result<usize, WalError> {
         let limit = below.min(self.closed_below());
         let mut n = 0;
-        for s in list_segments(&self.shared.dir)? {
+        let dir = &self.shared.dir;
+        let named = |path: PathBuf| {
+            move |cause| WalError::Io {
+                path,
+                cause: Arc::new(cause),
+            }
+        };
+        for s in list_segments(dir).map_err(named(dir.clone()))? {
             if s < limit {
-                fs::remove_file(segment_path(&self.shared.dir, s))?;
+                let path = segment_path(dir, s);
+                fs::remove_file(&path).map_err(named(path))?;
                 n += 1;
             }
         }
@@ -731,7 +761,7 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(&[9, 0, 0, 0, 1, 2]).unwrap();
         let got = read_segment(&path).unwrap();
-        assert_eq!(got.bad_tail, 6);
+        assert_eq!(got.scan.torn_tail, 6);
         assert_eq!(
             got.records,
             vec![
@@ -805,6 +835,15 @@ mod tests {
         }
         assert_eq!(points, 50);
         assert!(wal.delete_below(segs[segs.len() - 1]).unwrap() >= 1);
+    }
+
+    #[test]
+    fn series_are_declared_again_every_stretch_of_log_and_segment() {
+        let t = declaration_tag;
+        assert_ne!(t(1, 0), 0, "0 means never declared");
+        assert_eq!(t(1, 0), t(1, REDECLARE_BYTES - 1));
+        assert_ne!(t(1, REDECLARE_BYTES - 1), t(1, REDECLARE_BYTES));
+        assert_ne!(t(1, 5), t(2, 5));
     }
 
     #[test]
@@ -913,7 +952,10 @@ mod tests {
 
     fn points_in(path: &Path) -> Vec<i64> {
         let got = read_segment(path).unwrap();
-        assert_eq!(got.bad_tail, 0, "no torn frame is left in the segment");
+        assert_eq!(
+            got.scan.torn_tail, 0,
+            "no torn frame is left in the segment"
+        );
         got.records
             .iter()
             .filter_map(|r| match r {
