@@ -78,7 +78,7 @@ headers=(-H 'Content-Type: application/json')
 t0=$(date +%s.%N)
 pids=()
 for r in $(seq 0 $((CONC - 1))); do
-    curl -s -o "$WORK/out$r" -w '%{http_code}\n' "${headers[@]}" \
+    curl -s -o "$WORK/out$r" -w '%{http_code} %{time_total}s\n' "${headers[@]}" \
         --data-binary "@$WORK/body$r.json" \
         "http://127.0.0.1:$PORT/api/put?summary" > "$WORK/code$r" &
     pids+=($!)

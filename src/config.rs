@@ -73,7 +73,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     // four times tsd.http.request.max_chunk.
     ("tsd.http.request.max_inflight_bytes", ""),
     // rtsdb: milliseconds a request waits for that budget before a 503.
-    ("tsd.http.request.max_inflight_wait", "5000"),
+    ("tsd.http.request.max_inflight_wait", "10000"),
     ("tsd.http.request.cors_domains", ""),
     (
         "tsd.http.request.cors_headers",

@@ -112,7 +112,7 @@ impl TsdOptions {
                 .unwrap_or(max_body_bytes.saturating_mul(4)),
             inflight_wait: Duration::from_millis(
                 c.get_int("tsd.http.request.max_inflight_wait")?
-                    .unwrap_or(5000),
+                    .unwrap_or(10_000),
             ),
             enable_chunked: c.get_bool("tsd.http.request.enable_chunked"),
             cors_domains,

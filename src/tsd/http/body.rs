@@ -11,6 +11,12 @@
 //! unread meanwhile, so a waiting request costs no memory. One request
 //! never needs more than the whole budget: a body larger than it is read
 //! alone.
+//!
+//! Requests that already hold part of the budget and wait for more could
+//! wait for each other forever (eight compressed bodies, each holding an
+//! eighth, each needing more): when every holder waits, one of them goes
+//! on beyond the budget, so that the budget is exceeded by one body at
+//! most, and only then.
 
 use std::fmt;
 use std::io::{self, Read};
@@ -23,7 +29,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header;
 use hyper::http::request::Parts;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::Reply;
 use crate::tsd::TsdState;
@@ -46,6 +52,23 @@ pub(crate) struct BodyBudget {
     wait: Duration,
     /// A trim of the allocator is scheduled.
     trim_scheduled: AtomicBool,
+    /// Requests holding part of the budget, and those of them waiting.
+    holders: parking_lot::Mutex<Holders>,
+    /// Told when a holder lets go: its waiters may all be stuck now.
+    holder_left: Notify,
+}
+
+#[derive(Default)]
+struct Holders {
+    holding: usize,
+    waiting: usize,
+}
+
+impl Holders {
+    /// Every holder waits for more: none of them can finish to free any.
+    fn stuck(&self) -> bool {
+        self.holding > 0 && self.waiting == self.holding
+    }
 }
 
 impl BodyBudget {
@@ -58,6 +81,8 @@ impl BodyBudget {
             total,
             wait,
             trim_scheduled: AtomicBool::new(false),
+            holders: parking_lot::Mutex::new(Holders::default()),
+            holder_left: Notify::new(),
         }
     }
 
@@ -98,7 +123,9 @@ fn trim_heap() {}
 pub(crate) struct Reservation {
     state: Arc<TsdState>,
     permit: Option<OwnedSemaphorePermit>,
+    /// Bytes held, with those beyond the budget (`overdrawn`, no permits).
     held: usize,
+    overdrawn: usize,
     /// The most this reservation ever held.
     peak: usize,
 }
@@ -111,6 +138,7 @@ impl Reservation {
             state: state.clone(),
             permit: None,
             held: 0,
+            overdrawn: 0,
             peak: 0,
         };
         r.grow_to(bytes).await?;
@@ -121,28 +149,78 @@ impl Reservation {
     /// waiting for the budget as configured; a 503 if it stays spent.
     pub(crate) async fn grow_to(&mut self, bytes: usize) -> Result<(), Reply> {
         let budget = &self.state.bodies;
-        let target = match budget.permits {
-            Some(_) => bytes.min(budget.total),
-            None => bytes,
+        let Some(sem) = budget.permits.clone() else {
+            let need = bytes.saturating_sub(self.held);
+            self.add(need);
+            return Ok(());
         };
+        let target = bytes.min(budget.total);
         if target <= self.held {
             return Ok(());
         }
         let need = target - self.held;
-        if let Some(sem) = &budget.permits {
-            let acquire = sem.clone().acquire_many_owned(need as u32);
-            let permit = match tokio::time::timeout(budget.wait, acquire).await {
-                Ok(Ok(p)) => p,
-                // Timed out (the semaphore is never closed).
-                _ => return Err(self.refuse(bytes)),
-            };
-            match &mut self.permit {
-                Some(p) => p.merge(permit),
-                None => self.permit = Some(permit),
+        if let Ok(permit) = sem.clone().try_acquire_many_owned(need as u32) {
+            self.take(permit, need);
+            return Ok(());
+        }
+        let holder = self.held > 0;
+        if holder {
+            let mut h = budget.holders.lock();
+            h.waiting += 1;
+            if h.stuck() {
+                h.waiting -= 1;
+                drop(h);
+                self.overdraw(need);
+                return Ok(());
             }
         }
-        self.add(need);
-        Ok(())
+        let acquire = sem.acquire_many_owned(need as u32);
+        let deadline = tokio::time::sleep(budget.wait);
+        tokio::pin!(acquire, deadline);
+        let got = loop {
+            let left = budget.holder_left.notified();
+            tokio::select! {
+                p = &mut acquire => break p.ok(),
+                _ = &mut deadline => break None,
+                _ = left, if holder => {
+                    if budget.holders.lock().stuck() {
+                        break None;
+                    }
+                }
+            }
+        };
+        let overdraw = holder && {
+            let mut h = budget.holders.lock();
+            let stuck = got.is_none() && h.stuck() && !deadline.is_elapsed();
+            h.waiting -= 1;
+            stuck
+        };
+        match got {
+            Some(permit) => {
+                self.take(permit, need);
+                Ok(())
+            }
+            None if overdraw => {
+                self.overdraw(need);
+                Ok(())
+            }
+            None => Err(self.refuse(bytes)),
+        }
+    }
+
+    fn take(&mut self, permit: OwnedSemaphorePermit, n: usize) {
+        match &mut self.permit {
+            Some(p) => p.merge(permit),
+            None => self.permit = Some(permit),
+        }
+        self.add(n);
+    }
+
+    /// Goes on beyond the budget: every holder waits (see the module
+    /// header).
+    fn overdraw(&mut self, n: usize) {
+        self.overdrawn += n;
+        self.add(n);
     }
 
     /// [`Reservation::grow_to`] for a body read on a blocking thread.
@@ -157,14 +235,20 @@ impl Reservation {
             return;
         }
         let give = self.held - bytes;
+        // What was held beyond the budget goes first: it has no permits.
+        let unbacked = give.min(self.overdrawn);
+        self.overdrawn -= unbacked;
         if let Some(p) = &mut self.permit {
             // Dropping the split part returns it to the budget.
-            drop(p.split(give));
+            drop(p.split(give - unbacked));
         }
         self.sub(give);
     }
 
     fn add(&mut self, n: usize) {
+        if self.held == 0 && n > 0 {
+            self.state.bodies.holders.lock().holding += 1;
+        }
         self.held += n;
         self.peak = self.peak.max(self.held);
         let stats = &self.state.stats;
@@ -172,6 +256,11 @@ impl Reservation {
     }
 
     fn sub(&mut self, n: usize) {
+        if n > 0 && self.held == n {
+            let budget = &self.state.bodies;
+            budget.holders.lock().holding -= 1;
+            budget.holder_left.notify_waiters();
+        }
         self.held -= n;
         let stats = &self.state.stats;
         stats.http_body_bytes.fetch_sub(n as u64, Ordering::Relaxed);
