@@ -112,7 +112,10 @@ fn a_spent_budget_answers_503_until_bodies_finish() {
 
     let r = post_put(a, "?summary", &points("late", 2));
     assert_eq!(r.status, 503, "{}", r.text());
-    assert_eq!(r.header("content-type"), Some("application/json; charset=UTF-8"));
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/json; charset=UTF-8")
+    );
     let e = r.json();
     assert_eq!(e["error"]["code"], 503);
     assert_eq!(e["error"]["message"], "Too many request bodies in flight");

@@ -518,7 +518,11 @@ pub(crate) enum Decoder {
 
 /// `r` decoded: inflated text is limited to `limit` bytes and its errors
 /// become [`BodyFault`]s (a plain body is limited as sent).
-pub(crate) fn decode<'a, R: Read + Send + 'a>(d: Decoder, r: R, limit: usize) -> Box<dyn Read + Send + 'a> {
+pub(crate) fn decode<'a, R: Read + Send + 'a>(
+    d: Decoder,
+    r: R,
+    limit: usize,
+) -> Box<dyn Read + Send + 'a> {
     let inflated = |inner: Box<dyn Read + Send + 'a>| -> Box<dyn Read + Send + 'a> {
         Box::new(Inflated {
             inner,

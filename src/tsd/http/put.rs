@@ -397,9 +397,7 @@ pub(crate) async fn acknowledge(state: &TsdState, logged: Logged, flags: PutFlag
         if let Err(e) = durable {
             state.stats.count_error(&e);
             outcome.failed += accepted;
-            outcome
-                .write_errors
-                .push(("null".into(), e.http_message()));
+            outcome.write_errors.push(("null".into(), e.http_message()));
             return outcome;
         }
     }

@@ -821,7 +821,12 @@ impl DecodedPoints {
 
     /// Reads the next (up to) `max` points into `out`; false when none
     /// are left.
-    pub(crate) fn read_batch<'a>(&'a self, at: &mut Cursor, max: usize, out: &mut Batch<'a>) -> bool {
+    pub(crate) fn read_batch<'a>(
+        &'a self,
+        at: &mut Cursor,
+        max: usize,
+        out: &mut Batch<'a>,
+    ) -> bool {
         out.points.clear();
         out.tags.clear();
         let r = &self.records[..];
@@ -1056,8 +1061,18 @@ mod tests {
 
     fn same_as_former(body: &[u8]) {
         let want = former(body);
-        assert_eq!(streamed(body, false), want, "{:?}", String::from_utf8_lossy(body));
-        assert_eq!(streamed(body, true), want, "{:?}", String::from_utf8_lossy(body));
+        assert_eq!(
+            streamed(body, false),
+            want,
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+        assert_eq!(
+            streamed(body, true),
+            want,
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
     }
 
     const FIELDS: &[&str] = &[
@@ -1243,8 +1258,17 @@ mod tests {
         assert_eq!(points.len(), 10_000);
         // Names and tag sets once each; a few bytes per point besides.
         assert!(points.text.len() < 1_000, "{}", points.text.len());
-        assert!(points.records.len() < 10_000 * 8, "{}", points.records.len());
-        assert!(points.heap_bytes() < body.len() / 3, "{} of {}", points.heap_bytes(), body.len());
+        assert!(
+            points.records.len() < 10_000 * 8,
+            "{}",
+            points.records.len()
+        );
+        assert!(
+            points.heap_bytes() < body.len() / 3,
+            "{} of {}",
+            points.heap_bytes(),
+            body.len()
+        );
         let back = read_back(&points);
         assert_eq!(back[9_999].timestamp, 1356998400 + 99);
         assert_eq!(back[9_999].value.as_deref(), Some("9999"));
