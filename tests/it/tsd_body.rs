@@ -187,8 +187,9 @@ fn a_compressed_body_is_held_to_the_budget_as_it_inflates() {
 fn streamed_puts_answer_as_before() {
     let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
     let a = srv.addr;
-    // ~400 KB (streamed, not read whole), bad points spread through it.
-    let n = 5000;
+    // Over 4 MB (parsed as it arrives, not read whole first), bad points
+    // spread through it.
+    let n = 60_000;
     let body: Vec<String> = (0..n)
         .map(|i| match i % 1000 {
             7 => format!(r#"{{"metric":"s","timestamp":0,"value":{i},"tags":{{"h":"a"}}}}"#),
@@ -202,12 +203,13 @@ fn streamed_puts_answer_as_before() {
         })
         .collect();
     let body = format!("[{}]", body.join(",\n"));
-    assert!(body.len() > 256 * 1024);
+    assert!(body.len() > 4 << 20);
+    let bad = n / 500;
     let r = post_put(a, "?details", &body);
     assert_eq!(r.status, 400, "{}", r.text());
     let v = r.json();
-    assert_eq!(v["success"], n - 10);
-    assert_eq!(v["failed"], 10);
+    assert_eq!(v["success"], n - bad);
+    assert_eq!(v["failed"], bad);
     let errors = v["errors"].as_array().unwrap();
     let firsts: Vec<(i64, &str)> = errors
         .iter()
@@ -230,7 +232,7 @@ fn streamed_puts_answer_as_before() {
         errors[1]["datapoint"],
         json!({"metric":"s","timestamp":1356998900,"value":"x500","tags":{"h":"a"}})
     );
-    assert_eq!(srv.point_count("s"), n as usize - 10);
+    assert_eq!(srv.point_count("s"), n - bad);
 
     // The same body gzipped, under other names.
     let renamed = body.replace("\"s\"", "\"z\"");
@@ -242,8 +244,8 @@ fn streamed_puts_answer_as_before() {
         &gzip(renamed.as_bytes()),
     );
     assert_eq!(r.status, 400, "{}", r.text());
-    assert_eq!(r.json(), json!({"failed":10,"success":n - 10}));
-    assert_eq!(srv.point_count("z"), n as usize - 10);
+    assert_eq!(r.json(), json!({"failed":bad,"success":n - bad}));
+    assert_eq!(srv.point_count("z"), n - bad);
 
     // A syntax error in the last bytes, plain and gzipped: nothing of the
     // body is written, not even the names of its metrics.

@@ -18,6 +18,7 @@
 //! on beyond the budget, so that the budget is exceeded by one body at
 //! most, and only then.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, Read};
 use std::sync::Arc;
@@ -365,6 +366,50 @@ fn read_error(e: hyper::Error) -> Reply {
     Reply::error(400, "Unable to read the request body", &e.to_string())
 }
 
+/// The start of a body, read on the connection's task.
+pub(crate) struct Start {
+    /// Its pieces as they came.
+    pub(crate) pieces: VecDeque<Bytes>,
+    /// Their bytes.
+    pub(crate) len: usize,
+    /// The whole body is in `pieces`.
+    pub(crate) whole: bool,
+}
+
+/// Reads a body as sent (still compressed) until `upto` bytes or its end,
+/// within the limit and the reservation. A body is read this far before a
+/// thread is taken to parse it, so a client that stops sending holds a
+/// thread only with that many bytes of the budget.
+pub(crate) async fn read_start(
+    state: &TsdState,
+    body: &mut Incoming,
+    reservation: &mut Reservation,
+    upto: usize,
+) -> Result<Start, Reply> {
+    let limit = state.options.max_body_bytes;
+    let mut start = Start {
+        pieces: VecDeque::new(),
+        len: 0,
+        whole: false,
+    };
+    while start.len < upto {
+        let Some(frame) = body.frame().await else {
+            start.whole = true;
+            break;
+        };
+        let Ok(data) = frame.map_err(read_error)?.into_data() else {
+            continue;
+        };
+        if start.len + data.len() > limit {
+            return Err(too_big(limit));
+        }
+        start.len += data.len();
+        reservation.grow_to(start.len).await?;
+        start.pieces.push_back(data);
+    }
+    Ok(start)
+}
+
 /// Reads the whole body as sent (still compressed), within the limit and
 /// the reservation.
 pub(crate) async fn collect_wire(
@@ -372,17 +417,10 @@ pub(crate) async fn collect_wire(
     mut body: Incoming,
     reservation: &mut Reservation,
 ) -> Result<Vec<u8>, Reply> {
-    let limit = state.options.max_body_bytes;
-    let mut out = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.map_err(read_error)?.into_data() else {
-            continue;
-        };
-        if out.len() + data.len() > limit {
-            return Err(too_big(limit));
-        }
-        reservation.grow_to(out.len() + data.len()).await?;
-        out.extend_from_slice(&data);
+    let start = read_start(state, &mut body, reservation, usize::MAX).await?;
+    let mut out = Vec::with_capacity(start.len);
+    for piece in start.pieces {
+        out.extend_from_slice(&piece);
     }
     Ok(out)
 }
@@ -394,21 +432,22 @@ pub(crate) enum Wire {
     End,
 }
 
-/// Sends the body, as it arrives, to the thread that reads it, within the
-/// limit. Returns early, without error, if that thread stopped reading.
+/// Sends the rest of a body, as it arrives, to the thread that reads it,
+/// within the limit (`sent` bytes were read before). Returns early,
+/// without error, if that thread stopped reading.
 pub(crate) async fn pump(
     state: &TsdState,
     mut body: Incoming,
+    mut sent: usize,
     to: mpsc::Sender<Wire>,
 ) -> Result<(), Reply> {
     let limit = state.options.max_body_bytes;
-    let mut total = 0usize;
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(read_error)?.into_data() else {
             continue;
         };
-        total += data.len();
-        if total > limit {
+        sent += data.len();
+        if sent > limit {
             return Err(too_big(limit));
         }
         if to.send(Wire::Data(data)).await.is_err() {
@@ -419,39 +458,44 @@ pub(crate) async fn pump(
     Ok(())
 }
 
-/// The reading end of [`pump`]; an error if the pump stopped before the
-/// end of the body (it answers the request then).
+/// A body as a reader: the start read already, then what [`pump`] sends
+/// (none if the start is the whole body); an error if the pump stopped
+/// before the end of the body (it answers the request then).
 pub(crate) struct WireReader {
-    from: mpsc::Receiver<Wire>,
-    current: Bytes,
-    ended: bool,
+    pieces: VecDeque<Bytes>,
+    from: Option<mpsc::Receiver<Wire>>,
 }
 
 impl WireReader {
-    pub(crate) fn new(from: mpsc::Receiver<Wire>) -> WireReader {
+    pub(crate) fn new(start: Start, from: Option<mpsc::Receiver<Wire>>) -> WireReader {
         WireReader {
-            from,
-            current: Bytes::new(),
-            ended: false,
+            pieces: start.pieces,
+            from: if start.whole { None } else { from },
         }
     }
 }
 
 impl Read for WireReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while !self.current.has_remaining() {
-            if self.ended {
-                return Ok(0);
+        loop {
+            if let Some(piece) = self.pieces.front_mut() {
+                if !piece.has_remaining() {
+                    self.pieces.pop_front();
+                    continue;
+                }
+                let n = buf.len().min(piece.len());
+                piece.copy_to_slice(&mut buf[..n]);
+                return Ok(n);
             }
-            match self.from.blocking_recv() {
-                Some(Wire::Data(b)) => self.current = b,
-                Some(Wire::End) => self.ended = true,
+            let Some(from) = &mut self.from else {
+                return Ok(0);
+            };
+            match from.blocking_recv() {
+                Some(Wire::Data(b)) => self.pieces.push_back(b),
+                Some(Wire::End) => self.from = None,
                 None => return Err(BodyFault::Aborted.into()),
             }
         }
-        let n = buf.len().min(self.current.len());
-        self.current.copy_to_slice(&mut buf[..n]);
-        Ok(n)
     }
 }
 

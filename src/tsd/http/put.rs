@@ -20,17 +20,21 @@ use crate::write::PendingPoint;
 use super::super::TsdState;
 use super::body::{
     Decoder, Encoding, Metered, Reservation, WireReader, collect_wire, decode, deflate_decoder,
-    preflight, pump,
+    preflight, pump, read_start,
 };
 use super::put_body::{self, Batch, BodyError, Cursor, DecodedPoints, PointView, TagView};
 use super::{Call, Reply, method_not_allowed};
 use crate::db::Appended;
 use crate::protocol::telnet::check_finite;
 
-/// Put bodies declared shorter than this are read whole and checked on
-/// the connection's task; longer, chunked or compressed ones are parsed
-/// on a blocking thread as they arrive.
+/// Plain put bodies shorter than this are parsed and checked on the
+/// connection's task; others on a blocking thread.
 const BLOCKING_BODY: usize = 256 * 1024;
+/// Put bodies are read this far (as sent) on the connection's task before
+/// a thread parses them, the rest as it arrives: a client that stops
+/// sending holds a thread only with this much of the budget, so the
+/// threads held so are at most the budget over this.
+const STREAM_AFTER: usize = 4 << 20;
 /// Points checked and appended at once.
 const APPEND_BATCH: usize = 8192;
 /// Pieces of a body on their way from the connection to its reader.
@@ -558,7 +562,7 @@ fn joined(r: Result<Result<Logged, Reply>, tokio::task::JoinError>) -> Result<Lo
 /// `/api/put`: POST only; parses the body as it arrives (on a blocking
 /// thread unless it is small), then checks and logs its points a batch at
 /// a time, and answers as `summary`/`details`/`sync` ask.
-pub(super) async fn route(c: Call, body: Incoming) -> Reply {
+pub(super) async fn route(c: Call, mut body: Incoming) -> Reply {
     if c.method != Method::POST {
         return method_not_allowed(&c.method);
     }
@@ -628,29 +632,33 @@ pub(super) async fn route(c: Call, body: Incoming) -> Reply {
             let src = move || decode(decoder, std::io::Cursor::new(wire), limit);
             return answer(state, flags, joined(job.spawn(src, reservation).await)).await;
         }
-        Encoding::Identity if declared.is_some_and(|n| n < BLOCKING_BODY) => {
-            let wire = match collect_wire(state, body, &mut reservation).await {
-                Ok(w) => w,
-                Err(r) => return r,
-            };
-            // The text is the body as sent, already reserved.
-            let logged = job.parse_and_log(&wire[..], None, &mut |_| {});
-            drop(wire);
-            drop(reservation);
-            if let Ok(Logged { last: Some(a), .. }) = &logged {
-                state.db.throttle(*a).await;
-            }
-            return answer(state, flags, logged).await;
-        }
         Encoding::Identity => Decoder::Identity,
         Encoding::Gzip => Decoder::Gzip,
     };
+    let start = match read_start(state, &mut body, &mut reservation, STREAM_AFTER).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if start.whole && decoder == Decoder::Identity && start.len < BLOCKING_BODY {
+        // Small: parsed here. The text is the body as sent, reserved.
+        let logged = job.parse_and_log(WireReader::new(start, None), None, &mut |_| {});
+        drop(reservation);
+        if let Ok(Logged { last: Some(a), .. }) = &logged {
+            state.db.throttle(*a).await;
+        }
+        return answer(state, flags, logged).await;
+    }
+    if start.whole {
+        let src = move || decode(decoder, WireReader::new(start, None), limit);
+        return answer(state, flags, joined(job.spawn(src, reservation).await)).await;
+    }
     let (to, from) = tokio::sync::mpsc::channel(WIRE_QUEUE);
-    let src = move || decode(decoder, WireReader::new(from), limit);
+    let sent = start.len;
+    let src = move || decode(decoder, WireReader::new(start, Some(from)), limit);
     let mut reader = job.spawn(src, reservation);
     let pumped = tokio::select! {
         biased;
-        pumped = pump(state, body, to) => pumped,
+        pumped = pump(state, body, sent, to) => pumped,
         // The reader stopped before the end of the body: its answer.
         read = &mut reader => return answer(state, flags, joined(read)).await,
     };
