@@ -290,3 +290,46 @@ fn streamed_puts_answer_as_before() {
         "Unable to decompress the request body"
     );
 }
+
+/// Bodies that each hold part of the budget and all wait for more cannot
+/// all wait: one goes on beyond the budget, so every one is answered.
+#[test]
+fn bodies_that_all_wait_for_each_other_still_finish() {
+    let srv = TestServer::start(&[
+        ("tsd.core.auto_create_metrics", "true"),
+        ("tsd.http.request.max_inflight_bytes", "1048576"),
+        // Far longer than the puts take: were they stuck, a 503.
+        ("tsd.http.request.max_inflight_wait", "30000"),
+    ]);
+    let a = srv.addr;
+    // Each admitted by its size sent (a quarter of the budget at most),
+    // then over 2 MB once inflated; all sent at once.
+    let bodies: Vec<Vec<u8>> = (0..4)
+        .map(|i| gzip(points(&format!("stuck.{i}"), 30_000).as_bytes()))
+        .collect();
+    assert!(bodies.iter().all(|z| z.len() < 1048576 / 4));
+    let go = std::sync::Arc::new(std::sync::Barrier::new(bodies.len()));
+    let senders: Vec<_> = bodies
+        .into_iter()
+        .map(|z| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                go.wait();
+                http(
+                    a,
+                    "POST",
+                    "/api/put?summary",
+                    &[("Content-Encoding", "gzip")],
+                    &z,
+                )
+            })
+        })
+        .collect();
+    for (i, s) in senders.into_iter().enumerate() {
+        let r = s.join().unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(srv.point_count(&format!("stuck.{i}")), 30_000);
+    }
+    assert_eq!(stat(a, "http.body.rejected"), 0);
+    await_stat(a, "http.body.inflight_bytes", 0);
+}
