@@ -168,9 +168,8 @@ pub(crate) struct JsonPoint<'a> {
     pub metric: Option<JavaString<'a>>,
     #[serde(default)]
     pub timestamp: JsonTimestamp,
-    /// Boxed: a put body is read from a stream, not borrowed.
-    #[serde(default)]
-    pub value: Option<Box<RawValue>>,
+    #[serde(borrow, default)]
+    pub value: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub tags: Option<TagList<'a>>,
 }
