@@ -69,6 +69,11 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.http.show_stack_trace", "true"),
     ("tsd.http.request.enable_chunked", "true"),
     ("tsd.http.request.max_chunk", "67108864"),
+    // rtsdb: bytes of request bodies held at once (0: no limit); empty:
+    // four times tsd.http.request.max_chunk.
+    ("tsd.http.request.max_inflight_bytes", ""),
+    // rtsdb: milliseconds a request waits for that budget before a 503.
+    ("tsd.http.request.max_inflight_wait", "10000"),
     ("tsd.http.request.cors_domains", ""),
     (
         "tsd.http.request.cors_headers",

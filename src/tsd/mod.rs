@@ -49,6 +49,8 @@ pub struct TsdState {
     pub(crate) settings: Config,
     pub(crate) db: Arc<Db>,
     pub(crate) stats: stats::ServerStats,
+    /// The memory request bodies in flight may hold.
+    pub(crate) bodies: http::BodyBudget,
     /// Running and recent queries (`/api/stats/query`).
     pub(crate) queries: stats::QueryLog,
     pub(crate) hostname: String,
@@ -79,6 +81,7 @@ impl TsdState {
 
     pub fn new(options: TsdOptions, settings: Config, db: Arc<Db>) -> TsdState {
         TsdState {
+            bodies: http::BodyBudget::new(options.max_inflight_bytes, options.inflight_wait),
             options,
             settings,
             db,

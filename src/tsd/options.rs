@@ -53,6 +53,13 @@ pub struct TsdOptions {
     pub max_line_length: usize,
     /// Largest HTTP request body, after decompression.
     pub max_body_bytes: usize,
+    /// `tsd.http.request.max_inflight_bytes`: the bytes of request bodies
+    /// held at once (sent or inflated text); 0 = no limit. Default: four
+    /// bodies of the largest size.
+    pub max_inflight_bytes: usize,
+    /// `tsd.http.request.max_inflight_wait` (ms): how long a request waits
+    /// for that budget before a 503.
+    pub inflight_wait: Duration,
     pub enable_chunked: bool,
     pub cors_domains: Vec<String>,
     pub cors_headers: String,
@@ -82,6 +89,7 @@ impl TsdOptions {
                 "the wildcard * cannot be combined with other domains",
             ));
         }
+        let max_body_bytes = c.get_int("tsd.http.request.max_chunk")?.unwrap_or(64 << 20);
         Ok(TsdOptions {
             port: c.get_int("tsd.network.port")?.unwrap_or(4242),
             bind: match c.get_string("tsd.network.bind").trim() {
@@ -98,7 +106,14 @@ impl TsdOptions {
                 .get_int("tsd.network.max_line_length")?
                 .unwrap_or(1024)
                 .max(16),
-            max_body_bytes: c.get_int("tsd.http.request.max_chunk")?.unwrap_or(64 << 20),
+            max_body_bytes,
+            max_inflight_bytes: c
+                .get_int("tsd.http.request.max_inflight_bytes")?
+                .unwrap_or(max_body_bytes.saturating_mul(4)),
+            inflight_wait: Duration::from_millis(
+                c.get_int("tsd.http.request.max_inflight_wait")?
+                    .unwrap_or(10_000),
+            ),
             enable_chunked: c.get_bool("tsd.http.request.enable_chunked"),
             cors_domains,
             cors_headers: c.get_string("tsd.http.request.cors_headers").to_string(),

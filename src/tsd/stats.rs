@@ -27,6 +27,10 @@ pub(crate) struct ServerStats {
     pub unknown_metrics: AtomicU64,
     pub storage_errors: AtomicU64,
     pub http_errors: AtomicU64,
+    /// Bytes of request bodies held now (`tsd.http.request.max_inflight_bytes`).
+    pub http_body_bytes: AtomicU64,
+    /// Requests refused with a 503 because bodies in flight held the budget.
+    pub http_body_rejected: AtomicU64,
 }
 
 pub(crate) fn inc(c: &AtomicU64) {
@@ -131,6 +135,8 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
             Some(("type", "storage_errors")),
         ),
         stat("http.errors", g(&s.http_errors), None),
+        stat("http.body.inflight_bytes", g(&s.http_body_bytes), None),
+        stat("http.body.rejected", g(&s.http_body_rejected), None),
     ];
     let uids = db.uids();
     for kind in UidKind::ALL {

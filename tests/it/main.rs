@@ -15,6 +15,7 @@ mod query_props;
 mod query_semantics;
 mod stored_format;
 mod tsd_annotation;
+mod tsd_body;
 mod tsd_crash;
 mod tsd_discovery;
 mod tsd_diskfull;

@@ -5,26 +5,27 @@
 //! or a module of `crate::tsd::rpc` if telnet serves it too.
 
 mod annotation;
+mod body;
 mod metrics;
 pub(crate) mod put;
+mod put_body;
 mod query;
 mod routes;
 mod search;
 mod suggest;
 mod uid;
 
+pub(crate) use body::BodyBudget;
 pub(crate) use routes::{Call, allow};
 
 use crate::query::request::query_pairs;
 use std::convert::Infallible;
-use std::io::Read;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
-use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::TsdState;
@@ -51,6 +52,7 @@ pub(crate) fn error_body(code: u16, message: &str, details: &str) -> String {
 }
 
 /// A response under construction.
+#[derive(Debug, Clone)]
 pub(crate) struct Reply {
     status: u16,
     content_type: &'static str,
@@ -146,80 +148,15 @@ fn now_s() -> u64 {
     chrono::Utc::now().timestamp().max(0) as u64
 }
 
-/// Reads, limits and decompresses the request body.
-async fn read_body(state: &TsdState, head: &Parts, body: Incoming) -> Result<Vec<u8>, Reply> {
-    let limit = state.options.max_body_bytes;
-    let too_big = || {
-        Reply::error(
-            413,
-            "Request body too large",
-            &format!(
-                "The request body is larger than the limit of {limit} bytes (tsd.http.request.max_chunk)"
-            ),
-        )
-    };
-    let chunked = head
-        .headers
-        .get(header::TRANSFER_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    if chunked && !state.options.enable_chunked {
-        return Err(Reply::error(400, "Chunked request not supported.", ""));
-    }
-    if let Some(len) = head
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        && len > limit as u64
-    {
-        return Err(too_big());
-    }
-    let encoding = head
-        .headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim().to_ascii_lowercase())
-        .unwrap_or_default();
-    let body = Limited::new(body, limit)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                too_big()
-            } else {
-                Reply::error(400, "Unable to read the request body", &e.to_string())
-            }
-        })?
-        .to_bytes();
-    let inflate = |r: &mut dyn Read| -> Result<Vec<u8>, Reply> {
-        let mut out = Vec::new();
-        r.take(limit as u64 + 1)
-            .read_to_end(&mut out)
-            .map_err(|e| {
-                Reply::error(400, "Unable to decompress the request body", &e.to_string())
-            })?;
-        if out.len() > limit {
-            return Err(too_big());
-        }
-        Ok(out)
-    };
-    match encoding.as_str() {
-        "" | "identity" => Ok(body.to_vec()),
-        "gzip" | "x-gzip" => inflate(&mut flate2::read::MultiGzDecoder::new(&body[..])),
-        "deflate" => {
-            // HTTP's deflate is zlib-wrapped; some clients send raw deflate.
-            inflate(&mut flate2::read::ZlibDecoder::new(&body[..]))
-                .or_else(|_| inflate(&mut flate2::read::DeflateDecoder::new(&body[..])))
-        }
-        other => Err(Reply::error(
-            400,
-            "Unsupported Content-Encoding",
-            &format!("Content-Encoding [{other}] is not supported; use gzip or deflate"),
-        )),
-    }
+/// Reads, limits and decompresses the request body of an endpoint that
+/// parses it whole; its bytes count against the budget of bodies in
+/// flight until the request is done (see [`body`]).
+async fn read_body(c: &Call, body: Incoming) -> Result<Vec<u8>, Reply> {
+    let (bytes, reservation) = body::read_whole(&c.state, &c.head, body).await?;
+    // A request reads one body; were there a second, it would be held
+    // until the first is released.
+    let _ = c.body_hold.set(reservation);
+    Ok(bytes)
 }
 
 /// Parses a JSON request body with OpenTSDB's messages for an empty or

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -17,11 +18,27 @@ use crate::protocol::parse_value;
 use crate::write::PendingPoint;
 
 use super::super::TsdState;
-use super::{Call, Reply, method_not_allowed, read_body};
+use super::body::{
+    Decoder, Encoding, Metered, Reservation, WireReader, collect_wire, decode, deflate_decoder,
+    preflight, pump, read_start,
+};
+use super::put_body::{self, Batch, BodyError, Cursor, DecodedPoints, PointView, TagView};
+use super::{Call, Reply, method_not_allowed};
+use crate::db::Appended;
 use crate::protocol::telnet::check_finite;
 
-/// Put bodies at least this long are checked on a blocking thread.
+/// Plain put bodies shorter than this are parsed and checked on the
+/// connection's task; others on a blocking thread.
 const BLOCKING_BODY: usize = 256 * 1024;
+/// Put bodies are read this far (as sent) on the connection's task before
+/// a thread parses them, the rest as it arrives: a client that stops
+/// sending holds a thread only with this much of the budget, so the
+/// threads held so are at most the budget over this.
+const STREAM_AFTER: usize = 4 << 20;
+/// Points checked and appended at once.
+const APPEND_BATCH: usize = 8192;
+/// Pieces of a body on their way from the connection to its reader.
+const WIRE_QUEUE: usize = 4;
 
 /// A JSON scalar read as Jackson reads it into a `String` field: strings
 /// as-is, numbers and booleans as their text, `null` as absent.
@@ -157,22 +174,13 @@ pub(crate) struct JsonPoint<'a> {
     pub tags: Option<TagList<'a>>,
 }
 
-impl JsonPoint<'_> {
-    fn metric(&self) -> &str {
-        self.metric
-            .as_ref()
-            .and_then(|m| m.0.as_deref())
-            .unwrap_or("")
-    }
-}
-
 /// A body that is not a list of points.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct BadBody(pub String);
 
 /// The `value` text as Jackson would coerce it into a `String`; a bare
 /// number is borrowed from the body, not copied.
-fn value_text(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, BadBody> {
+pub(crate) fn value_text(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, BadBody> {
     let Some(raw) = raw else { return Ok(None) };
     let t = raw.get().trim();
     match t.as_bytes().first() {
@@ -184,73 +192,6 @@ fn value_text(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, BadBody> {
         )),
         _ if t == "null" => Ok(None),
         _ => Ok(Some(Cow::Borrowed(t))),
-    }
-}
-
-/// Quotes the bare `NaN`/`Infinity` tokens Jackson accepts
-/// (`ALLOW_NON_NUMERIC_NUMBERS`) so serde can read the body; the points
-/// are then refused one by one.
-pub(crate) fn quote_non_numeric(body: &str) -> Option<String> {
-    const TOKENS: [&str; 7] = [
-        "-Infinity",
-        "+Infinity",
-        "Infinity",
-        "-INF",
-        "+INF",
-        "INF",
-        "NaN",
-    ];
-    let b = body.as_bytes();
-    let mut out = String::with_capacity(body.len() + 16);
-    let mut i = 0;
-    let mut in_str = false;
-    let mut changed = false;
-    while i < b.len() {
-        let c = b[i];
-        if in_str {
-            out.push(c as char);
-            if c == b'\\' && i + 1 < b.len() {
-                out.push(b[i + 1] as char);
-                i += 2;
-                continue;
-            }
-            if c == b'"' {
-                in_str = false;
-            }
-            i += 1;
-            continue;
-        }
-        if c == b'"' {
-            in_str = true;
-            out.push('"');
-            i += 1;
-            continue;
-        }
-        if let Some(t) = TOKENS.iter().find(|t| body[i..].starts_with(**t)) {
-            out.push('"');
-            out.push_str(t);
-            out.push('"');
-            i += t.len();
-            changed = true;
-            continue;
-        }
-        // Copy the rest of a UTF-8 sequence byte by byte through a str slice.
-        let ch = body[i..].chars().next().expect("in bounds");
-        out.push(ch);
-        i += ch.len_utf8();
-    }
-    changed.then_some(out)
-}
-
-/// Parses a put body: one object or an array of them.
-pub(crate) fn parse_body(body: &str) -> Result<Vec<JsonPoint<'_>>, BadBody> {
-    let t = body.trim();
-    if t.starts_with('{') {
-        serde_json::from_str::<JsonPoint>(t)
-            .map(|p| vec![p])
-            .map_err(|e| BadBody(e.to_string()))
-    } else {
-        serde_json::from_str::<Vec<JsonPoint>>(t).map_err(|e| BadBody(e.to_string()))
     }
 }
 
@@ -269,8 +210,14 @@ pub(crate) struct PutFlags {
 pub(crate) struct PutOutcome {
     pub success: u64,
     pub failed: u64,
-    /// (point as JSON, error message)
+    /// Whether errors are kept (`details`): only an answer with details
+    /// shows them, and a large body's could take as much as the body.
+    pub keep_errors: bool,
+    /// (point as JSON, error message) of the points refused by the checks.
     pub errors: Vec<(String, String)>,
+    /// The same for failed writes and syncs, listed after `errors` (the
+    /// checks of a body used to end before its first write).
+    pub write_errors: Vec<(String, String)>,
     pub timed_out: bool,
     /// Points logged but not acknowledged when a sync wait timed out.
     pub pending: u64,
@@ -281,23 +228,23 @@ fn json_str(s: &str) -> String {
 }
 
 /// The point as `IncomingDataPoint` serializes it in `details`.
-fn point_json(p: &JsonPoint, value: Option<&str>) -> String {
+fn point_json(p: &PointView, tags: Option<&[TagView]>) -> String {
     let mut s = String::from("{\"metric\":");
-    match p.metric.as_ref().and_then(|m| m.0.as_deref()) {
+    match p.metric {
         Some(m) => s.push_str(&json_str(m)),
         None => s.push_str("null"),
     }
-    s.push_str(&format!(",\"timestamp\":{},\"value\":", p.timestamp.0));
-    match value {
+    s.push_str(&format!(",\"timestamp\":{},\"value\":", p.timestamp));
+    match p.value {
         Some(v) => s.push_str(&json_str(v)),
         None => s.push_str("null"),
     }
     s.push_str(",\"tags\":");
-    match &p.tags {
+    match tags {
         None => s.push_str("null"),
         Some(t) => {
             s.push('{');
-            for (i, (k, v)) in t.0.iter().enumerate() {
+            for (i, (k, v)) in t.iter().enumerate() {
                 if i > 0 {
                     s.push(',');
                 }
@@ -315,38 +262,40 @@ fn point_json(p: &JsonPoint, value: Option<&str>) -> String {
     s
 }
 
-/// Checks and resolves every point; the good ones are returned for
-/// logging, the bad ones recorded in `outcome`. Runs on a blocking thread
-/// for big bodies.
+/// Checks and resolves every point of a batch; the good ones are returned
+/// for logging, the bad ones recorded in `outcome`.
 pub(crate) fn check_points(
     state: &TsdState,
-    points: &[JsonPoint],
+    batch: &Batch,
     header_tag: Option<(&str, &str)>,
     outcome: &mut PutOutcome,
-) -> Result<Vec<PendingPoint>, BadBody> {
-    let mut good = Vec::with_capacity(points.len());
+) -> Vec<PendingPoint> {
+    let mut good = Vec::with_capacity(batch.points.len());
     let mut key = String::new();
     let mut tags: Vec<(&str, &str)> = Vec::with_capacity(8);
-    for p in points {
-        let value = value_text(p.value)?;
+    for p in &batch.points {
+        let tag_list = batch.tags(p);
         let fail = |msg: String, outcome: &mut PutOutcome| {
             outcome.failed += 1;
-            outcome.errors.push((point_json(p, value.as_deref()), msg));
+            if outcome.keep_errors {
+                outcome.errors.push((point_json(p, tag_list), msg));
+            }
         };
+        let metric = p.metric.unwrap_or("");
         // IncomingDataPoint.validate, in order.
-        if p.metric().is_empty() {
+        if metric.is_empty() {
             fail("Metric name was empty".into(), outcome);
             continue;
         }
-        if p.timestamp.0 <= 0 {
+        if p.timestamp <= 0 {
             fail("Invalid timestamp".into(), outcome);
             continue;
         }
-        let Some(v) = value.as_deref().filter(|v| !v.is_empty()) else {
+        let Some(v) = p.value.filter(|v| !v.is_empty()) else {
             fail("Empty value".into(), outcome);
             continue;
         };
-        let tag_list = p.tags.as_ref().map(|t| t.0.as_slice()).unwrap_or(&[]);
+        let tag_list = tag_list.unwrap_or(&[]);
         if tag_list.is_empty() {
             fail("Missing tags".into(), outcome);
             continue;
@@ -354,7 +303,7 @@ pub(crate) fn check_points(
         tags.clear();
         for (k, v) in tag_list {
             // A null tag value fails name validation like an empty one.
-            tags.push((k.as_ref(), v.as_deref().unwrap_or("")));
+            tags.push((k, v.unwrap_or("")));
         }
         if let Some((hk, hv)) = header_tag
             && !tags.iter().any(|t| t.0 == hk)
@@ -362,11 +311,10 @@ pub(crate) fn check_points(
             tags.push((hk, hv));
         }
         let r = parse_value(v).and_then(|value| {
-            check_finite(p.metric(), p.timestamp.0, value)?;
-            let (series, ts) =
-                state
-                    .db
-                    .resolve(p.metric(), p.timestamp.0, value, &tags, &mut key)?;
+            check_finite(metric, p.timestamp, value)?;
+            let (series, ts) = state
+                .db
+                .resolve(metric, p.timestamp, value, &tags, &mut key)?;
             Ok(PendingPoint { series, ts, value })
         });
         match r {
@@ -377,32 +325,61 @@ pub(crate) fn check_points(
             }
         }
     }
-    Ok(good)
+    good
 }
 
-/// Logs the checked points (and waits for durability with `sync`).
-pub(crate) async fn write_points(
+/// What checking and logging the points of a body left to answer.
+#[derive(Debug, Default)]
+pub(crate) struct Logged {
+    pub outcome: PutOutcome,
+    /// The last append, to wait on for `sync`.
+    pub last: Option<Appended>,
+    /// Points appended.
+    pub accepted: u64,
+}
+
+/// Checks and logs the points of a body a batch at a time, calling
+/// `throttle` after each append (back-pressure for fast writers).
+pub(crate) fn log_points(
     state: &TsdState,
-    good: Vec<PendingPoint>,
-    flags: PutFlags,
-    outcome: &mut PutOutcome,
-) {
-    let mut last = None;
-    let mut accepted = 0u64;
-    for chunk in good.chunks(8192) {
-        match state.db.append(chunk) {
+    points: &DecodedPoints,
+    header_tag: Option<(&str, &str)>,
+    keep_errors: bool,
+    throttle: &mut dyn FnMut(Appended),
+) -> Logged {
+    let mut logged = Logged::default();
+    logged.outcome.keep_errors = keep_errors;
+    let mut at = Cursor::default();
+    let mut batch = Batch::default();
+    while points.read_batch(&mut at, APPEND_BATCH, &mut batch) {
+        let good = check_points(state, &batch, header_tag, &mut logged.outcome);
+        if good.is_empty() {
+            continue;
+        }
+        match state.db.append(&good) {
             Ok(a) => {
-                accepted += chunk.len() as u64;
-                state.db.throttle(a).await;
-                last = Some(a);
+                logged.accepted += good.len() as u64;
+                throttle(a);
+                logged.last = Some(a);
             }
             Err(e) => {
                 state.stats.count_error(&e);
-                outcome.failed += chunk.len() as u64;
-                outcome.errors.push(("null".into(), e.http_message()));
+                logged.outcome.failed += good.len() as u64;
+                let o = &mut logged.outcome;
+                o.write_errors.push(("null".into(), e.http_message()));
             }
         }
     }
+    logged
+}
+
+/// Acknowledges the logged points, once durable if `sync` asks.
+pub(crate) async fn acknowledge(state: &TsdState, logged: Logged, flags: PutFlags) -> PutOutcome {
+    let Logged {
+        mut outcome,
+        last,
+        accepted,
+    } = logged;
     if flags.sync
         && let Some(a) = last
     {
@@ -413,7 +390,7 @@ pub(crate) async fn write_points(
                 Err(_) => {
                     outcome.timed_out = true;
                     outcome.pending = accepted;
-                    return;
+                    return outcome;
                 }
             }
         } else {
@@ -423,11 +400,12 @@ pub(crate) async fn write_points(
         if let Err(e) = durable {
             state.stats.count_error(&e);
             outcome.failed += accepted;
-            outcome.errors.push(("null".into(), e.http_message()));
-            return;
+            outcome.write_errors.push(("null".into(), e.http_message()));
+            return outcome;
         }
     }
     outcome.success += accepted;
+    outcome
 }
 
 /// Renders the answer: (status, JSON body or None for 204).
@@ -494,7 +472,7 @@ pub(crate) fn render(flags: PutFlags, o: &PutOutcome) -> (u16, Option<String>) {
 
 fn errors_json(o: &PutOutcome) -> String {
     let mut s = String::from("[");
-    for (i, (dp, err)) in o.errors.iter().enumerate() {
+    for (i, (dp, err)) in o.errors.iter().chain(&o.write_errors).enumerate() {
         if i > 0 {
             s.push(',');
         }
@@ -507,9 +485,83 @@ fn errors_json(o: &PutOutcome) -> String {
     s
 }
 
-/// `/api/put`: POST only; checks the points (on a blocking thread for big
-/// bodies), logs the good ones, answers as `summary`/`details`/`sync` ask.
-pub(super) async fn route(c: Call, body: Incoming) -> Reply {
+/// What reading and logging a put body needs, on whichever thread.
+struct PutJob {
+    state: Arc<TsdState>,
+    header_tag: Option<(String, String)>,
+    keep_errors: bool,
+}
+
+impl PutJob {
+    /// Parses the body's text from `src` (growing `reservation` to the
+    /// text read, if given, then shrinking it to what the parsed points
+    /// hold), then checks and logs the points.
+    fn parse_and_log<R: std::io::Read>(
+        &self,
+        src: R,
+        mut reservation: Option<&mut Reservation>,
+        throttle: &mut dyn FnMut(Appended),
+    ) -> Result<Logged, Reply> {
+        let limit = self.state.options.max_body_bytes;
+        let mut metered = Metered::new(src, reservation.as_deref_mut());
+        let parsed = put_body::parse(&mut metered);
+        drop(metered);
+        let points = parsed.map_err(|e| match e {
+            BodyError::Fault(f) => f.reply(limit),
+            BodyError::Empty => Reply::error(
+                400,
+                "Missing message content",
+                "Supply valid JSON formatted data in the body of your request",
+            ),
+            BodyError::Json(words) => Reply::error(400, "Unable to parse the given JSON", &words),
+            BodyError::NoPoints => Reply::error(400, "No datapoints found in content", ""),
+        })?;
+        if let Some(r) = reservation {
+            r.shrink_to(points.heap_bytes());
+        }
+        let stats = &self.state.stats;
+        stats
+            .http_puts
+            .fetch_add(points.len() as u64, Ordering::Relaxed);
+        let ht = self
+            .header_tag
+            .as_ref()
+            .map(|(k, v)| (k.as_str(), v.as_str()));
+        Ok(log_points(
+            &self.state,
+            &points,
+            ht,
+            self.keep_errors,
+            throttle,
+        ))
+    }
+
+    /// [`PutJob::parse_and_log`] on a blocking thread, for bodies too
+    /// large to parse on the connection's task, from the reader `src`
+    /// makes there (a gzip reader reads its header when made); the
+    /// reservation is given back when done.
+    fn spawn<R: std::io::Read>(
+        self,
+        src: impl FnOnce() -> R + Send + 'static,
+        mut reservation: Reservation,
+    ) -> tokio::task::JoinHandle<Result<Logged, Reply>> {
+        tokio::task::spawn_blocking(move || {
+            let db = self.state.db.clone();
+            self.parse_and_log(src(), Some(&mut reservation), &mut |a| {
+                db.throttle_blocking(a)
+            })
+        })
+    }
+}
+
+fn joined(r: Result<Result<Logged, Reply>, tokio::task::JoinError>) -> Result<Logged, Reply> {
+    r.unwrap_or_else(|_| Err(Reply::error(500, "Unexpected exception", "")))
+}
+
+/// `/api/put`: POST only; parses the body as it arrives (on a blocking
+/// thread unless it is small), then checks and logs its points a batch at
+/// a time, and answers as `summary`/`details`/`sync` ask.
+pub(super) async fn route(c: Call, mut body: Incoming) -> Reply {
     if c.method != Method::POST {
         return method_not_allowed(&c.method);
     }
@@ -543,103 +595,88 @@ pub(super) async fn route(c: Call, body: Incoming) -> Reply {
             .and_then(|v| v.split_once('='))
             .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
     };
-    let body = match read_body(state, &c.head, body).await {
-        Ok(b) => b,
+    let limit = state.options.max_body_bytes;
+    let declared = match preflight(state, &c.head) {
+        Ok(d) => d,
         Err(r) => return r,
     };
-    let text = match std::str::from_utf8(&body) {
-        Ok(t) => t.trim().to_string(),
-        Err(_) => String::from_utf8_lossy(&body).trim().to_string(),
+    let mut reservation = match Reservation::new(state, declared.unwrap_or(0)).await {
+        Ok(r) => r,
+        Err(r) => return r,
     };
-    drop(body);
-    if text.is_empty() {
-        return Reply::error(
-            400,
-            "Missing message content",
-            "Supply valid JSON formatted data in the body of your request",
-        );
+    let job = PutJob {
+        state: state.clone(),
+        header_tag,
+        keep_errors: flags.details,
+    };
+    let decoder = match Encoding::of(&c.head) {
+        Encoding::Unsupported(name) => {
+            // Read anyway: a body over the limit is answered as such.
+            return match collect_wire(state, body, &mut reservation).await {
+                Ok(_) => Encoding::unsupported(&name),
+                Err(r) => r,
+            };
+        }
+        Encoding::Deflate => {
+            // Zlib or raw deflate: which one is only known at the end, so
+            // the (compressed) body is read whole first.
+            let wire = match collect_wire(state, body, &mut reservation).await {
+                Ok(w) => w,
+                Err(r) => return r,
+            };
+            let decoder = match deflate_decoder(&wire, limit) {
+                Ok(d) => d,
+                Err(f) => return f.reply(limit),
+            };
+            let src = move || decode(decoder, std::io::Cursor::new(wire), limit);
+            return answer(state, flags, joined(job.spawn(src, reservation).await)).await;
+        }
+        Encoding::Identity => Decoder::Identity,
+        Encoding::Gzip => Decoder::Gzip,
+    };
+    let start = match read_start(state, &mut body, &mut reservation, STREAM_AFTER).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if start.whole && decoder == Decoder::Identity && start.len < BLOCKING_BODY {
+        // Small: parsed here. The text is the body as sent, reserved.
+        let logged = job.parse_and_log(WireReader::new(start, None), None, &mut |_| {});
+        drop(reservation);
+        if let Ok(Logged { last: Some(a), .. }) = &logged {
+            state.db.throttle(*a).await;
+        }
+        return answer(state, flags, logged).await;
     }
-    let len = text.len();
-    let st = state.clone();
-    let check = move || -> Result<(Vec<PendingPoint>, PutOutcome, usize), Reply> {
-        let fixed;
-        let parsed = match parse_body(&text) {
-            Ok(p) => p,
-            Err(first) => {
-                fixed = quote_non_numeric(&text)
-                    .ok_or_else(|| Reply::error(400, "Unable to parse the given JSON", &first.0))?;
-                parse_body(&fixed)
-                    .map_err(|e| Reply::error(400, "Unable to parse the given JSON", &e.0))?
-            }
-        };
-        if parsed.is_empty() {
-            return Err(Reply::error(400, "No datapoints found in content", ""));
-        }
-        let n = parsed.len();
-        let mut outcome = PutOutcome::default();
-        let ht = header_tag.as_ref().map(|(k, v)| (k.as_str(), v.as_str()));
-        let good = check_points(&st, &parsed, ht, &mut outcome)
-            .map_err(|e| Reply::error(400, "Unable to parse the given JSON", &e.0))?;
-        Ok((good, outcome, n))
+    if start.whole {
+        let src = move || decode(decoder, WireReader::new(start, None), limit);
+        return answer(state, flags, joined(job.spawn(src, reservation).await)).await;
+    }
+    let (to, from) = tokio::sync::mpsc::channel(WIRE_QUEUE);
+    let sent = start.len;
+    let src = move || decode(decoder, WireReader::new(start, Some(from)), limit);
+    let mut reader = job.spawn(src, reservation);
+    let pumped = tokio::select! {
+        biased;
+        pumped = pump(state, body, sent, to) => pumped,
+        // The reader stopped before the end of the body: its answer.
+        read = &mut reader => return answer(state, flags, joined(read)).await,
     };
-    let checked = if len >= BLOCKING_BODY {
-        match tokio::task::spawn_blocking(check).await {
-            Ok(r) => r,
-            Err(_) => Err(Reply::error(500, "Unexpected exception", "")),
-        }
-    } else {
-        check()
-    };
-    let (good, mut outcome, n) = match checked {
-        Ok(x) => x,
+    if let Err(r) = pumped {
+        return r;
+    }
+    answer(state, flags, joined(reader.await)).await
+}
+
+/// The answer to a put whose body was read and logged (or refused).
+async fn answer(state: &TsdState, flags: PutFlags, logged: Result<Logged, Reply>) -> Reply {
+    let logged = match logged {
+        Ok(l) => l,
         Err(r) => return r,
     };
-    state.stats.http_puts.fetch_add(n as u64, Ordering::Relaxed);
-    write_points(state, good, flags, &mut outcome).await;
+    let outcome = acknowledge(state, logged, flags).await;
     let (status, body) = render(flags, &outcome);
     match body {
         None => Reply::empty(status),
         Some(b) => Reply::json(status, b),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    proptest::proptest! {
-        /// No body, however broken, makes the parser panic.
-        #[test]
-        fn bodies_never_panic(body in "[ -~]{0,200}", numeric in "[0-9eE.+NaInfity-]{0,20}") {
-            let _ = parse_body(&body);
-            let _ = quote_non_numeric(&body);
-            let doc = format!(r#"[{{"metric":"m","timestamp":{numeric},"value":{numeric},"tags":{{"h":"a"}}}}]"#);
-            let _ = parse_body(&doc);
-            if let Some(fixed) = quote_non_numeric(&doc) {
-                let _ = parse_body(&fixed);
-            }
-        }
-    }
-
-    #[test]
-    fn bodies() {
-        let p = parse_body(
-            r#"{"metric":"m","timestamp":"1356998400","value":18.0,"tags":{"host":"a"}}"#,
-        )
-        .unwrap();
-        assert_eq!(p[0].metric(), "m");
-        assert_eq!(p[0].timestamp.0, 1356998400);
-        assert_eq!(value_text(p[0].value).unwrap().as_deref(), Some("18.0"));
-        let p = parse_body(r#"[{"metric":"m","timestamp":1356998400.9,"value":"1.5e3","tags":{"host":"a","host":"b"}}]"#)
-            .unwrap();
-        assert_eq!(p[0].timestamp.0, 1356998400);
-        assert_eq!(value_text(p[0].value).unwrap().as_deref(), Some("1.5e3"));
-        assert_eq!(p[0].tags.as_ref().unwrap().0.len(), 1);
-        assert!(parse_body("[{\"metric\":").is_err());
-        assert!(parse_body(r#"{"metric":"m","value":NaN}"#).is_err());
-        let fixed = quote_non_numeric(r#"{"metric":"NaN","value":NaN,"x":-Infinity}"#).unwrap();
-        assert_eq!(fixed, r#"{"metric":"NaN","value":"NaN","x":"-Infinity"}"#);
-        assert!(quote_non_numeric("[1,2]").is_none());
-        assert_eq!(parse_body("[]").unwrap().len(), 0);
     }
 }

@@ -35,7 +35,7 @@ pub(super) async fn blocking(
 /// in its query string), then `/api/query` or `/api/query/last`.
 pub(super) async fn route(c: Call, body: Incoming) -> Reply {
     let body = if c.method == Method::POST && *c.verb() != Method::GET {
-        match read_body(&c.state, &c.head, body).await {
+        match read_body(&c, body).await {
             Ok(b) => Some(b),
             Err(r) => return r,
         }

@@ -31,6 +31,9 @@ pub(crate) struct Call {
     /// Lower-cased path components after the endpoint.
     pub rest: Vec<String>,
     pub query: Query,
+    /// The body's share of the budget of bodies in flight, once read
+    /// whole (`read_body`): held until the request is done.
+    pub body_hold: std::sync::OnceLock<super::body::Reservation>,
 }
 
 impl Call {
@@ -234,7 +237,7 @@ pub(super) async fn body_unless_get(c: &Call, body: Incoming) -> Result<Option<V
     if *c.verb() == Method::GET {
         return Ok(None);
     }
-    read_body(&c.state, &c.head, body).await.map(Some)
+    read_body(c, body).await.map(Some)
 }
 
 /// Routes a request to its handler.
@@ -274,6 +277,7 @@ pub(super) async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> R
         api_version: path.api_version,
         rest: path.rest,
         query,
+        body_hold: std::sync::OnceLock::new(),
     };
     match found.handler {
         Head(f) => f(&call),
