@@ -130,13 +130,14 @@ fn print_backup(b: &serde_json::Value, out: &mut dyn Write) -> anyhow::Result<()
         .unwrap_or_default();
     writeln!(
         out,
-        "backup written to {}: {} bytes ({} entries; {} WAL segments, {} bytes) in {} ms",
+        "backup written to {}: {} bytes ({} entries; {} WAL segments, {} bytes) in {} ms, flushes paused {} ms",
         b["path"].as_str().unwrap_or("?"),
         b["bytes"],
         tables.join(", "),
         b["walSegments"],
         b["walBytes"],
-        b["durationMs"]
+        b["durationMs"],
+        b["pausedMs"]
     )?;
     Ok(())
 }
