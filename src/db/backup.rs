@@ -8,7 +8,9 @@
 //! 1. with the flush lock held (no sealed hour reaches the store, no row
 //!    is deleted), the WAL is rotated: the segment being written is
 //!    synced and closed, so every segment below the cut is a complete
-//!    file holding everything appended before the backup began;
+//!    file holding everything appended before the backup began (appends
+//!    and the rotation are ordered by the log's own lock, so appenders
+//!    are never held; an append that returned before is below the cut);
 //! 2. still under the lock, the engine's snapshot of every table is
 //!    taken and the closed segments are hard-linked into the backup
 //!    (a segment the flusher removed meanwhile held only points the
