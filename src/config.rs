@@ -93,6 +93,10 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.http.cachedir", ""),
     (DATA_DIR_KEY, DEFAULT_DATA_DIR),
     ("tsd.storage.row_encoding", "compressed"),
+    // rtsdb: `POST /api/backup` (off: it writes files on the server), and
+    // the only directory it writes in ("": DATA_DIR/backups).
+    ("tsd.backup.enable", "false"),
+    ("tsd.backup.dir", ""),
 ];
 
 /// Keys that only mean something with HBase/ZooKeeper; accepted and

@@ -1,6 +1,7 @@
 //! The `tsdb` command line: OpenTSDB's tools with their arguments and
 //! output formats, over the embedded store.
 
+pub(crate) mod backup;
 pub(crate) mod fsck;
 pub(crate) mod import;
 pub(crate) mod query;
@@ -61,6 +62,10 @@ pub enum Command {
     Fsck(fsck::FsckArgs),
     /// Run the TSD: telnet and HTTP on one port (OpenTSDB's `tsdb tsd`).
     Tsd(tsd::TsdArgs),
+    /// Back up the store, through its TSD if one runs (docs/backup.md).
+    Backup(backup::BackupArgs),
+    /// Restore a backup into a new data directory.
+    Restore(backup::RestoreArgs),
     /// Print version information.
     Version,
 }
@@ -141,6 +146,8 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
         Command::Query(args) => query::run(&ctx, args, out, err),
         Command::Import(args) => import::run(&ctx, args, out, err),
         Command::Tsd(args) => tsd::run(ctx, args, out),
+        Command::Backup(args) => backup::run_backup(&ctx, args, out, err),
+        Command::Restore(args) => backup::run_restore(&ctx, args, out),
         Command::Version => {
             writeln!(out, "{}", version_lines())?;
             Ok(0)

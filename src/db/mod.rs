@@ -16,6 +16,7 @@
 //! - [`replay`]: the WAL read back into the store at open;
 //! - [`delete`]: whole-row deletes (`/api/query` with `delete`);
 //! - [`admin`]: index rebuilds, cache drops.
+//! - [`backup`]: a consistent copy of the running database.
 //!
 //! What is durable when:
 //! - a `sync` write is acknowledged after its WAL records are fdatasynced;
@@ -49,6 +50,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod append;
+pub(crate) mod backup;
 pub(crate) mod delete;
 pub(crate) mod flush;
 pub(crate) mod options;
@@ -75,6 +77,7 @@ use crate::write::{SeriesCache, buffer};
 pub use crate::write::Series;
 pub use crate::write::limits::SeriesLimits;
 pub use append::{Appended, PendingPoint};
+pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
 pub use options::{DbOptions, WriteOptions};
 pub use wal::WalError;

@@ -10,11 +10,11 @@ use parking_lot::{Mutex, RwLock};
 
 use super::StripedLocks;
 use ::fjall::compaction::filter::{CompactionFilter, Context, Factory, ItemAccessor, Verdict};
-use ::fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use ::fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 
 use super::{
-    Durability, KvStore, Mutation, Result, ScanIter, ScanRange, StorageError, Table, WriteBatch,
-    counter_value,
+    Durability, KvSnapshot, KvStore, Mutation, Result, ScanIter, ScanRange, StorageError, Table,
+    WriteBatch, counter_value,
 };
 
 /// Read-modify-write operations (increment, compare-and-set) take one of
@@ -275,6 +275,34 @@ impl FjallStore {
         self.write(b)
     }
 
+    /// Loads `entries`, in ascending key order, into `table` of a store
+    /// nothing else writes to (a backup being made) as table files, by
+    /// fjall's bulk ingestion: no journal, no memtable. Returns how many
+    /// entries it loaded; [`sync_all_files`](Self::sync_all_files) makes
+    /// them durable.
+    pub(crate) fn ingest(
+        &self,
+        table: Table,
+        entries: impl Iterator<Item = Result<super::KeyValue>>,
+    ) -> Result<u64> {
+        let engine = self.engine()?;
+        let mut ingestion = engine.ks(table).start_ingestion().map_err(err)?;
+        let mut n = 0;
+        for entry in entries {
+            let (k, v) = entry?;
+            ingestion.write(k, v).map_err(err)?;
+            n += 1;
+        }
+        ingestion.finish().map_err(err)?;
+        Ok(n)
+    }
+
+    /// Syncs the engine and then every file and directory it has.
+    pub(crate) fn sync_all_files(&self) -> Result<()> {
+        self.sync()?;
+        Ok(sync_tree(&self.path)?)
+    }
+
     /// Forces the engine's own compaction on every table (benchmarks,
     /// size measurements).
     pub(crate) fn major_compact(&self) -> Result<()> {
@@ -287,14 +315,36 @@ impl FjallStore {
     }
 }
 
-/// fsyncs every file and directory under `dir`.
+/// fjall's cross-keyspace snapshot, with the engine it reads kept open
+/// (a reopen waits for it).
+struct FjallSnapshot {
+    engine: Arc<Engine>,
+    snapshot: ::fjall::Snapshot,
+}
+
+impl KvSnapshot for FjallSnapshot {
+    fn scan_all(&self, table: Table) -> ScanIter<'_> {
+        Box::new(self.snapshot.iter(self.engine.ks(table)).map(|g| {
+            g.into_inner()
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .map_err(err)
+        }))
+    }
+}
+
+/// fsyncs every file and directory under `dir`. A file the engine's
+/// background work removed since it was listed needs no sync.
 fn sync_tree(dir: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            sync_tree(&entry.path())?;
+        let synced = if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())
         } else {
-            std::fs::File::open(entry.path())?.sync_all()?;
+            std::fs::File::open(entry.path()).and_then(|f| f.sync_all())
+        };
+        match synced {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
         }
     }
     std::fs::File::open(dir)?.sync_all()
@@ -424,6 +474,12 @@ impl KvStore for FjallStore {
             .db
             .persist(PersistMode::SyncAll)
             .map_err(|e| self.write_error(e))
+    }
+
+    fn snapshot(&self) -> Result<Box<dyn KvSnapshot>> {
+        let engine = self.engine()?;
+        let snapshot = engine.db.snapshot();
+        Ok(Box::new(FjallSnapshot { engine, snapshot }))
     }
 
     fn disk_space(&self) -> u64 {

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use parking_lot::RwLock;
 
 use super::{
-    Durability, KvStore, Mutation, Result, ScanIter, ScanRange, Table, WriteBatch, counter_value,
+    Durability, KvSnapshot, KvStore, Mutation, Result, ScanIter, ScanRange, Table, WriteBatch,
+    counter_value,
 };
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -21,6 +22,19 @@ fn idx(t: Table) -> usize {
         Table::Uid => 1,
         Table::Meta => 2,
         Table::Index => 3,
+    }
+}
+
+/// A copy of every table (tests hold small stores).
+struct MemorySnapshot([Map; 4]);
+
+impl KvSnapshot for MemorySnapshot {
+    fn scan_all(&self, table: Table) -> ScanIter<'_> {
+        Box::new(
+            self.0[idx(table)]
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), v.clone()))),
+        )
     }
 }
 
@@ -91,6 +105,10 @@ impl KvStore for MemoryStore {
 
     fn sync(&self) -> Result<()> {
         Ok(())
+    }
+
+    fn snapshot(&self) -> Result<Box<dyn KvSnapshot>> {
+        Ok(Box::new(MemorySnapshot(self.tables.read().clone())))
     }
 }
 

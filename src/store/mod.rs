@@ -19,6 +19,7 @@ pub(crate) mod meta_table;
 pub mod read;
 pub(crate) mod retention;
 pub mod rows;
+pub mod snapshot;
 pub(crate) mod uid_table;
 
 use std::fs::{self, File};
@@ -48,7 +49,7 @@ use crate::uid::UidStore;
 pub use header::StoreHeader;
 
 const ENGINE_DIR: &str = "fjall";
-const LOCK_FILE: &str = "LOCK";
+pub(crate) const LOCK_FILE: &str = "LOCK";
 const ROW_LOCK_STRIPES: usize = 256;
 
 #[derive(Debug, Error)]

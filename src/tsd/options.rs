@@ -3,6 +3,7 @@
 //! once, every value is checked here, and a bad one stops the start with
 //! an error naming its key. Requests read these structs, never strings.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono_tz::Tz;
@@ -69,6 +70,31 @@ pub struct TsdOptions {
     pub worker_threads: Option<usize>,
     /// What `/api/query` and `/api/query/last` run with.
     pub query: QueryOptions,
+    pub backup: BackupOptions,
+}
+
+/// `POST /api/backup` (rtsdb's own endpoint).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupOptions {
+    /// `tsd.backup.enable`: off by default, since a backup writes files
+    /// on the server; while off the endpoint does not exist (404, as
+    /// OpenTSDB answers for an RPC its configuration leaves out).
+    pub enabled: bool,
+    /// `tsd.backup.dir` (default DATA_DIR/backups): backups asked for
+    /// over the network are written only inside it.
+    pub root: PathBuf,
+}
+
+impl BackupOptions {
+    pub fn from_config(c: &Config) -> BackupOptions {
+        BackupOptions {
+            enabled: c.get_bool("tsd.backup.enable"),
+            root: match c.get_string("tsd.backup.dir").trim() {
+                "" => c.data_dir().join("backups"),
+                dir => PathBuf::from(dir),
+            },
+        }
+    }
 }
 
 impl TsdOptions {
@@ -122,6 +148,7 @@ impl TsdOptions {
             stats_with_port: c.get_bool("tsd.core.stats_with_port"),
             worker_threads: c.get_int("tsd.network.worker_threads")?,
             query: query_options(c)?,
+            backup: BackupOptions::from_config(c),
         })
     }
 }
@@ -176,6 +203,12 @@ mod tests {
         assert_eq!(o.port, 4242);
         assert_eq!(o.mode, Mode::ReadWrite);
         assert_eq!(o.query, QueryOptions::default());
+        assert!(!o.backup.enabled, "backups over HTTP are off by default");
+        assert_eq!(o.backup.root, Config::default().data_dir().join("backups"));
+        assert_eq!(
+            with("tsd.backup.dir", "/b").unwrap().backup.root,
+            PathBuf::from("/b")
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod backup;
 mod cli;
 mod crash;
 mod fsck;

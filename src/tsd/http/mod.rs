@@ -5,6 +5,7 @@
 //! or a module of `crate::tsd::rpc` if telnet serves it too.
 
 mod annotation;
+mod backup;
 mod body;
 mod metrics;
 pub(crate) mod put;

@@ -14,7 +14,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Request};
 
 use super::{Query, Reply, annotation, metrics, not_found, put, query, read_body, search};
-use super::{suggest, uid};
+use super::{backup, suggest, uid};
 use crate::tsd::TsdState;
 use crate::tsd::rpc::{self, Serve};
 
@@ -105,7 +105,7 @@ const fn route(endpoint: &'static str, at: At, serve: Serve, handler: Handler) -
 
 use At::{Api, Both, Legacy};
 use Handler::{Async, Body, Head};
-use Serve::{Always, DieDieDie, Reads, Writes};
+use Serve::{Always, Backups, DieDieDie, Reads, Writes};
 
 const ANNOTATION: Handler = Async(|c, b| Box::pin(annotation::route(c, b)));
 
@@ -150,6 +150,12 @@ static ROUTES: &[Route] = &[
     ),
     route("metrics", Legacy, Always, Head(metrics::http)),
     route("diediedie", Legacy, DieDieDie, Head(rpc::diediedie::http)),
+    route(
+        "backup",
+        Api,
+        Backups,
+        Async(|c, b| Box::pin(backup::route(c, b))),
+    ),
 ];
 
 /// Where a path leads, before the table is consulted.

@@ -37,6 +37,8 @@ pub(crate) enum Serve {
     Reads,
     /// Unless `tsd.no_diediedie`.
     DieDieDie,
+    /// With `tsd.backup.enable` (rtsdb's `/api/backup`).
+    Backups,
 }
 
 impl Serve {
@@ -46,6 +48,7 @@ impl Serve {
             Serve::Writes => o.mode.writes(),
             Serve::Reads => o.mode.reads(),
             Serve::DieDieDie => !o.no_diediedie,
+            Serve::Backups => o.backup.enabled,
         }
     }
 }

@@ -164,6 +164,8 @@ struct State {
     seq: u64,
     segment: u64,
     sync_wanted: bool,
+    /// [`Wal::rotate`] asked for the segment to be closed now.
+    rotate_wanted: bool,
     stop: bool,
 }
 
@@ -270,6 +272,7 @@ impl Wal {
                 seq: 0,
                 segment: first_segment,
                 sync_wanted: false,
+                rotate_wanted: false,
                 stop: false,
             }),
             wake: Condvar::new(),
@@ -380,6 +383,38 @@ impl Wal {
             segment,
             backlog: false,
         })
+    }
+
+    /// Closes the segment being written, once everything appended so far
+    /// is written to it and synced, and continues in a new one (a
+    /// backup's cut: every segment below the number returned is then a
+    /// complete file that is never written again). Blocks the calling
+    /// (non-async) thread; fails as soon as the log cannot be written.
+    pub fn rotate(&self) -> Result<u64, WalError> {
+        let sh = &self.shared;
+        let seen = sh.failures.load(Ordering::Acquire);
+        let closed = {
+            let mut st = sh.state.lock();
+            if st.stop {
+                return Err(WalError::Closed);
+            }
+            st.rotate_wanted = true;
+            st.sync_wanted = true;
+            st.segment + 1
+        };
+        sh.wake.notify_one();
+        loop {
+            if self.closed_below() >= closed {
+                return Ok(closed);
+            }
+            if sh.failures.load(Ordering::Acquire) != seen || sh.failing.load(Ordering::Acquire) {
+                return Err(sh.failure().unwrap_or(WalError::Closed));
+            }
+            if sh.state.lock().stop {
+                return Err(WalError::Closed);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Blocks the calling (non-async) thread until everything up to `seq`
@@ -589,9 +624,11 @@ impl Writer {
                 let mut data = std::mem::take(&mut st.spare);
                 std::mem::swap(&mut data, &mut st.buf);
                 let file_len = self.synced_len + self.unsynced.len() as u64;
-                let rotate =
-                    !data.is_empty() && file_len + data.len() as u64 > self.sh.opts.segment_bytes;
+                let rotate = st.rotate_wanted
+                    || (!data.is_empty()
+                        && file_len + data.len() as u64 > self.sh.opts.segment_bytes);
                 if rotate {
+                    st.rotate_wanted = false;
                     st.segment += 1;
                     self.rotate_to = Some(st.segment);
                 }
@@ -1051,5 +1088,42 @@ mod tests {
         assert!(e.to_string().contains("was deleted"), "{e}");
         assert!(wal.failure().is_some());
         assert!(!wal_dir.exists(), "the directory is not recreated");
+    }
+
+    #[test]
+    fn rotate_closes_the_segment_with_everything_appended_before() {
+        let dir = tempfile::tempdir().unwrap();
+        // A long flush interval: nothing would be written without the rotate.
+        let opts = WalOptions {
+            flush_interval: Duration::from_secs(3600),
+            ..Default::default()
+        };
+        let wal = Wal::start(dir.path(), 4, opts).unwrap();
+        let s = series(1);
+        let put = |i: u32| {
+            wal.append(&[pending(
+                &s,
+                Timestamp::Seconds(1356998400 + i),
+                Value::Int(i.into()),
+            )])
+            .unwrap()
+        };
+        put(1);
+        let a = put(2);
+        assert_eq!(wal.rotate().unwrap(), 5);
+        assert_eq!(wal.closed_below(), 5);
+        assert!(wal.durable_seq() >= a.seq, "the closed segment is synced");
+        assert_eq!(points_in(&segment_path(dir.path(), 4)), vec![1, 2]);
+        // Nothing appended: the new segment is closed empty.
+        assert_eq!(wal.rotate().unwrap(), 6);
+        let b = put(3);
+        assert_eq!(b.segment, 6);
+        wal.wait_durable_blocking(b.seq).unwrap();
+        assert_eq!(points_in(&segment_path(dir.path(), 5)), Vec::<i64>::new());
+        // The series is declared again in the segment it continues in.
+        let recs = read_segment(&segment_path(dir.path(), 6)).unwrap().records;
+        assert!(matches!(recs[0], Record::Series { .. }), "{recs:?}");
+        wal.close().unwrap();
+        assert!(matches!(wal.rotate(), Err(WalError::Closed)));
     }
 }
