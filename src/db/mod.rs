@@ -18,24 +18,9 @@
 //! - [`admin`]: index rebuilds, cache drops.
 //! - [`backup`]: a consistent copy of the running database.
 //!
-//! What is durable when:
-//! - a `sync` write is acknowledged after its WAL records are fdatasynced;
-//! - other writes are fdatasynced within `flush_interval` (they survive a
-//!   process crash as soon as the WAL thread has written them);
-//! - a WAL segment is deleted only after the store holds (and has synced)
-//!   every point logged in it;
-//! - a delete is logged (and synced) in the WAL before rows are removed,
-//!   so a replay after a crash cannot bring deleted points back;
-//! - at open, a damaged WAL frame costs only itself and a record that
-//!   cannot be stored is skipped and counted ([`WriteStats`]); a segment
-//!   that lost anything is kept in `wal/damaged/` (docs/format/wal.md);
-//! - while the WAL cannot be written (a full disk, a removed data
-//!   directory) or the engine refused a write, puts are refused at once
-//!   with the cause ([`Db::writable`]) and `sync` waiters fail instead of
-//!   being acknowledged: a failed write is cut back, a failed fdatasync is
-//!   never retried into an acknowledgement (the bytes are written again
-//!   first). The WAL writer resumes and the flusher reopens the engine by
-//!   themselves once the disk takes writes again.
+//! What is durable when, and what each fault costs at most, is stated
+//! once, in `docs/durability.md`; the WAL's recovery rules are in
+//! `docs/format/wal.md`.
 //!
 //! The seams for other engines: rows go through a [`RowStore`], names through
 //! [`UidTable`] over a [`crate::uid::UidStore`], series through
