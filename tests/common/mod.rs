@@ -1,12 +1,15 @@
 //! Shared test support: an in-memory database for query tests (`db`),
 //! a real TSD on a loopback port for protocol tests (`server`) and the
-//! `tsdb` binary for command-line tests (`cli`).
+//! `tsdb` binary for command-line tests (`cli`), and `tsdb tsd` as a child
+//! process for tests that kill it (`child`).
 #![allow(dead_code, unused_imports)]
 
+pub mod child;
 pub mod cli;
 pub mod db;
 pub mod server;
 
+pub use child::*;
 pub use cli::*;
 pub use db::*;
 pub use server::*;

@@ -2,13 +2,11 @@
 //! killed with SIGKILL mid-stream; after a restart every acknowledged
 //! point is in the store, and store and WAL reopen clean.
 
-use crate::common;
+use crate::common::{self, ChildOptions, ChildTsd};
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,40 +16,19 @@ use rtsdb::store::read::SeriesSource;
 use rtsdb::store::{Store, StoreOptions};
 use rtsdb::uid::{AutoCreate, UidTable};
 
-fn spawn(dir: &Path) -> (Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-        .args([
-            "tsd",
-            "--port",
-            "0",
-            "--auto-metric",
-            "--flush-interval",
-            "200",
-            "--data-dir",
-        ])
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("Ready to serve on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .parse()
-        .unwrap();
-    (child, addr)
+/// A TSD that flushes every 200 ms, so rows and WAL both hold points.
+fn spawn(dir: &Path) -> ChildTsd {
+    ChildTsd::start(
+        dir,
+        ChildOptions {
+            flush_interval_ms: Some(200),
+            ..Default::default()
+        },
+    )
 }
 
-fn terminate(mut child: Child) {
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
-    let status = child.wait().unwrap();
+fn terminate(tsd: ChildTsd) {
+    let status = tsd.terminate();
     assert!(status.success(), "graceful stop: {status:?}");
 }
 
@@ -112,12 +89,11 @@ fn acknowledged_sync_puts_survive_sigkill() {
     let next = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(Mutex::new(BTreeSet::new()));
     for round in 0..2 {
-        let (mut child, addr) = spawn(dir.path());
+        let tsd = spawn(dir.path());
         let stop = Arc::new(AtomicBool::new(false));
-        let workers = ingest(addr, stop.clone(), next.clone(), acked.clone());
+        let workers = ingest(tsd.addr, stop.clone(), next.clone(), acked.clone());
         std::thread::sleep(Duration::from_millis(1500 + 300 * round));
-        child.kill().unwrap(); // SIGKILL, mid-stream
-        child.wait().unwrap();
+        tsd.kill(); // SIGKILL, mid-stream
         stop.store(true, Ordering::Relaxed);
         for w in workers {
             w.join().unwrap();
@@ -130,8 +106,7 @@ fn acknowledged_sync_puts_survive_sigkill() {
         acked.len()
     );
     // Restart: the WAL is replayed; stop cleanly.
-    let (child, _) = spawn(dir.path());
-    terminate(child);
+    terminate(spawn(dir.path()));
     assert_eq!(
         std::fs::read_dir(dir.path().join("wal")).unwrap().count(),
         0,
@@ -146,8 +121,7 @@ fn acknowledged_sync_puts_survive_sigkill() {
         stored.len()
     );
     // Starts clean once more.
-    let (child, _) = spawn(dir.path());
-    terminate(child);
+    terminate(spawn(dir.path()));
 }
 
 /// A query DELETE is logged: after SIGKILL, replaying the write-ahead log
@@ -163,28 +137,16 @@ fn deleted_points_stay_deleted_after_sigkill() {
     let conf = dir.path().join("opentsdb.conf");
     let data = dir.path().join("data");
     let spawn_with_conf = || {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-            .arg("--config")
-            .arg(&conf)
-            .args(["tsd", "--port", "0", "--auto-metric", "--data-dir"])
-            .arg(&data)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr: SocketAddr = line
-            .trim()
-            .strip_prefix("Ready to serve on ")
-            .unwrap()
-            .parse()
-            .unwrap();
-        (child, addr)
+        ChildTsd::start(
+            &data,
+            ChildOptions {
+                config: Some(&conf),
+                ..Default::default()
+            },
+        )
     };
-    let (mut child, addr) = spawn_with_conf();
+    let tsd = spawn_with_conf();
+    let addr = tsd.addr;
     let put = |ts: u64, v: i64| {
         let body = format!(
             r#"{{"metric":"del.test","timestamp":{ts},"value":{v},"tags":{{"host":"a"}}}}"#
@@ -204,10 +166,10 @@ fn deleted_points_stay_deleted_after_sigkill() {
     assert_eq!(r.status, 200, "{}", r.text());
     // Written after the delete, to the same hour: must survive.
     put(1356998520, 3);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    tsd.kill();
 
-    let (child, addr) = spawn_with_conf();
+    let tsd = spawn_with_conf();
+    let addr = tsd.addr;
     let r = common::http(
         addr,
         "GET",
@@ -219,5 +181,5 @@ fn deleted_points_stay_deleted_after_sigkill() {
         r.text(),
         r#"[{"metric":"del.test","tags":{"host":"a"},"aggregateTags":[],"dps":{"1356998520":3}}]"#
     );
-    terminate(child);
+    terminate(tsd);
 }

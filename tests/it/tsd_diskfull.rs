@@ -7,13 +7,13 @@
 //! permitted the full-disk test says so and returns (the WAL writer's
 //! fault-injecting unit tests cover the same paths without a mount).
 
-use crate::common;
+use crate::common::{self, ChildOptions, ChildTsd};
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use rtsdb::model::UidKind;
@@ -54,46 +54,16 @@ impl Drop for Tmpfs {
     }
 }
 
-/// A child TSD, killed if a failing test leaves it running.
-struct Tsd(Option<Child>);
-
-impl Drop for Tsd {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// A child TSD whose stderr goes to `log`.
-fn spawn(data: &Path, log: &Path) -> (Tsd, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-        .args([
-            "tsd",
-            "--port",
-            "0",
-            "--auto-metric",
-            "--flush-interval",
-            "200",
-            "--data-dir",
-        ])
-        .arg(data)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("Ready to serve on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .parse()
-        .unwrap();
-    (Tsd(Some(child)), addr)
+fn spawn(data: &Path, log: &Path) -> ChildTsd {
+    ChildTsd::start(
+        data,
+        ChildOptions {
+            flush_interval_ms: Some(200),
+            log: Some(log),
+            ..Default::default()
+        },
+    )
 }
 
 /// `POST /api/put?sync&details` with a read timeout far below any
@@ -180,12 +150,8 @@ fn fill(path: &Path) {
     while f.write_all(&[0xA5]).is_ok() {}
 }
 
-fn terminate(mut tsd: Tsd, log: &Path) {
-    let mut child = tsd.0.take().unwrap();
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
-    let status = child.wait().unwrap();
+fn terminate(tsd: ChildTsd, log: &Path) {
+    let status = tsd.terminate();
     assert!(
         status.success(),
         "graceful stop: {status:?}\n{}",
@@ -202,7 +168,8 @@ fn a_full_disk_refuses_puts_then_recovers_without_losing_acknowledged_points() {
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("tsd.log");
     let data = disk.path().join("data");
-    let (child, addr) = spawn(&data, &log);
+    let child = spawn(&data, &log);
+    let addr = child.addr;
     let mut acked = BTreeSet::new();
     let mut next = 0u64;
     let mut put = |n: u64, acked: &mut BTreeSet<u64>| {
@@ -273,7 +240,7 @@ fn a_full_disk_refuses_puts_then_recovers_without_losing_acknowledged_points() {
     terminate(child, &log);
 
     // Restart on the same directory: every acknowledged point is there.
-    let (child, _) = spawn(&data, &log);
+    let child = spawn(&data, &log);
     terminate(child, &log);
     let stored = stored_values(&data, "full.test");
     let missing: Vec<_> = acked.difference(&stored).take(10).collect();
@@ -290,7 +257,8 @@ fn a_removed_data_directory_refuses_puts() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("tsd.log");
     let data: PathBuf = dir.path().join("data");
-    let (tsd, addr) = spawn(&data, &log);
+    let tsd = spawn(&data, &log);
+    let addr = tsd.addr;
     let (status, text) = sync_put(addr, &body("gone.test", 0, 10));
     assert_eq!(status, 200, "{text}");
 

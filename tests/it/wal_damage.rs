@@ -5,13 +5,11 @@
 //! the damaged frame are counted as orphaned; `tsdb fsck` reports all of
 //! it; errors about WAL files name them.
 
-use crate::common;
+use crate::common::{self, ChildOptions, ChildTsd};
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
 use rtsdb::db::{Db, DbOptions};
 use rtsdb::model::{UidKind, Value};
@@ -24,64 +22,16 @@ const HOSTS: usize = 2;
 const BODIES: u64 = 40;
 const PER_BODY: u64 = 100;
 
-/// A child TSD, killed if a failing test leaves it running.
-struct Tsd(Option<Child>);
-
-impl Drop for Tsd {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Tsd {
-    /// `tsdb tsd` on a free port; nothing is flushed to the store for an
-    /// hour, so what is put stays in the WAL only.
-    fn spawn(data: &Path) -> (Tsd, SocketAddr) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-            .args([
-                "tsd",
-                "--port",
-                "0",
-                "--auto-metric",
-                "--flush-interval",
-                "3600000",
-                "--data-dir",
-            ])
-            .arg(data)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("Ready to serve on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .parse()
-            .unwrap();
-        (Tsd(Some(child)), addr)
-    }
-
-    fn kill(mut self) {
-        let mut c = self.0.take().unwrap();
-        c.kill().unwrap(); // SIGKILL: the points are in the WAL only
-        c.wait().unwrap();
-    }
-
-    fn terminate(mut self) {
-        let mut c = self.0.take().unwrap();
-        unsafe {
-            libc::kill(c.id() as i32, libc::SIGTERM);
-        }
-        assert!(c.wait().unwrap().success());
-    }
+/// `tsdb tsd` on a free port; nothing is flushed to the store for an
+/// hour, so what is put stays in the WAL only.
+fn spawn(data: &Path) -> ChildTsd {
+    ChildTsd::start(
+        data,
+        ChildOptions {
+            flush_interval_ms: Some(3_600_000),
+            ..Default::default()
+        },
+    )
 }
 
 fn metric(i: u64) -> String {
@@ -179,12 +129,13 @@ fn stat(addr: SocketAddr, name: &str, tag: Option<(&str, &str)>) -> String {
 #[test]
 fn a_flipped_byte_costs_only_its_frame() {
     let dir = tempfile::tempdir().unwrap();
-    let (tsd, addr) = Tsd::spawn(dir.path());
+    let tsd = spawn(dir.path());
+    let addr = tsd.addr;
     for b in 0..BODIES {
         let r = common::post_put(addr, "?sync", &body(b));
         assert_eq!(r.status, 204, "{}", r.text());
     }
-    tsd.kill();
+    tsd.kill(); // SIGKILL: the points are in the WAL only
 
     // One byte flipped 5 % into the segment, as in the issue.
     let seg = only_segment(&dir.path().join("wal"));
@@ -197,7 +148,8 @@ fn a_flipped_byte_costs_only_its_frame() {
     bytes[at] ^= 0xff;
     std::fs::write(&seg, &bytes).unwrap();
 
-    let (tsd, addr) = Tsd::spawn(dir.path());
+    let tsd = spawn(dir.path());
+    let addr = tsd.addr;
     let lost = damaged * PER_BODY..(damaged + 1) * PER_BODY;
     for m in 0..METRICS as u64 {
         let got = query(addr, &metric(m));
@@ -219,7 +171,7 @@ fn a_flipped_byte_costs_only_its_frame() {
         stat(addr, "datapoints.replayed", None),
         ((BODIES - 1) * PER_BODY).to_string()
     );
-    tsd.terminate();
+    assert!(tsd.terminate().success());
 
     // The segment was kept for inspection, and fsck reports its damage.
     let kept = dir.path().join("wal").join("damaged");
