@@ -124,6 +124,44 @@ fn acknowledged_sync_puts_survive_sigkill() {
     terminate(spawn(dir.path()));
 }
 
+/// Puts without `sync` (telnet, plain `/api/put`) are answered before they
+/// reach the disk, but the WAL writer writes them out within a flush
+/// interval: a SIGKILL ten intervals later loses none of them.
+#[test]
+fn unsynced_puts_older_than_a_flush_interval_survive_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let tsd = ChildTsd::start(
+        dir.path(),
+        ChildOptions {
+            flush_interval_ms: Some(100),
+            ..Default::default()
+        },
+    );
+    let lines: String = (0..500u64)
+        .map(|t| format!("put crash.test {} {t} host=telnet\n", 1356998400 + t))
+        .collect();
+    assert_eq!(common::telnet(tsd.addr, lines.as_bytes()), "");
+    let body: Vec<String> = (500..1000u64)
+        .map(|t| {
+            format!(
+                r#"{{"metric":"crash.test","timestamp":{},"value":{t},"tags":{{"host":"http"}}}}"#,
+                1356998400 + t
+            )
+        })
+        .collect();
+    let r = common::post_put(tsd.addr, "", &format!("[{}]", body.join(",")));
+    assert_eq!(r.status, 204, "{}", r.text());
+    std::thread::sleep(Duration::from_secs(1));
+    tsd.kill();
+    terminate(spawn(dir.path()));
+    let stored = stored_timestamps(dir.path());
+    let missing: Vec<_> = (0..1000u64)
+        .filter(|t| !stored.contains(t))
+        .take(10)
+        .collect();
+    assert!(missing.is_empty(), "lost after SIGKILL: {missing:?}");
+}
+
 /// A query DELETE is logged: after SIGKILL, replaying the write-ahead log
 /// does not bring back the deleted points, and later writes survive.
 #[test]
