@@ -1,5 +1,7 @@
 //! The store header: the layout a store was created with, recorded once and
-//! checked on every open. Format: docs/format/store-header.md.
+//! checked on every open, with a checksum of its own content so that an
+//! edit or a damaged byte is refused instead of misreading every key.
+//! Format: docs/format/store-header.md.
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -13,7 +15,13 @@ use crate::model::uid::{UidWidth, UidWidths};
 
 pub const HEADER_FILE: &str = "rtsdb-store.json";
 pub const FORMAT_NAME: &str = "rtsdb";
-pub const FORMAT_VERSION: u32 = 1;
+/// Version 2 added `checksum`; version 1 stores (no checksum) are read and
+/// upgraded in place by [`super::Store::open`].
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version this build reads.
+pub const OLDEST_READABLE_VERSION: u32 = 1;
+/// Prefix of the `checksum` field: the algorithm, so that it can change.
+const CHECKSUM_PREFIX: &str = "crc32:";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Widths {
@@ -35,6 +43,16 @@ pub struct StoreHeader {
     pub engine: String,
     pub uid_width: Widths,
     pub salt: SaltSettings,
+}
+
+/// The file as written: the header's fields and the checksum of their
+/// canonical bytes ([`StoreHeader::canonical_bytes`]).
+#[derive(Serialize, Deserialize)]
+struct OnDisk {
+    #[serde(flatten)]
+    header: StoreHeader,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checksum: Option<String>,
 }
 
 impl StoreHeader {
@@ -73,27 +91,69 @@ impl StoreHeader {
         })
     }
 
+    /// The bytes the checksum covers: the fields in declaration order as
+    /// compact JSON, without the checksum (whitespace and field order in
+    /// the file do not matter; every value does).
+    fn canonical_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a header serializes")
+    }
+
+    fn checksum(&self) -> String {
+        format!(
+            "{CHECKSUM_PREFIX}{:08x}",
+            crc32fast::hash(&self.canonical_bytes())
+        )
+    }
+
+    /// Reads and checks the header of the store in `dir`; `None` when there
+    /// is none. A version 1 header (no checksum) is returned as read, with
+    /// its `format_version` telling the caller to upgrade it.
     pub fn read(dir: &Path) -> Result<Option<StoreHeader>, StoreError> {
         let path = dir.join(HEADER_FILE);
         let text = match fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                return Err(StoreError::BadHeader(format!("{}: {e}", path.display())));
+            }
         };
-        let header: StoreHeader = serde_json::from_str(&text)
-            .map_err(|e| StoreError::BadHeader(format!("{}: {e}", path.display())))?;
-        if header.format != FORMAT_NAME {
-            return Err(StoreError::BadHeader(format!(
-                "{}: format is '{}', expected '{FORMAT_NAME}'",
-                path.display(),
-                header.format
+        let bad = |what: String| StoreError::BadHeader(format!("{}: {what}", path.display()));
+        // The version first, on its own: a newer header may have fields
+        // this build does not know, and its error must name both versions.
+        let version: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        if version.get("format").and_then(|f| f.as_str()) != Some(FORMAT_NAME) {
+            return Err(bad(format!(
+                "format is {}, expected '{FORMAT_NAME}'",
+                version
+                    .get("format")
+                    .map_or("missing".into(), |f| f.to_string())
             )));
         }
-        if header.format_version != FORMAT_VERSION {
+        let found = version.get("format_version").and_then(|v| v.as_u64());
+        let Some(found) = found.and_then(|v| u32::try_from(v).ok()) else {
+            return Err(bad("format_version is missing or not a number".into()));
+        };
+        if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&found) {
             return Err(StoreError::UnsupportedVersion {
-                found: header.format_version,
+                dir: dir.display().to_string(),
+                found,
                 supported: FORMAT_VERSION,
             });
+        }
+        let on_disk: OnDisk = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let header = on_disk.header;
+        if found >= 2 {
+            let expected = header.checksum();
+            match on_disk.checksum {
+                Some(c) if c == expected => {}
+                Some(c) => {
+                    return Err(bad(format!(
+                        "checksum {c} does not match its content ({expected}): the header was edited or damaged; put back the values the store was created with (a backup's {HEADER_FILE} has them), never different ones: every key depends on them"
+                    )));
+                }
+                None => return Err(bad("checksum is missing".into())),
+            }
         }
         Ok(Some(header))
     }
@@ -103,8 +163,14 @@ impl StoreHeader {
     pub fn write_new(&self, dir: &Path) -> Result<(), StoreError> {
         let tmp = dir.join(format!("{HEADER_FILE}.tmp"));
         let mut f = File::create(&tmp)?;
-        let mut text =
-            serde_json::to_string_pretty(self).map_err(|e| StoreError::BadHeader(e.to_string()))?;
+        let mut header = self.clone();
+        header.format_version = FORMAT_VERSION;
+        let on_disk = OnDisk {
+            checksum: Some(header.checksum()),
+            header,
+        };
+        let mut text = serde_json::to_string_pretty(&on_disk)
+            .map_err(|e| StoreError::BadHeader(e.to_string()))?;
         text.push('\n');
         f.write_all(text.as_bytes())?;
         f.sync_all()?;

@@ -65,8 +65,25 @@ pub enum StoreError {
     },
     #[error("invalid store header: {0}")]
     BadHeader(String),
-    #[error("store format version {found} is not supported (this build reads version {supported})")]
-    UnsupportedVersion { found: u32, supported: u32 },
+    #[error(
+        "store at {dir} has format version {found}, {}; this build reads versions {} to {supported}",
+        if found > supported { "newer than this build" } else { "older than any this build reads" },
+        header::OLDEST_READABLE_VERSION
+    )]
+    UnsupportedVersion {
+        dir: String,
+        found: u32,
+        supported: u32,
+    },
+    /// The header and the UID table disagree: the header was edited, or
+    /// belongs to another store.
+    #[error(
+        "store header {header} does not describe this store: {contradiction}; the header was edited or copied from another store: put back the values the store was created with"
+    )]
+    HeaderContradicted {
+        header: String,
+        contradiction: String,
+    },
     #[error(
         "{0} holds engine files but no store header ({file}); refusing to guess its layout",
         file = header::HEADER_FILE
@@ -204,8 +221,12 @@ impl Store {
         // out briefly; a lock that stays held is a running TSD.
         let lock = lock_dir(dir, std::time::Duration::from_secs(2))?;
         let engine_dir = dir.join(ENGINE_DIR);
+        let mut upgrade_from = None;
         let layout = match StoreHeader::read(dir)? {
             Some(h) => {
+                if h.format_version < header::FORMAT_VERSION {
+                    upgrade_from = Some(h.format_version);
+                }
                 if h.engine != "fjall" {
                     return Err(StoreError::BadHeader(format!(
                         "store at {} uses engine '{}', this build opens 'fjall' stores",
@@ -234,9 +255,24 @@ impl Store {
                 retention.expired(&layout, key, retention::now_s())
             }));
         }
-        let kv = FjallStore::open(&engine_dir, &engine)?;
+        let kv: Arc<dyn KvStore> = Arc::new(FjallStore::open(&engine_dir, &engine)?);
+        let contradiction = uid_table::widths_contradiction(&kv, layout.widths).map_err(|e| {
+            StoreError::BadHeader(format!("checking it against the UID table: {e}"))
+        })?;
+        if let Some(contradiction) = contradiction {
+            return Err(StoreError::HeaderContradicted {
+                header: dir.join(header::HEADER_FILE).display().to_string(),
+                contradiction,
+            });
+        }
+        if let Some(from) = upgrade_from {
+            // Checked against the UID table above, so the values written
+            // with a checksum now are the ones the store was created with.
+            StoreHeader::new(&layout, "fjall").write_new(dir)?;
+            tracing::info!(dir = %dir.display(), from, to = header::FORMAT_VERSION, "upgraded the store header in place");
+        }
         let mut store = Store::assemble(
-            Arc::new(kv),
+            kv,
             layout,
             opts.duplicates,
             Some(dir.to_path_buf()),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::model::uid::java_byte_array;
-use crate::model::{Uid, UidKind, UidWidths};
+use crate::model::{Uid, UidKind, UidWidth, UidWidths};
 use crate::storage::{KvStore, ScanRange, Table, WriteBatch};
 use crate::uid::keys;
 use crate::uid::{Assigned, ForwardScan, Result, UidStore, UidTableError};
@@ -40,6 +40,64 @@ impl KvUidStore {
             name: name.to_string(),
         }
     }
+}
+
+/// What the UID table says about the widths it was written with, when it
+/// contradicts `widths` (the store header's): checked at every open
+/// (docs/format/store-header.md, "Opening a store"). Per kind, the MAXID
+/// counter must fit the width, and the reverse mapping of the highest UID
+/// (or of UID 1, when the highest was deleted) must be found on that width
+/// if it is found on another. A few point reads per kind; a kind with no
+/// mapping left proves nothing and passes.
+pub(crate) fn widths_contradiction(
+    kv: &Arc<dyn KvStore>,
+    widths: UidWidths,
+) -> Result<Option<String>> {
+    let table = KvUidStore::new(kv.clone(), widths);
+    for kind in UidKind::ALL {
+        let width = widths.of(kind);
+        let max = table.max_id(kind)?;
+        if max > width.max_id() {
+            return Ok(Some(format!(
+                "its {kind} UIDs are {} bytes, but the UID table has assigned {kind} UIDs up to {max}, more than {} bytes hold",
+                width.bytes(),
+                width.bytes()
+            )));
+        }
+        if max == 0 {
+            continue;
+        }
+        // The header's width first: the common case costs one read.
+        let candidates = std::iter::once(width.bytes() as u8)
+            .chain((1..=8u8).filter(|w| *w as usize != width.bytes()));
+        for w in candidates {
+            let on = UidWidth::new(w).expect("1 to 8 bytes");
+            let mut found = None;
+            for id in [max, 1] {
+                let Ok(uid) = Uid::new(id, on) else { continue };
+                let key = keys::reverse(kind, &uid.to_bytes(on));
+                if has_cell(kv, &key)? {
+                    found = Some(id);
+                    break;
+                }
+            }
+            match found {
+                Some(_) if on == width => break,
+                Some(id) => {
+                    return Ok(Some(format!(
+                        "its {kind} UIDs are {} bytes, but the UID table holds {w}-byte {kind} UIDs (UID {id} is mapped on {w} bytes)",
+                        width.bytes()
+                    )));
+                }
+                None => {}
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn has_cell(kv: &Arc<dyn KvStore>, key: &[u8]) -> Result<bool> {
+    Ok(kv.get(Table::Uid, key)?.is_some())
 }
 
 impl UidStore for KvUidStore {

@@ -49,6 +49,14 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
         scan("sys.mem.free"),
         "sys.mem.free 1356998400 1024 host=web01\nsys.mem.free 1357002001 2048 host=web01\n"
     );
+    // The first open upgraded its version 1 header in place (format 2 adds
+    // a checksum), after checking it against the UID table.
+    let header: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(store.join("rtsdb-store.json")).unwrap())
+            .unwrap();
+    assert_eq!(header["format_version"], 2, "{header}");
+    assert!(header["checksum"].is_string(), "{header}");
+    assert_eq!(header["uid_width"]["metric"], 3, "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
