@@ -57,6 +57,11 @@ pub struct FsckArgs {
     /// Keep the most recent of duplicate values (default: the oldest, as OpenTSDB).
     #[arg(long)]
     pub last_write_wins: bool,
+    /// Copy every readable entry of a damaged store into a new store in
+    /// NEW_DIR and report what could not be read (rtsdb; the store in
+    /// --data-dir is only read). Exits 1 if anything was lost.
+    #[arg(long, value_name = "NEW_DIR")]
+    pub salvage: Option<PathBuf>,
     /// [START-DATE [END-DATE] query [queries...]]
     #[arg(allow_hyphen_values = true)]
     pub query: Vec<String>,
@@ -193,6 +198,25 @@ pub(crate) fn run(
     err: &mut dyn Write,
 ) -> anyhow::Result<i32> {
     let started = Instant::now();
+    if let Some(dest) = &a.salvage {
+        let src = ctx.db_options()?.data_dir;
+        let report = crate::store::salvage::salvage(&src, dest)?;
+        write!(out, "{report}")?;
+        let lost = report.lost_anything();
+        writeln!(
+            out,
+            "Salvaged {} into {} in {:.1}s: {}",
+            src.display(),
+            dest.display(),
+            started.elapsed().as_secs_f64(),
+            if lost {
+                "some entries could not be read (listed above)"
+            } else {
+                "nothing was lost"
+            }
+        )?;
+        return Ok(if lost { 1 } else { 0 });
+    }
     if !a.full_scan && a.query.is_empty() {
         writeln!(
             err,

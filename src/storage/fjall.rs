@@ -86,8 +86,23 @@ pub(crate) struct FjallStore {
     rmw: StripedLocks,
 }
 
-fn err(e: impl std::fmt::Display) -> StorageError {
-    StorageError::Engine(e.to_string())
+fn err(e: ::fjall::Error) -> StorageError {
+    use ::fjall::LsmError as L;
+    match e {
+        // What the engine found in its files does not check out: the
+        // store is damaged, and the error names the way back.
+        ::fjall::Error::Storage(
+            L::ChecksumMismatch { .. }
+            | L::Decompress(_)
+            | L::InvalidTag(_)
+            | L::InvalidTrailer
+            | L::InvalidHeader(_)
+            | L::InvalidVersion(_)
+            | L::Unrecoverable,
+        )
+        | ::fjall::Error::JournalRecovery(_) => StorageError::Damaged(e.to_string()),
+        other => StorageError::Engine(other.to_string()),
+    }
 }
 
 /// What an engine error says about the disk, readably (fjall prints its
@@ -160,8 +175,16 @@ impl Default for FjallOptions {
 }
 
 impl FjallStore {
+    /// Opens the engine in `path`. An I/O failure is [`StorageError::Io`];
+    /// any other failure is the engine refusing what it found
+    /// ([`StorageError::Engine`]): damage.
     pub(crate) fn open(path: &Path, opts: &FjallOptions) -> Result<FjallStore> {
-        let engine = Engine::open(path, opts).map_err(err)?;
+        let engine = Engine::open(path, opts).map_err(|e| match e {
+            ::fjall::Error::Io(io) | ::fjall::Error::Storage(::fjall::LsmError::Io(io)) => {
+                StorageError::Io(io)
+            }
+            other => err(other),
+        })?;
         Ok(FjallStore {
             path: path.to_path_buf(),
             opts: opts.clone(),

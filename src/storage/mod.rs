@@ -5,6 +5,7 @@
 //! docs/storage-engine.md for why) and [`memory::MemoryStore`] (tests).
 
 pub(crate) mod fjall;
+pub(crate) mod fjall_journal;
 pub(crate) mod memory;
 
 use thiserror::Error;
@@ -41,6 +42,11 @@ impl Table {
 pub enum StorageError {
     #[error("storage engine error: {0}")]
     Engine(String),
+    /// The engine's files do not check out (a checksum, a tag, a header).
+    #[error(
+        "the store's files are damaged: {0}; `tsdb fsck --data-dir DATA_DIR --salvage NEW_DIR` copies every readable entry into a new store (docs/durability.md)"
+    )]
+    Damaged(String),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
     /// A write failed (a full disk) and the engine refuses writes until

@@ -19,6 +19,7 @@ pub(crate) mod meta_table;
 pub mod read;
 pub(crate) mod retention;
 pub mod rows;
+pub mod salvage;
 pub mod snapshot;
 pub(crate) mod uid_table;
 
@@ -84,6 +85,12 @@ pub enum StoreError {
         header: String,
         contradiction: String,
     },
+    /// The engine's files are damaged: the store is not served, and the
+    /// way back is named.
+    #[error(
+        "store at {dir} is damaged: {cause}; refusing to serve from it. `tsdb fsck --data-dir {dir} --salvage NEW_DIR` copies every readable entry into a new store at NEW_DIR and reports what was lost (docs/durability.md)"
+    )]
+    Damaged { dir: String, cause: String },
     #[error(
         "{0} holds engine files but no store header ({file}); refusing to guess its layout",
         file = header::HEADER_FILE
@@ -255,7 +262,28 @@ impl Store {
                 retention.expired(&layout, key, retention::now_s())
             }));
         }
-        let kv: Arc<dyn KvStore> = Arc::new(FjallStore::open(&engine_dir, &engine)?);
+        let damaged = crate::storage::fjall_journal::check_dir(&engine_dir)?;
+        if let Some(j) = damaged.first() {
+            let (offset, len) = j.damaged[0];
+            return Err(StoreError::Damaged {
+                dir: dir.display().to_string(),
+                cause: format!(
+                    "journal {} has {} damaged stretch(es), the first {len} bytes at offset {offset}, followed by intact batches the engine would not replay",
+                    j.path.display(),
+                    j.damaged.len()
+                ),
+            });
+        }
+        let kv: Arc<dyn KvStore> = match FjallStore::open(&engine_dir, &engine) {
+            Ok(kv) => Arc::new(kv),
+            Err(StorageError::Damaged(cause)) => {
+                return Err(StoreError::Damaged {
+                    dir: dir.display().to_string(),
+                    cause,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
         let contradiction = uid_table::widths_contradiction(&kv, layout.widths).map_err(|e| {
             StoreError::BadHeader(format!("checking it against the UID table: {e}"))
         })?;

@@ -1,10 +1,11 @@
 //! `tsdb tsd` as a child process, for tests that kill it (SIGKILL or
 //! SIGTERM) and start it again on the same data directory.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 /// How a child TSD is started beyond its data directory.
 #[derive(Default, Clone, Copy)]
@@ -87,4 +88,38 @@ impl Drop for ChildTsd {
             let _ = c.wait();
         }
     }
+}
+
+/// Starts `tsdb tsd` on `store` and expects it to exit with an error
+/// within 30 s (a TSD that starts serving fails the test, not hangs it);
+/// returns what it printed on stderr.
+pub fn tsd_refuses(store: &Path) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(["tsd", "--port", "0", "--data-dir"])
+        .arg(store)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the TSD started on a store it must refuse");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    err
 }

@@ -14,6 +14,7 @@ mod limits;
 mod never_panic;
 mod query_props;
 mod query_semantics;
+mod salvage;
 mod store_header;
 mod stored_format;
 mod tsd_annotation;

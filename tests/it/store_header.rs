@@ -4,12 +4,9 @@
 //! newer format is refused naming both versions, and a version 1 header is
 //! upgraded in place.
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use crate::common::tsdb;
+use crate::common::{tsd_refuses, tsdb};
 
 const HEADER: &str = "rtsdb-store.json";
 
@@ -42,40 +39,6 @@ fn scan(dir: &Path) -> crate::common::Run {
         &dir.join("store"),
         &["scan", "--import", "1356998400", "sum", "sys.cpu.user"],
     )
-}
-
-/// Starts `tsdb tsd` on `store` and expects it to exit with an error
-/// within 30 s (a TSD that starts serving fails the test, not hangs it);
-/// returns what it printed on stderr.
-fn tsd_refuses(store: &Path) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-        .args(["tsd", "--port", "0", "--data-dir"])
-        .arg(store)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the TSD started on a store it must refuse");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(!status.success());
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    err
 }
 
 #[test]

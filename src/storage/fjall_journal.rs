@@ -1,0 +1,265 @@
+//! Reading fjall's journal files (`fjall/<n>.jnl`) on our own, to find
+//! damage before the engine replays them and to cut it out when a damaged
+//! store is salvaged.
+//!
+//! Why: fjall 3.1.13 refuses to open on a batch whose checksum fails
+//! (`JournalRecovery(ChecksumMismatch)`), and on some other damage (a
+//! flipped tag byte) it silently truncates the journal at that point and
+//! drops every later batch. rtsdb checks the journal first
+//! ([`check_dir`]) and refuses to open a damaged one with the salvage
+//! command; salvage ([`rewrite_without_damage`]) keeps every batch that
+//! verifies and lets fjall replay those.
+//!
+//! The layout (fjall 3.1.13, pinned in Cargo.toml) and what counts as
+//! damage: docs/format/fjall-journal.md.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const START: u8 = 1;
+const ITEM: u8 = 2;
+const END: u8 = 3;
+const CLEAR: u8 = 4;
+const MAGIC: &[u8] = b"FJL\x03";
+const START_LEN: usize = 1 + 4 + 8;
+const ITEM_HEADER_LEN: usize = 1 + 1 + 1 + 8 + 2 + 4 + 4;
+const END_LEN: usize = 1 + 8 + MAGIC.len();
+/// More entries than this in one batch is not a batch (rtsdb's largest
+/// write batches are far smaller).
+const MAX_ENTRIES: u32 = 1 << 24;
+
+/// One journal file as read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct JournalFile {
+    pub path: PathBuf,
+    /// `(offset, length)` of every batch that verifies, in file order.
+    pub batches: Vec<(usize, usize)>,
+    /// `(offset, length)` of each damaged stretch that a verified batch
+    /// follows: what fjall would refuse or silently cut off.
+    pub damaged: Vec<(usize, usize)>,
+    /// Bytes at the end that hold no verified batch and are not zero
+    /// padding: a batch the process was writing when it died (fjall
+    /// discards it, it was never acknowledged) or a damaged last batch.
+    pub tail: usize,
+}
+
+impl JournalFile {
+    pub(crate) fn is_damaged(&self) -> bool {
+        !self.damaged.is_empty()
+    }
+}
+
+/// Reads every journal file in an engine directory, in replay order.
+pub(crate) fn read_dir(engine_dir: &Path) -> std::io::Result<Vec<JournalFile>> {
+    let mut files: Vec<(u64, PathBuf)> = Vec::new();
+    let entries = match fs::read_dir(engine_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let path = entry?.path();
+        let n = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".jnl"))
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(n) = n {
+            files.push((n, path));
+        }
+    }
+    files.sort();
+    files
+        .into_iter()
+        .map(|(_, path)| {
+            let bytes = fs::read(&path)?;
+            Ok(read_journal(path, &bytes))
+        })
+        .collect()
+}
+
+/// The damaged journal files of an engine directory, if any.
+pub(crate) fn check_dir(engine_dir: &Path) -> std::io::Result<Vec<JournalFile>> {
+    Ok(read_dir(engine_dir)?
+        .into_iter()
+        .filter(JournalFile::is_damaged)
+        .collect())
+}
+
+fn read_journal(path: PathBuf, bytes: &[u8]) -> JournalFile {
+    let mut file = JournalFile {
+        path,
+        ..Default::default()
+    };
+    let mut pos = 0;
+    // Where the bytes not (yet) accounted for by a batch start.
+    let mut unread_from = None;
+    while pos < bytes.len() {
+        if let Some(len) = batch_at(bytes, pos) {
+            if let Some(from) = unread_from.take() {
+                file.damaged.push((from, pos - from));
+            }
+            file.batches.push((pos, len));
+            pos += len;
+            continue;
+        }
+        if unread_from.is_none() {
+            if bytes[pos..].iter().all(|b| *b == 0) {
+                break; // the preallocated rest
+            }
+            unread_from = Some(pos);
+        }
+        pos += 1;
+    }
+    if let Some(from) = unread_from {
+        let end = bytes.len() - bytes[from..].iter().rev().take_while(|b| **b == 0).count();
+        file.tail = end - from;
+    }
+    file
+}
+
+/// The length of the batch that starts at `pos` if one does and its
+/// checksum verifies.
+fn batch_at(bytes: &[u8], pos: usize) -> Option<usize> {
+    let b = bytes.get(pos..)?;
+    if b.len() < START_LEN + END_LEN || b[0] != START {
+        return None;
+    }
+    let count = u32::from_le_bytes(b[1..5].try_into().ok()?);
+    if count > MAX_ENTRIES {
+        return None;
+    }
+    let mut at = START_LEN;
+    let entries_from = at;
+    for _ in 0..count {
+        match *b.get(at)? {
+            ITEM => {
+                let h = b.get(at..at + ITEM_HEADER_LEN)?;
+                let key_len = u16::from_le_bytes(h[11..13].try_into().ok()?) as usize;
+                let disk_len = u32::from_le_bytes(h[17..21].try_into().ok()?) as usize;
+                at = at
+                    .checked_add(ITEM_HEADER_LEN + key_len)?
+                    .checked_add(disk_len)?;
+                if at > b.len() {
+                    return None;
+                }
+            }
+            CLEAR => at += 1 + 8,
+            _ => return None,
+        }
+    }
+    let entries_to = at;
+    let end = b.get(at..at + END_LEN)?;
+    if end[0] != END || &end[9..] != MAGIC {
+        return None;
+    }
+    let checksum = u64::from_le_bytes(end[1..9].try_into().ok()?);
+    (xxhash_rust::xxh3::xxh3_64(&b[entries_from..entries_to]) == checksum).then_some(at + END_LEN)
+}
+
+/// Rewrites a journal file (a salvage's working copy, never the original)
+/// with only its verified batches, so the engine replays all of them.
+pub(crate) fn rewrite_without_damage(file: &JournalFile) -> std::io::Result<()> {
+    let bytes = fs::read(&file.path)?;
+    let mut out = Vec::with_capacity(bytes.len());
+    for &(off, len) in &file.batches {
+        out.extend_from_slice(&bytes[off..off + len]);
+    }
+    fs::write(&file.path, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(seqno: u64, items: &[(&[u8], &[u8])]) -> Vec<u8> {
+        let mut entries = Vec::new();
+        for (k, v) in items {
+            entries.push(ITEM);
+            entries.push(0); // a value
+            entries.push(0); // uncompressed
+            entries.extend_from_slice(&1u64.to_le_bytes());
+            entries.extend_from_slice(&(k.len() as u16).to_le_bytes());
+            entries.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            entries.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            entries.extend_from_slice(k);
+            entries.extend_from_slice(v);
+        }
+        let mut out = vec![START];
+        out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+        out.extend_from_slice(&seqno.to_le_bytes());
+        out.extend_from_slice(&entries);
+        out.push(END);
+        out.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&entries).to_le_bytes());
+        out.extend_from_slice(MAGIC);
+        out
+    }
+
+    #[test]
+    fn a_damaged_batch_costs_only_itself() {
+        let a = batch(1, &[(b"k1", b"v1")]);
+        let b = batch(2, &[(b"k2", b"v2"), (b"k3", b"v3")]);
+        let c = batch(4, &[(b"k4", b"v4")]);
+        let mut bytes = [a.clone(), b.clone(), c.clone()].concat();
+        bytes.extend_from_slice(&[0; 64]);
+        let clean = read_journal(PathBuf::new(), &bytes);
+        assert_eq!(clean.batches.len(), 3);
+        assert!(!clean.is_damaged());
+        assert_eq!(clean.tail, 0);
+        // A flipped value byte in the middle batch.
+        let flip = a.len() + b.len() - 16;
+        bytes[flip] ^= 0xff;
+        let j = read_journal(PathBuf::new(), &bytes);
+        assert_eq!(j.batches, vec![(0, a.len()), (a.len() + b.len(), c.len())]);
+        assert_eq!(j.damaged, vec![(a.len(), b.len())]);
+        // A flipped tag byte (fjall would cut the journal there).
+        bytes[flip] ^= 0xff;
+        bytes[a.len()] = 0x7f;
+        let j = read_journal(PathBuf::new(), &bytes);
+        assert_eq!(j.batches.len(), 2);
+        assert_eq!(j.damaged, vec![(a.len(), b.len())]);
+    }
+
+    #[test]
+    fn a_torn_last_batch_is_a_tail_not_damage() {
+        let a = batch(1, &[(b"k1", b"v1")]);
+        let b = batch(2, &[(b"k2", b"v2")]);
+        let mut bytes = a.clone();
+        bytes.extend_from_slice(&b[..b.len() - 5]);
+        bytes.extend_from_slice(&[0; 32]);
+        let j = read_journal(PathBuf::new(), &bytes);
+        assert_eq!(j.batches, vec![(0, a.len())]);
+        assert!(!j.is_damaged());
+        assert_eq!(j.tail, b.len() - 5);
+    }
+
+    /// Why the check exists: fjall itself, given a damaged tag byte in the
+    /// middle of its journal, opens without an error and drops that batch
+    /// and every later one. (If this starts failing after a fjall upgrade,
+    /// fjall changed how it recovers: re-read its journal code.)
+    #[test]
+    fn fjall_silently_cuts_its_journal_at_a_damaged_tag() {
+        use crate::storage::fjall::{FjallOptions, FjallStore};
+        use crate::storage::{Durability, KvStore, Table, WriteBatch};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fjall");
+        {
+            let kv = FjallStore::open(&path, &FjallOptions::default()).unwrap();
+            for i in 0..10u8 {
+                let mut b = WriteBatch::new();
+                b.put(Table::Uid, [i], [i]);
+                b.durability = Durability::Sync;
+                kv.write(b).unwrap();
+            }
+        }
+        let journal = &read_dir(&path).unwrap()[0];
+        let (third, _) = journal.batches[2];
+        let mut bytes = fs::read(&journal.path).unwrap();
+        bytes[third] = 0x7F;
+        fs::write(&journal.path, &bytes).unwrap();
+        assert_eq!(check_dir(&path).unwrap().len(), 1, "our check sees it");
+        let kv = FjallStore::open(&path, &FjallOptions::default()).unwrap();
+        let left = kv.scan(Table::Uid, &crate::storage::ScanRange::new(vec![], vec![]));
+        assert!(left.count() < 9, "fjall kept the batches after the damage");
+    }
+}
