@@ -91,6 +91,12 @@ pub enum StoreError {
         "store at {dir} is damaged: {cause}; refusing to serve from it. `tsdb fsck --data-dir {dir} --salvage NEW_DIR` copies every readable entry into a new store at NEW_DIR and reports what was lost (docs/durability.md)"
     )]
     Damaged { dir: String, cause: String },
+    /// Salvage found the engine unopenable even without its damaged
+    /// journal stretches.
+    #[error(
+        "nothing can be salvaged from the store at {dir}: the engine cannot be opened even with the damaged journal batches cut out (the damage is in a table file's index, filter or trailer, or in the engine's version files): {cause}; restore the latest backup (docs/backup.md)"
+    )]
+    CannotSalvage { dir: String, cause: String },
     #[error(
         "{0} holds engine files but no store header ({file}); refusing to guess its layout",
         file = header::HEADER_FILE
@@ -280,6 +286,21 @@ impl Store {
                 return Err(StoreError::Damaged {
                     dir: dir.display().to_string(),
                     cause,
+                });
+            }
+            // A length or offset read from a damaged file that the OS
+            // refuses (EINVAL) or that runs past the file's end.
+            Err(StorageError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::InvalidInput
+                        | std::io::ErrorKind::InvalidData
+                        | std::io::ErrorKind::UnexpectedEof
+                ) =>
+            {
+                return Err(StoreError::Damaged {
+                    dir: dir.display().to_string(),
+                    cause: format!("reading the engine's files: {e}"),
                 });
             }
             Err(e) => return Err(e.into()),

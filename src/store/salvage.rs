@@ -175,12 +175,19 @@ pub fn salvage(src: &Path, dest: &Path) -> Result<SalvageReport> {
         // Also drops an unfinished tail, as the engine would.
         fjall_journal::rewrite_without_damage(&journal)?;
     }
-    let source = FjallStore::open(&work_engine, &FjallOptions::default()).map_err(|e| {
-        StoreError::Damaged {
-            dir: src.display().to_string(),
-            cause: format!("the engine cannot be opened even with the damaged journal batches cut out, so nothing can be salvaged from it: {e}"),
+    let source = match FjallStore::open(&work_engine, &FjallOptions::default()) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&work);
+            return Err(StoreError::CannotSalvage {
+                dir: src.display().to_string(),
+                cause: match e {
+                    crate::storage::StorageError::Damaged(c) => c,
+                    other => other.to_string(),
+                },
+            });
         }
-    })?;
+    };
 
     let target = FjallStore::open(&dest.join(ENGINE_DIR), &FjallOptions::default())?;
     for table in Table::ALL {

@@ -189,3 +189,40 @@ fn an_undamaged_store_salvages_whole_and_a_used_destination_is_refused() {
     assert_ne!(r.code, 0);
     assert!(r.stderr.contains("already holds a store"), "{}", r.stderr);
 }
+
+/// Damage in a table file's trailer keeps the engine from opening at all:
+/// the store is refused as damaged, and salvage says plainly that it
+/// cannot read it and what to do instead.
+#[test]
+fn an_engine_that_cannot_open_is_named_damaged_and_salvage_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let r = tsdb(&store, &["fsck", "--full-scan", "--compact"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut files = Vec::new();
+    files_under(&store.join("fjall"), &mut files);
+    let biggest = files
+        .iter()
+        .filter(|p| p.parent().unwrap().ends_with("tables"))
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap()
+        .clone();
+    let len = std::fs::metadata(&biggest).unwrap().len() as usize;
+    flip(&biggest, len - 100);
+    let r = scan(&store, "sys.m0");
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("is damaged"), "{}", r.stderr);
+    let new = dir.path().join("salvaged");
+    let r = salvage(&store, &new);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("nothing can be salvaged")
+            && r.stderr.contains("restore the latest backup"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !new.join(".salvage-source").exists(),
+        "the working copy is removed"
+    );
+}
