@@ -2,7 +2,7 @@
 //! copied into a new one, with a report of what could not be.
 //!
 //! A damaged engine file makes [`Store::open`](super::Store::open) refuse
-//! the store ([`StoreError::Damaged`](super::StoreError::Damaged)), which
+//! the store ([`StoreError::Damaged`]), which
 //! is right: answers from a store that lost rows would be silently wrong.
 //! [`salvage`] is the way back (`tsdb fsck --salvage NEW_DIR`):
 //!
