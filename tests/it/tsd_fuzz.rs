@@ -25,6 +25,9 @@ const PATHS: &[&str] = &[
     "/api/stats/query",
     "/api/config/filters",
     "/api/v1/query",
+    "/api/serializers",
+    "/api/query?jsonp=cb",
+    "/api/version?serializer=xml",
     "/suggest",
     "/metrics",
 ];

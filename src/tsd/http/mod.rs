@@ -13,6 +13,7 @@ mod put_body;
 mod query;
 mod routes;
 mod search;
+mod serializers;
 mod suggest;
 mod uid;
 
@@ -79,6 +80,10 @@ impl Reply {
 
     pub(crate) fn error(status: u16, message: &str, details: &str) -> Reply {
         Reply::json(status, error_body(status, message, details))
+    }
+
+    fn is_json(&self) -> bool {
+        self.content_type == JSON_TYPE
     }
 
     fn empty(status: u16) -> Reply {

@@ -14,7 +14,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Request};
 
 use super::{Query, Reply, annotation, metrics, not_found, put, query, read_body, search};
-use super::{backup, suggest, uid};
+use super::{backup, serializers, suggest, uid};
 use crate::tsd::TsdState;
 use crate::tsd::rpc::{self, Serve};
 
@@ -124,6 +124,7 @@ static ROUTES: &[Route] = &[
     route("dropcaches", Both, Always, Head(rpc::dropcaches::http)),
     route("stats", Both, Always, Head(rpc::stats::http)),
     route("config", Api, Always, Head(rpc::config::http)),
+    route("serializers", Api, Always, Head(serializers::http)),
     route(
         "suggest",
         Api,
@@ -258,11 +259,32 @@ pub(super) async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> R
         Ok(p) => p,
         Err(reply) => return reply,
     };
+    let jsonp = (path.api_version > 0)
+        .then(|| query.get("jsonp").map(str::to_owned))
+        .flatten();
+    let mut reply = dispatch_to(state, head, body, path, query).await;
+    if let Some(callback) = jsonp {
+        serializers::wrap_jsonp(&callback, &mut reply);
+    }
+    reply
+}
+
+/// [`dispatch`] once the path is known.
+async fn dispatch_to(
+    state: &Arc<TsdState>,
+    head: hyper::http::request::Parts,
+    body: Incoming,
+    path: Path,
+    query: Query,
+) -> Reply {
+    let api = path.api_version > 0;
+    if let Err(r) = serializers::check_requested(&query, api) {
+        return r;
+    }
     let method = match api_method(&head.method, &query) {
         Ok(m) => m,
         Err(r) => return r,
     };
-    let api = path.api_version > 0;
     let o = &state.options;
     let (enabled, at) = if api {
         (o.enable_api, Api)
