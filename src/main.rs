@@ -17,6 +17,9 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: a log file or a pipe (journald,
+        // a collector) gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     // Unlocked handles: the TSD logs to stderr from other threads while
     // `run` is still running, so holding the stderr lock here would block them.

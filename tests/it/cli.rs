@@ -404,3 +404,21 @@ fn errors_print_their_cause_once() {
     );
     drop(held);
 }
+
+/// Logs written to a pipe (a file, journald, a collector) are plain text:
+/// no terminal colour codes.
+#[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .arg("--data-dir")
+        .arg(dir.path().join("store"))
+        .args(["mkmetric", "sys.cpu.user"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("created new store"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "colour codes in {stderr:?}");
+}
