@@ -7,11 +7,16 @@
 //! series index kept up to date. The database is flushed and closed at
 //! the end.
 //!
-//! As OpenTSDB does: metrics are auto-created; timestamps of one series
+//! As OpenTSDB does: a metric not yet known is created only with
+//! `--auto-metric` (or `tsd.core.auto_create_metrics`), else its line is
+//! bad (`No such name for 'metrics': ...`); timestamps of one series
 //! must strictly increase unless
 //! `tsd.core.bulk.allow_out_of_order_timestamps` is set; the first bad
 //! line stops the import (`Exception caught while processing file <f>
-//! line=<line>`) and the points before it are kept; each file ends with
+//! line=<line>`) and the points before it are kept, unless
+//! `--skip-errors` is given: then each bad line is reported
+//! (`Exception: <message>`, `error while processing file <f> line=<line>...
+//! Continuing`) and the import goes on; each file ends with
 //! `Processed file <f> in N ms, M data points (X points/s)`.
 //!
 //! Files are read in chunks of whole lines parsed by one worker thread per
@@ -45,6 +50,13 @@ const BATCH_POINTS: usize = 4096;
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
+    /// Create metrics not yet known (OpenTSDB's `--auto-metric`: sets
+    /// `tsd.core.auto_create_metrics`).
+    #[arg(long)]
+    pub auto_metric: bool,
+    /// Report bad lines and go on instead of stopping at the first one.
+    #[arg(long)]
+    pub skip_errors: bool,
     /// Files to import, plain or gzipped (`.gz`).
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
@@ -54,6 +66,8 @@ pub struct ImportArgs {
 struct Importer {
     db: Arc<Db>,
     allow_out_of_order: bool,
+    /// `--skip-errors`: a bad line is reported and skipped.
+    skip_errors: bool,
     /// The last timestamp (ms) of each series met in this import, by
     /// process-local series id (dense, from 1); 0 for none, which no
     /// timestamp equals (they are positive).
@@ -94,14 +108,15 @@ struct Parsed {
     lines: u64,
     /// Points with the index of their line in the chunk.
     points: Vec<(Arc<Series>, Timestamp, Value, u32)>,
-    /// The first bad line: its index and message.
-    error: Option<(u32, String)>,
+    /// Bad lines, with their index and message: the first only, unless
+    /// errors are skipped.
+    errors: Vec<(u32, String)>,
 }
 
-fn parse_chunk(cache: &SeriesCache, seq: u64, data: Vec<u8>) -> Parsed {
+fn parse_chunk(cache: &SeriesCache, seq: u64, data: Vec<u8>, skip_errors: bool) -> Parsed {
     let mut key = String::new();
     let mut points = Vec::with_capacity(data.len() / 64);
-    let mut error = None;
+    let mut errors = Vec::new();
     let mut lines = 0u64;
     if !data.is_empty() {
         for (i, line) in chunk_lines(&data).enumerate() {
@@ -109,8 +124,10 @@ fn parse_chunk(cache: &SeriesCache, seq: u64, data: Vec<u8>) -> Parsed {
             match parse_line(cache, &line, &mut key) {
                 Ok((s, ts, v)) => points.push((s, ts, v, i as u32)),
                 Err(m) => {
-                    error = Some((i as u32, m));
-                    break;
+                    errors.push((i as u32, m));
+                    if !skip_errors {
+                        break;
+                    }
                 }
             }
         }
@@ -120,7 +137,7 @@ fn parse_chunk(cache: &SeriesCache, seq: u64, data: Vec<u8>) -> Parsed {
         data,
         lines,
         points,
-        error,
+        errors,
     }
 }
 
@@ -186,6 +203,7 @@ impl Importer {
         &mut self,
         path: &Path,
         progress: Option<&indicatif::ProgressBar>,
+        err: &mut dyn Write,
     ) -> anyhow::Result<Result<u64, (u64, String, String)>> {
         let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
         let size = f.metadata().map(|m| m.len()).unwrap_or(0);
@@ -220,6 +238,7 @@ impl Importer {
         let (res_tx, res_rx) = std::sync::mpsc::channel::<Parsed>();
         let db = self.db.clone();
         let cache = db.series();
+        let skip_errors = self.skip_errors;
         let mut points = 0u64;
         let mut lines_before = 0u64;
         let mut failure: Option<(u64, String, String)> = None;
@@ -232,7 +251,10 @@ impl Importer {
                     loop {
                         let job = job_rx.lock().map(|rx| rx.recv());
                         let Ok(Ok((seq, data))) = job else { return };
-                        if res_tx.send(parse_chunk(cache, seq, data)).is_err() {
+                        if res_tx
+                            .send(parse_chunk(cache, seq, data, skip_errors))
+                            .is_err()
+                        {
                             return;
                         }
                     }
@@ -312,25 +334,42 @@ impl Importer {
                     }
                     // The parsed points move on to the write path: their
                     // series handles are not cloned again per point.
+                    let line_at = |idx: u32| {
+                        chunk_lines(&got.data)
+                            .nth(idx as usize)
+                            .unwrap_or_default()
+                            .into_owned()
+                    };
+                    let mut skipped = Vec::new();
                     for (series, ts, value, idx) in std::mem::take(&mut got.points) {
                         if let Err(msg) = self.accept(series, ts, value) {
-                            let line = chunk_lines(&got.data)
-                                .nth(idx as usize)
-                                .unwrap_or_default()
-                                .into_owned();
-                            failure = Some((lines_before + idx as u64 + 1, line, msg));
+                            if self.skip_errors {
+                                skipped.push((idx, msg));
+                                continue;
+                            }
+                            failure = Some((lines_before + idx as u64 + 1, line_at(idx), msg));
                             break;
                         }
                         points += 1;
                     }
-                    if failure.is_none()
-                        && let Some((idx, msg)) = &got.error
+                    if self.skip_errors {
+                        skipped.append(&mut got.errors);
+                        skipped.sort_by_key(|(idx, _)| *idx);
+                        for (idx, msg) in skipped {
+                            // TextImporter's two log lines for a skipped line.
+                            let _ = writeln!(err, "Exception: {msg}");
+                            let _ = writeln!(
+                                err,
+                                "error while processing file {} line={}... Continuing",
+                                path.display(),
+                                line_at(idx)
+                            );
+                        }
+                    } else if failure.is_none()
+                        && let Some((idx, msg)) = got.errors.first()
                     {
-                        let line = chunk_lines(&got.data)
-                            .nth(*idx as usize)
-                            .unwrap_or_default()
-                            .into_owned();
-                        failure = Some((lines_before + *idx as u64 + 1, line, msg.clone()));
+                        failure =
+                            Some((lines_before + *idx as u64 + 1, line_at(*idx), msg.clone()));
                     }
                     lines_before += got.lines;
                     if failure.is_none()
@@ -370,10 +409,13 @@ pub(crate) fn run(
     err: &mut dyn Write,
 ) -> anyhow::Result<i32> {
     let mut opts = ctx.db_options()?;
-    opts.auto_create.metrics = true; // TextImporter forces tsd.core.auto_create_metrics
+    if a.auto_metric {
+        opts.auto_create.metrics = true;
+    }
     let db = Db::open(&opts)?;
     let mut imp = Importer {
         db: db.clone(),
+        skip_errors: a.skip_errors,
         allow_out_of_order: ctx
             .config
             .get_bool("tsd.core.bulk.allow_out_of_order_timestamps"),
@@ -394,7 +436,7 @@ pub(crate) fn run(
     let mut total = 0u64;
     for path in &a.paths {
         let t0 = Instant::now();
-        let result = imp.file(path, progress.as_ref());
+        let result = imp.file(path, progress.as_ref(), err);
         let result = match result {
             Ok(r) => r,
             Err(e) => {

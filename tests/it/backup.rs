@@ -289,7 +289,10 @@ fn a_stopped_store_is_backed_up_directly_and_restore_refuses_what_is_not_a_backu
         .collect();
     let file = data.path().join("points.txt");
     std::fs::write(&file, lines).unwrap();
-    let run = common::cli::tsdb(&store, &["import", &file.display().to_string()]);
+    let run = common::cli::tsdb(
+        &store,
+        &["import", "--auto-metric", &file.display().to_string()],
+    );
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     let out = tempfile::tempdir().unwrap();
     let dest = out.path().join("copy");

@@ -44,7 +44,7 @@ fn import_then_scan_round_trips_byte_identical() {
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     let input = tmp.path().join("in.txt");
     write(&input, &sample());
-    let r = tsdb(&a, &["import", input.to_str().unwrap()]);
+    let r = tsdb(&a, &["import", "--auto-metric", input.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let first = r.stdout.lines().next().unwrap();
     assert!(
@@ -64,7 +64,7 @@ fn import_then_scan_round_trips_byte_identical() {
     assert_eq!(dumped.lines().count(), 1200);
     let again = tmp.path().join("dump.txt");
     write(&again, &dumped);
-    let r = tsdb(&b, &["import", again.to_str().unwrap()]);
+    let r = tsdb(&b, &["import", "--auto-metric", again.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(scan_import(&b), dumped);
     // The raw rows are identical too (same UIDs, same cells).
@@ -84,7 +84,10 @@ fn first_bad_line_stops_and_keeps_what_came_before() {
         &input,
         "sys.a 1356998400 1 host=a\nsys.a 1356998401 2 host=a\r\nsys.a 1356998402 3 host=a\nsys.a 1356998403 x host=a\nsys.a 1356998404 5 host=a\n",
     );
-    let r = tsdb(&tmp.path().join("db"), &["import", input.to_str().unwrap()]);
+    let r = tsdb(
+        &tmp.path().join("db"),
+        &["import", "--auto-metric", input.to_str().unwrap()],
+    );
     assert_eq!(r.code, 1);
     assert_eq!(
         r.stderr,
@@ -126,7 +129,7 @@ fn first_bad_line_stops_and_keeps_what_came_before() {
         write(&input, &format!("{line}\n"));
         let r = tsdb(
             &tmp.path().join("db2"),
-            &["import", input.to_str().unwrap()],
+            &["import", "--auto-metric", input.to_str().unwrap()],
         );
         assert_eq!(r.code, 1, "{line}");
         assert!(
@@ -137,7 +140,7 @@ fn first_bad_line_stops_and_keeps_what_came_before() {
     }
     let r = tsdb(
         &tmp.path().join("db2"),
-        &["import", "/nonexistent/file.txt"],
+        &["import", "--auto-metric", "/nonexistent/file.txt"],
     );
     assert_ne!(r.code, 0);
     assert!(r.stderr.contains("/nonexistent/file.txt"), "{}", r.stderr);
@@ -161,7 +164,12 @@ fn gzip_and_several_files() {
     let db = tmp.path().join("db");
     let r = tsdb(
         &db,
-        &["import", plain.to_str().unwrap(), gz.to_str().unwrap()],
+        &[
+            "import",
+            "--auto-metric",
+            plain.to_str().unwrap(),
+            gz.to_str().unwrap(),
+        ],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let lines: Vec<&str> = r.stdout.lines().collect();
@@ -184,7 +192,10 @@ fn out_of_order_timestamps_need_the_bulk_switch() {
         &input,
         "sys.a 1356998410 1 host=a\nsys.a 1356998400 9 host=b\nsys.a 1356998405 2 host=a\n",
     );
-    let r = tsdb(&tmp.path().join("db"), &["import", input.to_str().unwrap()]);
+    let r = tsdb(
+        &tmp.path().join("db"),
+        &["import", "--auto-metric", input.to_str().unwrap()],
+    );
     assert_eq!(r.code, 1);
     assert!(
         r.stderr.ends_with("line 3: illegal argument: New timestamp=1356998405 is less than or equal to previous=1356998410000 when trying to add value=[2] to sys.a{host=a}\n"),
@@ -209,6 +220,7 @@ fn out_of_order_timestamps_need_the_bulk_switch() {
             "--config",
             conf.to_str().unwrap(),
             "import",
+            "--auto-metric",
             input.to_str().unwrap(),
         ],
     );
@@ -226,7 +238,7 @@ fn a_store_held_by_a_running_tsd_is_refused() {
     let held = rtsdb::store::Store::open(&db, &Default::default()).unwrap();
     let input = tmp.path().join("in.txt");
     write(&input, "sys.a 1356998400 1 host=a\n");
-    let r = tsdb(&db, &["import", input.to_str().unwrap()]);
+    let r = tsdb(&db, &["import", "--auto-metric", input.to_str().unwrap()]);
     assert_ne!(r.code, 0);
     assert!(
         r.stderr.contains("is in use by another process"),
@@ -254,7 +266,7 @@ fn bad_line_deep_in_a_big_file_is_found_in_order() {
     }
     write(&input, &text);
     let db = tmp.path().join("db");
-    let r = tsdb(&db, &["import", input.to_str().unwrap()]);
+    let r = tsdb(&db, &["import", "--auto-metric", input.to_str().unwrap()]);
     assert_eq!(r.code, 1);
     assert!(
         r.stderr
@@ -274,4 +286,74 @@ fn bad_line_deep_in_a_big_file_is_found_in_order() {
         ],
     );
     assert_eq!(q.stdout.lines().count(), 50_000);
+}
+
+/// Without `--auto-metric` (and `tsd.core.auto_create_metrics`) an unknown
+/// metric is a bad line, as in OpenTSDB's TextImporter; known metrics
+/// import, and new tag names and values are still created.
+#[test]
+fn unknown_metrics_need_auto_metric() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let input = tmp.path().join("in.txt");
+    write(&input, "sys.a 1356998400 1 host=a\n");
+    let r = tsdb(&db, &["import", input.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("No such name for 'metrics': 'sys.a'"),
+        "{}",
+        r.stderr
+    );
+    let r = tsdb(&db, &["mkmetric", "sys.a"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = tsdb(&db, &["import", input.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(tsdb(&db, &["uid", "tagv", "a"]).code, 0);
+}
+
+/// `--skip-errors` reports each bad line with TextImporter's two log lines
+/// and imports the rest.
+#[test]
+fn skip_errors_reports_bad_lines_and_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let input = tmp.path().join("in.txt");
+    write(
+        &input,
+        "sys.a 1356998400 1 host=a\n\
+         sys.a 1356998401 oops host=a\n\
+         sys.a 1356998402 2 host=a\n\
+         sys.a 1356998401 3 host=a\n\
+         sys.a 1356998403 4 host=a\n",
+    );
+    let r = tsdb(
+        &db,
+        &[
+            "import",
+            "--auto-metric",
+            "--skip-errors",
+            input.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let path = input.display();
+    assert!(
+        r.stderr.contains(&format!(
+            "Exception: invalid value: Invalid character 'o' in oops\nerror while processing file {path} line=sys.a 1356998401 oops host=a... Continuing\n"
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains(&format!(
+            "error while processing file {path} line=sys.a 1356998401 3 host=a... Continuing\n"
+        )),
+        "{}",
+        r.stderr
+    );
+    let q = tsdb(&db, &["scan", "--import", "1356998400", "sum", "sys.a"]);
+    assert_eq!(
+        q.stdout,
+        "sys.a 1356998400 1 host=a\nsys.a 1356998402 2 host=a\nsys.a 1356998403 4 host=a\n"
+    );
 }

@@ -37,7 +37,7 @@ fn store(dir: &Path) -> PathBuf {
     let file = dir.join("points.txt");
     std::fs::write(&file, lines).unwrap();
     let store = dir.join("store");
-    let r = tsdb(&store, &["import", file.to_str().unwrap()]);
+    let r = tsdb(&store, &["import", "--auto-metric", file.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     store
 }
@@ -131,7 +131,7 @@ fn a_damaged_journal_batch_is_refused_and_salvage_keeps_every_other_batch() {
     // New points go into the salvaged store.
     let more = dir.path().join("more.txt");
     std::fs::write(&more, "sys.m0 1356998401 7 host=h0\n").unwrap();
-    let r = tsdb(&new, &["import", more.to_str().unwrap()]);
+    let r = tsdb(&new, &["import", "--auto-metric", more.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
 

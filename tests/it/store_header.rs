@@ -18,7 +18,10 @@ fn store_with_points(dir: &Path) {
         "sys.cpu.user 1356998400 42 host=web01\nsys.cpu.user 1356998460 43 host=web02\n",
     )
     .unwrap();
-    let r = tsdb(&dir.join("store"), &["import", points.to_str().unwrap()]);
+    let r = tsdb(
+        &dir.join("store"),
+        &["import", "--auto-metric", points.to_str().unwrap()],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
 
@@ -106,7 +109,10 @@ fn a_header_contradicting_the_uid_table_is_refused_naming_both_widths() {
         .collect();
     let f = dir.path().join("big.txt");
     std::fs::write(&f, big).unwrap();
-    let r = tsdb(&dir.path().join("store"), &["import", f.to_str().unwrap()]);
+    let r = tsdb(
+        &dir.path().join("store"),
+        &["import", "--auto-metric", f.to_str().unwrap()],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let mut h = header(dir.path());
     h.as_object_mut().unwrap().remove("checksum");
