@@ -311,6 +311,29 @@ fn bulk_update_and_delete() {
             err(400, "Missing the TSUIDs or global annotations flag")
         )
     );
+    // An empty list in a body is no TSUIDs; an empty `tsuids=` in the
+    // query string is one empty TSUID to OpenTSDB.
+    assert_eq!(
+        req(
+            &s,
+            "DELETE",
+            "/api/annotation/bulk",
+            r#"{"startTime":"1369141200","tsuids":[]}"#
+        ),
+        (
+            400,
+            err(400, "Missing the TSUIDs or global annotations flag")
+        )
+    );
+    assert_eq!(
+        req(
+            &s,
+            "DELETE",
+            "/api/annotation/bulk?start_time=1369141200&tsuids=",
+            ""
+        ),
+        (400, err(400, "UID was empty"))
+    );
     assert_eq!(
         req(
             &s,

@@ -333,6 +333,11 @@ fn bulk_delete(store: &dyn RowStore, q: &Query, body: Option<&[u8]>) -> Reply {
     }
     let mut series = Vec::new();
     for t in d.tsuids.iter().flatten() {
+        // `tsuids=` in the query string is one empty TSUID to OpenTSDB,
+        // which `UniqueId.stringToUid` refuses with this message.
+        if t.is_empty() {
+            return bad("UID was empty");
+        }
         match Tsuid::parse_hex(t, &store.widths()) {
             Ok(ts) => series.push(ts),
             Err(e) => return bad(&format!("Invalid TSUID '{t}': {e}")),
