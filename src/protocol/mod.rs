@@ -4,7 +4,9 @@
 //! VictoriaMetrics keeps its `lib/protoparser/opentsdb`.
 //!
 //! - [`telnet`]: framing, word splitting and the `put` line parser.
+//! - [`jackson`]: JSON values coerced as OpenTSDB's Jackson reads them.
 
+pub mod jackson;
 pub mod telnet;
 
 use crate::model::Value;

@@ -5,6 +5,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use super::downsample::java_split;
+use crate::protocol::jackson;
 
 /// The seven filter types OpenTSDB 2.4.1 registers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -113,11 +114,18 @@ pub(crate) fn filters_json() -> serde_json::Value {
 /// A filter as a client writes it in JSON (`filters` of a sub-query).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FilterSpec {
-    #[serde(rename = "type")]
+    #[serde(rename = "type", deserialize_with = "jackson::string")]
     pub kind: String,
+    #[serde(deserialize_with = "jackson::string")]
     pub tagk: String,
+    #[serde(deserialize_with = "jackson::string")]
     pub filter: String,
-    #[serde(rename = "groupBy", alias = "group_by", default)]
+    #[serde(
+        rename = "groupBy",
+        alias = "group_by",
+        default,
+        deserialize_with = "jackson::boolean"
+    )]
     pub group_by: bool,
 }
 

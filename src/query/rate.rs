@@ -4,17 +4,19 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::Value;
+use crate::protocol::jackson;
 
 /// `rateOptions` of a sub-query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct RateOptions {
+    #[serde(deserialize_with = "jackson::boolean")]
     pub counter: bool,
-    #[serde(alias = "counter_max")]
+    #[serde(alias = "counter_max", deserialize_with = "jackson::long")]
     pub counter_max: i64,
-    #[serde(alias = "reset_value")]
+    #[serde(alias = "reset_value", deserialize_with = "jackson::long")]
     pub reset_value: i64,
-    #[serde(alias = "drop_resets")]
+    #[serde(alias = "drop_resets", deserialize_with = "jackson::boolean")]
     pub drop_resets: bool,
 }
 

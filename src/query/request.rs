@@ -14,6 +14,7 @@ use super::error::QueryError;
 use super::filter::{self, FilterSpec, TagFilter};
 use super::rate::RateOptions;
 use crate::model::time::{TimeError, parse_datetime};
+use crate::protocol::jackson;
 
 /// A whole query as the client sent it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -23,25 +24,36 @@ pub struct TsQuery {
     pub start: Option<String>,
     #[serde(deserialize_with = "string_or_number")]
     pub end: Option<String>,
+    #[serde(deserialize_with = "jackson::string_opt")]
     pub timezone: Option<String>,
     #[serde(alias = "use_calendar")]
+    #[serde(deserialize_with = "jackson::boolean")]
     pub use_calendar: bool,
     pub queries: Vec<TsSubQuery>,
+    #[serde(deserialize_with = "jackson::boolean")]
     pub padding: bool,
     #[serde(alias = "no_annotations")]
+    #[serde(deserialize_with = "jackson::boolean")]
     pub no_annotations: bool,
     #[serde(alias = "global_annotations")]
+    #[serde(deserialize_with = "jackson::boolean")]
     pub global_annotations: bool,
     #[serde(alias = "ms", alias = "ms_resolution")]
+    #[serde(deserialize_with = "jackson::boolean")]
     pub ms_resolution: bool,
     #[serde(rename = "showTSUIDs", alias = "show_tsuids", alias = "showTsuids")]
+    #[serde(deserialize_with = "jackson::boolean")]
     pub show_tsuids: bool,
     #[serde(alias = "show_summary")]
+    #[serde(deserialize_with = "jackson::boolean")]
     pub show_summary: bool,
     #[serde(alias = "show_stats")]
+    #[serde(deserialize_with = "jackson::boolean")]
     pub show_stats: bool,
     #[serde(alias = "show_query")]
+    #[serde(deserialize_with = "jackson::boolean")]
     pub show_query: bool,
+    #[serde(deserialize_with = "jackson::boolean")]
     pub delete: bool,
     /// Query-string only (`?arrays`): dps as `[[ts, v], ...]`.
     #[serde(skip_serializing)]
@@ -52,23 +64,31 @@ pub struct TsQuery {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct TsSubQuery {
+    #[serde(deserialize_with = "jackson::string_opt")]
     pub aggregator: Option<String>,
+    #[serde(deserialize_with = "jackson::string_opt")]
     pub metric: Option<String>,
     pub tsuids: Vec<String>,
+    #[serde(deserialize_with = "jackson::string_opt")]
     pub downsample: Option<String>,
+    #[serde(deserialize_with = "jackson::boolean")]
     pub rate: bool,
     #[serde(alias = "rate_options")]
     pub rate_options: Option<RateOptions>,
     pub tags: BTreeMap<String, String>,
     pub filters: Vec<FilterSpec>,
     #[serde(alias = "explicit_tags")]
+    #[serde(deserialize_with = "jackson::boolean")]
     pub explicit_tags: bool,
     pub percentiles: Vec<f64>,
     #[serde(alias = "rollup_usage")]
+    #[serde(deserialize_with = "jackson::string_opt")]
     pub rollup_usage: Option<String>,
     #[serde(alias = "pre_aggregate")]
+    #[serde(deserialize_with = "jackson::boolean")]
     pub pre_aggregate: bool,
     #[serde(alias = "show_histogram_buckets")]
+    #[serde(deserialize_with = "jackson::boolean")]
     pub show_histogram_buckets: bool,
 }
 
