@@ -13,12 +13,14 @@ use crate::model::Tsuid;
 use crate::model::java::double_to_string;
 use crate::model::row_span::{ROW_SPAN_MS, ROW_SPAN_SECS, hour_floor};
 use crate::model::{UidKind, UidWidths, Value};
+use crate::protocol::jackson;
 use crate::store::read::Point;
 use crate::uid::UidTableError;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct LastSubQuery {
+    #[serde(deserialize_with = "jackson::string_opt")]
     pub metric: Option<String>,
     pub tags: BTreeMap<String, String>,
     pub tsuids: Vec<String>,
@@ -28,9 +30,9 @@ pub struct LastSubQuery {
 #[serde(default, rename_all = "camelCase")]
 pub struct LastQuery {
     pub queries: Vec<LastSubQuery>,
-    #[serde(alias = "resolve")]
+    #[serde(alias = "resolve", deserialize_with = "jackson::boolean")]
     pub resolve_names: bool,
-    #[serde(alias = "back_scan")]
+    #[serde(alias = "back_scan", deserialize_with = "jackson::long")]
     pub back_scan: i64,
 }
 

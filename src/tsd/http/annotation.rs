@@ -15,6 +15,7 @@ use super::{Call, Query, Reply, json_text, method_not_allowed};
 use crate::model::Tsuid;
 use crate::model::annotation::{self, Annotation, AnnotationError, Changes};
 use crate::model::time::parse_datetime;
+use crate::protocol::jackson;
 use crate::store::Durability;
 use crate::store::rows::RowStore;
 use crate::tsd::TsdState;
@@ -273,16 +274,9 @@ fn parse_bulk_delete(q: &Query, body: Option<&[u8]>) -> Result<BulkDelete, Reply
             "startTime" => d.start_time = json_text(v),
             "endTime" => d.end_time = json_text(v),
             "global" => {
-                d.global = match v {
-                    serde_json::Value::Bool(b) => *b,
-                    serde_json::Value::String(s) => s.eq_ignore_ascii_case("true"),
-                    serde_json::Value::Null => false,
-                    _ => {
-                        return Err(parse_json_error(AnnotationError(
-                            "Cannot deserialize value of type `boolean` (field \"global\")".into(),
-                        )));
-                    }
-                }
+                d.global = jackson::boolean(v).map_err(|e| {
+                    parse_json_error(AnnotationError(format!("{e} (field \"global\")")))
+                })?
             }
             "tsuids" => {
                 d.tsuids = match v {
