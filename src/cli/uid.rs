@@ -141,28 +141,17 @@ pub(crate) fn run(
             Ok(0)
         }
         "metasync" => {
-            // rtsdb's per-series metadata is its series index: rebuild it
-            // from the data table (OpenTSDB's metasync creates TSMeta rows).
+            // OpenTSDB's MetaSync; rtsdb's series index is rebuilt from the
+            // data rows on the way (`Db::sync_meta`).
             let started = std::time::Instant::now();
-            let index = db.index();
-            let stats = db.rebuild_index()?;
-            // OpenTSDB's metasync creates the TSMeta objects series lack.
-            let widths = store.layout().widths;
-            let now = chrono::Utc::now().timestamp().max(0) as u64;
-            let mut created = 0u64;
-            for metric in index.metrics() {
-                for tsuid in index.series_of(metric) {
-                    let bytes = tsuid.to_bytes(&widths);
-                    if db.meta().ts_fields(&bytes)?.is_none() {
-                        let f = crate::meta::TsMetaFields::new(tsuid.to_hex(&widths), now);
-                        db.meta().put_ts_fields(&bytes, &f)?;
-                        created += 1;
-                    }
-                }
-            }
+            let done = db.sync_meta()?;
             store.sync()?;
-            writeln!(out, "Rebuilt the series index: {stats:?}")?;
-            writeln!(out, "Created {created} TSMeta objects")?;
+            writeln!(out, "Rebuilt the series index: {:?}", done.index)?;
+            writeln!(
+                out,
+                "Created {} TSMeta objects, set the created time of {} TSMeta and {} UIDMeta objects",
+                done.ts_created, done.ts_updated, done.uid_updated
+            )?;
             writeln!(
                 out,
                 "Completed meta data synchronization in [{}] seconds",

@@ -1,16 +1,102 @@
 //! Maintenance verbs: rebuilding the series index, dropping caches
 //! (`dropcaches`, UID renames).
 
+use std::collections::HashMap;
+
 use super::Db;
 use crate::index::RebuildStats;
+use crate::meta::{Counting, TsMetaFields};
+use crate::model::{Uid, UidKind};
+
+/// What [`Db::sync_meta`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MetaSynced {
+    pub index: RebuildStats,
+    /// TSMeta objects stored for series that had none.
+    pub ts_created: u64,
+    /// TSMeta objects whose `created` was set.
+    pub ts_updated: u64,
+    /// UIDMeta objects whose `created` was set (stored if there was none).
+    pub uid_updated: u64,
+}
+
+/// A `created` time MetaSync corrects: unset, or more than an hour after
+/// the oldest data (within the hour it is probably accurate).
+fn needs_created(created: u64, oldest: u64) -> bool {
+    created == 0 || created > oldest + 3600
+}
 
 impl Db {
     /// Recreates the series index from the data rows (`tsdb uid
     /// metasync`): drops every entry, then records each series found.
     pub fn rebuild_index(&self) -> super::Result<RebuildStats> {
         let (found, stats) = self.rows.scan_series()?;
-        self.index.replace_all(found)?;
+        self.index.replace_all(&found)?;
         Ok(stats)
+    }
+
+    /// `tsdb uid metasync`, as OpenTSDB's `MetaSync`: rebuilds the series
+    /// index from the data rows; stores a TSMeta for every series that has
+    /// none (`created`: the hour of its oldest row; its counter set to 1
+    /// if it has none, as OpenTSDB's first increment does); sets a TSMeta's
+    /// or a UIDMeta's `created` to the oldest data using it when unset or
+    /// more than an hour later (storing the UIDMeta of a named UID that
+    /// had none).
+    pub fn sync_meta(&self) -> super::Result<MetaSynced> {
+        let (found, index) = self.rows.scan_series()?;
+        self.index.replace_all(&found)?;
+        let mut done = MetaSynced {
+            index,
+            ..Default::default()
+        };
+        let widths = self.rows.widths();
+        let mut oldest_of_uid: HashMap<(UidKind, Uid), u64> = HashMap::new();
+        for (tsuid, hours) in &found {
+            let oldest = hours.first as u64;
+            let bytes = tsuid.to_bytes(&widths);
+            match self.meta.ts_fields(&bytes)? {
+                None => {
+                    let fields = TsMetaFields::new(tsuid.to_hex(&widths), oldest);
+                    self.meta.put_ts_fields(&bytes, &fields)?;
+                    if self.meta.counters(&bytes)?.0 == 0 {
+                        self.meta
+                            .add_counters(&[(bytes.clone(), 1, 0)], Counting::Increment)?;
+                    }
+                    done.ts_created += 1;
+                }
+                Some(mut fields) if needs_created(fields.created, oldest) => {
+                    fields.created = oldest;
+                    self.meta.put_ts_fields(&bytes, &fields)?;
+                    done.ts_updated += 1;
+                }
+                Some(_) => {}
+            }
+            let uids = std::iter::once((UidKind::Metric, tsuid.metric)).chain(
+                tsuid
+                    .tags
+                    .iter()
+                    .flat_map(|(k, v)| [(UidKind::TagKey, *k), (UidKind::TagValue, *v)]),
+            );
+            for key in uids {
+                oldest_of_uid
+                    .entry(key)
+                    .and_modify(|t| *t = (*t).min(oldest))
+                    .or_insert(oldest);
+            }
+        }
+        for ((kind, uid), oldest) in oldest_of_uid {
+            // Only names that still exist have a UIDMeta to speak of.
+            if self.uids().get_name(kind, uid).is_err() {
+                continue;
+            }
+            let mut fields = self.meta.uid_meta(kind, uid)?.unwrap_or_default();
+            if needs_created(fields.created, oldest) {
+                fields.created = oldest;
+                self.meta.put_uid_meta(kind, uid, &fields)?;
+                done.uid_updated += 1;
+            }
+        }
+        Ok(done)
     }
 
     /// `dropcaches`: forgets cached UID mappings and cached series names,

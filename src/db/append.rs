@@ -81,7 +81,11 @@ impl Db {
             }
             let base = p.ts.base_time().unwrap_or(LAST_ROW_BASE);
             let hour = base as u64 + 1;
-            if p.series.indexed_hour.load(Ordering::Relaxed) < hour {
+            let indexed = p.series.indexed_hour.load(Ordering::Relaxed);
+            if indexed == 0 && self.opts.meta.creates_ts_meta() {
+                self.store_ts_meta_if_absent(&p.series, now)?;
+            }
+            if indexed < hour {
                 self.index
                     .add_at(&p.series.tsuid, base)
                     .map_err(|e| PointError::Storage(e.to_string()))?;
@@ -104,6 +108,19 @@ impl Db {
             self.wake_flusher();
         }
         Ok(a)
+    }
+
+    /// `TSMeta.storeIfNecessary`, once per series and process: the first
+    /// point of a series this process has not seen stores its TSMeta
+    /// (`created` now) unless one is stored already.
+    fn store_ts_meta_if_absent(&self, series: &Series, now: u64) -> Result<(), PointError> {
+        let tsuid = series.tsuid.to_bytes(&self.rows.widths());
+        let storage = |e: crate::meta::MetaError| PointError::Storage(e.to_string());
+        if self.meta.ts_fields(&tsuid).map_err(storage)?.is_none() {
+            let fields = crate::meta::TsMetaFields::new(crate::model::uid::hex_upper(&tsuid), now);
+            self.meta.put_ts_fields(&tsuid, &fields).map_err(storage)?;
+        }
+        Ok(())
     }
 
     /// Waits until `a`'s points are on stable storage; fails at once if

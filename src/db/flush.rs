@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Db;
+use crate::meta::Counting;
 use crate::write::buffer::{self, SealPolicy, SealedHour};
 use crate::write::{Series, wal};
 
@@ -83,13 +84,15 @@ impl Db {
     /// series' counters in `tsdb-meta` (TSMeta `totalDatapoints` and
     /// `lastReceived`): one batch for all series, never a write per point.
     pub fn persist_counters(&self) -> super::Result<()> {
+        let how = self.opts.meta.counting();
         let mut last = self.counters.lock();
         let mut taken: Vec<(Arc<Series>, u64)> = Vec::new();
         let mut deltas = Vec::new();
         let widths = self.rows.widths();
         self.series.for_each(|s| {
             let n = s.unsaved_points.swap(0, Ordering::Relaxed);
-            if n > 0 {
+            // Without tracking nothing is stored; the counts are dropped.
+            if n > 0 && how != Counting::Off {
                 deltas.push((
                     s.tsuid.to_bytes(&widths),
                     n,
@@ -99,7 +102,7 @@ impl Db {
             }
         });
         *last = std::time::Instant::now();
-        if let Err(e) = self.meta.add_counters(&deltas) {
+        if let Err(e) = self.meta.add_counters(&deltas, how) {
             // Keep the counts for the next attempt.
             for (s, n) in taken {
                 s.unsaved_points.fetch_add(n, Ordering::Relaxed);

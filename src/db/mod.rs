@@ -61,6 +61,7 @@ use crate::write::{SeriesCache, buffer};
 
 pub use crate::write::Series;
 pub use crate::write::limits::SeriesLimits;
+pub use admin::MetaSynced;
 pub use append::{Appended, PendingPoint};
 pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
@@ -159,10 +160,13 @@ impl Db {
 
     fn open_embedded(opts: &DbOptions) -> Result<Arc<Db>> {
         let store = Arc::new(Store::open(&opts.data_dir, &opts.store)?);
-        let uids = UidTable::new(store.uid_store(), opts.auto_create, opts.name_rules.clone());
+        let meta = store.meta_store();
+        let mut uids = UidTable::new(store.uid_store(), opts.auto_create, opts.name_rules.clone());
+        if opts.write.meta.realtime_uid {
+            uids = uids.on_new_uid(realtime_uid_meta(meta.clone()));
+        }
         let uids = Arc::new(store.retention().attach(uids));
         let index = SeriesIndex::open(store.index_store(), store.layout().widths)?;
-        let meta = store.meta_store();
         Self::assemble(
             store.clone(),
             store,
@@ -342,6 +346,22 @@ impl Drop for Db {
             tracing::error!(error = %e, "closing the database failed");
         }
     }
+}
+
+/// `tsd.core.meta.enable_realtime_uid`: OpenTSDB's `UIDMeta.storeNew` for
+/// each new UID, with `created` the time of assignment. A failure is
+/// logged, not returned: the UID itself is assigned (as in OpenTSDB, whose
+/// meta write is not waited on).
+fn realtime_uid_meta(meta: Arc<dyn MetaStore>) -> crate::uid::NewUidHook {
+    Box::new(move |kind, name, uid| {
+        let fields = crate::meta::UidMetaFields {
+            created: chrono::Utc::now().timestamp().max(0) as u64,
+            ..Default::default()
+        };
+        if let Err(e) = meta.put_uid_meta(kind, uid, &fields) {
+            tracing::warn!(%kind, name, error = %e, "storing the new UID's UIDMeta failed");
+        }
+    })
 }
 
 #[cfg(test)]

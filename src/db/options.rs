@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::codec::row::{DuplicatePolicy, RowEncoding};
 use crate::config::{Config, ConfigError};
+use crate::meta::MetaTracking;
 use crate::model::NameRules;
 use crate::store::StoreOptions;
 use crate::store::retention::{Retention, TTL_KEY};
@@ -48,6 +49,8 @@ pub struct WriteOptions {
     pub max_tags: usize,
     /// `tsd.storage.series.max_new_per_hour` and `…max_total`.
     pub series_limits: SeriesLimits,
+    /// `tsd.core.meta.*`: meta objects and counters kept as points arrive.
+    pub meta: MetaTracking,
 }
 
 impl Default for WriteOptions {
@@ -60,6 +63,7 @@ impl Default for WriteOptions {
             wal: WalOptions::default(),
             max_tags: 8,
             series_limits: SeriesLimits::default(),
+            meta: MetaTracking::default(),
         }
     }
 }
@@ -129,7 +133,15 @@ fn store_options(c: &Config) -> Result<StoreOptions, ConfigError> {
 }
 
 fn write_options(c: &Config) -> Result<WriteOptions, ConfigError> {
-    let mut o = WriteOptions::default();
+    let mut o = WriteOptions {
+        meta: MetaTracking {
+            realtime_uid: c.get_bool("tsd.core.meta.enable_realtime_uid"),
+            realtime_ts: c.get_bool("tsd.core.meta.enable_realtime_ts"),
+            tsuid_tracking: c.get_bool("tsd.core.meta.enable_tsuid_tracking"),
+            tsuid_incrementing: c.get_bool("tsd.core.meta.enable_tsuid_incrementing"),
+        },
+        ..WriteOptions::default()
+    };
     if let Some(ms) = c.get_int::<u64>("tsd.storage.flush_interval")? {
         o.flush_interval = Duration::from_millis(ms.max(1));
         o.wal.flush_interval = o.flush_interval;

@@ -122,6 +122,28 @@ pub struct RebuildStats {
     pub bad_rows: u64,
 }
 
+/// The base hours of a series' oldest and newest rows, as a scan of the
+/// data rows finds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HourSpan {
+    pub first: u32,
+    pub last: u32,
+}
+
+impl HourSpan {
+    pub fn new(hour: u32) -> HourSpan {
+        HourSpan {
+            first: hour,
+            last: hour,
+        }
+    }
+
+    pub fn include(&mut self, hour: u32) {
+        self.first = self.first.min(hour);
+        self.last = self.last.max(hour);
+    }
+}
+
 pub struct SeriesIndex {
     backend: Arc<dyn IndexStore>,
     widths: UidWidths,
@@ -220,16 +242,17 @@ impl SeriesIndex {
         self.len() == 0
     }
 
-    /// Replaces every entry with `found` (each series → base hour of its
-    /// newest row), as a scan of the data rows found them (`tsdb uid
-    /// metasync`, `Db::rebuild_index`).
-    pub fn replace_all(&self, found: HashMap<Tsuid, u32>) -> Result<()> {
+    /// Replaces every entry with `found` (each series → the hours of its
+    /// rows), as a scan of the data rows found them (`tsdb uid metasync`,
+    /// `Db::rebuild_index`).
+    pub fn replace_all(&self, found: &HashMap<Tsuid, HourSpan>) -> Result<()> {
         {
             let mut inner = self.inner.write();
             self.backend.clear()?;
             *inner = Inner::default();
         }
-        let mut sorted: Vec<(Tsuid, u32)> = found.into_iter().collect();
+        let mut sorted: Vec<(Tsuid, u32)> =
+            found.iter().map(|(t, h)| (t.clone(), h.last)).collect();
         sorted.sort();
         for (tsuid, hour) in sorted {
             self.add_at(&tsuid, hour)?;

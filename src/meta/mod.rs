@@ -3,9 +3,13 @@
 //! TSUID, with the per-series counters behind `lastReceived` and
 //! `totalDatapoints`. Format: docs/format/meta-table.md.
 //!
-//! The counters are not written per point: the write path counts in
-//! memory ([`crate::write::Series`]) and adds what it counted here from
-//! time to time and at shutdown ([`MetaStore::add_counters`]).
+//! What the write path keeps as points arrive follows `tsd.core.meta.*`
+//! ([`MetaTracking`]), all off by default as in OpenTSDB: real-time
+//! UIDMeta for new names, a TSMeta for each new series, and the per-series
+//! counter (a mark, or a count). The counters are not written per point:
+//! the write path counts in memory ([`crate::write::Series`]) and stores
+//! what it counted from time to time and at shutdown
+//! ([`MetaStore::add_counters`]).
 //!
 //! Meta objects persist through a [`MetaStore`], so they can live in
 //! another engine than the data rows; the embedded one is
@@ -183,6 +187,57 @@ pub type Result<T> = std::result::Result<T, MetaError>;
 /// points, last time a point was received in epoch seconds).
 pub type CounterDelta = (Vec<u8>, u64, u64);
 
+/// `tsd.core.meta.*`: which meta objects and counters the write path
+/// keeps, as OpenTSDB 2.4.1's `TSDB.addPointInternal` and `UniqueId` do.
+/// All off by default, as in OpenTSDB.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MetaTracking {
+    /// `enable_realtime_uid`: a UIDMeta (with `created`) is stored for
+    /// every new UID.
+    pub realtime_uid: bool,
+    /// `enable_realtime_ts`: with tracking, a TSMeta (with `created`) is
+    /// stored when a series first appears.
+    pub realtime_ts: bool,
+    /// `enable_tsuid_tracking`: series that receive points are marked in
+    /// the meta table (`ts_ctr`, and the time of the last point).
+    pub tsuid_tracking: bool,
+    /// `enable_tsuid_incrementing`: with tracking and real-time TSMeta,
+    /// `ts_ctr` counts every point instead of being set to 1.
+    pub tsuid_incrementing: bool,
+}
+
+/// How points change a series' stored counter ([`MetaTracking::counting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counting {
+    /// Nothing is written (tracking off).
+    Off,
+    /// `ts_ctr` is set to 1 and the last-received time updated: OpenTSDB's
+    /// tracking put of `Bytes.fromLong(1)`.
+    MarkSeen,
+    /// `ts_ctr` counts the points (`TSMeta.incrementAndGetCounter`).
+    Increment,
+}
+
+impl MetaTracking {
+    /// OpenTSDB's branches: tracking off writes nothing; tracking with
+    /// real-time TSMeta and incrementing counts; other tracking marks.
+    pub fn counting(&self) -> Counting {
+        if !self.tsuid_tracking {
+            Counting::Off
+        } else if self.realtime_ts && self.tsuid_incrementing {
+            Counting::Increment
+        } else {
+            Counting::MarkSeen
+        }
+    }
+
+    /// Whether a series' TSMeta is stored when it first appears
+    /// (`TSMeta.storeIfNecessary` / the counter's first increment).
+    pub fn creates_ts_meta(&self) -> bool {
+        self.tsuid_tracking && self.realtime_ts
+    }
+}
+
 /// The persistence of meta objects and per-series counters.
 ///
 /// Series are named by their TSUID bytes, UIDs by kind and [`Uid`] (the
@@ -227,7 +282,7 @@ pub trait MetaStore: Send + Sync {
     /// addition itself atomic (a counter increment, a summing table) so
     /// that two TSDs adding to one series lose nothing; a lost update of
     /// the last received time is harmless as long as it only grows.
-    fn add_counters(&self, deltas: &[CounterDelta]) -> Result<()>;
+    fn add_counters(&self, deltas: &[CounterDelta], how: Counting) -> Result<()>;
 
     /// `uid metapurge`: deletes every UIDMeta and every TSMeta with its
     /// counters, in one atomic step. Series written meanwhile may get new

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Result, Store};
-use crate::index::{self, IndexStore, RebuildStats};
+use crate::index::{self, HourSpan, IndexStore, RebuildStats};
 use crate::model::Tsuid;
 use crate::storage::{Durability, KvStore, ScanRange, Table, WriteBatch};
 
@@ -62,16 +62,18 @@ impl IndexStore for KvIndexStore {
 impl Store {
     /// Every series with a data row, with the base hour of its newest
     /// row: what the series index is rebuilt from.
-    pub fn scan_series(&self) -> Result<(HashMap<Tsuid, u32>, RebuildStats)> {
+    pub fn scan_series(&self) -> Result<(HashMap<Tsuid, HourSpan>, RebuildStats)> {
         let mut stats = RebuildStats::default();
-        let mut found: HashMap<Tsuid, u32> = HashMap::new();
+        let mut found: HashMap<Tsuid, HourSpan> = HashMap::new();
         for item in self.scan_all_rows() {
             let (key, _) = item?;
             stats.rows += 1;
             match self.layout().parse_row_key(&key) {
                 Ok(rk) if rk.tsuid.metric.id() != 0 => {
-                    let h = found.entry(rk.tsuid).or_insert(0);
-                    *h = (*h).max(rk.base_time);
+                    found
+                        .entry(rk.tsuid)
+                        .and_modify(|h| h.include(rk.base_time))
+                        .or_insert(HourSpan::new(rk.base_time));
                 }
                 Ok(_) => {}
                 Err(_) => stats.bad_rows += 1,
@@ -130,7 +132,7 @@ mod tests {
             )
             .unwrap();
         let (found, stats) = store.scan_series().unwrap();
-        again.replace_all(found).unwrap();
+        again.replace_all(&found).unwrap();
         assert_eq!(stats.series, 1);
         assert_eq!(again.series_of(u(1)), vec![a.clone()]);
         assert_eq!(again.last_hour(&a), Some(1357002000));

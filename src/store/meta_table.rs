@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use crate::meta::{
-    CounterDelta, MetaError, MetaStore, PurgeStats, Result, TS_CTR, TS_LAST, TS_META, TsMetaFields,
-    UidMetaFields,
+    CounterDelta, Counting, MetaError, MetaStore, PurgeStats, Result, TS_CTR, TS_LAST, TS_META,
+    TsMetaFields, UidMetaFields,
 };
 use crate::model::{Uid, UidKind, UidWidths};
 use crate::storage::{KvStore, ScanRange, Table, WriteBatch};
@@ -94,17 +94,21 @@ impl MetaStore for KvMetaStore {
         ))
     }
 
-    fn add_counters(&self, deltas: &[CounterDelta]) -> Result<()> {
-        if deltas.is_empty() {
+    fn add_counters(&self, deltas: &[CounterDelta], how: Counting) -> Result<()> {
+        if deltas.is_empty() || how == Counting::Off {
             return Ok(());
         }
         let mut b = WriteBatch::new();
         for (tsuid, n, last) in deltas {
             let (count, stored_last) = self.counters(tsuid).unwrap_or((0, 0));
+            let count = match how {
+                Counting::Increment => count + n,
+                _ => 1,
+            };
             b.put(
                 Table::Meta,
                 meta_key(tsuid, TS_CTR),
-                ((count + n) as i64).to_be_bytes().to_vec(),
+                (count as i64).to_be_bytes().to_vec(),
             );
             b.put(
                 Table::Meta,

@@ -80,7 +80,11 @@ impl Retention {
             }
         }
         let me = self.clone();
-        uids.on_new_metric(Box::new(move |name, uid| me.set_metric_uid(name, uid)))
+        uids.on_new_uid(Box::new(move |kind, name, uid| {
+            if kind == UidKind::Metric {
+                me.set_metric_uid(name, uid);
+            }
+        }))
     }
 
     pub fn set_metric_uid(&self, name: &str, uid: Uid) {

@@ -50,7 +50,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::read::SeriesSource;
 use super::{Result, Store};
-use crate::index::RebuildStats;
+use crate::index::{HourSpan, RebuildStats};
 use crate::model::annotation::{Annotation, Changes};
 use crate::model::point::{Timestamp, Value};
 use crate::model::{Tsuid, Uid, UidWidths};
@@ -78,10 +78,11 @@ pub trait RowStore: SeriesSource {
     /// one at a time: a concurrent reader may see some gone, others not.
     fn delete_rows(&self, tsuids: &[Tsuid], first_hour: u32, last_hour: u32) -> Result<u64>;
 
-    /// Every series with at least one row, with the base hour of its
-    /// newest row: what the series index is rebuilt from. Rows whose key
-    /// does not parse are counted in [`RebuildStats::bad_rows`].
-    fn scan_series(&self) -> Result<(HashMap<Tsuid, u32>, RebuildStats)>;
+    /// Every series with at least one row, with the base hours of its
+    /// oldest and newest rows: what the series index is rebuilt from (and
+    /// `created` times by `tsdb uid metasync`). Rows whose key does not
+    /// parse are counted in [`RebuildStats::bad_rows`].
+    fn scan_series(&self) -> Result<(HashMap<Tsuid, HourSpan>, RebuildStats)>;
 
     /// The stored annotation of `tsuid` (global: `None`) starting at
     /// `start`, if any.
@@ -173,7 +174,7 @@ impl RowStore for Store {
         Ok(keys.len() as u64)
     }
 
-    fn scan_series(&self) -> Result<(HashMap<Tsuid, u32>, RebuildStats)> {
+    fn scan_series(&self) -> Result<(HashMap<Tsuid, HourSpan>, RebuildStats)> {
         Store::scan_series(self)
     }
 
@@ -327,8 +328,8 @@ pub(crate) mod conformance {
         assert_eq!(all[0].tsuid, a);
         assert_eq!(all[0].points.len(), 3);
         let (found, stats) = rows.scan_series().unwrap();
-        assert_eq!(found.get(&a), Some(&h1));
-        assert_eq!(found.get(&other), Some(&h0));
+        assert_eq!(found.get(&a).map(|s| s.last), Some(h1));
+        assert_eq!(found.get(&other).map(|s| s.last), Some(h0));
         assert_eq!((stats.series, stats.bad_rows), (3, 0));
 
         // Annotations share the series' rows: points written after them

@@ -131,14 +131,14 @@ struct Kind {
     stats: CacheStats,
 }
 
-/// Called with each metric name given a new UID.
-pub type MetricHook = Box<dyn Fn(&str, Uid) + Send + Sync>;
+/// Called with each name given a new UID, after the assignment is stored.
+pub type NewUidHook = Box<dyn Fn(UidKind, &str, Uid) + Send + Sync>;
 
 pub struct UidTable {
     backend: Arc<dyn UidStore>,
-    /// Told of every new metric UID (the store's per-metric TTLs, which
-    /// are configured by name, apply once the name has a UID).
-    on_new_metric: Option<MetricHook>,
+    /// Told of every new UID: the store's per-metric TTLs (configured by
+    /// name, they apply once the name has a UID) and real-time UIDMeta.
+    on_new: Vec<NewUidHook>,
     kinds: [Kind; 3],
     auto_create: AutoCreate,
     rules: NameRules,
@@ -155,7 +155,7 @@ impl UidTable {
         };
         UidTable {
             backend,
-            on_new_metric: None,
+            on_new: Vec::new(),
             kinds: [
                 kind(UidKind::Metric),
                 kind(UidKind::TagKey),
@@ -166,9 +166,9 @@ impl UidTable {
         }
     }
 
-    /// Calls `hook` with every metric name this table gives a new UID.
-    pub fn on_new_metric(mut self, hook: MetricHook) -> UidTable {
-        self.on_new_metric = Some(hook);
+    /// Calls `hook` with every name this table gives a new UID.
+    pub fn on_new_uid(mut self, hook: NewUidHook) -> UidTable {
+        self.on_new.push(hook);
         self
     }
 
@@ -314,10 +314,8 @@ impl UidTable {
         let assigned = self.backend.allocate(kind, name)?;
         self.cache_insert(k, generation, name, assigned.uid());
         if let Assigned::New(uid) = assigned {
-            if kind == UidKind::Metric
-                && let Some(hook) = &self.on_new_metric
-            {
-                hook(name, uid);
+            for hook in &self.on_new {
+                hook(kind, name, uid);
             }
             tracing::debug!(%kind, name, id = uid.id(), "assigned UID");
         }
