@@ -37,6 +37,21 @@ pub struct Cli {
     /// Log more.
     #[arg(short, long, global = true)]
     pub verbose: bool,
+    /// OpenTSDB's common tool options, kept so scripts run unchanged: the
+    /// data table name (tsd.storage.hbase.data_table).
+    #[arg(long, global = true, value_name = "TABLE")]
+    pub table: Option<String>,
+    /// The UID table name (tsd.storage.hbase.uid_table).
+    #[arg(long, global = true, value_name = "TABLE")]
+    pub uidtable: Option<String>,
+    /// ZooKeeper quorum (tsd.storage.hbase.zk_quorum; unused by the
+    /// embedded store).
+    #[arg(long, global = true, value_name = "SPEC")]
+    pub zkquorum: Option<String>,
+    /// ZooKeeper base path (tsd.storage.hbase.zk_basedir; unused by the
+    /// embedded store).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub zkbasedir: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -106,6 +121,17 @@ impl Context {
         let mut config = Config::load(cli.config.as_deref())?;
         if let Some(dir) = &cli.data_dir {
             config.set(DATA_DIR_KEY, &dir.display().to_string());
+        }
+        // `CliOptions.overrideConfig`: each common option sets its key.
+        for (key, value) in [
+            ("tsd.storage.hbase.data_table", &cli.table),
+            ("tsd.storage.hbase.uid_table", &cli.uidtable),
+            ("tsd.storage.hbase.zk_quorum", &cli.zkquorum),
+            ("tsd.storage.hbase.zk_basedir", &cli.zkbasedir),
+        ] {
+            if let Some(v) = value {
+                config.set(key, v);
+            }
         }
         Ok(Context { config })
     }

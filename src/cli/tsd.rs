@@ -24,9 +24,10 @@ pub struct TsdArgs {
     /// rw, ro or wo (tsd.mode).
     #[arg(long)]
     pub mode: Option<String>,
-    /// Same as --mode=ro.
-    #[arg(long)]
-    pub read_only: bool,
+    /// Same as --mode=ro. Takes an optional value, ignored, as OpenTSDB's
+    /// `--read-only true|false` (any value turns it on there too).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "true|false")]
+    pub read_only: Option<String>,
     /// Maximum open connections, 0 = unlimited (tsd.core.connections.limit).
     #[arg(long)]
     pub max_connections: Option<usize>,
@@ -36,12 +37,20 @@ pub struct TsdArgs {
     /// Close connections idle this many seconds (tsd.core.socket.timeout).
     #[arg(long)]
     pub socket_timeout: Option<u64>,
-    /// Disable the legacy UI endpoints (tsd.core.enable_ui=false).
+    /// Disable the legacy UI endpoints (tsd.core.enable_ui=false); an
+    /// optional value is ignored, as in OpenTSDB.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "true|false")]
+    pub disable_ui: Option<String>,
+    /// Disable /api endpoints (tsd.core.enable_api=false); an optional
+    /// value is ignored, as in OpenTSDB.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "true|false")]
+    pub disable_api: Option<String>,
+    /// Accepted for compatibility (tsd.network.async_io).
+    #[arg(long, value_name = "true|false")]
+    pub async_io: Option<String>,
+    /// Include the port in every stat's tags (tsd.core.stats_with_port).
     #[arg(long)]
-    pub disable_ui: bool,
-    /// Disable /api endpoints (tsd.core.enable_api=false).
-    #[arg(long)]
-    pub disable_api: bool,
+    pub statswport: bool,
     /// Runtime worker threads (tsd.network.worker_threads).
     #[arg(long)]
     pub worker_threads: Option<usize>,
@@ -71,7 +80,7 @@ impl TsdArgs {
         if let Some(m) = &self.mode {
             c.set("tsd.mode", m);
         }
-        if self.read_only {
+        if self.read_only.is_some() {
             c.set("tsd.mode", "ro");
         }
         if let Some(n) = self.max_connections {
@@ -83,11 +92,17 @@ impl TsdArgs {
         if let Some(s) = self.socket_timeout {
             c.set("tsd.core.socket.timeout", &s.to_string());
         }
-        if self.disable_ui {
+        if self.disable_ui.is_some() {
             c.set("tsd.core.enable_ui", "false");
         }
-        if self.disable_api {
+        if self.disable_api.is_some() {
             c.set("tsd.core.enable_api", "false");
+        }
+        if let Some(v) = &self.async_io {
+            c.set("tsd.network.async_io", v);
+        }
+        if self.statswport {
+            c.set("tsd.core.stats_with_port", "true");
         }
         if let Some(n) = self.worker_threads {
             c.set("tsd.network.worker_threads", &n.to_string());

@@ -16,6 +16,8 @@ pub struct ChildOptions<'a> {
     pub config: Option<&'a Path>,
     /// Where its stderr goes (discarded when `None`).
     pub log: Option<&'a Path>,
+    /// More `tsd` arguments.
+    pub args: &'a [&'a str],
 }
 
 /// A running `tsdb tsd` on a free loopback port; killed if a failing test
@@ -37,6 +39,7 @@ impl ChildTsd {
         if let Some(ms) = o.flush_interval_ms {
             cmd.args(["--flush-interval", &ms.to_string()]);
         }
+        cmd.args(o.args);
         let stderr = match o.log {
             Some(log) => Stdio::from(std::fs::File::create(log).unwrap()),
             None => Stdio::null(),

@@ -430,3 +430,59 @@ fn logs_to_a_pipe_carry_no_colour_codes() {
     assert!(stderr.contains("created new store"), "{stderr}");
     assert!(!stderr.contains('\u{1b}'), "colour codes in {stderr:?}");
 }
+
+/// OpenTSDB's tool options as its scripts pass them: the common ones
+/// (`--zkquorum`, `--table`, ...) on any command, and the TSD's switches
+/// that take a value there (`--read-only=true`, `--disable-ui true`).
+#[test]
+fn opentsdb_tool_options_are_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let r = tsdb(
+        d,
+        &[
+            "--zkquorum",
+            "zk1:2181",
+            "--zkbasedir",
+            "/hbase",
+            "--table",
+            "tsdb",
+            "--uidtable",
+            "tsdb-uid",
+            "mkmetric",
+            "sys.x",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = tsdb(d, &["uid", "--zkquorum", "zk1", "metrics", "sys.x"]);
+    assert_eq!(r.stdout, "metrics sys.x: [0, 0, 1]\n", "{}", r.stderr);
+    let tsd = common::ChildTsd::start(
+        &d.join("tsd"),
+        common::ChildOptions {
+            args: &[
+                "--read-only=true",
+                "--disable-ui",
+                "true",
+                "--statswport",
+                "--async-io",
+                "true",
+            ],
+            ..Default::default()
+        },
+    );
+    // Read-only: no /api/put; no legacy UI; stats tagged with the port.
+    assert_eq!(
+        common::http(tsd.addr, "POST", "/api/put", &[], b"[]").status,
+        404
+    );
+    assert_eq!(
+        common::http(tsd.addr, "GET", "/aggregators", &[], b"").status,
+        404
+    );
+    let stats = common::http(tsd.addr, "GET", "/api/stats", &[], b"").text();
+    assert!(
+        stats.contains(&format!("\"port\":\"{}\"", tsd.addr.port())),
+        "{stats}"
+    );
+    assert!(tsd.terminate().success());
+}
