@@ -27,7 +27,8 @@ fn single_annotation_create_read_merge_replace_delete() {
         (200, full.clone())
     );
     assert_eq!(req(&s, "GET", &path, ""), (200, full.clone()));
-    // The alias answers the same.
+    // GET on the plural lists global annotations, whatever the TSUID
+    // (AnnotationRpc.fetchMultipleAnnotations): there are none.
     assert_eq!(
         req(
             &s,
@@ -35,7 +36,7 @@ fn single_annotation_create_read_merge_replace_delete() {
             &format!("/api/annotations?tsuid={TSUID}&start_time=1369141261"),
             ""
         ),
-        (200, full.clone())
+        (200, "[]".to_string())
     );
     // Nothing to change: 304, empty.
     let same =
@@ -493,5 +494,80 @@ fn query_results_carry_annotations() {
     assert!(
         body.contains(&format!(r#""dps":[[{T},1],[{},2],[{},3]]"#, T + 10, T + 20)),
         "{body}"
+    );
+}
+
+/// GET `/api/annotations` lists the global annotations of a time range
+/// (`AnnotationRpc.fetchMultipleAnnotations`), where `/api/annotation`
+/// reads one.
+#[test]
+fn annotations_lists_global_annotations_in_a_range() {
+    let s = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    for body in [
+        r#"{"startTime":1356998400,"description":"g1"}"#,
+        r#"{"startTime":1356998500,"endTime":1356998600,"description":"g2"}"#,
+        r#"{"startTime":1357002100,"description":"g3"}"#,
+    ] {
+        assert_eq!(req(&s, "POST", "/api/annotation", body).0, 200);
+    }
+    // A series' annotation is not global.
+    put_points(&s);
+    let (st, t) = req(
+        &s,
+        "POST",
+        "/api/annotation",
+        r#"{"tsuid":"000001000001000001","startTime":1356998450,"description":"local"}"#,
+    );
+    assert_eq!(st, 200, "{t}");
+    let g1 = r#"{"description":"g1","notes":"","endTime":0,"startTime":1356998400}"#;
+    let g2 = r#"{"description":"g2","notes":"","endTime":1356998600,"startTime":1356998500}"#;
+    let g3 = r#"{"description":"g3","notes":"","endTime":0,"startTime":1357002100}"#;
+    assert_eq!(
+        req(
+            &s,
+            "GET",
+            "/api/annotations?start_time=1356998000&end_time=1356999000",
+            ""
+        ),
+        (200, format!("[{g1},{g2}]"))
+    );
+    // One that ends after the range's end is left out.
+    assert_eq!(
+        req(
+            &s,
+            "GET",
+            "/api/annotations?start_time=1356998000&end_time=1356998550",
+            ""
+        ),
+        (200, format!("[{g1}]"))
+    );
+    // No end: up to now.
+    assert_eq!(
+        req(&s, "GET", "/api/annotations?start_time=1356998450", ""),
+        (200, format!("[{g2},{g3}]"))
+    );
+    assert_eq!(
+        req(&s, "GET", "/api/annotations?start_time=1357010000", ""),
+        (200, "[]".to_string())
+    );
+    assert_eq!(
+        req(
+            &s,
+            "GET",
+            "/api/annotations?start_time=1357010000&end_time=1357000000",
+            ""
+        ),
+        (
+            400,
+            err(
+                400,
+                "The end timestamp cannot be less than the start timestamp"
+            )
+        )
+    );
+    // The singular endpoint still reads one.
+    assert_eq!(
+        req(&s, "GET", "/api/annotation?start_time=1356998400", ""),
+        (200, g1.to_string())
     );
 }

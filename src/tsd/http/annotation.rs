@@ -40,10 +40,11 @@ fn now_ms() -> u64 {
     chrono::Utc::now().timestamp_millis().max(0) as u64
 }
 
-/// The route: the body of non-GET requests, then [`handle`].
-pub(super) async fn route(c: Call, body: Incoming) -> Reply {
+/// The route: the body of non-GET requests, then [`handle`]. `list` is
+/// set for `/api/annotations`, whose GET lists global annotations.
+pub(super) async fn route(c: Call, body: Incoming, list: bool) -> Reply {
     match body_unless_get(&c, body).await {
-        Ok(b) => handle(&c.state, &c.method, &c.rest, c.query, b).await,
+        Ok(b) => handle(&c.state, &c.method, &c.rest, c.query, b, list).await,
         Err(r) => r,
     }
 }
@@ -55,6 +56,7 @@ pub(super) async fn handle(
     rest: &[String],
     query: Query,
     body: Option<Vec<u8>>,
+    list: bool,
 ) -> Reply {
     let bulk = rest.first().is_some_and(|r| r.ends_with("bulk"));
     let allowed = if bulk {
@@ -76,7 +78,7 @@ pub(super) async fn handle(
                 bulk_update(store, method == Method::PUT, body.as_deref())
             }
         } else {
-            single(store, &method, &query, body.as_deref())
+            single(store, &method, &query, body.as_deref(), list)
         }
     })
     .await
@@ -136,7 +138,13 @@ fn series_of(store: &dyn RowStore, a: &Annotation) -> Result<Option<Tsuid>, Stri
         .map_err(|e| format!("Invalid TSUID '{}': {e}", a.tsuid))
 }
 
-fn single(store: &dyn RowStore, method: &Method, q: &Query, body: Option<&[u8]>) -> Reply {
+fn single(
+    store: &dyn RowStore,
+    method: &Method,
+    q: &Query,
+    body: Option<&[u8]>,
+    list: bool,
+) -> Reply {
     let (note, changes) = match body {
         Some(b) => match Annotation::parse(b) {
             Ok(x) => x,
@@ -151,6 +159,9 @@ fn single(store: &dyn RowStore, method: &Method, q: &Query, body: Option<&[u8]>)
         Ok(t) => t,
         Err(m) => return bad(&m),
     };
+    if *method == Method::GET && list {
+        return global_annotations(store, &note);
+    }
     let start = note.start();
     if *method == Method::GET {
         let start = match start {
@@ -188,6 +199,40 @@ fn single(store: &dyn RowStore, method: &Method, q: &Query, body: Option<&[u8]>)
         Durability::Sync,
     ) {
         Ok(a) => Reply::json(200, a.to_api_json()),
+        Err(e) => storage_error(e),
+    }
+}
+
+/// `AnnotationRpc.fetchMultipleAnnotations` (GET `/api/annotations`):
+/// the global annotations starting at or after `startTime` in the rows up
+/// to the hour of `endTime` (now when unset) that end by `endTime`, as
+/// `Annotation.getGlobalAnnotations` scans and filters them.
+///
+/// Differences from 2.4.1, where it is broken: it defaults the end to the
+/// current time in *milliseconds* against start times in seconds, which
+/// overflows the row key it scans to; rtsdb uses seconds. And it answers
+/// an end before the start with a 500 wrapping the exception; rtsdb
+/// answers 400 with the message.
+fn global_annotations(store: &dyn RowStore, note: &Annotation) -> Reply {
+    let start = note.start_time.max(0) as u64;
+    let end = if note.end_time == 0 {
+        now_ms() / 1000
+    } else {
+        note.end_time.max(0) as u64
+    };
+    if end < start {
+        return bad("The end timestamp cannot be less than the start timestamp");
+    }
+    // The rows of the hours from start's to end's, inclusive.
+    let last_row_end_ms = (end - end % 3600 + 3600) * 1000 - 1;
+    match store.annotations_in(None, (start - start % 3600) * 1000, last_row_end_ms) {
+        Ok(all) => {
+            let notes: Vec<Annotation> = all
+                .into_iter()
+                .filter(|a| a.start_time.max(0) as u64 >= start && a.end_time.max(0) as u64 <= end)
+                .collect();
+            Reply::json(200, annotation::api_json_array(&notes))
+        }
         Err(e) => storage_error(e),
     }
 }

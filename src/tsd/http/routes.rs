@@ -107,7 +107,9 @@ use At::{Api, Both, Legacy};
 use Handler::{Async, Body, Head};
 use Serve::{Always, Backups, DieDieDie, Reads, Writes};
 
-const ANNOTATION: Handler = Async(|c, b| Box::pin(annotation::route(c, b)));
+const ANNOTATION: Handler = Async(|c, b| Box::pin(annotation::route(c, b, false)));
+/// `/api/annotations`: the same RPC, but a GET lists global annotations.
+const ANNOTATIONS: Handler = Async(|c, b| Box::pin(annotation::route(c, b, true)));
 
 static ROUTES: &[Route] = &[
     route("put", Api, Writes, Async(|c, b| Box::pin(put::route(c, b)))),
@@ -118,7 +120,7 @@ static ROUTES: &[Route] = &[
         Async(|c, b| Box::pin(query::route(c, b))),
     ),
     route("annotation", Api, Always, ANNOTATION),
-    route("annotations", Api, Always, ANNOTATION),
+    route("annotations", Api, Always, ANNOTATIONS),
     route("version", Both, Always, Head(rpc::version::http)),
     route("aggregators", Both, Always, Head(rpc::aggregators::http)),
     route("dropcaches", Both, Always, Head(rpc::dropcaches::http)),
