@@ -34,12 +34,15 @@ pub(crate) struct JournalFile {
     pub path: PathBuf,
     /// `(offset, length)` of every batch that verifies, in file order.
     pub batches: Vec<(usize, usize)>,
-    /// `(offset, length)` of each damaged stretch that a verified batch
-    /// follows: what fjall would refuse or silently cut off.
+    /// `(offset, length)` of each damaged stretch: bytes that hold no
+    /// verified batch, followed by one, or holding a whole batch's end
+    /// marker (a complete batch whose bytes changed): what fjall would
+    /// refuse or silently cut off.
     pub damaged: Vec<(usize, usize)>,
-    /// Bytes at the end that hold no verified batch and are not zero
-    /// padding: a batch the process was writing when it died (fjall
-    /// discards it, it was never acknowledged) or a damaged last batch.
+    /// Bytes at the end that hold no verified batch, no batch end and are
+    /// not zero padding: a batch the process was writing when it died
+    /// (fjall discards it; its points are still in rtsdb's WAL, which is
+    /// only trimmed after the engine is synced).
     pub tail: usize,
 }
 
@@ -113,9 +116,23 @@ fn read_journal(path: PathBuf, bytes: &[u8]) -> JournalFile {
     }
     if let Some(from) = unread_from {
         let end = bytes.len() - bytes[from..].iter().rev().take_while(|b| **b == 0).count();
-        file.tail = end - from;
+        // A batch the process was writing when it died is a prefix of one:
+        // it never holds the end marker. Stretches that do held a whole
+        // batch whose bytes changed since (fjall would drop it as if torn,
+        // though it may have been synced long ago): damage.
+        if holds_batch_end(&bytes[from..end]) {
+            file.damaged.push((from, end - from));
+        } else {
+            file.tail = end - from;
+        }
     }
     file
+}
+
+/// Whether `bytes` hold the magic bytes that close a batch (with its end
+/// tag possibly damaged): what a torn prefix of one never holds.
+fn holds_batch_end(bytes: &[u8]) -> bool {
+    bytes.windows(MAGIC.len()).any(|w| w == MAGIC)
 }
 
 /// The length of the batch that starts at `pos` if one does and its
@@ -221,6 +238,19 @@ mod tests {
     }
 
     #[test]
+    fn a_changed_byte_in_the_last_whole_batch_is_damage() {
+        let a = batch(1, &[(b"k1", b"v1")]);
+        let b = batch(2, &[(b"k2", b"v2")]);
+        let mut bytes = [a.clone(), b.clone()].concat();
+        bytes.extend_from_slice(&[0; 32]);
+        bytes[a.len() + b.len() - 16] ^= 0xff;
+        let j = read_journal(PathBuf::new(), &bytes);
+        assert_eq!(j.batches, vec![(0, a.len())]);
+        assert_eq!(j.damaged, vec![(a.len(), b.len())]);
+        assert_eq!(j.tail, 0);
+    }
+
+    #[test]
     fn a_torn_last_batch_is_a_tail_not_damage() {
         let a = batch(1, &[(b"k1", b"v1")]);
         let b = batch(2, &[(b"k2", b"v2")]);
@@ -261,5 +291,39 @@ mod tests {
         let kv = FjallStore::open(&path, &FjallOptions::default()).unwrap();
         let left = kv.scan(Table::Uid, &crate::storage::ScanRange::new(vec![], vec![]));
         assert!(left.count() < 9, "fjall kept the batches after the damage");
+    }
+
+    /// A changed byte in the last, complete batch is damage too (fjall
+    /// refuses it with a checksum error; salvage must be able to cut it).
+    #[test]
+    fn a_damaged_last_batch_is_damage_to_fjall_and_to_us() {
+        use crate::storage::fjall::{FjallOptions, FjallStore};
+        use crate::storage::{Durability, KvStore, Table, WriteBatch};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fjall");
+        {
+            let kv = FjallStore::open(&path, &FjallOptions::default()).unwrap();
+            for i in 0..10u8 {
+                let mut b = WriteBatch::new();
+                b.put(Table::Uid, [i], [i; 16]);
+                b.durability = Durability::Sync;
+                kv.write(b).unwrap();
+            }
+        }
+        let journal = &read_dir(&path).unwrap()[0];
+        let (last, len) = *journal.batches.last().unwrap();
+        let mut bytes = fs::read(&journal.path).unwrap();
+        bytes[last + len - 20] ^= 0xFF;
+        fs::write(&journal.path, &bytes).unwrap();
+        assert_eq!(check_dir(&path).unwrap().len(), 1, "our check sees it");
+        let opened = FjallStore::open(&path, &FjallOptions::default());
+        let left = opened.map(|kv| {
+            kv.scan(Table::Uid, &crate::storage::ScanRange::new(vec![], vec![]))
+                .count()
+        });
+        assert!(
+            matches!(&left, Err(crate::storage::StorageError::Damaged(_))),
+            "fjall: {left:?}"
+        );
     }
 }

@@ -280,6 +280,17 @@ impl<'a> SalvagingScan<'a> {
         }
     }
 
+    /// Ends the open lost range, if any, at `before` (`None`: the end).
+    fn close_loss(&mut self, before: Option<&[u8]>) {
+        if let Some((after, cause)) = self.open_loss.take() {
+            self.lost.push(LostRange {
+                after,
+                before: before.map(<[u8]>::to_vec),
+                cause,
+            });
+        }
+    }
+
     fn reads_from(&self, start: &[u8]) -> bool {
         let range = ScanRange {
             start: start.to_vec(),
@@ -375,24 +386,12 @@ impl Iterator for SalvagingScan<'_> {
             });
             match iter.next() {
                 Some(Ok((k, v))) => {
-                    if let Some((after, cause)) = self.open_loss.take() {
-                        self.lost.push(LostRange {
-                            after,
-                            before: Some(k.clone()),
-                            cause,
-                        });
-                    }
+                    self.close_loss(Some(&k));
                     self.last = Some(k.clone());
                     return Some(Ok((k, v)));
                 }
                 None => {
-                    if let Some((after, cause)) = self.open_loss.take() {
-                        self.lost.push(LostRange {
-                            after,
-                            before: None,
-                            cause,
-                        });
-                    }
+                    self.close_loss(None);
                     self.done = true;
                     return None;
                 }
@@ -415,13 +414,7 @@ impl Iterator for SalvagingScan<'_> {
                     match self.find_resume(&from) {
                         Some(start) => self.resume = start,
                         None => {
-                            if let Some((after, cause)) = self.open_loss.take() {
-                                self.lost.push(LostRange {
-                                    after,
-                                    before: None,
-                                    cause,
-                                });
-                            }
+                            self.close_loss(None);
                             self.done = true;
                             return None;
                         }

@@ -82,6 +82,23 @@ fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Compacts the store (every row moves into table files and the journal
+/// empties) and returns its biggest table file (the data rows) and its
+/// length.
+fn compacted_biggest_table(store: &Path) -> (PathBuf, usize) {
+    let r = tsdb(store, &["fsck", "--full-scan", "--compact"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut files = Vec::new();
+    files_under(&store.join("fjall"), &mut files);
+    let biggest = files
+        .into_iter()
+        .filter(|p| p.parent().unwrap().ends_with("tables"))
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let len = std::fs::metadata(&biggest).unwrap().len() as usize;
+    (biggest, len)
+}
+
 fn salvage(store: &Path, dest: &Path) -> Run {
     tsdb(store, &["fsck", "--salvage", dest.to_str().unwrap()])
 }
@@ -92,9 +109,25 @@ fn a_damaged_journal_batch_is_refused_and_salvage_keeps_every_other_batch() {
     let store = store(dir.path());
     // The engine's journal holds the imported rows (nothing is compacted
     // into tables yet): damage one batch in its middle.
-    let journal = store.join("fjall/0.jnl");
+    // The journal that holds the most (fjall starts with 0.jnl; the bytes
+    // past what it wrote are zeros).
+    let mut files = Vec::new();
+    files_under(&store.join("fjall"), &mut files);
+    let mut journals: Vec<(usize, PathBuf)> = files
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "jnl"))
+        .map(|p| {
+            let b = std::fs::read(&p).unwrap();
+            (b.len() - b.iter().rev().take_while(|b| **b == 0).count(), p)
+        })
+        .collect();
+    journals.sort();
+    let (used, journal) = journals.last().cloned().expect("a journal");
+    assert!(
+        used > 100_000,
+        "the imported rows are not in the engine's journal: {journals:?}"
+    );
     let bytes = std::fs::read(&journal).unwrap();
-    let used = bytes.len() - bytes.iter().rev().take_while(|b| **b == 0).count();
     flip(&journal, used / 2);
 
     let r = scan(&store, "sys.m0");
@@ -139,18 +172,7 @@ fn a_damaged_journal_batch_is_refused_and_salvage_keeps_every_other_batch() {
 fn a_damaged_table_block_costs_only_its_keys() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
-    // Compacting moves every row into table files and empties the journal.
-    let r = tsdb(&store, &["fsck", "--full-scan", "--compact"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let mut files = Vec::new();
-    files_under(&store.join("fjall"), &mut files);
-    let biggest = files
-        .iter()
-        .filter(|p| p.parent().unwrap().ends_with("tables"))
-        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
-        .unwrap()
-        .clone();
-    let len = std::fs::metadata(&biggest).unwrap().len() as usize;
+    let (biggest, len) = compacted_biggest_table(&store);
     flip(&biggest, len / 3);
 
     let new = dir.path().join("salvaged");
@@ -197,17 +219,7 @@ fn an_undamaged_store_salvages_whole_and_a_used_destination_is_refused() {
 fn an_engine_that_cannot_open_is_named_damaged_and_salvage_says_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
-    let r = tsdb(&store, &["fsck", "--full-scan", "--compact"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let mut files = Vec::new();
-    files_under(&store.join("fjall"), &mut files);
-    let biggest = files
-        .iter()
-        .filter(|p| p.parent().unwrap().ends_with("tables"))
-        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
-        .unwrap()
-        .clone();
-    let len = std::fs::metadata(&biggest).unwrap().len() as usize;
+    let (biggest, len) = compacted_biggest_table(&store);
     flip(&biggest, len - 100);
     let r = scan(&store, "sys.m0");
     assert_ne!(r.code, 0);
