@@ -27,6 +27,8 @@
 //!   documented in `docs/format/`.
 //! - [`protocol`]: client protocols as text: telnet framing, words and
 //!   `put` lines, value text; shared by the server and `tsdb import`.
+//! - [`search`]: the `/api/search` query language over documents
+//!   (answered from rtsdb's own data by `Db::search`).
 //! - [`model`]: UIDs, names and their rules, TSUIDs, data points, time,
 //!   the one-hour row span.
 //! - [`config`]: `opentsdb.conf` as read; typed options are built from it.
@@ -52,6 +54,7 @@ pub mod meta;
 pub mod model;
 pub mod protocol;
 pub mod query;
+pub mod search;
 pub(crate) mod storage;
 pub mod store;
 pub mod tsd;

@@ -41,6 +41,7 @@ pub(crate) mod flush;
 pub(crate) mod options;
 pub(crate) mod read;
 pub(crate) mod replay;
+pub(crate) mod search;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,6 +67,7 @@ pub use append::{Appended, PendingPoint};
 pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
 pub use options::{DbOptions, WriteOptions};
+pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
 pub use wal::WalError;
 
 /// Directory of the WAL inside the data directory.

@@ -179,6 +179,20 @@ impl Store {
         Ok(out)
     }
 
+    /// Every annotation stored, global and of series, in row order (one
+    /// pass over the data rows: what `/api/search/annotation` searches).
+    pub fn all_annotations(&self) -> Result<Vec<Annotation>> {
+        let mut out = Vec::new();
+        for item in self.scan_all_rows() {
+            let (key, value) = item?;
+            let cells = super::decode_cells(&key, &value)?;
+            for c in cells.cells.iter().filter(|c| is_annotation(&c.qualifier)) {
+                out.push(Self::parse_note(&key, &c.value)?);
+            }
+        }
+        Ok(out)
+    }
+
     /// `Annotation.deleteRange`: deletes the annotations of `tsuid`
     /// (global: `None`) starting in `[start_ms, end_ms]`; returns how many.
     pub fn delete_annotations_in(

@@ -119,6 +119,9 @@ pub trait RowStore: SeriesSource {
         end_ms: u64,
     ) -> Result<Vec<Annotation>>;
 
+    /// Every annotation stored, global and of series.
+    fn all_annotations(&self) -> Result<Vec<Annotation>>;
+
     /// `Annotation.deleteRange`: deletes the annotations of `tsuid`
     /// (global: `None`) starting in `[start_ms, end_ms]`; returns how many.
     fn delete_annotations_in(
@@ -213,6 +216,10 @@ impl RowStore for Store {
         end_ms: u64,
     ) -> Result<Vec<Annotation>> {
         Store::annotations_in(self, tsuid, start_ms, end_ms)
+    }
+
+    fn all_annotations(&self) -> Result<Vec<Annotation>> {
+        Store::all_annotations(self)
     }
 
     fn delete_annotations_in(

@@ -27,6 +27,7 @@ mod tsd_grafana;
 mod tsd_http;
 mod tsd_load;
 mod tsd_query;
+mod tsd_search;
 mod tsd_telnet;
 mod tsd_uid;
 mod uid_concurrency;

@@ -1,6 +1,7 @@
 //! `/api/search/*` (`SearchRpc`): `lookup` is answered from the series
-//! index ([`crate::index::lookup`]); the other types need a search plugin
-//! in OpenTSDB and, as there without one, answer 400.
+//! index ([`crate::index::lookup`]); the other types, which need a search
+//! plugin in OpenTSDB, from rtsdb's own data (`Db::search`, query
+//! language in [`crate::search`]), in `SearchQuery`'s response shape.
 
 use std::time::Instant;
 
@@ -8,7 +9,10 @@ use hyper::Method;
 use serde::{Deserialize, Serialize};
 
 use super::{Query, Reply, parse_json};
+use crate::db::{SearchHits, SearchRequest};
 use crate::index::lookup::{DEFAULT_LIMIT, LookupQuery, lookup};
+use crate::protocol::jackson;
+use crate::search::{SearchExpr, SearchType};
 use crate::tsd::TsdState;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -106,24 +110,142 @@ pub(super) fn handle(
             Err(r) => r,
         };
     }
-    // Other types are parsed first, then need a search plugin.
-    if let Some(b) = body {
-        if let Err(r) = parse_json::<serde_json::Value>(b) {
-            return r;
-        }
-    } else {
-        if q.get("query").is_none_or(str::is_empty) {
-            return bad("Missing parameter <code>query</code>", "");
-        }
-        for (k, name) in [("limit", "limit"), ("start_index", "start_index")] {
-            if let Some(v) = q.get(k)
-                && v.parse::<i32>().is_err()
-            {
-                return bad(&format!("Unable to convert '{name}' to a valid number"), "");
-            }
-        }
-    }
-    bad("Searching is not enabled", "")
+    let kind = SearchType::parse(&kind).expect("a known type");
+    let body = match body {
+        Some(b) => match parse_json::<SearchBody>(b) {
+            Ok(b) => b,
+            Err(r) => return r,
+        },
+        None => match search_qs(q) {
+            Ok(b) => b,
+            Err(r) => return r,
+        },
+    };
+    run_search(state, kind, body)
+}
+
+/// The JSON body of a search (`SearchQuery`), echoed in the response.
+#[derive(Debug, Clone, Deserialize)]
+struct SearchBody {
+    #[serde(default, deserialize_with = "jackson::string_opt")]
+    query: Option<String>,
+    #[serde(default, deserialize_with = "jackson::string_opt")]
+    metric: Option<String>,
+    #[serde(default)]
+    tags: Option<Vec<TagPair>>,
+    #[serde(default, deserialize_with = "opt_long")]
+    limit: Option<i64>,
+    #[serde(default, rename = "startIndex", deserialize_with = "opt_long")]
+    start_index: Option<i64>,
+}
+
+fn opt_long<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    jackson::long(d).map(Some)
+}
+
+/// `SearchRpc.parseQueryString` for the types other than lookup.
+fn search_qs(q: &Query) -> Result<SearchBody, Reply> {
+    let query = q
+        .get("query")
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| bad("Missing parameter <code>query</code>", ""))?;
+    let int = |key: &str| -> Result<Option<i64>, Reply> {
+        q.get(key)
+            .map(|v| {
+                // `Integer.parseInt`: no spaces, 32 bits.
+                v.parse::<i32>()
+                    .map(i64::from)
+                    .map_err(|_| bad(&format!("Unable to convert '{key}' to a valid number"), ""))
+            })
+            .transpose()
+    };
+    Ok(SearchBody {
+        query: Some(query.to_string()),
+        metric: None,
+        tags: None,
+        limit: int("limit")?,
+        start_index: int("start_index")?,
+    })
+}
+
+/// `SearchQuery` as Jackson writes it (see [`LookupResponse`]), with the
+/// query string; `metric` is `"*"` unless given, as its constructor sets.
+#[derive(Serialize)]
+struct SearchResponse {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    query: String,
+    metric: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tags: Option<Vec<TagPair>>,
+    limit: i64,
+    time: f32,
+    results: Vec<Box<serde_json::value::RawValue>>,
+    #[serde(rename = "startIndex")]
+    start_index: i64,
+    #[serde(rename = "totalResults")]
+    total_results: usize,
+}
+
+fn run_search(state: &TsdState, kind: SearchType, body: SearchBody) -> Reply {
+    let query = body.query.unwrap_or_default();
+    let expr = match SearchExpr::parse(&query) {
+        Ok(e) => e,
+        Err(e) => return bad("Unable to parse query", &e.to_string()),
+    };
+    let limit = body.limit.unwrap_or(DEFAULT_LIMIT as i64);
+    let start_index = body.start_index.unwrap_or(0);
+    let req = SearchRequest {
+        kind,
+        expr,
+        limit,
+        start_index: start_index.max(0) as usize,
+    };
+    let found = match state.db.search(&req) {
+        Ok(f) => f,
+        Err(e) => return Reply::error(500, &e.to_string(), ""),
+    };
+    let results: Vec<Box<serde_json::value::RawValue>> = match &found.hits {
+        SearchHits::TsMeta(v) => v.iter().map(to_raw).collect(),
+        SearchHits::UidMeta(v) => v.iter().map(to_raw).collect(),
+        SearchHits::Summaries(v) => v
+            .iter()
+            .map(|s| {
+                let row = ResultRow {
+                    tsuid: s.tsuid.clone(),
+                    metric: s.metric.clone(),
+                    tags: s
+                        .tags
+                        .iter()
+                        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                        .collect(),
+                };
+                to_raw(&row)
+            })
+            .collect(),
+        SearchHits::Tsuids(v) => v.iter().map(to_raw).collect(),
+        SearchHits::Annotations(v) => v
+            .iter()
+            .map(|a| serde_json::value::RawValue::from_string(a.to_api_json()).expect("json"))
+            .collect(),
+    };
+    let resp = SearchResponse {
+        kind: kind.name(),
+        query,
+        metric: body.metric.unwrap_or_else(|| "*".into()),
+        tags: body.tags,
+        limit,
+        time: found.time_ms,
+        results,
+        start_index,
+        total_results: found.total,
+    };
+    Reply::json(200, serde_json::to_string(&resp).expect("json"))
+}
+
+/// One result as the JSON it is written as.
+fn to_raw<T: Serialize>(v: &T) -> Box<serde_json::value::RawValue> {
+    serde_json::value::to_raw_value(v).expect("json")
 }
 
 fn parse_lookup(q: &Query, body: Option<&[u8]>) -> Result<LookupBody, Reply> {
