@@ -380,6 +380,18 @@ fn check_row(
         Err(_) if is_global_annotation_row(store, key) => {
             return check_cells(store, key, None, a, r, out);
         }
+        // A key of the right shape naming UID 0 (an annotation stored
+        // under the TSUID a client gave, as OpenTSDB stores it): no UID
+        // resolves it, so it is an orphan, as OpenTSDB's fsck finds it.
+        Err(e) if is_zero_uid(&e) => {
+            r.orphans += 1;
+            writeln!(out, "Orphaned row {}: {e}", java_byte_array(key))?;
+            if a.wants(a.delete_orphans) {
+                delete_row()?;
+                r.orphans_fixed += 1;
+            }
+            return Ok(());
+        }
         Err(e) => {
             r.bad_key += 1;
             writeln!(out, "Invalid row key {}: {e}", java_byte_array(key))?;
@@ -419,6 +431,15 @@ fn check_row(
         return Ok(());
     }
     check_cells(store, key, Some(&parsed), a, r, out)
+}
+
+fn is_zero_uid(e: &crate::codec::row_key::KeyError) -> bool {
+    use crate::codec::row_key::KeyError;
+    use crate::model::{TsuidError, UidError};
+    matches!(
+        e,
+        KeyError::Uid(UidError::Zero) | KeyError::Tsuid(TsuidError::Uid(UidError::Zero))
+    )
 }
 
 fn is_global_annotation_row(store: &Store, key: &[u8]) -> bool {

@@ -104,14 +104,21 @@ impl KeyLayout {
 
     /// `[salt] metric base_time (tagk tagv)*` for the hour holding `base_time`.
     pub fn row_key(&self, tsuid: &Tsuid, base_time: u32) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.prefix_len() + tsuid.tags.len() * self.pair_len());
+        self.row_key_of_bytes(&tsuid.to_bytes(&self.widths), base_time)
+    }
+
+    /// [`row_key`](Self::row_key) of a TSUID's bytes (which must fit the
+    /// layout: metric, then whole tag pairs), as `RowKey.rowKeyFromTSUID`
+    /// builds it: salt of the TSUID bytes, metric, base time, tag pairs.
+    pub fn row_key_of_bytes(&self, tsuid: &[u8], base_time: u32) -> Vec<u8> {
+        let mw = self.widths.metric.bytes();
+        let mut out = Vec::with_capacity(self.salt.width as usize + 4 + tsuid.len());
         if self.salt.enabled() {
-            let bucket = self.salt.bucket(&tsuid.to_bytes(&self.widths));
-            out.extend_from_slice(&self.salt.prefix(bucket));
+            out.extend_from_slice(&self.salt.prefix(self.salt.bucket(tsuid)));
         }
-        tsuid.metric.write_to(self.widths.metric, &mut out);
+        out.extend_from_slice(&tsuid[..mw]);
         out.extend_from_slice(&base_time.to_be_bytes());
-        tsuid.write_tags(&self.widths, &mut out);
+        out.extend_from_slice(&tsuid[mw..]);
         out
     }
 

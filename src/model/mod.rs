@@ -14,5 +14,5 @@ pub mod uid;
 pub use annotation::Annotation;
 pub use name::{InvalidName, NameRules};
 pub use point::{DataPoint, Tags, Timestamp, Value};
-pub use tsuid::{Tsuid, TsuidError};
+pub use tsuid::{Tsuid, TsuidBytes, TsuidError};
 pub use uid::{Uid, UidError, UidKind, UidWidth, UidWidths};

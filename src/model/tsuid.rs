@@ -86,6 +86,47 @@ impl Tsuid {
     }
 }
 
+/// A TSUID as a client gave it, for annotations: hex of the right length
+/// for the layout (metric, then whole tag pairs), but its UIDs neither
+/// resolved nor checked, since OpenTSDB stores an annotation under the
+/// bytes it is given (`UniqueId.stringToUid`): a TSUID with a UID 0 or
+/// pairs out of order is stored as written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TsuidBytes(Vec<u8>);
+
+impl TsuidBytes {
+    /// `stringToUid`: hex of either case, an odd length padded with a
+    /// leading zero; the length must fit the layout.
+    pub fn parse_hex(s: &str, widths: &UidWidths) -> Result<TsuidBytes, TsuidError> {
+        let padded;
+        let hex = if s.len() % 2 == 1 {
+            padded = format!("0{s}");
+            padded.as_str()
+        } else {
+            s
+        };
+        let bytes = parse_hex(hex).ok_or_else(|| TsuidError::NotHex(s.to_string()))?;
+        let m = widths.metric.bytes();
+        let pair = widths.tagk.bytes() + widths.tagv.bytes();
+        if bytes.len() < m || !(bytes.len() - m).is_multiple_of(pair) {
+            return Err(TsuidError::BadLength {
+                len: bytes.len(),
+                metric: m,
+                pair,
+            });
+        }
+        Ok(TsuidBytes(bytes))
+    }
+
+    pub fn of(tsuid: &Tsuid, widths: &UidWidths) -> TsuidBytes {
+        TsuidBytes(tsuid.to_bytes(widths))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// Tag pairs of a TSUID or row key, checked to be sorted by tag key.
 pub fn parse_pairs(bytes: &[u8], widths: &UidWidths) -> Result<Vec<(Uid, Uid)>, TsuidError> {
     let (k, v) = (widths.tagk.bytes(), widths.tagv.bytes());

@@ -8,7 +8,7 @@
 use crate::codec::column::ColumnError;
 use crate::codec::qualifier::{ANNOTATION_PREFIX, object_offset_ms, object_qualifier};
 use crate::codec::row::{Cell, RowCells};
-use crate::model::Tsuid;
+use crate::model::TsuidBytes;
 use crate::model::annotation::{Annotation, Changes};
 use crate::model::point::Timestamp;
 use crate::model::row_span::row_base_clamped;
@@ -30,12 +30,12 @@ impl Store {
     /// starting at `start`.
     pub fn annotation_cell(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start: Timestamp,
     ) -> Result<(Vec<u8>, Vec<u8>)> {
         let base = start.base_time()?;
         let key = match tsuid {
-            Some(t) => self.layout().row_key(t, base),
+            Some(t) => self.layout().row_key_of_bytes(t.as_bytes(), base),
             None => self.layout().global_annotation_row(base),
         };
         let q = object_qualifier(ANNOTATION_PREFIX, start, base).map_err(ColumnError::from)?;
@@ -52,7 +52,7 @@ impl Store {
     /// The stored annotation, if any.
     pub fn get_annotation(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start: Timestamp,
     ) -> Result<Option<Annotation>> {
         let (key, q) = self.annotation_cell(tsuid, start)?;
@@ -70,7 +70,7 @@ impl Store {
     /// Returns the annotation as now stored.
     pub fn sync_annotation(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         note: &Annotation,
         changes: Changes,
         overwrite: bool,
@@ -99,7 +99,7 @@ impl Store {
     /// Deletes one annotation; false if there was none.
     pub fn delete_annotation(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start: Timestamp,
         durability: Durability,
     ) -> Result<bool> {
@@ -116,7 +116,7 @@ impl Store {
     /// `None`) starting in `[start_ms, end_ms]`.
     fn annotation_rows(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start_ms: u64,
         end_ms: u64,
     ) -> Result<Vec<(Vec<u8>, RowCells)>> {
@@ -124,13 +124,18 @@ impl Store {
         let mut rows = Vec::new();
         match tsuid {
             Some(t) => {
-                for item in self.scan_metric_rows(t.metric, start_base, end_base) {
-                    let (key, cells) = item?;
-                    if self
-                        .layout()
-                        .parse_row_key(&key)
-                        .is_ok_and(|k| &k.tsuid == t)
-                    {
+                // The series' rows are the keys built from its bytes for
+                // each hour (one salt bucket): a range of them, filtered
+                // on the tag pairs, which need not resolve or be valid UIDs.
+                let layout = self.layout();
+                let start = layout.row_key_of_bytes(t.as_bytes(), start_base);
+                let p = layout.prefix_len();
+                let stop = prefix_end(&layout.row_key_of_bytes(t.as_bytes(), end_base)[..p]);
+                let tags = &t.as_bytes()[layout.widths.metric.bytes()..];
+                for item in self.kv().scan(Table::Data, &ScanRange::new(start, stop)) {
+                    let (key, value) = item?;
+                    if key.len() == p + tags.len() && &key[p..] == tags {
+                        let cells = super::decode_cells(&key, &value)?;
                         rows.push((key, cells));
                     }
                 }
@@ -160,7 +165,7 @@ impl Store {
     /// `[start_ms, end_ms]`, sorted by start time.
     pub fn annotations_in(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start_ms: u64,
         end_ms: u64,
     ) -> Result<Vec<Annotation>> {
@@ -197,7 +202,7 @@ impl Store {
     /// (global: `None`) starting in `[start_ms, end_ms]`; returns how many.
     pub fn delete_annotations_in(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start_ms: u64,
         end_ms: u64,
         durability: Durability,
@@ -229,9 +234,14 @@ mod tests {
     use crate::model::{Uid, UidWidth, UidWidths, Value};
     use std::sync::Arc;
 
-    fn tsuid() -> Tsuid {
+    fn tsuid() -> crate::model::Tsuid {
         let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
-        Tsuid::new(u(1), vec![(u(1), u(1))]).unwrap()
+        crate::model::Tsuid::new(u(1), vec![(u(1), u(1))]).unwrap()
+    }
+
+    /// The annotations' name of [`tsuid`].
+    fn bytes(t: &crate::model::Tsuid) -> TsuidBytes {
+        TsuidBytes::of(t, &UidWidths::default())
     }
 
     fn note(start: i64, desc: &str) -> (Annotation, Changes) {
@@ -250,7 +260,7 @@ mod tests {
         let t = tsuid();
         let (a, c) = note(1292148123, "Network Outage");
         store
-            .sync_annotation(Some(&t), &a, c, false, Durability::Process)
+            .sync_annotation(Some(&bytes(&t)), &a, c, false, Durability::Process)
             .unwrap();
         let key = store.layout().row_key(&t, 1292148000);
         // A flush of points into the same row keeps the annotation cell.
@@ -267,7 +277,7 @@ mod tests {
         assert_eq!(d.points.len(), 1);
         assert_eq!(d.annotations[0].qualifier, vec![1, 0, 0x7B]);
         let got = store
-            .get_annotation(Some(&t), Timestamp::Seconds(1292148123))
+            .get_annotation(Some(&bytes(&t)), Timestamp::Seconds(1292148123))
             .unwrap()
             .unwrap();
         assert_eq!(got.description, "Network Outage");
@@ -325,7 +335,7 @@ mod tests {
                     for i in 0..50 {
                         let (a, c) = note(1292148000 + k * 100 + i, "x");
                         store
-                            .sync_annotation(Some(&t), &a, c, false, Durability::Process)
+                            .sync_annotation(Some(&bytes(&t)), &a, c, false, Durability::Process)
                             .unwrap();
                         store
                             .put_points(
@@ -344,7 +354,9 @@ mod tests {
         for th in threads {
             th.join().unwrap();
         }
-        let notes = store.annotations_in(Some(&t), 0, u64::MAX / 2).unwrap();
+        let notes = store
+            .annotations_in(Some(&bytes(&t)), 0, u64::MAX / 2)
+            .unwrap();
         assert_eq!(notes.len(), 200);
         let key = store.layout().row_key(&t, 1292148000);
         let d = store

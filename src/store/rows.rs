@@ -53,7 +53,7 @@ use super::{Result, Store};
 use crate::index::{HourSpan, RebuildStats};
 use crate::model::annotation::{Annotation, Changes};
 use crate::model::point::{Timestamp, Value};
-use crate::model::{Tsuid, Uid, UidWidths};
+use crate::model::{Tsuid, TsuidBytes, Uid, UidWidths};
 use crate::storage::Durability;
 
 /// The persistence of data rows: what [`crate::db::Db`] needs from a row
@@ -86,8 +86,11 @@ pub trait RowStore: SeriesSource {
 
     /// The stored annotation of `tsuid` (global: `None`) starting at
     /// `start`, if any.
-    fn get_annotation(&self, tsuid: Option<&Tsuid>, start: Timestamp)
-    -> Result<Option<Annotation>>;
+    fn get_annotation(
+        &self,
+        tsuid: Option<&TsuidBytes>,
+        start: Timestamp,
+    ) -> Result<Option<Annotation>>;
 
     /// `Annotation.syncToStorage`: merges `note` (its fields named in
     /// `changes`; with `overwrite`, all of them) into the stored one
@@ -95,7 +98,7 @@ pub trait RowStore: SeriesSource {
     /// annotation as now stored.
     fn sync_annotation(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         note: &Annotation,
         changes: Changes,
         overwrite: bool,
@@ -105,7 +108,7 @@ pub trait RowStore: SeriesSource {
     /// Deletes one annotation; false if there was none.
     fn delete_annotation(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start: Timestamp,
         durability: Durability,
     ) -> Result<bool>;
@@ -114,7 +117,7 @@ pub trait RowStore: SeriesSource {
     /// `[start_ms, end_ms]`, sorted by start time.
     fn annotations_in(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start_ms: u64,
         end_ms: u64,
     ) -> Result<Vec<Annotation>>;
@@ -126,7 +129,7 @@ pub trait RowStore: SeriesSource {
     /// (global: `None`) starting in `[start_ms, end_ms]`; returns how many.
     fn delete_annotations_in(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start_ms: u64,
         end_ms: u64,
         durability: Durability,
@@ -183,7 +186,7 @@ impl RowStore for Store {
 
     fn get_annotation(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start: Timestamp,
     ) -> Result<Option<Annotation>> {
         Store::get_annotation(self, tsuid, start)
@@ -191,7 +194,7 @@ impl RowStore for Store {
 
     fn sync_annotation(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         note: &Annotation,
         changes: Changes,
         overwrite: bool,
@@ -202,7 +205,7 @@ impl RowStore for Store {
 
     fn delete_annotation(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start: Timestamp,
         durability: Durability,
     ) -> Result<bool> {
@@ -211,7 +214,7 @@ impl RowStore for Store {
 
     fn annotations_in(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start_ms: u64,
         end_ms: u64,
     ) -> Result<Vec<Annotation>> {
@@ -224,7 +227,7 @@ impl RowStore for Store {
 
     fn delete_annotations_in(
         &self,
-        tsuid: Option<&Tsuid>,
+        tsuid: Option<&TsuidBytes>,
         start_ms: u64,
         end_ms: u64,
         durability: Durability,
@@ -341,24 +344,30 @@ pub(crate) mod conformance {
 
         // Annotations share the series' rows: points written after them
         // keep them, and they merge, overwrite and delete on their own.
+        let (ab, bb) = (
+            TsuidBytes::of(&a, &rows.widths()),
+            TsuidBytes::of(&b, &rows.widths()),
+        );
         let (n, c) = note(Some(&a), (h0 + 5) as i64, "outage");
-        rows.sync_annotation(Some(&a), &n, c, false, Durability::Sync)
+        rows.sync_annotation(Some(&ab), &n, c, false, Durability::Sync)
             .unwrap();
         rows.put_points(&a, &[(s(h0 + 6), Value::Int(4))]).unwrap();
-        let got = rows.get_annotation(Some(&a), s(h0 + 5)).unwrap().unwrap();
+        let got = rows.get_annotation(Some(&ab), s(h0 + 5)).unwrap().unwrap();
         assert_eq!(got.description, "outage");
         assert_eq!(read(rows, std::slice::from_ref(&a)).len(), 4);
         let (g, c) = note(None, (h1 + 1) as i64, "global");
         rows.sync_annotation(None, &g, c, false, Durability::Process)
             .unwrap();
         assert_eq!(rows.global_annotations(0, u64::MAX / 2).unwrap().len(), 1);
-        assert!(rows.get_annotation(Some(&b), s(h0 + 5)).unwrap().is_none());
+        assert!(rows.get_annotation(Some(&bb), s(h0 + 5)).unwrap().is_none());
         assert_eq!(
-            rows.annotations_in(Some(&a), ms(h0), ms(h1)).unwrap().len(),
+            rows.annotations_in(Some(&ab), ms(h0), ms(h1))
+                .unwrap()
+                .len(),
             1
         );
         assert!(
-            rows.annotations_in(Some(&a), ms(h0 + 6), ms(h1))
+            rows.annotations_in(Some(&ab), ms(h0 + 6), ms(h1))
                 .unwrap()
                 .is_empty()
         );
@@ -372,7 +381,7 @@ pub(crate) mod conformance {
                 .unwrap()
         );
         assert_eq!(
-            rows.delete_annotations_in(Some(&a), 0, u64::MAX / 2, Durability::Process)
+            rows.delete_annotations_in(Some(&ab), 0, u64::MAX / 2, Durability::Process)
                 .unwrap(),
             1
         );
@@ -380,7 +389,7 @@ pub(crate) mod conformance {
 
         // Deleting an hour range removes those rows of the listed series
         // only, and counts rows, not points.
-        rows.sync_annotation(Some(&a), &n, c, false, Durability::Process)
+        rows.sync_annotation(Some(&ab), &n, c, false, Durability::Process)
             .unwrap();
         assert_eq!(
             rows.delete_rows(&[a.clone(), other.clone()], h0, h0)
@@ -391,7 +400,7 @@ pub(crate) mod conformance {
             read(rows, &[a.clone(), b.clone()]),
             vec![(0, ms(h1), Value::Int(2)), (1, ms(h0 + 1), Value::Int(7))]
         );
-        assert!(rows.get_annotation(Some(&a), s(h0 + 5)).unwrap().is_none());
+        assert!(rows.get_annotation(Some(&ab), s(h0 + 5)).unwrap().is_none());
         assert_eq!(
             rows.delete_rows(std::slice::from_ref(&a), h0, h0).unwrap(),
             0

@@ -571,3 +571,68 @@ fn annotations_lists_global_annotations_in_a_range() {
         (200, g1.to_string())
     );
 }
+
+/// OpenTSDB stores an annotation under the TSUID it is given without
+/// resolving its UIDs, so one naming UID 0 is stored and read back (bulk
+/// and single); `tsdb fsck` then finds its row an orphan, as OpenTSDB's.
+#[test]
+fn annotations_under_tsuids_with_uid_zero_are_stored() {
+    let mut s = TestServer::start(&[]);
+    let zero = "000000000001000001";
+    let (st, t) = req(
+        &s,
+        "POST",
+        "/api/annotation/bulk",
+        &format!(r#"[{{"tsuid":"{zero}","startTime":1356998400,"description":"zero"}}]"#),
+    );
+    assert_eq!(st, 200, "{t}");
+    let one = format!(
+        r#"{{"tsuid":"{zero}","description":"zero","notes":"","endTime":0,"startTime":1356998400}}"#
+    );
+    assert_eq!(t, format!("[{one}]"));
+    assert_eq!(
+        req(
+            &s,
+            "GET",
+            &format!("/api/annotation?tsuid={zero}&start_time=1356998400"),
+            ""
+        ),
+        (200, one.clone())
+    );
+    // Odd-length hex is padded as UniqueId.stringToUid pads it.
+    assert_eq!(
+        req(
+            &s,
+            "GET",
+            "/api/annotation?tsuid=00000000001000001&start_time=1356998400",
+            ""
+        ),
+        (200, one)
+    );
+    // A length that fits no layout is still refused.
+    let (st, t) = req(
+        &s,
+        "GET",
+        "/api/annotation?tsuid=0001&start_time=1356998400",
+        "",
+    );
+    assert_eq!(st, 400, "{t}");
+    let (st, t) = req(
+        &s,
+        "DELETE",
+        &format!("/api/annotation/bulk?start_time=1356990000&tsuids={zero}"),
+        "",
+    );
+    assert_eq!(st, 200, "{t}");
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(v["totalDeleted"], 1, "{t}");
+    // Stored again, then checked by fsck: an orphan, not a broken key.
+    let body = format!(r#"{{"tsuid":"{zero}","startTime":1356998400,"description":"zero"}}"#);
+    assert_eq!(req(&s, "POST", "/api/annotation", &body).0, 200);
+    s.stop();
+    let dir = std::mem::replace(&mut s.dir, tempfile::tempdir().unwrap());
+    drop(s);
+    let r = tsdb(dir.path(), &["fsck", "--full-scan"]);
+    assert!(r.stdout.contains("Orphaned row"), "{}{}", r.stdout, r.stderr);
+    assert!(!r.stdout.contains("Invalid row key"), "{}", r.stdout);
+}

@@ -12,7 +12,7 @@ use hyper::body::Incoming;
 
 use super::routes::body_unless_get;
 use super::{Call, Query, Reply, json_text, method_not_allowed};
-use crate::model::Tsuid;
+use crate::model::TsuidBytes;
 use crate::model::annotation::{self, Annotation, AnnotationError, Changes};
 use crate::model::time::parse_datetime;
 use crate::protocol::jackson;
@@ -128,14 +128,17 @@ fn parse_json_error(e: AnnotationError) -> Reply {
     Reply::error(400, "Unable to parse the given JSON", &e.0)
 }
 
-/// The annotation's series, `None` for a global one.
-fn series_of(store: &dyn RowStore, a: &Annotation) -> Result<Option<Tsuid>, String> {
+/// The annotation's series, `None` for a global one. Its UIDs are not
+/// checked: OpenTSDB stores an annotation under the TSUID bytes given.
+fn series_of(store: &dyn RowStore, a: &Annotation) -> Result<Option<TsuidBytes>, String> {
     if a.tsuid.is_empty() {
         return Ok(None);
     }
-    Tsuid::parse_hex(&a.tsuid, &store.widths())
-        .map(Some)
-        .map_err(|e| format!("Invalid TSUID '{}': {e}", a.tsuid))
+    tsuid_bytes(store, &a.tsuid).map(Some)
+}
+
+fn tsuid_bytes(store: &dyn RowStore, hex: &str) -> Result<TsuidBytes, String> {
+    TsuidBytes::parse_hex(hex, &store.widths()).map_err(|e| format!("Invalid TSUID '{hex}': {e}"))
 }
 
 fn single(
@@ -377,9 +380,9 @@ fn bulk_delete(store: &dyn RowStore, q: &Query, body: Option<&[u8]>) -> Reply {
         if t.is_empty() {
             return bad("UID was empty");
         }
-        match Tsuid::parse_hex(t, &store.widths()) {
+        match tsuid_bytes(store, t) {
             Ok(ts) => series.push(ts),
-            Err(e) => return bad(&format!("Invalid TSUID '{t}': {e}")),
+            Err(m) => return bad(&m),
         }
     }
     let mut total = 0;
