@@ -633,6 +633,11 @@ fn annotations_under_tsuids_with_uid_zero_are_stored() {
     let dir = std::mem::replace(&mut s.dir, tempfile::tempdir().unwrap());
     drop(s);
     let r = tsdb(dir.path(), &["fsck", "--full-scan"]);
-    assert!(r.stdout.contains("Orphaned row"), "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("Orphaned row"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
     assert!(!r.stdout.contains("Invalid row key"), "{}", r.stdout);
 }
