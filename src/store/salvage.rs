@@ -24,12 +24,17 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::uid_table::KvUidStore;
 use super::{ENGINE_DIR, Result, StoreError, StoreHeader, lock_dir};
+use crate::codec::row_key::KeyLayout;
 use crate::db::WAL_DIR;
 use crate::model::uid::hex_upper;
+use crate::model::{Uid, UidKind};
 use crate::storage::fjall::{FjallOptions, FjallStore};
 use crate::storage::fjall_journal;
 use crate::storage::{KeyValue, KvStore, ScanIter, ScanRange, Table, prefix_end};
+use crate::uid::UidStore;
+use std::sync::Arc;
 
 /// Where the working copy of the damaged engine lives, inside the
 /// destination while the salvage runs.
@@ -44,6 +49,9 @@ pub struct LostRange {
     pub before: Option<Vec<u8>>,
     /// What the engine said.
     pub cause: String,
+    /// For data rows: the series and hours the keys around the damage
+    /// name (`metric{tags} at <hour>`), resolved through the UID table.
+    pub described: Option<(String, String)>,
 }
 
 /// One table's salvage.
@@ -117,11 +125,16 @@ impl fmt::Display for SalvageReport {
                 t.lost.len()
             )?;
             for r in &t.lost {
+                let (after, before) = match &r.described {
+                    Some((a, b)) => (a.clone(), b.clone()),
+                    None => (
+                        key_text(&r.after, "the table's start"),
+                        key_text(&r.before, "the table's end"),
+                    ),
+                };
                 writeln!(
                     f,
-                    "  lost: the keys after {} and before {}: {}",
-                    key_text(&r.after, "the table's start"),
-                    key_text(&r.before, "the table's end"),
+                    "  lost: the keys after {after} and before {before}: {}",
                     r.cause
                 )?;
             }
@@ -175,8 +188,8 @@ pub fn salvage(src: &Path, dest: &Path) -> Result<SalvageReport> {
         // Also drops an unfinished tail, as the engine would.
         fjall_journal::rewrite_without_damage(&journal)?;
     }
-    let source = match FjallStore::open(&work_engine, &FjallOptions::default()) {
-        Ok(s) => s,
+    let source: Arc<dyn KvStore> = match FjallStore::open(&work_engine, &FjallOptions::default()) {
+        Ok(s) => Arc::new(s),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&work);
             return Err(StoreError::CannotSalvage {
@@ -191,12 +204,22 @@ pub fn salvage(src: &Path, dest: &Path) -> Result<SalvageReport> {
 
     let target = FjallStore::open(&dest.join(ENGINE_DIR), &FjallOptions::default())?;
     for table in Table::ALL {
-        let mut scan = SalvagingScan::new(&source, table);
+        let mut scan = SalvagingScan::new(&*source, table);
         let copied = target.ingest(table, &mut scan)?;
+        let mut lost = scan.lost;
+        if table == Table::Data {
+            let names = KvUidStore::new(source.clone(), layout.widths);
+            for r in &mut lost {
+                r.described = Some((
+                    describe_row(&layout, &names, r.after.as_deref(), "the table's start"),
+                    describe_row(&layout, &names, r.before.as_deref(), "the table's end"),
+                ));
+            }
+        }
         report.tables.push(TableSalvage {
             table: table.name(),
             copied,
-            lost: scan.lost,
+            lost,
         });
     }
     drop(source);
@@ -218,6 +241,46 @@ pub fn salvage(src: &Path, dest: &Path) -> Result<SalvageReport> {
     drop(target);
     StoreHeader::new(&layout, "fjall").write_new(dest)?;
     Ok(report)
+}
+
+/// A data row key as `metric{k=v,...} at <hour, UTC> (row <hex>)`, names
+/// resolved where the UID table still has them (else the UIDs' hex).
+fn describe_row(layout: &KeyLayout, names: &KvUidStore, key: Option<&[u8]>, none: &str) -> String {
+    let Some(key) = key else {
+        return none.to_string();
+    };
+    let Ok(rk) = layout.parse_row_key(key) else {
+        return hex_upper(key);
+    };
+    let name = |kind: UidKind, uid: Uid| {
+        names
+            .reverse(kind, uid)
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| uid.to_hex(layout.widths.of(kind)))
+    };
+    let tags: Vec<String> = rk
+        .tsuid
+        .tags
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                name(UidKind::TagKey, *k),
+                name(UidKind::TagValue, *v)
+            )
+        })
+        .collect();
+    let hour = chrono::DateTime::from_timestamp(rk.base_time as i64, 0).map_or_else(
+        || rk.base_time.to_string(),
+        |t| t.format("%Y-%m-%dT%H:%MZ").to_string(),
+    );
+    format!(
+        "{}{{{}}} at {hour} (row {})",
+        name(UidKind::Metric, rk.tsuid.metric),
+        tags.join(","),
+        hex_upper(key)
+    )
 }
 
 /// Copies a directory tree; immutable table files are hard-linked where
@@ -287,6 +350,7 @@ impl<'a> SalvagingScan<'a> {
                 after,
                 before: before.map(<[u8]>::to_vec),
                 cause,
+                described: None,
             });
         }
     }
@@ -407,7 +471,12 @@ impl Iterator for SalvagingScan<'_> {
                         }
                         None => Vec::new(),
                     };
-                    let cause = e.to_string();
+                    // The engine's words, without the salvage hint the
+                    // error carries for everyone else.
+                    let cause = match e {
+                        crate::storage::StorageError::Damaged(c) => c,
+                        other => other.to_string(),
+                    };
                     if self.open_loss.is_none() {
                         self.open_loss = Some((self.last.clone(), cause));
                     }

@@ -180,7 +180,16 @@ fn a_damaged_table_block_costs_only_its_keys() {
     assert_eq!(r.code, 1, "something was lost: {}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("table tsdb: "), "{}", r.stdout);
     assert!(r.stdout.contains("1 unreadable ranges"), "{}", r.stdout);
-    assert!(r.stdout.contains("lost: the keys after"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("lost: the keys after sys.m"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains(" at 2013-01-"),
+        "names the hours: {}",
+        r.stdout
+    );
     let got = points_in(&new);
     assert!(
         got.len() as u64 > POINTS / 2 && (got.len() as u64) < POINTS,
