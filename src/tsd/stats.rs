@@ -175,6 +175,7 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
         stat("storage.flush_errors", g(&w.flush_errors), None),
         stat("wal.bytes_written", db.wal().bytes_written(), None),
         stat("wal.syncs", db.wal().syncs(), None),
+        stat("wal.unsynced_bytes", db.wal().unsynced_bytes(), None),
         // 0 while the WAL cannot be written (a full disk, a removed data
         // directory) or the engine refuses writes: puts are refused then.
         stat("wal.healthy", u8::from(db.wal().failure().is_none()), None),

@@ -125,8 +125,9 @@ fn acknowledged_sync_puts_survive_sigkill() {
 }
 
 /// Puts without `sync` (telnet, plain `/api/put`) are answered before they
-/// reach the disk, but the WAL writer writes them out within a flush
-/// interval: a SIGKILL ten intervals later loses none of them.
+/// reach the disk, but the WAL writer writes and syncs them by itself
+/// within a flush interval: a SIGKILL once it has (`tsd.wal.unsynced_bytes`
+/// back to 0; no timing is assumed) loses none of them.
 #[test]
 fn unsynced_puts_older_than_a_flush_interval_survive_sigkill() {
     let dir = tempfile::tempdir().unwrap();
@@ -137,6 +138,15 @@ fn unsynced_puts_older_than_a_flush_interval_survive_sigkill() {
             ..Default::default()
         },
     );
+    let unsynced = |addr| -> u64 {
+        let v = common::http(addr, "GET", "/api/stats", &[], b"").json();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["metric"] == "tsd.wal.unsynced_bytes")
+            .and_then(|s| s["value"].as_str()?.parse().ok())
+            .expect("tsd.wal.unsynced_bytes")
+    };
     let lines: String = (0..500u64)
         .map(|t| format!("put crash.test {} {t} host=telnet\n", 1356998400 + t))
         .collect();
@@ -151,7 +161,14 @@ fn unsynced_puts_older_than_a_flush_interval_survive_sigkill() {
         .collect();
     let r = common::post_put(tsd.addr, "", &format!("[{}]", body.join(",")));
     assert_eq!(r.status, 204, "{}", r.text());
-    std::thread::sleep(Duration::from_secs(1));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while unsynced(tsd.addr) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the WAL writer never caught up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     tsd.kill();
     terminate(spawn(dir.path()));
     let stored = stored_timestamps(dir.path());

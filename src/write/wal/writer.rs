@@ -484,6 +484,13 @@ impl Wal {
         *self.shared.durable.borrow()
     }
 
+    /// Bytes of log appended but not yet fdatasynced: what a power loss
+    /// now would cost (0 once the writer caught up).
+    pub fn unsynced_bytes(&self) -> u64 {
+        let appended = self.shared.state.lock().seq;
+        appended.saturating_sub(self.durable_seq())
+    }
+
     /// Segments below this number are complete files.
     pub fn closed_below(&self) -> u64 {
         self.shared.closed_below.load(Ordering::Acquire)
