@@ -117,16 +117,28 @@ fn read_journal(path: PathBuf, bytes: &[u8]) -> JournalFile {
     if let Some(from) = unread_from {
         let end = bytes.len() - bytes[from..].iter().rev().take_while(|b| **b == 0).count();
         // A batch the process was writing when it died is a prefix of one:
-        // it never holds the end marker. Stretches that do held a whole
-        // batch whose bytes changed since (fjall would drop it as if torn,
-        // though it may have been synced long ago): damage.
-        if holds_batch_end(&bytes[from..end]) {
+        // it never holds the closing magic bytes, nor the shape of a whole
+        // batch (the preallocated zeros after it are no entry tags).
+        // Stretches that do held a whole batch whose bytes changed since
+        // (fjall would drop some such as if torn, though they may have
+        // been synced long ago): damage.
+        if holds_batch_end(&bytes[from..end]) || whole_but_changed(bytes, from) {
             file.damaged.push((from, end - from));
         } else {
             file.tail = end - from;
         }
     }
     file
+}
+
+/// Whether a whole batch's shape starts at `pos` with its magic bytes
+/// written (not the preallocated zeros a torn write leaves), but changed.
+fn whole_but_changed(bytes: &[u8], pos: usize) -> bool {
+    batch_shape_at(bytes, pos).is_some_and(|(len, _)| {
+        bytes[pos + len - MAGIC.len()..pos + len]
+            .iter()
+            .any(|b| *b != 0)
+    })
 }
 
 /// Whether `bytes` hold the magic bytes that close a batch (with its end
@@ -138,6 +150,14 @@ fn holds_batch_end(bytes: &[u8]) -> bool {
 /// The length of the batch that starts at `pos` if one does and its
 /// checksum verifies.
 fn batch_at(bytes: &[u8], pos: usize) -> Option<usize> {
+    let (len, verified) = batch_shape_at(bytes, pos)?;
+    verified.then_some(len)
+}
+
+/// The length of what starts at `pos` if it is shaped as a whole batch
+/// (start, its entries, an end tag), and whether its checksum and magic
+/// bytes verify.
+fn batch_shape_at(bytes: &[u8], pos: usize) -> Option<(usize, bool)> {
     let b = bytes.get(pos..)?;
     if b.len() < START_LEN + END_LEN || b[0] != START {
         return None;
@@ -167,11 +187,13 @@ fn batch_at(bytes: &[u8], pos: usize) -> Option<usize> {
     }
     let entries_to = at;
     let end = b.get(at..at + END_LEN)?;
-    if end[0] != END || &end[9..] != MAGIC {
+    if end[0] != END {
         return None;
     }
     let checksum = u64::from_le_bytes(end[1..9].try_into().ok()?);
-    (xxhash_rust::xxh3::xxh3_64(&b[entries_from..entries_to]) == checksum).then_some(at + END_LEN)
+    let verified =
+        &end[9..] == MAGIC && xxhash_rust::xxh3::xxh3_64(&b[entries_from..entries_to]) == checksum;
+    Some((at + END_LEN, verified))
 }
 
 /// Rewrites a journal file (a salvage's working copy, never the original)
@@ -248,6 +270,21 @@ mod tests {
         assert_eq!(j.batches, vec![(0, a.len())]);
         assert_eq!(j.damaged, vec![(a.len(), b.len())]);
         assert_eq!(j.tail, 0);
+    }
+
+    #[test]
+    fn a_changed_magic_or_end_tag_in_the_last_batch_is_damage() {
+        let a = batch(1, &[(b"k1", b"v1")]);
+        let b = batch(2, &[(b"k2", b"v2")]);
+        for back in [1, END_LEN] {
+            let mut bytes = [a.clone(), b.clone()].concat();
+            bytes.extend_from_slice(&[0; 32]);
+            // The last magic byte, then the end tag.
+            bytes[a.len() + b.len() - back] ^= 0xff;
+            let j = read_journal(PathBuf::new(), &bytes);
+            assert_eq!(j.damaged, vec![(a.len(), b.len())], "{back}");
+            assert_eq!(j.tail, 0);
+        }
     }
 
     #[test]
