@@ -12,6 +12,13 @@ use crate::meta::Counting;
 use crate::write::buffer::{self, SealPolicy, SealedHour};
 use crate::write::{Series, wal};
 
+/// Once nothing is buffered, the engine's journal is moved into its
+/// tables when it holds this much (`KvStore::checkpoint`): by then the
+/// WAL is gone and the journal is most of what is on disk, at about
+/// twice the bytes the same rows take in tables (and more when rows were
+/// written again with late points).
+pub(super) const JOURNAL_CHECKPOINT_BYTES: u64 = 4 << 20;
+
 /// How often the per-series point counters are added to `tsdb-meta`.
 const COUNTER_PERSIST_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -121,8 +128,23 @@ impl Db {
         }
     }
 
-    /// Deletes WAL segments whose points are all in the store.
+    /// Deletes WAL segments whose points are all in the store. When
+    /// nothing buffered pins any segment, the one being written is closed
+    /// first, so that it can go too: otherwise a log that stopped growing
+    /// (a bulk load that ended, a TSD gone quiet) would keep every point
+    /// it ever logged on disk until the segment filled up, at ten times
+    /// what the same points cost as rows.
     fn truncate_wal(&self) {
+        let (min_pinned, active) = {
+            let _g = self.gate.write();
+            (self.buffer.min_segment(), self.wal.active_segment())
+        };
+        if min_pinned.is_none()
+            && active.logged
+            && let Err(e) = self.wal.rotate()
+        {
+            tracing::error!(error = %e, "closing the WAL segment failed; it is kept");
+        }
         let (min_pinned, closed_below) = {
             let _g = self.gate.write();
             (self.buffer.min_segment(), self.wal.closed_below())
@@ -138,6 +160,25 @@ impl Db {
             }
             if let Err(e) = self.wal.delete_below(below) {
                 tracing::error!(error = %e, "deleting WAL segments failed");
+            }
+        }
+        if min_pinned.is_none() {
+            self.checkpoint_engine(JOURNAL_CHECKPOINT_BYTES);
+        }
+    }
+
+    /// [`KvStore::checkpoint`](crate::storage::KvStore::checkpoint): a
+    /// failure costs only bytes on disk, so it is logged, not returned.
+    pub(super) fn checkpoint_engine(&self, min_journal_bytes: u64) {
+        let started = std::time::Instant::now();
+        match self.store.kv().checkpoint(min_journal_bytes) {
+            Ok(true) => {
+                self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(took = ?started.elapsed(), "engine journal moved into its tables");
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "moving the engine journal into its tables failed")
             }
         }
     }

@@ -109,6 +109,8 @@ pub struct WriteStats {
     pub points_stored: AtomicU64,
     /// Rows written to the store.
     pub rows_written: AtomicU64,
+    /// Times the engine's journal was moved into its tables.
+    pub checkpoints: AtomicU64,
     /// Failed row writes (points kept and retried).
     pub flush_errors: AtomicU64,
     /// Points recovered from the WAL at start.
@@ -211,6 +213,12 @@ impl Db {
             flush_lock: Mutex::new(()),
             counters: Mutex::new(std::time::Instant::now()),
         });
+        if replayed.points > 0 {
+            // Replay wrote the log's points as rows into the engine's
+            // journal, on top of whatever rows the previous process had
+            // written there before it died.
+            db.checkpoint_engine(flush::JOURNAL_CHECKPOINT_BYTES);
+        }
         let st = &db.stats;
         st.points_replayed.store(replayed.points, Ordering::Relaxed);
         (st.replay_damaged_frames).store(replayed.damaged_frames, Ordering::Relaxed);
@@ -321,6 +329,9 @@ impl Db {
             tracing::warn!(error = %e, "the write-ahead log failed, but the store holds every point");
         }
         if self.buffer.points() == 0 {
+            // A stopped store is left as compact as it gets without a
+            // compaction: rows only in tables, no journal worth the name.
+            self.checkpoint_engine(flush::JOURNAL_CHECKPOINT_BYTES);
             let wal_err = |path: &Path| {
                 let path = path.to_path_buf();
                 move |cause| DbError::Wal { path, cause }
@@ -406,6 +417,44 @@ mod tests {
             .get_id(crate::model::UidKind::Metric, "sys.cpu")
             .unwrap();
         w.read_series(m, 0, u64::MAX, &mut |_| true).unwrap()
+    }
+
+    /// Bytes of WAL segment files in `dir`.
+    fn wal_bytes(dir: &Path) -> u64 {
+        let wal_dir = dir.join(WAL_DIR);
+        wal::list_segments(&wal_dir)
+            .unwrap()
+            .into_iter()
+            .map(|s| {
+                std::fs::metadata(wal::segment_path(&wal_dir, s))
+                    .unwrap()
+                    .len()
+            })
+            .sum()
+    }
+
+    #[test]
+    fn once_everything_is_stored_the_wal_segment_being_written_goes_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = open(dir.path());
+        for i in 0..1000 {
+            put(&w, 1356998400 + i, Value::Int(i), "a");
+        }
+        assert!(wal_bytes(dir.path()) > 0 || w.wal.active_segment().logged);
+        w.flush_all().unwrap();
+        // Nothing buffered pins the segment: it was closed and deleted,
+        // and the new one holds nothing.
+        assert_eq!(wal_bytes(dir.path()), 0);
+        assert!(!w.wal.active_segment().logged);
+        assert_eq!(read_all(&w)[0].points.len(), 1000);
+        // A later point pins the new segment, which then stays.
+        put(&w, 1356998400 + 5000, Value::Int(1), "a");
+        w.tick(false);
+        assert!(w.wal.active_segment().logged);
+        w.close().unwrap();
+        drop(w);
+        let w = open(dir.path());
+        assert_eq!(read_all(&w)[0].points.len(), 1001);
     }
 
     #[tokio::test]

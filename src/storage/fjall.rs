@@ -23,6 +23,9 @@ use super::{
 /// enough for atomicity.
 const RMW_STRIPES: usize = 64;
 
+/// fjall's bound on its journals (its smallest allowed).
+const JOURNAL_MAX_BYTES: u64 = 64 << 20;
+
 /// Bytes the probe writes and syncs before a failed engine is reopened:
 /// enough that the disk plainly takes writes again.
 const PROBE_BYTES: usize = 256 << 10;
@@ -35,7 +38,12 @@ struct Engine {
 
 impl Engine {
     fn open(path: &Path, opts: &FjallOptions) -> std::result::Result<Engine, ::fjall::Error> {
-        let mut builder = Database::builder(path).cache_size(opts.cache_bytes);
+        // fjall keeps up to 512 MiB of journal by default before it forces
+        // memtables into tables; everything in it is also in rtsdb's own
+        // WAL or already in rows, so the smallest bound it allows is kept.
+        let mut builder = Database::builder(path)
+            .cache_size(opts.cache_bytes)
+            .max_journaling_size(JOURNAL_MAX_BYTES);
         if let Some(expiry) = &opts.data_expiry {
             let factory: Arc<dyn Factory> =
                 Arc::new(ExpiryFactory(std::panic::AssertUnwindSafe(expiry.clone())));
@@ -259,22 +267,11 @@ impl FjallStore {
     fn reopen(&self) -> std::result::Result<(), String> {
         let mut slot = self.engine.write();
         if let Some(old) = slot.take() {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let mut old = old;
-            loop {
-                match Arc::try_unwrap(old) {
-                    Ok(engine) => {
-                        drop(engine);
-                        break;
-                    }
-                    Err(still) if Instant::now() < deadline => {
-                        old = still;
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    Err(still) => {
-                        *slot = Some(still);
-                        return Err("the failed engine is still in use".into());
-                    }
+            match sole_owner(old, Duration::from_secs(10)) {
+                Ok(engine) => drop(engine),
+                Err(still) => {
+                    *slot = Some(still);
+                    return Err("the failed engine is still in use".into());
                 }
             }
         }
@@ -355,6 +352,55 @@ impl KvSnapshot for FjallSnapshot {
     }
 }
 
+/// The engine itself once every other user let go of it (within
+/// `patience`), or the shared handle back.
+fn sole_owner(
+    mut shared: Arc<Engine>,
+    patience: Duration,
+) -> std::result::Result<Engine, Arc<Engine>> {
+    let deadline = Instant::now() + patience;
+    loop {
+        match Arc::try_unwrap(shared) {
+            Ok(engine) => return Ok(engine),
+            Err(still) if Instant::now() < deadline => {
+                shared = still;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(still) => return Err(still),
+        }
+    }
+}
+
+/// Bytes the engine's journal files in `dir` take on disk. Not their
+/// length: fjall allocates each journal file at its full size up front,
+/// as a sparse file.
+fn journal_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.path().extension().is_some_and(|e| e == "jnl") {
+            bytes += entry.metadata()?.blocks() * 512;
+        }
+    }
+    Ok(bytes)
+}
+
+/// Deletes the engine's journal files in `dir` (the engine closed, with
+/// everything they held in its tables); returns the bytes freed.
+fn remove_journals(dir: &Path) -> std::io::Result<u64> {
+    let mut freed = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.path().extension().is_some_and(|e| e == "jnl") {
+            freed += entry.metadata()?.len();
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(freed)
+}
+
 /// fsyncs every file and directory under `dir`. A file the engine's
 /// background work removed since it was listed needs no sync.
 fn sync_tree(dir: &Path) -> std::io::Result<()> {
@@ -392,16 +438,7 @@ pub(crate) fn flush_and_trim_journal(path: &Path) -> Result<u64> {
             return Ok(0);
         }
     }
-    let mut freed = 0;
-    for entry in std::fs::read_dir(path)? {
-        let entry = entry?;
-        if entry.path().extension().is_some_and(|e| e == "jnl") {
-            freed += entry.metadata()?.len();
-            std::fs::remove_file(entry.path())?;
-        }
-    }
-    std::fs::File::open(path)?.sync_all()?;
-    Ok(freed)
+    Ok(remove_journals(path)?)
 }
 
 fn persist_mode(d: Durability) -> PersistMode {
@@ -545,6 +582,73 @@ impl KvStore for FjallStore {
     fn compact(&self) -> Result<()> {
         self.major_compact()
     }
+
+    fn checkpoint(&self, min_journal_bytes: u64) -> Result<bool> {
+        if self.failing.load(Ordering::Acquire) {
+            return Err(self.unavailable_error());
+        }
+        {
+            let engine = self.engine()?;
+            if journal_bytes(&self.path)? < min_journal_bytes {
+                return Ok(false);
+            }
+            // Most of the flushing, with reads and writes still flowing.
+            for ks in &engine.tables {
+                ks.rotate_memtable_and_wait()
+                    .map_err(|e| self.write_error(e))?;
+            }
+        }
+        let mut slot = self.engine.write();
+        let Some(shared) = slot.take() else {
+            return Err(self.unavailable_error());
+        };
+        // A long scan or a backup's snapshot holds the engine: try again
+        // at the next checkpoint rather than wait for it.
+        let engine = match sole_owner(shared, Duration::from_secs(1)) {
+            Ok(engine) => engine,
+            Err(still) => {
+                *slot = Some(still);
+                return Ok(false);
+            }
+        };
+        // Nothing can write now: what came in since the first round is
+        // flushed too, and then the tables hold everything the journal
+        // does.
+        let flushed = engine
+            .tables
+            .iter()
+            .try_for_each(|ks| ks.rotate_memtable_and_wait())
+            .and_then(|()| engine.db.persist(PersistMode::SyncAll));
+        if let Err(e) = flushed {
+            *slot = Some(Arc::new(engine));
+            return Err(self.write_error(e));
+        }
+        if engine
+            .tables
+            .iter()
+            .any(|ks| ks.sealed_memtable_count() > 0)
+        {
+            *slot = Some(Arc::new(engine));
+            return Ok(false);
+        }
+        drop(engine);
+        let reopened = remove_journals(&self.path)
+            .map_err(|e| e.to_string())
+            .and_then(|_| Engine::open(&self.path, &self.opts).map_err(|e| cause_text(&e)));
+        match reopened {
+            Ok(engine) => {
+                *slot = Some(Arc::new(engine));
+                Ok(true)
+            }
+            Err(cause) => {
+                // `recover` reopens it once it can.
+                tracing::error!(engine = %self.path.display(), cause, "reopening the storage engine after moving its journal into tables failed");
+                *self.failure.lock() = Some(cause);
+                self.failing.store(true, Ordering::Release);
+                Err(self.unavailable_error())
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -556,5 +660,61 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = super::FjallStore::open(dir.path(), &Default::default()).unwrap();
         super::super::conformance::run(Arc::new(store));
+    }
+
+    #[test]
+    fn a_checkpoint_moves_the_journal_into_tables_and_keeps_every_write() {
+        use super::super::{KvStore, Table, WriteBatch};
+        let dir = tempfile::tempdir().unwrap();
+        let store = super::FjallStore::open(dir.path(), &Default::default()).unwrap();
+        let row = |i: u32| (i.to_be_bytes().to_vec(), vec![(i % 251) as u8; 300]);
+        // Every row written twice: the journal holds both versions.
+        for _ in 0..2 {
+            let mut b = WriteBatch::new();
+            for i in 0..5000 {
+                let (k, v) = row(i);
+                b.put(Table::Data, k, v);
+            }
+            b.put(Table::Uid, b"name".to_vec(), b"uid".to_vec());
+            store.write(b).unwrap();
+        }
+        store.sync().unwrap();
+        let before = super::journal_bytes(dir.path()).unwrap();
+        assert!(before > 2 * 5000 * 300, "{before}");
+        // Below the threshold nothing happens.
+        assert!(!store.checkpoint(before * 2).unwrap());
+        assert!(store.checkpoint(1).unwrap());
+        let after = super::journal_bytes(dir.path()).unwrap();
+        assert!(after < before / 10, "journal {before} -> {after} bytes");
+        for i in [0, 2500, 4999] {
+            let (k, v) = row(i);
+            assert_eq!(store.get(Table::Data, &k).unwrap(), Some(v));
+        }
+        assert_eq!(
+            store.get(Table::Uid, b"name").unwrap(),
+            Some(b"uid".to_vec())
+        );
+        // The reopened engine takes writes, and everything survives a
+        // reopen from the files.
+        store
+            .write({
+                let mut b = WriteBatch::new();
+                b.put(Table::Meta, b"late".to_vec(), b"1".to_vec());
+                b
+            })
+            .unwrap();
+        store.sync().unwrap();
+        drop(store);
+        let store = super::FjallStore::open(dir.path(), &Default::default()).unwrap();
+        assert_eq!(
+            store
+                .scan(Table::Data, &super::super::ScanRange::new(vec![], vec![]))
+                .count(),
+            5000
+        );
+        assert_eq!(
+            store.get(Table::Meta, b"late").unwrap(),
+            Some(b"1".to_vec())
+        );
     }
 }

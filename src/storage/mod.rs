@@ -251,6 +251,17 @@ pub trait KvStore: Send + Sync {
         Ok(())
     }
 
+    /// Moves what the engine's own journal holds into its tables and drops
+    /// the journal, when it holds at least `min_journal_bytes`: a journal
+    /// keeps every version of a key written since the last one, and keys
+    /// uncompressed, the tables only the newest version, compactly. Waits
+    /// briefly for other users of the engine; returns whether it did it.
+    /// A no-op for engines without a journal.
+    fn checkpoint(&self, min_journal_bytes: u64) -> Result<bool> {
+        let _ = min_journal_bytes;
+        Ok(false)
+    }
+
     /// Bytes used on disk (0 for memory stores).
     fn disk_space(&self) -> u64 {
         0

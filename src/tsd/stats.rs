@@ -172,6 +172,7 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
         stat("datapoints.buffered", db.buffered_points(), None),
         stat("datapoints.replayed", g(&w.points_replayed), None),
         stat("storage.rows_written", g(&w.rows_written), None),
+        stat("storage.checkpoints", g(&w.checkpoints), None),
         stat("storage.flush_errors", g(&w.flush_errors), None),
         stat("wal.bytes_written", db.wal().bytes_written(), None),
         stat("wal.syncs", db.wal().syncs(), None),

@@ -150,6 +150,14 @@ pub struct Appended {
     pub backlog: bool,
 }
 
+/// The segment being written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveSegment {
+    pub number: u64,
+    /// Something was logged in it since it was opened.
+    pub logged: bool,
+}
+
 /// One point to log and buffer.
 #[derive(Debug, Clone)]
 pub struct PendingPoint {
@@ -163,6 +171,9 @@ struct State {
     spare: Vec<u8>,
     seq: u64,
     segment: u64,
+    /// `seq` when `segment` became the one written: it holds records
+    /// once `seq` moved past this.
+    segment_start_seq: u64,
     sync_wanted: bool,
     /// [`Wal::rotate`] asked for the segment to be closed now.
     rotate_wanted: bool,
@@ -271,6 +282,7 @@ impl Wal {
                 spare: Vec::with_capacity(1 << 20),
                 seq: 0,
                 segment: first_segment,
+                segment_start_seq: 0,
                 sync_wanted: false,
                 rotate_wanted: false,
                 stop: false,
@@ -491,6 +503,15 @@ impl Wal {
         appended.saturating_sub(self.durable_seq())
     }
 
+    /// The segment being written, and whether anything was logged in it.
+    pub fn active_segment(&self) -> ActiveSegment {
+        let st = self.shared.state.lock();
+        ActiveSegment {
+            number: st.segment,
+            logged: st.seq > st.segment_start_seq,
+        }
+    }
+
     /// Segments below this number are complete files.
     pub fn closed_below(&self) -> u64 {
         self.shared.closed_below.load(Ordering::Acquire)
@@ -637,6 +658,7 @@ impl Writer {
                 if rotate {
                     st.rotate_wanted = false;
                     st.segment += 1;
+                    st.segment_start_seq = st.seq;
                     self.rotate_to = Some(st.segment);
                 }
                 self.pending_seq = st.seq;

@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Side-by-side comparison of rtsdb and VictoriaMetrics on the same
+# TSBS-like devops data, sent by the same loader as OpenTSDB telnet `put`
+# lines (or /api/put JSON) to both.
+#
+#   bash bench/compare-victoriametrics.sh                 # 1,000 hosts x 10 metrics, 1 h at 10 s
+#   ROUNDS=3 PROTO=http bash bench/compare-victoriametrics.sh
+#
+# For each database, ROUNDS times (interleaved: VM, rtsdb, VM, rtsdb, ...):
+#   - ingest: points/s while the loader drains, and the time from the
+#     load's start until every point answers a count query;
+#   - server CPU per point (utime+stime of the server over the load, until
+#     every point is queryable);
+#   - bytes per point on disk (`du` of everything under the data dir) at
+#     four moments: right after all points are queryable, 60 s later with
+#     the server still running, after kill -9 and a restart (once the
+#     restarted server answers), and after a clean stop (SIGTERM) that
+#     follows the restart;
+#   - the median of RUNS runs of four queries over the hour: 1-min avg of
+#     one metric over all hosts, the same for one host, the same grouped
+#     by region, and the sum of the rate of a counter over all hosts;
+#     VictoriaMetrics uncached (`nocache=1`) and cached, rtsdb as it
+#     answers. VictoriaMetrics' windows are aligned to OpenTSDB's buckets
+#     (shared/docs/victoriametrics.md) and its answers to the 1-min avg
+#     queries are checked against rtsdb's (largest relative difference).
+# Prints one markdown table with the range over rounds. Needs root the
+# first time, to `apt-get install victoria-metrics`.
+set -euo pipefail
+
+HOSTS=${HOSTS:-1000}
+HOURS=${HOURS:-1}
+PROTO=${PROTO:-telnet}
+CONNS=${CONNS:-4}
+RUNS=${RUNS:-20}
+ROUNDS=${ROUNDS:-1}
+AFTER=${AFTER:-60}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${WORK:-$(mktemp -d /tmp/rtsdb-vm.XXXXXX)}
+mkdir -p "$WORK"
+START=1451606400
+END=$((START + 3600 * HOURS))
+POINTS=$((HOSTS * 10 * HOURS * 360))
+
+cd "$ROOT"
+cargo build --release --quiet --bin tsdb --example tsbs
+TSDB=$ROOT/target/release/tsdb
+TSBS=$ROOT/target/release/examples/tsbs
+
+if ! command -v victoria-metrics >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then apt-get install -y victoria-metrics >/dev/null; else sudo apt-get install -y victoria-metrics >/dev/null; fi
+fi
+# The package may start its own service; ours is started by hand below.
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+cpu_seconds() { awk -v t="$(getconf CLK_TCK)" '{printf "%.3f", ($14+$15)/t}' "/proc/$1/stat"; }
+disk_bytes() { du -s --block-size=1 "$1" | awk '{print $1}'; }
+wait_port() { for _ in $(seq 1 600); do (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
+urlenc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$1"; }
+median_of() { "$TSBS" query "127.0.0.1:$1" "$2" "$RUNS" | awk '{print $2}'; }
+now() { date +%s.%N; }
+bpp() { awk -v b="$1" -v p="$POINTS" 'BEGIN{printf "%.2f", b/p}'; }
+stop_pid() { kill "-$1" "$2" 2>/dev/null || true; for _ in $(seq 1 600); do kill -0 "$2" 2>/dev/null || return 0; sleep 0.1; done; }
+
+declare -A R
+add() { R[$1]="${R[$1]:-} $2"; }
+
+# Every point answers a count query: the sum over the ten metrics of the
+# points in the hour.
+rtsdb_count() {
+  local q="/api/query?start=$START&end=$((END - 1))"
+  for m in cpu.usage_user cpu.usage_system cpu.usage_idle cpu.usage_nice cpu.usage_iowait \
+           cpu.usage_irq cpu.usage_softirq cpu.usage_steal cpu.interrupts cpu.context_switches; do
+    q="$q&m=$(urlenc "zimsum:${HOURS}h-count:$m")"
+  done
+  curl -s "http://127.0.0.1:$1$q" | python3 -c 'import json,sys
+try: print(int(sum(v for s in json.load(sys.stdin) for v in s["dps"].values())))
+except Exception: print(0)'
+}
+# VictoriaMetrics caches tag filters for a few seconds: each poll asks with
+# a different dummy matcher so it never answers from that cache.
+vm_count() {
+  local q; q=$(urlenc "sum(count_over_time({__name__=~\"cpu[.].*\",dummy!=\"p$2\"}[${HOURS}h]))")
+  curl -s "http://127.0.0.1:$1/api/v1/query?query=$q&time=$((END - 1))&nocache=1" | python3 -c 'import json,sys
+try:
+  r=json.load(sys.stdin)["data"]["result"]; print(int(float(r[0]["value"][1])) if r else 0)
+except Exception: print(0)'
+}
+wait_all_points() { # port kind -> seconds waited
+  local i=0
+  while :; do
+    local n; n=$("${2}_count" "$1" "$i")
+    [ "$n" -ge "$POINTS" ] && return 0
+    i=$((i + 1)); [ "$i" -gt 3000 ] && { echo "only $n of $POINTS points became queryable" >&2; return 1; }
+    sleep 0.1
+  done
+}
+
+# ----------------------------------------------------------- VictoriaMetrics
+vm_start() {
+  VHTTP=$(free_port); VTEL=$(free_port); VPUT=$(free_port)
+  victoria-metrics -storageDataPath="$WORK/vm" -retentionPeriod=100y -loggerLevel=ERROR \
+    -httpListenAddr="127.0.0.1:$VHTTP" -opentsdbListenAddr="127.0.0.1:$VTEL" \
+    -opentsdbHTTPListenAddr="127.0.0.1:$VPUT" -search.maxUniqueTimeseries=10000000 \
+    >> "$WORK/vm.log" 2>&1 &
+  VPID=$!
+  for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$VHTTP/health" >/dev/null && return 0; sleep 0.1; done
+  echo "VictoriaMetrics never became healthy" >&2; return 1
+}
+vq() { # PromQL, first bucket end offset -> /api/v1/query_range path
+  echo "/api/v1/query_range?query=$(urlenc "$1")&start=$((START + $2))&end=$((END + 1 - 10))&step=$3"
+}
+VM_Q1='avg(avg_over_time({__name__="cpu.usage_user"}[1m]))'
+VM_Q2='avg(avg_over_time({__name__="cpu.usage_user",hostname="host_42"}[1m]))'
+VM_Q3='avg(avg_over_time({__name__="cpu.usage_user"}[1m])) by (region)'
+VM_Q4='sum(rate({__name__="cpu.interrupts"}[10s]))'
+run_vm() {
+  rm -rf "$WORK/vm"; vm_start
+  local c0 t0; c0=$(cpu_seconds $VPID); t0=$(now)
+  local port=$VTEL; [ "$PROTO" = http ] && port=$VPUT
+  add vm_load "$("$TSBS" load "127.0.0.1:$port" "$PROTO" "$HOSTS" "$HOURS" "$CONNS" | awk '{printf "%.2f", $6/1e6}')"
+  wait_all_points "$VHTTP" vm
+  local t1; t1=$(now)
+  add vm_queryable "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')"
+  add vm_cpu "$(awk -v a="$c0" -v b="$(cpu_seconds $VPID)" -v p="$POINTS" 'BEGIN{printf "%.2f", (b-a)*1e6/p}')"
+  add vm_disk0 "$(bpp "$(disk_bytes "$WORK/vm")")"
+  for i in 1 2 3 4; do
+    local q="VM_Q$i" off=50 step=60; [ "$i" = 4 ] && off=10 && step=10
+    add "vm_q$i" "$(median_of "$VHTTP" "$(vq "${!q}" $off $step)&nocache=1")"
+    add "vm_c$i" "$(median_of "$VHTTP" "$(vq "${!q}" $off $step)")"
+  done
+  curl -s "http://127.0.0.1:$VHTTP$(vq "$VM_Q1" 50 60)&nocache=1" > "$WORK/vm-q1.json"
+  curl -s "http://127.0.0.1:$VHTTP$(vq "$VM_Q3" 50 60)&nocache=1" > "$WORK/vm-q3.json"
+  sleep "$(awk -v a="$t1" -v b="$(now)" -v w="$AFTER" 'BEGIN{d=w-(b-a); print (d>0?d:0)}')"
+  add vm_disk60 "$(bpp "$(disk_bytes "$WORK/vm")")"
+  stop_pid KILL $VPID; vm_start
+  add vm_diskkill "$(bpp "$(disk_bytes "$WORK/vm")")"
+  stop_pid TERM $VPID
+  add vm_diskstop "$(bpp "$(disk_bytes "$WORK/vm")")"
+}
+
+# ------------------------------------------------------------------ rtsdb
+rtsdb_start() {
+  RPORT=$(free_port)
+  "$TSDB" tsd --port "$RPORT" --data-dir "$WORK/rtsdb" --auto-metric >> "$WORK/rtsdb.log" 2>&1 &
+  RPID=$!
+  wait_port "$RPORT"
+}
+rq() { echo "/api/query?start=$START&end=$((END - 1))&m=$(urlenc "$1")"; }
+RT_Q1='avg:1m-avg:cpu.usage_user'
+RT_Q2='avg:1m-avg:cpu.usage_user{hostname=host_42}'
+RT_Q3='avg:1m-avg:cpu.usage_user{region=*}'
+RT_Q4='sum:rate:cpu.interrupts'
+run_rtsdb() {
+  rm -rf "$WORK/rtsdb"; rtsdb_start
+  local c0 t0; c0=$(cpu_seconds $RPID); t0=$(now)
+  add rt_load "$("$TSBS" load "127.0.0.1:$RPORT" "$PROTO" "$HOSTS" "$HOURS" "$CONNS" | awk '{printf "%.2f", $6/1e6}')"
+  wait_all_points "$RPORT" rtsdb
+  local t1; t1=$(now)
+  add rt_queryable "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')"
+  add rt_cpu "$(awk -v a="$c0" -v b="$(cpu_seconds $RPID)" -v p="$POINTS" 'BEGIN{printf "%.2f", (b-a)*1e6/p}')"
+  add rt_disk0 "$(bpp "$(disk_bytes "$WORK/rtsdb")")"
+  for i in 1 2 3 4; do
+    local q="RT_Q$i"
+    add "rt_q$i" "$(median_of "$RPORT" "$(rq "${!q}")")"
+    add "rt_c$i" "$(median_of "$RPORT" "$(rq "${!q}")")"
+  done
+  curl -s "http://127.0.0.1:$RPORT$(rq "$RT_Q1")" > "$WORK/rt-q1.json"
+  curl -s "http://127.0.0.1:$RPORT$(rq "$RT_Q3")" > "$WORK/rt-q3.json"
+  sleep "$(awk -v a="$t1" -v b="$(now)" -v w="$AFTER" 'BEGIN{d=w-(b-a); print (d>0?d:0)}')"
+  add rt_disk60 "$(bpp "$(disk_bytes "$WORK/rtsdb")")"
+  stop_pid KILL $RPID; rtsdb_start
+  add rt_diskkill "$(bpp "$(disk_bytes "$WORK/rtsdb")")"
+  stop_pid TERM $RPID
+  add rt_diskstop "$(bpp "$(disk_bytes "$WORK/rtsdb")")"
+}
+
+trap 'kill ${VPID:-} ${RPID:-} 2>/dev/null || true' EXIT
+for _ in $(seq 1 "$ROUNDS"); do
+  run_vm
+  run_rtsdb
+done
+
+# The two answers to the 1-min avg queries, bucket by bucket: rtsdb's
+# bucket [b, b+60) is VictoriaMetrics' window ending at b+50.
+check() {
+  python3 - "$WORK/rt-$1.json" "$WORK/vm-$1.json" <<'PY'
+import json, sys
+rt = json.load(open(sys.argv[1])); vm = json.load(open(sys.argv[2]))["data"]["result"]
+key = lambda tags: tags.get("region", "")
+worst, n = 0.0, 0
+vms = {key(s["metric"]): {int(t) - 50: float(v) for t, v in s["values"]} for s in vm}
+for s in rt:
+    other = vms.get(key(s["tags"]), {})
+    for t, v in s["dps"].items():
+        w = other.get(int(t))
+        if w is None: continue
+        n += 1
+        worst = max(worst, abs(v - w) / max(abs(v), 1e-9))
+print(f"{n} buckets, largest relative difference {worst:.1e}")
+PY
+}
+
+span() { tr ' ' '\n' <<<"${R[$1]}" | grep -v '^$' | sort -g | awk 'NR==1{a=$1} {b=$1} END{if (a==b) print a; else print a "–" b}'; }
+echo
+echo "$(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r); $HOSTS hosts x 10 metrics x ${HOURS} h at 10 s = $POINTS points, $PROTO, $CONNS connections, $ROUNDS round(s); VictoriaMetrics $(victoria-metrics -version 2>&1 | head -1)"
+echo
+echo "| | rtsdb | VictoriaMetrics |"
+echo "|---|---|---|"
+row() { echo "| $1 | $(span "rt_$2") | $(span "vm_$2") |"; }
+row "ingest, M points/s, loader drained" load
+row "all points queryable after the load began, s" queryable
+row "server CPU per point, µs" cpu
+row "bytes/point on disk: all points just queryable" disk0
+row "… ${AFTER} s later, still running" disk60
+row "… after kill -9 and restart" diskkill
+row "… after a clean stop" diskstop
+row "1-min avg, 1 metric, all hosts, ms (VM nocache=1)" q1
+row "same, one host, ms" q2
+row "same, grouped by region, ms" q3
+row "sum of rate of a counter, all hosts, ms" q4
+row "1-min avg, all hosts, repeated, ms (VM cached)" c1
+row "one host, repeated, ms" c2
+row "by region, repeated, ms" c3
+row "sum of rate, repeated, ms" c4
+echo
+echo "answers, 1-min avg all hosts: $(check q1)"
+echo "answers, 1-min avg by region: $(check q3)"
+echo "work dir: $WORK"
