@@ -303,3 +303,26 @@ fn errors() {
         200
     );
 }
+
+/// The deepest nesting the parser accepts is evaluated on a query thread;
+/// one level more is a syntax error, not a crash.
+#[test]
+fn deep_nesting() {
+    let srv = server();
+    let nested = |depth: usize| {
+        format!(
+            "{}sum:cpu{{host=a}}{}",
+            "absolute(".repeat(depth),
+            ")".repeat(depth)
+        )
+    };
+    let (status, body) = gexp(&srv, &[&nested(256)], "");
+    assert_eq!(
+        (status, body),
+        ok(&format!(
+            r#"[{{"metric":"cpu","tags":{{"host":"a"}},"aggregateTags":[],"dps":{{"{H}":1,"{}":2}}}}]"#,
+            H + 60
+        ))
+    );
+    assert_eq!(gexp(&srv, &[&nested(257)], "").0, 400);
+}

@@ -306,7 +306,7 @@ pub(crate) fn time_shift(
         .into_iter()
         .map(|mut s| {
             for p in &mut s.dps {
-                p.0 += ms;
+                p.0 = p.0.saturating_add(ms);
             }
             s
         })

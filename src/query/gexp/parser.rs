@@ -125,9 +125,16 @@ impl<'a> Lexer<'a> {
     }
 }
 
+/// How deep functions may nest. 2.4.1's recursive parser has no limit
+/// but its thread's stack (a `StackOverflowError`, a dropped connection);
+/// here a deeper expression is a syntax error, long before the stack of
+/// a query thread could run out.
+pub(crate) const MAX_DEPTH: usize = 256;
+
 struct Parser<'a> {
     lexer: Lexer<'a>,
     text: &'a str,
+    depth: usize,
     /// The next metric query's position in the request.
     next_metric: usize,
 }
@@ -152,6 +159,16 @@ impl Parser<'_> {
     }
 
     fn expression(&mut self) -> Result<Tree, ParseError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.syntax());
+        }
+        let tree = self.call();
+        self.depth -= 1;
+        tree
+    }
+
+    fn call(&mut self) -> Result<Tree, ParseError> {
         let name = self.name()?;
         // The tree (and so the function lookup) is built right after the
         // name is read, before the parenthesis is checked.
@@ -234,6 +251,7 @@ pub(crate) fn parse(text: &str, first_metric: usize) -> Result<Tree, ParseError>
             ahead: Vec::new(),
         },
         text,
+        depth: 0,
         next_metric: first_metric,
     };
     p.expression()
@@ -294,6 +312,27 @@ mod tests {
         assert_eq!(t.params[1], Param::Name("'5min'".into()));
         // Trailing text after the expression is never read.
         assert!(parse("absolute(sum:m) % garbage").is_ok());
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let nested = |depth: usize| {
+            format!("{}sum:m{}", "absolute(".repeat(depth), ")".repeat(depth))
+        };
+        // A query thread's stack (2 MiB) holds the deepest accepted
+        // expression, parsed and evaluated, even unoptimised.
+        let ok = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || parse(&nested(MAX_DEPTH)).is_ok())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(ok);
+        let deep = nested(MAX_DEPTH + 1);
+        assert_eq!(parse(&deep).unwrap_err(), ParseError::Syntax(deep.clone()));
+        // A huge one fails fast, without recursing further.
+        let huge = "absolute(".repeat(100_000);
+        assert!(parse(&huge).is_err());
     }
 
     #[test]
