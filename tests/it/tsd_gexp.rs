@@ -326,3 +326,69 @@ fn deep_nesting() {
     );
     assert_eq!(gexp(&srv, &[&nested(257)], "").0, 400);
 }
+
+/// 2.4.1's `TestSumSeries.sumMultipleSeriesEach` over HTTP
+/// (`BaseTimeSyncedIteratorTest.oneExtraSameE`): B's D=G series has no
+/// partner in A and counts A as 0; it takes its tags from the first
+/// argument's series, so with A first it has none.
+#[test]
+fn sum_series_of_the_expression_tests() {
+    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    let mut lines = String::new();
+    for (metric, d, first) in [
+        ("A", "D", 1),
+        ("A", "F", 4),
+        ("B", "D", 11),
+        ("B", "F", 14),
+        ("B", "G", 17),
+    ] {
+        for i in 0..3 {
+            lines.push_str(&format!(
+                "put {metric} {} {} D={d} E=E\n",
+                H + 60 * i,
+                first + i
+            ));
+        }
+    }
+    assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+    let dps = |a: i64| {
+        format!(
+            r#"{{"{H}":{a}.0,"{}":{}.0,"{}":{}.0}}"#,
+            H + 60,
+            a + 2,
+            H + 120,
+            a + 4
+        )
+    };
+    let g = |a: i64| {
+        format!(
+            r#"{{"{H}":{a}.0,"{}":{}.0,"{}":{}.0}}"#,
+            H + 60,
+            a + 1,
+            H + 120,
+            a + 2
+        )
+    };
+    let d_d = format!(
+        r#"{{"metric":"A","tags":{{"D":"D","E":"E"}},"aggregateTags":[],"annotations":[],"dps":{}}}"#,
+        dps(12)
+    );
+    let d_f = format!(
+        r#"{{"metric":"A","tags":{{"D":"F","E":"E"}},"aggregateTags":[],"annotations":[],"dps":{}}}"#,
+        dps(18)
+    );
+    assert_eq!(
+        gexp(&srv, &["sumSeries(sum:B{D=*},sum:A{D=*})"], ""),
+        ok(&format!(
+            r#"[{d_d},{d_f},{{"metric":"B","tags":{{"D":"G","E":"E"}},"aggregateTags":[],"annotations":[],"dps":{}}}]"#,
+            g(17)
+        ))
+    );
+    assert_eq!(
+        gexp(&srv, &["sumSeries(sum:A{D=*},sum:B{D=*})"], ""),
+        ok(&format!(
+            r#"[{d_d},{d_f},{{"metric":"B","tags":{{}},"aggregateTags":[],"annotations":[],"dps":{}}}]"#,
+            g(17)
+        ))
+    );
+}
