@@ -157,10 +157,7 @@ fn top_n() {
     assert_eq!(names("highestMax(sum:cpu{host=*},2)"), ["b", "c"]);
     assert_eq!(names("highestMax(sum:cpu{host=*},10)"), ["b", "c", "a"]);
     // Nested in another function.
-    assert_eq!(
-        names("scale(highestCurrent(sum:cpu{host=*},1),2)"),
-        ["c"]
-    );
+    assert_eq!(names("scale(highestCurrent(sum:cpu{host=*},1),2)"), ["c"]);
 }
 
 /// The standard flags, as /api/query honours them.
@@ -194,11 +191,7 @@ fn query_flags() {
     // `m=` sub-queries run but are not answered; the expression reads its
     // own sub-query's results whatever their position.
     assert_eq!(
-        gexp(
-            &srv,
-            &["scale(sum:cpu{host=b},10)"],
-            "&m=sum:if.bytes_in"
-        ),
+        gexp(&srv, &["scale(sum:cpu{host=b},10)"], "&m=sum:if.bytes_in"),
         ok(&format!(
             r#"[{{"metric":"cpu","tags":{{"host":"b"}},"aggregateTags":[],"dps":{{"{H}":50,"{}":10}}}}]"#,
             H + 60
@@ -243,7 +236,10 @@ fn errors() {
         bad("scale(sum:cpu{host=*},2"),
         (400, err(400, "Failed to parse scale(sum:cpu{host=*},2"))
     );
-    assert_eq!(bad("scale(sum:cpu%,2)"), (400, err(400, "Failed to parse scale(sum:cpu%,2)")));
+    assert_eq!(
+        bad("scale(sum:cpu%,2)"),
+        (400, err(400, "Failed to parse scale(sum:cpu%,2)"))
+    );
     // Refused while evaluating: the message twice.
     let twice = |m: &str| {
         let m = serde_json::to_string(m).unwrap();
@@ -277,7 +273,10 @@ fn errors() {
     let (status, body) = bad("scale(sum:nope,2)");
     assert_eq!(status, 400, "{body}");
     let (status, body) = bad("scale(foo:cpu,2)");
-    assert_eq!((status, body.contains("No such aggregation function: foo")), (400, true));
+    assert_eq!(
+        (status, body.contains("No such aggregation function: foo")),
+        (400, true)
+    );
     assert_eq!(
         get(&srv, "/api/query/gexp?start=1h-ago"),
         (400, err(400, "Missing sub queries"))
@@ -299,7 +298,11 @@ fn errors() {
     assert_eq!(req(&srv, "POST", "/api/query/gexp", "").0, 400);
     // The endpoint name is not case-sensitive.
     assert_eq!(
-        get(&srv, &format!("/api/query/GEXP?start={H}&exp=absolute(sum:cpu%7Bhost=a%7D)")).0,
+        get(
+            &srv,
+            &format!("/api/query/GEXP?start={H}&exp=absolute(sum:cpu%7Bhost=a%7D)")
+        )
+        .0,
         200
     );
 }
@@ -390,5 +393,58 @@ fn sum_series_of_the_expression_tests() {
             r#"[{d_d},{d_f},{{"metric":"B","tags":{{}},"aggregateTags":[],"annotations":[],"dps":{}}}]"#,
             g(17)
         ))
+    );
+}
+
+/// Figures, not a check: an expression over two metrics × 1,000 hosts ×
+/// 1 hour at 10 s against the two plain queries it is built on. Run with
+/// `cargo test --release --test it tsd_gexp::bench -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_expression_against_its_queries() {
+    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    for metric in ["bench.a", "bench.b"] {
+        let mut lines = String::with_capacity(360 * 1000 * 48);
+        for host in 0..1000 {
+            for i in 0..360 {
+                lines.push_str(&format!(
+                    "put {metric} {} {} host=h{host:04}\n",
+                    H + 10 * i,
+                    (host * 7 + i) % 97
+                ));
+            }
+        }
+        assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+    }
+    srv.state.db().flush_all().unwrap();
+    let range = format!("start={H}&end={}", H + 3599);
+    let time = |path: &str| {
+        let (status, body) = get(&srv, path);
+        assert_eq!(status, 200, "{}", &body[..body.len().min(200)]);
+        let mut runs: Vec<f64> = (0..7)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                let (status, _) = get(&srv, path);
+                assert_eq!(status, 200);
+                t.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        runs.sort_by(f64::total_cmp);
+        runs[runs.len() / 2]
+    };
+    let plain = time(&format!(
+        "/api/query?{range}&m=sum:bench.a%7Bhost=*%7D&m=sum:bench.b%7Bhost=*%7D"
+    ));
+    let ratio = time(&format!(
+        "/api/query/gexp?{range}&exp={}",
+        enc("scale(divideSeries(sum:bench.a{host=*},sum:bench.b{host=*}),100)")
+    ));
+    let top = time(&format!(
+        "/api/query/gexp?{range}&exp={}",
+        enc("highestMax(sum:bench.a{host=*},5)")
+    ));
+    println!(
+        "2 metrics x 1000 hosts x 360 points, median of 7: the two queries {plain:.1} ms; \
+         scale(divideSeries(a,b),100) {ratio:.1} ms; highestMax(a,5) {top:.1} ms"
     );
 }

@@ -30,8 +30,14 @@ pub(crate) fn scale(args: Vec<Vec<Series>>, params: &[String]) -> Result<Vec<Ser
     if args.is_empty() {
         return Ok(Vec::new());
     }
-    let factor = params.first().ok_or_else(|| failed("Missing scaling factor"))?;
-    if factor.is_empty() || !factor.chars().all(|c| c.is_ascii_digit() || c == '-' || c == '.') {
+    let factor = params
+        .first()
+        .ok_or_else(|| failed("Missing scaling factor"))?;
+    if factor.is_empty()
+        || !factor
+            .chars()
+            .all(|c| c.is_ascii_digit() || c == '-' || c == '.')
+    {
         // 2.4.1 prints the factor variable, still at its initial 0.
         return Err(failed("Unparseable scale factor value: 0.0"));
     }
@@ -135,13 +141,18 @@ fn time_unit_ms(unit: &str) -> Option<i64> {
 /// `'15min'` → (`15`, `min'`).
 fn split_quoted_number(param: &str) -> (&str, &str) {
     let body = &param[1..];
-    let digits = body.find(|c: char| !c.is_ascii_digit()).unwrap_or(body.len());
+    let digits = body
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(body.len());
     body.split_at(digits)
 }
 
 fn moving_window(params: &[String]) -> Result<Window, QueryError> {
     let missing = || failed("Missing moving average window size");
-    let param = params.first().filter(|p| !p.is_empty()).ok_or_else(missing)?;
+    let param = params
+        .first()
+        .filter(|p| !p.is_empty())
+        .ok_or_else(missing)?;
     let param = param.trim();
     let window = if !param.is_empty() && param.chars().all(|c| c.is_ascii_digit()) {
         let n: i32 = param
@@ -153,16 +164,13 @@ fn moving_window(params: &[String]) -> Result<Window, QueryError> {
         if digits.is_empty() {
             return Err(failed(format!("Invalid moving window parameter: {param}")));
         }
-        let n: i32 = digits.parse().map_err(|_| {
-            failed(format!(
-                "Unable to parse moving window parameter: {param}"
-            ))
-        })?;
+        let n: i32 = digits
+            .parse()
+            .map_err(|_| failed(format!("Unable to parse moving window parameter: {param}")))?;
         // The unit stops before the closing quote.
         let unit = rest.strip_suffix('\'').unwrap_or("");
-        let per = time_unit_ms(unit).ok_or_else(|| {
-            failed(format!("Unknown time unit={unit} in window={param}"))
-        })?;
+        let per = time_unit_ms(unit)
+            .ok_or_else(|| failed(format!("Unknown time unit={unit} in window={param}")))?;
         Window::Millis(n as i64 * per)
     } else {
         return Err(failed(format!("Unparseable window size: {param}")));
@@ -614,7 +622,10 @@ mod tests {
         assert!(java_max(f64::NAN, 1.0).is_nan());
         assert!(java_max(1.0, f64::NAN).is_nan());
         assert!(java_max(-0.0, 0.0).is_sign_positive());
-        assert_eq!(java_compare(f64::NAN, f64::INFINITY), std::cmp::Ordering::Greater);
+        assert_eq!(
+            java_compare(f64::NAN, f64::INFINITY),
+            std::cmp::Ordering::Greater
+        );
         assert_eq!(java_compare(-0.0, 0.0), std::cmp::Ordering::Less);
         // Java's Double.MIN_VALUE.
         assert_eq!(f64::from_bits(1), 4.9e-324);

@@ -330,9 +330,10 @@ impl Evaluator<'_, '_> {
             match p {
                 Param::Expression(t) => args.push(self.evaluate(t)?),
                 Param::Metric { text, .. } => {
-                    let i = self.metric_index.get(text).copied().ok_or_else(|| {
-                        QueryError::Storage(format!("no sub-query for {text}"))
-                    })?;
+                    let i =
+                        self.metric_index.get(text).copied().ok_or_else(|| {
+                            QueryError::Storage(format!("no sub-query for {text}"))
+                        })?;
                     args.push(self.inputs.get(i).cloned().unwrap_or_default());
                 }
                 Param::Name(_) => {
@@ -365,7 +366,9 @@ impl Evaluator<'_, '_> {
             HighestCurrent => {
                 functions::highest(args, &names, Rank::Current, self.range, &mut self.scratch)
             }
-            HighestMax => functions::highest(args, &names, Rank::Max, self.range, &mut self.scratch),
+            HighestMax => {
+                functions::highest(args, &names, Rank::Max, self.range, &mut self.scratch)
+            }
             SumSeries => functions::combine(args, Op::Sum, &mut uid_name),
             DiffSeries => functions::combine(args, Op::Diff, &mut uid_name),
             MultiplySeries => functions::combine(args, Op::Multiply, &mut uid_name),
@@ -422,9 +425,7 @@ pub fn execute_gexp(ctx: &QueryContext, q: &GexpQuery) -> Result<QueryResponse, 
         let nan_as_null = sub
             .and_then(|v| v.downsample.as_ref())
             .is_some_and(|d| d.fill == FillPolicy::Null);
-        let query = sub
-            .filter(|_| q.query.show_query)
-            .map(engine::show_query);
+        let query = sub.filter(|_| q.query.show_query).map(engine::show_query);
         let (annotations, show_empty) = match s.annotations {
             Some(list) => (list, !q.query.no_annotations),
             None => (Vec::new(), false),

@@ -288,8 +288,9 @@ mod tests {
 
     #[test]
     fn nested_functions_metrics_and_names() {
-        let t = parse(" scale( sumSeries(sum:1m-avg:rate:a.b{host=*, dc = lga|lgb},max:c) , 1024 ) ")
-            .unwrap();
+        let t =
+            parse(" scale( sumSeries(sum:1m-avg:rate:a.b{host=*, dc = lga|lgb},max:c) , 1024 ) ")
+                .unwrap();
         assert_eq!(t.function, Function::Scale);
         assert_eq!(
             t.params,
@@ -316,9 +317,8 @@ mod tests {
 
     #[test]
     fn nesting_is_bounded() {
-        let nested = |depth: usize| {
-            format!("{}sum:m{}", "absolute(".repeat(depth), ")".repeat(depth))
-        };
+        let nested =
+            |depth: usize| format!("{}sum:m{}", "absolute(".repeat(depth), ")".repeat(depth));
         // A query thread's stack (2 MiB) holds the deepest accepted
         // expression, parsed and evaluated, even unoptimised.
         let ok = std::thread::Builder::new()
@@ -342,7 +342,10 @@ mod tests {
         assert_eq!(fail("foo(sum:m)"), "Function foo has not been implemented");
         // The name is looked up before anything after it is checked.
         assert_eq!(fail("foo:m"), "Function foo has not been implemented");
-        assert_eq!(fail("scale(bar(sum:m),2)"), "Function bar has not been implemented");
+        assert_eq!(
+            fail("scale(bar(sum:m),2)"),
+            "Function bar has not been implemented"
+        );
         for bad in [
             "",
             "scale()",

@@ -112,8 +112,14 @@ fn scale_keeps_integers_for_integral_factors() {
 fn scale_errors() {
     let one = || vec![vec![sys_cpu(ints(5, 1, 1))]];
     fails(scale(one(), &[]), "Missing scaling factor");
-    fails(scale(one(), &params(&["abc"])), "Unparseable scale factor value: 0.0");
-    fails(scale(one(), &params(&["1e5"])), "Unparseable scale factor value: 0.0");
+    fails(
+        scale(one(), &params(&["abc"])),
+        "Unparseable scale factor value: 0.0",
+    );
+    fails(
+        scale(one(), &params(&["1e5"])),
+        "Unparseable scale factor value: 0.0",
+    );
     for bad in ["1.2.3", "-", ".", "1-"] {
         fails(
             scale(one(), &params(&[bad])),
@@ -155,7 +161,11 @@ fn alias_names_series_and_takes_absolute_values() {
     // The join key stays the original tags' (getTagUids).
     assert_eq!(out[0].join_tags, web.join_tags);
     // Parameters are joined with commas; @tagk takes the tag's value.
-    let out = alias(vec![vec![web.clone()]], &params(&["@host", "in", "@dc.@nope"])).unwrap();
+    let out = alias(
+        vec![vec![web.clone()]],
+        &params(&["@host", "in", "@dc.@nope"]),
+    )
+    .unwrap();
     assert_eq!(out[0].metric.as_deref(), Some("web01,in,lga.@nope"));
     // Without tags nothing is replaced.
     let out = alias(vec![vec![sys_cpu(ints(1, 1, 1))]], &params(&["@host"])).unwrap();
@@ -185,8 +195,12 @@ fn hashmap_order_for_test<'a>(keys: &[&'a str]) -> Vec<&'a str> {
 }
 
 fn moving(window: &str) -> Vec<f64> {
-    let out =
-        moving_average_fn(vec![vec![sys_cpu(ints(5, 1, 1))]], &params(&[window]), RANGE).unwrap();
+    let out = moving_average_fn(
+        vec![vec![sys_cpu(ints(5, 1, 1))]],
+        &params(&[window]),
+        RANGE,
+    )
+    .unwrap();
     assert!(out[0].dps.iter().all(|p| p.1.is_float()));
     assert_eq!(
         out[0].dps.iter().map(|p| p.0).collect::<Vec<_>>(),
@@ -226,13 +240,25 @@ fn moving_average_skips_nan_and_points_outside_the_range() {
 fn moving_average_errors() {
     let run = |p: &[&str]| moving_average_fn(vec![vec![sys_cpu(ints(5, 1, 1))]], &params(p), RANGE);
     fails(run(&[]), "Missing moving average window size");
-    fails(run(&["0"]), "Moving average window must be an integer greater than zero");
-    fails(run(&["'0min'"]), "Moving average window must be an integer greater than zero");
-    fails(run(&["99999999999"]), "Invalid parameter, must be an integer");
+    fails(
+        run(&["0"]),
+        "Moving average window must be an integer greater than zero",
+    );
+    fails(
+        run(&["'0min'"]),
+        "Moving average window must be an integer greater than zero",
+    );
+    fails(
+        run(&["99999999999"]),
+        "Invalid parameter, must be an integer",
+    );
     fails(run(&["5min"]), "Unparseable window size: 5min");
     fails(run(&["'min'"]), "Invalid moving window parameter: 'min'");
     fails(run(&["'"]), "Invalid moving window parameter: '");
-    fails(run(&["'5weeks'"]), "Unknown time unit=weeks in window='5weeks'");
+    fails(
+        run(&["'5weeks'"]),
+        "Unknown time unit=weeks in window='5weeks'",
+    );
     fails(
         run(&["'99999999999s'"]),
         "Unable to parse moving window parameter: '99999999999s'",
@@ -248,7 +274,10 @@ fn time_shift_moves_timestamps_forward() {
     .unwrap();
     // Only the first argument.
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].dps, vec![(T0 + MIN, Value::Int(1)), (T0 + 2 * MIN, Value::Int(2))]);
+    assert_eq!(
+        out[0].dps,
+        vec![(T0 + MIN, Value::Int(1)), (T0 + 2 * MIN, Value::Int(2))]
+    );
     let shifted = |p: &str| {
         time_shift(vec![vec![sys_cpu(floats(1, 1.5, 0.0))]], &params(&[p])).unwrap()[0].dps[0]
     };
@@ -269,7 +298,10 @@ fn time_shift_errors() {
     fails(run(&["'min'"]), "Invalid Parameter: 'min'");
     fails(run(&["'1month'"]), "unknown time unit=month");
     fails(run(&["'0min'"]), "timeshift <= 0");
-    fails(run(&["'99999999999min'"]), "For input string: \"99999999999\"");
+    fails(
+        run(&["'99999999999min'"]),
+        "For input string: \"99999999999\"",
+    );
 }
 
 #[test]
@@ -279,19 +311,28 @@ fn first_diff_of_each_series() {
         (T0 + MIN, Value::Int(4)),
         (T0 + 2 * MIN, Value::Float(2.5)),
     ])]]);
-    assert_eq!(out[0].dps, vec![
-        (T0, Value::Float(0.0)),
-        (T0 + MIN, Value::Float(3.0)),
-        (T0 + 2 * MIN, Value::Float(-1.5)),
-    ]);
+    assert_eq!(
+        out[0].dps,
+        vec![
+            (T0, Value::Float(0.0)),
+            (T0 + MIN, Value::Float(3.0)),
+            (T0 + 2 * MIN, Value::Float(-1.5)),
+        ]
+    );
 }
 
 fn top(rank: Rank, n: &str, series: Vec<Series>) -> Vec<String> {
-    highest(vec![series], &params(&[n]), rank, RANGE, &mut Scratch::default())
-        .unwrap()
-        .into_iter()
-        .map(|s| s.metric.unwrap())
-        .collect()
+    highest(
+        vec![series],
+        &params(&[n]),
+        rank,
+        RANGE,
+        &mut Scratch::default(),
+    )
+    .unwrap()
+    .into_iter()
+    .map(|s| s.metric.unwrap())
+    .collect()
 }
 
 #[test]
@@ -302,7 +343,10 @@ fn highest_current_and_max() {
         // TestHighestCurrent/TestHighestMax: top 1, 2 and 100 of two.
         assert_eq!(top(rank, "1", vec![a(), b()]), ["sys.mem"]);
         assert_eq!(top(rank, "2", vec![a(), b()]), ["sys.mem", "sys.cpu.user"]);
-        assert_eq!(top(rank, "100", vec![a(), b()]), ["sys.mem", "sys.cpu.user"]);
+        assert_eq!(
+            top(rank, "100", vec![a(), b()]),
+            ["sys.mem", "sys.cpu.user"]
+        );
         let fb = group("sys.mem", 2, &[], floats(5, 10.0, 1.0));
         assert_eq!(top(rank, "2", vec![a(), fb]), ["sys.mem", "sys.cpu.user"]);
         // Ints and doubles mixed in one series.
@@ -317,18 +361,33 @@ fn highest_current_and_max() {
     // stops early loses even though its last value (12) is larger, as the
     // last values are kept by position among the series still running.
     let short = || group("sys.mem", 2, &[], ints(3, 10, 1));
-    assert_eq!(top(Rank::Current, "1", vec![a(), short()]), ["sys.cpu.user"]);
+    assert_eq!(
+        top(Rank::Current, "1", vec![a(), short()]),
+        ["sys.cpu.user"]
+    );
     assert_eq!(top(Rank::Max, "1", vec![a(), short()]), ["sys.mem"]);
     // The chosen series come out unchanged.
-    let out = highest(vec![vec![a(), b()]], &params(&["1"]), Rank::Max, RANGE, &mut Scratch::default())
-        .unwrap();
+    let out = highest(
+        vec![vec![a(), b()]],
+        &params(&["1"]),
+        Rank::Max,
+        RANGE,
+        &mut Scratch::default(),
+    )
+    .unwrap();
     assert_eq!(out[0].dps, ints(5, 10, 1));
     // highestCurrent drops series without points. highestMax keeps them,
     // and by position the empty series gets the other one's maximum (and
     // the other one 0).
     let empty = || group("sys.empty", 3, &[], vec![]);
-    assert_eq!(top(Rank::Current, "5", vec![empty(), a()]), ["sys.cpu.user"]);
-    assert_eq!(top(Rank::Max, "5", vec![empty(), a()]), ["sys.empty", "sys.cpu.user"]);
+    assert_eq!(
+        top(Rank::Current, "5", vec![empty(), a()]),
+        ["sys.cpu.user"]
+    );
+    assert_eq!(
+        top(Rank::Max, "5", vec![empty(), a()]),
+        ["sys.empty", "sys.cpu.user"]
+    );
 }
 
 #[test]
@@ -344,9 +403,15 @@ fn highest_errors() {
     };
     fails(run(&[]), "Need aggregation window for moving average");
     fails(run(&["0"]), "Top n value must be greater than zero: 0");
-    fails(run(&["not a number"]), "Unparseable top n value: not a number");
+    fails(
+        run(&["not a number"]),
+        "Unparseable top n value: not a number",
+    );
     fails(run(&["-1"]), "Unparseable top n value: -1");
-    fails(run(&["99999999999"]), "Invalid parameter, must be an integer");
+    fails(
+        run(&["99999999999"]),
+        "Invalid parameter, must be an integer",
+    );
 }
 
 /// BaseTimeSyncedIteratorTest.oneExtraSameE: A has D=D and D=F, B has
@@ -384,7 +449,10 @@ fn sum_series_joins_by_tags() {
     assert_eq!(out[2].dps[0].0, T0);
     // Tags come from the first argument's series; the metric is the
     // smallest UID; no TSUIDs, an empty annotation list, query 0.
-    assert_eq!(out[2].tags, [("D".into(), "G".into()), ("E".into(), "E".into())]);
+    assert_eq!(
+        out[2].tags,
+        [("D".into(), "G".into()), ("E".into(), "E".into())]
+    );
     assert_eq!(out[0].metric, None);
     assert_eq!(out[0].metric_uid, Some(uid(1)));
     assert_eq!(out[2].metric_uid, Some(uid(2)));
@@ -404,7 +472,10 @@ fn diff_multiply_divide() {
     let run = |op| values(&combine(vec![a(), b()], op, &mut no_names).unwrap()[0]);
     assert_eq!(run(Op::Diff), [-9.0; 5]);
     assert_eq!(run(Op::Multiply), [10.0, 22.0, 36.0, 52.0, 70.0]);
-    assert_eq!(run(Op::Divide), [0.1, 2.0 / 11.0, 3.0 / 12.0, 4.0 / 13.0, 5.0 / 14.0]);
+    assert_eq!(
+        run(Op::Divide),
+        [0.1, 2.0 / 11.0, 3.0 / 12.0, 4.0 / 13.0, 5.0 / 14.0]
+    );
     // Three arguments, left to right.
     let c = || vec![group("sys.x", 3, &[], ints(5, 2, 0))];
     let out = combine(vec![b(), a(), c()], Op::Divide, &mut no_names).unwrap();
@@ -415,8 +486,20 @@ fn diff_multiply_divide() {
 
 #[test]
 fn cross_series_fills_and_division_by_zero() {
-    let zero = || vec![group("z", 2, &[], vec![(T0, Value::Int(0)), (T0 + MIN, Value::Float(f64::NAN))])];
-    let a = || vec![sys_cpu(vec![(T0, Value::Int(6)), (T0 + MIN, Value::Int(8))])];
+    let zero = || {
+        vec![group(
+            "z",
+            2,
+            &[],
+            vec![(T0, Value::Int(0)), (T0 + MIN, Value::Float(f64::NAN))],
+        )]
+    };
+    let a = || {
+        vec![sys_cpu(vec![
+            (T0, Value::Int(6)),
+            (T0 + MIN, Value::Int(8)),
+        ])]
+    };
     // x / 0 is 0 (JEXL's lenient arithmetic); NaN counts as 0.
     let out = combine(vec![a(), zero()], Op::Divide, &mut no_names).unwrap();
     assert_eq!(values(&out[0]), [0.0, 0.0]);
@@ -424,7 +507,14 @@ fn cross_series_fills_and_division_by_zero() {
     assert_eq!(values(&out[0]), [6.0, 8.0]);
     // Points are matched by timestamp; a series without a point there
     // counts as 0 (2.4.1 would pair the n-th points, then fail).
-    let gappy = || vec![group("g", 2, &[], vec![(T0 + MIN, Value::Int(1)), (T0 + 2 * MIN, Value::Int(2))])];
+    let gappy = || {
+        vec![group(
+            "g",
+            2,
+            &[],
+            vec![(T0 + MIN, Value::Int(1)), (T0 + 2 * MIN, Value::Int(2))],
+        )]
+    };
     let out = combine(vec![a(), gappy()], Op::Sum, &mut no_names).unwrap();
     assert_eq!(
         out[0].dps,
@@ -461,7 +551,11 @@ fn cross_series_argument_count_and_aggregated_tags() {
 
 #[test]
 fn tree_strings_as_expression_tree_writes_them() {
-    let t = parser::parse("sumSeries(sum:a.b{host=*},scale(sum:1m-avg:c,2),sum:rate:d)", 0).unwrap();
+    let t = parser::parse(
+        "sumSeries(sum:a.b{host=*},scale(sum:1m-avg:c,2),sum:rate:d)",
+        0,
+    )
+    .unwrap();
     assert_eq!(t.to_string(), "sumSeries(scale(c),a.b,d)");
     let t = parser::parse("alias(timeShift(sum:m,'1day'),x,@host)", 0).unwrap();
     assert_eq!(t.to_string(), "alias(timeshift(m),x,@host)");
@@ -472,10 +566,8 @@ fn tree_strings_as_expression_tree_writes_them() {
 
 #[test]
 fn requests_and_their_sub_queries() {
-    let q = parse_gexp(
-        "start=1h-ago&m=sum:x&exp=sumSeries(sum:a,sum:x)&exp=scale(sum:a,2)&ms",
-    )
-    .unwrap();
+    let q = parse_gexp("start=1h-ago&m=sum:x&exp=sumSeries(sum:a,sum:x)&exp=scale(sum:a,2)&ms")
+        .unwrap();
     let metrics: Vec<&str> = q
         .query
         .queries

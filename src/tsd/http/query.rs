@@ -47,7 +47,9 @@ pub(super) async fn route(c: Call, body: Incoming) -> Reply {
         None | Some("") => handle(&c.state, &c.method, c.verb(), raw, body).await,
         Some("last") => handle_last(&c.state, &c.method, raw, body).await,
         // QueryRpc compares the endpoint in lower case.
-        Some(e) if e.eq_ignore_ascii_case("gexp") => super::gexp::handle(&c.state, &c.method, c.verb(), raw, body).await,
+        Some(e) if e.eq_ignore_ascii_case("gexp") => {
+            super::gexp::handle(&c.state, &c.method, c.verb(), raw, body).await
+        }
         Some(_) => not_found(true, &c.query),
     }
 }
