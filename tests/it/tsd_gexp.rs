@@ -197,6 +197,11 @@ fn query_flags() {
             H + 60
         ))
     );
+    // Without any exp=, the m= queries run and nothing is answered.
+    assert_eq!(
+        get(&srv, &format!("/api/query/gexp?start={H}&m=sum:cpu")),
+        ok("[]")
+    );
     // A metric query used twice is one sub-query.
     let (status, body) = gexp(&srv, &["sumSeries(sum:cpu{host=a},sum:cpu{host=a})"], "");
     assert_eq!(status, 200);
@@ -236,6 +241,7 @@ fn errors() {
         bad("scale(sum:cpu{host=*},2"),
         (400, err(400, "Failed to parse scale(sum:cpu{host=*},2"))
     );
+    assert_eq!(bad(""), (400, err(400, "Failed to parse ")));
     assert_eq!(
         bad("scale(sum:cpu%,2)"),
         (400, err(400, "Failed to parse scale(sum:cpu%,2)"))

@@ -91,6 +91,11 @@ fn scale_keeps_integers_for_integral_factors() {
     assert_eq!(out[0].dps, floats(5, 1.5, 1.5));
     let out = scale(vec![vec![sys_cpu(floats(5, 1.0, 1.0))]], &params(&["-2"])).unwrap();
     assert_eq!(out[0].dps, floats(5, -2.0, -2.0));
+    // TestScale: factors 0 and -1 keep integers.
+    let out = scale(vec![vec![sys_cpu(ints(5, 1, 1))]], &params(&["0"])).unwrap();
+    assert_eq!(out[0].dps, ints(5, 0, 0));
+    let out = scale(vec![vec![sys_cpu(ints(5, 1, 1))]], &params(&["-1"])).unwrap();
+    assert_eq!(out[0].dps, ints(5, -1, -1));
     // Every group of every argument.
     let out = scale(
         vec![vec![sys_cpu(ints(2, 1, 1)), sys_cpu(ints(2, 10, 1))]],
