@@ -10,11 +10,18 @@
 //! over the groups of its sub-queries, and only the expressions' series
 //! are answered, in `/api/query`'s format.
 //!
-//! The answer's metric names are *not* the expression text (as the map
-//! in `docs/opentsdb.md` once said): a function's series keeps the metric
-//! of the series it came from, `alias` names it, and the cross-series
-//! functions (`sumSeries`, ...) print the metric with the smallest UID
-//! among those they joined.
+//! The answer's metric names are *not* the expression text (as the
+//! behaviour map `opentsdb.md`, section 1.4, says): a function's series
+//! keeps the metric of the series it came from, `alias` names it, and the
+//! cross-series functions (`sumSeries`, ...) print the metric with the
+//! smallest UID among those they joined (`EDPtoDPS.metricNameAsync`).
+//!
+//! Kept from 2.4.1 though odd, because its tests assert them or the
+//! answers are still usable: `alias` takes absolute values; the top-n
+//! functions rank by values stored per position among the series running
+//! at a timestamp ([`functions::highest`]); a function given no series
+//! argument answers nothing without checking its parameters; a bare
+//! parameter before a series argument fails with `Unknown parameter type`.
 //!
 //! Differences from 2.4.1, each a client's mistake 2.4.1 answers badly or
 //! a plain bug that leaves a documented function unusable:
