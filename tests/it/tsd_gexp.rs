@@ -100,6 +100,33 @@ fn documented_examples_and_nesting() {
             r#"[{{"metric":"if.bytes_in","tags":{{"host":"web01"}},"aggregateTags":[],"annotations":[],"dps":{{"{t0}":11.0,"{t1}":22.5}}}},{{"metric":"if.bytes_in","tags":{{"host":"web02"}},"aggregateTags":[],"annotations":[],"dps":{{"{t0}":8.0,"{t1}":7.0}}}}]"#
         ))
     );
+    // The documentation's union example, under the function's short name.
+    assert_eq!(
+        gexp(
+            &srv,
+            &["sum(sum:if.bytes_in{host=*},sum:if.bytes_out{host=*})"],
+            ""
+        ),
+        gexp(
+            &srv,
+            &["sumSeries(sum:if.bytes_in{host=*},sum:if.bytes_out{host=*})"],
+            ""
+        )
+    );
+    // The documentation's timed windows.
+    for (window, second) in [("'60s'", "2.0"), ("'60m'", "0.0"), ("'24h'", "0.0")] {
+        assert_eq!(
+            gexp(
+                &srv,
+                &[&format!("movingAverage(sum:cpu{{host=a}},{window})")],
+                ""
+            ),
+            ok(&format!(
+                r#"[{{"metric":"cpu","tags":{{"host":"a"}},"aggregateTags":[],"dps":{{"{t0}":0.0,"{t1}":{second}}}}}]"#
+            )),
+            "{window}"
+        );
+    }
     // Error ratios: out / in * 100, division by zero gives 0.
     assert_eq!(
         gexp(
