@@ -507,6 +507,8 @@ fn run_sub(
             query: query_json.clone(),
             stats: None,
             annotations,
+            show_empty_annotations: false,
+            query_index: sub.index,
         });
     }
     budget.check_time()?;
@@ -736,7 +738,7 @@ fn compute_tags<'a>(
 }
 
 /// The sub-query as `showQuery` prints it (`TSSubQuery`'s JSON).
-fn show_query(sub: &ValidSubQuery) -> serde_json::Value {
+pub(crate) fn show_query(sub: &ValidSubQuery) -> serde_json::Value {
     let o = &sub.original;
     let filters: Vec<serde_json::Value> = sub
         .filters

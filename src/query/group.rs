@@ -42,13 +42,63 @@ pub(crate) fn aggregate(
     if same_grid && accumulate(&series, agg, rate, from, to, scratch, out) {
         return;
     }
-    scratch.cursors.clear();
-    scratch.cursors.resize(series.len(), 0);
     let interp = if rate {
         Interpolation::Prev
     } else {
         agg.interpolation
     };
+    let mut sort = std::mem::take(&mut scratch.sort);
+    merge_at_times(&series, interp, rate, from, to, scratch, |t, values| {
+        out.push(match values {
+            Merged::Longs(v) => (t, Value::Int(agg.run_long(v, &mut sort))),
+            Merged::Doubles(v) => (t, Value::Float(agg.run_double(v))),
+        })
+    });
+    scratch.sort = sort;
+}
+
+/// The values the merge hands over at one timestamp: one per series
+/// taking part there (inside its own first..last range), in series order,
+/// interpolated where the series has no point of its own.
+pub(crate) enum Merged<'a> {
+    /// Every series' current and next point is an integer (`isInteger`).
+    Longs(&'a [i64]),
+    Doubles(&'a mut [f64]),
+}
+
+/// Walks `series` as `AggregationIterator` does and calls `f` at every
+/// timestamp of their union in `[from, to]`, without aggregating: for
+/// callers that consume the per-series values themselves (the gexp
+/// top-n functions). Empty series never take part.
+pub(crate) fn walk(
+    series: &[&Points],
+    interp: Interpolation,
+    from: i64,
+    to: i64,
+    scratch: &mut Scratch,
+    f: impl FnMut(i64, Merged<'_>),
+) {
+    let series: Vec<&Points> = series.iter().copied().filter(|s| !s.is_empty()).collect();
+    if series.is_empty() {
+        return;
+    }
+    union_times(&series, &mut scratch.times);
+    merge_at_times(&series, interp, false, from, to, scratch, f);
+}
+
+/// The merge proper over `scratch.times` (already the union of the
+/// non-empty `series`' timestamps).
+fn merge_at_times(
+    series: &[&Points],
+    interp: Interpolation,
+    rate: bool,
+    from: i64,
+    to: i64,
+    scratch: &mut Scratch,
+    mut f: impl FnMut(i64, Merged<'_>),
+) {
+    scratch.cursors.clear();
+    scratch.cursors.resize(series.len(), 0);
     for &t in &scratch.times {
         // Advance cursors to the first point at or after t, and decide
         // long or double math from every series' current and next point.
@@ -95,8 +145,7 @@ pub(crate) fn aggregate(
                     Interpolation::Prev => y0,
                 });
             }
-            let v = agg.run_double(&mut scratch.doubles);
-            out.push((t, Value::Float(v)));
+            f(t, Merged::Doubles(&mut scratch.doubles));
         } else {
             scratch.longs.clear();
             for (s, &c) in series.iter().zip(&scratch.cursors) {
@@ -126,8 +175,7 @@ pub(crate) fn aggregate(
                     Interpolation::Prev => y0,
                 });
             }
-            let v = agg.run_long(&scratch.longs, &mut scratch.sort);
-            out.push((t, Value::Int(v)));
+            f(t, Merged::Longs(&scratch.longs));
         }
     }
 }

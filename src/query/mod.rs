@@ -10,6 +10,7 @@
 //! - [`engine`]: selecting series from the index and running a query.
 //! - [`output`]: the JSON response, byte for byte.
 //! - [`last`]: the `/api/query/last` endpoint.
+//! - [`gexp`]: `/api/query/gexp`, functions over sub-queries' results.
 //! - [`limits`]: query limits and timeouts.
 //! - [`options`]: the options a server builds once and every query uses.
 //! - [`error`]: errors carrying OpenTSDB's status and message.
@@ -24,6 +25,7 @@ pub(crate) mod downsample;
 pub(crate) mod engine;
 pub(crate) mod error;
 pub(crate) mod filter;
+pub(crate) mod gexp;
 pub(crate) mod group;
 pub(crate) mod last;
 pub(crate) mod limits;
@@ -35,6 +37,7 @@ pub(crate) mod request;
 pub use aggregator::{AGGREGATORS, Aggregator};
 pub use engine::{QueryContext, execute};
 pub use error::QueryError;
+pub use gexp::{GexpQuery, execute_gexp, parse_gexp};
 pub use last::{LastQuery, execute_last, parse_last_get, parse_last_post};
 pub use limits::QueryLimits;
 pub use options::QueryOptions;

@@ -29,8 +29,17 @@ pub struct QueryResult {
     /// Per-result stats, for `showStats`.
     pub stats: Option<serde_json::Value>,
     /// The group's series annotations in `[start, end]`, sorted by start
-    /// time; left out of the JSON when empty.
+    /// time; left out of the JSON when empty (unless
+    /// `show_empty_annotations`).
     pub annotations: Vec<Annotation>,
+    /// Write `"annotations":[]` even when there are none. A query's group
+    /// has a null list when it has no annotations, but the series gexp's
+    /// cross-series functions build carry an empty one
+    /// (`EDPtoDPS.getAnnotations`), which 2.4.1's serializer writes.
+    pub show_empty_annotations: bool,
+    /// The sub-query (its index after de-duplication) the result answers:
+    /// gexp finds a function argument's groups by it.
+    pub query_index: usize,
 }
 
 /// A whole response.
@@ -141,11 +150,11 @@ impl QueryResponse {
             }
             out.push(']');
         }
-        for (name, notes) in [
-            ("annotations", &r.annotations),
-            ("globalAnnotations", &self.global_annotations),
+        for (name, notes, show_empty) in [
+            ("annotations", &r.annotations, r.show_empty_annotations),
+            ("globalAnnotations", &self.global_annotations, false),
         ] {
-            if notes.is_empty() {
+            if notes.is_empty() && !show_empty {
                 continue;
             }
             let _ = write!(out, ",\"{name}\":[");
@@ -197,6 +206,8 @@ mod tests {
             query: None,
             stats: None,
             annotations: vec![],
+            show_empty_annotations: false,
+            query_index: 0,
         }
     }
 

@@ -155,6 +155,16 @@ pub(crate) fn query_pairs(qs: &str) -> Vec<(String, String)> {
 /// Parses a GET query string (`QueryRpc.parseQuery`). Flags count when
 /// present, whatever their value.
 pub fn parse_get(qs: &str) -> Result<TsQuery, QueryError> {
+    parse_get_with(qs, |_| Ok(Vec::new()))
+}
+
+/// [`parse_get`], plus the sub-queries `more` derives from the decoded
+/// query string (gexp's `exp=` metric queries): they come after the
+/// `m=`/`tsuid=` ones and before the check that there is at least one.
+pub(crate) fn parse_get_with(
+    qs: &str,
+    more: impl FnOnce(&[(String, String)]) -> Result<Vec<TsSubQuery>, QueryError>,
+) -> Result<TsQuery, QueryError> {
     let pairs = query_pairs(qs);
     let has = |name: &str| pairs.iter().any(|(k, _)| k == name);
     let first = |name: &str| {
@@ -187,6 +197,11 @@ pub fn parse_get(qs: &str) -> Result<TsQuery, QueryError> {
             _ => continue,
         };
         // Identical sub-queries are de-duplicated (a LinkedHashSet).
+        if !q.queries.contains(&sub) {
+            q.queries.push(sub);
+        }
+    }
+    for sub in more(&pairs)? {
         if !q.queries.contains(&sub) {
             q.queries.push(sub);
         }

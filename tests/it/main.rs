@@ -23,6 +23,7 @@ mod tsd_crash;
 mod tsd_discovery;
 mod tsd_diskfull;
 mod tsd_fuzz;
+mod tsd_gexp;
 mod tsd_grafana;
 mod tsd_http;
 mod tsd_load;

@@ -13,6 +13,7 @@ const PATHS: &[&str] = &[
     "/api/put?details",
     "/api/query",
     "/api/query/last",
+    "/api/query/gexp",
     "/api/suggest",
     "/api/search/lookup",
     "/api/uid/assign",
@@ -56,6 +57,7 @@ fn query_string() -> impl Strategy<Value = String> {
         Just("back_scan"),
         Just("create"),
         Just("method_override"),
+        Just("exp"),
     ];
     let value = prop_oneof![
         Just("1356998400".to_string()),
@@ -63,6 +65,10 @@ fn query_string() -> impl Strategy<Value = String> {
         Just("sum:sys.cpu%7Bhost=*%7D".to_string()),
         Just("sum:rate:1m-avg-nan:sys.cpu".to_string()),
         Just("000001000001000001".to_string()),
+        Just("scale(sum:sys.cpu%7Bhost=*%7D,2)".to_string()),
+        Just("sumSeries(sum:sys.cpu,alias(sum:sys.cpu,@host))".to_string()),
+        Just("highestMax(movingAverage(sum:sys.cpu,'1min'),1)".to_string()),
+        "[a-zA-Z(),:'@*0-9%{}=.-]{0,24}".prop_map(String::from),
         Just("metrics".to_string()),
         Just("true".to_string()),
         Just("delete".to_string()),

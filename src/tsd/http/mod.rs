@@ -7,6 +7,7 @@
 mod annotation;
 mod backup;
 mod body;
+mod gexp;
 mod metrics;
 pub(crate) mod put;
 mod put_body;

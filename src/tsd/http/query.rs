@@ -10,12 +10,12 @@ use super::{Call, Reply, method_not_allowed, not_found, read_body};
 use crate::query::{self, QueryContext, QueryError};
 use crate::tsd::TsdState;
 
-fn context(state: &TsdState) -> QueryContext<'_> {
+pub(super) fn context(state: &TsdState) -> QueryContext<'_> {
     let db = &state.db;
     QueryContext::with_options(&**db, db.uids(), db.index(), &state.options.query)
 }
 
-fn error(e: QueryError) -> Reply {
+pub(super) fn error(e: QueryError) -> Reply {
     Reply::error(e.status(), &e.message(), e.details().unwrap_or(""))
 }
 
@@ -46,6 +46,10 @@ pub(super) async fn route(c: Call, body: Incoming) -> Reply {
     match c.rest.first().map(String::as_str) {
         None | Some("") => handle(&c.state, &c.method, c.verb(), raw, body).await,
         Some("last") => handle_last(&c.state, &c.method, raw, body).await,
+        // QueryRpc compares the endpoint in lower case.
+        Some(e) if e.eq_ignore_ascii_case("gexp") => {
+            super::gexp::handle(&c.state, &c.method, c.verb(), raw, body).await
+        }
         Some(_) => not_found(true, &c.query),
     }
 }
