@@ -57,6 +57,7 @@ pub mod query;
 pub mod search;
 pub(crate) mod storage;
 pub mod store;
+pub mod tree;
 pub mod tsd;
 pub mod uid;
 pub(crate) mod version;
