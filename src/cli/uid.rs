@@ -40,6 +40,12 @@ Sub commands:
 
   [kind] <name>: Lookup the ID of this name.
   [kind] <ID>: Lookup the name of this ID.
+  metasync: Creates missing TSMeta and UIDMeta objects from the data.
+  metapurge: Deletes every TSMeta and UIDMeta object.
+  treesync: Runs every series with a TSMeta through the enabled trees
+            (needs tsd.core.tree.enable_processing = true).
+  treepurge <id> [definition]: Deletes a tree's branches and leaves;
+            with \"true\" as definition, the tree and its rules too.
 
 Example values for [kind]: metrics, tagk (tag name), tagv (tag value).";
 
@@ -171,6 +177,68 @@ pub(crate) fn run(
             writeln!(
                 out,
                 "Completed meta data purge in [{}] seconds",
+                started.elapsed().as_secs()
+            )?;
+            Ok(0)
+        }
+        "treesync" => {
+            // As OpenTSDB's UidManager: nothing to do, successfully, when
+            // tree processing is off.
+            if !ctx.config.get_bool("tsd.core.tree.enable_processing") {
+                tracing::warn!("Tree processing is disabled");
+                return Ok(0);
+            }
+            let started = std::time::Instant::now();
+            let done = db.sync_trees()?;
+            store.sync()?;
+            if done.trees == 0 {
+                tracing::warn!("No enabled trees were found");
+            }
+            writeln!(
+                out,
+                "Processed {} series through {} enabled trees: {} leaves added, {} collisions, {} not matched",
+                done.series, done.trees, done.leaves, done.collisions, done.not_matched
+            )?;
+            writeln!(
+                out,
+                "Completed tree synchronization in [{}] seconds",
+                started.elapsed().as_secs()
+            )?;
+            Ok(0)
+        }
+        "treepurge" => {
+            if n < 2 {
+                return usage(err, "Wrong number of arguments");
+            }
+            // OpenTSDB parses the id with Integer.parseInt and reports a
+            // bad one (or one out of range) as an unexpected error, code 3.
+            let tree_id = match args[1]
+                .parse::<i32>()
+                .map_err(|e| e.to_string())
+                .and_then(|id| crate::tree::check_tree_id(id).map_err(|e| e.to_string()))
+            {
+                Ok(id) => id,
+                Err(e) => {
+                    writeln!(err, "Unexpected exception: {e}")?;
+                    return Ok(3);
+                }
+            };
+            let definition = args.get(2).is_some_and(|a| a.to_lowercase() == "true");
+            let started = std::time::Instant::now();
+            let deleted = db.trees().delete_tree(tree_id, definition)?;
+            store.sync()?;
+            writeln!(
+                out,
+                "Deleted {deleted} cells of tree {tree_id}{}",
+                if definition {
+                    ", its definition and rules included"
+                } else {
+                    ""
+                }
+            )?;
+            writeln!(
+                out,
+                "Completed tree deletion in [{}] seconds",
                 started.elapsed().as_secs()
             )?;
             Ok(0)

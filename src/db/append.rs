@@ -119,6 +119,7 @@ impl Db {
         if self.meta.ts_fields(&tsuid).map_err(storage)?.is_none() {
             let fields = crate::meta::TsMetaFields::new(crate::model::uid::hex_upper(&tsuid), now);
             self.meta.put_ts_fields(&tsuid, &fields).map_err(storage)?;
+            self.queue_for_trees(&series.tsuid);
         }
         Ok(())
     }

@@ -214,5 +214,6 @@ impl Db {
         }
         self.truncate_wal();
         self.persist_counters_if_due();
+        self.process_tree_queue();
     }
 }

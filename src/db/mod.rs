@@ -42,6 +42,7 @@ pub(crate) mod options;
 pub(crate) mod read;
 pub(crate) mod replay;
 pub(crate) mod search;
+pub(crate) mod tree;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -68,6 +69,7 @@ pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
 pub use options::{DbOptions, WriteOptions};
 pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
+pub use tree::{TreeTest, TreesSynced};
 pub use wal::WalError;
 
 /// Directory of the WAL inside the data directory.
@@ -83,6 +85,8 @@ pub enum DbError {
     Meta(#[from] crate::meta::MetaError),
     #[error(transparent)]
     Index(#[from] crate::index::IndexError),
+    #[error(transparent)]
+    Tree(#[from] crate::tree::TreeError),
     #[error("write-ahead log {path}: {cause}")]
     Wal {
         path: PathBuf,
@@ -125,6 +129,13 @@ pub struct WriteStats {
     pub replay_unstorable: AtomicU64,
 }
 
+/// The parts of a [`Db`] that persist through their own seams besides the
+/// rows, the UIDs and the index.
+struct Parts {
+    meta: Arc<dyn MetaStore>,
+    trees: Arc<dyn crate::tree::TreeStore>,
+}
+
 /// An open database. Shared behind an `Arc`; [`Db::close`] flushes it.
 pub struct Db {
     /// The data rows: every read, write and delete of `Db` goes here.
@@ -134,6 +145,9 @@ pub struct Db {
     store: Arc<Store>,
     index: Arc<SeriesIndex>,
     meta: Arc<dyn MetaStore>,
+    trees: Arc<dyn crate::tree::TreeStore>,
+    /// New series waiting for tree processing (`db/tree.rs`).
+    tree_queue: Mutex<Vec<crate::model::Tsuid>>,
     series: SeriesCache,
     buffer: Buffer,
     wal: Wal,
@@ -173,10 +187,13 @@ impl Db {
         let index = SeriesIndex::open(store.index_store(), store.layout().widths)?;
         Self::assemble(
             store.clone(),
-            store,
+            store.clone(),
             uids,
             Arc::new(index),
-            meta,
+            Parts {
+                meta,
+                trees: store.tree_store(),
+            },
             &opts.data_dir,
             opts.write.clone(),
         )
@@ -187,7 +204,7 @@ impl Db {
         store: Arc<Store>,
         uids: Arc<UidTable>,
         index: Arc<SeriesIndex>,
-        meta: Arc<dyn MetaStore>,
+        Parts { meta, trees }: Parts,
         data_dir: &Path,
         opts: WriteOptions,
     ) -> Result<Arc<Db>> {
@@ -201,6 +218,8 @@ impl Db {
             store,
             index,
             meta,
+            trees,
+            tree_queue: Mutex::new(Vec::new()),
             series,
             buffer: Buffer::new(),
             wal,
@@ -313,6 +332,7 @@ impl Db {
             pressure: false,
             everything: true,
         });
+        self.process_tree_queue();
         if let Err(e) = self.persist_counters() {
             tracing::error!(error = %e, "saving series counters at shutdown failed");
         }

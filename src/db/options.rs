@@ -51,6 +51,9 @@ pub struct WriteOptions {
     pub series_limits: SeriesLimits,
     /// `tsd.core.meta.*`: meta objects and counters kept as points arrive.
     pub meta: MetaTracking,
+    /// `tsd.core.tree.enable_processing` (default false): new series
+    /// (a TSMeta created as points arrive) go through every enabled tree.
+    pub tree_processing: bool,
 }
 
 impl Default for WriteOptions {
@@ -64,6 +67,7 @@ impl Default for WriteOptions {
             max_tags: 8,
             series_limits: SeriesLimits::default(),
             meta: MetaTracking::default(),
+            tree_processing: false,
         }
     }
 }
@@ -140,6 +144,7 @@ fn write_options(c: &Config) -> Result<WriteOptions, ConfigError> {
             tsuid_tracking: c.get_bool("tsd.core.meta.enable_tsuid_tracking"),
             tsuid_incrementing: c.get_bool("tsd.core.meta.enable_tsuid_incrementing"),
         },
+        tree_processing: c.get_bool("tsd.core.tree.enable_processing"),
         ..WriteOptions::default()
     };
     if let Some(ms) = c.get_int::<u64>("tsd.storage.flush_interval")? {

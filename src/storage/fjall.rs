@@ -33,7 +33,7 @@ const PROBE_BYTES: usize = 256 << 10;
 /// One open fjall database and its keyspaces.
 struct Engine {
     db: Database,
-    tables: [Keyspace; 4],
+    tables: [Keyspace; 5],
 }
 
 impl Engine {
@@ -58,6 +58,7 @@ impl Engine {
             open(Table::Uid)?,
             open(Table::Meta)?,
             open(Table::Index)?,
+            open(Table::Tree)?,
         ];
         Ok(Engine { db, tables })
     }
@@ -68,6 +69,7 @@ impl Engine {
             Table::Uid => &self.tables[1],
             Table::Meta => &self.tables[2],
             Table::Index => &self.tables[3],
+            Table::Tree => &self.tables[4],
         }
     }
 }

@@ -13,7 +13,7 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
 #[derive(Default)]
 pub(crate) struct MemoryStore {
-    tables: RwLock<[Map; 4]>,
+    tables: RwLock<[Map; 5]>,
 }
 
 fn idx(t: Table) -> usize {
@@ -22,11 +22,12 @@ fn idx(t: Table) -> usize {
         Table::Uid => 1,
         Table::Meta => 2,
         Table::Index => 3,
+        Table::Tree => 4,
     }
 }
 
 /// A copy of every table (tests hold small stores).
-struct MemorySnapshot([Map; 4]);
+struct MemorySnapshot([Map; 5]);
 
 impl KvSnapshot for MemorySnapshot {
     fn scan_all(&self, table: Table) -> ScanIter<'_> {

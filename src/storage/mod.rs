@@ -22,10 +22,18 @@ pub enum Table {
     /// `rtsdb-index`: the series index (metric and tag pairs → series);
     /// rtsdb's own, OpenTSDB has no equivalent.
     Index,
+    /// `tsdb-tree`: tree definitions, rules, branches and leaves.
+    Tree,
 }
 
 impl Table {
-    pub const ALL: [Table; 4] = [Table::Data, Table::Uid, Table::Meta, Table::Index];
+    pub const ALL: [Table; 5] = [
+        Table::Data,
+        Table::Uid,
+        Table::Meta,
+        Table::Index,
+        Table::Tree,
+    ];
 
     /// OpenTSDB's default table name.
     pub fn name(self) -> &'static str {
@@ -34,6 +42,7 @@ impl Table {
             Table::Uid => "tsdb-uid",
             Table::Meta => "tsdb-meta",
             Table::Index => "rtsdb-index",
+            Table::Tree => "tsdb-tree",
         }
     }
 }

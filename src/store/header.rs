@@ -15,9 +15,11 @@ use crate::model::uid::{UidWidth, UidWidths};
 
 pub const HEADER_FILE: &str = "rtsdb-store.json";
 pub const FORMAT_NAME: &str = "rtsdb";
-/// Version 2 added `checksum`; version 1 stores (no checksum) are read and
-/// upgraded in place by [`super::Store::open`].
-pub const FORMAT_VERSION: u32 = 2;
+/// Version 2 added `checksum`; version 3 the `tsdb-tree` table (trees,
+/// docs/format/tree.md). Older stores are read and upgraded in place by
+/// [`super::Store::open`]: the header is rewritten (with its checksum)
+/// and the engine creates the new table empty.
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// Prefix of the `checksum` field: the algorithm, so that it can change.

@@ -21,6 +21,7 @@ pub(crate) mod retention;
 pub mod rows;
 pub mod salvage;
 pub mod snapshot;
+pub(crate) mod tree_table;
 pub(crate) mod uid_table;
 
 use std::fs::{self, File};
@@ -394,6 +395,11 @@ impl Store {
     /// `tsdb-meta` tables.
     pub fn meta_store(&self) -> Arc<dyn MetaStore> {
         self.meta.clone()
+    }
+
+    /// Trees in this store's `tsdb-tree` table.
+    pub fn tree_store(&self) -> Arc<dyn crate::tree::TreeStore> {
+        Arc::new(tree_table::KvTreeStore::new(self.kv.clone()))
     }
 
     pub fn layout(&self) -> &KeyLayout {

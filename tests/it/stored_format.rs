@@ -5,13 +5,24 @@
 //! commit before the database handle) with `tsdb import` of
 //! `store-c85e33d.points.txt`, then `tsdb fsck --full-scan --compact`, so
 //! its rows are compressed columns in engine tables, with no journal.
+//! Its header is version 1.
+//!
+//! `tests/fixtures/store-6a4fbc1` was made the same way by main at 6a4fbc1
+//! (store format 2, the last before trees) from
+//! `store-6a4fbc1.points.txt` (`tsdb import --auto-metric`): seconds and
+//! milliseconds, three tags, the largest long.
 
 use std::path::{Path, PathBuf};
 
 use crate::common::tsdb;
 
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-c85e33d")
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn header_of(store: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(store.join("rtsdb-store.json")).unwrap())
+        .unwrap()
 }
 
 /// A copy to work on: opening a store takes its lock and may write.
@@ -32,7 +43,7 @@ fn copy_dir(from: &Path, to: &Path) {
 fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    copy_dir(&fixture(), &store);
+    copy_dir(&fixture("store-c85e33d"), &store);
     let scan = |metric: &str| {
         let r = tsdb(&store, &["scan", "--import", "1356998400", "sum", metric]);
         assert_eq!(r.code, 0, "{}", r.stderr);
@@ -50,11 +61,10 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
         "sys.mem.free 1356998400 1024 host=web01\nsys.mem.free 1357002001 2048 host=web01\n"
     );
     // The first open upgraded its version 1 header in place (format 2 adds
-    // a checksum), after checking it against the UID table.
-    let header: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(store.join("rtsdb-store.json")).unwrap())
-            .unwrap();
-    assert_eq!(header["format_version"], 2, "{header}");
+    // a checksum, format 3 the tree table), after checking it against the
+    // UID table.
+    let header = header_of(&store);
+    assert_eq!(header["format_version"], 3, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     assert_eq!(header["uid_width"]["metric"], 3, "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
@@ -73,4 +83,57 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
     );
     let r = tsdb(&store, &["uid", "metrics", "sys.mem.free"]);
     assert_eq!(r.stdout, "metrics sys.mem.free: [0, 0, 2]\n");
+}
+
+#[test]
+fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    copy_dir(&fixture("store-6a4fbc1"), &store);
+    assert_eq!(header_of(&store)["format_version"], 2);
+    let scan = |metric: &str| {
+        let r = tsdb(&store, &["scan", "--import", "1356998400", "sum", metric]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    let all = || {
+        ["sys.cpu.user", "sys.mem.free", "net.bytes.in"]
+            .iter()
+            .map(|m| scan(m))
+            .collect::<String>()
+    };
+    let expected = "sys.cpu.user 1356998400 42 host=web01 cpu=0 dc=lga\n\
+         sys.cpu.user 1356998410 43.5 host=web01 cpu=0 dc=lga\n\
+         sys.cpu.user 1356998400250 -7 host=web02 cpu=1 dc=lga\n\
+         sys.cpu.user 1356998400750 8 host=web02 cpu=1 dc=lga\n\
+         sys.cpu.user 1357002000 1.0E300 host=web01 cpu=0 dc=lga\n\
+         sys.mem.free 1356998400 1024 host=web01 dc=sjc\n\
+         sys.mem.free 1357002001123 2048 host=web01 dc=sjc\n\
+         net.bytes.in 1356998460 9223372036854775807 host=web02 iface=eth0 dc=lga\n";
+    assert_eq!(all(), expected);
+    let header = header_of(&store);
+    assert_eq!(header["format_version"], 3, "{header}");
+    assert!(header["checksum"].is_string(), "{header}");
+    let r = tsdb(&store, &["fsck", "--full-scan"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
+    // Writes land beside the old points, under the old UIDs.
+    let more = dir.path().join("more.txt");
+    std::fs::write(
+        &more,
+        "sys.mem.free 1357002011500 4096 host=web01 dc=sjc\n",
+    )
+    .unwrap();
+    let r = tsdb(&store, &["import", more.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        scan("sys.mem.free"),
+        "sys.mem.free 1356998400 1024 host=web01 dc=sjc\n\
+         sys.mem.free 1357002001123 2048 host=web01 dc=sjc\n\
+         sys.mem.free 1357002011500 4096 host=web01 dc=sjc\n"
+    );
+    let r = tsdb(&store, &["uid", "metrics", "sys.mem.free"]);
+    assert_eq!(r.stdout, "metrics sys.mem.free: [0, 0, 2]\n");
+    let r = tsdb(&store, &["fsck", "--full-scan"]);
+    assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
 }

@@ -16,6 +16,7 @@ mod routes;
 mod search;
 mod serializers;
 mod suggest;
+mod tree;
 mod uid;
 
 pub(crate) use body::BodyBudget;

@@ -14,7 +14,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Request};
 
 use super::{Query, Reply, annotation, metrics, not_found, put, query, read_body, search};
-use super::{backup, serializers, suggest, uid};
+use super::{backup, serializers, suggest, tree, uid};
 use crate::tsd::TsdState;
 use crate::tsd::rpc::{self, Serve};
 
@@ -150,6 +150,12 @@ static ROUTES: &[Route] = &[
         Api,
         Writes,
         Body(|c, b| uid::handle(&c.state, &c.method, &c.rest, &c.query, b)),
+    ),
+    route(
+        "tree",
+        Api,
+        Writes,
+        Body(|c, b| tree::handle(&c.state, &c.method, &c.rest, &c.query, b)),
     ),
     route("metrics", Legacy, Always, Head(metrics::http)),
     route("diediedie", Legacy, DieDieDie, Head(rpc::diediedie::http)),
