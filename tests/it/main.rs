@@ -30,6 +30,7 @@ mod tsd_load;
 mod tsd_query;
 mod tsd_search;
 mod tsd_telnet;
+mod tsd_tree;
 mod tsd_uid;
 mod uid_concurrency;
 mod wal_damage;
