@@ -244,7 +244,12 @@ impl Db {
         let Some(tree_id) = crate::tree::bytes_to_id(id) else {
             return Ok(None);
         };
-        let Some((branch, children, leaves)) = self.trees.branch_with_children(id)? else {
+        let Some(crate::tree::BranchCells {
+            branch,
+            children,
+            leaves,
+        }) = self.trees.branch_with_children(id)?
+        else {
             return Ok(None);
         };
         let widths = self.rows.widths();
@@ -260,8 +265,10 @@ impl Db {
                 let mut tags = Vec::new();
                 for (k, v) in &tsuid.tags {
                     tags.push((
-                        uids.get_name(crate::model::UidKind::TagKey, *k)?.to_string(),
-                        uids.get_name(crate::model::UidKind::TagValue, *v)?.to_string(),
+                        uids.get_name(crate::model::UidKind::TagKey, *k)?
+                            .to_string(),
+                        uids.get_name(crate::model::UidKind::TagValue, *v)?
+                            .to_string(),
                     ));
                 }
                 Ok((metric.to_string(), tags))

@@ -20,8 +20,8 @@ use parking_lot::Mutex;
 
 use crate::storage::{KvStore, ScanRange, Table, WriteBatch, prefix_end};
 use crate::tree::{
-    Result, StoredBranch, StoredLeaf, Tree, TreeDefinition, TreeError, TreeRule, TreeStore,
-    bytes_to_id, id_to_bytes,
+    BranchCells, Result, StoredBranch, StoredLeaf, Tree, TreeDefinition, TreeError, TreeRule,
+    TreeStore, bytes_to_id, id_to_bytes,
 };
 
 pub(crate) const TREE_QUALIFIER: &[u8] = b"tree";
@@ -125,7 +125,10 @@ impl KvTreeStore {
                 def = Some(decode::<TreeDefinition>("tree definition", v)?);
             } else if q.len() > RULE_PREFIX.len() && q.starts_with(RULE_PREFIX) {
                 let rule: TreeRule = decode("tree rule", v)?;
-                rules.entry(rule.level).or_default().insert(rule.order, rule);
+                rules
+                    .entry(rule.level)
+                    .or_default()
+                    .insert(rule.order, rule);
             }
         }
         Ok(def.map(|def| Tree {
@@ -272,10 +275,7 @@ impl TreeStore for KvTreeStore {
             .transpose()
     }
 
-    fn branch_with_children(
-        &self,
-        id: &[u8],
-    ) -> Result<Option<(StoredBranch, Vec<StoredBranch>, Vec<StoredLeaf>)>> {
+    fn branch_with_children(&self, id: &[u8]) -> Result<Option<BranchCells>> {
         let mut branch = None;
         let mut leaves = Vec::new();
         for (q, v) in self.row(id)? {
@@ -298,7 +298,10 @@ impl TreeStore for KvTreeStore {
         loop {
             let item = self
                 .kv
-                .scan(Table::Tree, &ScanRange::new(start.clone(), end.clone()).limit(1))
+                .scan(
+                    Table::Tree,
+                    &ScanRange::new(start.clone(), end.clone()).limit(1),
+                )
                 .next()
                 .transpose()?;
             let Some((key, _)) = item else { break };
@@ -306,7 +309,10 @@ impl TreeStore for KvTreeStore {
                 break;
             };
             if row.len() == id.len() + 4 {
-                if let Some(v) = self.kv.get(Table::Tree, &cell_key(&row, BRANCH_QUALIFIER))? {
+                if let Some(v) = self
+                    .kv
+                    .get(Table::Tree, &cell_key(&row, BRANCH_QUALIFIER))?
+                {
                     children.push(decode::<StoredBranch>("branch", &v)?);
                 }
                 start = prefix_end(&row_prefix(&row));
@@ -320,7 +326,11 @@ impl TreeStore for KvTreeStore {
                 break;
             }
         }
-        Ok(Some((branch, children, leaves)))
+        Ok(Some(BranchCells {
+            branch,
+            children,
+            leaves,
+        }))
     }
 
     fn put_branch_if_absent(&self, id: &[u8], branch: &StoredBranch) -> Result<bool> {
@@ -477,20 +487,29 @@ mod tests {
             tsuid: "000001000001000002".into(),
             ..leaf.clone()
         };
-        assert_eq!(s.put_leaf_if_absent(&cpu_id, &other).unwrap(), Some(leaf.clone()));
+        assert_eq!(
+            s.put_leaf_if_absent(&cpu_id, &other).unwrap(),
+            Some(leaf.clone())
+        );
 
         let trees = s.trees().unwrap();
         assert_eq!(trees.iter().map(|t| t.tree_id).collect::<Vec<_>>(), [1, 3]);
         assert_eq!(trees[0].rule(1, 0), Some(&rule));
 
-        let (b, children, leaves) = s.branch_with_children(&root_id).unwrap().unwrap();
+        let BranchCells {
+            branch: b,
+            children,
+            leaves,
+        } = s.branch_with_children(&root_id).unwrap().unwrap();
         assert_eq!(b, root);
         // Only direct children, in key order; cpu (a grandchild) is not one.
         let names: Vec<&str> = children.iter().map(|c| c.display_name.as_str()).collect();
         assert_eq!(names.len(), 2);
         assert!(names.contains(&"sys") && names.contains(&"mem"));
         assert!(leaves.is_empty());
-        let (_, children, leaves) = s.branch_with_children(&cpu_id).unwrap().unwrap();
+        let BranchCells {
+            children, leaves, ..
+        } = s.branch_with_children(&cpu_id).unwrap().unwrap();
         assert!(children.is_empty());
         assert_eq!(leaves, vec![leaf]);
 

@@ -383,9 +383,8 @@ impl<'t> Run<'_, 't> {
             return Ok(false);
         }
         if self.nodes[cur].name == self.name(previous) {
-            self.messages.push(format!(
-                "Depth [{depth}] Current was the same as previous"
-            ));
+            self.messages
+                .push(format!("Depth [{depth}] Current was the same as previous"));
             return Ok(false);
         }
         self.add_child(parent, cur);
@@ -411,10 +410,7 @@ impl<'t> Run<'_, 't> {
     fn add_leaf(&mut self, branch: usize, leaf: StoredLeaf) {
         let leaves = self.nodes[branch].leaves.get_or_insert_with(Vec::new);
         let hash = leaf_hash(&leaf.display_name);
-        if let Some(existing) = leaves
-            .iter()
-            .find(|l| leaf_hash(&l.display_name) == hash)
-        {
+        if let Some(existing) = leaves.iter().find(|l| leaf_hash(&l.display_name) == hash) {
             if existing.tsuid != leaf.tsuid {
                 tracing::warn!(tsuid = %leaf.tsuid, existing = %existing.tsuid, name = %existing.display_name, "leaf collision");
             }
@@ -608,7 +604,7 @@ impl<'t> Run<'_, 't> {
         let groups = caps.len() - 1;
         let idx = self.rule().regex_group_idx;
         let label = self.label();
-        if groups as i64 >= idx as i64 + 1 {
+        if groups as i64 > idx as i64 {
             match caps.get(idx as usize + 1).map(|m| m.as_str()) {
                 Some(extracted) if !extracted.is_empty() => {
                     let extracted = extracted.to_string();

@@ -7,7 +7,7 @@
 //! - [`TreeRule`]: one rule: what it reads (metric, a tag value, a custom
 //!   meta field), how it cuts it (regex group, separator) and how it names
 //!   the branch (display format).
-//! - [`Branch`] ids and [`Leaf`] columns as OpenTSDB computes them
+//! - Branch ids ([`branch_id`]) and leaf columns ([`leaf_hash`]) as OpenTSDB computes them
 //!   (`String.hashCode` of display names).
 //! - [`builder`]: TreeBuilder: one TSMeta through one tree's rules.
 //!
@@ -585,6 +585,14 @@ pub fn parse_branch_id(hex: &str) -> Result<Vec<u8>> {
         .collect()
 }
 
+/// A stored branch with its direct children and its leaves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BranchCells {
+    pub branch: StoredBranch,
+    pub children: Vec<StoredBranch>,
+    pub leaves: Vec<StoredLeaf>,
+}
+
 /// A leaf as stored in its `leaf:` cell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredLeaf {
@@ -751,10 +759,7 @@ pub trait TreeStore: Send + Sync {
     fn branch(&self, id: &[u8]) -> Result<Option<StoredBranch>>;
 
     /// The branch `id`, its direct children and its leaves' cells.
-    fn branch_with_children(
-        &self,
-        id: &[u8],
-    ) -> Result<Option<(StoredBranch, Vec<StoredBranch>, Vec<StoredLeaf>)>>;
+    fn branch_with_children(&self, id: &[u8]) -> Result<Option<BranchCells>>;
 
     /// Stores a branch unless one is stored under `id`; whether it wrote.
     fn put_branch_if_absent(&self, id: &[u8], branch: &StoredBranch) -> Result<bool>;
@@ -771,8 +776,11 @@ pub trait TreeStore: Send + Sync {
     fn put_not_matched(&self, tree_id: u16, not_matched: &[(Vec<u8>, String)]) -> Result<()>;
 
     /// Recorded collisions, all or those of `tsuids`.
-    fn collisions(&self, tree_id: u16, tsuids: Option<&[Vec<u8>]>)
-    -> Result<Vec<(Vec<u8>, String)>>;
+    fn collisions(
+        &self,
+        tree_id: u16,
+        tsuids: Option<&[Vec<u8>]>,
+    ) -> Result<Vec<(Vec<u8>, String)>>;
 
     /// Recorded not-matched series, all or those of `tsuids`.
     fn not_matched(
@@ -807,7 +815,9 @@ mod tests {
     fn branch_id_text() {
         assert_eq!(parse_branch_id("0001").unwrap(), vec![0, 1]);
         assert_eq!(parse_branch_id("00101").unwrap(), vec![0, 1, 1]);
-        assert!(matches!(parse_branch_id("01"), Err(TreeError::Invalid(m)) if m == "Branch ID was too short"));
+        assert!(
+            matches!(parse_branch_id("01"), Err(TreeError::Invalid(m)) if m == "Branch ID was too short")
+        );
         assert!(parse_branch_id("00zz").is_err());
     }
 
@@ -832,7 +842,10 @@ mod tests {
             r.validate().unwrap_err().to_string(),
             "Invalid regex group index. Cannot be less than 0"
         );
-        assert_eq!(RuleType::parse("TagK_Custom").unwrap(), RuleType::TagkCustom);
+        assert_eq!(
+            RuleType::parse("TagK_Custom").unwrap(),
+            RuleType::TagkCustom
+        );
         assert_eq!(
             RuleType::parse("x").unwrap_err().to_string(),
             "Unrecognized rule type"

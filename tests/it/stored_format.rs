@@ -17,12 +17,13 @@ use std::path::{Path, PathBuf};
 use crate::common::tsdb;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn header_of(store: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(store.join("rtsdb-store.json")).unwrap())
-        .unwrap()
+    serde_json::from_str(&std::fs::read_to_string(store.join("rtsdb-store.json")).unwrap()).unwrap()
 }
 
 /// A copy to work on: opening a store takes its lock and may write.
@@ -119,11 +120,7 @@ fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_3() {
     assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
     // Writes land beside the old points, under the old UIDs.
     let more = dir.path().join("more.txt");
-    std::fs::write(
-        &more,
-        "sys.mem.free 1357002011500 4096 host=web01 dc=sjc\n",
-    )
-    .unwrap();
+    std::fs::write(&more, "sys.mem.free 1357002011500 4096 host=web01 dc=sjc\n").unwrap();
     let r = tsdb(&store, &["import", more.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(

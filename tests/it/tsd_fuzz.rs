@@ -35,6 +35,14 @@ const PATHS: &[&str] = &[
     "/api/version?serializer=xml",
     "/suggest",
     "/metrics",
+    "/api/tree",
+    "/api/tree/rule",
+    "/api/tree/rules",
+    "/api/tree/branch",
+    "/api/tree/test",
+    "/api/tree/collisions",
+    "/api/tree/notmatched",
+    "/api/tree/other",
 ];
 
 fn query_string() -> impl Strategy<Value = String> {
@@ -58,6 +66,14 @@ fn query_string() -> impl Strategy<Value = String> {
         Just("create"),
         Just("method_override"),
         Just("exp"),
+        Just("treeid"),
+        Just("branch"),
+        Just("level"),
+        Just("order"),
+        Just("definition"),
+        Just("regex"),
+        Just("separator"),
+        Just("regex_group_idx"),
     ];
     let value = prop_oneof![
         Just("1356998400".to_string()),
@@ -95,6 +111,13 @@ fn body() -> impl Strategy<Value = String> {
         ),
         Just(r#"[{"startTime":1356998400,"tsuid":"000001000001000001"}]"#.to_string()),
         Just(r#"{"metric":["a b","c"],"tagk":[""]}"#.to_string()),
+        Just(r#"{"treeId":1,"name":"t","enabled":true,"strictMatch":"true"}"#.to_string()),
+        Just(
+            r#"[{"treeId":1,"level":0,"order":0,"type":"TAGK","field":"host","regex":"^(w)"}]"#
+                .to_string()
+        ),
+        Just(r#"{"treeId":1,"level":"1","type":"metric","separator":"\\."}"#.to_string()),
+        Just(r#"{"treeId":1,"tsuids":["000001000001000001","zz"]}"#.to_string()),
         "[ -~]{0,64}".prop_map(String::from),
         "[{}\\[\\]\":,0-9a-z]{0,64}".prop_map(String::from),
     ]
@@ -105,6 +128,9 @@ fn random_requests_always_get_an_answer() {
     let srv = TestServer::start(&[
         ("tsd.core.auto_create_metrics", "true"),
         ("tsd.http.query.allow_delete", "true"),
+        ("tsd.core.meta.enable_realtime_ts", "true"),
+        ("tsd.core.meta.enable_tsuid_tracking", "true"),
+        ("tsd.core.tree.enable_processing", "true"),
     ]);
     assert_eq!(
         telnet(
@@ -151,6 +177,16 @@ fn random_requests_always_get_an_answer() {
                 "{method} {target}: status {}",
                 r.status
             );
+            // The tree endpoints answer every bad request as the
+            // client's error.
+            if path.starts_with("/api/tree") {
+                prop_assert!(
+                    r.status < 500,
+                    "{method} {target} {body}: status {} {}",
+                    r.status,
+                    r.text()
+                );
+            }
             Ok(())
         })
         .unwrap();

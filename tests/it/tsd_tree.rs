@@ -47,7 +47,10 @@ fn trees_are_created_read_edited_and_deleted() {
     let (s, text) = req(&srv, "POST", "/api/tree?name=Second&strict_match=true", "");
     assert_eq!(s, 200, "{text}");
     let t2 = v(&text);
-    assert_eq!((t2["treeId"].clone(), t2["strictMatch"].clone()), (json!(2), json!(true)));
+    assert_eq!(
+        (t2["treeId"].clone(), t2["strictMatch"].clone()),
+        (json!(2), json!(true))
+    );
     assert!(t2["created"].as_i64().unwrap() > 1_600_000_000);
     let (s, all) = get(&srv, "/api/tree");
     assert_eq!(s, 200);
@@ -71,14 +74,22 @@ fn trees_are_created_read_edited_and_deleted() {
         get(&srv, "/api/tree?treeid=abc"),
         (
             400,
-            err_details(400, "Unable to parse 'tree' value", "For input string: \"abc\"")
+            err_details(
+                400,
+                "Unable to parse 'tree' value",
+                "For input string: \"abc\""
+            )
         )
     );
     assert_eq!(
         req(&srv, "POST", "/api/tree?description=x", ""),
         (
             400,
-            err_details(400, "Tree was missing the name", "Tree was missing the name")
+            err_details(
+                400,
+                "Tree was missing the name",
+                "Tree was missing the name"
+            )
         )
     );
     assert_eq!(
@@ -91,7 +102,13 @@ fn trees_are_created_read_edited_and_deleted() {
         (400, err(400, "Unsupported HTTP request method"))
     );
     assert_eq!(
-        req(&srv, "GET", "/api/tree?treeid=1&method_override=options", "").0,
+        req(
+            &srv,
+            "GET",
+            "/api/tree?treeid=1&method_override=options",
+            ""
+        )
+        .0,
         405
     );
 
@@ -103,25 +120,45 @@ fn trees_are_created_read_edited_and_deleted() {
         (edited["description"].clone(), edited["name"].clone()),
         (json!("Edited"), json!("Test Tree"))
     );
-    assert_eq!(req(&srv, "POST", "/api/tree?treeid=1", ""), (304, String::new()));
+    assert_eq!(
+        req(&srv, "POST", "/api/tree?treeid=1", ""),
+        (304, String::new())
+    );
     assert_eq!(
         req(&srv, "POST", "/api/tree?treeid=9&name=x", ""),
         (404, err(404, "Unable to locate tree: 9"))
     );
     // PUT replaces: what is not given is reset.
-    let (s, text) = req(&srv, "PUT", "/api/tree", r#"{"treeId":1,"name":"Replaced"}"#);
+    let (s, text) = req(
+        &srv,
+        "PUT",
+        "/api/tree",
+        r#"{"treeId":1,"name":"Replaced"}"#,
+    );
     assert_eq!(s, 200, "{text}");
     let put = v(&text);
     assert_eq!(
-        (put["name"].clone(), put["description"].clone(), put["enabled"].clone()),
+        (
+            put["name"].clone(),
+            put["description"].clone(),
+            put["enabled"].clone()
+        ),
         (json!("Replaced"), json!(""), json!(false))
     );
 
     // DELETE keeps the definition unless asked.
-    assert_eq!(req(&srv, "DELETE", "/api/tree?treeid=1", ""), (204, String::new()));
+    assert_eq!(
+        req(&srv, "DELETE", "/api/tree?treeid=1", ""),
+        (204, String::new())
+    );
     assert_eq!(get(&srv, "/api/tree?treeid=1").0, 200);
     assert_eq!(
-        req(&srv, "DELETE", "/api/tree", r#"{"treeId":1,"definition":true}"#),
+        req(
+            &srv,
+            "DELETE",
+            "/api/tree",
+            r#"{"treeId":1,"definition":true}"#
+        ),
         (204, String::new())
     );
     assert_eq!(get(&srv, "/api/tree?treeid=1").0, 404);
@@ -158,7 +195,12 @@ fn rules_one_at_a_time_and_in_bulk() {
     assert_eq!(get(&srv, "/api/tree/rule?treeid=1&level=1&order=0").1, t);
     // Validation and parameters.
     assert_eq!(
-        req(&srv, "POST", "/api/tree/rule?treeid=1&level=0&order=0&type=tagk", ""),
+        req(
+            &srv,
+            "POST",
+            "/api/tree/rule?treeid=1&level=0&order=0&type=tagk",
+            ""
+        ),
         (
             400,
             err_details(
@@ -169,14 +211,31 @@ fn rules_one_at_a_time_and_in_bulk() {
         )
     );
     assert_eq!(
-        req(&srv, "POST", "/api/tree/rule?treeid=1&level=0&order=0&field=host", ""),
-        (400, err_details(400, "Missing rule type", "Missing rule type"))
-    );
-    assert_eq!(
-        req(&srv, "POST", "/api/tree/rule?treeid=1&level=0&order=0&type=bogus", ""),
+        req(
+            &srv,
+            "POST",
+            "/api/tree/rule?treeid=1&level=0&order=0&field=host",
+            ""
+        ),
         (
             400,
-            err_details(400, "Unable to parse the 'type' parameter", "Unrecognized rule type")
+            err_details(400, "Missing rule type", "Missing rule type")
+        )
+    );
+    assert_eq!(
+        req(
+            &srv,
+            "POST",
+            "/api/tree/rule?treeid=1&level=0&order=0&type=bogus",
+            ""
+        ),
+        (
+            400,
+            err_details(
+                400,
+                "Unable to parse the 'type' parameter",
+                "Unrecognized rule type"
+            )
         )
     );
     assert_eq!(
@@ -191,7 +250,11 @@ fn rules_one_at_a_time_and_in_bulk() {
         get(&srv, "/api/tree/rule?treeid=1&level=x&order=0"),
         (
             400,
-            err_details(400, "Unable to parse the 'level' parameter", "For input string: \"x\"")
+            err_details(
+                400,
+                "Unable to parse the 'level' parameter",
+                "For input string: \"x\""
+            )
         )
     );
     assert_eq!(
@@ -202,14 +265,29 @@ fn rules_one_at_a_time_and_in_bulk() {
         get(&srv, "/api/tree/rule?treeid=5&level=1&order=0"),
         (404, err(404, "Unable to locate tree: 5"))
     );
-    assert_eq!(req(&srv, "POST", "/api/tree/rule?treeid=1&level=0&order=0", "").0, 304);
     assert_eq!(
-        req(&srv, "POST", "/api/tree/rule?treeid=1&level=1&order=0&type=metric", "").0,
+        req(&srv, "POST", "/api/tree/rule?treeid=1&level=0&order=0", "").0,
+        304
+    );
+    assert_eq!(
+        req(
+            &srv,
+            "POST",
+            "/api/tree/rule?treeid=1&level=1&order=0&type=metric",
+            ""
+        )
+        .0,
         304,
         "the same values again"
     );
     assert_eq!(
-        req(&srv, "POST", "/api/tree/rule?treeid=1&level=0&order=0&regex=(", "").0,
+        req(
+            &srv,
+            "POST",
+            "/api/tree/rule?treeid=1&level=0&order=0&regex=(",
+            ""
+        )
+        .0,
         400
     );
     // POST merges into the stored rule, PUT replaces it.
@@ -232,29 +310,56 @@ fn rules_one_at_a_time_and_in_bulk() {
     );
     assert_eq!(s, 200, "{t}");
     assert_eq!(
-        (v(&t)["notes"].clone(), v(&t)["separator"].clone(), v(&t)["type"].clone()),
+        (
+            v(&t)["notes"].clone(),
+            v(&t)["separator"].clone(),
+            v(&t)["type"].clone()
+        ),
         (json!(""), json!(""), json!("TAGK"))
     );
     assert_eq!(
-        req(&srv, "POST", "/api/tree/rule", r#"{"treeId":1,"type":"nope"}"#),
+        req(
+            &srv,
+            "POST",
+            "/api/tree/rule",
+            r#"{"treeId":1,"type":"nope"}"#
+        ),
         (
             400,
-            err_details(400, "Unable to parse the given JSON", "Unrecognized rule type")
+            err_details(
+                400,
+                "Unable to parse the given JSON",
+                "Unrecognized rule type"
+            )
         )
     );
     assert_eq!(
-        req(&srv, "DELETE", "/api/tree/rule?treeid=1&level=1&order=0", ""),
+        req(
+            &srv,
+            "DELETE",
+            "/api/tree/rule?treeid=1&level=1&order=0",
+            ""
+        ),
         (204, String::new())
     );
     assert_eq!(
-        req(&srv, "DELETE", "/api/tree/rule?treeid=1&level=1&order=0", "").0,
+        req(
+            &srv,
+            "DELETE",
+            "/api/tree/rule?treeid=1&level=1&order=0",
+            ""
+        )
+        .0,
         404
     );
 
     // Bulk.
     let rules = r#"[{"treeId":1,"level":0,"order":0,"type":"TAGK","field":"host"},
                     {"treeId":1,"level":1,"order":0,"type":"METRIC","separator":"\\."}]"#;
-    assert_eq!(req(&srv, "POST", "/api/tree/rules", rules), (204, String::new()));
+    assert_eq!(
+        req(&srv, "POST", "/api/tree/rules", rules),
+        (204, String::new())
+    );
     let tree = v(&get(&srv, "/api/tree?treeid=1").1);
     assert_eq!(tree["rules"]["0"]["0"]["field"], "host");
     assert_eq!(tree["rules"]["1"]["0"]["separator"], "\\.");
@@ -281,10 +386,19 @@ fn rules_one_at_a_time_and_in_bulk() {
     );
     // PUT replaces the whole set.
     let one = r#"[{"treeId":1,"level":3,"order":1,"type":"METRIC"}]"#;
-    assert_eq!(req(&srv, "PUT", "/api/tree/rules", one), (204, String::new()));
+    assert_eq!(
+        req(&srv, "PUT", "/api/tree/rules", one),
+        (204, String::new())
+    );
     let tree = v(&get(&srv, "/api/tree?treeid=1").1);
-    assert_eq!(tree["rules"], json!({"3":{"1":v(&get(&srv, "/api/tree/rule?treeid=1&level=3&order=1").1)}}));
-    assert_eq!(req(&srv, "DELETE", "/api/tree/rules?treeid=1", ""), (204, String::new()));
+    assert_eq!(
+        tree["rules"],
+        json!({"3":{"1":v(&get(&srv, "/api/tree/rule?treeid=1&level=3&order=1").1)}})
+    );
+    assert_eq!(
+        req(&srv, "DELETE", "/api/tree/rules?treeid=1", ""),
+        (204, String::new())
+    );
     assert_eq!(v(&get(&srv, "/api/tree?treeid=1").1)["rules"], Value::Null);
 }
 
@@ -366,7 +480,10 @@ fn new_series_are_processed_through_enabled_trees() {
     );
     assert_eq!(
         get(&srv, "/api/tree/branch?branch=0001DEADBEEF"),
-        (404, err(404, "Unable to locate branch '0001DEADBEEF' for tree '1'"))
+        (
+            404,
+            err(404, "Unable to locate branch '0001DEADBEEF' for tree '1'")
+        )
     );
     assert_eq!(
         get(&srv, "/api/tree/branch"),
@@ -415,7 +532,10 @@ fn collisions_are_recorded_when_failures_are_stored() {
         (200, r#"{"000002000001000001":"000001000001000001"}"#.into())
     );
     assert_eq!(
-        get(&srv, "/api/tree/collisions?treeid=1&tsuids=000001000001000001"),
+        get(
+            &srv,
+            "/api/tree/collisions?treeid=1&tsuids=000001000001000001"
+        ),
         (200, "{}".into())
     );
     assert_eq!(
@@ -440,7 +560,12 @@ fn collisions_are_recorded_when_failures_are_stored() {
         (400, err(400, "Missing or invalid Tree ID"))
     );
     assert_eq!(
-        req(&srv, "POST", "/api/tree/notmatched", r#"{"treeId":1,"tsuids":"x"}"#),
+        req(
+            &srv,
+            "POST",
+            "/api/tree/notmatched",
+            r#"{"treeId":1,"tsuids":"x"}"#
+        ),
         (400, err(400, "Unable to convert the given data to a list"))
     );
     assert_eq!(
@@ -453,7 +578,10 @@ fn collisions_are_recorded_when_failures_are_stored() {
     );
     // Deleting the branches takes the collisions too.
     assert_eq!(req(&srv, "DELETE", "/api/tree?treeid=1", "").0, 204);
-    assert_eq!(get(&srv, "/api/tree/collisions?treeid=1"), (200, "{}".into()));
+    assert_eq!(
+        get(&srv, "/api/tree/collisions?treeid=1"),
+        (200, "{}".into())
+    );
     assert_eq!(get(&srv, "/api/tree/branch?treeid=1").0, 404);
 }
 
@@ -465,7 +593,8 @@ fn test_runs_series_through_a_tree_without_storing() {
         ("tsd.core.meta.enable_tsuid_tracking", "true"),
     ]);
     host_metric_tree(&srv, false);
-    let pts = json!([{"metric":"sys.cpu.user","timestamp":1356998400,"value":1,"tags":{"host":"web01"}}]);
+    let pts =
+        json!([{"metric":"sys.cpu.user","timestamp":1356998400,"value":1,"tags":{"host":"web01"}}]);
     assert_eq!(post_put(srv.addr, "?sync", &pts.to_string()).status, 204);
     let (s, t) = get(
         &srv,
@@ -586,12 +715,20 @@ fn treesync_and_treepurge_on_the_command_line() {
     let d = dir.path();
     let r = common::tsdb(d, &["uid", "treepurge"]);
     assert_eq!(r.code, 2);
-    assert!(r.stderr.starts_with("Wrong number of arguments"), "{}", r.stderr);
+    assert!(
+        r.stderr.starts_with("Wrong number of arguments"),
+        "{}",
+        r.stderr
+    );
     let r = common::tsdb(d, &["uid", "treepurge", "x"]);
     assert_eq!(r.code, 3);
     let r = common::tsdb(d, &["uid", "treepurge", "1"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.starts_with("Deleted 8 cells of tree 1\n"), "{}", r.stdout);
+    assert!(
+        r.stdout.starts_with("Deleted 8 cells of tree 1\n"),
+        "{}",
+        r.stdout
+    );
     let r = common::tsdb(d, &["uid", "treepurge", "1", "true"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let srv = TestServer::start_in(dir, &[]);

@@ -138,7 +138,10 @@ fn defaults() {
         (7, DEFAULT_LAST.into(), "user".into())
     );
     assert_eq!(p.messages[0], "Processing rule: [1:0:0:TAGK]");
-    assert!(p.messages.contains(&"Matched tagk [host] for rule: [1:0:1:TAGK]".to_string()));
+    assert!(
+        p.messages
+            .contains(&"Matched tagk [host] for rule: [1:0:1:TAGK]".to_string())
+    );
     // The test view hangs the same path under the root.
     let json = serde_json::to_value(&p.root).unwrap();
     assert_eq!(json["displayName"], "ROOT");
@@ -158,7 +161,10 @@ fn custom_rule(kind: RuleType, field: &str, custom: &str, order: i32) -> TreeRul
 fn unmatched_levels_collapse() {
     // Middle: levels 0 and 1 replaced by custom rules that match nothing.
     let mut t = test_tree();
-    add(&mut t, custom_rule(RuleType::TagvCustom, "host", "owner", 0));
+    add(
+        &mut t,
+        custom_rule(RuleType::TagvCustom, "host", "owner", 0),
+    );
     add(&mut t, custom_rule(RuleType::TagvCustom, "host", "dept", 1));
     let mut r = custom_rule(RuleType::TagkCustom, "host", "owner", 0);
     r.level = 1;
@@ -167,10 +173,18 @@ fn unmatched_levels_collapse() {
     r.level = 1;
     add(&mut t, r);
     let (rows, last, _) = result(&t, &meta());
-    assert_eq!((rows, last.as_str()), (5, "0001247F72020001BECD000181A800000030"));
+    assert_eq!(
+        (rows, last.as_str()),
+        (5, "0001247F72020001BECD000181A800000030")
+    );
     // End: levels 5 and 6 match nothing.
     let mut t = test_tree();
-    for (level, order, custom) in [(5, 0, "owner"), (5, 1, "dept"), (6, 0, "owner"), (6, 1, "dept")] {
+    for (level, order, custom) in [
+        (5, 0, "owner"),
+        (5, 1, "dept"),
+        (6, 0, "owner"),
+        (6, 1, "dept"),
+    ] {
         let mut r = custom_rule(RuleType::TagvCustom, "host", custom, order);
         r.level = level;
         add(&mut t, r);
@@ -183,7 +197,10 @@ fn odd_tags_take_the_next_value() {
     let mut m = meta();
     m.tags.remove(1);
     let (rows, last, _) = result(&test_tree(), &m);
-    assert_eq!((rows, last.as_str()), (5, "00010036EBCB0001BECD000181A800000030"));
+    assert_eq!(
+        (rows, last.as_str()),
+        (5, "00010036EBCB0001BECD000181A800000030")
+    );
 }
 
 #[test]
@@ -209,7 +226,10 @@ fn separators() {
     let mut t = test_tree();
     t.rules.get_mut(&3).unwrap().get_mut(&0).unwrap().separator = String::new();
     let (rows, last, _) = result(&t, &meta());
-    assert_eq!((rows, last.as_str()), (5, "00010001A2460001CB54247F7202CBBF5B09"));
+    assert_eq!(
+        (rows, last.as_str()),
+        (5, "00010001A2460001CB54247F7202CBBF5B09")
+    );
     // "." as a regex matches every character: no pieces, level skipped.
     let mut t = test_tree();
     t.rules.get_mut(&3).unwrap().get_mut(&0).unwrap().separator = ".".into();
@@ -220,13 +240,21 @@ fn separators() {
 #[test]
 fn regex_group_out_of_bounds() {
     let mut t = test_tree();
-    t.rules.get_mut(&1).unwrap().get_mut(&1).unwrap().regex_group_idx = 42;
+    t.rules
+        .get_mut(&1)
+        .unwrap()
+        .get_mut(&1)
+        .unwrap()
+        .regex_group_idx = 42;
     let p = run(&t, &meta());
     assert!(p.messages.contains(
         &"Regex group index [42] for rule [1:1:1:TAGK] was out of bounds [2]".to_string()
     ));
     let (rows, last, _) = result(&t, &meta());
-    assert_eq!((rows, last.as_str()), (6, "00010001A246247F72020001BECD000181A800000030"));
+    assert_eq!(
+        (rows, last.as_str()),
+        (6, "00010001A246247F72020001BECD000181A800000030")
+    );
 }
 
 fn with_custom(m: &mut UidMeta, owner: &str) {
@@ -251,7 +279,10 @@ fn custom_fields() {
     let mut m = meta();
     with_custom(&mut m.tags[0], "John Doe");
     let mut t = test_tree();
-    add(&mut t, custom_rule(RuleType::TagkCustom, "host", "owner", 0));
+    add(
+        &mut t,
+        custom_rule(RuleType::TagkCustom, "host", "owner", 0),
+    );
     assert_eq!(result(&t, &m).1, owner_last);
     let mut t = test_tree();
     add(&mut t, custom_rule(RuleType::TagkCustom, "", "owner", 0));
@@ -266,17 +297,32 @@ fn custom_fields() {
     );
     assert_eq!(result(&t, &m).1, owner_last);
     let mut t = test_tree();
-    add(&mut t, custom_rule(RuleType::TagvCustom, "host", "owner", 0));
+    add(
+        &mut t,
+        custom_rule(RuleType::TagvCustom, "host", "owner", 0),
+    );
     assert_eq!(result(&t, &m).1, DEFAULT_LAST);
 }
 
 #[test]
 fn display_formats() {
     let cases = [
-        ("OV: {ovalue}", "00010001A24637E140D5", "OV: web-01.lga.mysite.com"),
+        (
+            "OV: {ovalue}",
+            "00010001A24637E140D5",
+            "OV: web-01.lga.mysite.com",
+        ),
         ("V: {value}", "00010001A24696026FD8", "V: web"),
-        ("TSUID: {tsuid}", "00010001A246E0A07086", "TSUID: 0102030405"),
-        ("TAGNAME: {tag_name}", "00010001A2467BFCCB13", "TAGNAME: host"),
+        (
+            "TSUID: {tsuid}",
+            "00010001A246E0A07086",
+            "TSUID: 0102030405",
+        ),
+        (
+            "TAGNAME: {tag_name}",
+            "00010001A2467BFCCB13",
+            "TAGNAME: host",
+        ),
         (
             "{ovalue}:{value}:{tag_name}:{tsuid}",
             "00010001A246E4592083",
@@ -285,25 +331,49 @@ fn display_formats() {
     ];
     for (format, id, name) in cases {
         let mut t = test_tree();
-        t.rules.get_mut(&1).unwrap().get_mut(&1).unwrap().display_format = format.into();
+        t.rules
+            .get_mut(&1)
+            .unwrap()
+            .get_mut(&1)
+            .unwrap()
+            .display_format = format.into();
         let p = run(&t, &meta());
         assert_eq!(path(&p).len() + 1, 7);
         let b = &path(&p)[1];
-        assert_eq!((to_hex(&b.id).as_str(), b.branch.display_name.as_str()), (id, name));
+        assert_eq!(
+            (to_hex(&b.id).as_str(), b.branch.display_name.as_str()),
+            (id, name)
+        );
     }
     // {tag_name} on a METRIC rule is emptied; every piece is then named
     // alike and the pieces collapse into one branch.
     let mut t = test_tree();
-    t.rules.get_mut(&3).unwrap().get_mut(&0).unwrap().display_format = "Wrong: {tag_name}".into();
+    t.rules
+        .get_mut(&3)
+        .unwrap()
+        .get_mut(&0)
+        .unwrap()
+        .display_format = "Wrong: {tag_name}".into();
     let p = run(&t, &meta());
     assert_eq!(path(&p).len() + 1, 5);
-    assert_eq!(to_hex(&path(&p)[3].id), "00010001A2460001CB54247F7202C3165573");
+    assert_eq!(
+        to_hex(&path(&p)[3].id),
+        "00010001A2460001CB54247F7202C3165573"
+    );
     assert_eq!(path(&p)[3].branch.display_name, "Wrong: ");
     let mut t = test_tree();
-    t.rules.get_mut(&3).unwrap().get_mut(&0).unwrap().display_format = "OVERRIDE".into();
+    t.rules
+        .get_mut(&3)
+        .unwrap()
+        .get_mut(&0)
+        .unwrap()
+        .display_format = "OVERRIDE".into();
     let p = run(&t, &meta());
     assert_eq!(path(&p).len() + 1, 5);
-    assert_eq!(to_hex(&path(&p)[3].id), "00010001A2460001CB54247F72024E3D0BCC");
+    assert_eq!(
+        to_hex(&path(&p)[3].id),
+        "00010001A2460001CB54247F72024E3D0BCC"
+    );
 }
 
 #[test]
