@@ -48,6 +48,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.core.preload_uid_cache", "false"),
     ("tsd.core.preload_uid_cache.max_entries", "300000"),
     ("tsd.core.stats_with_port", "false"),
+    ("tsd.core.tree.enable_processing", "false"),
     ("tsd.core.bulk.allow_out_of_order_timestamps", "false"),
     ("tsd.storage.flush_interval", "1000"),
     // rtsdb: points held in memory before hours are flushed early.

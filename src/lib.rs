@@ -21,6 +21,9 @@
 //!   index, UIDMeta/TSMeta and the per-series counters, each persisting
 //!   through its own trait ([`uid::UidStore`], [`index::IndexStore`],
 //!   [`meta::MetaStore`]), so another engine can serve it.
+//! - [`tree`]: OpenTSDB's trees: rules and the TreeBuilder that turns a
+//!   TSMeta into branches and a leaf, persisting through
+//!   [`tree::TreeStore`].
 //! - [`storage`] (crate-internal): the narrow key-value trait and its engines (fjall, memory).
 //! - [`codec`]: OpenTSDB's byte formats (row keys, qualifiers, values,
 //!   compacted/append/annotation columns) and rtsdb's compressed column,

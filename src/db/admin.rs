@@ -41,7 +41,8 @@ impl Db {
     /// if it has none, as OpenTSDB's first increment does); sets a TSMeta's
     /// or a UIDMeta's `created` to the oldest data using it when unset or
     /// more than an hour later (storing the UIDMeta of a named UID that
-    /// had none).
+    /// had none). With `tsd.core.tree.enable_processing`, each TSMeta
+    /// created goes through the enabled trees.
     pub fn sync_meta(&self) -> super::Result<MetaSynced> {
         let (found, index) = self.rows.scan_series()?;
         self.index.replace_all(&found)?;
@@ -63,6 +64,9 @@ impl Db {
                             .add_counters(&[(bytes.clone(), 1, 0)], Counting::Increment)?;
                     }
                     done.ts_created += 1;
+                    // As OpenTSDB's MetaSync, a new TSMeta goes through
+                    // the trees (processed with the queue of new series).
+                    self.queue_for_trees(tsuid);
                 }
                 Some(mut fields) if needs_created(fields.created, oldest) => {
                     fields.created = oldest;
@@ -96,6 +100,9 @@ impl Db {
                 done.uid_updated += 1;
             }
         }
+        // The TSMeta created above, through the trees now rather than at
+        // the next flusher tick: a command may exit before that.
+        self.process_tree_queue();
         Ok(done)
     }
 

@@ -17,6 +17,8 @@
 //! - [`delete`]: whole-row deletes (`/api/query` with `delete`);
 //! - [`admin`]: index rebuilds, cache drops.
 //! - [`backup`]: a consistent copy of the running database.
+//! - [`tree`]: trees (`/api/tree`, `uid treesync`/`treepurge`) and the
+//!   processing of new series through them.
 //!
 //! What is durable when, and what each fault costs at most, is stated
 //! once, in `docs/durability.md`; the WAL's recovery rules are in

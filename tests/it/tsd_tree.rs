@@ -734,3 +734,28 @@ fn treesync_and_treepurge_on_the_command_line() {
     let srv = TestServer::start_in(dir, &[]);
     assert_eq!(get(&srv, "/api/tree"), (200, "[]".into()));
 }
+
+#[test]
+fn metasync_runs_the_tsmeta_it_creates_through_the_trees() {
+    // Series without TSMeta (no real-time meta), and a tree.
+    let mut srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    host_metric_tree(&srv, false);
+    let pts =
+        json!([{"metric":"sys.cpu.user","timestamp":1356998400,"value":1,"tags":{"host":"web01"}}]);
+    assert_eq!(post_put(srv.addr, "?sync", &pts.to_string()).status, 204);
+    srv.stop();
+    let dir = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
+    drop(srv);
+    let d = dir.path();
+    // Nothing to sync yet: no series has a TSMeta.
+    let conf = d.join("opentsdb.conf");
+    std::fs::write(&conf, "tsd.core.tree.enable_processing = true\n").unwrap();
+    let conf = conf.to_str().unwrap();
+    let r = common::tsdb(d, &["--config", conf, "uid", "treesync"]);
+    assert!(r.stdout.starts_with("Processed 0 series"), "{}", r.stdout);
+    let r = common::tsdb(d, &["--config", conf, "uid", "metasync"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let srv = TestServer::start_in(dir, &[]);
+    let root = v(&get(&srv, "/api/tree/branch?treeid=1").1);
+    assert_eq!(root["branches"][0]["displayName"], "web01", "{root}");
+}
