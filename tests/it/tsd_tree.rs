@@ -661,6 +661,42 @@ fn test_runs_series_through_a_tree_without_storing() {
         (400, err(400, "Unsupported HTTP request method"))
     );
     assert_eq!(get(&srv, "/api/tree/test?treeid=1&tsuids=zz").0, 400);
+
+    // Several series: 2.4.1 shows the last one's path in every result.
+    let pts = json!([{"metric":"sys.mem","timestamp":1356998400,"value":1,"tags":{"host":"web02"}}]);
+    assert_eq!(post_put(srv.addr, "?sync", &pts.to_string()).status, 204);
+    let (s, t) = get(
+        &srv,
+        "/api/tree/test?treeid=1&tsuids=000001000001000001,000002000001000002",
+    );
+    assert_eq!(s, 200, "{t}");
+    let r = v(&t);
+    assert_eq!(r["000001000001000001"]["branch"], r["000002000001000002"]["branch"]);
+    assert_eq!(
+        r["000001000001000001"]["branch"]["branches"][0]["displayName"],
+        "web02"
+    );
+    assert_eq!(
+        r["000001000001000001"]["messages"][1],
+        "Matched tagk [host] for rule: [1:0:0:TAGK]"
+    );
+
+    // A TSUID whose UID lost its name.
+    let mut srv = srv;
+    srv.stop();
+    let dir = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
+    drop(srv);
+    let r = common::tsdb(dir.path(), &["uid", "delete", "tagv", "web02"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let srv = TestServer::start_in(dir, &[]);
+    assert_eq!(
+        get(&srv, "/api/tree/test?treeid=1&tsuids=000002000001000002"),
+        (
+            200,
+            r#"{"000002000001000002":{"meta":null,"messages":["TSUID was missing a UID name: No such unique ID for 'tagv': [0, 0, 2]"],"branch":null}}"#
+                .into()
+        )
+    );
 }
 
 #[test]
