@@ -27,6 +27,11 @@ use super::{
 };
 use crate::meta::{TsMeta, UidMeta};
 
+/// Levels one series may descend (rule levels plus separator pieces).
+/// OpenTSDB has no bound; its recursion would overflow the stack on a
+/// name of thousands of pieces, rtsdb refuses the series instead.
+pub const MAX_DEPTH: i32 = 512;
+
 /// The display name and path of a tree's root branch.
 pub const ROOT_NAME: &str = "ROOT";
 
@@ -292,6 +297,12 @@ impl<'t> Run<'_, 't> {
     fn process_ruleset(&mut self, parent: usize, mut depth: i32) -> Result<bool> {
         if self.rule_idx > self.b.max_level {
             return Ok(true);
+        }
+        if depth > MAX_DEPTH {
+            return Err(TreeError::Invalid(format!(
+                "Processing TSUID {} went deeper than {MAX_DEPTH} levels",
+                self.meta.tsuid
+            )));
         }
         let previous = self.current;
         let node = self.new_node();

@@ -389,6 +389,22 @@ fn one_level_tree_leaves_nothing_to_store() {
 }
 
 #[test]
+fn very_deep_paths_are_refused_not_overflowed() {
+    let mut t = test_tree();
+    t.rules.clear();
+    let mut r = rule(RuleType::Metric, 0, 0, "");
+    r.separator = "\\.".into();
+    add(&mut t, r);
+    let mut m = meta();
+    m.metric.name = vec!["a"; 2000].join(".");
+    let e = TreeBuilder::new(&t)
+        .unwrap()
+        .process(&m, &new_root())
+        .unwrap_err();
+    assert!(e.to_string().contains("deeper than 512 levels"), "{e}");
+}
+
+#[test]
 fn java_split_rules() {
     let re = |s: &str| Regex::new(s).unwrap();
     assert_eq!(java_split("sys.cpu.0", &re("\\.")), ["sys", "cpu", "0"]);
