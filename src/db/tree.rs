@@ -18,6 +18,14 @@ use crate::tree::builder::{Outcome, Processed, TreeBuilder, new_root};
 use crate::tree::{Tree, TreeError, TreeStore, id_to_bytes};
 use crate::uid::UidTableError;
 
+/// What one run over many series keeps: the roots loaded and the
+/// branches known to be stored.
+#[derive(Default)]
+struct Batch {
+    roots: std::collections::HashMap<u16, crate::tree::StoredBranch>,
+    branches: std::collections::HashSet<Vec<u8>>,
+}
+
 /// What [`Db::sync_trees`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TreesSynced {
@@ -81,15 +89,28 @@ impl Db {
         builder: &TreeBuilder,
         tree: &Tree,
         meta: &TsMeta,
+        batch: &mut Batch,
         done: &mut TreesSynced,
     ) -> Result<()> {
-        let root = self.tree_root(tree.tree_id, true)?;
+        let root = match batch.roots.get(&tree.tree_id) {
+            Some(root) => root.clone(),
+            None => {
+                let root = self.tree_root(tree.tree_id, true)?;
+                batch.roots.insert(tree.tree_id, root.clone());
+                root
+            }
+        };
         let processed = builder.process(meta, &root)?;
         match processed.outcome {
             Outcome::Path(path) => {
                 let mut collisions = Vec::new();
                 for b in &path {
-                    self.trees.put_branch_if_absent(&b.id, &b.branch)?;
+                    // OpenTSDB's `processed_branches`: a branch stored (or
+                    // found) earlier in this batch is not written again.
+                    if !batch.branches.contains(&b.id) {
+                        self.trees.put_branch_if_absent(&b.id, &b.branch)?;
+                        batch.branches.insert(b.id.clone());
+                    }
                     for leaf in &b.leaves {
                         match self.trees.put_leaf_if_absent(&b.id, leaf)? {
                             None => done.leaves += 1,
@@ -145,6 +166,7 @@ impl Db {
             .iter()
             .map(TreeBuilder::new)
             .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut batch = Batch::default();
         for tsuid in series {
             let meta = match self.tree_meta(tsuid) {
                 Ok(Some(m)) => m,
@@ -158,7 +180,7 @@ impl Db {
             };
             done.series += 1;
             for (tree, builder) in trees.iter().zip(&builders) {
-                if let Err(e) = self.process_through(builder, tree, &meta, &mut done) {
+                if let Err(e) = self.process_through(builder, tree, &meta, &mut batch, &mut done) {
                     match e {
                         super::DbError::Tree(TreeError::Invalid(msg)) => {
                             tracing::warn!(tree_id = tree.tree_id, tsuid = %meta.tsuid, %msg, "tree processing failed for a series");

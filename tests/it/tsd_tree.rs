@@ -795,3 +795,92 @@ fn metasync_runs_the_tsmeta_it_creates_through_the_trees() {
     let root = v(&get(&srv, "/api/tree/branch?treeid=1").1);
     assert_eq!(root["branches"][0]["displayName"], "web01", "{root}");
 }
+
+/// Figures, not a check: how long tree processing takes for new series
+/// (in the background, off the put path) and for `treesync`, and what it
+/// costs the appends. `cargo test --release --test it -- --ignored
+/// tree_processing_figures --nocapture`.
+#[test]
+#[ignore]
+fn tree_processing_figures() {
+    use rtsdb::db::{Db, DbOptions, PendingPoint};
+    use rtsdb::model::Value;
+    use rtsdb::tree::{RuleType, TreeDefinition, TreeRule};
+    use std::time::Instant;
+
+    const SERIES: usize = 20_000;
+    let run = |processing: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = DbOptions::new(dir.path());
+        opts.auto_create.metrics = true;
+        opts.write.meta.realtime_ts = true;
+        opts.write.meta.tsuid_tracking = true;
+        opts.write.tree_processing = processing;
+        let db = Db::open(&opts).unwrap();
+        db.trees()
+            .put_definition(
+                1,
+                &TreeDefinition {
+                    name: "bench".into(),
+                    enabled: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        for (level, kind, field, sep) in [
+            (0, RuleType::Tagk, "dc", ""),
+            (1, RuleType::Tagk, "host", ""),
+            (2, RuleType::Metric, "", "\\."),
+        ] {
+            let mut r = TreeRule::new(1);
+            r.kind = Some(kind);
+            r.level = level;
+            r.field = field.into();
+            r.separator = sep.into();
+            db.trees().put_rule(&r).unwrap();
+        }
+        let mut key = String::new();
+        let started = Instant::now();
+        for i in 0..SERIES {
+            let host = format!("web{:05}", i / 10);
+            let dc = format!("dc{}", i % 4);
+            let metric = format!("sys.cpu.m{}", i % 10);
+            let (series, ts) = db
+                .resolve(
+                    &metric,
+                    1356998400,
+                    Value::Int(1),
+                    &[("host", &host), ("dc", &dc)],
+                    &mut key,
+                )
+                .unwrap();
+            db.append(&[PendingPoint {
+                series,
+                ts,
+                value: Value::Int(1),
+            }])
+            .unwrap();
+        }
+        let appended = started.elapsed();
+        let started = Instant::now();
+        db.flush_all().unwrap();
+        let flushed = started.elapsed();
+        (db, dir, appended, flushed)
+    };
+    let (_db, _d, off_append, off_flush) = run(false);
+    let (db, _dir, on_append, on_flush) = run(true);
+    println!(
+        "{SERIES} new series, one point each: appends {:?} without tree processing, {:?} with; \
+         flush (rows, counters, and the queued series through 1 tree of 3 levels) {:?} without, {:?} with",
+        off_append, on_append, off_flush, on_flush
+    );
+    let root = db.tree_branch(&[0, 1]).unwrap().unwrap();
+    assert_eq!(root.branches.unwrap().len(), 4);
+    let started = Instant::now();
+    let done = db.sync_trees().unwrap();
+    println!(
+        "treesync of {} series (all already in the tree): {:?}",
+        done.series,
+        started.elapsed()
+    );
+}
