@@ -9,7 +9,10 @@
 //! tracking) goes through every enabled tree, as OpenTSDB's `TSMeta`
 //! does after storing a new one. Not on the put path: the TSUID is queued
 //! and the flusher thread processes the queue on its next tick (and at
-//! close), so a put never waits for tree rows.
+//! close), so a put never waits for tree rows. The queue lives in memory:
+//! series queued when the process is killed reach the trees with the next
+//! `tsdb uid treesync` (OpenTSDB's processing is as asynchronous, and as
+//! lost in a crash).
 
 use super::{Db, Result};
 use crate::meta::{self, MetaError, TsMeta};

@@ -298,6 +298,8 @@ fn rule_field(edit: &mut RuleEdit, key: &str, v: &Value) -> Result<(), String> {
     };
     let invalid = |e: TreeError| e.to_string();
     match key {
+        // Jackson hands `null` to no deserializer: the type stays unset.
+        "type" if v.is_null() => {}
         "type" => {
             let kind = RuleType::parse(&text()?.unwrap_or_default()).map_err(invalid)?;
             edit.set_kind(kind);
@@ -655,8 +657,15 @@ fn handle_failures(
         Some(list) if !list.is_empty() => Some(
             list.iter()
                 .map(|t| {
-                    crate::model::uid::parse_hex(t).ok_or_else(|| {
-                        let m = format!("Invalid TSUID: {t}");
+                    // `UniqueId.stringToUid`: an odd count of digits gets a
+                    // leading 0.
+                    let padded = if t.len() % 2 == 1 {
+                        format!("0{t}")
+                    } else {
+                        t.clone()
+                    };
+                    crate::model::uid::parse_hex(&padded).ok_or_else(|| {
+                        let m = format!("contains illegal character for hexBinary: {padded}");
                         bad_with(&m, &m)
                     })
                 })
