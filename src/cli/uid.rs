@@ -212,9 +212,7 @@ pub(crate) fn run(
             }
             // OpenTSDB parses the id with Integer.parseInt and reports a
             // bad one (or one out of range) as an unexpected error, code 3.
-            let tree_id = match args[1]
-                .parse::<i32>()
-                .map_err(|e| e.to_string())
+            let tree_id = match crate::model::java::parse_int(&args[1])
                 .and_then(|id| crate::tree::check_tree_id(id).map_err(|e| e.to_string()))
             {
                 Ok(id) => id,

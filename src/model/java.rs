@@ -140,6 +140,18 @@ pub(crate) fn parse_long(s: &str) -> Result<i64, String> {
     }
 }
 
+/// Java's `Integer.parseInt` (decimal, optional sign, no whitespace), with
+/// its `NumberFormatException` message, which OpenTSDB's RPCs send back as
+/// error details.
+pub(crate) fn parse_int(s: &str) -> Result<i32, String> {
+    let err = || format!("For input string: \"{s}\"");
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(err());
+    }
+    s.parse::<i32>().map_err(|_| err())
+}
+
 /// `Tags.looksLikeInteger`: no `.`, `e` or `E`.
 pub(crate) fn looks_like_integer(s: &str) -> bool {
     !s.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))
@@ -307,5 +319,16 @@ mod tests {
         assert!(looks_like_integer("42"));
         assert!(!looks_like_integer("4.2"));
         assert!(!looks_like_integer("1E3"));
+    }
+
+    #[test]
+    fn integer_parse_int() {
+        assert_eq!(parse_int("+7"), Ok(7));
+        assert_eq!(parse_int("-0012"), Ok(-12));
+        assert_eq!(parse_int("x"), Err("For input string: \"x\"".into()));
+        assert!(parse_int(" 1").is_err());
+        assert!(parse_int("").is_err());
+        assert!(parse_int("2147483648").is_err());
+        assert_eq!(parse_int("-2147483648"), Ok(i32::MIN));
     }
 }

@@ -453,6 +453,16 @@ mod tests {
     }
 
     #[test]
+    fn qualifiers_are_opentsdbs() {
+        // TestLeaf.columnQualifier: "leaf:" + "Leaf".hashCode().
+        let mut q = LEAF_PREFIX.to_vec();
+        q.extend_from_slice(&crate::tree::leaf_hash("Leaf"));
+        assert_eq!(crate::tree::to_hex(&q), "6C6561663A0024137E");
+        // TestTreeRule.getQualifier.
+        assert_eq!(rule_qualifier(1, 2), b"tree_rule:1:2");
+    }
+
+    #[test]
     fn trees_branches_leaves_and_purge() {
         let s = store();
         for id in [1u16, 3] {

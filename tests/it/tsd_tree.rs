@@ -663,7 +663,8 @@ fn test_runs_series_through_a_tree_without_storing() {
     assert_eq!(get(&srv, "/api/tree/test?treeid=1&tsuids=zz").0, 400);
 
     // Several series: 2.4.1 shows the last one's path in every result.
-    let pts = json!([{"metric":"sys.mem","timestamp":1356998400,"value":1,"tags":{"host":"web02"}}]);
+    let pts =
+        json!([{"metric":"sys.mem","timestamp":1356998400,"value":1,"tags":{"host":"web02"}}]);
     assert_eq!(post_put(srv.addr, "?sync", &pts.to_string()).status, 204);
     let (s, t) = get(
         &srv,
@@ -671,7 +672,10 @@ fn test_runs_series_through_a_tree_without_storing() {
     );
     assert_eq!(s, 200, "{t}");
     let r = v(&t);
-    assert_eq!(r["000001000001000001"]["branch"], r["000002000001000002"]["branch"]);
+    assert_eq!(
+        r["000001000001000001"]["branch"],
+        r["000002000001000002"]["branch"]
+    );
     assert_eq!(
         r["000001000001000001"]["branch"]["branches"][0]["displayName"],
         "web02"

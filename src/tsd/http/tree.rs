@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::{Query, Reply, json_text};
 use crate::db::TreeTest;
 use crate::model::Tsuid;
-use crate::model::java::hashmap_order;
+use crate::model::java::{hashmap_order, parse_int};
 use crate::protocol::jackson;
 use crate::tree::{
     self, RuleEdit, RuleType, Tree, TreeEdit, TreeError, TreeRule, check_rule_position,
@@ -79,16 +79,6 @@ pub(super) fn handle(
         _ => Err(Reply::error(404, "This endpoint is not supported", "")),
     };
     r.unwrap_or_else(|e| e)
-}
-
-/// Java's `Integer.parseInt`, with its exception's message.
-fn parse_int(s: &str) -> Result<i32, String> {
-    let err = || format!("For input string: \"{s}\"");
-    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(err());
-    }
-    s.parse::<i32>().map_err(|_| err())
 }
 
 /// `TreeRpc.parseTreeId`.
@@ -686,19 +676,4 @@ fn handle_failures(
         .map(|(k, v)| (tree::to_hex(&k), serde_json::to_string(&v).expect("json")))
         .collect();
     Ok(Reply::json(200, java_map(pairs, n)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn java_parse_int() {
-        assert_eq!(parse_int("+7"), Ok(7));
-        assert_eq!(parse_int("-0012"), Ok(-12));
-        assert_eq!(parse_int("x"), Err("For input string: \"x\"".into()));
-        assert!(parse_int(" 1").is_err());
-        assert!(parse_int("").is_err());
-        assert!(parse_int("2147483648").is_err());
-    }
 }
