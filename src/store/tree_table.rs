@@ -238,6 +238,16 @@ impl TreeStore for KvTreeStore {
         self.put(&id_to_bytes(tree_id), TREE_QUALIFIER, json)
     }
 
+    fn create_tree(&self, def: &TreeDefinition) -> Result<Option<u16>> {
+        let _g = self.cas.lock();
+        let max = self.trees()?.iter().map(|t| t.tree_id).max().unwrap_or(0);
+        let Some(id) = max.checked_add(1) else {
+            return Ok(None);
+        };
+        self.put_definition(id, def)?;
+        Ok(Some(id))
+    }
+
     fn put_rule(&self, rule: &TreeRule) -> Result<()> {
         let tree_id = crate::tree::check_tree_id(rule.tree_id)?;
         let json = serde_json::to_vec(rule).expect("json");
@@ -502,8 +512,15 @@ mod tests {
             Some(leaf.clone())
         );
 
+        assert_eq!(s.create_tree(&TreeDefinition::default()).unwrap(), Some(4));
+        s.put_definition(u16::MAX, &TreeDefinition::default())
+            .unwrap();
+        assert_eq!(s.create_tree(&TreeDefinition::default()).unwrap(), None);
         let trees = s.trees().unwrap();
-        assert_eq!(trees.iter().map(|t| t.tree_id).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(
+            trees.iter().map(|t| t.tree_id).collect::<Vec<_>>(),
+            [1, 3, 4, u16::MAX]
+        );
         assert_eq!(trees[0].rule(1, 0), Some(&rule));
 
         let BranchCells {
@@ -534,6 +551,6 @@ mod tests {
         assert!(s.branch(&root_id).unwrap().is_none());
         assert_eq!(s.delete_tree(1, true).unwrap(), 2);
         assert!(s.tree(1).unwrap().is_none());
-        assert_eq!(s.trees().unwrap().len(), 1);
+        assert_eq!(s.trees().unwrap().len(), 3);
     }
 }

@@ -746,6 +746,11 @@ pub trait TreeStore: Send + Sync {
     /// Writes a tree's definition, replacing what was stored.
     fn put_definition(&self, tree_id: u16, def: &TreeDefinition) -> Result<()>;
 
+    /// Stores a new tree under the next id (one more than the highest in
+    /// use), atomically against other creations: its id, or `None` when
+    /// all 65535 are taken.
+    fn create_tree(&self, def: &TreeDefinition) -> Result<Option<u16>>;
+
     /// Writes a rule at its tree, level and order, replacing what was
     /// stored.
     fn put_rule(&self, rule: &TreeRule) -> Result<()>;

@@ -209,22 +209,14 @@ fn handle_tree(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>
                 "Tree was missing the name",
             ));
         }
-        let max = trees
-            .trees()
+        let Some(id) = trees
+            .create_tree(&edit.to_new(created))
             .map_err(tree_error)?
-            .iter()
-            .map(|t| t.tree_id as i32)
-            .max()
-            .unwrap_or(0);
-        if max + 1 > tree::MAX_TREE_ID {
+        else {
             // 2.4.1: an IllegalStateException ("Exhausted all Tree IDs"),
             // which the handler answers as "not modified".
             return Ok(Reply::empty(304));
-        }
-        let id = (max + 1) as u16;
-        trees
-            .put_definition(id, &edit.to_new(created))
-            .map_err(tree_error)?;
+        };
         return Ok(tree_json(&existing_tree(state, id as i32)?));
     }
     if method == Method::DELETE {
