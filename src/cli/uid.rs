@@ -22,7 +22,7 @@ pub struct UidArgs {
     // The usage text as help (a doc comment would be read as rustdoc links).
     #[arg(
         allow_hyphen_values = true,
-        help = "grep [kind] <RE> | assign <kind> <name>... | rename <kind> <name> <newname> | delete <kind> <name> | [kind] <name> | [kind] <id>"
+        help = "grep [kind] <RE> | assign <kind> <name>... | rename <kind> <name> <newname> | delete <kind> <name> | fsck [fix] [delete_unknown] | metasync | metapurge | treesync | treepurge <id> [definition] | [kind] <name> | [kind] <id>"
     )]
     pub args: Vec<String>,
 }

@@ -133,4 +133,12 @@ fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_3() {
     assert_eq!(r.stdout, "metrics sys.mem.free: [0, 0, 2]\n");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
+    // The table format 3 added works on the upgraded store.
+    let tsd_dir = tempfile::tempdir().unwrap();
+    std::fs::remove_dir(tsd_dir.path()).unwrap();
+    std::fs::rename(&store, tsd_dir.path()).unwrap();
+    let srv = crate::common::TestServer::start_in(tsd_dir, &[]);
+    let (s, t) = crate::common::req(&srv, "POST", "/api/tree", r#"{"name":"after upgrade"}"#);
+    assert_eq!(s, 200, "{t}");
+    assert_eq!(crate::common::get(&srv, "/api/tree?treeid=1").0, 200);
 }
