@@ -92,17 +92,17 @@ impl<'t> TreeBuilder<'t> {
     pub fn new(tree: &'t Tree) -> Result<TreeBuilder<'t>> {
         let mut regexes = BTreeMap::new();
         let mut separators = BTreeMap::new();
-        for (level, orders) in &tree.rules {
-            for (order, rule) in orders {
-                if let Some(re) = rule.compiled_regex()? {
-                    regexes.insert((*level, *order), re);
-                }
-                if !rule.separator.is_empty() {
-                    let sep = Regex::new(&rule.separator)
-                        .map(Separator::Regex)
-                        .unwrap_or_else(|_| Separator::Literal(rule.separator.clone()));
-                    separators.insert((*level, *order), sep);
-                }
+        // Keyed by the rule's own level and order, which processing reads.
+        for rule in tree.rules.values().flat_map(|o| o.values()) {
+            let key = (rule.level, rule.order);
+            if let Some(re) = rule.compiled_regex()? {
+                regexes.insert(key, re);
+            }
+            if !rule.separator.is_empty() {
+                let sep = Regex::new(&rule.separator)
+                    .map(Separator::Regex)
+                    .unwrap_or_else(|_| Separator::Literal(rule.separator.clone()));
+                separators.insert(key, sep);
             }
         }
         Ok(TreeBuilder {

@@ -24,6 +24,11 @@ use crate::tsd::TsdState;
 
 type Answer = Result<Reply, Reply>;
 
+/// Serializes the read-merge-write of tree definitions and rules: OpenTSDB
+/// compares-and-sets them, so two concurrent edits never lose one another;
+/// one lock per process does the same for one TSD per store.
+static EDITS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 fn bad(msg: &str) -> Reply {
     Reply::error(400, msg, "")
 }
@@ -191,6 +196,7 @@ fn handle_tree(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>
     }
     if method == Method::POST || method == Method::PUT {
         let overwrite = method == Method::PUT;
+        let _edit = EDITS.lock();
         if edit.tree_id > 0 {
             let stored = existing_tree(state, edit.tree_id)?;
             if !edit.has_changes() {
@@ -422,6 +428,7 @@ fn handle_rule(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>
         return tree.rule(level, order).map(rule_json).ok_or_else(missing);
     }
     if method == Method::POST || method == Method::PUT {
+        let _edit = EDITS.lock();
         let rule = sync_rule(state, &edit, method == Method::PUT).map_err(tree_error)?;
         return Ok(rule_json(&rule));
     }
@@ -474,6 +481,7 @@ fn handle_rules(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]
             return Err(bad("Missing tree rules"));
         };
         let overwrite = method == Method::PUT;
+        let _edit = EDITS.lock();
         if overwrite {
             trees.delete_rules(tree.tree_id).map_err(tree_error)?;
         }
