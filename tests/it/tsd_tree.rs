@@ -888,3 +888,25 @@ fn tree_processing_figures() {
         started.elapsed()
     );
 }
+
+#[test]
+fn a_running_tsd_processes_new_series_in_the_background() {
+    let srv = TestServer::start(PROCESSING);
+    host_metric_tree(&srv, false);
+    let pts =
+        json!([{"metric":"sys.cpu.user","timestamp":1356998400,"value":1,"tags":{"host":"web01"}}]);
+    assert_eq!(post_put(srv.addr, "", &pts.to_string()).status, 204);
+    // The flusher's next tick takes the queued series through the tree;
+    // waited for (not timed): the put did not wait for it.
+    let mut found = None;
+    for _ in 0..600 {
+        let (s, t) = get(&srv, "/api/tree/branch?treeid=1");
+        if s == 200 && v(&t)["branches"].is_array() {
+            found = Some(v(&t));
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let root = found.expect("the series reached the tree while the TSD ran");
+    assert_eq!(root["branches"][0]["displayName"], "web01");
+}
