@@ -202,7 +202,7 @@ PY
 
 span() { tr ' ' '\n' <<<"${R[$1]}" | grep -v '^$' | sort -g | awk 'NR==1{a=$1} {b=$1} END{if (a==b) print a; else print a "–" b}'; }
 echo
-echo "$(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r); $HOSTS hosts x 10 metrics x ${HOURS} h at 10 s = $POINTS points, $PROTO, $CONNS connections, $ROUNDS round(s); VictoriaMetrics $(victoria-metrics -version 2>&1 | head -1)"
+echo "$(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r); $HOSTS hosts x 10 metrics x ${HOURS} h at 10 s = $POINTS points, $PROTO, $CONNS connections, $ROUNDS round(s); VictoriaMetrics $(dpkg-query -W -f='${Version}' victoria-metrics 2>/dev/null)"
 echo
 echo "| | rtsdb | VictoriaMetrics |"
 echo "|---|---|---|"

@@ -62,8 +62,8 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
         "sys.mem.free 1356998400 1024 host=web01\nsys.mem.free 1357002001 2048 host=web01\n"
     );
     // The first open upgraded its version 1 header in place (format 2 adds
-    // a checksum, format 3 the tree table), after checking it against the
-    // UID table.
+    // a checksum, format 3 the tree table and compressed WAL frames), after
+    // checking it against the UID table.
     let header = header_of(&store);
     assert_eq!(header["format_version"], 3, "{header}");
     assert!(header["checksum"].is_string(), "{header}");

@@ -20,7 +20,9 @@ use tokio::sync::watch;
 use crate::model::point::{Timestamp, Value};
 use crate::write::series::Series;
 
-use super::record::{encode_delete, encode_point, encode_series, finish_frame, start_frame};
+use super::record::{
+    FrameCompressor, encode_delete, encode_point, encode_series, finish_frame, start_frame,
+};
 use super::segment::{list_segments, segment_path, sync_dir};
 
 /// How long the writer waits between attempts while the log cannot be
@@ -311,6 +313,7 @@ impl Wal {
             rotate_to: None,
             written_seq: 0,
             synced_seq: 0,
+            compressor: FrameCompressor::new(),
         };
         let thread = std::thread::Builder::new()
             .name("wal-writer".into())
@@ -618,6 +621,7 @@ struct Writer {
     rotate_to: Option<u64>,
     written_seq: u64,
     synced_seq: u64,
+    compressor: FrameCompressor,
 }
 
 impl Writer {
@@ -648,7 +652,8 @@ impl Writer {
             let stop = st.stop;
             // Frames of an unfinished attempt go first, and alone: they
             // belong to the segment they were encoded for.
-            if self.pending.is_empty() && self.rotate_to.is_none() && !self.rewrite {
+            let fresh = self.pending.is_empty() && self.rotate_to.is_none() && !self.rewrite;
+            if fresh {
                 let mut data = std::mem::take(&mut st.spare);
                 std::mem::swap(&mut data, &mut st.buf);
                 let file_len = self.synced_len + self.unsynced.len() as u64;
@@ -668,6 +673,11 @@ impl Writer {
             let want_sync = st.sync_wanted || stop || last_sync.elapsed() >= interval;
             st.sync_wanted = false;
             drop(st);
+            // Compressed once, outside the appenders' lock; a failed
+            // attempt writes the same bytes again.
+            if fresh {
+                self.compressor.compress(&mut self.pending);
+            }
             self.sync_due |= want_sync;
             match self.advance() {
                 Ok(synced) => {
