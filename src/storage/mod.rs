@@ -197,10 +197,10 @@ impl StripedLocks {
         }
     }
 
-    /// Locks the stripe of `key` (FNV-1a of `seed` and the key: cheap and
+    /// Locks the stripe of `key` (the crate's hash of `seed` and the key: cheap and
     /// spreads keys well enough).
     pub(crate) fn lock(&self, seed: u64, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
-        let h = crate::model::hash::fnv1a(seed, key);
+        let h = crate::model::hash::hash_bytes(seed, key);
         self.locks[(h % self.locks.len() as u64) as usize].lock()
     }
 }

@@ -27,7 +27,7 @@ use crate::model::row_span::ROW_SPAN_SECS;
 use crate::store::read::Point;
 
 use super::series::Series;
-use crate::model::hash::FnvMap;
+use crate::model::hash::FastMap;
 
 const SHARDS: usize = 64;
 /// Bit of a buffered timestamp meaning "written in seconds".
@@ -99,7 +99,7 @@ pub(crate) struct SealPolicy {
 }
 
 pub(crate) struct Buffer {
-    shards: Vec<Mutex<FnvMap<u32, SeriesBuf>>>,
+    shards: Vec<Mutex<FastMap<u32, SeriesBuf>>>,
     points: AtomicUsize,
     clock_s: AtomicU32,
     in_flight: Mutex<HashMap<u64, Arc<Vec<SealedHour>>>>,
@@ -132,7 +132,9 @@ fn dedup_last_wins(mut pts: Vec<BufPoint>) -> Vec<BufPoint> {
 impl Buffer {
     pub(crate) fn new() -> Buffer {
         Buffer {
-            shards: (0..SHARDS).map(|_| Mutex::new(FnvMap::default())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(FastMap::default()))
+                .collect(),
             points: AtomicUsize::new(0),
             clock_s: AtomicU32::new(now_s()),
             in_flight: Mutex::new(HashMap::new()),
@@ -299,8 +301,8 @@ impl Buffer {
         end_ms: u64,
         want: &mut dyn FnMut(&Tsuid) -> bool,
     ) -> HashMap<Tsuid, Vec<Point>> {
-        let mut raw: FnvMap<u32, (Arc<Series>, Vec<BufPoint>)> = FnvMap::default();
-        let mut wanted: FnvMap<u32, bool> = FnvMap::default();
+        let mut raw: FastMap<u32, (Arc<Series>, Vec<BufPoint>)> = FastMap::default();
+        let mut wanted: FastMap<u32, bool> = FastMap::default();
         let mut is_wanted = |s: &Series| *wanted.entry(s.id).or_insert_with(|| want(&s.tsuid));
         let keep = |p: &BufPoint| (start_ms..=end_ms).contains(&p.ms());
         // Rows whose hour overlaps the range: bases from one span before

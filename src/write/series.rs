@@ -22,7 +22,7 @@ use crate::protocol::PointError;
 use crate::uid::{UidTable, UidTableError};
 use crate::write::limits::SeriesLimiter;
 
-use crate::model::hash::{FnvMap, fnv1a};
+use crate::model::hash::{FastMap, hash_bytes};
 
 const SHARDS: usize = 16;
 
@@ -64,11 +64,11 @@ pub struct SeriesCache {
     uids: Arc<UidTable>,
     rules: NameRules,
     max_tags: usize,
-    shards: Vec<RwLock<FnvMap<Box<str>, Arc<Series>>>>,
+    shards: Vec<RwLock<FastMap<Box<str>, Arc<Series>>>>,
     /// The process-local id given to each TSUID: a series re-resolved after
     /// its names were forgotten keeps its id, so its buffered points and
     /// WAL references stay one series.
-    ids: RwLock<FnvMap<Tsuid, u32>>,
+    ids: RwLock<FastMap<Tsuid, u32>>,
     next_id: AtomicU32,
     /// Cardinality limits on new series (none unless configured).
     limiter: Option<SeriesLimiter>,
@@ -108,9 +108,9 @@ impl SeriesCache {
             uids,
             max_tags,
             shards: (0..SHARDS)
-                .map(|_| RwLock::new(FnvMap::default()))
+                .map(|_| RwLock::new(FastMap::default()))
                 .collect(),
-            ids: RwLock::new(FnvMap::default()),
+            ids: RwLock::new(FastMap::default()),
             next_id: AtomicU32::new(1),
             limiter: None,
         }
@@ -158,10 +158,9 @@ impl SeriesCache {
         self.len() == 0
     }
 
-    fn shard(&self, key: &str) -> &RwLock<FnvMap<Box<str>, Arc<Series>>> {
-        // The first 64 bytes spread series well enough.
-        let bytes = key.as_bytes();
-        let h = fnv1a(0, &bytes[..bytes.len().min(64)]);
+    fn shard(&self, key: &str) -> &RwLock<FastMap<Box<str>, Arc<Series>>> {
+        // Seeded apart from the maps' own hashing of the same key.
+        let h = hash_bytes(0x5eed, key.as_bytes());
         &self.shards[(h % SHARDS as u64) as usize]
     }
 

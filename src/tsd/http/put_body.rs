@@ -646,7 +646,7 @@ impl Recent {
         if self.0.is_empty() {
             self.0 = vec![None; RECENT];
         }
-        let h = fnv1a(bytes);
+        let h = crate::model::hash::hash_bytes(0, bytes);
         let slot = (h % RECENT as u64) as usize;
         match self.0[slot] {
             Some((sh, off, len))
@@ -665,12 +665,6 @@ impl Recent {
     fn heap_bytes(&self) -> usize {
         self.0.capacity() * std::mem::size_of::<Option<(u64, usize, usize)>>()
     }
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
