@@ -634,32 +634,38 @@ pub(crate) struct DecodedPoints {
     scratch: Vec<u8>,
 }
 
-/// A direct-mapped table of recently stored byte strings: (hash, offset,
-/// length).
+/// A two-way set-associative table of recently stored byte strings:
+/// (hash, offset, length). Two ways, so that two strings that recur
+/// together and share a set do not keep evicting each other.
 #[derive(Default)]
 struct Recent(Vec<Option<(u64, usize, usize)>>);
 
 impl Recent {
     /// Where `bytes` is in `store` if it was stored there recently; else
-    /// the slot to [`Recent::remember`] it in once stored.
+    /// the set to [`Recent::remember`] it in once stored.
     fn find(&mut self, store: &[u8], bytes: &[u8]) -> Result<usize, (usize, u64)> {
         if self.0.is_empty() {
             self.0 = vec![None; RECENT];
         }
         let h = crate::model::hash::hash_bytes(0, bytes);
-        let slot = (h % RECENT as u64) as usize;
-        match self.0[slot] {
-            Some((sh, off, len))
-                if sh == h && len == bytes.len() && &store[off..off + len] == bytes =>
+        let set = (h % (RECENT / 2) as u64) as usize * 2;
+        for way in [set, set + 1] {
+            if let Some((sh, off, len)) = self.0[way]
+                && sh == h
+                && len == bytes.len()
+                && &store[off..off + len] == bytes
             {
-                Ok(off)
+                return Ok(off);
             }
-            _ => Err((slot, h)),
         }
+        Err((set, h))
     }
 
-    fn remember(&mut self, (slot, h): (usize, u64), off: usize, len: usize) {
-        self.0[slot] = Some((h, off, len));
+    /// The newest string goes first in its set, the one it displaces to
+    /// the second way.
+    fn remember(&mut self, (set, h): (usize, u64), off: usize, len: usize) {
+        self.0[set + 1] = self.0[set];
+        self.0[set] = Some((h, off, len));
     }
 
     fn heap_bytes(&self) -> usize {
