@@ -368,9 +368,7 @@ fn eval(n: &Node, vars: &[f64]) -> Result<Eval, EvalError> {
         Node::Bin(op, a, b) => {
             let (l, r) = (eval(a, vars)?, eval(b, vars)?);
             match op {
-                BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod => {
-                    arith(*op, l, r)?
-                }
+                BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod => arith(*op, l, r)?,
                 BinOp::BitAnd => Eval::Long(l.to_long() & r.to_long()),
                 BinOp::BitOr => Eval::Long(l.to_long() | r.to_long()),
                 BinOp::BitXor => Eval::Long(l.to_long() ^ r.to_long()),
@@ -475,7 +473,8 @@ fn lex(src: &str) -> Result<Vec<(usize, Tok)>, ParseError> {
             continue;
         }
         if c.is_ascii_alphabetic() || matches!(c, b'_' | b'$' | b'@') {
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'$' | b'@'))
+            while i < b.len()
+                && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'$' | b'@'))
             {
                 i += 1;
             }
@@ -558,9 +557,7 @@ fn lex(src: &str) -> Result<Vec<(usize, Tok)>, ParseError> {
 /// `FLOAT_LITERAL`, longest match) and its length.
 fn lex_number(s: &str) -> Result<(Tok, usize), String> {
     let b = s.as_bytes();
-    let digits = |from: usize, ok: fn(u8) -> bool| {
-        b[from..].iter().take_while(|&&c| ok(c)).count()
-    };
+    let digits = |from: usize, ok: fn(u8) -> bool| b[from..].iter().take_while(|&&c| ok(c)).count();
     let int_len = digits(0, |c| c.is_ascii_digit());
     // FLOAT_LITERAL: digits "." digits [exponent] [dDfFbB]
     if b.get(int_len) == Some(&b'.') && b.get(int_len + 1).is_some_and(u8::is_ascii_digit) {
@@ -935,7 +932,10 @@ mod tests {
     #[test]
     fn results_that_are_not_double_or_boolean() {
         assert_eq!(run("a > 0 ? 1 : 0", &[1.0]), Eval::Int(1));
-        assert_eq!(run("a > 0 ? 1.5 : 0", &[1.0]).type_name(), "java.lang.Float");
+        assert_eq!(
+            run("a > 0 ? 1.5 : 0", &[1.0]).type_name(),
+            "java.lang.Float"
+        );
         assert_eq!(run("a & 1", &[1.0]), Eval::Long(0));
         // Integer arithmetic on a boolean fails; division gives 0.0.
         assert!(Script::parse("(a > 0) + 1").unwrap().eval(&[1.0]).is_err());
@@ -945,8 +945,22 @@ mod tests {
     #[test]
     fn syntax_errors() {
         for bad in [
-            "a +", "(a", "a b", "a < b < c", "a == b == c", "a = 1", "a.b", "foo(a)", "'x' + a",
-            "a ? b", "1.", ".5 + a", "a + 08", "if (a) b", "a # b", "a[0]",
+            "a +",
+            "(a",
+            "a b",
+            "a < b < c",
+            "a == b == c",
+            "a = 1",
+            "a.b",
+            "foo(a)",
+            "'x' + a",
+            "a ? b",
+            "1.",
+            ".5 + a",
+            "a + 08",
+            "if (a) b",
+            "a # b",
+            "a[0]",
         ] {
             assert!(Script::parse(bad).is_err(), "{bad}");
         }

@@ -15,11 +15,11 @@ use serde_json::{Map, Value as Json};
 use super::expr::Script;
 use crate::model::java::{double_to_string, hashmap_order};
 use crate::model::time::parse_duration;
+use crate::protocol::jackson;
 use crate::query::Aggregator;
 use crate::query::error::QueryError;
 use crate::query::filter::{FilterSpec, TagFilter};
 use crate::query::request::parse_time;
-use crate::protocol::jackson;
 
 /// `FillPolicy` as the expression classes use it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,10 +210,7 @@ fn bad(message: impl Into<String>, details: impl Into<String>) -> QueryError {
 
 /// A value Jackson could not map onto the field at `path`.
 fn mapping(path: &str, e: impl std::fmt::Display) -> QueryError {
-    bad(
-        "Unable to parse the given JSON",
-        format!("{path}: {e}"),
-    )
+    bad("Unable to parse the given JSON", format!("{path}: {e}"))
 }
 
 fn field<'a>(o: &'a Map<String, Json>, name: &str) -> Option<&'a Json> {
@@ -246,10 +243,7 @@ fn object<'a>(v: &'a Json, path: &str) -> Result<&'a Map<String, Json>, QueryErr
 
 /// A list field: `null` or absent is no list; a single object is read as
 /// a one-element list only if it is an array (Jackson's default).
-fn list<'a>(
-    o: &'a Map<String, Json>,
-    name: &str,
-) -> Result<Option<&'a Vec<Json>>, QueryError> {
+fn list<'a>(o: &'a Map<String, Json>, name: &str) -> Result<Option<&'a Vec<Json>>, QueryError> {
     match field(o, name) {
         None => Ok(None),
         Some(Json::Array(a)) => Ok(Some(a)),
@@ -270,9 +264,8 @@ fn double(v: &Json, path: &str) -> Result<f64, QueryError> {
                 "NaN" => Ok(f64::NAN),
                 "Infinity" | "+Infinity" => Ok(f64::INFINITY),
                 "-Infinity" => Ok(f64::NEG_INFINITY),
-                _ => crate::model::java::parse_double(t).map_err(|_| {
-                    mapping(path, format!("not a valid Double value: \"{s}\""))
-                }),
+                _ => crate::model::java::parse_double(t)
+                    .map_err(|_| mapping(path, format!("not a valid Double value: \"{s}\""))),
             }
         }
         Json::Bool(_) | Json::Array(_) | Json::Object(_) => {
@@ -289,7 +282,10 @@ fn fill_policy(v: Option<&Json>, path: &str) -> Result<Option<NumericFill>, Quer
     let policy = match string(o, "policy", path)? {
         None => None,
         Some(p) => Some(FillKind::parse(&p).ok_or_else(|| {
-            mapping(&format!("{path}.policy"), format!("Unrecognized fill policy: {p}"))
+            mapping(
+                &format!("{path}.policy"),
+                format!("Unrecognized fill policy: {p}"),
+            )
         })?),
     };
     let value = match o.get("value") {
@@ -321,7 +317,10 @@ pub fn parse(body: &[u8]) -> Result<ExpQuery, QueryError> {
                     Some(Downsampler {
                         interval: string(d, "interval", p)?,
                         aggregator: string(d, "aggregator", p)?,
-                        fill_policy: fill_policy(d.get("fillPolicy"), "time.downsampler.fillPolicy")?,
+                        fill_policy: fill_policy(
+                            d.get("fillPolicy"),
+                            "time.downsampler.fillPolicy",
+                        )?,
                     })
                 }
             };
@@ -351,10 +350,7 @@ pub fn parse(body: &[u8]) -> Result<ExpQuery, QueryError> {
                             let spec: FilterSpec =
                                 serde_json::from_value(t.clone()).map_err(|e| mapping(&tp, e))?;
                             if spec.kind.is_empty() {
-                                return Err(bad(
-                                    "The filter type cannot be null or empty",
-                                    tp,
-                                ));
+                                return Err(bad("The filter type cannot be null or empty", tp));
                             }
                             if spec.tagk.is_empty() {
                                 return Err(bad("The tagk cannot be null or empty", tp));
@@ -462,7 +458,9 @@ pub fn parse(body: &[u8]) -> Result<ExpQuery, QueryError> {
 
 /// `Query.validateId`: letters and digits only, not a lone digit.
 pub fn validate_id(id: Option<&str>) -> Result<(), String> {
-    let id = id.filter(|i| !i.is_empty()).ok_or("The ID cannot be null or empty")?;
+    let id = id
+        .filter(|i| !i.is_empty())
+        .ok_or("The ID cannot be null or empty")?;
     // Java's Character.isLetterOrDigit over UTF-16 units; for the BMP
     // this is Unicode's alphanumeric test.
     if let Some(c) = id.chars().find(|c| !c.is_alphanumeric()) {
@@ -904,18 +902,27 @@ mod tests {
             )
         );
         assert_eq!(
-            err(&format!(r#"{{{TIME},"metrics":[{{"id":"a_b","metric":"m"}}]}}"#)).1,
+            err(&format!(
+                r#"{{{TIME},"metrics":[{{"id":"a_b","metric":"m"}}]}}"#
+            ))
+            .1,
             "Invalid id (\"a_b\"): illegal character: _"
         );
         assert_eq!(
-            err(&format!(r#"{{{TIME},"metrics":[{{"id":"1","metric":"m"}}]}}"#)).1,
+            err(&format!(
+                r#"{{{TIME},"metrics":[{{"id":"1","metric":"m"}}]}}"#
+            ))
+            .1,
             "The ID cannot be an integer"
         );
         assert_eq!(
             err(&format!(
                 r#"{{{TIME},"metrics":[{{"id":"a","metric":"m"}}],"filters":[{{"tags":[]}}]}}"#
             )),
-            ("Invalid filter at index 0".into(), "Missing or empty id".into())
+            (
+                "Invalid filter at index 0".into(),
+                "Missing or empty id".into()
+            )
         );
         assert_eq!(
             err(&format!(
@@ -943,7 +950,10 @@ mod tests {
     #[test]
     fn fill_policies_as_numeric_fill_policy_builds_them() {
         let fill = |json: &str| fill_policy(Some(&serde_json::from_str(json).unwrap()), "f");
-        assert_eq!(fill(r#"{"policy":"zero"}"#).unwrap(), Some(NumericFill::ZERO));
+        assert_eq!(
+            fill(r#"{"policy":"zero"}"#).unwrap(),
+            Some(NumericFill::ZERO)
+        );
         let s = fill(r#"{"policy":"scalar","value":"1"}"#).unwrap().unwrap();
         assert_eq!((s.policy, s.value), (FillKind::Scalar, 1.0));
         assert!(fill(r#"{"policy":"nan"}"#).unwrap().unwrap().value.is_nan());
@@ -956,7 +966,9 @@ mod tests {
             "The value for NONE and NAN must be NaN"
         );
         assert_eq!(
-            fill(r#"{"policy":"zero","value":1}"#).unwrap_err().message(),
+            fill(r#"{"policy":"zero","value":1}"#)
+                .unwrap_err()
+                .message(),
             "The value for ZERO must be 0"
         );
         assert!(

@@ -186,7 +186,10 @@ impl Plan {
             start: time.start.clone(),
             end: time.end.clone().filter(|e| !e.is_empty()),
             timezone: time.timezone.clone(),
-            queries: metric_order.iter().map(|&i| metrics[i].sub.clone()).collect(),
+            queries: metric_order
+                .iter()
+                .map(|&i| metrics[i].sub.clone())
+                .collect(),
             ..Default::default()
         };
         let valid = query.validate(ctx.now_ms, ctx.default_tz)?;
@@ -280,7 +283,10 @@ impl Plan {
                 groups,
             });
         }
-        Ok(results.into_iter().map(|r| r.expect("every metric ran")).collect())
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every metric ran"))
+            .collect())
     }
 
     /// The dependency graph of nested expressions, checked edge by edge in
@@ -403,8 +409,9 @@ impl Plan {
                 for inp in &inputs {
                     let v = var_of(&inp.name);
                     for s in 0..inp.meta.len() {
-                        joined.entry(key(inp, s)).or_insert_with(|| vec![None; nvars])[v] =
-                            Some(s);
+                        joined
+                            .entry(key(inp, s))
+                            .or_insert_with(|| vec![None; nvars])[v] = Some(s);
                     }
                 }
             }
@@ -528,7 +535,11 @@ impl Plan {
             }
             let index = results.iter().position(|r| *r == inp.name).unwrap_or(0);
             if inp.is_expression {
-                let _ = write!(s, "{}=ExpressionIterator(id={}, index={index})", inp.name, inp.name);
+                let _ = write!(
+                    s,
+                    "{}=ExpressionIterator(id={}, index={index})",
+                    inp.name, inp.name
+                );
             } else {
                 let _ = write!(
                     s,
@@ -583,21 +594,24 @@ impl Plan {
         out: &mut String,
     ) -> Result<(), QueryError> {
         let defaults: Vec<(String, Option<String>)>;
-        let outputs: Vec<(&str, Option<&str>)> = match q.outputs.as_deref().filter(|o| !o.is_empty())
-        {
-            Some(o) => o
-                .iter()
-                .map(|o| (o.id.as_deref().unwrap_or(""), o.alias.as_deref()))
-                .collect(),
-            None => {
-                defaults = if self.exprs.is_empty() {
-                    self.metrics.iter().map(|m| (m.id.clone(), None)).collect()
-                } else {
-                    self.exprs.iter().map(|e| (e.id.clone(), None)).collect()
-                };
-                defaults.iter().map(|(i, a)| (i.as_str(), a.as_deref())).collect()
-            }
-        };
+        let outputs: Vec<(&str, Option<&str>)> =
+            match q.outputs.as_deref().filter(|o| !o.is_empty()) {
+                Some(o) => o
+                    .iter()
+                    .map(|o| (o.id.as_deref().unwrap_or(""), o.alias.as_deref()))
+                    .collect(),
+                None => {
+                    defaults = if self.exprs.is_empty() {
+                        self.metrics.iter().map(|m| (m.id.clone(), None)).collect()
+                    } else {
+                        self.exprs.iter().map(|e| (e.id.clone(), None)).collect()
+                    };
+                    defaults
+                        .iter()
+                        .map(|(i, a)| (i.as_str(), a.as_deref()))
+                        .collect()
+                }
+            };
         let evals = Evaluator {
             plan: self,
             results,
@@ -767,7 +781,11 @@ fn write_meta(
     metrics_json.push(']');
     out.push_str(",\"meta\":[{\"index\":0,\"metrics\":[\"timestamp\"]}");
     for (i, m) in meta.iter().enumerate() {
-        let _ = write!(out, ",{{\"index\":{},\"metrics\":{metrics_json},\"commonTags\":{{", i + 1);
+        let _ = write!(
+            out,
+            ",{{\"index\":{},\"metrics\":{metrics_json},\"commonTags\":{{",
+            i + 1
+        );
         let mut pairs = Vec::with_capacity(m.tags.len());
         for (k, v) in &m.tags {
             pairs.push((
@@ -1020,7 +1038,11 @@ impl Names {
         if let Some(n) = self.names.get(&(kind, uid)) {
             return Ok(n.clone());
         }
-        let n = ctx.uids.get_name(kind, uid).map_err(QueryError::from)?.to_string();
+        let n = ctx
+            .uids
+            .get_name(kind, uid)
+            .map_err(QueryError::from)?
+            .to_string();
         self.names.insert((kind, uid), n.clone());
         Ok(n)
     }

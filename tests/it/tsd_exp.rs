@@ -1,0 +1,424 @@
+//! `POST /api/query/exp` against a real TSD: the documented example,
+//! joins, fill policies, nested expressions and each validation error,
+//! with bodies as OpenTSDB 2.4.1's `QueryExecutor` writes them.
+
+use crate::common;
+
+use common::{TestServer, req, telnet};
+
+const H: u64 = 1431561600; // 2015-05-14T00:00:00Z, an hour boundary
+
+fn server() -> TestServer {
+    TestServer::start(&[("tsd.core.auto_create_metrics", "true")])
+}
+
+fn put(srv: &TestServer, lines: &str) {
+    assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+}
+
+fn exp(srv: &TestServer, body: &str) -> (u16, String) {
+    req(srv, "POST", "/api/query/exp", body)
+}
+
+fn time() -> String {
+    format!(
+        r#""time":{{"start":{H},"end":{},"aggregator":"sum"}}"#,
+        H + 3600
+    )
+}
+
+/// Two hosts in each of two metrics; web02 misses two points of `a`.
+fn documented_data(srv: &TestServer) {
+    put(
+        srv,
+        &format!(
+            "put sys.cpu.user {H} 1 host=web01\n\
+             put sys.cpu.user {} 3 host=web01\n\
+             put sys.cpu.user {} 5 host=web01\n\
+             put sys.cpu.user {} 7 host=web01\n\
+             put sys.cpu.user {H} 2 host=web02\n\
+             put sys.cpu.user {} 8 host=web02\n\
+             put sys.cpu.iowait {H} 10 host=web01\n\
+             put sys.cpu.iowait {} 20 host=web01\n\
+             put sys.cpu.iowait {} 30 host=web01\n\
+             put sys.cpu.iowait {} 40 host=web01\n\
+             put sys.cpu.iowait {H} 20 host=web02\n\
+             put sys.cpu.iowait {} 30 host=web02\n\
+             put sys.cpu.iowait {} 40 host=web02\n\
+             put sys.cpu.iowait {} 50 host=web02\n",
+            H + 60,
+            H + 120,
+            H + 180,
+            H + 180,
+            H + 60,
+            H + 120,
+            H + 180,
+            H + 60,
+            H + 120,
+            H + 180,
+        ),
+    );
+}
+
+fn ms(offset: u64) -> u64 {
+    (H + offset) * 1000
+}
+
+/// The "Complete Example" of OpenTSDB's /api/query/exp page (its times
+/// made absolute): nested expressions five deep, two outputs with
+/// aliases, one of them a metric.
+#[test]
+fn the_documented_example() {
+    let srv = server();
+    documented_data(&srv);
+    let body = format!(
+        r#"{{{},
+        "filters":[{{"tags":[{{"type":"wildcard","tagk":"host","filter":"web*","groupBy":true}}],"id":"f1"}}],
+        "metrics":[{{"id":"a","metric":"sys.cpu.user","filter":"f1","fillPolicy":{{"policy":"nan"}}}},
+                   {{"id":"b","metric":"sys.cpu.iowait","filter":"f1","fillPolicy":{{"policy":"nan"}}}}],
+        "expressions":[{{"id":"e","expr":"a + b"}},{{"id":"e2","expr":"e * 2"}},{{"id":"e3","expr":"e2 * 2"}},
+                       {{"id":"e4","expr":"e3 * 2"}},{{"id":"e5","expr":"e4 + e2"}}],
+        "outputs":[{{"id":"e5","alias":"Mega expression"}},{{"id":"a","alias":"CPU User"}}]}}"#,
+        time()
+    );
+    let (status, text) = exp(&srv, &body);
+    assert_eq!(status, 200, "{text}");
+    // e = a + b: web01 11,23,35,47; web02 22,NaN,NaN,58 (a's gaps are
+    // NaN by its fill policy); e5 = 8e + 2e = 10e.
+    let expected_outputs = format!(
+        r#"{{"outputs":[{{"id":"e5","alias":"Mega expression","dps":[[{},110.0,220.0],[{},230.0,"NaN"],[{},350.0,"NaN"],[{},470.0,580.0]],"dpsMeta":{{"firstTimestamp":{},"lastTimestamp":{},"setCount":4,"series":2}},"meta":[{{"index":0,"metrics":["timestamp"]}},{{"index":1,"metrics":["sys.cpu.iowait","sys.cpu.user"],"commonTags":{{"host":"web01"}},"aggregatedTags":[]}},{{"index":2,"metrics":["sys.cpu.iowait","sys.cpu.user"],"commonTags":{{"host":"web02"}},"aggregatedTags":[]}}]}},{{"id":"a","alias":"CPU User","dps":[[{},1.0,2.0],[{},3.0,0.0],[{},5.0,0.0],[{},7.0,8.0]],"dpsMeta":{{"firstTimestamp":{},"lastTimestamp":{},"setCount":4,"series":2}},"meta":[{{"index":0,"metrics":["timestamp"]}},{{"index":1,"metrics":["sys.cpu.user"],"commonTags":{{"host":"web01"}},"aggregatedTags":[]}},{{"index":2,"metrics":["sys.cpu.user"],"commonTags":{{"host":"web02"}},"aggregatedTags":[]}}]}}],"query":"#,
+        ms(0),
+        ms(60),
+        ms(120),
+        ms(180),
+        ms(0),
+        ms(180),
+        ms(0),
+        ms(60),
+        ms(120),
+        ms(180),
+        ms(0),
+        ms(180),
+    );
+    assert!(
+        text.starts_with(&expected_outputs),
+        "got\n{text}\nwanted\n{expected_outputs}"
+    );
+    let expected_query = format!(
+        r#""query":{{"name":null,"time":{{"start":"{H}","end":"{}","timezone":null,"downsampler":null,"aggregator":"sum","rate":false}},"filters":[{{"id":"f1","tags":[{{"tagk":"host","filter":"web*","group_by":true,"type":"wildcard"}}],"explicitTags":false}}],"metrics":[{{"metric":"sys.cpu.user","id":"a","filter":"f1","aggregator":null,"fillPolicy":{{"policy":"nan","value":"NaN"}},"timeOffset":null}},{{"metric":"sys.cpu.iowait","id":"b","filter":"f1","aggregator":null,"fillPolicy":{{"policy":"nan","value":"NaN"}},"timeOffset":null}}],"expressions":[{{"id":"e","expr":"a + b","join":{{"operator":"union","useQueryTags":false,"includeAggTags":true}},"fillPolicy":null}},{{"id":"e2","expr":"e * 2","join":{{"operator":"union","useQueryTags":false,"includeAggTags":true}},"fillPolicy":null}},{{"id":"e3","expr":"e2 * 2","join":{{"operator":"union","useQueryTags":false,"includeAggTags":true}},"fillPolicy":null}},{{"id":"e4","expr":"e3 * 2","join":{{"operator":"union","useQueryTags":false,"includeAggTags":true}},"fillPolicy":null}},{{"id":"e5","expr":"e4 + e2","join":{{"operator":"union","useQueryTags":false,"includeAggTags":true}},"fillPolicy":null}}],"outputs":[{{"id":"e5","alias":"Mega expression"}},{{"id":"a","alias":"CPU User"}}]}}}}"#,
+        H + 3600
+    );
+    assert!(text.ends_with(&expected_query), "got\n{text}");
+}
+
+/// a has web01..web03, b only web01 and web02: a union keeps web03 (b's
+/// side is 0 there, the union's own fill, whatever b's fill policy says),
+/// an intersection drops it.
+#[test]
+fn union_and_intersection() {
+    let srv = server();
+    put(
+        &srv,
+        &format!(
+            "put m.a {H} 1 host=web01\nput m.a {H} 2 host=web02\nput m.a {H} 3 host=web03\n\
+             put m.b {H} 10 host=web01\nput m.b {H} 20 host=web02\n"
+        ),
+    );
+    let body = |op: &str| {
+        format!(
+            r#"{{{},"filters":[{{"id":"f","tags":[{{"type":"wildcard","tagk":"host","filter":"*","groupBy":true}}]}}],
+            "metrics":[{{"id":"a","metric":"m.a","filter":"f"}},{{"id":"b","metric":"m.b","filter":"f","fillPolicy":{{"policy":"scalar","value":100}}}}],
+            "expressions":[{{"id":"e","expr":"a + b","join":{{"operator":"{op}"}}}}]}}"#,
+            time()
+        )
+    };
+    let (s, t) = exp(&srv, &body("union"));
+    assert_eq!(s, 200, "{t}");
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    let out = &v["outputs"][0];
+    assert_eq!(out["dps"], serde_json::json!([[ms(0), 11.0, 22.0, 3.0]]));
+    assert_eq!(out["dpsMeta"]["series"], 3);
+    // The first input (a, in 2.4.1's map order) lends the common tags.
+    assert_eq!(
+        out["meta"][3]["commonTags"],
+        serde_json::json!({"host":"web03"})
+    );
+    let (s, t) = exp(&srv, &body("intersection"));
+    assert_eq!(s, 200, "{t}");
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(
+        v["outputs"][0]["dps"],
+        serde_json::json!([[ms(0), 11.0, 22.0]])
+    );
+    // Nothing in common: 2.4.1's error, its iterator dump included.
+    put(&srv, &format!("put m.c {H} 5 host=other\n"));
+    let (s, t) = exp(
+        &srv,
+        &format!(
+            r#"{{{},"filters":[{{"id":"f","tags":[{{"type":"wildcard","tagk":"host","filter":"*","groupBy":true}}]}}],
+            "metrics":[{{"id":"a","metric":"m.a","filter":"f"}},{{"id":"c","metric":"m.c","filter":"f"}}],
+            "expressions":[{{"id":"e","expr":"a + c","join":{{"operator":"intersection"}}}}]}}"#,
+            time()
+        ),
+    );
+    let msg = "No intersections found: IntersectionIterator(id=e, useQueryTags=false, includeAggTags=true, index=0, queries={a=TimeSyncedIterator(id=a, index=0, dpsSize=3), c=TimeSyncedIterator(id=c, index=1, dpsSize=1)}";
+    assert_eq!(
+        (s, t),
+        (
+            400,
+            format!(r#"{{"error":{{"code":400,"message":"{msg}","details":"{msg}"}}}}"#)
+        )
+    );
+}
+
+/// Gaps take the metric's fill policy (zero when it has none, the
+/// TimeSyncedIterator's default), and so do NaNs; division by zero is 0.
+#[test]
+fn fill_policies_and_division_by_zero() {
+    let srv = server();
+    put(
+        &srv,
+        &format!(
+            "put f.a {H} 4 host=x\nput f.a {} 6 host=x\nput f.a {} 8 host=x\nput f.b {H} 2 host=x\nput f.b {} 0 host=x\n",
+            H + 60,
+            H + 120,
+            H + 60
+        ),
+    );
+    let run = |fill: &str, expr: &str| {
+        let (s, t) = exp(
+            &srv,
+            &format!(
+                r#"{{{},"metrics":[{{"id":"a","metric":"f.a"}},{{"id":"b","metric":"f.b"{fill}}}],
+                "expressions":[{{"id":"e","expr":"{expr}"}}]}}"#,
+                time()
+            ),
+        );
+        assert_eq!(s, 200, "{t}");
+        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+        v["outputs"][0]["dps"].clone()
+    };
+    // b has no point at +120: zero by default, so a / b is 0 there too.
+    assert_eq!(
+        run("", "a / b"),
+        serde_json::json!([[ms(0), 2.0], [ms(60), 0.0], [ms(120), 0.0]])
+    );
+    assert_eq!(
+        run("", "a + b"),
+        serde_json::json!([[ms(0), 6.0], [ms(60), 6.0], [ms(120), 8.0]])
+    );
+    assert_eq!(
+        run(r#","fillPolicy":{"policy":"scalar","value":"1"}"#, "a + b"),
+        serde_json::json!([[ms(0), 6.0], [ms(60), 6.0], [ms(120), 9.0]])
+    );
+    assert_eq!(
+        run(r#","fillPolicy":{"policy":"nan"}"#, "a + b"),
+        serde_json::json!([[ms(0), 6.0], [ms(60), 6.0], [ms(120), "NaN"]])
+    );
+    // Comparisons and booleans come out as 1 and 0.
+    assert_eq!(
+        run("", "a > 5 && b == 0"),
+        serde_json::json!([[ms(0), 0.0], [ms(60), 1.0], [ms(120), 1.0]])
+    );
+}
+
+/// Nested expressions read the inner one's values; its NaNs take its own
+/// fill policy (2.4.1 failed there with a NullPointerException).
+#[test]
+fn nested_expressions_and_their_fill() {
+    let srv = server();
+    put(
+        &srv,
+        &format!(
+            "put n.a {H} 1 host=x\nput n.a {} 2 host=x\nput n.b {H} 1 host=x\n",
+            H + 60
+        ),
+    );
+    let (s, t) = exp(
+        &srv,
+        &format!(
+            r#"{{{},"metrics":[{{"id":"a","metric":"n.a"}},{{"id":"b","metric":"n.b","fillPolicy":{{"policy":"nan"}}}}],
+            "expressions":[{{"id":"inner","expr":"a * b","fillPolicy":{{"policy":"scalar","value":-1}}}},
+                           {{"id":"outer","expr":"inner + a"}}],
+            "outputs":[{{"id":"outer"}},{{"id":"inner"}}]}}"#,
+            time()
+        ),
+    );
+    assert_eq!(s, 200, "{t}");
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(
+        v["outputs"][0]["dps"],
+        serde_json::json!([[ms(0), 2.0], [ms(60), 1.0]])
+    );
+    assert_eq!(
+        v["outputs"][1]["dps"],
+        serde_json::json!([[ms(0), 1.0], [ms(60), "NaN"]])
+    );
+    // One row: 2.4.1 never sets lastTimestamp then.
+    let (s, t) = exp(
+        &srv,
+        &format!(
+            r#"{{{},"metrics":[{{"id":"b","metric":"n.b"}}],"expressions":[{{"id":"e","expr":"b * 3"}}]}}"#,
+            time()
+        ),
+    );
+    assert_eq!(s, 200);
+    assert!(t.contains(&format!(
+        r#""dps":[[{},3.0]],"dpsMeta":{{"firstTimestamp":{},"lastTimestamp":0,"setCount":1,"series":1}}"#,
+        ms(0),
+        ms(0)
+    )), "{t}");
+}
+
+/// Every validation error, worded as 2.4.1 words it (400 here where
+/// 2.4.1 answers 500 for a request it refuses before running it).
+#[test]
+fn validation_errors() {
+    let srv = server();
+    put(&srv, &format!("put v.a {H} 1 host=x\n"));
+    let t = time();
+    let m = r#""metrics":[{"id":"a","metric":"v.a"}]"#;
+    let cases: Vec<(String, &str)> = vec![
+        ("".into(), "Incoming data was null or empty"),
+        ("{".into(), "Unable to parse the given JSON"),
+        ("{}".into(), "missing time"),
+        (r#"{"time":{"aggregator":"sum"}}"#.into(), "Invalid time"),
+        (format!("{{{t}}}"), "missing or empty metrics"),
+        (
+            format!(
+                r#"{{{t},"metrics":[{{"id":"a","metric":"v.a"}},{{"id":"a","metric":"v.a"}}]}}"#
+            ),
+            "duplicated metric id: a",
+        ),
+        (
+            format!(r#"{{{t},{m},"filters":[{{"id":"f"}},{{"id":"f"}}]}}"#),
+            "duplicated filter id: f",
+        ),
+        (
+            format!(r#"{{{t},{m},"expressions":[{{"id":"a","expr":"a"}}]}}"#),
+            "Duplicated variable or expression id: a",
+        ),
+        (
+            format!(r#"{{{t},"metrics":[{{"id":"a.b","metric":"v.a"}}]}}"#),
+            "Invalid metric at index 0",
+        ),
+        (
+            format!(r#"{{{t},{m},"filters":[{{"id":""}}]}}"#),
+            "Invalid filter at index 0",
+        ),
+        (
+            format!(r#"{{{t},{m},"expressions":[{{"id":"e","expr":"a +* 2"}}]}}"#),
+            "Invalid expression at index 0",
+        ),
+        (
+            format!(r#"{{{t},{m},"expressions":[{{"id":"e"}}]}}"#),
+            "Invalid expression at index 0",
+        ),
+        (
+            format!(
+                r#"{{{t},"metrics":[{{"id":"a","metric":"v.a","filter":"g"}}],"filters":[{{"id":"f"}}]}}"#
+            ),
+            "unrecognized filter id g in metric a",
+        ),
+        (
+            format!(r#"{{{t},"metrics":[{{"id":"a","metric":"v.a","filter":"g"}}]}}"#),
+            "No filter defined: g",
+        ),
+        (
+            format!(r#"{{{t},{m},"expressions":[{{"id":"e","expr":"a + zz"}}]}}"#),
+            "Expression [a + zz] was missing input zz",
+        ),
+        (
+            format!(r#"{{{t},{m},"expressions":[{{"id":"e","expr":"1 + 2"}}]}}"#),
+            "The expression didn't appear to have any variables",
+        ),
+        (
+            format!(r#"{{{t},{m},"expressions":[{{"id":"e","expr":"a","join":{{}}}}]}}"#),
+            "The set operator cannot be null",
+        ),
+        (
+            format!(r#"{{"time":{{"start":{H},"aggregator":"Sum"}},{m}}}"#),
+            "No such aggregation function: Sum",
+        ),
+        (
+            format!(r#"{{"time":{{"start":{H},"end":1,"aggregator":"sum"}},{m}}}"#),
+            "End time [1000] must be greater than the start time [1431561600000]",
+        ),
+        (
+            format!(r#"{{{t},"metrics":[{{"id":"a","metric":"no.such"}}]}}"#),
+            "No such name for 'metrics': 'no.such'",
+        ),
+        (
+            format!(r#"{{{t},{m},"expressions":[{{"id":"e","expr":"e + a"}}]}}"#),
+            "Self referencing expression found: e",
+        ),
+        (
+            format!(
+                r#"{{{t},{m},"expressions":[{{"id":"x","expr":"y + a"}},{{"id":"y","expr":"x * 2"}}]}}"#
+            ),
+            "Circular reference found: y",
+        ),
+        (
+            format!(
+                r#"{{{t},"metrics":[{{"id":"A","metric":"v.a"}}],"expressions":[{{"id":"e","expr":"A * 2"}}]}}"#
+            ),
+            "Missing results for variable A",
+        ),
+        (
+            format!(r#"{{{t},{m},"expressions":[{{"id":"e","expr":"a > 0 ? 1 : 0"}}]}}"#),
+            "Expression returned a result of type: java.lang.Integer",
+        ),
+    ];
+    for (body, message) in cases {
+        let (s, text) = exp(&srv, &body);
+        assert_eq!(s, 400, "{body}: {text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let got = v["error"]["message"].as_str().unwrap();
+        assert!(got.starts_with(message), "{body}: {got}");
+    }
+    // Methods: PUT is refused as by the other query endpoints.
+    let (s, _) = req(&srv, "PUT", "/api/query/exp", "{}");
+    assert_eq!(s, 405);
+}
+
+/// Outputs: none named means every expression; a metric id gives the raw
+/// groups; an unknown id is skipped.
+#[test]
+fn outputs_default_and_unknown() {
+    let srv = server();
+    put(
+        &srv,
+        &format!("put o.a {H} 1 host=x\nput o.a {} 2 host=x\n", H + 60),
+    );
+    let (s, t) = exp(
+        &srv,
+        &format!(
+            r#"{{{},"metrics":[{{"id":"a","metric":"o.a"}}],"expressions":[{{"id":"e","expr":"a * 10"}},{{"id":"f","expr":"a - 1"}}]}}"#,
+            time()
+        ),
+    );
+    assert_eq!(s, 200, "{t}");
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    let ids: Vec<&str> = v["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["e", "f"]);
+    assert!(v["outputs"][0].get("alias").is_none());
+    let (s, t) = exp(
+        &srv,
+        &format!(
+            r#"{{{},"metrics":[{{"id":"a","metric":"o.a"}}],"outputs":[{{"id":"zz"}},{{"id":"a"}}]}}"#,
+            time()
+        ),
+    );
+    assert_eq!(s, 200, "{t}");
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(v["outputs"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        v["outputs"][0]["dps"],
+        serde_json::json!([[ms(0), 1.0], [ms(60), 2.0]])
+    );
+}
