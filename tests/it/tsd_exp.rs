@@ -422,3 +422,43 @@ fn outputs_default_and_unknown() {
         serde_json::json!([[ms(0), 1.0], [ms(60), 2.0]])
     );
 }
+
+/// Random expressions, joins and fill policies: a 200 or OpenTSDB's 400,
+/// never a 500 (a panic in the handler answers 500).
+#[test]
+fn random_expressions_get_200_or_400() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let srv = server();
+    documented_data(&srv);
+    let mut runner = TestRunner::new(Config::with_cases(300));
+    let strategy = (
+        "[ab0-9.+*/%()<>=!&|?:~^ -]{1,24}",
+        prop_oneof![Just("union"), Just("intersection")],
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just("nan"), Just("zero"), Just("null")],
+    );
+    let ok = std::cell::Cell::new(0);
+    runner
+        .run(&strategy, |(expr, op, qt, agg, fill)| {
+            let body = format!(
+                r#"{{{},"filters":[{{"id":"f","tags":[{{"type":"wildcard","tagk":"host","filter":"web*","groupBy":true}}]}}],
+                "metrics":[{{"id":"a","metric":"sys.cpu.user","filter":"f","fillPolicy":{{"policy":"{fill}"}}}},
+                           {{"id":"b","metric":"sys.cpu.iowait"}}],
+                "expressions":[{{"id":"e","expr":{},"join":{{"operator":"{op}","useQueryTags":{qt},"includeAggTags":{agg}}}}},
+                               {{"id":"n","expr":"e + a"}}],"outputs":[{{"id":"n"}},{{"id":"e"}}]}}"#,
+                time(),
+                serde_json::to_string(&expr).unwrap()
+            );
+            let (s, t) = exp(&srv, &body);
+            prop_assert!(s == 200 || s == 400, "{expr}: {s} {t}");
+            if s == 200 {
+                ok.set(ok.get() + 1);
+                prop_assert!(serde_json::from_str::<serde_json::Value>(&t).is_ok(), "{t}");
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert!(ok.get() > 0, "no random expression ran");
+}
