@@ -462,3 +462,64 @@ fn random_expressions_get_200_or_400() {
         .unwrap();
     assert!(ok.get() > 0, "no random expression ran");
 }
+
+/// Figures, not a check: `a / b * 100` over two metrics × 1,000 hosts ×
+/// 1 hour at 10 s, against the two plain `/api/query` queries it runs.
+/// `cargo test --release --test it -- --ignored exp_cost_against_plain_queries --nocapture`
+#[test]
+#[ignore]
+fn exp_cost_against_plain_queries() {
+    use rtsdb::model::Value;
+    use std::time::Instant;
+    const HOSTS: usize = 1000;
+    let db = common::Db::new();
+    for h in 0..HOSTS {
+        let host = format!("host{h:04}");
+        let pts = |scale: f64| -> Vec<(u64, Value)> {
+            (0..360u64)
+                .map(|i| (i * 10, Value::Float(scale + ((i as usize + h) % 7) as f64)))
+                .collect()
+        };
+        db.put("bench.errors", &[("host", &host)], &pts(1.0));
+        db.put("bench.requests", &[("host", &host)], &pts(100.0));
+    }
+    db.db.flush_all().unwrap();
+    let ctx = db.ctx();
+    let (start, end) = (common::T, common::T + 3600);
+    let plain = |metric: &str| {
+        let q = rtsdb::query::parse_get(&format!(
+            "start={start}&end={end}&m=sum:{metric}%7Bhost=*%7D"
+        ))
+        .unwrap();
+        rtsdb::query::execute(&ctx, &q).unwrap().to_json()
+    };
+    let body = format!(
+        r#"{{"time":{{"start":{start},"end":{end},"aggregator":"sum"}},
+        "filters":[{{"id":"f","tags":[{{"type":"wildcard","tagk":"host","filter":"*","groupBy":true}}]}}],
+        "metrics":[{{"id":"a","metric":"bench.errors","filter":"f"}},{{"id":"b","metric":"bench.requests","filter":"f"}}],
+        "expressions":[{{"id":"e","expr":"a / b * 100"}}]}}"#
+    );
+    let exp = || rtsdb::query::exp::execute(&ctx, body.as_bytes()).unwrap();
+    // Warm up, then the median of several runs.
+    let out = exp();
+    assert!(out.contains("\"series\":1000"));
+    plain("bench.errors");
+    let median = |f: &dyn Fn() -> usize| {
+        let mut t: Vec<f64> = (0..9)
+            .map(|_| {
+                let t0 = Instant::now();
+                std::hint::black_box(f());
+                t0.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let two_plain = median(&|| plain("bench.errors").len() + plain("bench.requests").len());
+    let expression = median(&|| exp().len());
+    println!(
+        "exp a/b*100, 2 metrics x {HOSTS} hosts x 1h at 10s: {expression:.1} ms; \
+         the two plain queries: {two_plain:.1} ms; ratio {:.2}",
+        expression / two_plain
+    );
+}
