@@ -423,6 +423,7 @@ impl Plan {
                 for (x, inp) in inputs.iter().enumerate() {
                     let v = var_of(&inp.name);
                     let mut local: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
+                    let mut dropped = Vec::new();
                     for s in 0..inp.meta.len() {
                         let k = key(inp, s);
                         local.insert(k.clone(), s);
@@ -433,8 +434,11 @@ impl Plan {
                         } else if let Some(slot) = joined.get_mut(&k) {
                             slot[v] = Some(s);
                         } else {
-                            nulled[x][s] = true;
+                            dropped.push(s);
                         }
+                    }
+                    for s in dropped {
+                        nulled[x][s] = true;
                     }
                     if x > 0 {
                         let gone: Vec<Vec<u8>> = joined
@@ -465,9 +469,9 @@ impl Plan {
         // inner expression is never nulled: 2.4.1's nullIterator is a no-op
         // there).
         let mut timeline: Vec<i64> = Vec::new();
-        for (x, inp) in inputs.iter().enumerate() {
-            for s in 0..inp.meta.len() {
-                if !nulled[x][s] || inp.is_expression {
+        for (inp, gone) in inputs.iter().zip(&nulled) {
+            for (s, &g) in gone.iter().enumerate() {
+                if !g || inp.is_expression {
                     timeline.extend(inp.timestamps(s));
                 }
             }
