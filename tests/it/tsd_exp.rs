@@ -523,3 +523,144 @@ fn exp_cost_against_plain_queries() {
         expression / two_plain
     );
 }
+
+/// OpenTSDB's own `TestQueryExecutor` cases, their data
+/// (`BaseTimeSyncedIteratorTest`) written with telnet and their
+/// assertions checked on the HTTP answer.
+#[test]
+fn opentsdb_query_executor_tests() {
+    let one_extra_same_e = |srv: &TestServer| {
+        put(
+            srv,
+            "put A 1431561600 1 D=D E=E\nput A 1431561660 2 D=D E=E\nput A 1431561720 3 D=D E=E\n\
+             put A 1431561600 4 D=F E=E\nput A 1431561660 5 D=F E=E\nput A 1431561720 6 D=F E=E\n\
+             put B 1431561600 11 D=D E=E\nput B 1431561660 12 D=D E=E\nput B 1431561720 13 D=D E=E\n\
+             put B 1431561600 14 D=F E=E\nput B 1431561660 15 D=F E=E\nput B 1431561720 16 D=F E=E\n\
+             put B 1431561600 17 D=G E=E\nput B 1431561660 18 D=G E=E\nput B 1431561720 19 D=G E=E\n",
+        )
+    };
+    let query = |metrics: &str, expressions: &str, outputs: &str| {
+        format!(
+            r#"{{"time":{{"start":"1431561600","aggregator":"sum"}},
+            "filters":[{{"id":"f1","tags":[{{"type":"wildcard","tagk":"D","filter":"*","groupBy":true}}]}}],
+            "metrics":{metrics},"expressions":{expressions}{outputs}}}"#
+        )
+    };
+    let filtered =
+        r#"[{"id":"a","metric":"A","filter":"f1"},{"id":"b","metric":"B","filter":"f1"}]"#;
+    let e = r#"[{"id":"e","expr":"a + b","join":{"operator":"intersection"}}]"#;
+    let alias = r#","outputs":[{"id":"e","alias":"A plus B"}]"#;
+    let has = |text: &str, parts: &[&str]| {
+        for p in parts {
+            assert!(text.contains(p), "{p} not in {text}");
+        }
+    };
+    let e_rows = [
+        "\"dps\":[[1431561600000,12.0,18.0]",
+        "[1431561660000,14.0,20.0]",
+        "[1431561720000,16.0,22.0]",
+        "\"firstTimestamp\":1431561600000",
+        "\"index\":1",
+        "\"metrics\":[\"A\",\"B\"]",
+        "\"index\":2",
+    ];
+
+    let srv = server();
+    one_extra_same_e(&srv);
+    // oneExpressionWithOutputAlias
+    let (s, t) = exp(&srv, &query(filtered, e, alias));
+    assert_eq!(s, 200, "{t}");
+    has(&t, &["\"alias\":\"A plus B\""]);
+    has(&t, &e_rows);
+    // oneExpressionDefaultOutput
+    let (s, t) = exp(&srv, &query(filtered, e, ""));
+    assert_eq!(s, 200, "{t}");
+    has(&t, &["\"id\":\"e\""]);
+    has(&t, &e_rows);
+    // oneExpressionOutputAndBAlso
+    let (s, t) = exp(
+        &srv,
+        &query(
+            filtered,
+            e,
+            r#","outputs":[{"id":"e","alias":"A plus B"},{"id":"a"},{"id":"b"}]"#,
+        ),
+    );
+    assert_eq!(s, 200, "{t}");
+    has(&t, &e_rows);
+    has(
+        &t,
+        &[
+            "\"id\":\"a\"",
+            "\"dps\":[[1431561600000,1.0,4.0]",
+            "\"metrics\":[\"A\"]",
+            "\"id\":\"b\"",
+            "\"dps\":[[1431561600000,11.0,14.0,17.0]",
+            "\"metrics\":[\"B\"]",
+        ],
+    );
+    // oneExpressionNoFilter
+    let (s, t) = exp(
+        &srv,
+        &query(
+            r#"[{"id":"a","metric":"A"},{"id":"b","metric":"B"}]"#,
+            e,
+            alias,
+        ),
+    );
+    assert_eq!(s, 200, "{t}");
+    has(
+        &t,
+        &[
+            "\"dps\":[[1431561600000,47.0]",
+            "[1431561660000,52.0]",
+            "[1431561720000,57.0]",
+            "\"metrics\":[\"A\",\"B\"]",
+        ],
+    );
+    // twoExpressionsDefaultOutput
+    let (s, t) = exp(
+        &srv,
+        &query(
+            filtered,
+            r#"[{"id":"e","expr":"a + b","join":{"operator":"intersection"}},
+                {"id":"e2","expr":"a * b","join":{"operator":"intersection"}}]"#,
+            "",
+        ),
+    );
+    assert_eq!(s, 200, "{t}");
+    has(&t, &e_rows);
+    has(
+        &t,
+        &[
+            "\"id\":\"e2\"",
+            "\"dps\":[[1431561600000,11.0,56.0]",
+            "[1431561660000,24.0,75.0]",
+            "[1431561720000,39.0,96.0]",
+        ],
+    );
+
+    // oneExpressionDefaultFill: gaps are 0 (the TimeSyncedIterator's fill).
+    let srv = server();
+    put(
+        &srv,
+        "put A 1431561600 1 D=D E=E\nput A 1431561720 3 D=D E=E\n\
+         put A 1431561600 4 D=F E=E\nput A 1431561660 5 D=F E=E\n\
+         put A 1431561660 8 D=G E=E\nput A 1431561720 9 D=G E=E\n\
+         put B 1431561720 13 D=D E=E\nput B 1431561660 15 D=F E=E\nput B 1431561720 19 D=G E=E\n",
+    );
+    let (s, t) = exp(&srv, &query(filtered, e, alias));
+    assert_eq!(s, 200, "{t}");
+    has(
+        &t,
+        &[
+            "\"alias\":\"A plus B\"",
+            "\"dps\":[[1431561600000,1.0,4.0,0.0]",
+            "[1431561660000,0.0,20.0,8.0]",
+            "[1431561720000,16.0,0.0,28.0]",
+            "\"firstTimestamp\":1431561600000",
+            "\"metrics\":[\"A\",\"B\"]",
+            "\"index\":3",
+        ],
+    );
+}
