@@ -664,3 +664,96 @@ fn opentsdb_query_executor_tests() {
         ],
     );
 }
+
+/// OpenTSDB's `TestExpressionIterator` cases (iterator level there; here
+/// the same inputs and numbers through the endpoint).
+#[test]
+fn opentsdb_expression_iterator_tests() {
+    let query = |expr: &str, op: &str, fill: &str| {
+        format!(
+            r#"{{"time":{{"start":"1431561600","aggregator":"sum"}},
+            "filters":[{{"id":"f1","tags":[{{"type":"wildcard","tagk":"D","filter":"*","groupBy":true}}]}}],
+            "metrics":[{{"id":"a","metric":"A","filter":"f1"{fill}}},{{"id":"b","metric":"B","filter":"f1"{fill}}}],
+            "expressions":[{{"id":"ei","expr":"{expr}","join":{{"operator":"{op}","includeAggTags":false}}}}]}}"#
+        )
+    };
+    let dps = |srv: &TestServer, body: &str| {
+        let (s, t) = exp(srv, body);
+        assert_eq!(s, 200, "{t}");
+        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+        v["outputs"][0]["dps"].clone()
+    };
+    let t = |m: u64| 1431561600000 + m * 60000;
+    let srv = server();
+    put(
+        &srv,
+        "put A 1431561600 1 D=D E=E\nput A 1431561660 2 D=D E=E\nput A 1431561720 3 D=D E=E\n\
+         put A 1431561600 4 D=F E=E\nput A 1431561660 5 D=F E=E\nput A 1431561720 6 D=F E=E\n\
+         put B 1431561600 11 D=D E=E\nput B 1431561660 12 D=D E=E\nput B 1431561720 13 D=D E=E\n\
+         put B 1431561600 14 D=F E=E\nput B 1431561660 15 D=F E=E\nput B 1431561720 16 D=F E=E\n\
+         put B 1431561600 17 D=G E=E\nput B 1431561660 18 D=G E=E\nput B 1431561720 19 D=G E=E\n",
+    );
+    // aDivideByZeroWithTwoSeries: "Jexl apparently happily allows this".
+    assert_eq!(
+        dps(&srv, &query("a / 0", "intersection", "")),
+        serde_json::json!([[t(0), 0.0, 0.0], [t(1), 0.0, 0.0], [t(2), 0.0, 0.0]])
+    );
+    // doubleVariableAndPrecedence
+    assert_eq!(
+        dps(&srv, &query("a + b * b", "intersection", "")),
+        serde_json::json!([
+            [t(0), 122.0, 200.0],
+            [t(1), 146.0, 230.0],
+            [t(2), 172.0, 262.0]
+        ])
+    );
+    // unionOneExtraSeries: G has no `a`, so it is b alone.
+    assert_eq!(
+        dps(&srv, &query("a + b", "union", "")),
+        serde_json::json!([
+            [t(0), 12.0, 18.0, 17.0],
+            [t(1), 14.0, 20.0, 18.0],
+            [t(2), 16.0, 22.0, 19.0]
+        ])
+    );
+
+    // aPlusBMissingPointsFillInfectiousNaN (threeSameEGaps).
+    let srv = server();
+    put(
+        &srv,
+        "put A 1431561600 1 D=D E=E\nput A 1431561720 3 D=D E=E\n\
+         put A 1431561600 4 D=F E=E\nput A 1431561660 5 D=F E=E\n\
+         put A 1431561660 8 D=G E=E\nput A 1431561720 9 D=G E=E\n\
+         put B 1431561720 13 D=D E=E\nput B 1431561660 15 D=F E=E\nput B 1431561720 19 D=G E=E\n",
+    );
+    assert_eq!(
+        dps(
+            &srv,
+            &query("a + b", "intersection", r#","fillPolicy":{"policy":"nan"}"#)
+        ),
+        serde_json::json!([
+            [t(0), "NaN", "NaN", "NaN"],
+            [t(1), "NaN", 20.0, "NaN"],
+            [t(2), 16.0, "NaN", 28.0]
+        ])
+    );
+
+    // aPlusBResultsOffsetDefaultFill / unionOffset (timeOffset): a and b
+    // never share a timestamp; the other side is 0.
+    let srv = server();
+    put(
+        &srv,
+        "put A 1431561600 1 D=D E=E\nput A 1431561660 2 D=D E=E\n\
+         put A 1431561600 4 D=F E=E\nput A 1431561660 5 D=F E=E\n\
+         put B 1431561720 13 D=D E=E\nput B 1431561780 14 D=D E=E\n\
+         put B 1431561720 16 D=F E=E\nput B 1431561780 17 D=F E=E\n",
+    );
+    let want = serde_json::json!([
+        [t(0), 1.0, 4.0],
+        [t(1), 2.0, 5.0],
+        [t(2), 13.0, 16.0],
+        [t(3), 14.0, 17.0]
+    ]);
+    assert_eq!(dps(&srv, &query("a + b", "intersection", "")), want);
+    assert_eq!(dps(&srv, &query("a + b", "union", "")), want);
+}
