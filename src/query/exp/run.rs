@@ -472,12 +472,10 @@ impl Plan {
         for (inp, gone) in inputs.iter().zip(&nulled) {
             for (s, &g) in gone.iter().enumerate() {
                 if !g || inp.is_expression {
-                    timeline.extend(inp.timestamps(s));
+                    merge_into(&mut timeline, inp.timestamps(s));
                 }
             }
         }
-        timeline.sort_unstable();
-        timeline.dedup();
         // Each output series' meta: tags of the first input (in map order)
         // when present, metrics and aggregated tags of all present.
         let mut meta = Vec::with_capacity(joined.len());
@@ -712,9 +710,10 @@ impl Plan {
         out: &mut String,
     ) -> Result<(), QueryError> {
         head(out, id, alias);
-        let mut timeline: Vec<i64> = r.points.iter().flatten().map(|p| p.0).collect();
-        timeline.sort_unstable();
-        timeline.dedup();
+        let mut timeline: Vec<i64> = Vec::new();
+        for pts in &r.points {
+            merge_into(&mut timeline, Box::new(pts.iter().map(|p| p.0)));
+        }
         let mut cursors = vec![0usize; r.points.len()];
         let mut last_ts = 0i64;
         for (n, &ts) in timeline.iter().enumerate() {
@@ -869,6 +868,49 @@ fn join_key(
         }
     }
     key
+}
+
+/// Adds the sorted timestamps `ts` to the sorted, distinct `timeline`.
+/// Series of one query mostly share their timestamps: checking that they
+/// are all there already is a linear pass, merging only when one is new.
+fn merge_into(timeline: &mut Vec<i64>, ts: Box<dyn Iterator<Item = i64> + '_>) {
+    let ts: Vec<i64> = ts.collect();
+    let mut i = 0;
+    let all_there = ts.iter().all(|t| {
+        while i < timeline.len() && timeline[i] < *t {
+            i += 1;
+        }
+        i < timeline.len() && timeline[i] == *t
+    });
+    if all_there {
+        return;
+    }
+    let mut merged = Vec::with_capacity(timeline.len() + ts.len());
+    let (mut a, mut b) = (0, 0);
+    while a < timeline.len() || b < ts.len() {
+        let next = match (timeline.get(a), ts.get(b)) {
+            (Some(&x), Some(&y)) if x <= y => {
+                a += 1;
+                if x == y {
+                    b += 1;
+                }
+                x
+            }
+            (_, Some(&y)) => {
+                b += 1;
+                y
+            }
+            (Some(&x), None) => {
+                a += 1;
+                x
+            }
+            (None, None) => break,
+        };
+        if merged.last() != Some(&next) {
+            merged.push(next);
+        }
+    }
+    *timeline = merged;
 }
 
 fn reaches(edges: &[Vec<usize>], from: usize, to: usize) -> bool {
@@ -1109,6 +1151,16 @@ mod tests {
             ..Default::default()
         };
         assert!(join_key(&none, false, true, &[], w).is_empty());
+    }
+
+    #[test]
+    fn timelines_merge_sorted_and_distinct() {
+        let mut t = Vec::new();
+        merge_into(&mut t, Box::new([1, 3, 5].into_iter()));
+        merge_into(&mut t, Box::new([3, 5].into_iter()));
+        assert_eq!(t, [1, 3, 5]);
+        merge_into(&mut t, Box::new([0, 2, 3, 3, 9].into_iter()));
+        assert_eq!(t, [0, 1, 2, 3, 5, 9]);
     }
 
     #[test]
