@@ -7,6 +7,17 @@
 //! fill policy, the expression evaluated at every step, and the outputs
 //! serialized member by member as its Jackson generator writes them.
 //!
+//! Where OpenTSDB's documentation and 2.4.1's code disagree, the code is
+//! followed:
+//! - a union fills a series an input lacks with 0 (the union iterator's
+//!   own fill), not with that input's fill policy as the docs say; an
+//!   input's fill policy applies to its gaps and NaNs;
+//! - the downsampler's `fillPolicy` is validated but not applied, and a
+//!   metric's `timeOffset` is parsed but not applied;
+//! - `time` has no `rateOptions` (an unknown field, ignored);
+//! - `lastTimestamp` stays 0 when an output has a single row;
+//! - no `statsSummary` is written (2.4.1 has it commented out).
+//!
 //! Differences from 2.4.1, each a bug there that breaks a documented
 //! feature (the code is followed everywhere else, docs included):
 //! - A nested expression read by another one had no fill policy (its copy
