@@ -757,10 +757,13 @@ impl ExpQuery {
                         None => out.push_str("null"),
                         Some(o) => str_json(out, o.name()),
                     }
-                    out.push_str(",\"useQueryTags\":");
-                    out.push_str(if j.use_query_tags { "true" } else { "false" });
+                    // Properties with a getter but no field of that name
+                    // come after the others; the documented example shows
+                    // them in name order (Metric's fillPolicy, timeOffset).
                     out.push_str(",\"includeAggTags\":");
                     out.push_str(if j.include_agg_tags { "true" } else { "false" });
+                    out.push_str(",\"useQueryTags\":");
+                    out.push_str(if j.use_query_tags { "true" } else { "false" });
                     out.push('}');
                 }
             }
@@ -991,7 +994,7 @@ mod tests {
         q.echo(&mut s);
         assert_eq!(
             s,
-            r#"{"name":null,"time":{"start":"1h-ago","end":null,"timezone":null,"downsampler":null,"aggregator":"sum","rate":false},"filters":null,"metrics":[{"metric":"m","id":"a","filter":null,"aggregator":null,"fillPolicy":{"policy":"nan","value":"NaN"},"timeOffset":null}],"expressions":[{"id":"e","expr":"a * 2","join":{"operator":"union","useQueryTags":false,"includeAggTags":true},"fillPolicy":null}],"outputs":null}"#
+            r#"{"name":null,"time":{"start":"1h-ago","end":null,"timezone":null,"downsampler":null,"aggregator":"sum","rate":false},"filters":null,"metrics":[{"metric":"m","id":"a","filter":null,"aggregator":null,"fillPolicy":{"policy":"nan","value":"NaN"},"timeOffset":null}],"expressions":[{"id":"e","expr":"a * 2","join":{"operator":"union","includeAggTags":true,"useQueryTags":false},"fillPolicy":null}],"outputs":null}"#
         );
     }
 
