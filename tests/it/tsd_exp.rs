@@ -757,3 +757,140 @@ fn opentsdb_expression_iterator_tests() {
     assert_eq!(dps(&srv, &query("a + b", "intersection", "")), want);
     assert_eq!(dps(&srv, &query("a + b", "union", "")), want);
 }
+
+/// Random series with gaps and random arithmetic over them: the endpoint
+/// gives the numbers of a plain reference (steps at every timestamp of
+/// the series the expression reads, a gap read as 0, division by zero 0).
+#[test]
+fn random_series_and_expressions_match_a_reference() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
+    #[derive(Debug, Clone)]
+    enum E {
+        A,
+        B,
+        Lit(f64),
+        Bin(char, Box<E>, Box<E>),
+    }
+    impl E {
+        fn text(&self) -> String {
+            match self {
+                E::A => "a".into(),
+                E::B => "b".into(),
+                E::Lit(v) => format!("{v:.1}"),
+                E::Bin(op, l, r) => format!("({} {op} {})", l.text(), r.text()),
+            }
+        }
+        fn eval(&self, a: f64, b: f64) -> f64 {
+            match self {
+                E::A => a,
+                E::B => b,
+                E::Lit(v) => *v,
+                E::Bin(op, l, r) => {
+                    let (x, y) = (l.eval(a, b), r.eval(a, b));
+                    match op {
+                        '+' => x + y,
+                        '-' => x - y,
+                        '*' => x * y,
+                        _ if y == 0.0 => 0.0,
+                        _ => x / y,
+                    }
+                }
+            }
+        }
+    }
+    let leaf = prop_oneof![
+        Just(E::A),
+        Just(E::B),
+        (0i32..10).prop_map(|v| E::Lit(v as f64 + 0.5))
+    ];
+    let expr = leaf
+        .prop_recursive(4, 16, 2, |inner| {
+            (
+                prop::sample::select(vec!['+', '-', '*', '/']),
+                inner.clone(),
+                inner,
+            )
+                .prop_map(|(op, l, r)| E::Bin(op, Box::new(l), Box::new(r)))
+        })
+        // 2.4.1 refuses an expression without variables.
+        .prop_filter("reads a or b", |e| e.text().contains(['a', 'b']));
+    let series = || prop::collection::vec(prop::option::of(-20i32..20), 1..8);
+    let srv = server();
+    let case = std::cell::Cell::new(0);
+    let mut runner = TestRunner::new(Config::with_cases(40));
+    runner
+        .run(&(series(), series(), expr), |(a, b, e)| {
+            case.set(case.get() + 1);
+            let n = case.get();
+            let mut lines = String::new();
+            // The first point of each is always there, so both metrics exist.
+            for (name, pts) in [("a", &a), ("b", &b)] {
+                for (i, v) in pts.iter().enumerate() {
+                    if let Some(v) = v.or(if i == 0 { Some(1) } else { None }) {
+                        lines.push_str(&format!(
+                            "put r{n}.{name} {} {v} host=x\n",
+                            H + i as u64 * 10
+                        ));
+                    }
+                }
+            }
+            put(&srv, &lines);
+            let body = format!(
+                r#"{{{},"metrics":[{{"id":"a","metric":"r{n}.a"}},{{"id":"b","metric":"r{n}.b"}}],
+                "expressions":[{{"id":"e","expr":"{}"}}]}}"#,
+                time(),
+                e.text()
+            );
+            let (s, t) = exp(&srv, &body);
+            prop_assert_eq!(s, 200, "{}", t);
+            let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            let value = |pts: &Vec<Option<i32>>, i: usize| {
+                pts.get(i)
+                    .copied()
+                    .flatten()
+                    .or(if i == 0 { Some(1) } else { None })
+                    .map_or(0.0, |v| v as f64)
+            };
+            let present = |pts: &Vec<Option<i32>>, i: usize| {
+                i == 0 || pts.get(i).copied().flatten().is_some()
+            };
+            let mut want = Vec::new();
+            for i in 0..a.len().max(b.len()) {
+                // Only the variables the expression reads are its inputs.
+                let (uses_a, uses_b) = (e.text().contains('a'), e.text().contains('b'));
+                if (uses_a && present(&a, i)) || (uses_b && present(&b, i)) {
+                    let r = e.eval(value(&a, i), value(&b, i));
+                    let r = if r.is_nan() {
+                        serde_json::json!("NaN")
+                    } else if r.is_infinite() {
+                        serde_json::json!(if r > 0.0 { "Infinity" } else { "-Infinity" })
+                    } else {
+                        serde_json::json!(r)
+                    };
+                    want.push(serde_json::json!([(H + i as u64 * 10) * 1000, r]));
+                }
+            }
+            // serde_json reads decimals to within an ulp: compare closely.
+            let close =
+                |x: &serde_json::Value, y: &serde_json::Value| match (x.as_f64(), y.as_f64()) {
+                    (Some(p), Some(q)) => (p - q).abs() <= 1e-12 * p.abs().max(1.0),
+                    _ => x == y,
+                };
+            let got = v["outputs"][0]["dps"].as_array().unwrap();
+            prop_assert_eq!(got.len(), want.len(), "{} {}", e.text(), t);
+            for (g, w) in got.iter().zip(&want) {
+                let (g, w) = (g.as_array().unwrap(), w.as_array().unwrap());
+                prop_assert!(
+                    g.len() == w.len() && g.iter().zip(w).all(|(x, y)| close(x, y)),
+                    "{}: {:?} vs {:?}",
+                    e.text(),
+                    g,
+                    w
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+}
