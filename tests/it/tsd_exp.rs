@@ -432,8 +432,22 @@ fn random_expressions_get_200_or_400() {
     let srv = server();
     documented_data(&srv);
     let mut runner = TestRunner::new(Config::with_cases(300));
+    // Half raw text, half built from operands and operators (mostly
+    // well-formed, so that many requests get as far as evaluating).
+    let operand = prop::sample::select(vec!["a", "b", "1", "2.5", "(a - b)", "-a", "!b", "0"]);
+    let op = prop::sample::select(vec![
+        "+", "-", "*", "/", "%", ">", "<=", "==", "&&", "||", "?:", "&",
+    ]);
+    let built =
+        (operand.clone(), prop::collection::vec((op, operand), 0..5)).prop_map(|(first, rest)| {
+            rest.iter()
+                .fold(first.to_string(), |acc, (o, x)| format!("{acc} {o} {x}"))
+        });
     let strategy = (
-        "[ab0-9.+*/%()<>=!&|?:~^ -]{1,24}",
+        prop_oneof![
+            "[ab0-9.+*/%()<>=!&|?:~^ -]{1,24}".prop_map(String::from),
+            built
+        ],
         prop_oneof![Just("union"), Just("intersection")],
         any::<bool>(),
         any::<bool>(),
