@@ -908,3 +908,45 @@ fn random_series_and_expressions_match_a_reference() {
         })
         .unwrap();
 }
+
+/// `aPlusBOneAggedOneTaggedUseQueryTagsWoutQueryTags`: A's two series sum
+/// into one with no common tags, B has one tagged series. Joined on the
+/// query's tag keys (none) without aggregated tags, they meet; joined on
+/// all tags, they do not.
+#[test]
+fn join_on_query_tags_without_aggregated_tags() {
+    let srv = server();
+    put(
+        &srv,
+        "put A 1431561600 1 D=D E=E\nput A 1431561660 2 D=D E=E\nput A 1431561720 3 D=D E=E\n\
+         put A 1431561600 1 D=E E=F\nput A 1431561660 2 D=E E=F\nput A 1431561720 3 D=E E=F\n\
+         put B 1431561600 11 D=D E=E\nput B 1431561660 12 D=D E=E\nput B 1431561720 13 D=D E=E\n",
+    );
+    let body = |join: &str| {
+        format!(
+            r#"{{"time":{{"start":"1431561600","aggregator":"sum"}},
+            "metrics":[{{"id":"a","metric":"A"}},{{"id":"b","metric":"B"}}],
+            "expressions":[{{"id":"ei","expr":"a + b","join":{join}}}]}}"#
+        )
+    };
+    let (s, t) = exp(
+        &srv,
+        &body(r#"{"operator":"intersection","useQueryTags":true,"includeAggTags":false}"#),
+    );
+    assert_eq!(s, 200, "{t}");
+    assert!(
+        t.contains(
+            r#""dps":[[1431561600000,13.0],[1431561660000,16.0],[1431561720000,19.0]],"dpsMeta":{"firstTimestamp":1431561600000,"lastTimestamp":1431561720000,"setCount":3,"series":1}"#
+        ),
+        "{t}"
+    );
+    // The first input (a) lends its (empty) common tags; both aggregated
+    // tag keys are kept.
+    assert!(
+        t.contains(r#""metrics":["A","B"],"commonTags":{},"aggregatedTags":["D","E"]"#),
+        "{t}"
+    );
+    let (s, t) = exp(&srv, &body(r#"{"operator":"intersection"}"#));
+    assert_eq!(s, 400, "{t}");
+    assert!(t.contains("No intersections found"), "{t}");
+}
