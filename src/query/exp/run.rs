@@ -331,6 +331,17 @@ impl Plan {
     /// the `results` map (metrics first, in sub-query order, then nested
     /// expressions), re-hashed into a map sized for the variables.
     fn input_order(&self, e: &ExprPlan) -> Vec<String> {
+        let results = self.results_order(e);
+        let results: Vec<&str> = results.iter().map(String::as_str).collect();
+        hashmap_order(&results, results.len())
+            .into_iter()
+            .map(String::from)
+            .collect()
+    }
+
+    /// The inputs as the expression's own `results` map (default capacity)
+    /// iterates: the order that numbers them (`setIndex`).
+    fn results_order(&self, e: &ExprPlan) -> Vec<String> {
         let names = e.names();
         let mut inserted: Vec<&str> = Vec::new();
         for &m in &self.metric_order {
@@ -344,8 +355,7 @@ impl Plan {
                 inserted.push(n);
             }
         }
-        let results = hashmap_order(&inserted, 16);
-        hashmap_order(&results, names.len())
+        hashmap_order(&inserted, 16)
             .into_iter()
             .map(String::from)
             .collect()
@@ -533,11 +543,7 @@ impl Plan {
 
     /// `IntersectionIterator.toString()` as its error message prints it.
     fn describe_intersection(&self, ex: &ExprPlan, inputs: &[Input]) -> String {
-        let order = self.input_order(ex);
-        let results = {
-            let names: Vec<&str> = order.iter().map(String::as_str).collect();
-            hashmap_order(&names, 16)
-        };
+        let results = self.results_order(ex);
         let mut s = format!(
             "IntersectionIterator(id={}, useQueryTags={}, includeAggTags={}, index=0, queries={{",
             ex.id, ex.use_query_tags, ex.include_agg_tags
