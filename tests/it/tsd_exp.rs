@@ -421,6 +421,18 @@ fn outputs_default_and_unknown() {
         v["outputs"][0]["dps"],
         serde_json::json!([[ms(0), 1.0], [ms(60), 2.0]])
     );
+    // Expression queries are listed with the others, as the query their
+    // metrics run as.
+    let (s, t) = common::get(&srv, "/api/stats/query");
+    assert_eq!(s, 200);
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    let completed = v["completed"].as_array().unwrap();
+    assert!(
+        completed
+            .iter()
+            .any(|q| q["query"]["queries"][0]["metric"] == "o.a"),
+        "{t}"
+    );
 }
 
 /// Random expressions, joins and fill policies: a 200 or OpenTSDB's 400,

@@ -7,12 +7,13 @@
 //! - [`run`]: sub-queries through the `/api/query` engine, joins, fill
 //!   policies, evaluation and the response.
 //!
-//! The HTTP layer calls [`execute`] with the body and answers 200 with
-//! the returned JSON, or the [`QueryError`](crate::query::QueryError) in
-//! OpenTSDB's error shape.
+//! The HTTP layer calls [`prepare`] with the body, registers the planned
+//! query for `/api/stats/query`, then [`Prepared::run`] (or [`execute`]
+//! for both at once), and answers 200 with the returned JSON or the
+//! [`QueryError`](crate::query::QueryError) in OpenTSDB's error shape.
 
 pub mod expr;
 pub mod request;
 pub mod run;
 
-pub use run::execute;
+pub use run::{Prepared, execute, prepare};

@@ -48,15 +48,41 @@ use crate::query::{QueryContext, QueryResult, TsQuery, TsSubQuery};
 
 /// Parses, validates, runs and renders one request: the response body.
 pub fn execute(ctx: &QueryContext, body: &[u8]) -> Result<String, QueryError> {
-    let mut q = request::parse(body)?;
-    q.validate(ctx.now_ms)?;
-    let plan = Plan::build(ctx, &q)?;
-    let results = plan.run_metrics(ctx)?;
-    plan.check_graph()?;
-    let joins = plan.compile(ctx, &results)?;
-    let mut out = String::with_capacity(1024);
-    plan.serialize(ctx, &q, &results, &joins, &mut out)?;
-    Ok(out)
+    prepare(ctx, body)?.run(ctx)
+}
+
+/// A request read, validated and planned (`QueryExecutor`'s constructor),
+/// not yet run.
+pub struct Prepared {
+    request: ExpQuery,
+    plan: Plan,
+}
+
+/// Reads and validates a request and plans its sub-queries.
+pub fn prepare(ctx: &QueryContext, body: &[u8]) -> Result<Prepared, QueryError> {
+    let mut request = request::parse(body)?;
+    request.validate(ctx.now_ms)?;
+    let plan = Plan::build(ctx, &request)?;
+    Ok(Prepared { request, plan })
+}
+
+impl Prepared {
+    /// The `/api/query` query the metrics run as (what `/api/stats/query`
+    /// shows for an expression query, as 2.4.1 registers its `TSQuery`).
+    pub fn query(&self) -> &TsQuery {
+        &self.plan.query
+    }
+
+    /// Runs the sub-queries and expressions: the response body.
+    pub fn run(&self, ctx: &QueryContext) -> Result<String, QueryError> {
+        let plan = &self.plan;
+        let results = plan.run_metrics(ctx)?;
+        plan.check_graph()?;
+        let joins = plan.compile(ctx, &results)?;
+        let mut out = String::with_capacity(1024);
+        plan.serialize(ctx, &self.request, &results, &joins, &mut out)?;
+        Ok(out)
+    }
 }
 
 /// An error raised once the queries run: 2.4.1's `ErrorCB` answers 400

@@ -162,9 +162,26 @@ pub(super) async fn handle_exp(
         );
     }
     blocking(state, move |st| {
-        match query::exp::execute(&context(st), body.as_deref().unwrap_or(b"")) {
-            Ok(json) => Reply::json(200, json),
-            Err(e) => error(e),
+        let ctx = context(st);
+        let prepared = match query::exp::prepare(&ctx, body.as_deref().unwrap_or(b"")) {
+            Ok(p) => p,
+            Err(e) => return error(e),
+        };
+        let id = st.queries.start(
+            serde_json::to_value(prepared.query()).unwrap_or(serde_json::Value::Null),
+            String::new(),
+        );
+        match prepared.run(&ctx) {
+            Ok(json) => {
+                st.queries.finish(id, 200, None);
+                Reply::json(200, json)
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                let r = error(e);
+                st.queries.finish(id, r.status, Some(msg));
+                r
+            }
         }
     })
     .await
