@@ -347,8 +347,16 @@ pub fn parse(body: &[u8]) -> Result<ExpQuery, QueryError> {
                         let mut tags = Vec::with_capacity(ts.len());
                         for (j, t) in ts.iter().enumerate() {
                             let tp = format!("{p}.tags[{j}]");
+                            // Absent members are nulls to the builder, so
+                            // its own messages name them.
+                            let mut t = t.clone();
+                            if let Json::Object(m) = &mut t {
+                                for k in ["type", "tagk", "filter"] {
+                                    m.entry(k).or_insert(Json::Null);
+                                }
+                            }
                             let spec: FilterSpec =
-                                serde_json::from_value(t.clone()).map_err(|e| mapping(&tp, e))?;
+                                serde_json::from_value(t).map_err(|e| mapping(&tp, e))?;
                             if spec.kind.is_empty() {
                                 return Err(bad("The filter type cannot be null or empty", tp));
                             }
@@ -995,6 +1003,28 @@ mod tests {
         assert_eq!(
             s,
             r#"{"name":null,"time":{"start":"1h-ago","end":null,"timezone":null,"downsampler":null,"aggregator":"sum","rate":false},"filters":null,"metrics":[{"metric":"m","id":"a","filter":null,"aggregator":null,"fillPolicy":{"policy":"nan","value":"NaN"},"timeOffset":null}],"expressions":[{"id":"e","expr":"a * 2","join":{"operator":"union","includeAggTags":true,"useQueryTags":false},"fillPolicy":null}],"outputs":null}"#
+        );
+    }
+
+    #[test]
+    fn filter_builder_messages() {
+        let e = |tags: &str| {
+            err(&format!(
+                r#"{{{TIME},"metrics":[{{"id":"a","metric":"m"}}],"filters":[{{"id":"f","tags":[{tags}]}}]}}"#
+            ))
+            .0
+        };
+        assert_eq!(
+            e(r#"{"tagk":"host","filter":"*"}"#),
+            "The filter type cannot be null or empty"
+        );
+        assert_eq!(
+            e(r#"{"type":"wildcard","filter":"*"}"#),
+            "The tagk cannot be null or empty"
+        );
+        assert_eq!(
+            e(r#"{"type":"nope","tagk":"host","filter":"*"}"#),
+            "Could not find a tag value filter of the type: nope"
         );
     }
 
