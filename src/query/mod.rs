@@ -11,6 +11,7 @@
 //! - [`output`]: the JSON response, byte for byte.
 //! - [`last`]: the `/api/query/last` endpoint.
 //! - [`gexp`]: `/api/query/gexp`, functions over sub-queries' results.
+//! - [`exp`]: the `/api/query/exp` endpoint (expressions over metrics).
 //! - [`limits`]: query limits and timeouts.
 //! - [`options`]: the options a server builds once and every query uses.
 //! - [`error`]: errors carrying OpenTSDB's status and message.
@@ -24,6 +25,7 @@ pub(crate) mod aggregator;
 pub(crate) mod downsample;
 pub(crate) mod engine;
 pub(crate) mod error;
+pub mod exp;
 pub(crate) mod filter;
 pub(crate) mod gexp;
 pub(crate) mod group;

@@ -22,6 +22,7 @@ mod tsd_body;
 mod tsd_crash;
 mod tsd_discovery;
 mod tsd_diskfull;
+mod tsd_exp;
 mod tsd_fuzz;
 mod tsd_gexp;
 mod tsd_grafana;

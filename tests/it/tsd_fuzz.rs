@@ -14,6 +14,7 @@ const PATHS: &[&str] = &[
     "/api/query",
     "/api/query/last",
     "/api/query/gexp",
+    "/api/query/exp",
     "/api/suggest",
     "/api/search/lookup",
     "/api/uid/assign",
@@ -118,6 +119,22 @@ fn body() -> impl Strategy<Value = String> {
         ),
         Just(r#"{"treeId":1,"level":"1","type":"metric","separator":"\\."}"#.to_string()),
         Just(r#"{"treeId":1,"tsuids":["000001000001000001","zz"]}"#.to_string()),
+        // /api/query/exp: a valid request around a random expression, and
+        // random joins and fill policies.
+        (
+            "[a-c0-9.+*/%()<>=!&|?:~^; -]{0,24}",
+            prop_oneof![Just("union"), Just("intersection"), Just("x")],
+            prop_oneof![Just("nan"), Just("zero"), Just("scalar"), Just("null"), Just("?")],
+        )
+            .prop_map(|(expr, op, fill)| format!(
+                r#"{{"time":{{"start":1356998400,"aggregator":"sum","downsampler":{{"interval":"1m","aggregator":"avg"}}}},
+                "filters":[{{"id":"f","tags":[{{"type":"wildcard","tagk":"host","filter":"*","groupBy":true}}]}}],
+                "metrics":[{{"id":"a","metric":"sys.cpu","filter":"f","fillPolicy":{{"policy":"{fill}","value":1}}}},
+                           {{"id":"b","metric":"sys.cpu"}},{{"id":"c","metric":"sys.cpu","filter":"f"}}],
+                "expressions":[{{"id":"e","expr":{},"join":{{"operator":"{op}","useQueryTags":true}}}},
+                               {{"id":"n","expr":"e * a"}}],"outputs":[{{"id":"n"}},{{"id":"a"}},{{"id":"e"}}]}}"#,
+                serde_json::to_string(&expr).unwrap()
+            )),
         "[ -~]{0,64}".prop_map(String::from),
         "[{}\\[\\]\":,0-9a-z]{0,64}".prop_map(String::from),
     ]

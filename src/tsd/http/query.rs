@@ -50,6 +50,7 @@ pub(super) async fn route(c: Call, body: Incoming) -> Reply {
         Some(e) if e.eq_ignore_ascii_case("gexp") => {
             super::gexp::handle(&c.state, &c.method, c.verb(), raw, body).await
         }
+        Some(e) if e.eq_ignore_ascii_case("exp") => handle_exp(&c.state, &c.method, body).await,
         Some(_) => not_found(true, &c.query),
     }
 }
@@ -138,6 +139,49 @@ pub(super) async fn handle_last(
         match query::execute_last(&context(st), &q) {
             Ok(v) => Reply::json(200, v.to_string()),
             Err(e) => error(e),
+        }
+    })
+    .await
+}
+
+/// `/api/query/exp` (POST JSON; QueryRpc lets GET and DELETE through too,
+/// where the missing body is the error).
+pub(super) async fn handle_exp(
+    state: &Arc<TsdState>,
+    method: &Method,
+    body: Option<Vec<u8>>,
+) -> Reply {
+    if !(method == Method::GET || method == Method::POST || method == Method::DELETE) {
+        return method_not_allowed(method);
+    }
+    if method == Method::DELETE && !state.options.query.allow_delete {
+        return Reply::error(
+            400,
+            "Bad request",
+            "Deleting data is not enabled (tsd.http.query.allow_delete=false)",
+        );
+    }
+    blocking(state, move |st| {
+        let ctx = context(st);
+        let prepared = match query::exp::prepare(&ctx, body.as_deref().unwrap_or(b"")) {
+            Ok(p) => p,
+            Err(e) => return error(e),
+        };
+        let id = st.queries.start(
+            serde_json::to_value(prepared.query()).unwrap_or(serde_json::Value::Null),
+            String::new(),
+        );
+        match prepared.run(&ctx) {
+            Ok(json) => {
+                st.queries.finish(id, 200, None);
+                Reply::json(200, json)
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                let r = error(e);
+                st.queries.finish(id, r.status, Some(msg));
+                r
+            }
         }
     })
     .await
