@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use hyper::Method;
 
-use super::query::{blocking, context, error};
-use super::{Reply, method_not_allowed};
-use crate::query::{self, QueryError};
+use super::Reply;
+use super::query::{blocking, delete_mode, error, run_tracked};
+use crate::query;
 use crate::tsd::TsdState;
 
 /// GET (or DELETE, which deletes what the sub-queries read when
@@ -19,18 +19,10 @@ pub(super) async fn handle(
     raw_query: Option<String>,
     body: Option<Vec<u8>>,
 ) -> Reply {
-    if !(method == Method::GET || method == Method::POST || method == Method::DELETE) {
-        return method_not_allowed(method);
-    }
-    let allowed = state.options.query.allow_delete;
-    if verb == Method::DELETE && !allowed {
-        return Reply::error(
-            400,
-            "Bad request",
-            "Deleting data is not enabled (tsd.http.query.allow_delete=false)",
-        );
-    }
-    let delete = method == Method::DELETE && allowed;
+    let delete = match delete_mode(state, method, verb) {
+        Ok(delete) => delete,
+        Err(refused) => return refused,
+    };
     let post = method == Method::POST;
     blocking(state, move |st| {
         if post {
@@ -52,29 +44,8 @@ pub(super) async fn handle(
             Err(e) => return error(e),
         };
         q.query.delete |= delete;
-        let id = st.queries.start(
-            serde_json::to_value(&q.query).unwrap_or(serde_json::Value::Null),
-            String::new(),
-        );
-        let answered = query::execute_gexp(&context(st), &q).and_then(|r| {
-            for d in &r.deletions {
-                st.db
-                    .delete_rows(&d.tsuids, d.start_ms, d.end_ms)
-                    .map_err(|e| QueryError::Storage(e.to_string()))?;
-            }
-            Ok(r)
-        });
-        let reply = match answered {
-            Ok(r) => Reply::json(200, r.to_json()),
-            Err(e) => {
-                let msg = e.to_string();
-                let r = error(e);
-                st.queries.finish(id, r.status, Some(msg));
-                return r;
-            }
-        };
-        st.queries.finish(id, reply.status, None);
-        reply
+        let shown = serde_json::to_value(&q.query).unwrap_or(serde_json::Value::Null);
+        run_tracked(st, shown, |ctx| query::execute_gexp(ctx, &q))
     })
     .await
 }

@@ -7,7 +7,7 @@ use hyper::Method;
 use hyper::body::Incoming;
 
 use super::{Call, Reply, method_not_allowed, not_found, read_body};
-use crate::query::{self, QueryContext, QueryError};
+use crate::query::{self, QueryContext, QueryError, QueryResponse};
 use crate::tsd::TsdState;
 
 pub(super) fn context(state: &TsdState) -> QueryContext<'_> {
@@ -65,21 +65,10 @@ pub(super) async fn handle(
     raw_query: Option<String>,
     body: Option<Vec<u8>>,
 ) -> Reply {
-    if !(method == Method::GET || method == Method::POST || method == Method::DELETE) {
-        return method_not_allowed(method);
-    }
-    // QueryRpc refuses the DELETE verb itself when deleting is off, and
-    // turns a DELETE API method (the verb or GET + method_override=delete)
-    // into a delete query only when it is on.
-    let allowed = state.options.query.allow_delete;
-    if verb == Method::DELETE && !allowed {
-        return Reply::error(
-            400,
-            "Bad request",
-            "Deleting data is not enabled (tsd.http.query.allow_delete=false)",
-        );
-    }
-    let delete = method == Method::DELETE && allowed;
+    let delete = match delete_mode(state, method, verb) {
+        Ok(delete) => delete,
+        Err(refused) => return refused,
+    };
     blocking(state, move |st| {
         let parsed = match body.as_deref() {
             Some(b) if !b.is_empty() => query::parse_post(b),
@@ -90,31 +79,61 @@ pub(super) async fn handle(
             Err(e) => return error(e),
         };
         q.delete |= delete;
-        let id = st.queries.start(
-            serde_json::to_value(&q).unwrap_or(serde_json::Value::Null),
-            String::new(),
-        );
-        let deleted = query::execute(&context(st), &q).and_then(|r| {
-            for d in &r.deletions {
-                st.db
-                    .delete_rows(&d.tsuids, d.start_ms, d.end_ms)
-                    .map_err(|e| QueryError::Storage(e.to_string()))?;
-            }
-            Ok(r)
-        });
-        let reply = match deleted {
-            Ok(r) => Reply::json(200, r.to_json()),
-            Err(e) => {
-                let msg = e.to_string();
-                let r = error(e);
-                st.queries.finish(id, r.status, Some(msg));
-                return r;
-            }
-        };
-        st.queries.finish(id, reply.status, None);
-        reply
+        let shown = serde_json::to_value(&q).unwrap_or(serde_json::Value::Null);
+        run_tracked(st, shown, |ctx| query::execute(ctx, &q))
     })
     .await
+}
+
+/// The checks `/api/query` and `/api/query/gexp` make of the method:
+/// whether the request deletes what it reads, or its refusal. QueryRpc
+/// refuses the DELETE verb itself when deleting is off, and turns a DELETE
+/// API method (the verb or GET + method_override=delete) into a delete
+/// query only when it is on. `method` is the API method
+/// (`method_override` applied), `verb` the request's own.
+pub(super) fn delete_mode(state: &TsdState, method: &Method, verb: &Method) -> Result<bool, Reply> {
+    if !(method == Method::GET || method == Method::POST || method == Method::DELETE) {
+        return Err(method_not_allowed(method));
+    }
+    let allowed = state.options.query.allow_delete;
+    if verb == Method::DELETE && !allowed {
+        return Err(Reply::error(
+            400,
+            "Bad request",
+            "Deleting data is not enabled (tsd.http.query.allow_delete=false)",
+        ));
+    }
+    Ok(method == Method::DELETE && allowed)
+}
+
+/// Runs a parsed query as `/api/query` does: listed in
+/// `/api/stats/query` as `shown` while it runs, the rows it selected
+/// deleted when it is a delete query, answered as JSON.
+pub(super) fn run_tracked(
+    st: &TsdState,
+    shown: serde_json::Value,
+    run: impl FnOnce(&QueryContext) -> Result<QueryResponse, QueryError>,
+) -> Reply {
+    let id = st.queries.start(shown, String::new());
+    let answered = run(&context(st)).and_then(|r| {
+        for d in &r.deletions {
+            st.db
+                .delete_rows(&d.tsuids, d.start_ms, d.end_ms)
+                .map_err(|e| QueryError::Storage(e.to_string()))?;
+        }
+        Ok(r)
+    });
+    let reply = match answered {
+        Ok(r) => Reply::json(200, r.to_json()),
+        Err(e) => {
+            let msg = e.to_string();
+            let r = error(e);
+            st.queries.finish(id, r.status, Some(msg));
+            return r;
+        }
+    };
+    st.queries.finish(id, reply.status, None);
+    reply
 }
 
 /// `/api/query/last` (GET with `timeseries=`/`tsuids=`, POST JSON).
