@@ -11,16 +11,14 @@ fn main() {
     } else {
         "info,fjall=warn,lsm_tree=warn"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only on a terminal: a log file or a pipe (journald,
-        // a collector) gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // Colour codes only on a terminal: a log file or a pipe (journald,
+    // a collector) gets plain text. The last lines are also kept for /logs.
+    if let Err(e) = rtsdb::tsd::logs::install(
+        level,
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    ) {
+        eprintln!("warning: logging not set up: {e}");
+    }
     // Unlocked handles: the TSD logs to stderr from other threads while
     // `run` is still running, so holding the stderr lock here would block them.
     let code = match rtsdb::cli::run(cli, &mut std::io::stdout(), &mut std::io::stderr()) {

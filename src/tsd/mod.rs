@@ -11,6 +11,7 @@
 //! - [`stats`]: counters shared by both protocols, `stats` output.
 
 pub(crate) mod http;
+pub mod logs;
 pub(crate) mod options;
 pub(crate) mod rpc;
 pub(crate) mod server;
@@ -25,6 +26,7 @@ use thiserror::Error;
 use crate::config::{Config, ConfigError};
 use crate::db::{Db, DbError, DbOptions};
 
+pub use http::GraphOptions;
 pub use options::{Mode, TsdOptions};
 pub use server::{Server, ServerHandle};
 
@@ -53,6 +55,8 @@ pub struct TsdState {
     pub(crate) bodies: http::BodyBudget,
     /// Running and recent queries (`/api/stats/query`).
     pub(crate) queries: stats::QueryLog,
+    /// `/q` results kept for reuse.
+    pub(crate) graphs: Arc<http::GraphCache>,
     pub(crate) hostname: String,
     /// The port actually bound.
     pub(crate) port: std::sync::atomic::AtomicU16,
@@ -80,6 +84,7 @@ impl TsdState {
     }
 
     pub fn new(options: TsdOptions, settings: Config, db: Arc<Db>) -> TsdState {
+        let graphs = http::new_graph_cache(&options.graph);
         TsdState {
             bodies: http::BodyBudget::new(options.max_inflight_bytes, options.inflight_wait),
             options,
@@ -87,6 +92,7 @@ impl TsdState {
             db,
             stats: stats::ServerStats::default(),
             queries: stats::QueryLog::default(),
+            graphs,
             hostname: stats::hostname(),
             port: std::sync::atomic::AtomicU16::new(0),
             shutdown: watch::channel(false).0,

@@ -71,6 +71,10 @@ pub struct TsdOptions {
     /// What `/api/query` and `/api/query/last` run with.
     pub query: QueryOptions,
     pub backup: BackupOptions,
+    /// `/q`: its cache and `o=` allow-list.
+    pub graph: crate::tsd::GraphOptions,
+    /// `tsd.http.staticroot`: the files `/s/<file>` serves; none when empty.
+    pub staticroot: Option<std::path::PathBuf>,
 }
 
 /// `POST /api/backup` (rtsdb's own endpoint).
@@ -149,6 +153,11 @@ impl TsdOptions {
             worker_threads: c.get_int("tsd.network.worker_threads")?,
             query: query_options(c)?,
             backup: BackupOptions::from_config(c),
+            graph: crate::tsd::GraphOptions::from_config(c),
+            staticroot: match c.get_string("tsd.http.staticroot").trim() {
+                "" => None,
+                d => Some(d.into()),
+            },
         })
     }
 }

@@ -31,6 +31,10 @@ pub(crate) struct ServerStats {
     pub http_body_bytes: AtomicU64,
     /// Requests refused with a 503 because bodies in flight held the budget.
     pub http_body_rejected: AtomicU64,
+    /// `/q` answers computed (`http.graph.requests cache=miss`).
+    pub graphs_made: AtomicU64,
+    /// `/q` answers served from the cache (`cache=disk`, as OpenTSDB names it).
+    pub graphs_cached: AtomicU64,
 }
 
 pub(crate) fn inc(c: &AtomicU64) {
@@ -137,6 +141,16 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
         stat("http.errors", g(&s.http_errors), None),
         stat("http.body.inflight_bytes", g(&s.http_body_bytes), None),
         stat("http.body.rejected", g(&s.http_body_rejected), None),
+        stat(
+            "http.graph.requests",
+            g(&s.graphs_cached),
+            Some(("cache", "disk")),
+        ),
+        stat(
+            "http.graph.requests",
+            g(&s.graphs_made),
+            Some(("cache", "miss")),
+        ),
     ];
     let uids = db.uids();
     for kind in UidKind::ALL {

@@ -3,9 +3,9 @@
 use super::{Call, Reply};
 
 pub(super) fn http(c: &Call) -> Reply {
-    Reply {
-        status: 200,
-        content_type: "text/plain; version=0.0.4; charset=utf-8",
-        body: c.state.stats_report().prometheus().into_bytes(),
-    }
+    Reply::new(
+        200,
+        "text/plain; version=0.0.4; charset=utf-8",
+        c.state.stats_report().prometheus().into_bytes(),
+    )
 }

@@ -8,6 +8,8 @@ mod annotation;
 mod backup;
 mod body;
 mod gexp;
+mod graph;
+mod logs;
 mod metrics;
 pub(crate) mod put;
 mod put_body;
@@ -17,9 +19,12 @@ mod search;
 mod serializers;
 mod suggest;
 mod tree;
+mod ui;
 mod uid;
 
 pub(crate) use body::BodyBudget;
+pub use graph::GraphOptions;
+pub(crate) use graph::{GraphCache, new_cache as new_graph_cache};
 pub(crate) use routes::{Call, allow};
 
 use crate::query::request::query_pairs;
@@ -61,23 +66,39 @@ pub(crate) struct Reply {
     status: u16,
     content_type: &'static str,
     body: Vec<u8>,
+    /// Headers besides the content type (`Cache-Control`, `Location`).
+    headers: Vec<(&'static str, String)>,
 }
 
 impl Reply {
-    pub(crate) fn json(status: u16, body: impl Into<Vec<u8>>) -> Reply {
+    /// A reply of any content type.
+    pub(crate) fn new(status: u16, content_type: &'static str, body: impl Into<Vec<u8>>) -> Reply {
         Reply {
             status,
-            content_type: JSON_TYPE,
+            content_type,
             body: body.into(),
+            headers: Vec::new(),
         }
     }
 
+    /// An HTML page.
+    pub(crate) fn html(status: u16, body: impl Into<Vec<u8>>) -> Reply {
+        Reply::new(status, HTML_TYPE, body)
+    }
+
+    /// Adds a header.
+    pub(crate) fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Reply {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+
+    pub(crate) fn json(status: u16, body: impl Into<Vec<u8>>) -> Reply {
+        Reply::new(status, JSON_TYPE, body)
+    }
+
     pub(crate) fn text(status: u16, body: impl Into<Vec<u8>>) -> Reply {
-        Reply {
-            status,
-            content_type: TEXT_TYPE,
-            body: body.into(),
-        }
+        Reply::new(status, TEXT_TYPE, body)
     }
 
     pub(crate) fn error(status: u16, message: &str, details: &str) -> Reply {
@@ -127,15 +148,50 @@ pub(crate) fn legacy_bad_request(q: &Query, message: &str) -> Reply {
         let err = serde_json::to_string(message).expect("string");
         return Reply::json(400, format!("{{\"err\":{err}}}"));
     }
-    Reply {
-        status: 400,
-        content_type: HTML_TYPE,
-        body: format!(
-            "<!DOCTYPE html><html><head><title>Bad Request</title></head><body><h2>Bad Request</h2><blockquote><h1>Bad Request</h1>Sorry but your request was rejected as being invalid.<br/><br/>The reason provided was:<blockquote>{}</blockquote></blockquote></body></html>",
-            message
-        )
-        .into_bytes(),
+    Reply::html(
+        400,
+        make_page(
+            "Bad Request",
+            "Looks like it's your fault this time",
+            &format!(
+                "<blockquote><h1>Bad Request</h1>Sorry but your request was rejected as being invalid.<br/><br/>The reason provided was:<blockquote>{message}</blockquote></blockquote>"
+            ),
+        ),
+    )
+}
+
+/// `HttpQuery.internalError` on a legacy path: a 500, as `{"err":..}`
+/// with `?json`, else a page. OpenTSDB prints the Java stack trace where
+/// rtsdb has only the error's text.
+pub(crate) fn legacy_internal_error(q: &Query, message: &str) -> Reply {
+    if q.has("json") {
+        let err = serde_json::to_string(message).expect("string");
+        return Reply::json(500, format!("{{\"err\":{err}}}"));
     }
+    Reply::html(
+        500,
+        make_page(
+            "Internal Server Error",
+            "Houston, we have a problem",
+            &format!(
+                "<blockquote><h1>Internal Server Error</h1>Oops, sorry but your request failed due to a server error.<br/><br/>Please try again in 30 seconds.<pre>{message}</pre></blockquote>"
+            ),
+        ),
+    )
+}
+
+/// `HttpQuery.makePage`: the small HTML page OpenTSDB wraps its legacy
+/// answers and errors in (clients compare these bytes).
+pub(crate) fn make_page(title: &str, subtitle: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html><html><head><meta http-equiv=content-type content=\"text/html;charset=utf-8\"><title>{title}</title>\n\
+         <style><!--\n\
+         body{{font-family:arial,sans-serif;margin-left:2em}}A.l:link{{color:#6f6f6f}}A.u:link{{color:green}}.fwf{{font-family:monospace;white-space:pre-wrap}}//--></style>\
+         </head>\n\
+         <body text=#000000 bgcolor=#ffffff><table border=0 cellpadding=2 cellspacing=0 width=100%><tr><td rowspan=3 width=1% nowrap><img src=s/opentsdb_header.jpg><td>&nbsp;</td></tr><tr><td><font color=#507e9b><b>{subtitle}\
+         </b></td></tr><tr><td>&nbsp;</td></tr></table>{body}\
+         <table width=100% cellpadding=0 cellspacing=0><tr><td class=subg><img alt=\"\" width=1 height=6></td></tr></table></body></html>"
+    )
 }
 
 pub(crate) fn not_found(api: bool, q: &Query) -> Reply {
@@ -144,11 +200,14 @@ pub(crate) fn not_found(api: bool, q: &Query) -> Reply {
     } else if q.has("json") {
         Reply::json(404, "{\"err\":\"Page Not Found\"}")
     } else {
-        Reply {
-            status: 404,
-            content_type: HTML_TYPE,
-            body: b"<!DOCTYPE html><html><head><title>Page Not Found</title></head><body><h2>Page Not Found</h2><blockquote><h1>404</h1>Sorry, the page you requested was not found.</blockquote></body></html>".to_vec(),
-        }
+        Reply::html(
+            404,
+            make_page(
+                "Page Not Found",
+                "Error 404",
+                "<blockquote><h1>Page Not Found</h1>The requested URL was not found on this server.</blockquote>",
+            ),
+        )
     }
 }
 
@@ -236,7 +295,13 @@ pub(crate) async fn serve_request(
     if reply.status != 204 {
         builder = builder.header(header::CONTENT_TYPE, reply.content_type);
     }
-    if accept_gzip && body.len() >= GZIP_MIN {
+    for (name, value) in &reply.headers {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            builder = builder.header(*name, v);
+        }
+    }
+    // PNGs are compressed already.
+    if accept_gzip && body.len() >= GZIP_MIN && reply.content_type != graph::PNG_TYPE {
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         if std::io::Write::write_all(&mut enc, &body).is_ok()
             && let Ok(z) = enc.finish()

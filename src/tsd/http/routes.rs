@@ -14,7 +14,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Request};
 
 use super::{Query, Reply, annotation, metrics, not_found, put, query, read_body, search};
-use super::{backup, serializers, suggest, tree, uid};
+use super::{backup, graph, logs, serializers, suggest, tree, ui, uid};
 use crate::tsd::TsdState;
 use crate::tsd::rpc::{self, Serve};
 
@@ -158,6 +158,12 @@ static ROUTES: &[Route] = &[
         Body(|c, b| tree::handle(&c.state, &c.method, &c.rest, &c.query, b)),
     ),
     route("metrics", Legacy, Always, Head(metrics::http)),
+    // The page, its files and `/q`: rw and ro, with the UI on.
+    route("", Legacy, Reads, Head(ui::home)),
+    route("s", Legacy, Reads, Head(ui::static_file)),
+    route("favicon.ico", Legacy, Reads, Head(ui::favicon)),
+    route("q", Legacy, Reads, Async(|c, b| Box::pin(graph::route(c, b)))),
+    route("logs", Legacy, Always, Head(logs::http)),
     route("diediedie", Legacy, DieDieDie, Head(rpc::diediedie::http)),
     route(
         "backup",

@@ -1,0 +1,557 @@
+//! `&png`: the chart drawn in-process with `plotters` on an RGB bitmap and
+//! encoded with `png` — the picture OpenTSDB has gnuplot draw, without
+//! gnuplot. The font (DejaVu Sans, Latin-1 subset; licence beside it) is
+//! compiled in, so no system fonts are needed.
+
+use std::sync::Once;
+
+use chrono::TimeZone as _;
+use chrono::format::{Item, StrftimeItems};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+use super::params::{KeyPlace, Range, Style};
+use super::plot::Plot;
+use super::smooth;
+
+/// The embedded font's family name as registered with plotters.
+const FONT: &str = "sans-serif";
+static FONT_BYTES: &[u8] = include_bytes!("DejaVuSans-subset.ttf");
+static REGISTER: Once = Once::new();
+
+/// Gnuplot's `png small` text size, about.
+const TEXT_PX: f64 = 12.0;
+
+/// Line colours, cycled: gnuplot's png terminal's first ones (red, green,
+/// blue, magenta, cyan, sienna, orange, ...).
+pub(crate) const PALETTE: [[u8; 3]; 12] = [
+    [0xff, 0x00, 0x00],
+    [0x00, 0xc0, 0x00],
+    [0x00, 0x80, 0xff],
+    [0xc0, 0x00, 0xff],
+    [0x00, 0xc0, 0xc0],
+    [0xa0, 0x52, 0x2d],
+    [0xff, 0xa0, 0x00],
+    [0x80, 0x80, 0x00],
+    [0x40, 0x40, 0x80],
+    [0xff, 0x40, 0xa0],
+    [0x80, 0x60, 0x00],
+    [0x20, 0x80, 0x40],
+];
+
+/// Why a picture could not be made.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RenderError {
+    #[error("drawing the graph: {0}")]
+    Draw(String),
+    #[error("encoding the graph: {0}")]
+    Encode(#[from] png::EncodingError),
+}
+
+fn draw_err<E: std::fmt::Debug>(e: E) -> RenderError {
+    RenderError::Draw(format!("{e:?}"))
+}
+
+fn rgb(c: [u8; 3]) -> RGBColor {
+    RGBColor(c[0], c[1], c[2])
+}
+
+/// gnuplot's default x format for a span (`Plot.xFormat`).
+fn default_xformat(span_s: i64) -> &'static str {
+    match span_s {
+        s if s < 2100 => "%H:%M:%S",
+        s if s < 86400 => "%H:%M",
+        s if s < 604800 => "%a %H:%M",
+        s if s < 1209600 => "%a %d %H:%M",
+        s if s < 7776000 => "%b %d",
+        _ => "%Y/%m/%d",
+    }
+}
+
+/// A time label; a format chrono cannot read is shown as given rather
+/// than failing the picture.
+fn time_label(fmt: &str, secs: f64, tz: chrono_tz::Tz) -> String {
+    let items: Vec<Item> = StrftimeItems::new(fmt).collect();
+    if items.iter().any(|i| matches!(i, Item::Error)) {
+        return fmt.to_string();
+    }
+    match tz.timestamp_opt(secs.round() as i64, 0).single() {
+        Some(t) => t.format_with_items(items.into_iter()).to_string(),
+        None => String::new(),
+    }
+}
+
+/// gnuplot's `%g`: six significant digits, trailing zeros dropped.
+fn format_g(v: f64, precision: usize) -> String {
+    if v == 0.0 {
+        return "0".into();
+    }
+    let p = precision.max(1);
+    let exp = v.abs().log10().floor() as i32;
+    if exp < -4 || exp >= p as i32 {
+        let s = format!("{:.*e}", p - 1, v);
+        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+        let m = if m.contains('.') {
+            m.trim_end_matches('0').trim_end_matches('.')
+        } else {
+            m
+        };
+        let e: i32 = e.parse().unwrap_or(0);
+        format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
+    } else {
+        let decimals = (p as i32 - 1 - exp).max(0) as usize;
+        let s = format!("{v:.decimals$}");
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    }
+}
+
+/// A y label with a gnuplot `format` string: printf conversions `%f %e
+/// %g %x %X %o %d` with flags, width and precision, `%%`, and gnuplot's
+/// own `%t` (mantissa), `%T` (power of ten), `%l`/`%L` (same, base 10),
+/// `%s`/`%S` (mantissa and power for a multiple of 3), `%c` (SI prefix).
+pub(crate) fn format_value(fmt: &str, v: f64) -> String {
+    let mut out = String::new();
+    let mut chars = fmt.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let mut flags = String::new();
+        while let Some(&f) = chars.peek() {
+            if "-+ 0#".contains(f) {
+                flags.push(f);
+                chars.next();
+            } else {
+                break;
+            }
+        }
+        let mut width = String::new();
+        while let Some(&d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            width.push(d);
+            chars.next();
+        }
+        let mut precision: Option<usize> = None;
+        if chars.peek() == Some(&'.') {
+            chars.next();
+            let mut p = String::new();
+            while let Some(&d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                p.push(d);
+                chars.next();
+            }
+            precision = Some(p.parse().unwrap_or(0));
+        }
+        let Some(conv) = chars.next() else {
+            out.push('%');
+            break;
+        };
+        let exp10 = if v == 0.0 {
+            0
+        } else {
+            v.abs().log10().floor() as i32
+        };
+        let eng = exp10.div_euclid(3) * 3;
+        let body = match conv {
+            '%' => "%".to_string(),
+            'f' | 'F' => format!("{:.*}", precision.unwrap_or(6), v),
+            'e' | 'E' => {
+                let s = format!("{:.*e}", precision.unwrap_or(6), v);
+                let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+                let e: i32 = e.parse().unwrap_or(0);
+                let s = format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
+                if conv == 'E' { s.to_uppercase() } else { s }
+            }
+            'g' | 'G' | 'h' | 'H' => format_g(v, precision.unwrap_or(6)),
+            'd' | 'i' => format!("{}", v.round() as i64),
+            'x' => format!("{:x}", v.round() as i64),
+            'X' => format!("{:X}", v.round() as i64),
+            'o' => format!("{:o}", v.round() as i64),
+            't' | 'l' => format!("{:.*}", precision.unwrap_or(6), v / 10f64.powi(exp10)),
+            'T' | 'L' => exp10.to_string(),
+            's' => format!("{:.*}", precision.unwrap_or(6), v / 10f64.powi(eng)),
+            'S' => eng.to_string(),
+            'c' => si_prefix(eng).to_string(),
+            other => format!("%{other}"),
+        };
+        let body = if flags.contains('+') && v >= 0.0 && "fFeEgGd".contains(conv) {
+            format!("+{body}")
+        } else {
+            body
+        };
+        let w: usize = width.parse().unwrap_or(0);
+        if body.len() < w {
+            let pad = w - body.len();
+            if flags.contains('-') {
+                out.push_str(&body);
+                out.push_str(&" ".repeat(pad));
+            } else {
+                out.push_str(&" ".repeat(pad));
+                out.push_str(&body);
+            }
+        } else {
+            out.push_str(&body);
+        }
+    }
+    out
+}
+
+fn si_prefix(eng: i32) -> &'static str {
+    match eng {
+        -24 => "y",
+        -21 => "z",
+        -18 => "a",
+        -15 => "f",
+        -12 => "p",
+        -9 => "n",
+        -6 => "u",
+        -3 => "m",
+        3 => "k",
+        6 => "M",
+        9 => "G",
+        12 => "T",
+        15 => "P",
+        18 => "E",
+        21 => "Z",
+        24 => "Y",
+        _ => "",
+    }
+}
+
+/// One y axis: its range in drawing units (log10 of the values when
+/// logarithmic), and how to label it.
+struct Axis {
+    lo: f64,
+    hi: f64,
+    log: bool,
+    format: String,
+}
+
+impl Axis {
+    fn new(points: &[(f64, f64)], range: Option<Range>, log: bool, format: Option<&str>) -> Axis {
+        let ys = points
+            .iter()
+            .map(|p| p.1)
+            .filter(|y| !log || *y > 0.0)
+            .map(|y| if log { y.log10() } else { y });
+        let (mut lo, mut hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| {
+            (a.min(y), b.max(y))
+        });
+        let given = |v: Option<f64>| v.filter(|v| !log || *v > 0.0).map(|v| if log { v.log10() } else { v });
+        if let Some(r) = range {
+            lo = given(r.min).unwrap_or(lo);
+            hi = given(r.max).unwrap_or(hi);
+        }
+        if !lo.is_finite() || !hi.is_finite() {
+            (lo, hi) = if log { (0.0, 1.0) } else { (0.0, 10.0) };
+        }
+        if hi < lo {
+            std::mem::swap(&mut lo, &mut hi);
+        }
+        if hi - lo < f64::EPSILON * lo.abs().max(1.0) {
+            // A flat line: centre it, as gnuplot widens a zero range.
+            let pad = if lo == 0.0 { 1.0 } else { lo.abs() * 0.1 };
+            lo -= pad;
+            hi += pad;
+        } else if range.is_none() {
+            // Autoscale leaves a little room, as gnuplot's tics do.
+            let pad = (hi - lo) * 0.05;
+            lo -= pad;
+            hi += pad;
+        }
+        Axis {
+            lo,
+            hi,
+            log,
+            format: format.unwrap_or("%g").to_string(),
+        }
+    }
+
+    fn to_drawing(&self, y: f64) -> Option<f64> {
+        if self.log {
+            (y > 0.0).then(|| y.log10())
+        } else {
+            Some(y)
+        }
+    }
+
+    fn label(&self, v: f64) -> String {
+        let v = if self.log { 10f64.powf(v) } else { v };
+        format_value(&self.format, v)
+    }
+}
+
+fn key_position(k: &KeyPlace) -> SeriesLabelPosition {
+    match (k.left, k.center, k.bottom) {
+        (true, _, true) => SeriesLabelPosition::LowerLeft,
+        (true, _, false) => SeriesLabelPosition::UpperLeft,
+        (false, true, true) => SeriesLabelPosition::LowerMiddle,
+        (false, true, false) => SeriesLabelPosition::UpperMiddle,
+        (false, false, true) => SeriesLabelPosition::LowerRight,
+        (false, false, false) => SeriesLabelPosition::UpperRight,
+    }
+}
+
+/// Draws `plot` and returns the PNG file's bytes.
+pub(crate) fn render(plot: &Plot) -> Result<Vec<u8>, RenderError> {
+    REGISTER.call_once(|| {
+        if plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_err() {
+            tracing::error!("the embedded font could not be read; graphs will have no text");
+        }
+    });
+    let (w, h) = plot.params.size();
+    let mut buf = vec![0u8; w as usize * h as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
+        draw(plot, &root)?;
+        root.present().map_err(draw_err)?;
+    }
+    let mut out = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut out, w, h);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut writer = enc.write_header()?;
+        writer.write_image_data(&buf)?;
+        writer.finish()?;
+    }
+    Ok(out)
+}
+
+fn draw(plot: &Plot, root: &DrawingArea<BitMapBackend, Shift>) -> Result<(), RenderError> {
+    let p = &plot.params;
+    // gnuplot: a foreground colour without a background one gets white.
+    let bg = rgb(p.bgcolor.unwrap_or([0xff, 0xff, 0xff]));
+    let fg = rgb(p.fgcolor.unwrap_or([0, 0, 0]));
+    let grid = fg.mix(0.15);
+    root.fill(&bg).map_err(draw_err)?;
+    let font = (FONT, TEXT_PX).into_font().color(&fg);
+
+    // Each series' points, smoothed as asked.
+    let smoothing = p.smoothing();
+    let lines: Vec<Vec<(f64, f64)>> = (0..plot.series.len())
+        .map(|i| {
+            let xy = plot.xy(i);
+            match smoothing {
+                Some(s) => smooth::apply(s, xy),
+                None => xy,
+            }
+        })
+        .collect();
+    let plotted = plot.plotted_points().unwrap_or(0);
+    let has_y2 = plot.series.iter().any(|s| s.right_axis);
+    let side = |right: bool| -> Vec<(f64, f64)> {
+        plot.series
+            .iter()
+            .zip(&lines)
+            .filter(|(s, _)| s.right_axis == right)
+            .flat_map(|(_, l)| l.iter().copied())
+            .collect()
+    };
+    // No points: gnuplot cannot autoscale, so OpenTSDB forces [0:10].
+    let empty = Some(Range {
+        min: Some(0.0),
+        max: Some(10.0),
+    });
+    let y1 = Axis::new(
+        &side(false),
+        if plotted == 0 { empty } else { p.yrange },
+        p.ylog,
+        p.yformat.as_deref(),
+    );
+    let y2 = Axis::new(&side(true), p.y2range, p.y2log, p.y2format.as_deref());
+
+    let (x0, x1) = (plot.start_s as f64, plot.end_s as f64);
+    let xfmt = p
+        .xformat
+        .clone()
+        .unwrap_or_else(|| default_xformat(plot.end_s - plot.start_s).to_string());
+    let (w, h) = p.size();
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .margin(8)
+        .x_label_area_size(28)
+        .y_label_area_size(if p.ylabel.is_some() { 78 } else { 62 });
+    if has_y2 {
+        builder.right_y_label_area_size(if p.y2label.is_some() { 78 } else { 62 });
+    }
+    if let Some(t) = &p.title {
+        builder.caption(t, (FONT, TEXT_PX + 2.0).into_font().color(&fg));
+    }
+    let mut chart = builder
+        .build_cartesian_2d(x0..x1, y1.lo..y1.hi)
+        .map_err(draw_err)?
+        .set_secondary_coord(x0..x1, y2.lo..y2.hi);
+
+    let x_labels = (w as usize / 110).max(2);
+    let y_labels = (h as usize / 40).max(2);
+    let fmt_x = |v: &f64| time_label(&xfmt, *v, plot.tz);
+    let fmt_y1 = |v: &f64| y1.label(*v);
+    let fmt_y2 = |v: &f64| y2.label(*v);
+    let mut mesh = chart.configure_mesh();
+    mesh.x_labels(x_labels)
+        .y_labels(y_labels)
+        .x_label_formatter(&fmt_x)
+        .y_label_formatter(&fmt_y1)
+        .label_style(font.clone())
+        .axis_style(fg)
+        .bold_line_style(grid)
+        .light_line_style(TRANSPARENT);
+    if let Some(l) = &p.ylabel {
+        mesh.y_desc(l.as_str()).axis_desc_style(font.clone());
+    }
+    mesh.draw().map_err(draw_err)?;
+    if has_y2 {
+        let mut axes = chart.configure_secondary_axes();
+        axes.y_labels(y_labels)
+            .y_label_formatter(&fmt_y2)
+            .label_style(font.clone())
+            .axis_style(fg);
+        if let Some(l) = &p.y2label {
+            axes.y_desc(l.as_str()).axis_desc_style(font.clone());
+        }
+        axes.draw().map_err(draw_err)?;
+    }
+
+    // How many titles the key has room for; the rest are counted.
+    let key_rows = ((h as f64 - 80.0) / (TEXT_PX + 6.0)).max(1.0) as usize;
+    for (i, (s, pts)) in plot.series.iter().zip(&lines).enumerate() {
+        let color = rgb(PALETTE[i % PALETTE.len()]);
+        let axis = if s.right_axis { &y2 } else { &y1 };
+        let pts: Vec<(f64, f64)> = pts
+            .iter()
+            .filter_map(|&(x, y)| axis.to_drawing(y).map(|y| (x, y)))
+            .collect();
+        let line_style = color.stroke_width(1);
+        let with_lines = p.style == Style::LinesPoints;
+        let title = s.title();
+        let labelled = i < key_rows;
+        // The key shows a line, or the mark when there is no line.
+        macro_rules! draw_on {
+            ($draw:ident) => {{
+                if with_lines {
+                    let ann = chart
+                        .$draw(LineSeries::new(pts.iter().copied(), line_style))
+                        .map_err(draw_err)?;
+                    if labelled {
+                        ann.label(title.clone()).legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                        });
+                    }
+                }
+                let ann = match p.style {
+                    Style::LinesPoints | Style::Points => chart
+                        .$draw(pts.iter().map(|&q| Cross::new(q, 3, color)))
+                        .map_err(draw_err)?,
+                    Style::Circles => chart
+                        .$draw(pts.iter().map(|&q| Circle::new(q, 4, color)))
+                        .map_err(draw_err)?,
+                    Style::Dots => chart
+                        .$draw(pts.iter().map(|&q| Pixel::new(q, color)))
+                        .map_err(draw_err)?,
+                };
+                if labelled && !with_lines {
+                    ann.label(title.clone())
+                        .legend(move |(x, y)| Circle::new((x + 10, y), 3, color.filled()));
+                }
+            }};
+        }
+        if s.right_axis {
+            draw_on!(draw_secondary_series);
+        } else {
+            draw_on!(draw_series);
+        }
+    }
+
+    // Annotations: a line from bottom to top, the text at the bottom.
+    for n in &plot.notes {
+        let t = n.start_s as f64;
+        if t < x0 || t > x1 {
+            continue;
+        }
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(t, y1.lo), (t, y1.hi)],
+                fg.mix(0.5).stroke_width(1),
+            )))
+            .map_err(draw_err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                n.text.clone(),
+                (t, y1.lo),
+                font.clone().pos(plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Center,
+                    plotters::style::text_anchor::VPos::Bottom,
+                )),
+            )))
+            .map_err(draw_err)?;
+    }
+
+    if plot.series.is_empty() {
+        // `set label "No data" at graph 0.5,0.9 center`.
+        let (px, py) = chart.plotting_area().get_pixel_range();
+        let x = (px.start + px.end) / 2;
+        let y = py.start + (py.end - py.start) / 10;
+        root.draw_text(
+            "No data",
+            &font.clone().pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Center,
+                plotters::style::text_anchor::VPos::Center,
+            )),
+            (x, y),
+        )
+        .map_err(draw_err)?;
+    } else if let Some(k) = &p.key {
+        let mut labels = chart.configure_series_labels();
+        labels
+            .position(key_position(k))
+            .label_font(font.clone())
+            .background_style(bg.mix(0.9));
+        if k.boxed {
+            labels.border_style(fg);
+        }
+        labels.draw().map_err(draw_err)?;
+        if plot.series.len() > key_rows {
+            root.draw_text(
+                &format!("... and {} more", plot.series.len() - key_rows),
+                &font,
+                (w as i32 - 160, h as i32 - 20),
+            )
+            .map_err(draw_err)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_formats() {
+        assert_eq!(format_value("%g", 1500.0), "1500");
+        assert_eq!(format_value("%g", 0.000012), "1.2e-05");
+        assert_eq!(format_value("%.2f ms", 3.14159), "3.14 ms");
+        assert_eq!(format_value("%x", 255.0), "ff");
+        assert_eq!(format_value("%s%c", 2500.0), "2.500000k");
+        assert_eq!(format_value("%.1s %cB", 2_500_000.0), "2.5 MB");
+        assert_eq!(format_value("100%%", 1.0), "100%");
+        assert_eq!(format_value("%e", 12345.0), "1.234500e+04");
+    }
+
+    #[test]
+    fn x_formats_by_span() {
+        assert_eq!(default_xformat(60), "%H:%M:%S");
+        assert_eq!(default_xformat(86400 * 3), "%a %H:%M");
+        assert_eq!(default_xformat(86400 * 365), "%Y/%m/%d");
+        assert_eq!(
+            time_label("%Y/%m/%d %H:%M", 1356998400.0, chrono_tz::UTC),
+            "2013/01/01 00:00"
+        );
+        assert_eq!(time_label("%Q", 0.0, chrono_tz::UTC), "%Q");
+    }
+}
