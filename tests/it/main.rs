@@ -25,6 +25,7 @@ mod tsd_diskfull;
 mod tsd_exp;
 mod tsd_fuzz;
 mod tsd_gexp;
+mod tsd_graph;
 mod tsd_grafana;
 mod tsd_http;
 mod tsd_load;

@@ -5,7 +5,7 @@
 
 use std::sync::Once;
 
-use chrono::TimeZone as _;
+use chrono::{Offset as _, TimeZone as _};
 use chrono::format::{Item, StrftimeItems};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -67,6 +67,41 @@ fn default_xformat(span_s: i64) -> &'static str {
         s if s < 7776000 => "%b %d",
         _ => "%Y/%m/%d",
     }
+}
+
+/// Steps between time labels that read well, in seconds.
+const TIME_STEPS: [i64; 24] = [
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+    172800, 604800, 1209600, 2592000, 7776000, 31536000,
+];
+
+/// Label positions: the smallest round step giving at most `n` labels,
+/// on multiples of the step in local time.
+fn time_ticks(start_s: i64, end_s: i64, n: usize, tz: chrono_tz::Tz) -> Vec<f64> {
+    let span = (end_s - start_s).max(1);
+    let step = TIME_STEPS
+        .iter()
+        .copied()
+        .find(|s| span / s < n.max(1) as i64)
+        .unwrap_or_else(|| span / n.max(1) as i64 + 1);
+    let offset = tz
+        .offset_from_utc_datetime(
+            &chrono::DateTime::from_timestamp(start_s, 0)
+                .unwrap_or_default()
+                .naive_utc(),
+        )
+        .fix()
+        .local_minus_utc() as i64;
+    let mut t = (start_s + offset).div_euclid(step) * step - offset;
+    if t < start_s {
+        t += step;
+    }
+    let mut out = Vec::new();
+    while t <= end_s && out.len() <= n * 2 {
+        out.push(t as f64);
+        t += step;
+    }
+    out
 }
 
 /// A time label; a format chrono cannot read is shown as given rather
@@ -374,11 +409,15 @@ fn draw(plot: &Plot, root: &DrawingArea<BitMapBackend, Shift>) -> Result<(), Ren
     let mut builder = ChartBuilder::on(root);
     builder
         .margin(8)
+        // Room for the last time label, half of which passes the end.
+        .margin_right(if has_y2 { 8 } else { 36 })
         .x_label_area_size(28)
-        .y_label_area_size(if p.ylabel.is_some() { 78 } else { 62 });
+        .y_label_area_size(if p.ylabel.is_some() { 72 } else { 56 });
     if has_y2 {
-        builder.right_y_label_area_size(if p.y2label.is_some() { 78 } else { 62 });
+        builder.right_y_label_area_size(if p.y2label.is_some() { 72 } else { 56 });
     }
+    let x_labels = (w as usize / 110).max(2);
+    let ticks = time_ticks(plot.start_s, plot.end_s, x_labels, plot.tz);
     if let Some(t) = &p.title {
         builder.caption(t, (FONT, TEXT_PX + 2.0).into_font().color(&fg));
     }
@@ -387,15 +426,14 @@ fn draw(plot: &Plot, root: &DrawingArea<BitMapBackend, Shift>) -> Result<(), Ren
         .map_err(draw_err)?
         .set_secondary_coord(x0..x1, y2.lo..y2.hi);
 
-    let x_labels = (w as usize / 110).max(2);
     let y_labels = (h as usize / 40).max(2);
-    let fmt_x = |v: &f64| time_label(&xfmt, *v, plot.tz);
     let fmt_y1 = |v: &f64| y1.label(*v);
     let fmt_y2 = |v: &f64| y2.label(*v);
     let mut mesh = chart.configure_mesh();
-    mesh.x_labels(x_labels)
+    // Time labels are drawn below, on round times.
+    mesh.x_labels(0)
+        .disable_x_mesh()
         .y_labels(y_labels)
-        .x_label_formatter(&fmt_x)
         .y_label_formatter(&fmt_y1)
         .label_style(font.clone())
         .axis_style(fg)
@@ -415,6 +453,29 @@ fn draw(plot: &Plot, root: &DrawingArea<BitMapBackend, Shift>) -> Result<(), Ren
             axes.y_desc(l.as_str()).axis_desc_style(font.clone());
         }
         axes.draw().map_err(draw_err)?;
+    }
+
+    // The time grid and labels.
+    let below = chart.plotting_area().get_pixel_range().1.end;
+    for &t in &ticks {
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(t, y1.lo), (t, y1.hi)],
+                grid,
+            )))
+            .map_err(draw_err)?;
+        let (px, _) = chart.backend_coord(&(t, y1.lo));
+        root.draw(&PathElement::new(vec![(px, below), (px, below + 4)], fg))
+            .map_err(draw_err)?;
+        root.draw_text(
+            &time_label(&xfmt, t, plot.tz),
+            &font.clone().pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Center,
+                plotters::style::text_anchor::VPos::Top,
+            )),
+            (px, below + 7),
+        )
+        .map_err(draw_err)?;
     }
 
     // How many titles the key has room for; the rest are counted.
@@ -553,5 +614,8 @@ mod tests {
             "2013/01/01 00:00"
         );
         assert_eq!(time_label("%Q", 0.0, chrono_tz::UTC), "%Q");
+        let t = time_ticks(1356998400 + 7, 1356998400 + 3600, 6, chrono_tz::UTC);
+        assert_eq!(t[0], 1356998400.0 + 900.0);
+        assert_eq!(t.len(), 4);
     }
 }
