@@ -29,6 +29,7 @@ mod tsd_graph;
 mod tsd_grafana;
 mod tsd_http;
 mod tsd_load;
+mod tsd_page;
 mod tsd_query;
 mod tsd_search;
 mod tsd_telnet;

@@ -217,6 +217,8 @@
 
   function fillSelect(sel, values, chosen) {
     sel.innerHTML = '';
+    // A value from a URL is kept even if unknown: the server says why not.
+    if (chosen && values.indexOf(chosen) < 0) values = values.concat([chosen]);
     values.forEach(function (v) {
       var o = document.createElement('option');
       o.value = o.textContent = v;
@@ -376,6 +378,14 @@
       render(results.filter(function (r) { return r.metric !== undefined; }), s);
       var t2 = performance.now();
       app.timing = { fetchMs: t1 - t0, renderMs: t2 - t1 };
+      // When the frame with the chart is painted: ms since the page began.
+      requestAnimationFrame(function () {
+        setStatus('done', {
+          fetchMs: Math.round(t1 - t0),
+          renderMs: Math.round(t2 - t1),
+          drawnMs: Math.round(performance.now())
+        });
+      });
     }).catch(function (e) {
       if (n !== app.requests) return;
       showError(e && e.message ? e : { message: String(e) });

@@ -1,0 +1,246 @@
+//! The page at `/` in a real browser: headless Chromium (Debian's
+//! `chromium`, or `RTSDB_CHROMIUM`) opens it against a TSD with known
+//! data, and the DOM it leaves shows what the page drew. Without Chromium
+//! these tests say they were skipped and pass.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common;
+
+use common::{TestServer, telnet};
+
+const H: u64 = 1356998400;
+
+/// The browser, if one is installed.
+fn chromium() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("RTSDB_CHROMIUM") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    for dir in std::env::split_paths(&path) {
+        for name in ["chromium", "chromium-browser", "google-chrome"] {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+/// How long the page may take, in the browser's clock.
+enum Wait {
+    /// Virtual time: the browser runs until its network and timers idle
+    /// (deterministic; the page's own clock is virtual too).
+    Virtual,
+    /// Real time, for measuring.
+    RealMs(u64),
+}
+
+/// Runs Chromium on `url` and returns the DOM it ended with, or `None`
+/// when there is no browser.
+fn open_page(url: &str, wait: Wait) -> Option<String> {
+    let Some(bin) = chromium() else {
+        eprintln!("skipped: no chromium (apt-get install chromium, or set RTSDB_CHROMIUM)");
+        return None;
+    };
+    let profile = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--window-size=1280,1000",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()));
+    match wait {
+        Wait::Virtual => cmd.arg("--virtual-time-budget=20000"),
+        Wait::RealMs(ms) => cmd.arg(format!("--timeout={ms}")),
+    };
+    cmd.arg("--dump-dom");
+    let mut child = cmd
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium starts");
+    // Bounded: a browser that hangs fails the test instead of the run.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("chromium did not finish on {url}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The `data-*` attributes of the page's status line.
+fn status(dom: &str) -> Vec<(String, String)> {
+    let start = dom.find("id=\"summary\"").expect("status element");
+    let tag_end = start + dom[start..].find('>').unwrap();
+    let re = regex::Regex::new(r#"data-([a-z-]+)="([^"]*)""#).unwrap();
+    re.captures_iter(&dom[start..tag_end])
+        .map(|c| (c[1].to_string(), c[2].to_string()))
+        .collect()
+}
+
+fn attr<'a>(st: &'a [(String, String)], name: &str) -> &'a str {
+    st.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("")
+}
+
+/// The text of the element with `id`, up to its closing tag.
+fn element<'a>(dom: &'a str, id: &str) -> &'a str {
+    let start = dom.find(&format!("id=\"{id}\"")).expect(id);
+    let rest = &dom[start..];
+    &rest[..rest.find("</a>").or(rest.find("</div>")).unwrap_or(rest.len())]
+}
+
+/// Two series over an hour, a point a minute: `page.test{host=a}` rising
+/// 0..=60, `page.test{host=b}` at 7.
+fn server() -> TestServer {
+    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    let mut lines = String::new();
+    for i in 0..=60u64 {
+        lines.push_str(&format!("put page.test {} {i} host=a dc=lga\n", H + i * 60));
+        lines.push_str(&format!("put page.test {} 7 host=b dc=lga\n", H + i * 60));
+    }
+    assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+    srv
+}
+
+const RANGE: &str = "start=2013%2F01%2F01-00:00:00&end=2013%2F01%2F01-01:00:00";
+
+#[test]
+fn page_charts_the_series_from_its_url() {
+    let srv = server();
+    let url = format!("http://{}/#{RANGE}&m=sum:page.test%7Bhost=*%7D", srv.addr);
+    let Some(dom) = open_page(&url, Wait::Virtual) else {
+        return;
+    };
+    let st = status(&dom);
+    assert_eq!(attr(&st, "state"), "done", "{dom}");
+    assert_eq!(attr(&st, "series"), "2");
+    assert_eq!(attr(&st, "points"), "122");
+    // The chart: a canvas, and uPlot's legend names both series.
+    assert!(dom.contains("<canvas"), "no chart drawn");
+    assert!(dom.contains("page.test{dc=lga, host=a}"));
+    assert!(dom.contains("page.test{dc=lga, host=b}"));
+    // The same result as a table: points, first, last, min, max, avg.
+    assert!(
+        dom.contains("<td>page.test{dc=lga, host=a}</td><td>61</td><td>0</td><td>60</td><td>0</td><td>60</td><td>30</td>"),
+        "{dom}"
+    );
+    assert!(dom.contains("<td>page.test{dc=lga, host=b}</td><td>61</td><td>7</td><td>7</td><td>7</td><td>7</td><td>7</td>"));
+    // The controls were filled from the URL.
+    assert!(dom.contains("\"metric\": \"page.test\""), "the /api/query shown");
+}
+
+#[test]
+fn page_shows_server_errors_as_worded() {
+    let srv = server();
+    let url = format!("http://{}/#{RANGE}&m=sum:no.such.metric", srv.addr);
+    let Some(dom) = open_page(&url, Wait::Virtual) else {
+        return;
+    };
+    assert_eq!(attr(&status(&dom), "state"), "error");
+    let err = element(&dom, "error");
+    assert!(
+        err.contains("400: No such name for 'metrics': 'no.such.metric'"),
+        "{err}"
+    );
+    let url = format!("http://{}/#{RANGE}&m=nosuchagg:page.test", srv.addr);
+    let dom = open_page(&url, Wait::Virtual).unwrap();
+    assert!(element(&dom, "error").contains("No such aggregation function: nosuchagg"));
+}
+
+#[test]
+fn page_url_round_trips() {
+    let srv = server();
+    // Every control: filters of both kinds, rate with counter options,
+    // downsampling with fill, right axis, log scale, the table view.
+    let hash = format!(
+        "{RANGE}&m=sum:rate%7Bcounter,100,5%7D:1m-avg-zero:page.test%7Bhost=a%7Cb%7D%7Bdc=wildcard(l*)%7D&o=axis%20x1y2&ylog&view=table"
+    );
+    let url = format!("http://{}/#{hash}", srv.addr);
+    let Some(first) = open_page(&url, Wait::Virtual) else {
+        return;
+    };
+    let q = element(&first, "q-url").to_string();
+    let shown = q.rsplit('>').next().unwrap().to_string();
+    assert!(shown.starts_with("q?"), "{q}");
+    let canonical = shown
+        .trim_start_matches("q?")
+        .trim_end_matches("&amp;wxh=1024x600&amp;png")
+        .replace("&amp;", "&");
+    // Opening the page at the URL it wrote gives the same page.
+    let again = open_page(&format!("http://{}/#{canonical}", srv.addr), Wait::Virtual).unwrap();
+    assert_eq!(element(&again, "q-url"), q);
+    for a in ["state", "series", "points"] {
+        assert_eq!(attr(&status(&again), a), attr(&status(&first), a), "{a}");
+    }
+    for part in [
+        "m=sum:rate{counter,100,5}:1m-avg-zero:page.test",
+        "o=axis%20x1y2",
+        "&ylog",
+        "&view=table",
+    ] {
+        assert!(canonical.contains(part) || canonical.contains(&part.replace('{', "%7B").replace('}', "%7D")), "{part} in {canonical}");
+    }
+    assert_eq!(attr(&status(&first), "state"), "done", "{first}");
+    // A /q link (as /q's redirect sends it) opens the same query.
+    let from_q = open_page(
+        &format!("http://{}/#{RANGE}&m=sum:page.test%7Bhost=*%7D&o=", srv.addr),
+        Wait::Virtual,
+    )
+    .unwrap();
+    assert_eq!(attr(&status(&from_q), "series"), "2");
+}
+
+/// `cargo test --test it -- --ignored page_draws_1000_series`: how fast
+/// the page loads and draws 1,000 series of 360 points (printed; a
+/// figure, not a pass/fail time).
+#[test]
+#[ignore]
+fn page_draws_1000_series() {
+    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    let mut lines = String::with_capacity(40 << 20);
+    for s in 0..1000u64 {
+        for i in 0..360u64 {
+            let v = (s as f64 * 0.37 + i as f64 / 20.0).sin() * 50.0 + 60.0;
+            lines.push_str(&format!("put bench.series {} {v:.2} host=h{s:04}\n", H + i * 10));
+        }
+    }
+    assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+    srv.state.db().flush_all().unwrap();
+    let url = format!(
+        "http://{}/#start=2013%2F01%2F01-00:00:00&end=2013%2F01%2F01-01:00:00&m=sum:bench.series%7Bhost=*%7D",
+        srv.addr
+    );
+    let Some(dom) = open_page(&url, Wait::RealMs(15000)) else {
+        return;
+    };
+    let st = status(&dom);
+    assert_eq!(attr(&st, "series"), "1000", "{st:?}");
+    println!(
+        "1000 series x 360 points: query {} ms, build+draw {} ms, painted {} ms after navigation",
+        attr(&st, "fetch-ms"),
+        attr(&st, "render-ms"),
+        attr(&st, "drawn-ms")
+    );
+}
