@@ -271,6 +271,7 @@ impl Axis {
         let ys = points
             .iter()
             .map(|p| p.1)
+            .filter(|y| y.is_finite())
             .filter(|y| !log || *y > 0.0)
             .map(|y| if log { y.log10() } else { y });
         let (mut lo, mut hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| {
@@ -287,9 +288,16 @@ impl Axis {
         if hi < lo {
             std::mem::swap(&mut lo, &mut hi);
         }
-        if hi - lo < f64::EPSILON * lo.abs().max(1.0) {
+        // Keep the span finite and wide enough to place labels on: the
+        // tick search divides it, and an infinite or rounding-level span
+        // would never end.
+        const LIMIT: f64 = 1e300;
+        lo = lo.clamp(-LIMIT, LIMIT);
+        hi = hi.clamp(-LIMIT, LIMIT);
+        let magnitude = lo.abs().max(hi.abs());
+        if hi - lo <= (magnitude * 1e-9).max(1e-300) {
             // A flat line: centre it, as gnuplot widens a zero range.
-            let pad = if lo == 0.0 { 1.0 } else { lo.abs() * 0.1 };
+            let pad = if magnitude < 1e-300 { 1.0 } else { magnitude * 0.1 };
             lo -= pad;
             hi += pad;
         } else if range.is_none() {
@@ -306,12 +314,17 @@ impl Axis {
         }
     }
 
+    /// A value in drawing units. Far-off values are pulled in to a
+    /// thousand spans from the axis: pixel positions must fit an `i32`,
+    /// and the lines to them leave the chart in the same direction.
     fn to_drawing(&self, y: f64) -> Option<f64> {
-        if self.log {
-            (y > 0.0).then(|| y.log10())
+        let v = if self.log {
+            (y > 0.0).then(|| y.log10())?
         } else {
-            Some(y)
-        }
+            y
+        };
+        let reach = (self.hi - self.lo) * 1000.0;
+        Some(v.clamp(self.lo - reach, self.hi + reach))
     }
 
     fn label(&self, v: f64) -> String {
@@ -486,6 +499,7 @@ fn draw(plot: &Plot, root: &DrawingArea<BitMapBackend, Shift>) -> Result<(), Ren
         let pts: Vec<(f64, f64)> = pts
             .iter()
             .filter_map(|&(x, y)| axis.to_drawing(y).map(|y| (x, y)))
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
             .collect();
         let line_style = color.stroke_width(1);
         let with_lines = p.style == Style::LinesPoints;
@@ -591,6 +605,81 @@ fn draw(plot: &Plot, root: &DrawingArea<BitMapBackend, Shift>) -> Result<(), Ren
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Value;
+    use crate::tsd::http::graph::params::PlotParams;
+    use crate::tsd::http::graph::plot::{Note, PlotSeries};
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<i64>().prop_map(Value::Int),
+            (-1e6f64..1e6).prop_map(Value::Float),
+            prop_oneof![
+                Just(f64::NAN),
+                Just(0.0),
+                Just(1e-300),
+                Just(-1e300),
+                Just(f64::MAX)
+            ]
+            .prop_map(Value::Float),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20))]
+
+        /// Whatever the data and options, a picture of the asked size.
+        #[test]
+        fn any_plot_renders(
+            series in proptest::collection::vec(
+                (proptest::collection::vec((0i64..3600, value()), 0..40), any::<bool>()), 0..4),
+            lo in proptest::option::of(-1e9f64..1e9),
+            hi in proptest::option::of(-1e9f64..1e9),
+            ylog in any::<bool>(),
+            style in 0usize..4,
+            smooth in proptest::option::of(prop::sample::select(vec![
+                "unique", "frequency", "fnormal", "cumulative", "cnormal", "csplines",
+                "acsplines", "mcsplines", "bezier", "sbezier", "unwrap", "zsort", "bins"])),
+            xformat in proptest::option::of(prop::sample::select(vec!["%H", "%Q%", "%s", ""])),
+            yformat in proptest::option::of(prop::sample::select(vec!["%g", "%.3f", "%", "%c%s", "%99999d"])),
+        ) {
+            let start = 1_356_998_400i64;
+            let plot = Plot {
+                start_s: start,
+                end_s: start + 3600,
+                tz: chrono_tz::UTC,
+                params: PlotParams {
+                    size: Some((160, 120)),
+                    yrange: Some(Range { min: lo, max: hi }),
+                    ylog,
+                    y2log: !ylog,
+                    xformat: xformat.map(String::from),
+                    yformat: yformat.map(String::from),
+                    smooth: smooth.map(String::from),
+                    style: [Style::LinesPoints, Style::Points, Style::Circles, Style::Dots][style],
+                    title: Some("t".into()),
+                    ..PlotParams::default()
+                },
+                series: series
+                    .into_iter()
+                    .map(|(mut pts, right)| {
+                        pts.sort_by_key(|p| p.0);
+                        PlotSeries {
+                            metric: "m".into(),
+                            tags: vec![("h".into(), "a".into())],
+                            points: pts.into_iter().map(|(t, v)| ((start + t) * 1000, v)).collect(),
+                            right_axis: right,
+                        }
+                    })
+                    .collect(),
+                notes: vec![Note { start_s: start + 60, text: "deploy".into() }],
+            };
+            let bytes = render(&plot).unwrap();
+            let dec = png::Decoder::new(std::io::Cursor::new(bytes));
+            let info = dec.read_info().unwrap();
+            prop_assert_eq!((info.info().width, info.info().height), (160, 120));
+        }
+    }
 
     #[test]
     fn value_formats() {
@@ -615,7 +704,7 @@ mod tests {
         );
         assert_eq!(time_label("%Q", 0.0, chrono_tz::UTC), "%Q");
         let t = time_ticks(1356998400 + 7, 1356998400 + 3600, 6, chrono_tz::UTC);
-        assert_eq!(t[0], 1356998400.0 + 900.0);
-        assert_eq!(t.len(), 4);
+        assert_eq!(t[0], 1356998400.0 + 600.0);
+        assert_eq!(t.len(), 6);
     }
 }
