@@ -586,7 +586,8 @@
     $$('.note-mark', over).forEach(function (el) { el.remove(); });
     var ctx = u.ctx;
     notes.forEach(function (n) {
-      var x = u.valToPos(n.startTime > 1e11 ? n.startTime / 1000 : n.startTime, 'x', true);
+      var t = n.startTime > 1e11 ? n.startTime / 1000 : n.startTime;
+      var x = u.valToPos(t, 'x', true);
       if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) return;
       ctx.save();
       ctx.strokeStyle = '#b07000';
@@ -598,7 +599,8 @@
       ctx.restore();
       var mark = document.createElement('div');
       mark.className = 'note-mark';
-      mark.style.left = (x / devicePixelRatio - 5) + 'px';
+      // The overlay is placed over the plotting area, in CSS pixels.
+      mark.style.left = (u.valToPos(t, 'x') - 5) + 'px';
       mark.title = n.description + (n.notes ? '\n' + n.notes : '');
       over.appendChild(mark);
     });
