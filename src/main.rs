@@ -13,10 +13,9 @@ fn main() {
     };
     // Colour codes only on a terminal: a log file or a pipe (journald,
     // a collector) gets plain text. The last lines are also kept for /logs.
-    if let Err(e) = rtsdb::tsd::logs::install(
-        level,
-        std::io::IsTerminal::is_terminal(&std::io::stderr()),
-    ) {
+    if let Err(e) =
+        rtsdb::tsd::logs::install(level, std::io::IsTerminal::is_terminal(&std::io::stderr()))
+    {
         eprintln!("warning: logging not set up: {e}");
     }
     // Unlocked handles: the TSD logs to stderr from other threads while

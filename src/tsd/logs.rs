@@ -103,7 +103,9 @@ pub fn install(directives: &str, ansi: bool) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let ring = global();
     *ring.directives.lock() = vec![initial];
-    let _ = ring.reload.set(Box::new(move |f| handle.reload(f).map_err(|e| e.to_string())));
+    let _ = ring.reload.set(Box::new(move |f| {
+        handle.reload(f).map_err(|e| e.to_string())
+    }));
     Ok(())
 }
 

@@ -20,8 +20,14 @@ fn server_with_data(settings: &[(&str, &str)]) -> TestServer {
     let srv = TestServer::start(&all);
     let mut lines = String::new();
     for i in 0..=10u64 {
-        lines.push_str(&format!("put sys.cpu.user {} {i} host=web01 dc=lga\n", H + i * 60));
-        lines.push_str(&format!("put sys.cpu.user {} 0.5 host=web02 dc=lga\n", H + i * 60));
+        lines.push_str(&format!(
+            "put sys.cpu.user {} {i} host=web01 dc=lga\n",
+            H + i * 60
+        ));
+        lines.push_str(&format!(
+            "put sys.cpu.user {} 0.5 host=web02 dc=lga\n",
+            H + i * 60
+        ));
     }
     assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
     srv
@@ -42,10 +48,16 @@ fn ascii_lines_are_put_lines() {
     let mut want = String::new();
     // Tags as a HashMap of two iterates them: host, then dc.
     for i in 0..=10u64 {
-        want.push_str(&format!("sys.cpu.user {} {i} host=web01 dc=lga\n", H + i * 60));
+        want.push_str(&format!(
+            "sys.cpu.user {} {i} host=web01 dc=lga\n",
+            H + i * 60
+        ));
     }
     for i in 0..=10u64 {
-        want.push_str(&format!("sys.cpu.user {} 0.5 host=web02 dc=lga\n", H + i * 60));
+        want.push_str(&format!(
+            "sys.cpu.user {} 0.5 host=web02 dc=lga\n",
+            H + i * 60
+        ));
     }
     assert_eq!(r.text(), want);
     // Aggregated across hosts: one series, sums as doubles.
@@ -61,7 +73,9 @@ fn json_is_graph_handlers_summary() {
     let srv = server_with_data(&[]);
     let r = get(
         &srv,
-        &format!("/q?{RANGE}&m=sum:sys.cpu.user%7Bhost=*%7D&m=avg:sys.cpu.user&m=sum:sys.cpu.user%7Bhost=nope*%7D&json"),
+        &format!(
+            "/q?{RANGE}&m=sum:sys.cpu.user%7Bhost=*%7D&m=avg:sys.cpu.user&m=sum:sys.cpu.user%7Bhost=nope*%7D&json"
+        ),
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/json"));
@@ -99,7 +113,9 @@ fn png_has_the_requested_size_and_shows_the_rising_line() {
     let srv = server_with_data(&[]);
     let r = get(
         &srv,
-        &format!("/q?{RANGE}&m=sum:sys.cpu.user%7Bhost=web01%7D&png&wxh=600x400&title=CPU&ylabel=percent"),
+        &format!(
+            "/q?{RANGE}&m=sum:sys.cpu.user%7Bhost=web01%7D&png&wxh=600x400&title=CPU&ylabel=percent"
+        ),
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("image/png"));
@@ -118,7 +134,11 @@ fn png_has_the_requested_size_and_shows_the_rising_line() {
                 .map(|y| (x, y))
         })
         .collect();
-    assert!(red_rows.len() > 300, "the line spans the width: {}", red_rows.len());
+    assert!(
+        red_rows.len() > 300,
+        "the line spans the width: {}",
+        red_rows.len()
+    );
     // web01 rises: its line is lower (larger y) on the left than on the right.
     let (left, right) = (red_rows[10], red_rows[red_rows.len() - 10]);
     assert!(left.1 > right.1 + 200, "left {left:?} right {right:?}");
@@ -126,16 +146,24 @@ fn png_has_the_requested_size_and_shows_the_rising_line() {
     // middle column lies midway.
     let mid = red_rows[red_rows.len() / 2];
     let expected = (left.1 + right.1) / 2;
-    assert!(mid.1.abs_diff(expected) < 25, "mid {mid:?} expected {expected}");
+    assert!(
+        mid.1.abs_diff(expected) < 25,
+        "mid {mid:?} expected {expected}"
+    );
 
     // Default size; a series on nothing draws "No data".
-    let r = get(&srv, "/q?start=2014/01/01-00:00:00&end=2014/01/01-01:00:00&m=sum:sys.cpu.user&png");
+    let r = get(
+        &srv,
+        "/q?start=2014/01/01-00:00:00&end=2014/01/01-01:00:00&m=sum:sys.cpu.user&png",
+    );
     let (w, h, _) = decode(&r.body);
     assert_eq!((w, h), (1024, 768));
     // Every option at once still draws.
     let r = get(
         &srv,
-        &format!("/q?{RANGE}&m=sum:sys.cpu.user%7Bhost=*%7D&png&wxh=300x200&yrange=%5B0:20%5D&ylog&key=top%20left&nokey&bgcolor=x000000&fgcolor=xFFFFFF&smooth=csplines&style=points"),
+        &format!(
+            "/q?{RANGE}&m=sum:sys.cpu.user%7Bhost=*%7D&png&wxh=300x200&yrange=%5B0:20%5D&ylog&key=top%20left&nokey&bgcolor=x000000&fgcolor=xFFFFFF&smooth=csplines&style=points"
+        ),
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(decode(&r.body).0, 300);
@@ -144,13 +172,18 @@ fn png_has_the_requested_size_and_shows_the_rising_line() {
 #[test]
 fn second_axis_follows_allowed_options() {
     let srv = server_with_data(&[("tsd.gnuplot.options.allowlist", "axis x1y2;axis x1y1")]);
-    let q = format!("/q?{RANGE}&m=sum:sys.cpu.user%7Bhost=web01%7D&m=sum:sys.cpu.user%7Bhost=web02%7D&wxh=400x300&y2label=right");
+    let q = format!(
+        "/q?{RANGE}&m=sum:sys.cpu.user%7Bhost=web01%7D&m=sum:sys.cpu.user%7Bhost=web02%7D&wxh=400x300&y2label=right"
+    );
     let r = get(&srv, &format!("{q}&o=axis%20x1y1&o=axis%20x1y2&png"));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(decode(&r.body).0, 400);
     let r = get(&srv, &format!("{q}&o=axis%20x1y1&png&json"));
     assert_eq!(r.status, 400);
-    assert_eq!(r.text(), r#"{"err":"1 `o' parameters, but 2 `m' parameters."}"#);
+    assert_eq!(
+        r.text(),
+        r#"{"err":"1 `o' parameters, but 2 `m' parameters."}"#
+    );
     let r = get(&srv, &format!("{q}&o=with%20lines&o=axis%20x1y1&json"));
     assert_eq!(
         r.text(),
@@ -173,15 +206,24 @@ fn results_are_cached_by_query_and_time() {
     // The PNG the JSON request drew is served from the cache, a day long.
     let png = get(&srv, &format!("{q}&png"));
     assert_eq!(png.header("cache-control"), Some("max-age=86400"));
-    assert!(cachedir.read_dir().unwrap().count() >= 2, "files in tsd.http.cachedir");
+    assert!(
+        cachedir.read_dir().unwrap().count() >= 2,
+        "files in tsd.http.cachedir"
+    );
     // New data is not seen until nocache.
     assert_eq!(
-        telnet(srv.addr, format!("put sys.cpu.user {} 100 host=web03 dc=lga\n", H + 30).as_bytes()),
+        telnet(
+            srv.addr,
+            format!("put sys.cpu.user {} 100 host=web03 dc=lga\n", H + 30).as_bytes()
+        ),
         ""
     );
     // 2.4.1 reads a summary without the text file as "nothing to show".
     let r = get(&srv, &format!("{q}&ascii")).text();
-    assert!(r.contains("Sorry, your query didn't return anything."), "{r}");
+    assert!(
+        r.contains("Sorry, your query didn't return anything."),
+        "{r}"
+    );
     let fresh = get(&srv, &format!("{q}&ascii&nocache")).text();
     // web03's 100 plus the others interpolated at that time.
     assert!(
@@ -209,7 +251,11 @@ fn results_are_cached_by_query_and_time() {
 fn errors_as_graph_handler_words_them() {
     let srv = server_with_data(&[]);
     let cases = [
-        ("/q?m=sum:sys.cpu.user&json", 400, r#"{"err":"Missing parameter <code>start</code>"}"#),
+        (
+            "/q?m=sum:sys.cpu.user&json",
+            400,
+            r#"{"err":"Missing parameter <code>start</code>"}"#,
+        ),
         (
             "/q?start=1h-ago&m=sum:sys.cpu.user&wxh=10x10&json",
             400,
@@ -220,7 +266,11 @@ fn errors_as_graph_handler_words_them() {
             400,
             r#"{"err":"'yrange' was invalid. Must be in the format [min:max]."}"#,
         ),
-        ("/q?start=1h-ago&json", 400, r#"{"err":"Missing sub queries"}"#),
+        (
+            "/q?start=1h-ago&json",
+            400,
+            r#"{"err":"Missing sub queries"}"#,
+        ),
         (
             "/q?start=1h-ago&m=foo:sys.cpu.user&json",
             400,
@@ -247,14 +297,22 @@ fn errors_as_graph_handler_words_them() {
     // No output flag: to the page, the query in the fragment.
     let r = get(&srv, "/q?start=1h-ago&m=sum:sys.cpu.user");
     assert_eq!(r.status, 200);
-    assert_eq!(r.header("location"), Some("/#start=1h-ago&m=sum:sys.cpu.user"));
+    assert_eq!(
+        r.header("location"),
+        Some("/#start=1h-ago&m=sum:sys.cpu.user")
+    );
     assert!(r.text().contains("url=/#start=1h-ago&m=sum:sys.cpu.user"));
 }
 
 #[test]
 fn enable_ui_false_turns_the_page_and_q_off() {
     let srv = server_with_data(&[("tsd.core.enable_ui", "false")]);
-    for path in ["/", "/q?start=1h-ago&m=sum:sys.cpu.user&ascii", "/s/app.js", "/logs"] {
+    for path in [
+        "/",
+        "/q?start=1h-ago&m=sum:sys.cpu.user&ascii",
+        "/s/app.js",
+        "/logs",
+    ] {
         assert_eq!(get(&srv, path).status, 404, "{path}");
     }
     assert_eq!(get(&srv, "/api/version").status, 200);
@@ -279,7 +337,10 @@ fn the_page_and_its_files() {
         ("uPlot.min.css", "text/css; charset=UTF-8"),
         ("uPlot.LICENSE", "text/plain; charset=UTF-8"),
     ] {
-        assert!(file.ends_with("LICENSE") || page.contains(&format!("s/{file}")), "{file}");
+        assert!(
+            file.ends_with("LICENSE") || page.contains(&format!("s/{file}")),
+            "{file}"
+        );
         let r = get(&srv, &format!("/s/{file}"));
         assert_eq!(r.status, 200, "{file}");
         assert_eq!(r.header("content-type"), Some(ty), "{file}");
@@ -292,7 +353,10 @@ fn the_page_and_its_files() {
     assert_eq!(get(&srv, "/s/nothing.js").status, 404);
     let r = get(&srv, "/s/../etc/passwd");
     assert_eq!(r.status, 400);
-    assert!(r.text().contains("Malformed URI <code>/s/../etc/passwd</code>"));
+    assert!(
+        r.text()
+            .contains("Malformed URI <code>/s/../etc/passwd</code>")
+    );
 }
 
 #[test]
@@ -328,7 +392,10 @@ fn unknown_pages_get_opentsdbs_404_page() {
     assert!(page.contains("<font color=#507e9b><b>Error 404</b>"));
     assert!(page.contains("<blockquote><h1>Page Not Found</h1>The requested URL was not found on this server.</blockquote>"));
     assert!(page.ends_with("</table></body></html>"));
-    assert_eq!(get(&srv, "/nothing?json").text(), r#"{"err":"Page Not Found"}"#);
+    assert_eq!(
+        get(&srv, "/nothing?json").text(),
+        r#"{"err":"Page Not Found"}"#
+    );
 }
 
 #[test]
@@ -351,21 +418,40 @@ fn logs_show_recent_lines_and_change_the_level() {
     assert_eq!(fields[1], "WARN");
     assert_eq!(fields[3], "rtsdb_logs_test");
     let json = get(&srv, "/logs?json").json();
-    assert!(json.as_array().unwrap().iter().any(|l| l.as_str().unwrap().contains("a line for /logs")));
+    assert!(
+        json.as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("a line for /logs"))
+    );
 
     let r = get(&srv, "/logs?level=error&logger=rtsdb_logs_test");
     assert_eq!(r.text(), "Set the log level to ERROR on 1 logger.\n");
     tracing::warn!(target: "rtsdb_logs_test", "a line filtered out");
     assert!(!get(&srv, "/logs").text().contains("a line filtered out"));
     let r = get(&srv, "/logs?level=warn");
-    assert!(r.text().starts_with("Set the log level to WARN on "), "{}", r.text());
+    assert!(
+        r.text().starts_with("Set the log level to WARN on "),
+        "{}",
+        r.text()
+    );
     tracing::warn!(target: "rtsdb_logs_test", "a line let through again");
-    assert!(get(&srv, "/logs").text().contains("a line let through again"));
+    assert!(
+        get(&srv, "/logs")
+            .text()
+            .contains("a line let through again")
+    );
     // `json` is read first: it lists the lines whatever the level says.
     assert_eq!(get(&srv, "/logs?level=loud&json").status, 200);
     let r = get(&srv, "/logs?level=loud");
     assert_eq!(r.status, 400);
-    assert!(r.text().contains("<blockquote>Invalid level: loud</blockquote>"));
+    assert!(
+        r.text()
+            .contains("<blockquote>Invalid level: loud</blockquote>")
+    );
     let r = get(&srv, "/logs?level=info&logger=no.such.logger");
-    assert!(r.text().contains("<blockquote>Invalid logger: no.such.logger</blockquote>"));
+    assert!(
+        r.text()
+            .contains("<blockquote>Invalid logger: no.such.logger</blockquote>")
+    );
 }

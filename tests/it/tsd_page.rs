@@ -30,18 +30,9 @@ fn chromium() -> Option<PathBuf> {
     None
 }
 
-/// How long the page may take, in the browser's clock.
-enum Wait {
-    /// Virtual time: the browser runs until its network and timers idle
-    /// (deterministic; the page's own clock is virtual too).
-    Virtual,
-    /// Real time, for measuring.
-    RealMs(u64),
-}
-
 /// Runs Chromium on `url` and returns the DOM it ended with, or `None`
 /// when there is no browser.
-fn open_page(url: &str, wait: Wait) -> Option<String> {
+fn open_page(url: &str) -> Option<String> {
     let Some(bin) = chromium() else {
         eprintln!("skipped: no chromium (apt-get install chromium, or set RTSDB_CHROMIUM)");
         return None;
@@ -60,10 +51,9 @@ fn open_page(url: &str, wait: Wait) -> Option<String> {
         "--window-size=1280,1000",
     ])
     .arg(format!("--user-data-dir={}", profile.path().display()));
-    match wait {
-        Wait::Virtual => cmd.arg("--virtual-time-budget=20000"),
-        Wait::RealMs(ms) => cmd.arg(format!("--timeout={ms}")),
-    };
+    // Virtual time: the browser runs until its network and timers idle
+    // (deterministic, however slow the machine).
+    cmd.arg("--virtual-time-budget=20000");
     cmd.arg("--dump-dom");
     let mut child = cmd
         .arg(url)
@@ -108,7 +98,10 @@ fn attr<'a>(st: &'a [(String, String)], name: &str) -> &'a str {
 fn element<'a>(dom: &'a str, id: &str) -> &'a str {
     let start = dom.find(&format!("id=\"{id}\"")).expect(id);
     let rest = &dom[start..];
-    &rest[..rest.find("</a>").or(rest.find("</div>")).unwrap_or(rest.len())]
+    &rest[..rest
+        .find("</a>")
+        .or(rest.find("</div>"))
+        .unwrap_or(rest.len())]
 }
 
 /// Two series over an hour, a point a minute: `page.test{host=a}` rising
@@ -130,7 +123,7 @@ const RANGE: &str = "start=2013%2F01%2F01-00:00:00&end=2013%2F01%2F01-01:00:00";
 fn page_charts_the_series_from_its_url() {
     let srv = server();
     let url = format!("http://{}/#{RANGE}&m=sum:page.test%7Bhost=*%7D", srv.addr);
-    let Some(dom) = open_page(&url, Wait::Virtual) else {
+    let Some(dom) = open_page(&url) else {
         return;
     };
     let st = status(&dom);
@@ -148,14 +141,17 @@ fn page_charts_the_series_from_its_url() {
     );
     assert!(dom.contains("<td>page.test{dc=lga, host=b}</td><td>61</td><td>7</td><td>7</td><td>7</td><td>7</td><td>7</td>"));
     // The controls were filled from the URL.
-    assert!(dom.contains("\"metric\": \"page.test\""), "the /api/query shown");
+    assert!(
+        dom.contains("\"metric\": \"page.test\""),
+        "the /api/query shown"
+    );
 }
 
 #[test]
 fn page_shows_server_errors_as_worded() {
     let srv = server();
     let url = format!("http://{}/#{RANGE}&m=sum:no.such.metric", srv.addr);
-    let Some(dom) = open_page(&url, Wait::Virtual) else {
+    let Some(dom) = open_page(&url) else {
         return;
     };
     assert_eq!(attr(&status(&dom), "state"), "error");
@@ -165,7 +161,7 @@ fn page_shows_server_errors_as_worded() {
         "{err}"
     );
     let url = format!("http://{}/#{RANGE}&m=nosuchagg:page.test", srv.addr);
-    let dom = open_page(&url, Wait::Virtual).unwrap();
+    let dom = open_page(&url).unwrap();
     assert!(element(&dom, "error").contains("No such aggregation function: nosuchagg"));
 }
 
@@ -178,7 +174,7 @@ fn page_url_round_trips() {
         "{RANGE}&m=sum:rate%7Bcounter,100,5%7D:1m-avg-zero:page.test%7Bhost=a%7Cb%7D%7Bdc=wildcard(l*)%7D&o=axis%20x1y2&ylog&view=table"
     );
     let url = format!("http://{}/#{hash}", srv.addr);
-    let Some(first) = open_page(&url, Wait::Virtual) else {
+    let Some(first) = open_page(&url) else {
         return;
     };
     let q = element(&first, "q-url").to_string();
@@ -189,7 +185,7 @@ fn page_url_round_trips() {
         .trim_end_matches("&amp;wxh=1024x600&amp;png")
         .replace("&amp;", "&");
     // Opening the page at the URL it wrote gives the same page.
-    let again = open_page(&format!("http://{}/#{canonical}", srv.addr), Wait::Virtual).unwrap();
+    let again = open_page(&format!("http://{}/#{canonical}", srv.addr)).unwrap();
     assert_eq!(element(&again, "q-url"), q);
     for a in ["state", "series", "points"] {
         assert_eq!(attr(&status(&again), a), attr(&status(&first), a), "{a}");
@@ -200,14 +196,18 @@ fn page_url_round_trips() {
         "&ylog",
         "&view=table",
     ] {
-        assert!(canonical.contains(part) || canonical.contains(&part.replace('{', "%7B").replace('}', "%7D")), "{part} in {canonical}");
+        assert!(
+            canonical.contains(part)
+                || canonical.contains(&part.replace('{', "%7B").replace('}', "%7D")),
+            "{part} in {canonical}"
+        );
     }
     assert_eq!(attr(&status(&first), "state"), "done", "{first}");
     // A /q link (as /q's redirect sends it) opens the same query.
-    let from_q = open_page(
-        &format!("http://{}/#{RANGE}&m=sum:page.test%7Bhost=*%7D&o=", srv.addr),
-        Wait::Virtual,
-    )
+    let from_q = open_page(&format!(
+        "http://{}/#{RANGE}&m=sum:page.test%7Bhost=*%7D&o=",
+        srv.addr
+    ))
     .unwrap();
     assert_eq!(attr(&status(&from_q), "series"), "2");
 }
@@ -288,7 +288,10 @@ impl Browser {
         self.to.write_all(&bytes).unwrap();
         loop {
             let mut buf = Vec::new();
-            assert!(self.from.read_until(0, &mut buf).unwrap() > 0, "chromium went away");
+            assert!(
+                self.from.read_until(0, &mut buf).unwrap() > 0,
+                "chromium went away"
+            );
             buf.pop();
             let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
             if v["id"] == id {
@@ -299,7 +302,10 @@ impl Browser {
     }
 
     fn open(&mut self, url: &str) {
-        let target = self.call("Target.createTarget", serde_json::json!({"url": "about:blank"}));
+        let target = self.call(
+            "Target.createTarget",
+            serde_json::json!({"url": "about:blank"}),
+        );
         let attached = self.call(
             "Target.attachToTarget",
             serde_json::json!({"targetId": target["targetId"], "flatten": true}),
@@ -335,7 +341,10 @@ fn page_draws_1000_series() {
     for s in 0..1000u64 {
         for i in 0..360u64 {
             let v = (s as f64 * 0.37 + i as f64 / 20.0).sin() * 50.0 + 60.0;
-            lines.push_str(&format!("put bench.series {} {v:.2} host=h{s:04}\n", H + i * 10));
+            lines.push_str(&format!(
+                "put bench.series {} {v:.2} host=h{s:04}\n",
+                H + i * 10
+            ));
         }
     }
     assert_eq!(telnet(srv.addr, lines.as_bytes()), "");

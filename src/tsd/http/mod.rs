@@ -92,7 +92,6 @@ impl Reply {
         self
     }
 
-
     pub(crate) fn json(status: u16, body: impl Into<Vec<u8>>) -> Reply {
         Reply::new(status, JSON_TYPE, body)
     }

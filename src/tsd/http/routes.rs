@@ -162,7 +162,12 @@ static ROUTES: &[Route] = &[
     route("", Legacy, Reads, Head(ui::home)),
     route("s", Legacy, Reads, Head(ui::static_file)),
     route("favicon.ico", Legacy, Reads, Head(ui::favicon)),
-    route("q", Legacy, Reads, Async(|c, b| Box::pin(graph::route(c, b)))),
+    route(
+        "q",
+        Legacy,
+        Reads,
+        Async(|c, b| Box::pin(graph::route(c, b))),
+    ),
     route("logs", Legacy, Always, Head(logs::http)),
     route("diediedie", Legacy, DieDieDie, Head(rpc::diediedie::http)),
     route(

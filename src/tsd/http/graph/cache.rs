@@ -75,7 +75,11 @@ impl GraphCache {
             None => self.memory.lock().get(&(key.to_string(), kind))?.clone(),
         };
         if entry.bytes.len() < MIN_CACHED_BYTES && kind != Kind::Json {
-            tracing::warn!(key, kind = kind.suffix(), "cached result too small to be valid; ignoring it");
+            tracing::warn!(
+                key,
+                kind = kind.suffix(),
+                "cached result too small to be valid; ignoring it"
+            );
             return None;
         }
         Some(entry)
@@ -201,7 +205,11 @@ mod tests {
     #[test]
     fn key_ignores_output_flags_and_order() {
         let a = key(&pairs(&[("start", "1h-ago"), ("m", "sum:x"), ("png", "")]));
-        let b = key(&pairs(&[("m", "sum:x"), ("ascii", ""), ("start", "1h-ago")]));
+        let b = key(&pairs(&[
+            ("m", "sum:x"),
+            ("ascii", ""),
+            ("start", "1h-ago"),
+        ]));
         assert_eq!(a, b);
         let c = key(&pairs(&[("m", "sum:y"), ("start", "1h-ago")]));
         assert_ne!(a, c);
@@ -216,7 +224,10 @@ mod tests {
         let now = 1_000_000;
         assert_eq!(max_age(now - 3600, now + 1, now, false), 0);
         assert_eq!(max_age(now - 86400, now - 7200, now, false), 86400);
-        assert_eq!(max_age(now - 86400, now - 7200, now, true), (86400 - 7200) >> 10);
+        assert_eq!(
+            max_age(now - 86400, now - 7200, now, true),
+            (86400 - 7200) >> 10
+        );
         assert_eq!(max_age(now - 3600, now, now, false), 3600 >> 10);
     }
 

@@ -207,7 +207,9 @@ fn graph(
     let nocache = pairs.iter().any(|(k, _)| k == "nocache");
     let timing = || started.elapsed().as_millis() as u64;
     if !nocache && let Some(hit) = cache_hit(st, &key, output, end_s, age, timing) {
-        st.stats.graphs_cached.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        st.stats
+            .graphs_cached
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return Ok(hit);
     }
 
@@ -288,7 +290,9 @@ fn graph(
         }));
     }
     notes.sort_by_key(|n| n.start_s);
-    st.stats.graphs_made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    st.stats
+        .graphs_made
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 
     let internal = |e: plot::InfiniteValue| GraphError::Internal(e.to_string());
     if output == Output::Ascii {

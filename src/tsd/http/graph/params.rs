@@ -19,7 +19,8 @@ fn bad(msg: impl Into<String>) -> ParamError {
 
 // OpenTSDB's patterns, with `\d` spelled `[0-9]` (Java's is ASCII only).
 // Each message quotes the pattern as Java prints it.
-const RANGE: &str = r#"\["?-?[0-9]+\.?([0-9]+)?([eE]-?[0-9]+)?"?:"?-?([0-9]+\.?[0-9]+?)?([eE]-?[0-9]+)?"?\]"#;
+const RANGE: &str =
+    r#"\["?-?[0-9]+\.?([0-9]+)?([eE]-?[0-9]+)?"?:"?-?([0-9]+\.?[0-9]+?)?([eE]-?[0-9]+)?"?\]"#;
 const LABEL: &str = r"[a-zA-z0-9 \-_]";
 const KEY: &str = r"(out|left|top|center|right|horiz|box|bottom)?\s?";
 const STYLE: &str = "(linespoint|points|circles|dots)";
@@ -263,21 +264,29 @@ impl PlotParams {
             key: Some(KeyPlace::default()),
             ..Default::default()
         };
-        let checked = |name: &str, re: &Regex, msg: &dyn Fn() -> String| {
-            match pop(pairs, name)? {
-                Some(v) if !re.is_match(&v) => Err(bad(msg())),
-                other => Ok(other),
-            }
+        let checked = |name: &str, re: &Regex, msg: &dyn Fn() -> String| match pop(pairs, name)? {
+            Some(v) if !re.is_match(&v) => Err(bad(msg())),
+            other => Ok(other),
         };
         let range_msg = |n: &str| format!("'{n}' was invalid. Must be in the format [min:max].");
-        let pattern_msg = |n: &str, shown: &str| format!("'{n}' was invalid. Must satisfy the pattern {shown}");
+        let pattern_msg =
+            |n: &str, shown: &str| format!("'{n}' was invalid. Must satisfy the pattern {shown}");
         p.yrange = checked("yrange", &RANGE_RE, &|| range_msg("yrange"))?.map(|v| parse_range(&v));
-        p.y2range = checked("y2range", &RANGE_RE, &|| range_msg("y2range"))?.map(|v| parse_range(&v));
+        p.y2range =
+            checked("y2range", &RANGE_RE, &|| range_msg("y2range"))?.map(|v| parse_range(&v));
         p.ylabel = checked("ylabel", &LABEL_RE, &|| pattern_msg("ylabel", LABEL_SHOWN))?;
-        p.y2label = checked("y2label", &LABEL_RE, &|| pattern_msg("y2label", LABEL_SHOWN))?;
-        p.yformat = checked("yformat", &FORMAT_RE, &|| pattern_msg("yformat", FORMAT_SHOWN))?;
-        p.y2format = checked("y2format", &FORMAT_RE, &|| pattern_msg("y2format", FORMAT_SHOWN))?;
-        p.xformat = checked("xformat", &FORMAT_RE, &|| pattern_msg("xformat", FORMAT_SHOWN))?;
+        p.y2label = checked("y2label", &LABEL_RE, &|| {
+            pattern_msg("y2label", LABEL_SHOWN)
+        })?;
+        p.yformat = checked("yformat", &FORMAT_RE, &|| {
+            pattern_msg("yformat", FORMAT_SHOWN)
+        })?;
+        p.y2format = checked("y2format", &FORMAT_RE, &|| {
+            pattern_msg("y2format", FORMAT_SHOWN)
+        })?;
+        p.xformat = checked("xformat", &FORMAT_RE, &|| {
+            pattern_msg("xformat", FORMAT_SHOWN)
+        })?;
         p.ylog = pop(pairs, "ylog")?.is_some();
         p.y2log = pop(pairs, "y2log")?.is_some();
         if let Some(k) = checked("key", &KEY_RE, &|| pattern_msg("key", KEY_SHOWN))? {
@@ -285,8 +294,10 @@ impl PlotParams {
         }
         p.title = checked("title", &LABEL_RE, &|| pattern_msg("title", LABEL_SHOWN))?;
         let color_msg = |n: &str| format!("'{n}' was invalid. Must be a hex value e.g. 'xFFFFFF'");
-        p.bgcolor = checked("bgcolor", &COLOR_RE, &|| color_msg("bgcolor"))?.and_then(|v| parse_color(&v));
-        p.fgcolor = checked("fgcolor", &COLOR_RE, &|| color_msg("fgcolor"))?.and_then(|v| parse_color(&v));
+        p.bgcolor =
+            checked("bgcolor", &COLOR_RE, &|| color_msg("bgcolor"))?.and_then(|v| parse_color(&v));
+        p.fgcolor =
+            checked("fgcolor", &COLOR_RE, &|| color_msg("fgcolor"))?.and_then(|v| parse_color(&v));
         p.smooth = checked("smooth", &SMOOTH_RE, &|| pattern_msg("smooth", SMOOTH))?;
         if let Some(s) = checked("style", &STYLE_RE, &|| pattern_msg("style", STYLE))? {
             // The first word the pattern finds decides.

@@ -149,7 +149,11 @@ fn hashmap_json(entries: &[(&str, String)]) -> String {
         if i > 0 {
             out.push(',');
         }
-        let v = &entries.iter().find(|e| e.0 == k).expect("a key of entries").1;
+        let v = &entries
+            .iter()
+            .find(|e| e.0 == k)
+            .expect("a key of entries")
+            .1;
         let _ = write!(out, "{}:{v}", serde_json::to_string(k).expect("string"));
     }
     out.push('}');
@@ -256,7 +260,10 @@ mod tests {
         };
         let json = s.to_json(7, false);
         // java.util.HashMap<String,Object>(16) iterates these keys so.
-        assert_eq!(json, r#"{"plotted":3,"timing":7,"etags":[["host"],null],"points":5}"#);
+        assert_eq!(
+            json,
+            r#"{"plotted":3,"timing":7,"etags":[["host"],null],"points":5}"#
+        );
         let hit = s.to_json(1, true);
         assert_eq!(
             hit,

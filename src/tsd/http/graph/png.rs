@@ -5,8 +5,8 @@
 
 use std::sync::Once;
 
-use chrono::{Offset as _, TimeZone as _};
 use chrono::format::{Item, StrftimeItems};
+use chrono::{Offset as _, TimeZone as _};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
@@ -277,7 +277,10 @@ impl Axis {
         let (mut lo, mut hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| {
             (a.min(y), b.max(y))
         });
-        let given = |v: Option<f64>| v.filter(|v| !log || *v > 0.0).map(|v| if log { v.log10() } else { v });
+        let given = |v: Option<f64>| {
+            v.filter(|v| !log || *v > 0.0)
+                .map(|v| if log { v.log10() } else { v })
+        };
         if let Some(r) = range {
             lo = given(r.min).unwrap_or(lo);
             hi = given(r.max).unwrap_or(hi);
@@ -297,7 +300,11 @@ impl Axis {
         let magnitude = lo.abs().max(hi.abs());
         if hi - lo <= (magnitude * 1e-9).max(1e-300) {
             // A flat line: centre it, as gnuplot widens a zero range.
-            let pad = if magnitude < 1e-300 { 1.0 } else { magnitude * 0.1 };
+            let pad = if magnitude < 1e-300 {
+                1.0
+            } else {
+                magnitude * 0.1
+            };
             lo -= pad;
             hi += pad;
         } else if range.is_none() {
@@ -685,7 +692,7 @@ mod tests {
     fn value_formats() {
         assert_eq!(format_value("%g", 1500.0), "1500");
         assert_eq!(format_value("%g", 0.000012), "1.2e-05");
-        assert_eq!(format_value("%.2f ms", 3.14159), "3.14 ms");
+        assert_eq!(format_value("%.2f ms", 1.23456), "1.23 ms");
         assert_eq!(format_value("%x", 255.0), "ff");
         assert_eq!(format_value("%s%c", 2500.0), "2.500000k");
         assert_eq!(format_value("%.1s %cB", 2_500_000.0), "2.5 MB");

@@ -166,7 +166,10 @@ fn monotone_spline(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
     samples(pts, |i, x| {
         let hi = pts[i + 1].0 - pts[i].0;
         let u = (x - pts[i].0) / hi;
-        let (h00, h10) = (2.0 * u.powi(3) - 3.0 * u * u + 1.0, u.powi(3) - 2.0 * u * u + u);
+        let (h00, h10) = (
+            2.0 * u.powi(3) - 3.0 * u * u + 1.0,
+            u.powi(3) - 2.0 * u * u + u,
+        );
         let (h01, h11) = (-2.0 * u.powi(3) + 3.0 * u * u, u.powi(3) - u * u);
         h00 * pts[i].1 + h10 * hi * t[i] + h01 * pts[i + 1].1 + h11 * hi * t[i + 1]
     })
@@ -240,7 +243,9 @@ mod tests {
 
     #[test]
     fn splines_pass_through_the_points() {
-        let pts: Vec<(f64, f64)> = (0..=10).map(|i| (i as f64 * 10.0, (i * i) as f64)).collect();
+        let pts: Vec<(f64, f64)> = (0..=10)
+            .map(|i| (i as f64 * 10.0, (i * i) as f64))
+            .collect();
         for name in ["csplines", "mcsplines"] {
             let s = apply(name, pts.clone());
             assert_eq!(s.len(), SAMPLES);
@@ -253,7 +258,11 @@ mod tests {
         assert_eq!(b[0], pts[0]);
         assert_eq!(b[SAMPLES - 1], pts[10]);
         let many: Vec<(f64, f64)> = (0..5000).map(|i| (i as f64, 1.0)).collect();
-        assert!(apply("bezier", many).iter().all(|p| (p.1 - 1.0).abs() < 1e-6));
+        assert!(
+            apply("bezier", many)
+                .iter()
+                .all(|p| (p.1 - 1.0).abs() < 1e-6)
+        );
     }
 
     #[test]

@@ -84,7 +84,9 @@ pub(super) fn favicon(c: &Call) -> Reply {
             return send_file(&path, YEAR_S);
         }
     }
-    asset("favicon.ico").map(asset_reply).unwrap_or_else(file_not_found)
+    asset("favicon.ico")
+        .map(asset_reply)
+        .unwrap_or_else(file_not_found)
 }
 
 /// `/s/<file>`.
@@ -125,7 +127,11 @@ fn inside(root: &Path, rel: &str) -> Option<PathBuf> {
 
 /// `HttpQuery.sendFile`'s 404: the API's "not found" body.
 fn file_not_found() -> Reply {
-    Reply::new(404, "application/json", error_body(404, "Endpoint not found", ""))
+    Reply::new(
+        404,
+        "application/json",
+        error_body(404, "Endpoint not found", ""),
+    )
 }
 
 /// `guessMimeTypeFromUri`: by the last letters of the name.
