@@ -148,6 +148,18 @@ fn page_charts_the_series_from_its_url() {
 }
 
 #[test]
+fn series_browser_lists_the_metrics() {
+    let srv = server();
+    let url = format!("http://{}/#{RANGE}&m=sum:page.test&view=browse", srv.addr);
+    let Some(dom) = open_page(&url) else {
+        return;
+    };
+    let browse = element(&dom, "browse");
+    assert!(browse.contains("1 metrics"), "{browse}");
+    assert!(dom.contains(">page.test</a>"), "{dom}");
+}
+
+#[test]
 fn page_shows_server_errors_as_worded() {
     let srv = server();
     let url = format!("http://{}/#{RANGE}&m=sum:no.such.metric", srv.addr);
