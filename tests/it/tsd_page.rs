@@ -117,7 +117,7 @@ fn server() -> TestServer {
     srv
 }
 
-const RANGE: &str = "start=2013%2F01%2F01-00:00:00&end=2013%2F01%2F01-01:00:00";
+const RANGE: &str = "start=2013%2F01%2F01-00:00:00&end=2013%2F01%2F01-01:00:00&tz=UTC";
 
 #[test]
 fn page_charts_the_series_from_its_url() {
@@ -366,7 +366,7 @@ fn page_draws_1000_series() {
         return;
     };
     let url = format!(
-        "http://{}/#start=2013%2F01%2F01-00:00:00&end=2013%2F01%2F01-01:00:00&m=sum:bench.series%7Bhost=*%7D",
+        "http://{}/#{RANGE}&m=sum:bench.series%7Bhost=*%7D",
         srv.addr
     );
     for round in 0..3 {

@@ -31,8 +31,15 @@
       cmax: '', reset: '', y2: false, tags: [] };
   }
 
+  // The zone absolute times are read in: the browser's, unless the URL
+  // names one (so a shared link means the same range everywhere).
+  function browserZone() {
+    try { return Intl.DateTimeFormat().resolvedOptions().timeZone || ''; } catch (e) { return ''; }
+  }
+
   function defaultState() {
-    return { start: '1h-ago', end: '', refresh: 0, ylog: false, view: 'chart', metrics: [emptyMetric()] };
+    return { start: '1h-ago', end: '', tz: browserZone(), refresh: 0, ylog: false, view: 'chart',
+      metrics: [emptyMetric()] };
   }
 
   // One filter as m= writes it: `key=type(value)`; literal_or stays bare.
@@ -125,6 +132,7 @@
   function toHash(s) {
     var q = [['start', s.start]];
     if (s.end) q.push(['end', s.end]);
+    if (s.tz) q.push(['tz', s.tz]);
     s.metrics.filter(function (m) { return m.metric; }).forEach(function (m) {
       q.push(['m', mText(m)]);
       q.push(['o', m.y2 ? 'axis x1y2' : '']);
@@ -149,6 +157,7 @@
       var v = eq < 0 ? '' : decodeURIComponent(kv.slice(eq + 1).replace(/\+/g, ' '));
       if (k === 'start') s.start = v;
       else if (k === 'end') s.end = v;
+      else if (k === 'tz') s.tz = v;
       else if (k === 'm') s.metrics.push(parseM(v));
       else if (k === 'o') os.push(v);
       else if (k === 'ylog') s.ylog = true;
@@ -164,6 +173,7 @@
   function apiQuery(s) {
     var q = { start: s.start || '1h-ago', queries: [], globalAnnotations: true };
     if (s.end) q.end = s.end;
+    if (s.tz) q.timezone = s.tz;
     s.metrics.filter(function (m) { return m.metric; }).forEach(function (m) {
       var sub = { aggregator: m.agg || 'sum', metric: m.metric };
       if (m.rate) {
@@ -276,6 +286,7 @@
     var s = {
       start: $('#start').value.trim() || '1h-ago',
       end: $('#end').value.trim(),
+      tz: app.state ? app.state.tz : browserZone(),
       refresh: parseInt($('#refresh').value, 10) || 0,
       ylog: $('#ylog').checked,
       view: app.state ? app.state.view : 'chart',
@@ -513,14 +524,31 @@
         draw: [function (u) { drawMarkers(u, notes); }]
       }
     };
+    if (s.tz) {
+      // Times on the axis in the zone the range is read in.
+      opts.tzDate = function (ts) {
+        try { return uPlot.tzDate(new Date(ts * 1e3), s.tz); } catch (e) { return new Date(ts * 1e3); }
+      };
+    }
     app.chart = new uPlot(opts, data, box);
   }
 
   function pad(n) { return n < 10 ? '0' + n : String(n); }
 
-  // A time as OpenTSDB's absolute format, in the browser's zone.
+  // A time as OpenTSDB's absolute format, in the state's zone.
   function absolute(secs) {
     var d = new Date(secs * 1000);
+    var tz = app.state && app.state.tz;
+    if (tz) {
+      try {
+        var p = {};
+        new Intl.DateTimeFormat('en-US', {
+          timeZone: tz, hourCycle: 'h23', year: 'numeric', month: '2-digit', day: '2-digit',
+          hour: '2-digit', minute: '2-digit', second: '2-digit'
+        }).formatToParts(d).forEach(function (x) { p[x.type] = x.value; });
+        return p.year + '/' + p.month + '/' + p.day + '-' + p.hour + ':' + p.minute + ':' + p.second;
+      } catch (e) { /* an unknown zone: the browser's */ }
+    }
     return d.getFullYear() + '/' + pad(d.getMonth() + 1) + '/' + pad(d.getDate()) + '-' +
       pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds());
   }
