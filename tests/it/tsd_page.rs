@@ -122,7 +122,11 @@ const RANGE: &str = "start=2013%2F01%2F01-00:00:00&end=2013%2F01%2F01-01:00:00&t
 #[test]
 fn page_charts_the_series_from_its_url() {
     let srv = server();
-    let url = format!("http://{}/#{RANGE}&m=sum:page.test%7Bhost=*%7D", srv.addr);
+    // The table view: the chart is drawn too, the table only when shown.
+    let url = format!(
+        "http://{}/#{RANGE}&m=sum:page.test%7Bhost=*%7D&view=table",
+        srv.addr
+    );
     let Some(dom) = open_page(&url) else {
         return;
     };

@@ -79,6 +79,12 @@ pub(super) async fn handle(
             Err(e) => return error(e),
         };
         q.delete |= delete;
+        // The serializer reads `?arrays` from the query string whatever
+        // the method (`HttpJsonSerializer.formatQueryAsyncV1`), so a POST
+        // body's answer can be in arrays too.
+        q.arrays |= crate::query::request::query_pairs(raw_query.as_deref().unwrap_or(""))
+            .iter()
+            .any(|(k, _)| k == "arrays");
         let shown = serde_json::to_value(&q).unwrap_or(serde_json::Value::Null);
         run_tracked(st, shown, |ctx| query::execute(ctx, &q))
     })

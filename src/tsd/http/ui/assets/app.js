@@ -322,6 +322,13 @@
     });
     $$('.tab').forEach(function (b) { b.classList.toggle('active', b.dataset.view === v); });
     if (v === 'browse') browse();
+    if (v === 'table') showTable();
+  }
+
+  function showTable() {
+    if (!app.table || app.table.drawn) return;
+    app.table.drawn = true;
+    drawTable(app.table.names, app.table.data);
   }
 
   // ---- running a query ----
@@ -368,7 +375,7 @@
     setStatus('loading');
     var n = ++app.requests;
     var t0 = performance.now();
-    return fetch('api/query', {
+    return fetch('api/query?arrays', {
       method: 'POST',
       headers: { 'Content-Type': 'application/json' },
       body: JSON.stringify(body)
@@ -429,17 +436,36 @@
     return typeof v === 'number' ? v : Number(v);
   }
 
-  // The results as uPlot's columns: shared sorted times, one column each.
+  // The results (dps as [[t, v], ...]) as uPlot's columns: shared sorted
+  // times, one column each. Series on the same times (the usual case,
+  // and always with downsampling) skip the merge.
   function columns(results) {
-    var seen = new Set();
-    results.forEach(function (r) { Object.keys(r.dps).forEach(function (t) { seen.add(t); }); });
-    var times = Array.from(seen, Number).sort(function (a, b) { return a - b; });
-    var index = new Map();
-    times.forEach(function (t, i) { index.set(String(t), i); });
+    var first = results.length ? results[0].dps : [];
+    var aligned = results.every(function (r) {
+      if (r.dps.length !== first.length) return false;
+      for (var i = 0; i < first.length; i++) if (r.dps[i][0] !== first[i][0]) return false;
+      return true;
+    });
+    var times;
+    var index = null;
+    if (aligned) {
+      times = first.map(function (p) { return p[0]; });
+    } else {
+      var seen = new Set();
+      results.forEach(function (r) { r.dps.forEach(function (p) { seen.add(p[0]); }); });
+      times = Array.from(seen).sort(function (a, b) { return a - b; });
+      index = new Map();
+      times.forEach(function (t, i) { index.set(t, i); });
+    }
     var data = [times];
     results.forEach(function (r) {
-      var col = new Array(times.length).fill(null);
-      Object.keys(r.dps).forEach(function (t) { col[index.get(t)] = num(r.dps[t]); });
+      var col;
+      if (aligned) {
+        col = r.dps.map(function (p) { return num(p[1]); });
+      } else {
+        col = new Array(times.length).fill(null);
+        r.dps.forEach(function (p) { col[index.get(p[0])] = num(p[1]); });
+      }
       data.push(col);
     });
     return data;
@@ -472,7 +498,9 @@
     drawChart(data, names, onRight, s, notes);
     drawLegend(names, data);
     drawNotes(notes);
-    drawTable(results, names, data);
+    // The table is built when it is looked at.
+    app.table = { names: names, data: data, drawn: false };
+    if (s.view === 'table') showTable();
     $('#summary').textContent = results.length + ' series, ' + points + ' points';
     setStatus('done', { series: results.length, points: points });
   }
@@ -586,6 +614,7 @@
     box.appendChild(hoverLine);
     var list = document.createElement('ul');
     list.className = 'series-list';
+    var items = document.createDocumentFragment();
     names.forEach(function (n, i) {
       var li = document.createElement('li');
       li.textContent = n;
@@ -595,8 +624,9 @@
         app.chart.setSeries(i + 1, { show: shown });
         li.classList.toggle('off', !shown);
       });
-      list.appendChild(li);
+      items.appendChild(li);
     });
+    list.appendChild(items);
     box.appendChild(list);
     search.addEventListener('input', function () {
       var q = search.value.toLowerCase();
@@ -649,7 +679,7 @@
   }
 
   // The same result as a table: one row per series, sortable.
-  function drawTable(results, names, data) {
+  function drawTable(names, data) {
     var box = $('#table');
     box.innerHTML = '';
     var rows = names.map(function (n, i) {
