@@ -294,6 +294,14 @@ fn errors_as_graph_handler_words_them() {
     assert!(r.text().contains(
         "The reason provided was:<blockquote>Missing parameter <code>start</code></blockquote>"
     ));
+    // Markup quoted from the request is escaped on the page.
+    let r = get(&srv, "/q?start=1h-ago&m=%3Cscript%3E:sys.cpu.user&png");
+    assert!(
+        r.text()
+            .contains("No such aggregation function: &lt;script&gt;"),
+        "{}",
+        r.text()
+    );
     // No output flag: to the page, the query in the fragment.
     let r = get(&srv, "/q?start=1h-ago&m=sum:sys.cpu.user");
     assert_eq!(r.status, 200);

@@ -153,7 +153,8 @@ pub(crate) fn legacy_bad_request(q: &Query, message: &str) -> Reply {
             "Bad Request",
             "Looks like it's your fault this time",
             &format!(
-                "<blockquote><h1>Bad Request</h1>Sorry but your request was rejected as being invalid.<br/><br/>The reason provided was:<blockquote>{message}</blockquote></blockquote>"
+                "<blockquote><h1>Bad Request</h1>Sorry but your request was rejected as being invalid.<br/><br/>The reason provided was:<blockquote>{}</blockquote></blockquote>",
+                html_message(message)
             ),
         ),
     )
@@ -173,10 +174,24 @@ pub(crate) fn legacy_internal_error(q: &Query, message: &str) -> Reply {
             "Internal Server Error",
             "Houston, we have a problem",
             &format!(
-                "<blockquote><h1>Internal Server Error</h1>Oops, sorry but your request failed due to a server error.<br/><br/>Please try again in 30 seconds.<pre>{message}</pre></blockquote>"
+                "<blockquote><h1>Internal Server Error</h1>Oops, sorry but your request failed due to a server error.<br/><br/>Please try again in 30 seconds.<pre>{}</pre></blockquote>",
+                html_message(message)
             ),
         ),
     )
+}
+
+/// A message for an HTML page. OpenTSDB writes it as is; messages quote
+/// the request (a metric name, an aggregator), which on the page's own
+/// origin would let a link run script, so markup is escaped — except the
+/// `<code>` OpenTSDB's own messages use, which keeps their bytes.
+fn html_message(message: &str) -> String {
+    message
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace("&lt;code&gt;", "<code>")
+        .replace("&lt;/code&gt;", "</code>")
 }
 
 /// `HttpQuery.makePage`: the small HTML page OpenTSDB wraps its legacy
