@@ -156,7 +156,12 @@ pub(super) fn key(pairs: &[(String, String)]) -> String {
         }
         text.push('\u{2}');
     }
-    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
+    // Only names cache entries: a build that hashed otherwise would just
+    // miss the old files, which `max_age` ages out anyway.
+    format!(
+        "{:016x}",
+        crate::model::hash::hash_bytes(0, text.as_bytes())
+    )
 }
 
 /// `computeMaxAge`: how long (s) a result may be served again. A range
