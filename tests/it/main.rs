@@ -34,6 +34,7 @@ mod tsd_query;
 mod tsd_search;
 mod tsd_telnet;
 mod tsd_tree;
+mod tsd_tree_docs;
 mod tsd_uid;
 mod uid_concurrency;
 mod wal_damage;
