@@ -201,6 +201,20 @@ fn tree_page_examples() {
         "",
     );
     assert_eq!(edited["created"], at);
+    // The page lists `enabled` last; 2.4.1's Jackson writes the properties
+    // backed by fields (name, description, notes, enabled, rules, created)
+    // before the getter-only ones (treeId, strictMatch, storeFailures).
+    assert_eq!(
+        get(&srv, "/api/tree?treeid=3").1,
+        format!(
+            concat!(
+                r#"{{"name":"Network Tree","description":"Network Device Information","#,
+                r#""notes":"","enabled":false,"rules":null,"created":{},"treeId":3,"#,
+                r#""strictMatch":false,"storeFailures":false}}"#
+            ),
+            at
+        )
+    );
     assert_eq!(
         without_created(edited),
         json!({"name":"Network Tree","description":"Network Device Information","notes":"",
@@ -285,14 +299,19 @@ fn branch_page_examples() {
     );
     let srv = restart(srv, PROCESSING);
 
-    // Root: `?treeid=1`.
+    // Root: `?treeid=1`. Byte for byte the page's response, in its order.
     assert_eq!(
-        ok(&srv, "GET", "/api/tree/branch?treeid=1", ""),
-        json!({
-            "leaves":null,
-            "branches":[{"leaves":null,"branches":null,"path":{"0":"ROOT","1":"sys"},
-                         "treeId":1,"displayName":"sys","branchId":"00010001BECD","depth":1}],
-            "path":{"0":"ROOT"},"treeId":1,"displayName":"ROOT","branchId":"0001","depth":0})
+        get(&srv, "/api/tree/branch?treeid=1"),
+        (
+            200,
+            concat!(
+                r#"{"leaves":null,"branches":[{"leaves":null,"branches":null,"#,
+                r#""path":{"0":"ROOT","1":"sys"},"treeId":1,"displayName":"sys","#,
+                r#""branchId":"00010001BECD","depth":1}],"path":{"0":"ROOT"},"treeId":1,"#,
+                r#""displayName":"ROOT","branchId":"0001","depth":0}"#
+            )
+            .into()
+        )
     );
 
     // A branch, as written: `branchid` is not the `branch` parameter 2.4.1
@@ -310,14 +329,20 @@ fn branch_page_examples() {
                      "depth":3}],
         "path":{"0":"ROOT","1":"sys","2":"cpu"},"treeId":1,"displayName":"cpu",
         "branchId":"00010001BECD000181A8","depth":2});
+    // Byte for byte the page's response, in its order.
+    let printed = concat!(
+        r#"{"leaves":[{"metric":"sys.cpu.0.user","tags":{"host":"web01"},"#,
+        r#""tsuid":"000001000001000001","displayName":"user"}],"#,
+        r#""branches":[{"leaves":null,"branches":null,"#,
+        r#""path":{"0":"ROOT","1":"sys","2":"cpu","3":"mboard"},"treeId":1,"#,
+        r#""displayName":"mboard","branchId":"00010001BECD000181A8BF992A99","depth":3}],"#,
+        r#""path":{"0":"ROOT","1":"sys","2":"cpu"},"treeId":1,"displayName":"cpu","#,
+        r#""branchId":"00010001BECD000181A8","depth":2}"#
+    );
+    assert_eq!(v(printed), expected);
     assert_eq!(
-        ok(
-            &srv,
-            "GET",
-            "/api/tree/branch?branch=00010001BECD000181A8",
-            ""
-        ),
-        expected
+        get(&srv, "/api/tree/branch?branch=00010001BECD000181A8"),
+        (200, printed.into())
     );
     // "If used in combination with a branchId, the tree ID will be ignored."
     assert_eq!(
