@@ -159,6 +159,12 @@ fn tree_page_examples() {
     let one = ok(&srv, "GET", "/api/tree?treeid=2", "");
     assert_eq!(one["created"], 0);
     assert_eq!(without_created(one), second);
+    // A parameter given twice counts with its last value, as 2.4.1's
+    // `getQueryStringParam` reads it.
+    assert_eq!(
+        ok(&srv, "GET", "/api/tree?treeid=1&treeid=2", "")["name"],
+        "2nd Tree"
+    );
     // A tree that does not exist: 404 with a message, as the page says.
     assert_eq!(
         get(&srv, "/api/tree?treeid=9"),

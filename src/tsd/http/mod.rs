@@ -127,8 +127,15 @@ impl Query {
         self.0.iter().any(|(n, _)| n == k)
     }
 
+    /// The parameter's value; when it is given more than once, the last
+    /// one, as OpenTSDB's `getQueryStringParam` reads it (a client that
+    /// appends a parameter to a URL overrides the one already there).
     pub(crate) fn get(&self, k: &str) -> Option<&str> {
-        self.0.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -344,4 +351,18 @@ pub(crate) async fn serve_request(
         .body(Full::new(Bytes::from(body)))
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())));
     Ok(resp)
+}
+
+#[cfg(test)]
+mod query_tests {
+    use super::Query;
+
+    #[test]
+    fn a_repeated_parameter_reads_as_its_last_value() {
+        let q = Query::parse(Some("treeid=1&name=a&treeid=2"));
+        assert_eq!(q.get("treeid"), Some("2"));
+        assert_eq!(q.get("name"), Some("a"));
+        assert_eq!(q.get("TreeId"), None);
+        assert!(q.has("treeid"));
+    }
 }
