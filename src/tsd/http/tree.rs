@@ -649,15 +649,20 @@ fn handle_failures(
                 .map(|t| {
                     // `UniqueId.stringToUid`: an odd count of digits gets a
                     // leading 0.
-                    let padded = if t.len() % 2 == 1 {
-                        format!("0{t}")
-                    } else {
-                        t.clone()
-                    };
-                    crate::model::uid::parse_hex(&padded).ok_or_else(|| {
+                    let odd = t.len() % 2 == 1;
+                    let padded = if odd { format!("0{t}") } else { t.clone() };
+                    let bytes = crate::model::uid::parse_hex(&padded).ok_or_else(|| {
                         let m = format!("contains illegal character for hexBinary: {padded}");
                         bad_with(&m, &m)
-                    })
+                    })?;
+                    // 2.4.1 sizes the column name for `len / 2` bytes, so
+                    // copying the padded UID into it throws and the request
+                    // fails with a 500; it is the client's error.
+                    if odd {
+                        let m = format!("TSUID has an odd number of hex digits: {t}");
+                        return Err(bad_with(&m, &m));
+                    }
+                    Ok(bytes)
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         ),
