@@ -11,12 +11,15 @@
 //!   `branch`: the pages' `treeId=`, `tree=` and `branchid=` are not
 //!   seen. Each example is sent as written (and answered as 2.4.1 does)
 //!   and then with the parameter the code reads.
-//! - a tree or rule whose JSON was posted in a body is stored with the
-//!   `created` the body gave (0); the pages show made-up timestamps.
+//! - a tree created from a JSON body is stored with the `created` the
+//!   body gave (0); the pages show other timestamps.
 //! - the pages' sample values (`"Network"` for a tree named `Network
-//!   Tree`, a rule fetched at level 0 shown at level 1, three-byte TSUIDs
-//!   and "Failed rule 0:0" messages) are not what the code produces; the
-//!   tests assert what it does produce for the same request.
+//!   Tree`, a rule fetched at level 0 shown at level 1, three-byte TSUIDs)
+//!   are not what the code produces; the tests assert what it does
+//!   produce for the same request.
+//! - 2.4.1 never stores not-matched entries, its `Branch` has no
+//!   `numLeaves`/`numBranches`, and it writes a tree's `enabled` before
+//!   `rules`: see the tests below.
 
 use crate::common;
 
