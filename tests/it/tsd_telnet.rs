@@ -263,9 +263,33 @@ fn idle_connections_time_out_and_limits_apply() {
         telnet(srv.addr, b"put m 1356998400 1 host=a\ndiediedie\nhelp\n"),
         "unknown command: put.  Try `help'.\nunknown command: diediedie.  Try `help'.\navailable commands: stats dropcaches version exit help \n"
     );
+    // The server counts a connection open until it has torn it down: wait
+    // for the one above to be gone, and for the next two to be counted.
+    let open = || {
+        srv.state
+            .stats_report()
+            .stats
+            .iter()
+            .find(|s| {
+                s.name == "connectionmgr.connections"
+                    && s.tag.as_ref().is_some_and(|(_, v)| v == "open")
+            })
+            .map(|s| s.value.parse::<u64>().unwrap())
+            .unwrap()
+    };
+    let settle = |want| {
+        for _ in 0..6000 {
+            if open() == want {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("{} connections open, waited for {want}", open());
+    };
+    settle(0);
     let _a = TcpStream::connect(srv.addr).unwrap();
     let _b = TcpStream::connect(srv.addr).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    settle(2);
     // A third is closed at once.
     let mut c = TcpStream::connect(srv.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
