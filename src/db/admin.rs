@@ -32,6 +32,7 @@ impl Db {
     pub fn rebuild_index(&self) -> super::Result<RebuildStats> {
         let (found, stats) = self.rows.scan_series()?;
         self.index.replace_all(&found)?;
+        self.epochs.bump_all();
         Ok(stats)
     }
 
@@ -46,6 +47,7 @@ impl Db {
     pub fn sync_meta(&self) -> super::Result<MetaSynced> {
         let (found, index) = self.rows.scan_series()?;
         self.index.replace_all(&found)?;
+        self.epochs.bump_all();
         let mut done = MetaSynced {
             index,
             ..Default::default()
@@ -121,5 +123,7 @@ impl Db {
             tracing::error!(error = %e, "saving series counters failed before forgetting names");
         }
         self.series.forget_names();
+        // Names in cached answers may be the old ones.
+        self.epochs.bump_all();
     }
 }

@@ -90,6 +90,11 @@ impl Db {
                     .add_at(&p.series.tsuid, base)
                     .map_err(|e| PointError::Storage(e.to_string()))?;
                 p.series.indexed_hour.fetch_max(hour, Ordering::Relaxed);
+                if indexed == 0 {
+                    // A series new to this process may be new to the
+                    // index: cached answers chose their series without it.
+                    self.epochs.bump_metric(p.series.tsuid.metric);
+                }
             }
         }
         let g = self.gate.read();
@@ -101,6 +106,12 @@ impl Db {
             self.buffer.insert(&p.series, p.ts, p.value, a.segment);
         }
         drop(g);
+        // After the points are visible (see db/epochs.rs for the order).
+        self.epochs.note_written(
+            points
+                .iter()
+                .map(|p| (p.series.tsuid.metric, p.ts.as_millis() as i64)),
+        );
         self.stats
             .points_added
             .fetch_add(points.len() as u64, Ordering::Relaxed);

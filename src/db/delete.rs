@@ -45,6 +45,14 @@ impl Db {
             .buffer
             .remove_hours(&|t| doomed.contains(t), first, last);
         let rows = self.rows.delete_rows(tsuids, first, last)?;
+        // After the rows are gone: an answer cached meanwhile from the
+        // old rows then carries an outdated epoch.
+        let mut metrics: Vec<_> = tsuids.iter().map(|t| t.metric).collect();
+        metrics.sort_unstable();
+        metrics.dedup();
+        for m in metrics {
+            self.epochs.bump_metric(m);
+        }
         Ok(Deleted {
             rows,
             buffered_points,

@@ -39,6 +39,7 @@ pub(crate) mod admin;
 pub(crate) mod append;
 pub(crate) mod backup;
 pub(crate) mod delete;
+pub(crate) mod epochs;
 pub(crate) mod flush;
 pub(crate) mod options;
 pub(crate) mod read;
@@ -69,6 +70,7 @@ pub use admin::MetaSynced;
 pub use append::{Appended, PendingPoint};
 pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
+pub use epochs::{CacheEpochs, Epoch};
 pub use options::{DbOptions, WriteOptions};
 pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
 pub use tree::{TreeTest, TreesSynced};
@@ -165,6 +167,8 @@ pub struct Db {
     flush_lock: Mutex<()>,
     /// Serialises counter persistence; holds when it last ran.
     counters: Mutex<std::time::Instant>,
+    /// What the query result cache checks its answers against.
+    epochs: CacheEpochs,
 }
 
 impl Db {
@@ -233,6 +237,7 @@ impl Db {
             flusher_wake: (Mutex::new(false), Condvar::new()),
             flush_lock: Mutex::new(()),
             counters: Mutex::new(std::time::Instant::now()),
+            epochs: CacheEpochs::default(),
         });
         if replayed.points > 0 {
             // Replay wrote the log's points as rows into the engine's
@@ -276,6 +281,18 @@ impl Db {
 
     pub fn uids(&self) -> &Arc<UidTable> {
         self.series.uids()
+    }
+
+    /// The change epochs the query result cache relies on.
+    pub fn cache_epochs(&self) -> &CacheEpochs {
+        &self.epochs
+    }
+
+    /// The epoch a cached answer over `metric` is valid under (see
+    /// [`CacheEpochs`]); includes the metric's retention floor.
+    pub fn cache_epoch(&self, metric: crate::model::Uid) -> Epoch {
+        self.epochs
+            .epoch(metric, self.store.retention_floor(metric))
     }
 
     /// UIDMeta, TSMeta and the stored per-series counters.
