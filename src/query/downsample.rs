@@ -394,6 +394,48 @@ impl<'a> Downsampler<'a> {
         self.flush(out);
         self.fill_until(i64::MAX, out);
     }
+
+    /// Where this downsampler stands, detached from the query it runs
+    /// in, for [`Downsampler::resume`].
+    pub(crate) fn state(&self) -> DownsamplerState {
+        DownsamplerState {
+            current: self.current,
+            values: self.values.clone(),
+            next_fill: self.next_fill,
+        }
+    }
+
+    /// A downsampler that goes on from `state` (taken from one with the
+    /// same spec, bucketing and first fill bucket); `fill_range` may end
+    /// later than the one `state` was taken under.
+    pub(crate) fn resume(
+        spec: &'a DownsampleSpec,
+        bucketer: &'a Bucketer,
+        fill_range: (i64, i64),
+        state: &DownsamplerState,
+    ) -> Downsampler<'a> {
+        let mut d = Downsampler::new(spec, bucketer, fill_range);
+        d.current = state.current;
+        d.values.clone_from(&state.values);
+        d.next_fill = state.next_fill;
+        d
+    }
+}
+
+/// A [`Downsampler`]'s position: the open bucket and its values, and the
+/// next bucket owed a fill value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DownsamplerState {
+    current: Option<i64>,
+    values: Vec<f64>,
+    next_fill: i64,
+}
+
+impl DownsamplerState {
+    /// Heap bytes held (for the cache's memory bound).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.values.capacity() * 8
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono_tz::Tz;
 
-use super::downsample::{Bucketer, Downsampler, FillPolicy, Interval};
+use super::cache::{self, CacheUse, EpochSource, QueryCache};
+use super::downsample::{Bucketer, Downsampler, DownsamplerState, FillPolicy, Interval};
 use super::error::QueryError;
 use super::filter::FilterType;
 use super::group::{self, Scratch};
@@ -40,6 +41,8 @@ pub struct QueryContext<'a> {
     pub skip_unresolved_tagvs: bool,
     /// `tsd.http.query.allow_delete`.
     pub allow_delete: bool,
+    /// The result cache, if this context may use one (the server's).
+    pub cache: Option<CacheUse<'a>>,
 }
 
 impl<'a> QueryContext<'a> {
@@ -64,10 +67,18 @@ impl<'a> QueryContext<'a> {
             default_tz: o.default_tz,
             skip_unresolved_tagvs: o.skip_unresolved_tagvs,
             allow_delete: o.allow_delete,
+            cache: None,
         }
     }
 
-    pub(super) fn widths(&self) -> UidWidths {
+    /// This context with the result cache `cache`, checked against
+    /// `epochs`.
+    pub fn with_cache(mut self, cache: &'a QueryCache, epochs: &'a dyn EpochSource) -> Self {
+        self.cache = Some(CacheUse { cache, epochs });
+        self
+    }
+
+    pub(crate) fn widths(&self) -> UidWidths {
         UidWidths {
             metric: self.uids.width(UidKind::Metric),
             tagk: self.uids.width(UidKind::TagKey),
@@ -78,16 +89,16 @@ impl<'a> QueryContext<'a> {
 
 /// Counters reported by `showStats`/`showSummary` and the log.
 #[derive(Debug, Clone, Default)]
-struct SubStats {
-    series: u64,
-    raw_points: u64,
-    rows: u64,
-    bytes: u64,
+pub(super) struct SubStats {
+    pub(super) series: u64,
+    pub(super) raw_points: u64,
+    pub(super) rows: u64,
+    pub(super) bytes: u64,
     /// Series skipped because a tag UID no longer resolves to a name.
-    unresolved: u64,
-    output_points: u64,
-    storage_ms: f64,
-    aggregation_ms: f64,
+    pub(super) unresolved: u64,
+    pub(super) output_points: u64,
+    pub(super) storage_ms: f64,
+    pub(super) aggregation_ms: f64,
 }
 
 impl SubStats {
@@ -193,7 +204,7 @@ fn stats_json(s: &SubStats, index: usize) -> serde_json::Value {
 
 /// The hour-aligned range of rows OpenTSDB scans for a query
 /// (`getScanStartTimeSeconds`/`getScanEndTimeSeconds`), in ms, inclusive.
-fn scan_range(q: &ValidQuery, sub: &ValidSubQuery) -> (u64, u64) {
+pub(super) fn scan_range(q: &ValidQuery, sub: &ValidSubQuery) -> (u64, u64) {
     let iv = sub
         .downsample
         .as_ref()
@@ -244,15 +255,77 @@ impl NameCheck {
 }
 
 /// Per-series streaming state: downsample → rate → output points.
-struct Pipeline<'a> {
+pub(super) struct Pipeline<'a> {
     ds: Option<Downsampler<'a>>,
     rate: Option<Rate>,
     stage: Vec<(i64, Value)>,
-    out: Vec<(i64, Value)>,
-    seen: bool,
+    pub(super) out: Vec<(i64, Value)>,
+    pub(super) seen: bool,
+    /// Taken when the first point at or after the cache's settle
+    /// boundary arrives (or at the end of the read if none does).
+    pub(super) snap: Option<PipeState>,
 }
 
-impl Pipeline<'_> {
+/// A series' pipeline just before the settle boundary: what the cache
+/// keeps to go on from there without reading the points before it.
+#[derive(Debug, Clone)]
+pub(super) struct PipeState {
+    ds: Option<DownsamplerState>,
+    rate: Option<Rate>,
+    /// How many of the pipeline's outputs were out by then.
+    pub(super) settled_len: usize,
+    /// Whether any point before the boundary was read.
+    pub(super) seen: bool,
+}
+
+impl PipeState {
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.ds.as_ref().map_or(0, DownsamplerState::heap_bytes)
+    }
+}
+
+impl<'a> Pipeline<'a> {
+    fn new(sub: &'a ValidSubQuery, frame: &'a Frame) -> Self {
+        Pipeline {
+            ds: sub
+                .downsample
+                .as_ref()
+                .zip(frame.bucketer.as_ref())
+                .map(|(d, b)| Downsampler::new(d, b, frame.fill_range)),
+            rate: sub.rate.map(Rate::new),
+            stage: Vec::new(),
+            out: Vec::new(),
+            seen: false,
+            snap: None,
+        }
+    }
+
+    /// A pipeline going on from `state`, with no outputs yet.
+    pub(super) fn resume(sub: &'a ValidSubQuery, frame: &'a Frame, state: &PipeState) -> Self {
+        Pipeline {
+            ds: sub
+                .downsample
+                .as_ref()
+                .zip(frame.bucketer.as_ref())
+                .zip(state.ds.as_ref())
+                .map(|((d, b), s)| Downsampler::resume(d, b, frame.fill_range, s)),
+            rate: state.rate.clone(),
+            stage: Vec::new(),
+            out: Vec::new(),
+            seen: state.seen,
+            snap: None,
+        }
+    }
+
+    fn take_snapshot(&mut self) {
+        self.snap = Some(PipeState {
+            ds: self.ds.as_ref().map(Downsampler::state),
+            rate: self.rate.clone(),
+            settled_len: self.out.len(),
+            seen: self.seen,
+        });
+    }
+
     fn push(&mut self, ts: i64, v: Value) {
         match (&mut self.ds, &mut self.rate) {
             (None, None) => self.out.push((ts, v)),
@@ -285,14 +358,36 @@ impl Pipeline<'_> {
     }
 }
 
-fn run_sub(
-    ctx: &QueryContext,
-    q: &ValidQuery,
-    sub: &ValidSubQuery,
-    budget: &mut Budget,
-    deletions: &mut Vec<RowRange>,
-) -> Result<(Vec<QueryResult>, SubStats), QueryError> {
-    let mut stats = SubStats::default();
+/// The series a sub-query chose, in the order they are read, and their
+/// groups.
+#[derive(Debug, Clone)]
+pub(super) struct Selected {
+    pub(super) metric_uid: Uid,
+    pub(super) metric_name: String,
+    /// Every grouped series, sorted; pipelines follow this order.
+    pub(super) tsuids: Vec<Tsuid>,
+    /// Per output series (in output order): positions in `tsuids`,
+    /// ascending.
+    pub(super) groups: Vec<Vec<usize>>,
+    /// Series of the metric in the index (picks scan or lookups).
+    pub(super) total: usize,
+    pub(super) unresolved: u64,
+}
+
+impl Selected {
+    pub(super) fn heap_bytes(&self) -> usize {
+        let t: usize = self
+            .tsuids
+            .iter()
+            .map(|t| 48 + t.tags.capacity() * 16)
+            .sum();
+        let g: usize = self.groups.iter().map(|g| 24 + g.capacity() * 8).sum();
+        t + g + self.metric_name.len()
+    }
+}
+
+/// Picks a sub-query's series and groups them.
+pub(super) fn select(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selected, QueryError> {
     let widths = ctx.widths();
     let (metric_uid, metric_name, candidates, group_keys, total) = if !sub.tsuids.is_empty() {
         select_tsuids(ctx, sub, widths)?
@@ -302,11 +397,12 @@ fn run_sub(
     // Drop series whose tag UIDs were deleted (OpenTSDB fails the query).
     let mut series: Vec<Tsuid> = Vec::with_capacity(candidates.len());
     let mut check = NameCheck::default();
+    let mut unresolved = 0;
     for tsuid in candidates {
         if check.resolves(ctx, &tsuid)? {
             series.push(tsuid);
         } else {
-            stats.unresolved += 1;
+            unresolved += 1;
         }
     }
     // Group: by the values of the group-by keys, ordered by UID bytes.
@@ -325,184 +421,252 @@ fn run_sub(
         let per_series = sub.aggregator.is_none().then(|| s.clone());
         groups.entry((key, per_series)).or_default().push(i);
     }
-    // Read every grouped series' rows through its pipeline.
     let grouped: Vec<usize> = {
         let mut v: Vec<usize> = groups.values().flatten().copied().collect();
         v.sort_unstable();
         v
     };
+    // Position of each series in `tsuids`.
+    let slot: HashMap<usize, usize> = grouped.iter().enumerate().map(|(p, &i)| (i, p)).collect();
     let tsuids: Vec<Tsuid> = grouped.iter().map(|&i| series[i].clone()).collect();
-    stats.series = tsuids.len() as u64;
-    let (scan_start, scan_end) = scan_range(q, sub);
-    // `padding` wants the nearest point on either side of the range: read
-    // one more hour each way (only for reading; a delete keeps to the
-    // rows OpenTSDB's scan covers).
-    let (read_start, read_end) = if q.original.padding {
-        (
-            scan_start.saturating_sub(ROW_SPAN_MS),
-            scan_end + ROW_SPAN_MS,
-        )
-    } else {
-        (scan_start, scan_end)
-    };
-    let bucketer = sub
-        .downsample
-        .as_ref()
-        .map(|d| Bucketer::new(d, q.tz, q.start_ms, q.end_ms));
-    let fill_range = match (&sub.downsample, &bucketer) {
-        (Some(d), Some(b)) if d.fill != FillPolicy::None => {
-            let first = b.bucket(q.start_ms).unwrap_or(q.start_ms);
-            let last = match d.interval {
-                Interval::All => first,
-                _ => b.bucket(q.end_ms).unwrap_or(q.end_ms),
-            };
-            let per_series = match d.interval {
-                Interval::All => 1,
-                _ => ((last - first) as u64 / d.interval_ms().max(1)).saturating_add(1),
-            };
-            budget.check_output(per_series.saturating_mul(tsuids.len() as u64))?;
-            (first, last)
-        }
-        _ => (0, -1),
-    };
-    let mut pipes: Vec<Pipeline> = tsuids
-        .iter()
-        .map(|_| Pipeline {
-            ds: sub
-                .downsample
-                .as_ref()
-                .zip(bucketer.as_ref())
-                .map(|(d, b)| Downsampler::new(d, b, fill_range)),
-            rate: sub.rate.map(Rate::new),
-            stage: Vec::new(),
-            out: Vec::new(),
-            seen: false,
-        })
+    let groups = groups
+        .into_values()
+        .map(|m| m.iter().map(|i| slot[i]).collect())
         .collect();
+    Ok(Selected {
+        metric_uid,
+        metric_name,
+        tsuids,
+        groups,
+        total,
+        unresolved,
+    })
+}
+
+/// The time frame of one sub-query run: what is read, how points fall
+/// into buckets, which buckets are filled.
+pub(super) struct Frame {
+    pub(super) scan_start: u64,
+    pub(super) scan_end: u64,
+    pub(super) read_start: u64,
+    pub(super) read_end: u64,
+    pub(super) bucketer: Option<Bucketer>,
+    /// First and last bucket to fill; (0, -1) when nothing is filled.
+    pub(super) fill_range: (i64, i64),
+    /// The output range `[from, to]` aggregated.
+    pub(super) from: i64,
+    pub(super) to: i64,
+}
+
+impl Frame {
+    pub(super) fn new(
+        q: &ValidQuery,
+        sub: &ValidSubQuery,
+        budget: &Budget,
+        series: usize,
+    ) -> Result<Frame, QueryError> {
+        let (scan_start, scan_end) = scan_range(q, sub);
+        // `padding` wants the nearest point on either side of the range:
+        // read one more hour each way (only for reading; a delete keeps to
+        // the rows OpenTSDB's scan covers).
+        let (read_start, read_end) = if q.original.padding {
+            (
+                scan_start.saturating_sub(ROW_SPAN_MS),
+                scan_end + ROW_SPAN_MS,
+            )
+        } else {
+            (scan_start, scan_end)
+        };
+        let bucketer = sub
+            .downsample
+            .as_ref()
+            .map(|d| Bucketer::new(d, q.tz, q.start_ms, q.end_ms));
+        let fill_range = match (&sub.downsample, &bucketer) {
+            (Some(d), Some(b)) if d.fill != FillPolicy::None => {
+                let first = b.bucket(q.start_ms).unwrap_or(q.start_ms);
+                let last = match d.interval {
+                    Interval::All => first,
+                    _ => b.bucket(q.end_ms).unwrap_or(q.end_ms),
+                };
+                let per_series = match d.interval {
+                    Interval::All => 1,
+                    _ => ((last - first) as u64 / d.interval_ms().max(1)).saturating_add(1),
+                };
+                budget.check_output(per_series.saturating_mul(series as u64))?;
+                (first, last)
+            }
+            _ => (0, -1),
+        };
+        // With `padding` the whole scanned range is aggregated, then cut
+        // down to the range plus the nearest point on either side.
+        let (from, to) = if q.original.padding {
+            (read_start as i64, read_end as i64)
+        } else {
+            (q.start_ms, q.end_ms)
+        };
+        Ok(Frame {
+            scan_start,
+            scan_end,
+            read_start,
+            read_end,
+            bucketer,
+            fill_range,
+            from,
+            to,
+        })
+    }
+
+    pub(super) fn pipes<'a>(&'a self, sub: &'a ValidSubQuery, n: usize) -> Vec<Pipeline<'a>> {
+        (0..n).map(|_| Pipeline::new(sub, self)).collect()
+    }
+}
+
+/// Which points a read feeds to the pipelines.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Cut {
+    /// Points before this were read already (the cache holds them).
+    pub(super) skip_before: Option<i64>,
+    /// Snapshot each pipeline before its first point at or after this.
+    pub(super) settle_at: Option<i64>,
+}
+
+/// Reads `sel`'s points in `[start, end]` through `pipes`; charges the
+/// budget and fills `stats` with what was read. Returns the annotation
+/// cells met.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn read_into(
+    ctx: &QueryContext,
+    sel: &Selected,
+    pipes: &mut [Pipeline],
+    start: u64,
+    end: u64,
+    cut: Cut,
+    budget: &mut Budget,
+    stats: &mut SubStats,
+) -> Result<Vec<(usize, Vec<u8>)>, QueryError> {
     let mut failure: Option<QueryError> = None;
-    // Series annotations per position in `tsuids`, unless not wanted.
-    let mut notes: Vec<Vec<Annotation>> = Vec::new();
-    let t_read = budget.elapsed();
-    {
+    let tsuids = &sel.tsuids;
+    let read = {
         let mut sink = |i: usize, pts: &[Point]| {
             if let Err(e) = budget.charge(0, pts.len() as u64) {
                 failure = Some(e);
                 return false;
             }
             let p = &mut pipes[i];
-            p.seen = true;
             if p.ds.is_none() {
                 p.out.reserve(pts.len());
             }
-            for pt in pts {
-                p.push(pt.timestamp_ms as i64, pt.value);
+            match cut.settle_at {
+                None if cut.skip_before.is_none() => {
+                    p.seen = true;
+                    for pt in pts {
+                        p.push(pt.timestamp_ms as i64, pt.value);
+                    }
+                }
+                _ => {
+                    let skip = cut.skip_before.unwrap_or(i64::MIN);
+                    let settle = cut.settle_at.unwrap_or(i64::MAX);
+                    for pt in pts {
+                        let ts = pt.timestamp_ms as i64;
+                        if ts < skip {
+                            continue;
+                        }
+                        if ts >= settle && p.snap.is_none() {
+                            p.take_snapshot();
+                        }
+                        p.seen = true;
+                        p.push(ts, pt.value);
+                    }
+                }
             }
             true
         };
-        let hours = (read_end - read_start) / ROW_SPAN_MS + 1;
+        let hours = (end - start) / ROW_SPAN_MS + 1;
         let use_scan = tsuids.len() > 1
-            && (tsuids.len() * 2 >= total || hours.saturating_mul(tsuids.len() as u64) > 200_000);
-        let read = if use_scan {
+            && (tsuids.len() * 2 >= sel.total
+                || hours.saturating_mul(tsuids.len() as u64) > 200_000);
+        if use_scan {
             ctx.source
-                .scan_tsuids(metric_uid, &tsuids, read_start, read_end, &mut sink)
+                .scan_tsuids(sel.metric_uid, tsuids, start, end, &mut sink)
         } else {
-            ctx.source
-                .read_tsuids(&tsuids, read_start, read_end, &mut sink)
-        }?;
-        stats.rows = read.rows;
-        stats.bytes = read.bytes;
-        stats.raw_points = read.points;
-        if !q.original.no_annotations && !read.annotations.is_empty() {
-            notes = series_notes(tsuids.len(), read.annotations, q.start_ms, q.end_ms);
-        }
-    }
+            ctx.source.read_tsuids(tsuids, start, end, &mut sink)
+        }?
+    };
     if let Some(e) = failure {
         return Err(e);
     }
-    budget.charge(stats.bytes, 0)?;
-    // A delete query answers with what it read; the caller then drops
-    // every row its scan covered (whole hours, so possibly points outside
-    // the range).
-    if q.original.delete && !tsuids.is_empty() {
-        deletions.push(RowRange {
-            tsuids: tsuids.clone(),
-            start_ms: scan_start,
-            end_ms: scan_end,
-        });
+    if cut.settle_at.is_some() {
+        for p in pipes.iter_mut().filter(|p| p.snap.is_none()) {
+            p.take_snapshot();
+        }
     }
-    for p in &mut pipes {
+    stats.rows += read.rows;
+    stats.bytes += read.bytes;
+    stats.raw_points += read.points;
+    budget.charge(read.bytes, 0)?;
+    Ok(read.annotations)
+}
+
+/// Ends every pipeline (flushes open buckets, trailing fills).
+pub(super) fn finish_all(pipes: &mut [Pipeline]) {
+    for p in pipes {
         p.finish();
     }
-    let t_agg = budget.elapsed();
-    stats.storage_ms = (t_agg - t_read).as_secs_f64() * 1000.0;
-    // Position of each series in `pipes`.
-    let slot: HashMap<usize, usize> = grouped.iter().enumerate().map(|(p, &i)| (i, p)).collect();
+}
+
+/// Builds the output series of a sub-query from the pipelines' outputs;
+/// `dps` computes a group's points from its present members.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn build_results(
+    ctx: &QueryContext,
+    q: &ValidQuery,
+    sub: &ValidSubQuery,
+    sel: &Selected,
+    seen: &[bool],
+    notes: &[Vec<Annotation>],
+    stats: &mut SubStats,
+    mut dps: impl FnMut(usize, &[usize]) -> Vec<(i64, Value)>,
+) -> Result<Vec<QueryResult>, QueryError> {
+    let widths = ctx.widths();
     let nan_as_null = sub
         .downsample
         .as_ref()
         .is_some_and(|d| d.fill == FillPolicy::Null);
     let query_json = q.original.show_query.then(|| show_query(sub));
-    let mut scratch = Scratch::default();
-    // With `padding` the whole scanned range is aggregated, then cut
-    // down to the range plus the nearest point on either side.
-    let (from, to) = if q.original.padding {
-        (read_start as i64, read_end as i64)
-    } else {
-        (q.start_ms, q.end_ms)
-    };
-    let mut results = Vec::with_capacity(groups.len());
-    for members in groups.values() {
-        let present: Vec<usize> = members
-            .iter()
-            .copied()
-            .filter(|i| pipes[slot[i]].seen)
-            .collect();
+    let mut results = Vec::with_capacity(sel.groups.len());
+    for (g, members) in sel.groups.iter().enumerate() {
+        let present: Vec<usize> = members.iter().copied().filter(|&p| seen[p]).collect();
         if present.is_empty() {
             continue;
         }
-        let mut dps = Vec::new();
-        if sub.aggregator.is_none() {
-            let out = &pipes[slot[&present[0]]].out;
-            dps.extend(out.iter().copied().filter(|p| p.0 >= from && p.0 <= to));
-        } else {
-            let refs: Vec<&[(i64, Value)]> = present
-                .iter()
-                .map(|i| pipes[slot[i]].out.as_slice())
-                .collect();
-            group::aggregate(
-                &refs,
-                &sub.aggregator,
-                sub.rate.is_some(),
-                from,
-                to,
-                &mut scratch,
-                &mut dps,
-            );
-        }
+        let mut points = dps(g, &present);
         if q.original.padding {
-            pad(&mut dps, q.start_ms, q.end_ms);
+            pad(&mut points, q.start_ms, q.end_ms);
         }
-        stats.output_points += dps.len() as u64;
-        let (tags, aggregate_tags) = compute_tags(ctx, present.iter().map(|&i| &series[i]))?;
+        stats.output_points += points.len() as u64;
+        let (tags, aggregate_tags) = compute_tags(ctx, present.iter().map(|&p| &sel.tsuids[p]))?;
         let mut annotations: Vec<Annotation> = Vec::new();
         if !notes.is_empty() {
-            for &i in &present {
-                annotations.extend(notes[slot[&i]].iter().cloned());
+            for &p in &present {
+                annotations.extend(notes[p].iter().cloned());
             }
             // Collections.sort: stable, by raw start time.
             annotations.sort_by_key(|a| a.start_time);
         }
         let mut hex: Vec<String> = Vec::new();
         if q.original.show_tsuids {
-            hex = present.iter().map(|&i| series[i].to_hex(&widths)).collect();
+            hex = present
+                .iter()
+                .map(|&p| sel.tsuids[p].to_hex(&widths))
+                .collect();
             hex.sort();
         }
         results.push(QueryResult {
-            metric: metric_name.clone(),
+            metric: sel.metric_name.clone(),
             tags,
             aggregate_tags,
             tsuids: hex,
-            dps,
+            dps: points,
             nan_as_null,
             query: query_json.clone(),
             stats: None,
@@ -511,6 +675,89 @@ fn run_sub(
             query_index: sub.index,
         });
     }
+    Ok(results)
+}
+
+/// A group's points from its members' outputs: the member's own points
+/// for `none`, else the group-by merge.
+pub(super) fn group_points(
+    sub: &ValidSubQuery,
+    outs: &[&[(i64, Value)]],
+    from: i64,
+    to: i64,
+    scratch: &mut Scratch,
+) -> Vec<(i64, Value)> {
+    let mut dps = Vec::new();
+    if sub.aggregator.is_none() {
+        if let Some(out) = outs.first() {
+            dps.extend(out.iter().copied().filter(|p| p.0 >= from && p.0 <= to));
+        }
+    } else {
+        group::aggregate(
+            outs,
+            &sub.aggregator,
+            sub.rate.is_some(),
+            from,
+            to,
+            scratch,
+            &mut dps,
+        );
+    }
+    dps
+}
+
+fn run_sub(
+    ctx: &QueryContext,
+    q: &ValidQuery,
+    sub: &ValidSubQuery,
+    budget: &mut Budget,
+    deletions: &mut Vec<RowRange>,
+) -> Result<(Vec<QueryResult>, SubStats), QueryError> {
+    if let Some(plan) = cache::Plan::new(ctx, q, sub) {
+        return cache::run(ctx, q, sub, budget, plan);
+    }
+    let mut stats = SubStats::default();
+    let sel = select(ctx, sub)?;
+    stats.unresolved = sel.unresolved;
+    stats.series = sel.tsuids.len() as u64;
+    let frame = Frame::new(q, sub, budget, sel.tsuids.len())?;
+    let mut pipes = frame.pipes(sub, sel.tsuids.len());
+    let t_read = budget.elapsed();
+    let cells = read_into(
+        ctx,
+        &sel,
+        &mut pipes,
+        frame.read_start,
+        frame.read_end,
+        Cut::default(),
+        budget,
+        &mut stats,
+    )?;
+    // Series annotations per position in `tsuids`, unless not wanted.
+    let notes = if !q.original.no_annotations && !cells.is_empty() {
+        series_notes(sel.tsuids.len(), cells, q.start_ms, q.end_ms)
+    } else {
+        Vec::new()
+    };
+    // A delete query answers with what it read; the caller then drops
+    // every row its scan covered (whole hours, so possibly points outside
+    // the range).
+    if q.original.delete && !sel.tsuids.is_empty() {
+        deletions.push(RowRange {
+            tsuids: sel.tsuids.clone(),
+            start_ms: frame.scan_start,
+            end_ms: frame.scan_end,
+        });
+    }
+    finish_all(&mut pipes);
+    let t_agg = budget.elapsed();
+    stats.storage_ms = (t_agg - t_read).as_secs_f64() * 1000.0;
+    let seen: Vec<bool> = pipes.iter().map(|p| p.seen).collect();
+    let mut scratch = Scratch::default();
+    let results = build_results(ctx, q, sub, &sel, &seen, &notes, &mut stats, |_, present| {
+        let outs: Vec<&[(i64, Value)]> = present.iter().map(|&p| pipes[p].out.as_slice()).collect();
+        group_points(sub, &outs, frame.from, frame.to, &mut scratch)
+    })?;
     budget.check_time()?;
     stats.aggregation_ms = (budget.elapsed() - t_agg).as_secs_f64() * 1000.0;
     Ok((results, stats))
@@ -527,7 +774,7 @@ fn pad(dps: &mut Vec<(i64, Value)>, start: i64, end: i64) {
 
 /// Parses the annotation cells a read met and keeps, per series, those
 /// starting in `[start_ms, end_ms]`. Unreadable cells are skipped.
-fn series_notes(
+pub(super) fn series_notes(
     n: usize,
     cells: Vec<(usize, Vec<u8>)>,
     start_ms: i64,

@@ -9,6 +9,7 @@
 //! - [`group`]: the group-by merge with interpolation.
 //! - [`engine`]: selecting series from the index and running a query.
 //! - [`output`]: the JSON response, byte for byte.
+//! - [`cache`]: the result cache for repeated, sliding-window queries.
 //! - [`last`]: the `/api/query/last` endpoint.
 //! - [`gexp`]: `/api/query/gexp`, functions over sub-queries' results.
 //! - [`exp`]: the `/api/query/exp` endpoint (expressions over metrics).
@@ -22,6 +23,7 @@
 //! [`QueryError::details`] in OpenTSDB's error shape.
 
 pub(crate) mod aggregator;
+pub mod cache;
 pub(crate) mod downsample;
 pub(crate) mod engine;
 pub(crate) mod error;
@@ -37,6 +39,7 @@ pub(crate) mod rate;
 pub(crate) mod request;
 
 pub use aggregator::{AGGREGATORS, Aggregator};
+pub use cache::{CacheOptions, CacheStats, QueryCache};
 pub use engine::{QueryContext, execute};
 pub use error::QueryError;
 pub use gexp::{GexpQuery, execute_gexp, parse_gexp};

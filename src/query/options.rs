@@ -3,6 +3,7 @@
 
 use chrono_tz::Tz;
 
+use super::cache::CacheOptions;
 use super::limits::QueryLimits;
 
 /// What a query run takes from the server's configuration.
@@ -17,16 +18,20 @@ pub struct QueryOptions {
     pub skip_unresolved_tagvs: bool,
     /// `tsd.http.query.allow_delete`.
     pub allow_delete: bool,
+    /// `tsd.query.cache.max_bytes`, `tsd.query.cache.settle_ms`.
+    pub cache: CacheOptions,
 }
 
 impl Default for QueryOptions {
-    /// OpenTSDB's defaults: no limits, UTC, strict tag values, no deletes.
+    /// OpenTSDB's defaults: no limits, UTC, strict tag values, no deletes;
+    /// rtsdb's result cache with its defaults.
     fn default() -> Self {
         QueryOptions {
             limits: QueryLimits::default(),
             default_tz: Tz::UTC,
             skip_unresolved_tagvs: false,
             allow_delete: false,
+            cache: CacheOptions::default(),
         }
     }
 }

@@ -58,6 +58,11 @@ pub struct TsQuery {
     /// Query-string only (`?arrays`): dps as `[[ts, v], ...]`.
     #[serde(skip_serializing)]
     pub arrays: bool,
+    /// rtsdb's own: computes the answer whole, bypassing the result cache
+    /// (`?nocache`, or `"noCache": true` in a POST body).
+    #[serde(alias = "nocache", alias = "no_cache", skip_serializing)]
+    #[serde(deserialize_with = "jackson::boolean")]
+    pub no_cache: bool,
 }
 
 /// One sub-query (`TSSubQuery`).
@@ -188,6 +193,7 @@ pub(crate) fn parse_get_with(
         show_stats: has("show_stats"),
         show_summary: has("show_summary"),
         arrays: has("arrays"),
+        no_cache: has("nocache"),
         ..Default::default()
     };
     for (k, v) in &pairs {

@@ -57,6 +57,8 @@ pub struct TsdState {
     pub(crate) queries: stats::QueryLog,
     /// `/q` results kept for reuse.
     pub(crate) graphs: Arc<http::GraphCache>,
+    /// `/api/query`'s result cache (docs/query-cache.md).
+    pub(crate) query_cache: crate::query::QueryCache,
     pub(crate) hostname: String,
     /// The port actually bound.
     pub(crate) port: std::sync::atomic::AtomicU16,
@@ -86,6 +88,7 @@ impl TsdState {
     pub fn new(options: TsdOptions, settings: Config, db: Arc<Db>) -> TsdState {
         let graphs = http::new_graph_cache(&options.graph);
         TsdState {
+            query_cache: crate::query::QueryCache::new(options.query.cache),
             bodies: http::BodyBudget::new(options.max_inflight_bytes, options.inflight_wait),
             options,
             settings,
@@ -119,7 +122,11 @@ impl TsdState {
             .stats_with_port
             .then(|| self.port.load(std::sync::atomic::Ordering::Relaxed));
         stats::Report {
-            stats: stats::collect(&self.stats, &self.db),
+            stats: {
+                let mut s = stats::collect(&self.stats, &self.db);
+                s.extend(stats::cache(&self.query_cache.stats()));
+                s
+            },
             host_tags: stats::host_tags(&self.hostname, port),
             now_s: chrono::Utc::now().timestamp().max(0) as u64,
         }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono_tz::Tz;
 
 use crate::config::{Config, ConfigError};
-use crate::query::{QueryLimits, QueryOptions};
+use crate::query::{CacheOptions, QueryLimits, QueryOptions};
 
 /// `tsd.mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +178,10 @@ fn query_options(c: &Config) -> Result<QueryOptions, ConfigError> {
         default_tz: timezone(c)?.unwrap_or(defaults.default_tz),
         skip_unresolved_tagvs: c.get_bool("tsd.query.skip_unresolved_tagvs"),
         allow_delete: c.get_bool("tsd.http.query.allow_delete"),
+        cache: CacheOptions {
+            max_bytes: limit("tsd.query.cache.max_bytes", defaults.cache.max_bytes)?,
+            settle_ms: limit("tsd.query.cache.settle_ms", defaults.cache.settle_ms)?,
+        },
     })
 }
 

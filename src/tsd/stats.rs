@@ -239,6 +239,18 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
     out
 }
 
+/// The query result cache's figures (docs/query-cache.md).
+pub(crate) fn cache(c: &crate::query::CacheStats) -> Vec<Stat> {
+    vec![
+        stat("query.cache.hits", c.hits, None),
+        stat("query.cache.misses", c.misses, None),
+        stat("query.cache.evictions", c.evictions, None),
+        stat("query.cache.bypassed", c.bypassed, None),
+        stat("query.cache.bytes", c.bytes, None),
+        stat("query.cache.entries", c.entries, None),
+    ]
+}
+
 /// Tags every figure carries: `host`, and `port` if
 /// `tsd.core.stats_with_port` is set.
 pub(crate) fn host_tags(hostname: &str, port: Option<u16>) -> Vec<(&'static str, String)> {

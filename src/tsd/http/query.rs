@@ -13,6 +13,7 @@ use crate::tsd::TsdState;
 pub(super) fn context(state: &TsdState) -> QueryContext<'_> {
     let db = &state.db;
     QueryContext::with_options(&**db, db.uids(), db.index(), &state.options.query)
+        .with_cache(&state.query_cache, &**db)
 }
 
 pub(super) fn error(e: QueryError) -> Reply {

@@ -1,0 +1,620 @@
+//! The query result cache: dashboards re-ask the same downsampled query
+//! every few seconds over a window that slides; the buckets before a
+//! *settled* boundary cannot change any more (unless a late point, a
+//! delete or a rename says otherwise), so they are kept and only the
+//! buckets after it are computed. Design and guarantees:
+//! `docs/query-cache.md`.
+//!
+//! One entry per sub-query (everything but its time range, plus the hour
+//! its scan starts at) holds:
+//! - the series it chose and their groups;
+//! - per series, the downsampled (and rated) points before the settled
+//!   boundary, and its pipeline's state at the boundary, so the next
+//!   run reads only points from the boundary on;
+//! - per output series, the aggregated points up to its *frontier*: the
+//!   last time none of whose inputs can still change (see [`frontier`]).
+//!
+//! An entry is used only under the epoch it was made under
+//! ([`crate::db::CacheEpochs`]); anything else is a miss that recomputes
+//! and replaces it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::downsample::{FillPolicy, Interval};
+use super::engine::{
+    self, Cut, Frame, PipeState, Pipeline, QueryContext, SubStats, Selected, finish_all,
+    group_points, read_into, select, series_notes,
+};
+use super::error::QueryError;
+use super::group::Scratch;
+use super::limits::Budget;
+use super::output::QueryResult;
+use super::request::{ValidQuery, ValidSubQuery};
+use crate::db::{Db, Epoch};
+use crate::model::{Tsuid, Uid, UidKind, Value};
+
+/// `tsd.query.cache.max_bytes` unset: 64 MiB, room for about fifty
+/// 1,000-series one-hour dashboards.
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+/// `tsd.query.cache.settle_ms` unset: points up to a minute late (a
+/// client's batching, clock skew) land in the recomputed tail instead of
+/// invalidating what is cached.
+pub const DEFAULT_SETTLE_MS: u64 = 60_000;
+
+/// The cache's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheOptions {
+    /// Most bytes the entries may hold; 0 turns the cache off.
+    pub max_bytes: u64,
+    /// How far behind "now" the settled boundary stays, ms.
+    pub settle_ms: u64,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        CacheOptions {
+            max_bytes: DEFAULT_MAX_BYTES,
+            settle_ms: DEFAULT_SETTLE_MS,
+        }
+    }
+}
+
+/// What tells the cache that data it covers changed: the database's
+/// epochs ([`crate::db::CacheEpochs`]).
+pub trait EpochSource: Send + Sync {
+    /// Points before `ms` count as settled from now on.
+    fn raise_floor(&self, ms: i64);
+    /// The epoch an answer over `metric` is computed under.
+    fn epoch(&self, metric: Uid) -> Epoch;
+}
+
+impl EpochSource for Db {
+    fn raise_floor(&self, ms: i64) {
+        self.cache_epochs().raise_floor(ms);
+    }
+
+    fn epoch(&self, metric: Uid) -> Epoch {
+        self.cache_epoch(metric)
+    }
+}
+
+/// The cache and the epochs it checks, as a [`QueryContext`] carries them.
+#[derive(Clone, Copy)]
+pub struct CacheUse<'a> {
+    pub cache: &'a QueryCache,
+    pub epochs: &'a dyn EpochSource,
+}
+
+/// Counters for `/api/stats` and `/metrics`.
+#[derive(Debug, Default)]
+pub struct CacheCounters {
+    /// Sub-queries answered from an entry (only the tail computed).
+    pub hits: AtomicU64,
+    /// Cacheable sub-queries computed whole (no entry, or an outdated one).
+    pub misses: AtomicU64,
+    /// Entries dropped to stay under the memory bound.
+    pub evictions: AtomicU64,
+    /// Sub-queries the cache stayed out of (`nocache`, or not cacheable).
+    pub bypassed: AtomicU64,
+}
+
+/// The figures reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub bypassed: u64,
+    pub bytes: u64,
+    pub entries: u64,
+}
+
+/// The query result cache; one per server.
+pub struct QueryCache {
+    options: CacheOptions,
+    inner: Mutex<Inner>,
+    counters: CacheCounters,
+}
+
+#[derive(Default)]
+struct Inner {
+    map: HashMap<String, Slot>,
+    bytes: usize,
+    /// Use clock for least-recently-used eviction.
+    tick: u64,
+}
+
+struct Slot {
+    entry: Entry,
+    bytes: usize,
+    used: u64,
+}
+
+impl QueryCache {
+    pub fn new(options: CacheOptions) -> QueryCache {
+        QueryCache {
+            options,
+            inner: Mutex::new(Inner::default()),
+            counters: CacheCounters::default(),
+        }
+    }
+
+    pub fn options(&self) -> CacheOptions {
+        self.options
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let c = &self.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let inner = self.inner.lock();
+        CacheStats {
+            hits: g(&c.hits),
+            misses: g(&c.misses),
+            evictions: g(&c.evictions),
+            bypassed: g(&c.bypassed),
+            bytes: inner.bytes as u64,
+            entries: inner.map.len() as u64,
+        }
+    }
+
+    /// Counts a sub-query the cache stayed out of.
+    pub(super) fn bypass(&self) {
+        self.counters.bypassed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes the entry out (a concurrent twin then computes whole).
+    fn take(&self, key: &str) -> Option<Entry> {
+        let mut inner = self.inner.lock();
+        let slot = inner.map.remove(key)?;
+        inner.bytes -= slot.bytes;
+        Some(slot.entry)
+    }
+
+    fn put(&self, key: String, entry: Entry) {
+        let bytes = entry.heap_bytes() + key.len() + 64;
+        let max = self.options.max_bytes as usize;
+        let mut inner = self.inner.lock();
+        if bytes > max {
+            self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        inner.tick += 1;
+        let used = inner.tick;
+        if let Some(old) = inner.map.insert(key, Slot { entry, bytes, used }) {
+            inner.bytes -= old.bytes;
+        }
+        inner.bytes += bytes;
+        while inner.bytes > max {
+            let Some(oldest) = inner
+                .map
+                .iter()
+                .min_by_key(|(_, s)| s.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(s) = inner.map.remove(&oldest) {
+                inner.bytes -= s.bytes;
+                self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// What one cacheable sub-query run is: its key, its settled boundary,
+/// its metric.
+pub(super) struct Plan<'a> {
+    cache: &'a QueryCache,
+    epochs: &'a dyn EpochSource,
+    key: String,
+    /// Buckets before this (a bucket start) are settled.
+    settle: i64,
+    metric: Uid,
+}
+
+impl<'a> Plan<'a> {
+    /// The plan for `sub`, or `None` when the cache stays out: off,
+    /// `nocache`, or an answer it cannot reproduce exactly (no fixed
+    /// downsampling interval, `padding`, a delete, timings asked for,
+    /// byte or point limits that depend on what is read).
+    pub(super) fn new(
+        ctx: &QueryContext<'a>,
+        q: &ValidQuery,
+        sub: &ValidSubQuery,
+    ) -> Option<Plan<'a>> {
+        let cu = ctx.cache?;
+        if cu.cache.options.max_bytes == 0 {
+            return None;
+        }
+        let o = &q.original;
+        let limits = ctx.limits;
+        let iv = match sub.downsample.as_ref().map(|d| d.interval) {
+            Some(Interval::Fixed(iv)) if iv > 0 => iv as i64,
+            _ => None?,
+        };
+        if o.no_cache
+            || o.padding
+            || o.delete
+            || o.show_stats
+            || o.show_summary
+            || limits.max_bytes > 0
+            || limits.max_data_points > 0
+        {
+            cu.cache.bypass();
+            return None;
+        }
+        let (scan_start, _) = engine::scan_range(q, sub);
+        let newest = (ctx.now_ms as i64 - cu.cache.options.settle_ms as i64).min(q.end_ms);
+        let settle = newest - newest.rem_euclid(iv);
+        if settle <= scan_start as i64 {
+            // Nothing settled in range: nothing to keep.
+            cu.cache.bypass();
+            return None;
+        }
+        // The metric decides the epoch, read before the series are
+        // chosen (a series added meanwhile then moves it). Errors are
+        // left to the uncached run to report.
+        let metric = if let Some(hex) = sub.tsuids.first() {
+            Tsuid::parse_hex(hex, &ctx.widths()).ok()?.metric
+        } else {
+            ctx.uids
+                .get_id(UidKind::Metric, sub.metric.as_deref()?)
+                .ok()?
+        };
+        let fill = sub.downsample.as_ref().map(|d| d.fill);
+        // Fill values start at the query's first bucket: with a fill
+        // policy, answers from different first buckets differ.
+        let fill_first = match fill {
+            Some(FillPolicy::None) | None => None,
+            Some(_) => Some(q.start_ms - q.start_ms.rem_euclid(iv)),
+        };
+        let key = format!(
+            "{}|tz={}|cal={}|noann={}|scan={}|fill={:?}|skip={}",
+            serde_json::to_string(&sub.original).unwrap_or_default(),
+            q.tz.name(),
+            o.use_calendar,
+            o.no_annotations,
+            scan_start,
+            fill_first,
+            ctx.skip_unresolved_tagvs,
+        );
+        Some(Plan {
+            cache: cu.cache,
+            epochs: cu.epochs,
+            key,
+            settle,
+            metric,
+        })
+    }
+}
+
+/// One sub-query's cached state.
+struct Entry {
+    epoch: Epoch,
+    sel: Selected,
+    /// The settled boundary: a bucket start.
+    settled: i64,
+    /// Per series (positions in `sel.tsuids`): outputs before `settled`.
+    outs: Vec<Vec<(i64, Value)>>,
+    /// Per series: the pipeline at `settled`.
+    states: Vec<PipeState>,
+    /// Per group: aggregated points up to its frontier, if any.
+    prefixes: Vec<Option<Prefix>>,
+}
+
+/// A group's aggregated points in `[from, frontier]`.
+struct Prefix {
+    from: i64,
+    frontier: i64,
+    dps: Vec<(i64, Value)>,
+}
+
+impl Entry {
+    fn heap_bytes(&self) -> usize {
+        let outs: usize = self.outs.iter().map(|o| 24 + o.capacity() * 16).sum();
+        let states: usize = self
+            .states
+            .iter()
+            .map(|s| std::mem::size_of::<PipeState>() + s.heap_bytes())
+            .sum();
+        let prefixes: usize = self
+            .prefixes
+            .iter()
+            .map(|p| 48 + p.as_ref().map_or(0, |p| p.dps.capacity() * 16))
+            .sum();
+        self.sel.heap_bytes() + outs + states + prefixes
+    }
+}
+
+/// The last time at which a group's aggregated value can no longer
+/// change once the points before `settle` are settled; `None` if any
+/// may.
+///
+/// The group-by merge decides a member's part at time `t` from its
+/// outputs up to `t` and its next output after `t` (whether there is
+/// one, and its value, for interpolation). Outputs before `settle` are
+/// fixed: settled buckets, rates over them, and fills between them
+/// (every later query fills through at least `settle`). So a member
+/// whose last output before `settle` is at `k` fixes its part up to
+/// `k`; a member with none before `settle` has none there ever (its
+/// first output is at or after `settle`), except that a member not seen
+/// yet would, with a fill policy, fill every bucket once its first point
+/// arrives.
+fn frontier(
+    sub: &ValidSubQuery,
+    members: &[usize],
+    outs: &[Vec<(i64, Value)>],
+    seen: &[bool],
+    settle: i64,
+) -> Option<i64> {
+    let fills = sub
+        .downsample
+        .as_ref()
+        .is_some_and(|d| d.fill != FillPolicy::None);
+    let mut f = settle - 1;
+    for &p in members {
+        if !seen[p] {
+            if fills {
+                return None;
+            }
+            continue;
+        }
+        let out = &outs[p];
+        let k = out.partition_point(|x| x.0 < settle);
+        if k > 0 {
+            f = f.min(out[k - 1].0);
+        }
+    }
+    Some(f)
+}
+
+/// Runs a cacheable sub-query: from its entry if one is usable, else
+/// whole; either way leaves an entry for the next run.
+pub(super) fn run(
+    ctx: &QueryContext,
+    q: &ValidQuery,
+    sub: &ValidSubQuery,
+    budget: &mut Budget,
+    plan: Plan,
+) -> Result<(Vec<QueryResult>, SubStats), QueryError> {
+    // Floor first, then the epoch, then the data (db/epochs.rs).
+    plan.epochs.raise_floor(plan.settle);
+    let epoch = plan.epochs.epoch(plan.metric);
+    let entry = plan
+        .cache
+        .take(&plan.key)
+        .filter(|e| e.epoch == epoch && plan.settle >= e.settled);
+    match entry {
+        Some(e) => {
+            plan.cache.counters.hits.fetch_add(1, Ordering::Relaxed);
+            hit(ctx, q, sub, budget, &plan, e)
+        }
+        None => {
+            plan.cache.counters.misses.fetch_add(1, Ordering::Relaxed);
+            miss(ctx, q, sub, budget, &plan, epoch)
+        }
+    }
+}
+
+fn miss(
+    ctx: &QueryContext,
+    q: &ValidQuery,
+    sub: &ValidSubQuery,
+    budget: &mut Budget,
+    plan: &Plan,
+    epoch: Epoch,
+) -> Result<(Vec<QueryResult>, SubStats), QueryError> {
+    let mut stats = SubStats::default();
+    let sel = select(ctx, sub)?;
+    stats.unresolved = sel.unresolved;
+    stats.series = sel.tsuids.len() as u64;
+    let n = sel.tsuids.len();
+    let frame = Frame::new(q, sub, budget, n)?;
+    let mut pipes = frame.pipes(sub, n);
+    let cut = Cut {
+        skip_before: None,
+        settle_at: Some(plan.settle),
+    };
+    let cells = read_into(
+        ctx,
+        &sel,
+        &mut pipes,
+        frame.read_start,
+        frame.read_end,
+        cut,
+        budget,
+        &mut stats,
+    )?;
+    // Annotations are read with the rows; an entry is kept only when
+    // there were none, so later runs need only the rows they read.
+    let keep = sel.metric_uid == plan.metric && (q.original.no_annotations || cells.is_empty());
+    let notes = if !q.original.no_annotations && !cells.is_empty() {
+        series_notes(n, cells, q.start_ms, q.end_ms)
+    } else {
+        Vec::new()
+    };
+    finish_all(&mut pipes);
+    let seen: Vec<bool> = pipes.iter().map(|p| p.seen).collect();
+    let mut states = Vec::with_capacity(n);
+    let mut outs = Vec::with_capacity(n);
+    for p in &mut pipes {
+        let snap = p.snap.take().expect("read_into snapshots every pipeline");
+        outs.push(std::mem::take(&mut p.out));
+        states.push(snap);
+    }
+    let frontiers: Vec<Option<i64>> = sel
+        .groups
+        .iter()
+        .map(|m| frontier(sub, m, &outs, &seen, plan.settle))
+        .collect();
+    let mut prefixes: Vec<Option<Prefix>> = (0..sel.groups.len()).map(|_| None).collect();
+    let mut scratch = Scratch::default();
+    let results = engine::build_results(
+        ctx,
+        q,
+        sub,
+        &sel,
+        &seen,
+        &notes,
+        &mut stats,
+        |g, present| {
+            let refs: Vec<&[(i64, Value)]> = present.iter().map(|&p| outs[p].as_slice()).collect();
+            let dps = group_points(sub, &refs, frame.from, frame.to, &mut scratch);
+            prefixes[g] = frontiers[g].map(|f| prefix(&dps, frame.from, f));
+            dps
+        },
+    )?;
+    budget.check_time()?;
+    if keep {
+        for (o, s) in outs.iter_mut().zip(&states) {
+            o.truncate(s.settled_len);
+            o.shrink_to_fit();
+        }
+        let entry = Entry {
+            epoch,
+            sel,
+            settled: plan.settle,
+            outs,
+            states,
+            prefixes,
+        };
+        plan.cache.put(plan.key.clone(), entry);
+    }
+    Ok((results, stats))
+}
+
+fn prefix(dps: &[(i64, Value)], from: i64, frontier: i64) -> Prefix {
+    let end = dps.partition_point(|p| p.0 <= frontier);
+    Prefix {
+        from,
+        frontier,
+        dps: dps[..end].to_vec(),
+    }
+}
+
+fn hit(
+    ctx: &QueryContext,
+    q: &ValidQuery,
+    sub: &ValidSubQuery,
+    budget: &mut Budget,
+    plan: &Plan,
+    mut e: Entry,
+) -> Result<(Vec<QueryResult>, SubStats), QueryError> {
+    let mut stats = SubStats {
+        unresolved: e.sel.unresolved,
+        series: e.sel.tsuids.len() as u64,
+        ..Default::default()
+    };
+    let n = e.sel.tsuids.len();
+    let frame = Frame::new(q, sub, budget, n)?;
+    let mut pipes: Vec<Pipeline> = e
+        .states
+        .iter()
+        .map(|s| Pipeline::resume(sub, &frame, s))
+        .collect();
+    let cut = Cut {
+        skip_before: Some(e.settled),
+        settle_at: Some(plan.settle),
+    };
+    let start = (e.settled.max(0) as u64).max(frame.read_start);
+    let cells = read_into(
+        ctx,
+        &e.sel,
+        &mut pipes,
+        start,
+        frame.read_end,
+        cut,
+        budget,
+        &mut stats,
+    )?;
+    let keep = q.original.no_annotations || cells.is_empty();
+    let notes = if !q.original.no_annotations && !cells.is_empty() {
+        series_notes(n, cells, q.start_ms, q.end_ms)
+    } else {
+        Vec::new()
+    };
+    finish_all(&mut pipes);
+    let seen: Vec<bool> = pipes.iter().map(|p| p.seen).collect();
+    // Each series' whole output: the cached part, then what was computed.
+    let mut settled_lens = Vec::with_capacity(n);
+    let mut states = Vec::with_capacity(n);
+    for (o, p) in e.outs.iter_mut().zip(&mut pipes) {
+        let snap = p.snap.take().expect("read_into snapshots every pipeline");
+        settled_lens.push(o.len() + snap.settled_len);
+        o.extend_from_slice(&p.out);
+        states.push(snap);
+    }
+    drop(pipes);
+    let outs = &e.outs;
+    let frontiers: Vec<Option<i64>> = e
+        .sel
+        .groups
+        .iter()
+        .map(|m| frontier(sub, m, outs, &seen, plan.settle))
+        .collect();
+    let mut prefixes: Vec<Option<Prefix>> = (0..e.sel.groups.len()).map(|_| None).collect();
+    let mut scratch = Scratch::default();
+    let old = &e.prefixes;
+    let results = engine::build_results(
+        ctx,
+        q,
+        sub,
+        &e.sel,
+        &seen,
+        &notes,
+        &mut stats,
+        |g, present| {
+            let dps = match old[g].as_ref().filter(|p| p.from <= frame.from) {
+                Some(pf) => {
+                    // Up to the frontier from the entry; after it, the
+                    // merge over each member's outputs from its last one
+                    // at or before the frontier (all it looks back at).
+                    let f = pf.frontier;
+                    let mut dps: Vec<(i64, Value)> = pf
+                        .dps
+                        .iter()
+                        .copied()
+                        .filter(|p| p.0 >= frame.from && p.0 <= frame.to)
+                        .collect();
+                    let refs: Vec<&[(i64, Value)]> = present
+                        .iter()
+                        .map(|&p| {
+                            let o = outs[p].as_slice();
+                            let a = o.partition_point(|x| x.0 <= f);
+                            &o[a.saturating_sub(1)..]
+                        })
+                        .collect();
+                    dps.extend(group_points(
+                        sub,
+                        &refs,
+                        frame.from.max(f.saturating_add(1)),
+                        frame.to,
+                        &mut scratch,
+                    ));
+                    dps
+                }
+                None => {
+                    let refs: Vec<&[(i64, Value)]> =
+                        present.iter().map(|&p| outs[p].as_slice()).collect();
+                    group_points(sub, &refs, frame.from, frame.to, &mut scratch)
+                }
+            };
+            prefixes[g] = frontiers[g].map(|f| prefix(&dps, frame.from, f));
+            dps
+        },
+    )?;
+    budget.check_time()?;
+    if keep {
+        for (o, &len) in e.outs.iter_mut().zip(&settled_lens) {
+            o.truncate(len);
+        }
+        e.states = states;
+        e.settled = plan.settle;
+        e.prefixes = prefixes;
+        plan.cache.put(plan.key.clone(), e);
+    }
+    Ok((results, stats))
+}
