@@ -12,6 +12,7 @@ mod fsck;
 mod import;
 mod limits;
 mod never_panic;
+mod query_cache_props;
 mod query_props;
 mod query_semantics;
 mod salvage;
