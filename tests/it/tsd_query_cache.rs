@@ -1,0 +1,220 @@
+//! `/api/query`'s result cache through a running TSD: hits on repeats and
+//! sliding windows, invalidation by late points, deletes and renames,
+//! `nocache`, counters in `/api/stats` and `/metrics`, the memory bound.
+
+use crate::common;
+
+use common::server::{TestServer, get, req};
+
+const SERIES: usize = 20;
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Writes `m` for hosts h0.. every 10 s over `[from, to]` (seconds).
+fn load(srv: &TestServer, metric: &str, from: u64, to: u64) {
+    let mut pts = Vec::new();
+    let mut t = from - from % 10;
+    while t <= to {
+        for h in 0..SERIES {
+            pts.push(serde_json::json!({
+                "metric": metric, "timestamp": t, "value": (t / 10 % 97) as usize + h,
+                "tags": {"host": format!("h{h}"), "dc": if h % 2 == 0 { "a" } else { "b" }}
+            }));
+        }
+        t += 10;
+    }
+    let (status, body) = req(srv, "POST", "/api/put?sync", &serde_json::Value::from(pts).to_string());
+    assert_eq!(status, 204, "{body}");
+}
+
+/// `tsd.query.cache.<name>` from `/api/stats`.
+fn stat(srv: &TestServer, name: &str) -> u64 {
+    let (_, body) = get(srv, "/api/stats");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let want = format!("tsd.query.cache.{name}");
+    let value = &v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["metric"] == want.as_str())
+        .unwrap_or_else(|| panic!("no {want} in {body}"))["value"];
+    match value {
+        serde_json::Value::String(s) => s.parse().unwrap(),
+        v => v.as_u64().unwrap(),
+    }
+}
+
+fn query(srv: &TestServer, qs: &str) -> String {
+    let (status, body) = get(srv, &format!("/api/query?{qs}"));
+    assert_eq!(status, 200, "{qs}: {body}");
+    body
+}
+
+/// The answer through the cache, checked against the uncached one.
+fn cached(srv: &TestServer, qs: &str) -> String {
+    let a = query(srv, qs);
+    let b = query(srv, &format!("{qs}&nocache"));
+    assert_eq!(a, b, "{qs}");
+    a
+}
+
+struct Setup {
+    srv: TestServer,
+    /// Query window end (s): data runs up to it.
+    end: u64,
+}
+
+fn setup(settings: &[(&str, &str)]) -> Setup {
+    setup_at(settings, now_s() - 120)
+}
+
+fn setup_at(settings: &[(&str, &str)], end: u64) -> Setup {
+    let mut all = vec![("tsd.core.auto_create_metrics", "true")];
+    all.extend_from_slice(settings);
+    let srv = TestServer::start(&all);
+    load(&srv, "cache.m", end - 7200, end);
+    Setup { srv, end }
+}
+
+fn window(start: u64, end: u64, m: &str) -> String {
+    format!("start={start}&end={end}&m={m}")
+}
+
+#[test]
+fn a_repeat_is_a_hit_and_a_sliding_window_reuses_the_entry() {
+    let Setup { srv, end } = setup(&[]);
+    let m = "sum:1m-avg:cache.m{dc=*}";
+    let first = cached(&srv, &window(end - 3600, end, m));
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (0, 1));
+    assert_eq!(cached(&srv, &window(end - 3600, end, m)), first);
+    assert_eq!(stat(&srv, "hits"), 1);
+    // The window slides while the tail is written: still a hit.
+    load(&srv, "cache.m", end + 10, end + 60);
+    let slid = cached(&srv, &window(end - 3600 + 60, end + 60, m));
+    assert_ne!(slid, first);
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (2, 1));
+    assert!(stat(&srv, "entries") >= 1 && stat(&srv, "bytes") > 0);
+}
+
+#[test]
+fn a_late_point_invalidates() {
+    let Setup { srv, end } = setup(&[]);
+    let m = "sum:1m-avg:cache.m";
+    let qs = window(end - 3600, end, m);
+    let before = cached(&srv, &qs);
+    cached(&srv, &qs);
+    assert_eq!(stat(&srv, "hits"), 1);
+    let late = serde_json::json!({"metric": "cache.m", "timestamp": end - 1800,
+        "value": 1_000_000, "tags": {"host": "h3", "dc": "b"}});
+    assert_eq!(req(&srv, "POST", "/api/put?sync", &late.to_string()).0, 204);
+    let after = cached(&srv, &qs);
+    assert_ne!(after, before, "the late point is in the answer");
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (1, 2));
+}
+
+#[test]
+fn a_delete_invalidates() {
+    let Setup { srv, end } = setup(&[("tsd.http.query.allow_delete", "true")]);
+    let qs = window(end - 3600, end, "sum:1m-avg:cache.m");
+    let before = cached(&srv, &qs);
+    cached(&srv, &qs);
+    let (status, body) = req(
+        &srv,
+        "DELETE",
+        &format!("/api/query?start={}&end={}&m=sum:cache.m{{host=h1}}", end - 3600, end - 3000),
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    let after = cached(&srv, &qs);
+    assert_ne!(after, before, "h1's deleted hour is gone from the answer");
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (1, 2));
+}
+
+#[test]
+fn a_rename_invalidates() {
+    let Setup { srv, end } = setup(&[]);
+    let qs = window(end - 3600, end, "sum:1m-avg:cache.m{host=*}");
+    cached(&srv, &qs);
+    cached(&srv, &qs);
+    let (status, body) = req(&srv, "POST", "/api/uid/rename?tagv=h7&name=h7-renamed", "");
+    assert_eq!(status, 200, "{body}");
+    let after = cached(&srv, &qs);
+    assert!(after.contains("\"h7-renamed\"") && !after.contains("\"h7\""));
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (1, 2));
+}
+
+#[test]
+fn nocache_bypasses_by_query_string_and_json() {
+    let Setup { srv, end } = setup(&[]);
+    let qs = window(end - 3600, end, "avg:1m-avg:cache.m");
+    query(&srv, &format!("{qs}&nocache"));
+    let body = serde_json::json!({"start": end - 3600, "end": end, "noCache": true,
+        "queries": [{"aggregator": "avg", "metric": "cache.m", "downsample": "1m-avg"}]});
+    let (status, _) = req(&srv, "POST", "/api/query", &body.to_string());
+    assert_eq!(status, 200);
+    assert_eq!(stat(&srv, "bypassed"), 2);
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses"), stat(&srv, "entries")), (0, 0, 0));
+    // Without the flag the same POST is cached.
+    let body = body.to_string().replace("\"noCache\":true,", "");
+    req(&srv, "POST", "/api/query", &body);
+    req(&srv, "POST", "/api/query", &body);
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (1, 1));
+}
+
+#[test]
+fn counters_show_in_metrics() {
+    let Setup { srv, end } = setup(&[]);
+    let qs = window(end - 3600, end, "sum:1m-avg:cache.m");
+    cached(&srv, &qs);
+    query(&srv, &qs);
+    let (status, text) = get(&srv, "/metrics");
+    assert_eq!(status, 200);
+    for (name, at_least) in [("hits", 1), ("misses", 1), ("bypassed", 1), ("entries", 1)] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("tsd_query_cache_{name}{{")))
+            .unwrap_or_else(|| panic!("no tsd_query_cache_{name} in {text}"));
+        let v: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(v >= at_least, "{line}");
+    }
+    assert!(text.contains("tsd_query_cache_evictions{") && text.contains("tsd_query_cache_bytes{"));
+}
+
+#[test]
+fn the_memory_bound_evicts() {
+    // Two entries' worth, measured on a server with room for both, over
+    // the same data and windows as the bounded one.
+    let end = now_s() - 120;
+    let q1 = window(end - 3600, end, "sum:1m-avg:cache.m{dc=*}");
+    let q2 = window(end - 3600, end, "max:1m-max:cache.m{host=*}");
+    let Setup { srv, .. } = setup_at(&[], end);
+    query(&srv, &q1);
+    let b1 = stat(&srv, "bytes");
+    query(&srv, &q2);
+    let both = stat(&srv, "bytes");
+    assert_eq!((stat(&srv, "entries"), stat(&srv, "evictions")), (2, 0));
+    drop(srv);
+    let bound = (both - 1).to_string();
+    let Setup { srv, .. } = setup_at(&[("tsd.query.cache.max_bytes", &bound)], end);
+    query(&srv, &q1);
+    assert_eq!(stat(&srv, "bytes"), b1);
+    query(&srv, &q2);
+    assert_eq!(stat(&srv, "evictions"), 1, "q1, the least recently used, goes");
+    assert_eq!(stat(&srv, "entries"), 1);
+    assert_eq!(stat(&srv, "bytes"), both - b1);
+    // The survivor is q2: it hits, q1 misses.
+    query(&srv, &q2);
+    assert_eq!(stat(&srv, "hits"), 1);
+    drop(srv);
+    // 0 turns the cache off.
+    let Setup { srv, end } = setup(&[("tsd.query.cache.max_bytes", "0")]);
+    let qs = window(end - 3600, end, "sum:1m-avg:cache.m");
+    query(&srv, &qs);
+    query(&srv, &qs);
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses"), stat(&srv, "entries")), (0, 0, 0));
+}
