@@ -87,7 +87,9 @@ fn window(start: u64, end: u64, m: &str) -> String {
 
 #[test]
 fn a_repeat_is_a_hit_and_a_sliding_window_reuses_the_entry() {
-    let Setup { srv, end } = setup(&[]);
+    // Data up to 30 s ago: the new points land after the settled part
+    // (tsd.query.cache.settle_ms, 60 s), as a live feed's do.
+    let Setup { srv, end } = setup_at(&[], now_s() - 30);
     let m = "sum:1m-avg:cache.m{dc=*}";
     let first = cached(&srv, &window(end - 3600, end, m));
     assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (0, 1));
