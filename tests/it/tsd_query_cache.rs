@@ -89,7 +89,14 @@ fn window(start: u64, end: u64, m: &str) -> String {
 fn a_repeat_is_a_hit_and_a_sliding_window_reuses_the_entry() {
     // Data up to 30 s ago: the new points land after the settled part
     // (tsd.query.cache.settle_ms, 60 s), as a live feed's do.
-    let Setup { srv, end } = setup_at(&[], now_s() - 30);
+    // The window must not cross an hour as it slides (its scan would
+    // start an hour later: another entry): start it past the hour then,
+    // a few minutes ahead of now.
+    let mut end = now_s() - 30;
+    if (end - 3600) % 3600 > 3000 {
+        end += 3600 - (end - 3600) % 3600 + 10;
+    }
+    let Setup { srv, end } = setup_at(&[], end);
     let m = "sum:1m-avg:cache.m{dc=*}";
     let first = cached(&srv, &window(end - 3600, end, m));
     assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (0, 1));
@@ -190,8 +197,10 @@ fn counters_show_in_metrics() {
 #[test]
 fn the_memory_bound_evicts() {
     // Two entries' worth, measured on a server with room for both, over
-    // the same data and windows as the bounded one.
-    let end = now_s() - 120;
+    // the same data and windows as the bounded one. The window lies an
+    // hour back, wholly settled, so the entries do not depend on when
+    // they are made.
+    let end = now_s() - 3720;
     let q1 = window(end - 3600, end, "sum:1m-avg:cache.m{dc=*}");
     let q2 = window(end - 3600, end, "max:1m-max:cache.m{host=*}");
     let Setup { srv, .. } = setup_at(&[], end);
