@@ -21,7 +21,7 @@ use crate::index::SeriesIndex;
 use crate::model::Tsuid;
 use crate::model::row_span::{ROW_SPAN_MS, ROW_SPAN_SECS, hour_floor};
 use crate::model::{Annotation, Uid, UidKind, UidWidths, Value};
-use crate::store::read::{Point, SeriesSource};
+use crate::store::read::{Point, ReadStats, SeriesSource};
 
 use super::output::RowRange;
 use crate::uid::{UidTable, UidTableError};
@@ -581,11 +581,14 @@ pub(super) fn read_into(
             }
             true
         };
-        let hours = (end - start) / ROW_SPAN_MS + 1;
+        let hours = (end.saturating_sub(start)) / ROW_SPAN_MS + 1;
         let use_scan = tsuids.len() > 1
             && (tsuids.len() * 2 >= sel.total
                 || hours.saturating_mul(tsuids.len() as u64) > 200_000);
-        if use_scan {
+        if start > end {
+            // A cached run whose every row read is settled.
+            Ok(ReadStats::default())
+        } else if use_scan {
             ctx.source
                 .scan_tsuids(sel.metric_uid, tsuids, start, end, &mut sink)
         } else {
