@@ -109,6 +109,8 @@ fn query_string() -> impl Strategy<Value = String> {
         Just("1h-ago".to_string()),
         Just("sum:sys.cpu%7Bhost=*%7D".to_string()),
         Just("sum:rate:1m-avg-nan:sys.cpu".to_string()),
+        // Cacheable (a fixed interval): repeats go through the cache.
+        Just("avg:1m-avg:sys.cpu%7Bhost=*%7D".to_string()),
         Just("000001000001000001".to_string()),
         Just("scale(sum:sys.cpu%7Bhost=*%7D,2)".to_string()),
         Just("sumSeries(sum:sys.cpu,alias(sum:sys.cpu,@host))".to_string()),
@@ -148,6 +150,10 @@ fn body() -> impl Strategy<Value = String> {
         ),
         Just(
             r#"{"start":1356998400,"queries":[{"aggregator":"sum","metric":"sys.cpu"}]}"#
+                .to_string()
+        ),
+        Just(
+            r#"{"start":"2h-ago","noCache":"yes","queries":[{"aggregator":"sum","metric":"sys.cpu","downsample":"1m-avg"}]}"#
                 .to_string()
         ),
         Just(r#"[{"startTime":1356998400,"tsuid":"000001000001000001"}]"#.to_string()),

@@ -229,3 +229,22 @@ fn the_memory_bound_evicts() {
     query(&srv, &qs);
     assert_eq!((stat(&srv, "hits"), stat(&srv, "misses"), stat(&srv, "entries")), (0, 0, 0));
 }
+
+#[test]
+fn a_rename_by_the_tsdb_command_is_seen_after_restart() {
+    // `tsdb uid rename` is another process over a store the TSD holds
+    // locked: it runs while the TSD is stopped, and the cache (memory
+    // only) starts empty with the next TSD.
+    let Setup { mut srv, end } = setup(&[]);
+    let qs = window(end - 3600, end, "sum:1m-avg:cache.m{host=*}");
+    cached(&srv, &qs);
+    srv.stop();
+    let dir = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
+    drop(srv);
+    let r = common::tsdb(dir.path(), &["uid", "rename", "tagv", "h7", "h7-renamed"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let srv = TestServer::start_in(dir, &[]);
+    let after = cached(&srv, &qs);
+    assert!(after.contains("\"h7-renamed\"") && !after.contains("\"h7\""));
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (0, 1));
+}
