@@ -248,3 +248,21 @@ fn a_rename_by_the_tsdb_command_is_seen_after_restart() {
     assert!(after.contains("\"h7-renamed\"") && !after.contains("\"h7\""));
     assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (0, 1));
 }
+
+#[test]
+fn an_annotation_invalidates() {
+    let Setup { srv, end } = setup(&[]);
+    let qs = window(end - 3600, end, "sum:1m-avg:cache.m{host=h3}");
+    let before = cached(&srv, &qs);
+    cached(&srv, &qs);
+    // h3's TSUID, then a note on it inside the window.
+    let (_, body) = get(&srv, &format!("/api/query?{qs}&show_tsuids&nocache"));
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let tsuid = v[0]["tsuids"][0].as_str().unwrap().to_string();
+    let note = serde_json::json!({"tsuid": tsuid, "startTime": end - 600, "description": "deploy"});
+    let (status, body) = req(&srv, "POST", "/api/annotation", &note.to_string());
+    assert_eq!(status, 200, "{body}");
+    let after = cached(&srv, &qs);
+    assert!(after.contains("\"deploy\"") && !before.contains("deploy"), "{after}");
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (1, 2));
+}

@@ -71,7 +71,7 @@ pub(super) async fn handle(
     super::query::blocking(state, move |st| {
         let store = st.db.rows();
         let body = body.filter(|b| !b.iter().all(u8::is_ascii_whitespace));
-        if bulk {
+        let reply = if bulk {
             if method == Method::DELETE {
                 bulk_delete(store, &query, body.as_deref())
             } else {
@@ -79,7 +79,13 @@ pub(super) async fn handle(
             }
         } else {
             single(store, &method, &query, body.as_deref(), list)
+        };
+        if method != Method::GET {
+            // Cached query answers carry annotations; after the write, so
+            // an answer cached meanwhile is refused (docs/query-cache.md).
+            st.db.cache_epochs().bump_all();
         }
+        reply
     })
     .await
 }
