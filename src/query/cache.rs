@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 
 use super::downsample::{FillPolicy, Interval};
 use super::engine::{
-    self, Cut, Frame, PipeState, Pipeline, QueryContext, SubStats, Selected, finish_all,
+    self, Cut, Frame, PipeState, Pipeline, QueryContext, Selected, SubStats, finish_all,
     group_points, read_into, select, series_notes,
 };
 use super::error::QueryError;
@@ -252,12 +252,10 @@ impl<'a> Plan<'a> {
         // policy nothing past it is settled; without one, everything
         // read is, once old enough (a window in the past is then
         // answered without reading at all).
-        let newest = (ctx.now_ms as i64 - cu.cache.options.settle_ms as i64).min(
-            match fill {
-                Some(FillPolicy::None) | None => scan_end as i64 + 1,
-                Some(_) => q.end_ms,
-            },
-        );
+        let newest = (ctx.now_ms as i64 - cu.cache.options.settle_ms as i64).min(match fill {
+            Some(FillPolicy::None) | None => scan_end as i64 + 1,
+            Some(_) => q.end_ms,
+        });
         let settle = newest - newest.rem_euclid(iv);
         if settle <= scan_start as i64 {
             // Nothing settled in range: nothing to keep.

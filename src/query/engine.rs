@@ -757,10 +757,20 @@ fn run_sub(
     stats.storage_ms = (t_agg - t_read).as_secs_f64() * 1000.0;
     let seen: Vec<bool> = pipes.iter().map(|p| p.seen).collect();
     let mut scratch = Scratch::default();
-    let results = build_results(ctx, q, sub, &sel, &seen, &notes, &mut stats, |_, present| {
-        let outs: Vec<&[(i64, Value)]> = present.iter().map(|&p| pipes[p].out.as_slice()).collect();
-        group_points(sub, &outs, frame.from, frame.to, &mut scratch)
-    })?;
+    let results = build_results(
+        ctx,
+        q,
+        sub,
+        &sel,
+        &seen,
+        &notes,
+        &mut stats,
+        |_, present| {
+            let outs: Vec<&[(i64, Value)]> =
+                present.iter().map(|&p| pipes[p].out.as_slice()).collect();
+            group_points(sub, &outs, frame.from, frame.to, &mut scratch)
+        },
+    )?;
     budget.check_time()?;
     stats.aggregation_ms = (budget.elapsed() - t_agg).as_secs_f64() * 1000.0;
     Ok((results, stats))

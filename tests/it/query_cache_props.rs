@@ -8,8 +8,8 @@ use crate::common;
 
 use common::{Db, T};
 use rtsdb::model::{UidKind, Value};
-use rtsdb::store::read::SeriesSource;
 use rtsdb::query::{self, CacheOptions, QueryCache, QueryContext};
+use rtsdb::store::read::SeriesSource;
 
 /// xorshift64*: reproducible without a dependency.
 struct Rng(u64);
@@ -95,8 +95,16 @@ fn cached_answers_equal_uncached_ones() {
         let iv = rng.pick(&["1m", "5m", "7m", "2m"]);
         let f = rng.pick(&["avg", "sum", "max", "min", "count"]);
         let fill = rng.pick(&["", "", "-zero", "-nan", "-null"]);
-        let agg = rng.pick(&["sum", "avg", "max", "min", "zimsum", "count", "none", "dev", "pfsum"]);
-        let rate = rng.pick(&["", "", "rate:", "rate{counter,1000,0}:", "rate{dropcounter}:"]);
+        let agg = rng.pick(&[
+            "sum", "avg", "max", "min", "zimsum", "count", "none", "dev", "pfsum",
+        ]);
+        let rate = rng.pick(&[
+            "",
+            "",
+            "rate:",
+            "rate{counter,1000,0}:",
+            "rate{dropcounter}:",
+        ]);
         let filter = rng.pick(&["", "{dc=*}", "{host=h0|h1}", "{dc=a}"]);
         let flags = format!(
             "{}{}",
@@ -118,7 +126,11 @@ fn cached_answers_equal_uncached_ones() {
                     // A late point, well inside what may be cached.
                     let s = &series[rng.below(series.len() as u64) as usize];
                     let t = now - 100 - rng.below(2500);
-                    db.put("m", &[("host", &s.host), ("dc", s.dc)], &[(t, rng.value(s.float))]);
+                    db.put(
+                        "m",
+                        &[("host", &s.host), ("dc", s.dc)],
+                        &[(t, rng.value(s.float))],
+                    );
                 }
                 if rng.chance(8) {
                     // Deletes the hour rows of one series around an hour ago.
@@ -157,8 +169,8 @@ fn cached_answers_equal_uncached_ones() {
             let q = query::parse_get(&qs).unwrap();
             let plain = query::execute(&ctx(&db, now), &q).map(|r| r.to_json());
             let before = cache.stats().hits;
-            let cached = query::execute(&ctx(&db, now).with_cache(&cache, &*db.db), &q)
-                .map(|r| r.to_json());
+            let cached =
+                query::execute(&ctx(&db, now).with_cache(&cache, &*db.db), &q).map(|r| r.to_json());
             hits += cache.stats().hits - before;
             compared += 1;
             match (plain, cached) {

@@ -28,7 +28,12 @@ fn load(srv: &TestServer, metric: &str, from: u64, to: u64) {
         }
         t += 10;
     }
-    let (status, body) = req(srv, "POST", "/api/put?sync", &serde_json::Value::from(pts).to_string());
+    let (status, body) = req(
+        srv,
+        "POST",
+        "/api/put?sync",
+        &serde_json::Value::from(pts).to_string(),
+    );
     assert_eq!(status, 204, "{body}");
 }
 
@@ -135,7 +140,11 @@ fn a_delete_invalidates() {
     let (status, body) = req(
         &srv,
         "DELETE",
-        &format!("/api/query?start={}&end={}&m=sum:cache.m{{host=h1}}", end - 3600, end - 3000),
+        &format!(
+            "/api/query?start={}&end={}&m=sum:cache.m{{host=h1}}",
+            end - 3600,
+            end - 3000
+        ),
         "",
     );
     assert_eq!(status, 200, "{body}");
@@ -167,7 +176,14 @@ fn nocache_bypasses_by_query_string_and_json() {
     let (status, _) = req(&srv, "POST", "/api/query", &body.to_string());
     assert_eq!(status, 200);
     assert_eq!(stat(&srv, "bypassed"), 2);
-    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses"), stat(&srv, "entries")), (0, 0, 0));
+    assert_eq!(
+        (
+            stat(&srv, "hits"),
+            stat(&srv, "misses"),
+            stat(&srv, "entries")
+        ),
+        (0, 0, 0)
+    );
     // Without the flag the same POST is cached.
     let body = body.to_string().replace("\"noCache\":true,", "");
     req(&srv, "POST", "/api/query", &body);
@@ -215,7 +231,11 @@ fn the_memory_bound_evicts() {
     query(&srv, &q1);
     assert_eq!(stat(&srv, "bytes"), b1);
     query(&srv, &q2);
-    assert_eq!(stat(&srv, "evictions"), 1, "q1, the least recently used, goes");
+    assert_eq!(
+        stat(&srv, "evictions"),
+        1,
+        "q1, the least recently used, goes"
+    );
     assert_eq!(stat(&srv, "entries"), 1);
     assert_eq!(stat(&srv, "bytes"), both - b1);
     // The survivor is q2: it hits, q1 misses.
@@ -227,7 +247,14 @@ fn the_memory_bound_evicts() {
     let qs = window(end - 3600, end, "sum:1m-avg:cache.m");
     query(&srv, &qs);
     query(&srv, &qs);
-    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses"), stat(&srv, "entries")), (0, 0, 0));
+    assert_eq!(
+        (
+            stat(&srv, "hits"),
+            stat(&srv, "misses"),
+            stat(&srv, "entries")
+        ),
+        (0, 0, 0)
+    );
 }
 
 #[test]
@@ -263,6 +290,9 @@ fn an_annotation_invalidates() {
     let (status, body) = req(&srv, "POST", "/api/annotation", &note.to_string());
     assert_eq!(status, 200, "{body}");
     let after = cached(&srv, &qs);
-    assert!(after.contains("\"deploy\"") && !before.contains("deploy"), "{after}");
+    assert!(
+        after.contains("\"deploy\"") && !before.contains("deploy"),
+        "{after}"
+    );
     assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (1, 2));
 }
