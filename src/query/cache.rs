@@ -97,7 +97,8 @@ pub struct CacheCounters {
     pub misses: AtomicU64,
     /// Entries dropped to stay under the memory bound.
     pub evictions: AtomicU64,
-    /// Sub-queries the cache stayed out of (`nocache`, or not cacheable).
+    /// Sub-queries the cache stayed out of (`nocache`, or not cacheable:
+    /// docs/query-cache.md).
     pub bypassed: AtomicU64,
 }
 
@@ -162,6 +163,9 @@ impl QueryCache {
 
     /// Counts a sub-query the cache stayed out of.
     pub(super) fn bypass(&self) {
+        if self.options.max_bytes == 0 {
+            return;
+        }
         self.counters.bypassed.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -243,7 +247,6 @@ impl<'a> Plan<'a> {
             || limits.max_bytes > 0
             || limits.max_data_points > 0
         {
-            cu.cache.bypass();
             return None;
         }
         let (scan_start, scan_end) = engine::scan_range(q, sub);
@@ -259,7 +262,6 @@ impl<'a> Plan<'a> {
         let settle = newest - newest.rem_euclid(iv);
         if settle <= scan_start as i64 {
             // Nothing settled in range: nothing to keep.
-            cu.cache.bypass();
             return None;
         }
         // The metric decides the epoch, read before the series are

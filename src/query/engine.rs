@@ -716,8 +716,11 @@ fn run_sub(
     budget: &mut Budget,
     deletions: &mut Vec<RowRange>,
 ) -> Result<(Vec<QueryResult>, SubStats), QueryError> {
-    if let Some(plan) = cache::Plan::new(ctx, q, sub) {
-        return cache::run(ctx, q, sub, budget, plan);
+    if let Some(cu) = ctx.cache {
+        match cache::Plan::new(ctx, q, sub) {
+            Some(plan) => return cache::run(ctx, q, sub, budget, plan),
+            None => cu.cache.bypass(),
+        }
     }
     let mut stats = SubStats::default();
     let sel = select(ctx, sub)?;
