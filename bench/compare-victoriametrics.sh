@@ -19,8 +19,8 @@
 #   - the median of RUNS runs of four queries over the hour: 1-min avg of
 #     one metric over all hosts, the same for one host, the same grouped
 #     by region, and the sum of the rate of a counter over all hosts;
-#     VictoriaMetrics uncached (`nocache=1`) and cached, rtsdb as it
-#     answers. VictoriaMetrics' windows are aligned to OpenTSDB's buckets
+#     uncached (`nocache`) and from each one's result cache (rtsdb's
+#     does not cache queries without a downsampler, such as the rate). VictoriaMetrics' windows are aligned to OpenTSDB's buckets
 #     (shared/docs/victoriametrics.md) and its answers to the 1-min avg
 #     queries are checked against rtsdb's (largest relative difference).
 # Prints one markdown table with the range over rounds. Needs root the
@@ -161,7 +161,7 @@ run_rtsdb() {
   add rt_disk0 "$(bpp "$(disk_bytes "$WORK/rtsdb")")"
   for i in 1 2 3 4; do
     local q="RT_Q$i"
-    add "rt_q$i" "$(median_of "$RPORT" "$(rq "${!q}")")"
+    add "rt_q$i" "$(median_of "$RPORT" "$(rq "${!q}")&nocache")"
     add "rt_c$i" "$(median_of "$RPORT" "$(rq "${!q}")")"
   done
   curl -s "http://127.0.0.1:$RPORT$(rq "$RT_Q1")" > "$WORK/rt-q1.json"
@@ -214,11 +214,11 @@ row "bytes/point on disk: all points just queryable" disk0
 row "… ${AFTER} s later, still running" disk60
 row "… after kill -9 and restart" diskkill
 row "… after a clean stop" diskstop
-row "1-min avg, 1 metric, all hosts, ms (VM nocache=1)" q1
+row "1-min avg, 1 metric, all hosts, ms (uncached: nocache)" q1
 row "same, one host, ms" q2
 row "same, grouped by region, ms" q3
 row "sum of rate of a counter, all hosts, ms" q4
-row "1-min avg, all hosts, repeated, ms (VM cached)" c1
+row "1-min avg, all hosts, repeated, ms (result caches on)" c1
 row "one host, repeated, ms" c2
 row "by region, repeated, ms" c3
 row "sum of rate, repeated, ms" c4
