@@ -214,15 +214,20 @@ fn bezier(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
 fn unwrap(mut pts: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
     use std::f64::consts::PI;
     for i in 1..pts.len() {
-        let mut d = pts[i].1 - pts[i - 1].1;
-        while d > PI {
-            pts[i].1 -= 2.0 * PI;
-            d -= 2.0 * PI;
-        }
-        while d < -PI {
-            pts[i].1 += 2.0 * PI;
-            d += 2.0 * PI;
-        }
+        let d = pts[i].1 - pts[i - 1].1;
+        // As many whole turns as bring the step into [-π, π], computed
+        // at once: subtracting 2π in a loop never ends once the step is
+        // so large that 2π no longer changes it.
+        let turns = if !d.is_finite() {
+            0.0
+        } else if d > PI {
+            -((d - PI) / (2.0 * PI)).ceil()
+        } else if d < -PI {
+            ((-d - PI) / (2.0 * PI)).ceil()
+        } else {
+            0.0
+        };
+        pts[i].1 += turns * 2.0 * PI;
     }
     pts
 }
@@ -230,6 +235,24 @@ fn unwrap(mut pts: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unwrap_takes_whole_turns_even_for_huge_steps() {
+        use std::f64::consts::PI;
+        let got = unwrap(vec![(0.0, 0.0), (1.0, 3.0 * PI), (2.0, 3.0 * PI - 0.5)]);
+        assert!((got[1].1 - PI).abs() < 1e-9, "{got:?}");
+        assert!((got[2].1 - (PI - 0.5)).abs() < 1e-9, "{got:?}");
+        let got = unwrap(vec![(0.0, 0.0), (1.0, -2.5 * PI)]);
+        assert!((got[1].1 + 0.5 * PI).abs() < 1e-9, "{got:?}");
+        // Steps 2π cannot change, and non-finite ones, end at once.
+        let got = unwrap(vec![
+            (0.0, 0.0),
+            (1.0, 1e300),
+            (2.0, f64::INFINITY),
+            (3.0, -1e300),
+        ]);
+        assert_eq!(got.len(), 4);
+    }
 
     #[test]
     fn sums_and_means() {
