@@ -3,7 +3,8 @@
 //! Curves are sampled at gnuplot's default 100 samples.
 //!
 //! OpenTSDB writes two columns (`using 1:2`), so `acsplines` gets
-//! gnuplot's default weight of 1 for every point.
+//! gnuplot's default weight of 1 for every point, and `zsort` (which
+//! sorts points by a third column) is refused by gnuplot: see [`refusal`].
 
 /// gnuplot's `set samples` default.
 const SAMPLES: usize = 100;
@@ -11,6 +12,14 @@ const SAMPLES: usize = 100;
 /// gnuplot's weight for `acsplines` when the data has no third column
 /// (`help smooth acsplines`: the default is `using 1:2:(1.0)`).
 const DEFAULT_WEIGHT: f64 = 1.0;
+
+/// gnuplot's error for a smoothing it will not do on OpenTSDB's two
+/// columns: `zsort` needs a third (z) column to sort by, and gnuplot
+/// stops the whole plot with this message (so OpenTSDB answers 400 with
+/// gnuplot's stderr).
+pub(crate) fn refusal(name: &str) -> Option<&'static str> {
+    (name == "zsort").then_some("Not enough columns for this style")
+}
 
 /// Applies smoothing `name` (one of `GraphHandler`'s accepted words).
 pub(crate) fn apply(name: &str, pts: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
