@@ -162,7 +162,8 @@ fn natural_spline(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
 /// values at the knots are then `y − 2 W⁻¹ Q c`.
 fn approximation_spline(pts: &[(f64, f64)], weights: &[f64]) -> Vec<(f64, f64)> {
     let n = pts.len();
-    if n < 4 || weights.iter().any(|w| !(*w > 0.0)) {
+    // gnuplot refuses weights that are not positive (NaN included).
+    if n < 4 || weights.iter().any(|w| w.is_nan() || *w <= 0.0) {
         return pts.to_vec();
     }
     let h: Vec<f64> = (0..n - 1).map(|i| pts[i + 1].0 - pts[i].0).collect();
