@@ -38,18 +38,26 @@ pub(crate) fn apply(name: &str, pts: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
             }
         }
         "csplines" => natural_spline(&unique(&pts)),
+        // Sums and spline terms of extreme values can overflow; like
+        // gnuplot's undefined points, those are left out of the curve.
         "acsplines" => {
             let u = unique(&pts);
             let weights = vec![DEFAULT_WEIGHT; u.len()];
-            approximation_spline(&u, &weights)
+            finite(approximation_spline(&u, &weights))
         }
-        "bins" => bins(&pts, SAMPLES),
+        "bins" => finite(bins(&pts, SAMPLES)),
         "mcsplines" => monotone_spline(&unique(&pts)),
         "bezier" => bezier(&pts),
         "sbezier" => bezier(&unique(&pts)),
         "unwrap" => unwrap(pts),
         _ => pts,
     }
+}
+
+fn finite(pts: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    pts.into_iter()
+        .filter(|p| p.0.is_finite() && p.1.is_finite())
+        .collect()
 }
 
 /// Points by x, in order, each x with its y values.
