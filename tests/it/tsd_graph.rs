@@ -313,6 +313,51 @@ fn errors_as_graph_handler_words_them() {
 }
 
 #[test]
+fn smoothing_gnuplot_cannot_do_on_two_columns_is_its_error() {
+    let srv = server_with_data(&[]);
+    // `zsort` sorts by a third column; OpenTSDB writes two, gnuplot stops.
+    let r = get(
+        &srv,
+        &format!("/q?{RANGE}&m=sum:sys.cpu.user&smooth=zsort&json"),
+    );
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (
+            400,
+            r#"{"err":"<pre>Not enough columns for this style</pre>"}"#
+        )
+    );
+    let r = get(
+        &srv,
+        &format!("/q?{RANGE}&m=sum:sys.cpu.user&smooth=zsort&png"),
+    );
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text()
+            .contains("<blockquote><pre>Not enough columns for this style</pre></blockquote>"),
+        "{}",
+        r.text()
+    );
+    // No gnuplot for `&ascii`: the points as they are.
+    let r = get(
+        &srv,
+        &format!("/q?{RANGE}&m=sum:sys.cpu.user&smooth=zsort&ascii"),
+    );
+    assert_eq!(r.status, 200);
+    // The smoothings gnuplot does on two columns draw.
+    for s in ["acsplines", "bins"] {
+        let r = get(
+            &srv,
+            &format!(
+                "/q?{RANGE}&m=sum:sys.cpu.user%7Bhost=*%7D&smooth={s}&key=out%20bottom%20center&png"
+            ),
+        );
+        assert_eq!(r.status, 200, "{s}");
+        assert_eq!(r.header("content-type"), Some("image/png"), "{s}");
+    }
+}
+
+#[test]
 fn enable_ui_false_turns_the_page_and_q_off() {
     let srv = server_with_data(&[("tsd.core.enable_ui", "false")]);
     for path in [

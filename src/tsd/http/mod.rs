@@ -199,6 +199,9 @@ fn html_message(message: &str) -> String {
         .replace('>', "&gt;")
         .replace("&lt;code&gt;", "<code>")
         .replace("&lt;/code&gt;", "</code>")
+        // `GraphHandler` wraps gnuplot's errors in `<pre>`.
+        .replace("&lt;pre&gt;", "<pre>")
+        .replace("&lt;/pre&gt;", "</pre>")
 }
 
 /// `HttpQuery.makePage`: the small HTML page OpenTSDB wraps its legacy

@@ -309,6 +309,18 @@ fn graph(
         notes,
     };
     summary.plotted = plot.plotted_points().map_err(internal)?;
+    // gnuplot runs only for pictures (and `&json`, which counts its
+    // points); with no series OpenTSDB plots `0`, without `smooth`.
+    if let Some(why) = plot
+        .params
+        .smoothing()
+        .filter(|_| !plot.series.is_empty())
+        .and_then(smooth::refusal)
+    {
+        // `GraphHandler` wraps gnuplot's stderr in `<pre>`; the script's
+        // file name and line that gnuplot puts first are OpenTSDB's own.
+        return Err(GraphError::BadRequest(format!("<pre>{why}</pre>")));
+    }
     let picture = png::render(&plot).map_err(|e| GraphError::Internal(e.to_string()))?;
     st.graphs.put(&key, Kind::Png, &picture);
     if output == Output::Json {

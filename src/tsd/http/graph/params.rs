@@ -83,6 +83,11 @@ pub(crate) struct KeyPlace {
     pub center: bool,
     pub outside: bool,
     pub boxed: bool,
+    /// `top` said outright (it is also the default, but `center top`
+    /// differs from `center` alone).
+    pub top: bool,
+    /// `horiz`: entries side by side rather than stacked.
+    pub horizontal: bool,
 }
 
 impl Default for KeyPlace {
@@ -94,6 +99,8 @@ impl Default for KeyPlace {
             center: false,
             outside: false,
             boxed: true,
+            top: false,
+            horizontal: false,
         }
     }
 }
@@ -243,7 +250,7 @@ fn parse_color(v: &str) -> Option<[u8; 3]> {
     Some([c(0), c(2), c(4)])
 }
 
-fn parse_key(v: &str) -> KeyPlace {
+pub(crate) fn parse_key(v: &str) -> KeyPlace {
     let words: Vec<&str> = v.split_whitespace().collect();
     let has = |w: &str| words.contains(&w);
     KeyPlace {
@@ -252,6 +259,8 @@ fn parse_key(v: &str) -> KeyPlace {
         center: has("center"),
         outside: has("out"),
         boxed: has("box"),
+        top: has("top"),
+        horizontal: has("horiz"),
     }
 }
 

@@ -351,6 +351,165 @@ fn key_position(k: &KeyPlace) -> SeriesLabelPosition {
     }
 }
 
+/// The margin an outside key (`key=out`) takes, from gnuplot's rule: a
+/// key centred across is put above or below the graph; one at a side
+/// (or in a corner while stacked vertically) beside it; a corner key
+/// stacked horizontally (`horiz`) above or below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyMargin {
+    Left,
+    Right,
+    Top,
+    Bottom,
+}
+
+impl KeyMargin {
+    fn of(k: &KeyPlace) -> KeyMargin {
+        let side = if k.left {
+            KeyMargin::Left
+        } else {
+            KeyMargin::Right
+        };
+        let end = if k.bottom {
+            KeyMargin::Bottom
+        } else {
+            KeyMargin::Top
+        };
+        let across_centred = k.center && !k.left;
+        let up_down_centred = k.center && !k.top && !k.bottom;
+        if across_centred && !up_down_centred {
+            end
+        } else if up_down_centred {
+            // Centred up and down (or both ways, where gnuplot has no
+            // border to prefer and the key's default side is taken).
+            side
+        } else if k.horizontal {
+            end
+        } else {
+            side
+        }
+    }
+}
+
+/// One line of the key.
+struct KeyEntry {
+    title: String,
+    color: RGBColor,
+    /// A line sample, or the point mark when there is no line.
+    line: bool,
+}
+
+/// Room around and between the key's entries, in pixels.
+const KEY_PAD: i32 = 6;
+/// Length of a key's line sample.
+const KEY_SAMPLE: i32 = 20;
+
+/// A key drawn outside the graph, in a margin taken from the picture.
+struct OutsideKey {
+    margin: KeyMargin,
+    entries: Vec<KeyEntry>,
+    /// Entries per row (1 when stacked).
+    per_row: usize,
+    cell_w: i32,
+    row_h: i32,
+}
+
+impl OutsideKey {
+    fn new(
+        root: &DrawingArea<BitMapBackend, Shift>,
+        k: &KeyPlace,
+        entries: Vec<KeyEntry>,
+        font: &TextStyle,
+        width: u32,
+    ) -> OutsideKey {
+        let margin = KeyMargin::of(k);
+        let widest = entries
+            .iter()
+            .filter_map(|e| root.estimate_text_size(&e.title, font).ok())
+            .map(|(w, _)| w as i32)
+            .max()
+            .unwrap_or(0);
+        let cell_w = KEY_SAMPLE + KEY_PAD + widest + KEY_PAD;
+        let row_h = TEXT_PX as i32 + KEY_PAD;
+        // Above or below: as many entries side by side as the width holds.
+        let per_row = match margin {
+            KeyMargin::Top | KeyMargin::Bottom => ((width as i32 - 2 * KEY_PAD) / cell_w.max(1))
+                .clamp(1, entries.len().max(1) as i32)
+                as usize,
+            KeyMargin::Left | KeyMargin::Right => 1,
+        };
+        OutsideKey {
+            margin,
+            entries,
+            per_row,
+            cell_w,
+            row_h,
+        }
+    }
+
+    fn rows(&self) -> i32 {
+        self.entries.len().div_ceil(self.per_row) as i32
+    }
+
+    /// The key's box size.
+    fn size(&self) -> (i32, i32) {
+        let cols = self.per_row.min(self.entries.len()).max(1) as i32;
+        (
+            cols * self.cell_w + KEY_PAD,
+            self.rows() * self.row_h + KEY_PAD,
+        )
+    }
+
+    /// Width or height taken from the graph.
+    fn room(&self) -> i32 {
+        let (w, h) = self.size();
+        match self.margin {
+            KeyMargin::Left | KeyMargin::Right => w + 2 * KEY_PAD,
+            KeyMargin::Top | KeyMargin::Bottom => h + 2 * KEY_PAD,
+        }
+    }
+
+    /// Draws the key with its top-left corner at `at` (picture pixels).
+    fn draw(
+        &self,
+        root: &DrawingArea<BitMapBackend, Shift>,
+        at: (i32, i32),
+        font: &TextStyle,
+        border: Option<RGBColor>,
+    ) -> Result<(), RenderError> {
+        let (w, h) = self.size();
+        if let Some(c) = border {
+            root.draw(&Rectangle::new([at, (at.0 + w, at.1 + h)], c))
+                .map_err(draw_err)?;
+        }
+        for (i, e) in self.entries.iter().enumerate() {
+            let (col, row) = ((i % self.per_row) as i32, (i / self.per_row) as i32);
+            let x = at.0 + KEY_PAD + col * self.cell_w;
+            let y = at.1 + KEY_PAD + row * self.row_h + self.row_h / 2 - KEY_PAD / 2;
+            if e.line {
+                root.draw(&PathElement::new(
+                    vec![(x, y), (x + KEY_SAMPLE, y)],
+                    e.color.stroke_width(2),
+                ))
+                .map_err(draw_err)?;
+            } else {
+                root.draw(&Circle::new((x + KEY_SAMPLE / 2, y), 3, e.color.filled()))
+                    .map_err(draw_err)?;
+            }
+            root.draw_text(
+                &e.title,
+                &font.pos(plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Left,
+                    plotters::style::text_anchor::VPos::Center,
+                )),
+                (x + KEY_SAMPLE + KEY_PAD, y),
+            )
+            .map_err(draw_err)?;
+        }
+        Ok(())
+    }
+}
+
 /// Draws `plot` and returns the PNG file's bytes.
 pub(crate) fn render(plot: &Plot) -> Result<Vec<u8>, RenderError> {
     REGISTER.call_once(|| {
@@ -426,7 +585,39 @@ fn draw(plot: &Plot, root: &DrawingArea<BitMapBackend, Shift>) -> Result<(), Ren
         .clone()
         .unwrap_or_else(|| default_xformat(plot.end_s - plot.start_s).to_string());
     let (w, h) = p.size();
-    let mut builder = ChartBuilder::on(root);
+    // How many titles the key has room for; the rest are counted.
+    let key_rows = ((h as f64 - 80.0) / (TEXT_PX + 6.0)).max(1.0) as usize;
+    let outside = match &p.key {
+        Some(k) if k.outside && !plot.series.is_empty() => {
+            let entries = plot
+                .series
+                .iter()
+                .take(key_rows)
+                .enumerate()
+                .map(|(i, s)| KeyEntry {
+                    title: s.title(),
+                    color: rgb(PALETTE[i % PALETTE.len()]),
+                    line: p.style == Style::LinesPoints,
+                })
+                .collect();
+            Some(OutsideKey::new(root, k, entries, &font, w))
+        }
+        _ => None,
+    };
+    // gnuplot moves a border inward to make room for an outside key.
+    let graph_area = match &outside {
+        None => root.clone(),
+        Some(key) => {
+            let room = key.room();
+            match key.margin {
+                KeyMargin::Right => root.split_horizontally(w as i32 - room).0,
+                KeyMargin::Left => root.split_horizontally(room).1,
+                KeyMargin::Top => root.split_vertically(room).1,
+                KeyMargin::Bottom => root.split_vertically(h as i32 - room).0,
+            }
+        }
+    };
+    let mut builder = ChartBuilder::on(&graph_area);
     builder
         .margin(8)
         // Room for the last time label, half of which passes the end.
@@ -498,8 +689,6 @@ fn draw(plot: &Plot, root: &DrawingArea<BitMapBackend, Shift>) -> Result<(), Ren
         .map_err(draw_err)?;
     }
 
-    // How many titles the key has room for; the rest are counted.
-    let key_rows = ((h as f64 - 80.0) / (TEXT_PX + 6.0)).max(1.0) as usize;
     for (i, (s, pts)) in plot.series.iter().zip(&lines).enumerate() {
         let color = rgb(PALETTE[i % PALETTE.len()]);
         let axis = if s.right_axis { &y2 } else { &y1 };
@@ -587,6 +776,50 @@ fn draw(plot: &Plot, root: &DrawingArea<BitMapBackend, Shift>) -> Result<(), Ren
             (x, y),
         )
         .map_err(draw_err)?;
+    } else if let (Some(k), Some(key)) = (&p.key, &outside) {
+        let (kw, kh) = key.size();
+        let (px, py) = chart.plotting_area().get_pixel_range();
+        let base = graph_area.get_base_pixel();
+        let (gw, gh) = graph_area.dim_in_pixel();
+        // Beside the graph: level with its top, middle or bottom. Above
+        // or below: at its left, middle or right, clear of the labels.
+        let across = |k: &KeyPlace| {
+            if k.left {
+                px.start
+            } else if k.center {
+                (px.start + px.end - kw) / 2
+            } else {
+                px.end - kw
+            }
+        };
+        let at = match key.margin {
+            KeyMargin::Right | KeyMargin::Left => {
+                let x = if key.margin == KeyMargin::Right {
+                    base.0 + gw as i32 + KEY_PAD
+                } else {
+                    KEY_PAD
+                };
+                let y = if k.bottom {
+                    py.end - kh
+                } else if k.center && !k.top {
+                    (py.start + py.end - kh) / 2
+                } else {
+                    py.start
+                };
+                (x, y)
+            }
+            KeyMargin::Top => (across(k), KEY_PAD),
+            KeyMargin::Bottom => (across(k), base.1 + gh as i32 + KEY_PAD),
+        };
+        key.draw(root, at, &font, k.boxed.then_some(fg))?;
+        if plot.series.len() > key_rows {
+            root.draw_text(
+                &format!("... and {} more", plot.series.len() - key_rows),
+                &font,
+                (w as i32 - 160, h as i32 - 20),
+            )
+            .map_err(draw_err)?;
+        }
     } else if let Some(k) = &p.key {
         let mut labels = chart.configure_series_labels();
         labels
@@ -686,6 +919,123 @@ mod tests {
             let info = dec.read_info().unwrap();
             prop_assert_eq!((info.info().width, info.info().height), (160, 120));
         }
+    }
+
+    /// Red pixels of a 400x300 picture of one flat red series (value 1 of
+    /// 0..100, so its line runs along the graph's bottom) with `key`.
+    fn red_pixels(key: &str) -> Vec<(u32, u32)> {
+        let start = 1_356_998_400i64;
+        let plot = Plot {
+            start_s: start,
+            end_s: start + 3600,
+            tz: chrono_tz::UTC,
+            params: PlotParams {
+                size: Some((400, 300)),
+                yrange: Some(Range {
+                    min: Some(0.0),
+                    max: Some(100.0),
+                }),
+                key: Some(crate::tsd::http::graph::params::parse_key(key)),
+                ..PlotParams::default()
+            },
+            series: vec![PlotSeries {
+                metric: "sys.cpu.user".into(),
+                tags: vec![("host".into(), "web01".into())],
+                points: (0..=60)
+                    .map(|i| ((start + i * 60) * 1000, Value::Int(1)))
+                    .collect(),
+                right_axis: false,
+            }],
+            notes: vec![],
+        };
+        let bytes = render(&plot).unwrap();
+        let mut dec = png::Decoder::new(std::io::Cursor::new(bytes))
+            .read_info()
+            .unwrap();
+        let mut buf = vec![0; dec.output_buffer_size().unwrap()];
+        let info = dec.next_frame(&mut buf).unwrap();
+        let w = info.width;
+        buf.chunks(3)
+            .enumerate()
+            .filter(|(_, c)| c[0] > 200 && c[1] < 80 && c[2] < 80)
+            .map(|(i, _)| (i as u32 % w, i as u32 / w))
+            .collect()
+    }
+
+    /// Splits red pixels into the data line (the most common row and
+    /// its neighbours, where the marks are) and the key's sample.
+    fn line_and_key(red: &[(u32, u32)]) -> ((u32, u32, u32), Vec<(u32, u32)>) {
+        let mut rows = std::collections::HashMap::new();
+        for &(_, y) in red {
+            *rows.entry(y).or_insert(0) += 1;
+        }
+        let row = rows.into_iter().max_by_key(|&(y, n)| (n, y)).unwrap().0;
+        let near = |y: u32| y.abs_diff(row) <= 4;
+        let line: Vec<u32> = red.iter().filter(|p| near(p.1)).map(|p| p.0).collect();
+        let key = red.iter().copied().filter(|p| !near(p.1)).collect();
+        (
+            (
+                *line.iter().min().unwrap(),
+                *line.iter().max().unwrap(),
+                row,
+            ),
+            key,
+        )
+    }
+
+    #[test]
+    fn an_outside_key_is_drawn_beside_or_below_the_graph() {
+        // Inside (the default place, top right): the sample is within the
+        // line's x extent, above it.
+        let ((a, b, _), key) = line_and_key(&red_pixels("box"));
+        assert!(!key.is_empty());
+        assert!(key.iter().all(|p| p.0 > a && p.0 < b), "{a}..{b} {key:?}");
+
+        // `out`: right of the graph, which shrinks to make room.
+        let ((a_out, b_out, row), key) = line_and_key(&red_pixels("out"));
+        assert!(!key.is_empty());
+        assert!(b_out + 20 < b, "the graph shrank: {b_out} < {b}");
+        assert!(key.iter().all(|p| p.0 > b_out), "{b_out} {key:?}");
+        assert!(key.iter().all(|p| p.1 < row), "level with the top");
+        assert_eq!(a_out, a);
+
+        // `out left`: left of the graph, whose left border moves right.
+        let ((a_left, _, _), key) = line_and_key(&red_pixels("out left"));
+        assert!(a_left > a + 20, "{a_left} > {a}");
+        assert!(
+            !key.is_empty() && key.iter().all(|p| p.0 < a_left),
+            "{a_left} {key:?}"
+        );
+
+        // `out bottom center`: below the graph and its time labels.
+        let ((_, _, row_below), key) = line_and_key(&red_pixels("out bottom center"));
+        assert!(row_below + 10 < row, "the graph shrank from below");
+        assert!(!key.is_empty());
+        assert!(
+            key.iter().all(|p| p.1 > row_below + 20),
+            "{row_below} {key:?}"
+        );
+
+        // `out center top`: above the graph.
+        let ((_, _, row_above), key) = line_and_key(&red_pixels("out center top"));
+        assert_eq!(row_above, row);
+        assert!(!key.is_empty());
+        assert!(key.iter().all(|p| p.1 < 40), "{key:?}");
+    }
+
+    #[test]
+    fn outside_key_margins_follow_gnuplots_rule() {
+        use crate::tsd::http::graph::params::parse_key;
+        let m = |k: &str| KeyMargin::of(&parse_key(k));
+        assert_eq!(m("out"), KeyMargin::Right);
+        assert_eq!(m("out left"), KeyMargin::Left);
+        assert_eq!(m("out left bottom"), KeyMargin::Left);
+        assert_eq!(m("out center"), KeyMargin::Right);
+        assert_eq!(m("out left center"), KeyMargin::Left);
+        assert_eq!(m("out bottom center"), KeyMargin::Bottom);
+        assert_eq!(m("out top center"), KeyMargin::Top);
+        assert_eq!(m("out horiz"), KeyMargin::Top);
+        assert_eq!(m("out bottom horiz"), KeyMargin::Bottom);
     }
 
     #[test]

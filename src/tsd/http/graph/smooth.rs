@@ -2,11 +2,24 @@
 //! points of a series are replaced by the smoothed curve before drawing.
 //! Curves are sampled at gnuplot's default 100 samples.
 //!
-//! Not done: `acsplines` (needs per-point weights), `bins` and `zsort`
-//! (made for other data shapes); those draw the points as they are.
+//! OpenTSDB writes two columns (`using 1:2`), so `acsplines` gets
+//! gnuplot's default weight of 1 for every point, and `zsort` (which
+//! sorts points by a third column) is refused by gnuplot: see [`refusal`].
 
 /// gnuplot's `set samples` default.
 const SAMPLES: usize = 100;
+
+/// gnuplot's weight for `acsplines` when the data has no third column
+/// (`help smooth acsplines`: the default is `using 1:2:(1.0)`).
+const DEFAULT_WEIGHT: f64 = 1.0;
+
+/// gnuplot's error for a smoothing it will not do on OpenTSDB's two
+/// columns: `zsort` needs a third (z) column to sort by, and gnuplot
+/// stops the whole plot with this message (so OpenTSDB answers 400 with
+/// gnuplot's stderr).
+pub(crate) fn refusal(name: &str) -> Option<&'static str> {
+    (name == "zsort").then_some("Not enough columns for this style")
+}
 
 /// Applies smoothing `name` (one of `GraphHandler`'s accepted words).
 pub(crate) fn apply(name: &str, pts: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
@@ -25,12 +38,26 @@ pub(crate) fn apply(name: &str, pts: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
             }
         }
         "csplines" => natural_spline(&unique(&pts)),
+        // Sums and spline terms of extreme values can overflow; like
+        // gnuplot's undefined points, those are left out of the curve.
+        "acsplines" => {
+            let u = unique(&pts);
+            let weights = vec![DEFAULT_WEIGHT; u.len()];
+            finite(approximation_spline(&u, &weights))
+        }
+        "bins" => finite(bins(&pts, SAMPLES)),
         "mcsplines" => monotone_spline(&unique(&pts)),
         "bezier" => bezier(&pts),
         "sbezier" => bezier(&unique(&pts)),
         "unwrap" => unwrap(pts),
         _ => pts,
     }
+}
+
+fn finite(pts: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    pts.into_iter()
+        .filter(|p| p.0.is_finite() && p.1.is_finite())
+        .collect()
 }
 
 /// Points by x, in order, each x with its y values.
@@ -128,6 +155,151 @@ fn natural_spline(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
             + (y0 / hi - m[i] * hi / 6.0) * a
             + (y1 / hi - m[i + 1] * hi / 6.0) * b
     })
+}
+
+/// gnuplot's `acsplines`: the natural smoothing spline (Reinsch) that
+/// trades closeness to each point, by its weight, against curvature.
+/// Large weights give the interpolating [`natural_spline`]; small ones
+/// tend to the weighted least-squares line. Like gnuplot it needs four
+/// points; with fewer the points are drawn as they are, as `csplines`
+/// does below three.
+///
+/// With `c` the halved second derivatives at the inner knots, `Q` the
+/// second-difference operator of the knots and `T` the usual spline
+/// tridiagonal, the spline solves `(T + 6 Qᵀ W⁻¹ Q) c = 3 Qᵀ y`; the
+/// values at the knots are then `y − 2 W⁻¹ Q c`.
+fn approximation_spline(pts: &[(f64, f64)], weights: &[f64]) -> Vec<(f64, f64)> {
+    let n = pts.len();
+    // gnuplot refuses weights that are not positive (NaN included).
+    if n < 4 || weights.iter().any(|w| w.is_nan() || *w <= 0.0) {
+        return pts.to_vec();
+    }
+    let h: Vec<f64> = (0..n - 1).map(|i| pts[i + 1].0 - pts[i].0).collect();
+    // Row r of Qᵀ (inner knot r + 1) touches knots r, r + 1, r + 2.
+    let q = |r: usize| -> [f64; 3] { [1.0 / h[r], -(1.0 / h[r] + 1.0 / h[r + 1]), 1.0 / h[r + 1]] };
+    let m = n - 2;
+    // The symmetric five-band matrix, row r holding columns r-2..=r+2.
+    let mut band = vec![[0.0f64; 5]; m];
+    let mut rhs = vec![0.0f64; m];
+    for r in 0..m {
+        let qr = q(r);
+        rhs[r] = 3.0 * (qr[0] * pts[r].1 + qr[1] * pts[r + 1].1 + qr[2] * pts[r + 2].1);
+        band[r][2] = 2.0 * (h[r] + h[r + 1]);
+        if r + 1 < m {
+            band[r][3] = h[r + 1];
+        }
+        if r > 0 {
+            band[r][1] = h[r];
+        }
+        // 6 Qᵀ W⁻¹ Q: rows r and s share knots where their stencils overlap.
+        for s in r.saturating_sub(2)..=(r + 2).min(m - 1) {
+            let qs = q(s);
+            let mut sum = 0.0;
+            for (k, qk) in qr.iter().enumerate() {
+                let knot = r + k;
+                if knot >= s && knot < s + 3 {
+                    sum += qk * qs[knot - s] / weights[knot];
+                }
+            }
+            band[r][s + 2 - r] += 6.0 * sum;
+        }
+    }
+    let Some(inner) = solve_five_band(band, rhs) else {
+        return pts.to_vec();
+    };
+    let mut c = vec![0.0f64; n];
+    c[1..n - 1].copy_from_slice(&inner);
+    // Knot values: y − 2 W⁻¹ Q c, Q c at a knot summing the rows that touch it.
+    let mut a: Vec<f64> = pts.iter().map(|p| p.1).collect();
+    for r in 0..m {
+        for (k, qk) in q(r).iter().enumerate() {
+            a[r + k] -= 2.0 * qk * c[r + 1] / weights[r + k];
+        }
+    }
+    let b: Vec<f64> = (0..n - 1)
+        .map(|i| (a[i + 1] - a[i]) / h[i] - h[i] / 3.0 * (c[i + 1] + 2.0 * c[i]))
+        .collect();
+    let d: Vec<f64> = (0..n - 1)
+        .map(|i| (c[i + 1] - c[i]) / (3.0 * h[i]))
+        .collect();
+    samples(pts, |i, x| {
+        let t = x - pts[i].0;
+        ((d[i] * t + c[i]) * t + b[i]) * t + a[i]
+    })
+}
+
+/// Solves a five-band system by elimination without pivoting (the
+/// smoothing-spline matrix is symmetric positive definite). `None` when a
+/// pivot vanishes, as for data gnuplot cannot fit either.
+fn solve_five_band(mut band: Vec<[f64; 5]>, mut rhs: Vec<f64>) -> Option<Vec<f64>> {
+    let m = rhs.len();
+    // band[r][2 + j] is the entry at column r + j.
+    for p in 0..m {
+        let pivot = band[p][2];
+        if pivot == 0.0 || !pivot.is_finite() {
+            return None;
+        }
+        for r in p + 1..(p + 3).min(m) {
+            let f = band[r][2 + p - r] / pivot;
+            if f == 0.0 {
+                continue;
+            }
+            for j in 0..=2 {
+                let col = p + j;
+                if col < r.saturating_sub(2) || col > r + 2 {
+                    continue;
+                }
+                band[r][2 + col - r] -= f * band[p][2 + j];
+            }
+            rhs[r] -= f * rhs[p];
+        }
+    }
+    let mut x = vec![0.0f64; m];
+    for r in (0..m).rev() {
+        let mut v = rhs[r];
+        for j in 1..=2 {
+            if r + j < m {
+                v -= band[r][2 + j] * x[r + j];
+            }
+        }
+        x[r] = v / band[r][2];
+    }
+    x.iter().all(|v| v.is_finite()).then_some(x)
+}
+
+/// gnuplot's `bins`: `count` equal bins whose centres run from the least
+/// to the greatest x, each y the sum of the points' y in it (a point on a
+/// boundary goes up). When all x are equal the bin width is zero and
+/// gnuplot puts nothing in any bin; so do we.
+fn bins(pts: &[(f64, f64)], count: usize) -> Vec<(f64, f64)> {
+    if pts.is_empty() || count == 0 {
+        return pts.to_vec();
+    }
+    let (lo, hi) = pts
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+            (lo.min(p.0), hi.max(p.0))
+        });
+    let width = if count > 1 {
+        (hi - lo) / (count - 1) as f64
+    } else {
+        0.0
+    };
+    let bottom = lo - width / 2.0;
+    let range = width * count as f64;
+    let mut sums = vec![0.0f64; count];
+    if range > 0.0 {
+        for &(x, y) in pts {
+            let bin = (count as f64 * (x - bottom) / range).floor();
+            if bin >= 0.0 && bin < count as f64 {
+                sums[bin as usize] += y;
+            }
+        }
+    }
+    sums.into_iter()
+        .enumerate()
+        .map(|(i, y)| (bottom + (i as f64 + 0.5) * width, y))
+        .collect()
 }
 
 /// A monotone cubic (Fritsch–Carlson): no overshoot between points.
@@ -286,6 +458,82 @@ mod tests {
                 .iter()
                 .all(|p| (p.1 - 1.0).abs() < 1e-6)
         );
+    }
+
+    #[test]
+    fn acsplines_follow_the_weights() {
+        // Points on a line: no curvature to trade, so the line itself.
+        let line: Vec<(f64, f64)> = (0..8)
+            .map(|i| (i as f64 * 60.0, 2.0 * i as f64 + 1.0))
+            .collect();
+        let s = apply("acsplines", line);
+        assert_eq!(s.len(), SAMPLES);
+        for (x, y) in &s {
+            assert!((y - (2.0 * x / 60.0 + 1.0)).abs() < 1e-9, "{x} {y}");
+        }
+
+        let pts: Vec<(f64, f64)> = [0.0, 3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0]
+            .iter()
+            .enumerate()
+            .map(|(i, y)| (i as f64, *y))
+            .collect();
+        // Huge weights: the natural interpolating spline.
+        let stiff = approximation_spline(&pts, &[1e12; 8]);
+        let natural = natural_spline(&pts);
+        for (p, q) in stiff.iter().zip(&natural) {
+            assert!((p.1 - q.1).abs() < 1e-6, "{p:?} {q:?}");
+        }
+        // Tiny weights: the least-squares line through the points.
+        let loose = approximation_spline(&pts, &[1e-12; 8]);
+        let n = pts.len() as f64;
+        let (mx, my) = (
+            pts.iter().map(|p| p.0).sum::<f64>() / n,
+            pts.iter().map(|p| p.1).sum::<f64>() / n,
+        );
+        let slope = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>()
+            / pts.iter().map(|p| (p.0 - mx).powi(2)).sum::<f64>();
+        for (x, y) in &loose {
+            assert!((y - (my + slope * (x - mx))).abs() < 1e-4, "{x} {y}");
+        }
+        // Weight 1 on unit spacing: in between, smoother than the data.
+        let mid = apply("acsplines", pts.clone());
+        let at = |c: &[(f64, f64)], x: f64| c.iter().find(|p| (p.0 - x).abs() < 1e-9).unwrap().1;
+        let (y, through, line) = (at(&mid, 7.0), at(&natural, 7.0), at(&loose, 7.0));
+        assert!(
+            y > through.min(line) && y < through.max(line) && (y - through).abs() > 0.5,
+            "{y} between {through} and {line}"
+        );
+        // Too few points: drawn as they are.
+        assert_eq!(apply("acsplines", pts[..3].to_vec()), pts[..3].to_vec());
+    }
+
+    #[test]
+    fn bins_sum_into_equal_bins() {
+        // Five bins with centres 0, 10, .., 40 (width 10, edges at ±5).
+        let pts = vec![
+            (0.0, 1.0),
+            (4.0, 2.0),
+            (5.0, 4.0),
+            (14.9, 8.0),
+            (40.0, 16.0),
+        ];
+        assert_eq!(
+            bins(&pts, 5),
+            vec![
+                (0.0, 3.0),
+                (10.0, 12.0),
+                (20.0, 0.0),
+                (30.0, 0.0),
+                (40.0, 16.0)
+            ]
+        );
+        let b = apply("bins", pts);
+        assert_eq!(b.len(), SAMPLES);
+        assert_eq!(b.iter().map(|p| p.1).sum::<f64>(), 31.0);
+        assert!((b[0].0 - 0.0).abs() < 1e-12 && (b[SAMPLES - 1].0 - 40.0).abs() < 1e-9);
+        // One x: a zero-width range, nothing binned (as gnuplot).
+        let one = bins(&[(7.0, 2.0), (7.0, 3.0)], 3);
+        assert_eq!(one, vec![(7.0, 0.0), (7.0, 0.0), (7.0, 0.0)]);
     }
 
     #[test]
