@@ -135,20 +135,26 @@ impl Db {
     /// it ever logged on disk until the segment filled up, at ten times
     /// what the same points cost as rows.
     fn truncate_wal(&self) {
-        let (min_pinned, active) = {
+        // Read under the gate, so no append lands between the buffer's
+        // pins and the log's position; walking the buffer is not cheap, so
+        // it is read again only when the segment was closed meanwhile.
+        let pins = || {
             let _g = self.gate.write();
-            (self.buffer.min_segment(), self.wal.active_segment())
+            (
+                self.buffer.min_segment(),
+                self.wal.active_segment(),
+                self.wal.closed_below(),
+            )
         };
-        if min_pinned.is_none()
-            && active.logged
-            && let Err(e) = self.wal.rotate()
-        {
-            tracing::error!(error = %e, "closing the WAL segment failed; it is kept");
+        let (mut min_pinned, active, mut closed_below) = pins();
+        if min_pinned.is_none() && active.logged {
+            match self.wal.rotate() {
+                Ok(_) => (min_pinned, _, closed_below) = pins(),
+                Err(e) => {
+                    tracing::error!(error = %e, "closing the WAL segment failed; it is kept")
+                }
+            }
         }
-        let (min_pinned, closed_below) = {
-            let _g = self.gate.write();
-            (self.buffer.min_segment(), self.wal.closed_below())
-        };
         let below = min_pinned.unwrap_or(u64::MAX).min(closed_below);
         let oldest = wal::list_segments(self.wal.dir())
             .ok()
