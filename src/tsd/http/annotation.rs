@@ -70,15 +70,15 @@ pub(super) async fn handle(
     let method = method.clone();
     super::query::blocking(state, move |st| {
         let store = st.db.rows();
-        let body = body.filter(|b| !b.iter().all(u8::is_ascii_whitespace));
+        let body = super::content(body.as_deref());
         let reply = if bulk {
             if method == Method::DELETE {
-                bulk_delete(store, &query, body.as_deref())
+                bulk_delete(store, &query, body)
             } else {
-                bulk_update(store, method == Method::PUT, body.as_deref())
+                bulk_update(store, method == Method::PUT, body)
             }
         } else {
-            single(store, &method, &query, body.as_deref(), list)
+            single(store, &method, &query, body, list)
         };
         if method != Method::GET {
             // Cached query answers carry annotations; after the write, so

@@ -250,6 +250,12 @@ async fn read_body(c: &Call, body: Incoming) -> Result<Vec<u8>, Reply> {
     Ok(bytes)
 }
 
+/// The body if it holds something besides whitespace: a body counts only
+/// then (`HttpQuery.hasContent()`).
+fn content(body: Option<&[u8]>) -> Option<&[u8]> {
+    body.filter(|b| !b.iter().all(u8::is_ascii_whitespace))
+}
+
 /// Parses a JSON request body with OpenTSDB's messages for an empty or
 /// malformed one.
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {

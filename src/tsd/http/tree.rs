@@ -71,8 +71,7 @@ pub(super) fn handle(
     q: &Query,
     body: Option<&[u8]>,
 ) -> Reply {
-    // A body counts only if it holds something (`query.hasContent()`).
-    let body = body.filter(|b| !b.iter().all(u8::is_ascii_whitespace));
+    let body = super::content(body);
     let r = match rest.first().map(String::as_str).unwrap_or("") {
         "" => handle_tree(state, method, q, body),
         "branch" => handle_branch(state, method, q),

@@ -20,8 +20,7 @@ pub(super) fn handle(
     q: &Query,
     body: Option<&[u8]>,
 ) -> Reply {
-    // A body counts only if it holds something (`query.hasContent()`).
-    let body = body.filter(|b| !b.iter().all(u8::is_ascii_whitespace));
+    let body = super::content(body);
     let get_post = method == Method::GET || method == Method::POST;
     let crud = get_post || method == Method::PUT || method == Method::DELETE;
     let r = match rest.first().map(String::as_str) {
