@@ -10,7 +10,9 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use parking_lot::RwLock;
+use std::collections::HashSet;
+
+use parking_lot::{Mutex, RwLock};
 
 use crate::codec::qualifier::encode_value;
 use crate::model::Tsuid;
@@ -22,7 +24,7 @@ use crate::protocol::PointError;
 use crate::uid::{UidTable, UidTableError};
 use crate::write::limits::SeriesLimiter;
 
-use crate::model::hash::{FastMap, hash_bytes};
+use crate::model::hash::{FastBuild, FastMap, hash_bytes};
 
 const SHARDS: usize = 16;
 
@@ -42,9 +44,11 @@ pub struct Series {
     /// Process-local number (buffer shard, WAL references).
     pub id: u32,
     pub tsuid: Tsuid,
-    pub metric: Box<str>,
-    /// Sorted by tag key name.
-    pub tags: Box<[(Box<str>, Box<str>)]>,
+    /// The metric and the tags sorted by key, as [`series_key`] writes
+    /// them: the cache's key is this very string, so a series' names are
+    /// stored once, in one allocation (a million series cost a million
+    /// strings, not five million plus a tag vector each).
+    name: Box<str>,
     /// Where its definition was last logged in the WAL (segment and
     /// stretch of log; 0: never): the WAL writer's business.
     pub(crate) wal_segment: AtomicU64,
@@ -64,18 +68,29 @@ pub struct SeriesCache {
     uids: Arc<UidTable>,
     rules: NameRules,
     max_tags: usize,
-    shards: Vec<RwLock<FastMap<Box<str>, Arc<Series>>>>,
-    /// The process-local id given to each TSUID: a series re-resolved after
-    /// its names were forgotten keeps its id, so its buffered points and
-    /// WAL references stay one series.
-    ids: RwLock<FastMap<Tsuid, u32>>,
+    shards: Vec<Shard>,
+    /// The ids of the series whose names were [forgotten](Self::forget_names),
+    /// by TSUID: a series re-resolved after that keeps its id, so its
+    /// buffered points and WAL references stay one series. Filled only by
+    /// `forget_names` (a TSUID has one series until then), emptied as the
+    /// series come back.
+    forgotten: Mutex<FastMap<Tsuid, u32>>,
     next_id: AtomicU32,
     /// Cardinality limits on new series (none unless configured).
     limiter: Option<SeriesLimiter>,
 }
 
-/// Builds the cache key of a series: metric, then `k=v` sorted by key.
-fn series_key(metric: &str, tags: &[(&str, &str)], out: &mut String) {
+/// What separates the names in a series key: before each tag, and
+/// between its key and value. Validated names never hold them; a key built
+/// from names that do is not looked up (see [`series_key`]).
+const TAG_START: char = '\0';
+const TAG_VALUE: char = '\u{1}';
+
+/// Builds the cache key of a series: metric, then `\0k\x01v` per tag,
+/// sorted by key. Returns false if a name holds a separator: such a key
+/// could equal another series' key, so it must not be looked up (the
+/// names are then refused by validation).
+fn series_key(metric: &str, tags: &[(&str, &str)], out: &mut String) -> bool {
     out.clear();
     out.push_str(metric);
     let mut sorted: [(&str, &str); 16] = [("", ""); 16];
@@ -84,22 +99,79 @@ fn series_key(metric: &str, tags: &[(&str, &str)], out: &mut String) {
         let s = &mut sorted[..tags.len()];
         s.sort_unstable_by(|a, b| a.0.cmp(b.0));
         for (k, v) in s.iter() {
-            out.push('\0');
+            out.push(TAG_START);
             out.push_str(k);
-            out.push('\u{1}');
+            out.push(TAG_VALUE);
             out.push_str(v);
         }
     } else {
         let mut v: Vec<(&str, &str)> = tags.to_vec();
         v.sort_unstable_by(|a, b| a.0.cmp(b.0));
         for (k, val) in v {
-            out.push('\0');
+            out.push(TAG_START);
             out.push_str(k);
-            out.push('\u{1}');
+            out.push(TAG_VALUE);
             out.push_str(val);
         }
     }
+    let separators = 2 * tags.len();
+    out.bytes().filter(|b| *b <= 1).count() == separators
 }
+
+/// The tags of a series key, in key order.
+#[derive(Debug, Clone)]
+pub struct SeriesTags<'a> {
+    rest: &'a str,
+    left: usize,
+}
+
+impl<'a> Iterator for SeriesTags<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+        let tag = self.rest.strip_prefix(TAG_START)?;
+        let end = tag.find(TAG_START).unwrap_or(tag.len());
+        let (kv, rest) = tag.split_at(end);
+        self.rest = rest;
+        self.left -= 1;
+        let (k, v) = kv.split_once(TAG_VALUE).expect("a series key's tag");
+        Some((k, v))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for SeriesTags<'_> {}
+
+/// A cached series, found in its shard by its key (its name) without a
+/// second copy of the key.
+#[derive(Debug, Clone)]
+struct ByName(Arc<Series>);
+
+impl std::hash::Hash for ByName {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        // As `str` hashes, so that lookups by `&str` find it.
+        self.0.name.hash(h)
+    }
+}
+
+impl PartialEq for ByName {
+    fn eq(&self, other: &ByName) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for ByName {}
+
+impl std::borrow::Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
+}
+
+type Shard = RwLock<HashSet<ByName, FastBuild>>;
 
 impl SeriesCache {
     pub fn new(uids: Arc<UidTable>, max_tags: usize) -> SeriesCache {
@@ -108,9 +180,9 @@ impl SeriesCache {
             uids,
             max_tags,
             shards: (0..SHARDS)
-                .map(|_| RwLock::new(FastMap::default()))
+                .map(|_| RwLock::new(HashSet::default()))
                 .collect(),
-            ids: RwLock::new(FastMap::default()),
+            forgotten: Mutex::new(FastMap::default()),
             next_id: AtomicU32::new(1),
             limiter: None,
         }
@@ -131,8 +203,11 @@ impl SeriesCache {
     /// UID rename): the next point re-resolves its names, so a renamed name
     /// gets a new UID as in OpenTSDB instead of writing to the renamed one.
     pub fn forget_names(&self) {
+        let mut forgotten = self.forgotten.lock();
         for shard in &self.shards {
-            shard.write().clear();
+            for s in shard.write().drain() {
+                forgotten.insert(s.0.tsuid.clone(), s.0.id);
+            }
         }
     }
 
@@ -143,8 +218,8 @@ impl SeriesCache {
     /// Runs `f` on every known series.
     pub fn for_each(&self, mut f: impl FnMut(&Arc<Series>)) {
         for shard in &self.shards {
-            for s in shard.read().values() {
-                f(s);
+            for s in shard.read().iter() {
+                f(&s.0);
             }
         }
     }
@@ -158,7 +233,7 @@ impl SeriesCache {
         self.len() == 0
     }
 
-    fn shard(&self, key: &str) -> &RwLock<FastMap<Box<str>, Arc<Series>>> {
+    fn shard(&self, key: &str) -> &Shard {
         // Seeded apart from the maps' own hashing of the same key.
         let h = hash_bytes(0x5eed, key.as_bytes());
         &self.shards[(h % SHARDS as u64) as usize]
@@ -177,10 +252,10 @@ impl SeriesCache {
         key_buf: &mut String,
     ) -> Result<(Arc<Series>, Timestamp), PointError> {
         let ts = Timestamp::from_raw(raw_ts).map_err(|e| bad_timestamp(e, metric, value, tags))?;
-        series_key(metric, tags, key_buf);
-        let shard = self.shard(key_buf);
-        if let Some(s) = shard.read().get(key_buf.as_str()) {
-            return Ok((s.clone(), ts));
+        if series_key(metric, tags, key_buf)
+            && let Some(s) = self.shard(key_buf).read().get(key_buf.as_str())
+        {
+            return Ok((s.0.clone(), ts));
         }
         self.check_names(metric, tags)?;
         if let Some(limiter) = &self.limiter
@@ -203,7 +278,7 @@ impl SeriesCache {
         }
         let tsuid = Tsuid::new(metric_uid, pairs)
             .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
-        Ok((self.insert(key_buf, metric, tags, tsuid), ts))
+        Ok((self.insert(key_buf, tsuid), ts))
     }
 
     /// The TSUID of these names if every one of them has a UID already,
@@ -253,9 +328,10 @@ impl SeriesCache {
         tags: &[(&str, &str)],
     ) -> Result<Arc<Series>, PointError> {
         let mut key = String::new();
-        series_key(metric, tags, &mut key);
-        if let Some(s) = self.shard(&key).read().get(key.as_str()) {
-            return Ok(s.clone());
+        if series_key(metric, tags, &mut key)
+            && let Some(s) = self.shard(&key).read().get(key.as_str())
+        {
+            return Ok(s.0.clone());
         }
         let metric_uid = self.uids.assign(UidKind::Metric, metric)?.uid();
         let mut pairs = Vec::with_capacity(tags.len());
@@ -267,41 +343,32 @@ impl SeriesCache {
         }
         let tsuid = Tsuid::new(metric_uid, pairs)
             .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
-        Ok(self.insert(&key, metric, tags, tsuid))
+        Ok(self.insert(&key, tsuid))
     }
 
-    fn insert(&self, key: &str, metric: &str, tags: &[(&str, &str)], tsuid: Tsuid) -> Arc<Series> {
-        {
-            let mut map = self.shard(key).write();
-            if let Some(s) = map.get(key) {
-                return s.clone();
-            }
-            let mut sorted: Vec<(Box<str>, Box<str>)> = tags
-                .iter()
-                .map(|(k, v)| ((*k).into(), (*v).into()))
-                .collect();
-            sorted.sort();
-            let id = *self
-                .ids
-                .write()
-                .entry(tsuid.clone())
-                .or_insert_with(|| self.next_id.fetch_add(1, Ordering::Relaxed));
-            let s = Arc::new(Series::new(id, tsuid, metric, sorted));
-            map.insert(key.into(), s.clone());
-            s
+    /// Caches the series of `key` (as [`series_key`] built it from valid
+    /// names) unless a concurrent caller did.
+    fn insert(&self, key: &str, tsuid: Tsuid) -> Arc<Series> {
+        let mut map = self.shard(key).write();
+        if let Some(s) = map.get(key) {
+            return s.0.clone();
         }
+        let forgotten = self.forgotten.lock().remove(&tsuid);
+        let id = forgotten.unwrap_or_else(|| self.next_id.fetch_add(1, Ordering::Relaxed));
+        let s = Arc::new(Series::new(id, tsuid, key));
+        map.insert(ByName(s.clone()));
+        s
     }
 }
 
 impl Series {
-    /// A series with nothing logged, indexed or counted yet; `tags` sorted
-    /// by key name.
-    fn new(id: u32, tsuid: Tsuid, metric: &str, tags: Vec<(Box<str>, Box<str>)>) -> Series {
+    /// A series with nothing logged, indexed or counted yet, named by its
+    /// [`series_key`].
+    fn new(id: u32, tsuid: Tsuid, key: &str) -> Series {
         Series {
             id,
             tsuid,
-            metric: metric.into(),
-            tags: tags.into_boxed_slice(),
+            name: key.into(),
             wal_segment: AtomicU64::new(0),
             indexed_hour: AtomicU64::new(0),
             unsaved_points: AtomicU64::new(0),
@@ -316,15 +383,30 @@ impl Series {
         use crate::model::{Uid, UidWidth};
         let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
         let tsuid = Tsuid::new(u(1), vec![(u(1), u(id as u64))]).unwrap();
-        let tags = vec![("host".into(), format!("h{id}").into())];
-        Arc::new(Series::new(id, tsuid, metric, tags))
+        let mut key = String::new();
+        series_key(metric, &[("host", &format!("h{id}"))], &mut key);
+        Arc::new(Series::new(id, tsuid, &key))
+    }
+
+    pub fn metric(&self) -> &str {
+        let end = self.name.find(TAG_START).unwrap_or(self.name.len());
+        &self.name[..end]
+    }
+
+    /// The tags, sorted by key name.
+    pub fn tags(&self) -> SeriesTags<'_> {
+        let rest = &self.name[self.metric().len()..];
+        SeriesTags {
+            rest,
+            left: rest.bytes().filter(|b| *b == TAG_START as u8).count(),
+        }
     }
 
     /// `metric{k=v,...}` for logs.
     pub fn describe(&self) -> String {
-        let mut s = self.metric.to_string();
+        let mut s = self.metric().to_string();
         s.push('{');
-        for (i, (k, v)) in self.tags.iter().enumerate() {
+        for (i, (k, v)) in self.tags().enumerate() {
             if i > 0 {
                 s.push(',');
             }
@@ -426,6 +508,54 @@ mod tests {
             .unwrap();
         assert_ne!(a.id, d.id);
         assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn names_are_kept_once_and_read_back() {
+        let c = cache(true);
+        let mut buf = String::new();
+        let (s, _) = c
+            .resolve("m.x", 1, Value::Int(1), &[("z", "1"), ("a", "2")], &mut buf)
+            .unwrap();
+        assert_eq!(s.metric(), "m.x");
+        assert_eq!(s.tags().len(), 2);
+        assert_eq!(s.tags().collect::<Vec<_>>(), vec![("a", "2"), ("z", "1")]);
+        assert_eq!(s.describe(), "m.x{a=2,z=1}");
+    }
+
+    /// A name holding the key's separators could spell another series'
+    /// key: it is validated (and refused), never taken for that series.
+    #[test]
+    fn separators_in_names_never_reach_another_series() {
+        let c = cache(true);
+        let mut buf = String::new();
+        c.resolve("a", 1, Value::Int(1), &[("b", "c"), ("x", "y")], &mut buf)
+            .unwrap();
+        let r = c.resolve("a\0b\u{1}c", 1, Value::Int(1), &[("x", "y")], &mut buf);
+        assert!(matches!(r, Err(PointError::IllegalArgument(_))), "{r:?}");
+        assert_eq!(c.len(), 1);
+    }
+
+    /// After the names are forgotten (a rename, `dropcaches`) a series
+    /// resolved again keeps its id: its buffered points stay one series.
+    #[test]
+    fn a_forgotten_series_keeps_its_id() {
+        let c = cache(true);
+        let mut buf = String::new();
+        let (a, _) = c
+            .resolve("m", 1, Value::Int(1), &[("host", "a")], &mut buf)
+            .unwrap();
+        c.forget_names();
+        assert_eq!(c.len(), 0);
+        let (b, _) = c
+            .resolve("m", 1, Value::Int(1), &[("host", "a")], &mut buf)
+            .unwrap();
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert_eq!(a.id, b.id);
+        let (d, _) = c
+            .resolve("m", 1, Value::Int(1), &[("host", "b")], &mut buf)
+            .unwrap();
+        assert_ne!(d.id, a.id);
     }
 
     #[test]

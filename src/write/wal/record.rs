@@ -75,13 +75,13 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-/// Generic over the string type so the writer can encode a
-/// [`crate::write::Series`] (boxed strings) without copying its names.
+/// Generic over the tags' source so the writer can encode a
+/// [`crate::write::Series`] without copying its names.
 pub(super) fn encode_series<K: AsRef<str>, V: AsRef<str>>(
     out: &mut Vec<u8>,
     id: u32,
     metric: &str,
-    tags: &[(K, V)],
+    tags: impl ExactSizeIterator<Item = (K, V)>,
 ) {
     out.push(REC_SERIES);
     varint::put(id as u64, out);
@@ -471,7 +471,9 @@ pub(super) mod tests {
 
     fn encode(r: &Record, out: &mut Vec<u8>) {
         match r {
-            Record::Series { id, metric, tags } => encode_series(out, *id, metric, tags),
+            Record::Series { id, metric, tags } => {
+                encode_series(out, *id, metric, tags.iter().map(|(k, v)| (k, v)))
+            }
             Record::Point { id, ts, value } => encode_point(out, *id, *ts, *value),
             // As an older build wrote it: a point record with any raw time.
             Record::UnstorablePoint { id, raw_ts, value } => {
