@@ -19,6 +19,12 @@ use crate::write::{Series, wal};
 /// written again with late points).
 pub(super) const JOURNAL_CHECKPOINT_BYTES: u64 = 4 << 20;
 
+/// Hours sealed and written per batch of a flush: large enough that a
+/// batch's write is one efficient pass, small enough that sealing a
+/// million series does not hold a second copy of every buffered point
+/// (about 200 bytes per hour in flight, so ~3 MiB a batch).
+pub(super) const FLUSH_BATCH_HOURS: usize = 16 * 1024;
+
 /// How often the per-series point counters are added to `tsdb-meta`.
 const COUNTER_PERSIST_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -49,14 +55,36 @@ impl Db {
         self.flusher_wake.1.notify_one();
     }
 
-    /// One flush round: seals what `policy` says and writes it.
+    /// One flush round: seals what `policy` says and writes it, a batch
+    /// of at most [`FLUSH_BATCH_HOURS`] hours at a time.
     pub(super) fn flush(&self, policy: SealPolicy) -> usize {
         let _f = self.flush_lock.lock();
-        let (id, sealed) = self.buffer.seal(policy);
         let mut stored = 0;
-        // One store call per series: rows of several hours together.
+        loop {
+            let (id, sealed) = self.buffer.seal(policy, FLUSH_BATCH_HOURS);
+            let (written, failed) = self.write_sealed(&sealed);
+            self.buffer.finish(id);
+            stored += written;
+            // A failed write put its hours back: sealing again now would
+            // only take them again.
+            if failed || sealed.len() < FLUSH_BATCH_HOURS {
+                break;
+            }
+        }
+        self.stats
+            .points_stored
+            .fetch_add(stored as u64, Ordering::Relaxed);
+        stored
+    }
+
+    /// Writes sealed hours, one store call per series (rows of several
+    /// hours together); hours whose write fails go back to the buffer.
+    /// Returns the points stored and whether any write failed.
+    fn write_sealed(&self, sealed: &[SealedHour]) -> (usize, bool) {
+        let mut stored = 0;
+        let mut failed = false;
         let mut by_series: HashMap<u32, Vec<&SealedHour>> = HashMap::new();
-        for h in sealed.iter() {
+        for h in sealed {
             by_series.entry(h.series.id).or_default().push(h);
         }
         for hours in by_series.values() {
@@ -74,17 +102,14 @@ impl Db {
                 Err(e) => {
                     tracing::error!(series = %hours[0].series.describe(), error = %e, "writing rows failed; points kept in memory");
                     self.stats.flush_errors.fetch_add(1, Ordering::Relaxed);
+                    failed = true;
                     for h in hours {
                         self.buffer.put_back(h);
                     }
                 }
             }
         }
-        self.buffer.finish(id);
-        self.stats
-            .points_stored
-            .fetch_add(stored as u64, Ordering::Relaxed);
-        stored
+        (stored, failed)
     }
 
     /// Adds the points counted in memory since the last call to each

@@ -25,6 +25,7 @@ use parking_lot::RwLock;
 use thiserror::Error;
 
 use crate::model::Tsuid;
+use crate::model::hash::FastBuild;
 use crate::model::{Uid, UidWidths};
 use crate::storage::StorageError;
 
@@ -66,24 +67,56 @@ pub trait IndexStore: Send + Sync {
 }
 
 /// The series of one metric, with postings per tag pair.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct MetricSeries {
     /// Every series, in the order first seen; positions are series ids.
     pub series: Vec<Tsuid>,
+    /// Base hour of each series' newest row, by id.
+    hours: Vec<u32>,
+    /// Ids by their TSUID, hashed with [`tsuid_hash`]: a lookup table that
+    /// holds ids, not a second copy of each TSUID (at a million series the
+    /// copies were ~100 MB).
+    ids: hashbrown::HashTable<u32>,
     /// (tagk, tagv) → ids of series carrying that pair, ascending.
     postings: HashMap<(Uid, Uid), Vec<u32>>,
     /// tagk → its distinct values among this metric's series.
     values: HashMap<Uid, BTreeSet<Uid>>,
 }
 
+fn tsuid_hash(tsuid: &Tsuid) -> u64 {
+    use std::hash::BuildHasher;
+    FastBuild::default().hash_one(tsuid)
+}
+
+impl std::fmt::Debug for MetricSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricSeries")
+            .field("series", &self.series)
+            .field("hours", &self.hours)
+            .finish_non_exhaustive()
+    }
+}
+
 impl MetricSeries {
-    fn insert(&mut self, tsuid: Tsuid) {
+    /// The id of `tsuid` (of this metric), if known.
+    fn id_of(&self, tsuid: &Tsuid) -> Option<u32> {
+        self.ids
+            .find(tsuid_hash(tsuid), |&id| self.series[id as usize] == *tsuid)
+            .copied()
+    }
+
+    /// Adds a series not known yet.
+    fn insert(&mut self, tsuid: Tsuid, hour: u32) {
         let id = self.series.len() as u32;
         for &(k, v) in &tsuid.tags {
             self.postings.entry((k, v)).or_default().push(id);
             self.values.entry(k).or_default().insert(v);
         }
+        let series = &self.series;
+        self.ids
+            .insert_unique(tsuid_hash(&tsuid), id, |&i| tsuid_hash(&series[i as usize]));
         self.series.push(tsuid);
+        self.hours.push(hour);
     }
 
     /// Ids of series carrying `tagk=tagv`, ascending.
@@ -110,8 +143,16 @@ impl MetricSeries {
 #[derive(Default)]
 struct Inner {
     metrics: HashMap<Uid, MetricSeries>,
-    /// Every known series → base hour of its newest row.
-    known: HashMap<Tsuid, u32>,
+    /// How many series are known, over all metrics.
+    count: usize,
+}
+
+impl Inner {
+    /// The base hour of `tsuid`'s newest row, if the series is known.
+    fn hour(&self, tsuid: &Tsuid) -> Option<u32> {
+        let m = self.metrics.get(&tsuid.metric)?;
+        m.id_of(tsuid).map(|id| m.hours[id as usize])
+    }
 }
 
 /// Counts from a rebuild (the scan of the data rows it starts from).
@@ -177,25 +218,21 @@ impl SeriesIndex {
     pub fn add_at(&self, tsuid: &Tsuid, base_time: u32) -> Result<bool> {
         {
             let inner = self.inner.read();
-            if let Some(&hour) = inner.known.get(tsuid)
+            if let Some(hour) = inner.hour(tsuid)
                 && hour >= base_time
             {
                 return Ok(false);
             }
         }
         let mut inner = self.inner.write();
-        let is_new = match inner.known.get(tsuid) {
-            Some(&hour) if hour >= base_time => return Ok(false),
+        let is_new = match inner.hour(tsuid) {
+            Some(hour) if hour >= base_time => return Ok(false),
             Some(_) => false,
             None => true,
         };
         self.backend
             .record(&tsuid.to_bytes(&self.widths), base_time)?;
-        if is_new {
-            insert(&mut inner, tsuid.clone(), base_time);
-        } else if let Some(h) = inner.known.get_mut(tsuid) {
-            *h = base_time;
-        }
+        insert(&mut inner, tsuid.clone(), base_time);
         Ok(is_new)
     }
 
@@ -231,11 +268,11 @@ impl SeriesIndex {
 
     /// Whether the series is known, and the base hour of its newest row.
     pub fn last_hour(&self, tsuid: &Tsuid) -> Option<u32> {
-        self.inner.read().known.get(tsuid).copied()
+        self.inner.read().hour(tsuid)
     }
 
     pub fn len(&self) -> usize {
-        self.inner.read().known.len()
+        self.inner.read().count
     }
 
     pub fn is_empty(&self) -> bool {
@@ -261,8 +298,15 @@ impl SeriesIndex {
     }
 }
 
+/// Records `tsuid` with `hour` as its newest row's: a new series is
+/// added, a known one takes the hour.
 fn insert(inner: &mut Inner, tsuid: Tsuid, hour: u32) {
-    if inner.known.insert(tsuid.clone(), hour).is_none() {
-        inner.metrics.entry(tsuid.metric).or_default().insert(tsuid);
+    let m = inner.metrics.entry(tsuid.metric).or_default();
+    match m.id_of(&tsuid) {
+        Some(id) => m.hours[id as usize] = hour,
+        None => {
+            m.insert(tsuid, hour);
+            inner.count += 1;
+        }
     }
 }

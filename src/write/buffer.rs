@@ -182,9 +182,12 @@ impl Buffer {
         self.points.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Takes the hours `policy` seals; they stay readable until
-    /// [`Buffer::finish`] is called with the returned id.
-    pub(crate) fn seal(&self, policy: SealPolicy) -> (u64, Arc<Vec<SealedHour>>) {
+    /// Takes the hours `policy` seals, at most `max_hours` of them (the
+    /// caller seals again while a batch comes back full, so a flush of a
+    /// million series never holds them all in a second copy at once);
+    /// they stay readable until [`Buffer::finish`] is called with the
+    /// returned id.
+    pub(crate) fn seal(&self, policy: SealPolicy, max_hours: usize) -> (u64, Arc<Vec<SealedHour>>) {
         // Held until the sealed hours are registered as in flight: a reader
         // (which takes this lock before the shards) then sees every point
         // either in a shard or in flight, never in neither.
@@ -194,6 +197,9 @@ impl Buffer {
         for shard in &self.shards {
             let mut shard = shard.lock();
             shard.retain(|_, sb| {
+                if sealed.len() >= max_hours {
+                    return true;
+                }
                 let idle = policy.now_s.saturating_sub(sb.last_insert_s) >= policy.idle_s;
                 let newest = sb.newest_base;
                 let mut i = 0;
@@ -403,6 +409,36 @@ mod tests {
         }
     }
 
+    /// A seal takes at most the hours asked for; the rest stay buffered
+    /// and readable for the next seal.
+    #[test]
+    fn a_seal_takes_at_most_the_batch_asked_for() {
+        let b = Buffer::new();
+        let all: Vec<_> = (1..=10).map(series).collect();
+        for s in &all {
+            b.insert(s, Timestamp::Seconds(1356998400), Value::Int(1), 1);
+        }
+        let everything = SealPolicy {
+            everything: true,
+            ..policy()
+        };
+        let (first, batch) = b.seal(everything, 4);
+        assert_eq!(batch.len(), 4);
+        assert_eq!(b.points(), 6);
+        let read = b.read(all[0].tsuid.metric, 0, u64::MAX, &mut |_| true);
+        assert_eq!(read.len(), 10, "sealed hours in flight stay readable");
+        b.finish(first);
+        let (_, rest) = b.seal(everything, 100);
+        assert_eq!(rest.len(), 6);
+        let mut ids: Vec<u32> = batch
+            .iter()
+            .chain(rest.iter())
+            .map(|h| h.series.id)
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (1..=10).collect::<Vec<_>>());
+    }
+
     #[test]
     fn hours_seal_when_the_next_starts_and_reads_see_all() {
         let b = Buffer::new();
@@ -410,9 +446,9 @@ mod tests {
         b.insert(&s, Timestamp::Seconds(1356998400), Value::Int(1), 3);
         b.insert(&s, Timestamp::Seconds(1356998400), Value::Int(2), 4);
         b.insert(&s, Timestamp::Millis(1356998400500), Value::Float(0.5), 4);
-        assert_eq!(b.seal(policy()).1.len(), 0, "open hour stays");
+        assert_eq!(b.seal(policy(), usize::MAX).1.len(), 0, "open hour stays");
         b.insert(&s, Timestamp::Seconds(1357002000), Value::Int(3), 5);
-        let (id, sealed) = b.seal(policy());
+        let (id, sealed) = b.seal(policy(), usize::MAX);
         assert_eq!(sealed.len(), 1);
         assert_eq!(sealed[0].base, 1356998400);
         assert_eq!(sealed[0].min_segment, 3);
@@ -432,10 +468,13 @@ mod tests {
             b.read(s.tsuid.metric, 0, u64::MAX, &mut |_| true)[&s.tsuid].len(),
             1
         );
-        let (_, all) = b.seal(SealPolicy {
-            everything: true,
-            ..policy()
-        });
+        let (_, all) = b.seal(
+            SealPolicy {
+                everything: true,
+                ..policy()
+            },
+            usize::MAX,
+        );
         assert_eq!(all.len(), 1);
         assert_eq!(b.points(), 0);
     }
