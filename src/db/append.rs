@@ -8,8 +8,8 @@ use super::Db;
 use crate::model::row_span::LAST_ROW_BASE;
 use crate::model::{Timestamp, Value};
 use crate::protocol::PointError;
-use crate::write::Series;
 use crate::write::buffer;
+use crate::write::{Series, SeriesMemo};
 
 pub use crate::write::wal::{Appended, PendingPoint};
 
@@ -32,6 +32,18 @@ impl Db {
                 PointError::Storage(_) => self.writable().err().unwrap_or(e),
                 e => e,
             })
+    }
+
+    /// The series a connection's memo holds for a line's metric and tag
+    /// words as written ([`SeriesMemo`]); `None` sends the line through
+    /// [`resolve`](Self::resolve).
+    pub(crate) fn recall(
+        &self,
+        memo: &mut SeriesMemo,
+        metric: &str,
+        tags_text: &str,
+    ) -> Option<Arc<Series>> {
+        self.series.recall(memo, metric, tags_text)
     }
 
     /// Whether points can be logged and stored now: refused with the

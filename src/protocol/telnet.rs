@@ -152,17 +152,7 @@ pub fn parse_point<'a>(words: &[&'a str]) -> Result<PutLine<'a>, PointError> {
     if metric.is_empty() {
         return Err(PointError::IllegalArgument("empty metric name".into()));
     }
-    let ts_word: Cow<str> = if words[1].contains('.') {
-        Cow::Owned(words[1].replace('.', ""))
-    } else {
-        Cow::Borrowed(words[1])
-    };
-    let timestamp = crate::model::java::parse_long(&ts_word).map_err(PointError::InvalidValue)?;
-    if timestamp <= 0 {
-        return Err(PointError::IllegalArgument(format!(
-            "invalid timestamp: {timestamp}"
-        )));
-    }
+    let timestamp = parse_timestamp(words[1])?;
     let value_word = words[2];
     if value_word.is_empty() {
         return Err(PointError::IllegalArgument("empty value".into()));
@@ -181,6 +171,38 @@ pub fn parse_point<'a>(words: &[&'a str]) -> Result<PutLine<'a>, PointError> {
         value,
         tags,
     })
+}
+
+/// A line's timestamp word: dots dropped (`1356998400.500` is
+/// milliseconds), then a positive long.
+fn parse_timestamp(word: &str) -> Result<i64, PointError> {
+    let ts_word: Cow<str> = if word.contains('.') {
+        Cow::Owned(word.replace('.', ""))
+    } else {
+        Cow::Borrowed(word)
+    };
+    let timestamp = crate::model::java::parse_long(&ts_word).map_err(PointError::InvalidValue)?;
+    if timestamp <= 0 {
+        return Err(PointError::IllegalArgument(format!(
+            "invalid timestamp: {timestamp}"
+        )));
+    }
+    Ok(timestamp)
+}
+
+/// The timestamp and value of a point line (the words after the command
+/// word) whose metric and tags are known to be valid, because the same
+/// words named a series before. `None` if anything else is wrong: the
+/// full [`parse_point`] then says what, in OpenTSDB's order.
+pub fn parse_known_point(words: &[&str]) -> Option<(i64, Value)> {
+    let timestamp = parse_timestamp(words.get(1)?).ok()?;
+    let value_word = words.get(2)?;
+    if value_word.is_empty() {
+        return None;
+    }
+    let value = parse_value(value_word).ok()?;
+    check_finite(words[0], timestamp, value).ok()?;
+    Some((timestamp, value))
 }
 
 /// `TSDB.addPoint(float|double)`'s first check.

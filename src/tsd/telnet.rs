@@ -14,9 +14,10 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::model::Timestamp;
 use crate::protocol::PointError;
-use crate::protocol::telnet::{Words, decode_line, parse_put, split_lines};
-use crate::write::PendingPoint;
+use crate::protocol::telnet::{Words, decode_line, parse_known_point, parse_put, split_lines};
+use crate::write::{PendingPoint, SeriesMemo};
 
 use super::rpc::{self, After, Serve};
 use super::stats::inc;
@@ -78,6 +79,7 @@ struct Conn<'s> {
     batch: Vec<PendingPoint>,
     out: Vec<u8>,
     key: String,
+    memo: SeriesMemo,
 }
 
 impl Conn<'_> {
@@ -90,13 +92,30 @@ impl Conn<'_> {
         self.out.push(b'\n');
     }
 
-    fn put(&mut self, words: &[&str]) {
+    fn put(&mut self, line: &str, words: &[&str]) {
         inc(&self.state.stats.telnet_puts);
+        // The tag words as written, from the first to the line's end: with
+        // the metric, what the connection's memo knows series by.
+        let tags_text = words.get(4).map(|first| {
+            let at = first.as_ptr() as usize - line.as_ptr() as usize;
+            &line[at..]
+        });
+        if let Some(tags_text) = tags_text
+            && let Some(series) = self.state.db.recall(&mut self.memo, words[1], tags_text)
+            && let Some((raw_ts, value)) = parse_known_point(&words[1..])
+            && let Ok(ts) = Timestamp::from_raw(raw_ts)
+        {
+            self.batch.push(PendingPoint { series, ts, value });
+            return;
+        }
         let r = parse_put(words).and_then(|p| {
             let (series, ts) =
                 self.state
                     .db
                     .resolve(p.metric, p.timestamp, p.value, &p.tags, &mut self.key)?;
+            if let Some(tags_text) = tags_text {
+                self.memo.remember(p.metric, tags_text, series.clone());
+            }
             Ok(PendingPoint {
                 series,
                 ts,
@@ -135,7 +154,7 @@ impl Conn<'_> {
             .find(|(name, serve, _)| *name == cmd && serve.on(&self.state.options))
             .map(|(_, _, run)| *run);
         if let Some(Run::Put) = run {
-            self.put(words);
+            self.put(line, words);
             return After::Continue;
         }
         // Other commands see the points before them.
@@ -164,6 +183,7 @@ pub(crate) async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
         batch: Vec::with_capacity(1024),
         out: Vec::new(),
         key: String::new(),
+        memo: SeriesMemo::default(),
     };
     loop {
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {

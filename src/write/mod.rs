@@ -14,4 +14,5 @@ pub(crate) mod wal;
 
 pub use series::Series;
 pub(crate) use series::SeriesCache;
+pub(crate) use series::SeriesMemo;
 pub(crate) use wal::{Appended, PendingPoint};

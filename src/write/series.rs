@@ -63,6 +63,77 @@ pub struct Series {
     pub(crate) last_received: AtomicU64,
 }
 
+/// One connection's memo of the series its lines named, keyed by the
+/// names as written: the metric and the tag words in arrival order. A line
+/// that names a series the same way again skips parsing its tags, sorting
+/// them into the series key and the shared cache's lookup (together about
+/// a quarter of a telnet put's CPU with 8 tags). Bounded by
+/// [`SeriesMemo::MAX`] entries (emptied when full), and emptied when the
+/// shared cache forgets names ([`SeriesCache::recall`]).
+#[derive(Default)]
+pub struct SeriesMemo {
+    /// `metric`, a space, then the tag words as written.
+    table: hashbrown::HashTable<(Box<str>, Arc<Series>)>,
+    generation: u64,
+}
+
+impl SeriesMemo {
+    /// Entries kept per connection: a few MB at most, and more than the
+    /// series one collector connection usually sends.
+    pub const MAX: usize = 16 * 1024;
+
+    fn hash(metric: &str, tags_text: &str) -> u64 {
+        hash_bytes(
+            hash_bytes(0x6d656d6f, metric.as_bytes()),
+            tags_text.as_bytes(),
+        )
+    }
+
+    fn matches(key: &str, metric: &str, tags_text: &str) -> bool {
+        key.len() == metric.len() + 1 + tags_text.len()
+            && key.starts_with(metric)
+            && key.as_bytes()[metric.len()] == b' '
+            && key.ends_with(tags_text)
+    }
+
+    fn get(&self, metric: &str, tags_text: &str) -> Option<&Arc<Series>> {
+        self.table
+            .find(Self::hash(metric, tags_text), |(k, _)| {
+                Self::matches(k, metric, tags_text)
+            })
+            .map(|(_, s)| s)
+    }
+
+    /// Remembers that `metric` with `tags_text` named `series` (whose
+    /// names were checked).
+    pub fn remember(&mut self, metric: &str, tags_text: &str, series: Arc<Series>) {
+        if self.table.len() >= Self::MAX {
+            self.table.clear();
+        }
+        let hash = Self::hash(metric, tags_text);
+        if self
+            .table
+            .find(hash, |(k, _)| Self::matches(k, metric, tags_text))
+            .is_some()
+        {
+            return;
+        }
+        let key: Box<str> = format!("{metric} {tags_text}").into();
+        self.table.insert_unique(hash, (key, series), |(k, _)| {
+            let (m, t) = k.split_once(' ').expect("a memo key");
+            Self::hash(m, t)
+        });
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+}
+
 /// The cache of known series.
 pub struct SeriesCache {
     uids: Arc<UidTable>,
@@ -75,6 +146,9 @@ pub struct SeriesCache {
     /// `forget_names` (a TSUID has one series until then), emptied as the
     /// series come back.
     forgotten: Mutex<FastMap<Tsuid, u32>>,
+    /// Bumped each time names are forgotten: what a [`SeriesMemo`] checks
+    /// before it answers.
+    generation: AtomicU64,
     next_id: AtomicU32,
     /// Cardinality limits on new series (none unless configured).
     limiter: Option<SeriesLimiter>,
@@ -183,6 +257,7 @@ impl SeriesCache {
                 .map(|_| RwLock::new(HashSet::default()))
                 .collect(),
             forgotten: Mutex::new(FastMap::default()),
+            generation: AtomicU64::new(0),
             next_id: AtomicU32::new(1),
             limiter: None,
         }
@@ -209,6 +284,25 @@ impl SeriesCache {
                 forgotten.insert(s.0.tsuid.clone(), s.0.id);
             }
         }
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The series `memo` remembers for `metric` and `tags_text` (the tag
+    /// words as written), unless the names were forgotten since it
+    /// remembered anything (then the memo is emptied).
+    pub fn recall(
+        &self,
+        memo: &mut SeriesMemo,
+        metric: &str,
+        tags_text: &str,
+    ) -> Option<Arc<Series>> {
+        let generation = self.generation.load(Ordering::Acquire);
+        if memo.generation != generation {
+            memo.table.clear();
+            memo.generation = generation;
+            return None;
+        }
+        memo.get(metric, tags_text).cloned()
     }
 
     pub fn uids(&self) -> &Arc<UidTable> {
@@ -556,6 +650,56 @@ mod tests {
             .resolve("m", 1, Value::Int(1), &[("host", "b")], &mut buf)
             .unwrap();
         assert_ne!(d.id, a.id);
+    }
+
+    /// A memo answers for the names exactly as written, and forgets all
+    /// when the shared cache forgets names.
+    #[test]
+    fn a_memo_recalls_names_as_written_until_names_are_forgotten() {
+        let c = cache(true);
+        let mut buf = String::new();
+        let mut memo = SeriesMemo::default();
+        assert!(c.recall(&mut memo, "m", "host=a dc=x").is_none());
+        let (s, _) = c
+            .resolve(
+                "m",
+                1,
+                Value::Int(1),
+                &[("host", "a"), ("dc", "x")],
+                &mut buf,
+            )
+            .unwrap();
+        memo.remember("m", "host=a dc=x", s.clone());
+        memo.remember("m", "host=a dc=x", s.clone());
+        assert_eq!(memo.len(), 1);
+        let got = c.recall(&mut memo, "m", "host=a dc=x").unwrap();
+        assert!(Arc::ptr_eq(&got, &s));
+        // Other words, even naming the same series, are not this entry.
+        assert!(c.recall(&mut memo, "m", "dc=x host=a").is_none());
+        assert!(c.recall(&mut memo, "m", "host=a dc=x ").is_none());
+        assert!(c.recall(&mut memo, "m ", "host=a dc=x").is_none());
+        assert!(c.recall(&mut memo, "mm", "host=a dc=x").is_none());
+        c.forget_names();
+        assert!(c.recall(&mut memo, "m", "host=a dc=x").is_none());
+        assert!(memo.is_empty());
+    }
+
+    #[test]
+    fn a_memo_stays_within_its_bound() {
+        let c = cache(true);
+        let mut buf = String::new();
+        let (s, _) = c
+            .resolve("m", 1, Value::Int(1), &[("host", "a")], &mut buf)
+            .unwrap();
+        let mut memo = SeriesMemo::default();
+        for i in 0..SeriesMemo::MAX + 10 {
+            memo.remember("m", &format!("host=a x={i}"), s.clone());
+        }
+        assert!(memo.len() <= SeriesMemo::MAX);
+        assert!(
+            c.recall(&mut memo, "m", &format!("host=a x={}", SeriesMemo::MAX + 9))
+                .is_some()
+        );
     }
 
     #[test]

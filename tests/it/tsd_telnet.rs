@@ -311,3 +311,52 @@ fn idle_connections_time_out_and_limits_apply() {
         0
     );
 }
+
+/// Reads from a telnet connection until `want` has arrived.
+fn read_until(s: &mut TcpStream, want: &str) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains(want) {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed before {want:?}: {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// A connection remembers the series its lines named (the memo), but a
+/// rename on another connection is seen by its very next line: the old
+/// name gets a new UID as in OpenTSDB, and bad timestamps on a remembered
+/// series still get OpenTSDB's message with the tags.
+#[test]
+fn a_connection_sees_a_rename_made_elsewhere_at_once() {
+    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(
+        b"put memo.m 1356998400 1 host=a dc=x\nput memo.m 1356998401 2 host=a dc=x\nversion\n",
+    )
+    .unwrap();
+    read_until(&mut s, "Built on");
+    let r = http(
+        srv.addr,
+        "POST",
+        "/api/uid/rename?metric=memo.m&name=memo.renamed",
+        &[],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    s.write_all(
+        b"put memo.m 1356998410 3 host=a dc=x\nput memo.m 99999999999999 3 host=a dc=x\nversion\n",
+    )
+    .unwrap();
+    let out = read_until(&mut s, "Built on");
+    assert!(
+        out.starts_with(
+            "put: illegal argument: bad timestamp=99999999999999 when trying to add value=[3]/0 to metric=memo.m, tags={"
+        ),
+        "{out}"
+    );
+    assert_eq!(srv.point_count("memo.renamed"), 2);
+    assert_eq!(srv.point_count("memo.m"), 1);
+}
