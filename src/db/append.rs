@@ -114,9 +114,7 @@ impl Db {
             .wal
             .append(points)
             .map_err(|e| PointError::Unavailable(e.to_string()))?;
-        for p in points {
-            self.buffer.insert(&p.series, p.ts, p.value, a.segment);
-        }
+        self.buffer.insert_batch(points, a.segment);
         drop(g);
         // After the points are visible (see db/epochs.rs for the order).
         self.epochs.note_written(

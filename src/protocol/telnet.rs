@@ -48,7 +48,7 @@ pub fn split_lines(buf: &[u8], max: usize) -> Result<(Vec<&[u8]>, usize), usize>
 }
 
 fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
-    hay.iter().position(|&b| b == needle)
+    memchr::memchr(needle, hay)
 }
 
 /// The lines of a chunk (complete lines, `\n` or `\r\n`), decoded.
