@@ -25,7 +25,7 @@ use parking_lot::RwLock;
 use thiserror::Error;
 
 use crate::model::Tsuid;
-use crate::model::hash::FastBuild;
+use crate::model::hash::{FastBuild, FastMap};
 use crate::model::{Uid, UidWidths};
 use crate::storage::StorageError;
 
@@ -78,9 +78,9 @@ pub struct MetricSeries {
     /// copies were ~100 MB).
     ids: hashbrown::HashTable<u32>,
     /// (tagk, tagv) → ids of series carrying that pair, ascending.
-    postings: HashMap<(Uid, Uid), Vec<u32>>,
+    postings: FastMap<(Uid, Uid), Vec<u32>>,
     /// tagk → its distinct values among this metric's series.
-    values: HashMap<Uid, BTreeSet<Uid>>,
+    values: FastMap<Uid, BTreeSet<Uid>>,
 }
 
 fn tsuid_hash(tsuid: &Tsuid) -> u64 {
@@ -142,7 +142,9 @@ impl MetricSeries {
 
 #[derive(Default)]
 struct Inner {
-    metrics: HashMap<Uid, MetricSeries>,
+    /// Keyed, like every map here, by UIDs this TSD handed out, never by
+    /// client input: the crate's fast hash.
+    metrics: FastMap<Uid, MetricSeries>,
     /// How many series are known, over all metrics.
     count: usize,
 }

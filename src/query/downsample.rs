@@ -252,6 +252,15 @@ impl Bucketer {
         }
     }
 
+    /// Where the bucket starting at `bucket` ends (exclusive): the next
+    /// bucket's start, or the query's end for the single `all` bucket.
+    fn end_of(&self, bucket: i64) -> i64 {
+        match self.interval {
+            Interval::All => self.query_end,
+            _ => self.next(bucket),
+        }
+    }
+
     /// The bucket after `bucket`.
     pub(crate) fn next(&self, bucket: i64) -> i64 {
         match self.interval {
@@ -329,6 +338,9 @@ pub(crate) struct Downsampler<'a> {
     spec: &'a DownsampleSpec,
     bucketer: &'a Bucketer,
     current: Option<i64>,
+    /// Where `current` ends (exclusive): a point before it, in time order,
+    /// joins the current bucket without the bucketer's division.
+    current_end: i64,
     values: Vec<f64>,
     /// Fill range (inclusive bucket starts), when the policy fills.
     fill: Option<(i64, i64)>,
@@ -349,6 +361,7 @@ impl<'a> Downsampler<'a> {
             spec,
             bucketer,
             current: None,
+            current_end: i64::MIN,
             values: Vec::with_capacity(16),
             fill,
             next_fill: fill_range.0,
@@ -356,12 +369,20 @@ impl<'a> Downsampler<'a> {
     }
 
     pub(crate) fn push(&mut self, ts: i64, v: Value, out: &mut Vec<(i64, Value)>) {
+        if let Some(b) = self.current
+            && ts >= b
+            && ts < self.current_end
+        {
+            self.values.push(v.as_f64());
+            return;
+        }
         let Some(b) = self.bucketer.bucket(ts) else {
             return;
         };
         if self.current != Some(b) {
             self.flush(out);
             self.current = Some(b);
+            self.current_end = self.bucketer.end_of(b);
         }
         self.values.push(v.as_f64());
     }
@@ -416,6 +437,7 @@ impl<'a> Downsampler<'a> {
     ) -> Downsampler<'a> {
         let mut d = Downsampler::new(spec, bucketer, fill_range);
         d.current = state.current;
+        d.current_end = state.current.map_or(i64::MIN, |b| bucketer.end_of(b));
         d.values.clone_from(&state.values);
         d.next_fill = state.next_fill;
         d

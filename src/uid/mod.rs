@@ -14,6 +14,8 @@ pub mod backend;
 pub mod keys;
 
 use std::collections::HashMap;
+
+use crate::model::hash::FastMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -115,7 +117,9 @@ pub struct CacheStats {
 #[derive(Default)]
 struct KindCache {
     by_name: HashMap<Arc<str>, Uid>,
-    by_id: HashMap<Uid, Arc<str>>,
+    /// Keyed by UIDs this table handed out, never by client input: the
+    /// crate's fast hash (a query names thousands of series' tags here).
+    by_id: FastMap<Uid, Arc<str>>,
     /// Bumped by every rename, delete and drop. A reader that fetched a
     /// mapping from storage only caches it if the generation did not move
     /// meanwhile, so a lookup racing a rename cannot re-insert the old name.
