@@ -51,6 +51,7 @@
 pub mod cli;
 pub mod codec;
 pub mod config;
+pub mod coord;
 pub mod db;
 pub mod index;
 pub mod meta;

@@ -58,6 +58,8 @@ pub trait UidStore: Send + Sync {
     fn reverse(&self, kind: UidKind, uid: Uid) -> Result<Option<String>>;
 
     /// The highest UID handed out for `kind` so far (0 before the first).
+    /// An engine that reserves UIDs in blocks for each process counts the
+    /// reserved ones too; either way the counter only grows.
     fn max_id(&self, kind: UidKind) -> Result<u64>;
 
     /// Gives `name` (already validated) a UID unless it has one.
@@ -107,6 +109,16 @@ pub trait UidStore: Send + Sync {
 
     /// Makes every write so far durable on stable storage.
     fn sync(&self) -> Result<()>;
+
+    /// A number that moves whenever another process may have renamed or
+    /// deleted a mapping of `kind` (or this process may have missed such
+    /// a change, as after a lost connection). [`super::UidTable`] drops
+    /// its cached mappings of the kind when it moves, so a rename on one
+    /// TSD is seen by the others. An engine only one process writes
+    /// never moves it.
+    fn remote_changes(&self, _kind: UidKind) -> u64 {
+        0
+    }
 }
 
 #[cfg(test)]

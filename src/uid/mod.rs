@@ -124,6 +124,9 @@ struct KindCache {
     /// mapping from storage only caches it if the generation did not move
     /// meanwhile, so a lookup racing a rename cannot re-insert the old name.
     generation: u64,
+    /// The engine's [`UidStore::remote_changes`] when this cache was
+    /// last found current.
+    remote_seen: u64,
 }
 
 struct Kind {
@@ -211,6 +214,34 @@ impl UidTable {
         }
     }
 
+    /// Drops the kind's cached mappings if another process renamed or
+    /// deleted one since they were cached (one atomic load when not).
+    fn check_remote(&self, kind: UidKind, k: &Kind) {
+        let now = self.backend.remote_changes(kind);
+        if k.cache.read().remote_seen == now {
+            return;
+        }
+        let mut c = k.cache.write();
+        if c.remote_seen != now {
+            c.by_name.clear();
+            c.by_id.clear();
+            c.generation += 1;
+            c.remote_seen = now;
+            tracing::debug!(%kind, "UID cache dropped: names changed on another TSD");
+        }
+    }
+
+    /// Sum of the engine's [`UidStore::remote_changes`] over the kinds:
+    /// moves when another process renamed or deleted a name, so caches
+    /// holding names above this table (the write path's series cache)
+    /// know to drop them.
+    pub fn remote_changes(&self) -> u64 {
+        [UidKind::Metric, UidKind::TagKey, UidKind::TagValue]
+            .iter()
+            .map(|k| self.backend.remote_changes(*k))
+            .fold(0u64, u64::wrapping_add)
+    }
+
     fn cache_insert(&self, k: &Kind, generation: u64, name: &str, uid: Uid) {
         let mut c = k.cache.write();
         if c.generation == generation {
@@ -232,6 +263,7 @@ impl UidTable {
     /// The UID of `name` if it has one.
     pub fn lookup_id(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
         let k = self.k(kind);
+        self.check_remote(kind, k);
         let generation = {
             let c = k.cache.read();
             if let Some(uid) = c.by_name.get(name) {
@@ -251,6 +283,7 @@ impl UidTable {
     /// The name of `uid`, or `NoSuchId`.
     pub fn get_name(&self, kind: UidKind, uid: Uid) -> Result<Arc<str>> {
         let k = self.k(kind);
+        self.check_remote(kind, k);
         let generation = {
             let c = k.cache.read();
             if let Some(name) = c.by_id.get(&uid) {

@@ -1,0 +1,323 @@
+//! The one ZooKeeper session of a process, usable from blocking code.
+//!
+//! `zookeeper-client` is asynchronous; rtsdb's seams (`UidStore`,
+//! `Coordinator`) are called from blocking code, some of it on the TSD's
+//! own tokio workers, where blocking on another future of the same
+//! runtime could starve it. So the session runs on a small runtime of its
+//! own and each request is a task there whose answer comes back over a
+//! channel, bounded by the configured timeout: a lost quorum turns into a
+//! clear error, never a hang.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use thiserror::Error;
+use tokio::runtime::{Handle, Runtime};
+use zookeeper_client as zk;
+
+use crate::config::{Config, ConfigError};
+use crate::storage::StorageError;
+
+/// `tsd.storage.zk_quorum`: `host:port,...` of the ensemble.
+pub const QUORUM_KEY: &str = "tsd.storage.zk_quorum";
+/// `tsd.storage.zk_basedir`: the znode every path of rtsdb sits under.
+pub const BASEDIR_KEY: &str = "tsd.storage.zk_basedir";
+pub const DEFAULT_BASEDIR: &str = "/rtsdb";
+/// `tsd.storage.zk_session_timeout` (ms): how long the ensemble keeps
+/// this TSD's session (its locks) when it stops hearing from it.
+pub const SESSION_TIMEOUT_KEY: &str = "tsd.storage.zk_session_timeout";
+/// `tsd.storage.zk_timeout` (ms): how long one request may wait for an
+/// answer (a quorum) before it fails.
+pub const TIMEOUT_KEY: &str = "tsd.storage.zk_timeout";
+/// `tsd.storage.zk_lock_timeout` (ms): how long taking a cluster-wide
+/// lock may wait for its holder.
+pub const LOCK_TIMEOUT_KEY: &str = "tsd.storage.zk_lock_timeout";
+/// `tsd.storage.zk_uid_block`: UIDs a TSD reserves per counter update.
+pub const UID_BLOCK_KEY: &str = "tsd.storage.zk_uid_block";
+
+/// How to reach ZooKeeper and use it; defaults stated once, here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZkOptions {
+    pub quorum: String,
+    pub basedir: String,
+    /// Default 10 s: within the 2–20 ticks a default ensemble allows, and
+    /// long enough to ride out a leader election.
+    pub session_timeout: Duration,
+    /// Default 8 s: an election on a loaded machine takes a few seconds.
+    pub request_timeout: Duration,
+    /// Default 30 s.
+    pub lock_timeout: Duration,
+    /// Default 64: one counter update per 64 new names of a kind on a
+    /// TSD; a crash wastes at most 63 UIDs per kind (docs/cluster.md).
+    pub uid_block: u64,
+}
+
+impl ZkOptions {
+    /// Options for `quorum` with every default.
+    pub fn new(quorum: &str) -> ZkOptions {
+        ZkOptions {
+            quorum: quorum.to_string(),
+            basedir: DEFAULT_BASEDIR.to_string(),
+            session_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(8),
+            lock_timeout: Duration::from_secs(30),
+            uid_block: 64,
+        }
+    }
+
+    /// The options `config` sets; `None` when no quorum is configured.
+    pub fn from_config(config: &Config) -> std::result::Result<Option<ZkOptions>, ConfigError> {
+        let quorum = config.get_string(QUORUM_KEY).trim();
+        if quorum.is_empty() {
+            return Ok(None);
+        }
+        let mut o = ZkOptions::new(quorum);
+        let basedir = config.get_string(BASEDIR_KEY).trim();
+        if !basedir.is_empty() {
+            if !basedir.starts_with('/') {
+                return Err(ConfigError::bad_value(
+                    BASEDIR_KEY,
+                    basedir,
+                    "must be an absolute znode path",
+                ));
+            }
+            o.basedir = basedir.to_string();
+        }
+        let ms = |key: &str, default: Duration| -> std::result::Result<Duration, ConfigError> {
+            match config.get_int::<u64>(key)? {
+                Some(0) => Err(ConfigError::bad_value(key, "0", "must be at least 1 ms")),
+                Some(v) => Ok(Duration::from_millis(v)),
+                None => Ok(default),
+            }
+        };
+        o.session_timeout = ms(SESSION_TIMEOUT_KEY, o.session_timeout)?;
+        o.request_timeout = ms(TIMEOUT_KEY, o.request_timeout)?;
+        o.lock_timeout = ms(LOCK_TIMEOUT_KEY, o.lock_timeout)?;
+        match config.get_int::<u64>(UID_BLOCK_KEY)? {
+            Some(0) => {
+                return Err(ConfigError::bad_value(UID_BLOCK_KEY, "0", "must be at least 1"));
+            }
+            Some(n) => o.uid_block = n,
+            None => {}
+        }
+        Ok(Some(o))
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum CoordError {
+    #[error("cannot reach ZooKeeper at {quorum} ({QUORUM_KEY}): {cause}")]
+    Unreachable { quorum: String, cause: String },
+    #[error(
+        "ZooKeeper at {quorum} did not answer {what} within {} ms: is a majority of the ensemble up?",
+        timeout.as_millis()
+    )]
+    Timeout {
+        quorum: String,
+        what: String,
+        timeout: Duration,
+    },
+    #[error("ZooKeeper at {quorum}: {what}: {cause}")]
+    Failed {
+        quorum: String,
+        what: String,
+        cause: zk::Error,
+    },
+}
+
+impl From<CoordError> for StorageError {
+    fn from(e: CoordError) -> StorageError {
+        StorageError::Engine(e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, CoordError>;
+
+/// A connected ZooKeeper session and the runtime that drives it. A session
+/// the ensemble expired is replaced by a new one on the next request.
+pub struct ZkClient {
+    /// Taken on drop and shut down in the background: dropping a runtime
+    /// blocks, which panics inside another runtime's task.
+    runtime: Option<Runtime>,
+    handle: Handle,
+    options: ZkOptions,
+    session: Mutex<zk::Client>,
+    /// Each new session goes to the tasks that keep watches.
+    sessions: tokio::sync::watch::Sender<zk::Client>,
+}
+
+impl ZkClient {
+    /// Connects to the quorum, failing with [`CoordError::Unreachable`]
+    /// (naming it) when no member answers within the request timeout.
+    pub fn connect(options: &ZkOptions) -> Result<Arc<ZkClient>> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("zookeeper")
+            .enable_all()
+            .build()
+            .map_err(|e| CoordError::Unreachable {
+                quorum: options.quorum.clone(),
+                cause: format!("cannot start the client's runtime: {e}"),
+            })?;
+        let handle = runtime.handle().clone();
+        let client = connect_on(&handle, options)?;
+        let (sessions, _) = tokio::sync::watch::channel(client.clone());
+        Ok(Arc::new(ZkClient {
+            runtime: Some(runtime),
+            handle,
+            options: options.clone(),
+            session: Mutex::new(client),
+            sessions,
+        }))
+    }
+
+    pub fn options(&self) -> &ZkOptions {
+        &self.options
+    }
+
+    /// The live session, a new one if the ensemble expired the last.
+    fn session(&self) -> Result<zk::Client> {
+        let mut current = self.session.lock();
+        if matches!(
+            current.state(),
+            zk::SessionState::Expired | zk::SessionState::Closed | zk::SessionState::AuthFailed
+        ) {
+            tracing::warn!(quorum = %self.options.quorum, "ZooKeeper session ended; opening a new one");
+            *current = connect_on(&self.handle, &self.options)?;
+            self.sessions.send_replace(current.clone());
+        }
+        Ok(current.clone())
+    }
+
+    /// Runs `request` against the session, waiting at most the request
+    /// timeout. `what` names it in errors.
+    pub fn run<T, F, Fut>(&self, what: &str, request: F) -> Result<T>
+    where
+        F: FnOnce(zk::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, zk::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.run_within(what, self.options.request_timeout, request)
+    }
+
+    /// [`ZkClient::run`] with its own time limit (taking a lock waits for
+    /// the holder, longer than a request).
+    pub fn run_within<T, F, Fut>(&self, what: &str, limit: Duration, request: F) -> Result<T>
+    where
+        F: FnOnce(zk::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, zk::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let fut = request(self.session()?);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.handle.spawn(async move {
+            let _ = tx.send(tokio::time::timeout(limit, fut).await);
+        });
+        match rx.recv() {
+            Ok(Ok(Ok(v))) => Ok(v),
+            Ok(Ok(Err(cause))) => Err(CoordError::Failed {
+                quorum: self.options.quorum.clone(),
+                what: what.to_string(),
+                cause,
+            }),
+            Ok(Err(_elapsed)) => Err(CoordError::Timeout {
+                quorum: self.options.quorum.clone(),
+                what: what.to_string(),
+                timeout: limit,
+            }),
+            Err(_) => Err(CoordError::Unreachable {
+                quorum: self.options.quorum.clone(),
+                cause: "the client's runtime stopped".to_string(),
+            }),
+        }
+    }
+
+    /// Runs `task` in the background on the client's runtime (dropping a
+    /// lock, keeping a watch).
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.handle.spawn(task);
+    }
+
+    /// Keeps a persistent watch on `path` for as long as the client
+    /// lives, adding one to `moved` on every change of the node and every
+    /// time a session (re)connects: events missed while disconnected are
+    /// not redelivered, so a reconnect counts as a change. Disconnection
+    /// alone does not count, so caches keep serving while the ensemble is
+    /// away.
+    pub fn watch_changes(&self, path: String, moved: Arc<AtomicU64>) {
+        let mut sessions = self.sessions.subscribe();
+        self.spawn(async move {
+            loop {
+                let client = sessions.borrow_and_update().clone();
+                match client.watch(&path, zk::AddWatchMode::Persistent).await {
+                    Ok(mut watcher) => {
+                        moved.fetch_add(1, Ordering::SeqCst);
+                        loop {
+                            let event = watcher.changed().await;
+                            match (event.event_type, event.session_state) {
+                                (zk::EventType::Session, zk::SessionState::Disconnected) => {}
+                                (zk::EventType::Session, s) if s.is_terminated() => break,
+                                _ => {
+                                    moved.fetch_add(1, Ordering::SeqCst);
+                                }
+                            }
+                        }
+                    }
+                    Err(e) if client.state().is_terminated() => {
+                        tracing::debug!(path, error = %e, "watch waits for a new session");
+                    }
+                    Err(e) => {
+                        tracing::warn!(path, error = %e, "cannot watch; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                }
+                // The session ended: wait for the next one.
+                if sessions.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+impl Drop for ZkClient {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn connect_on(handle: &Handle, options: &ZkOptions) -> Result<zk::Client> {
+    let unreachable = |cause: String| CoordError::Unreachable {
+        quorum: options.quorum.clone(),
+        cause,
+    };
+    let quorum = options.quorum.clone();
+    let session_timeout = options.session_timeout;
+    let limit = options.request_timeout;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    handle.spawn(async move {
+        let connect = zk::Client::connector()
+            .with_session_timeout(session_timeout)
+            .with_connection_timeout(limit)
+            // Every member refusing is an answer: say so at once rather
+            // than retry for the whole session timeout.
+            .with_fail_eagerly()
+            .connect(&quorum);
+        let _ = tx.send(tokio::time::timeout(limit, connect).await);
+    });
+    match rx.recv() {
+        Ok(Ok(Ok(client))) => Ok(client),
+        Ok(Ok(Err(e))) => Err(unreachable(e.to_string())),
+        Ok(Err(_)) => Err(unreachable(format!(
+            "no session within {} ms",
+            limit.as_millis()
+        ))),
+        Err(_) => Err(unreachable("the client's runtime stopped".to_string())),
+    }
+}

@@ -1,0 +1,87 @@
+//! [`ZkCoordinator`]: the storage layer's cluster-wide locks and
+//! write-once records, over ZooKeeper.
+//!
+//! A lock is ZooKeeper's lock recipe: each contender creates an ephemeral
+//! sequential znode under the lock's directory and waits for the one just
+//! before it to go; the lowest holds the lock. Ephemeral, so a TSD that
+//! dies (its session expires) releases what it held. A record is created
+//! only if absent: the first TSD's bytes win and every later one reads
+//! them.
+
+use std::sync::Arc;
+
+use zookeeper_client as zk;
+
+use super::client::ZkClient;
+use super::names::Layout;
+use super::uid::create_with_parents;
+use crate::storage::Result;
+use crate::storage::coordinator::Coordinator;
+
+/// A [`Coordinator`] every TSD of a cluster shares through ZooKeeper.
+pub struct ZkCoordinator {
+    zk: Arc<ZkClient>,
+    layout: Layout,
+}
+
+impl ZkCoordinator {
+    pub fn new(zk: Arc<ZkClient>) -> ZkCoordinator {
+        let layout = Layout::new(&zk.options().basedir);
+        ZkCoordinator { zk, layout }
+    }
+}
+
+/// Holds a lock; dropping it deletes the contender's znode.
+struct ZkLockGuard {
+    lock: Option<zk::OwnedLockClient>,
+    zk: Arc<ZkClient>,
+}
+
+impl Drop for ZkLockGuard {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            // The client deletes the znode from a task of its runtime,
+            // which only exists there.
+            self.zk.spawn(async move { drop(lock) });
+        }
+    }
+}
+
+impl Coordinator for ZkCoordinator {
+    fn lock(&self, name: &str) -> Result<Box<dyn std::any::Any + Send>> {
+        let dir = self.layout.lock_dir(name);
+        let limit = self.zk.options().lock_timeout;
+        let lock = self.zk.run_within(&format!("lock {dir}"), limit, |c| async move {
+            let prefix = zk::LockPrefix::new_curator(&dir, "lock-")?;
+            let options = zk::LockOptions::new(zk::Acls::anyone_all())
+                .with_ancestor_options(zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()))?;
+            Ok(c.lock(prefix, b"", options).await?.into_owned())
+        })?;
+        Ok(Box::new(ZkLockGuard {
+            lock: Some(lock),
+            zk: self.zk.clone(),
+        }))
+    }
+
+    fn get_or_create(&self, name: &str, init: &[u8]) -> Result<Vec<u8>> {
+        let path = self.layout.record(name);
+        if let Some((dir, _)) = path.rsplit_once('/') {
+            create_with_parents(&self.zk, dir.to_string(), Vec::new())?;
+        }
+        let init = init.to_vec();
+        Ok(self.zk.run(&format!("create or read {path}"), |c| async move {
+            loop {
+                match c.create(&path, &init, &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())).await {
+                    Ok(_) => return Ok(init),
+                    Err(zk::Error::NodeExists) => match c.get_data(&path).await {
+                        Ok((data, _)) => return Ok(data),
+                        // Removed by hand in between: create again.
+                        Err(zk::Error::NoNode) => {}
+                        Err(e) => return Err(e),
+                    },
+                    Err(e) => return Err(e),
+                }
+            }
+        })?)
+    }
+}

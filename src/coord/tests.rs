@@ -1,0 +1,398 @@
+//! Against a real ZooKeeper: the cluster `scripts/cluster up` starts,
+//! found through `RTSDB_TEST_CLUSTER` (the conf file it printed; set by
+//! `scripts/test`). Without it these tests say they were skipped and
+//! pass. Each test works under its own base path.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::config::Config;
+use crate::model::{NameRules, UidKind, UidWidth, UidWidths};
+use crate::uid::backend::conformance;
+use crate::uid::{Assigned, AutoCreate, UidStore, UidTable, UidTableError};
+
+/// ZooKeeper options for one test, under a base path no other test or
+/// run uses; `None` (after saying so) when no cluster is configured.
+fn cluster(test: &str) -> Option<ZkOptions> {
+    let Ok(path) = std::env::var("RTSDB_TEST_CLUSTER") else {
+        eprintln!("{test}: skipped: RTSDB_TEST_CLUSTER not set (run scripts/test)");
+        return None;
+    };
+    let config = Config::load(Some(std::path::Path::new(&path))).expect("the cluster conf reads");
+    let mut o = ZkOptions::from_config(&config)
+        .expect("valid zk options")
+        .expect("the cluster conf names a quorum");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    o.basedir = format!("{}-test/{test}-{}-{nanos}", o.basedir, std::process::id());
+    Some(o)
+}
+
+fn widths() -> UidWidths {
+    UidWidths::default()
+}
+
+fn store(o: &ZkOptions) -> Arc<ZkUidStore> {
+    Arc::new(ZkUidStore::open(ZkClient::connect(o).unwrap(), widths()).unwrap())
+}
+
+fn table(store: Arc<ZkUidStore>) -> UidTable {
+    UidTable::new(store, AutoCreate::default(), NameRules::default())
+}
+
+/// Waits (bounded) for a watch to be delivered; the bound is a failure
+/// cut-off, not a speed assertion.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn zk_uid_store_passes_the_conformance_suite() {
+    let Some(mut o) = cluster("conformance") else { return };
+    // Blocks of one: the suite checks the counter name by name.
+    o.uid_block = 1;
+    conformance::run(store(&o));
+}
+
+#[test]
+fn zk_uid_store_passes_the_conformance_suite_through_the_table_with_blocks() {
+    let Some(o) = cluster("blocks") else { return };
+    assert_eq!(o.uid_block, 64, "the default block");
+    let s = store(&o);
+    let k = UidKind::TagValue;
+    for i in 0..100 {
+        let a = s.allocate(k, &format!("v{i}")).unwrap();
+        // One TSD alone hands out its blocks in order.
+        assert_eq!(a, Assigned::New(crate::model::Uid::new(i + 1, UidWidth::DEFAULT).unwrap()));
+    }
+    // Two counter updates for 100 names: the counter sits at the end of
+    // the second block, and its znode was written twice.
+    assert_eq!(s.max_id(k).unwrap(), 128);
+    let layout = names::Layout::new(&o.basedir);
+    let path = layout.max_id(k);
+    let zk = ZkClient::connect(&o).unwrap();
+    let version = zk
+        .run("stat", |c| async move { c.get_data(&path).await.map(|(_, stat)| stat.version) })
+        .unwrap();
+    assert_eq!(version, 2);
+    // A second TSD starts after the reserved range: no UID twice.
+    let other = store(&o);
+    assert_eq!(other.allocate(k, "w").unwrap().uid().id(), 129);
+    assert_eq!(s.max_id(k).unwrap(), 192);
+    assert_eq!(other.scan_reverse(k).unwrap().len(), 101);
+}
+
+#[test]
+fn two_stores_racing_for_the_same_new_names_agree() {
+    let Some(o) = cluster("race") else { return };
+    let stores = [store(&o), store(&o)];
+    let names: Vec<String> = (0..60).map(|i| format!("host{i:03}")).collect();
+    let highest = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let s = stores[t % 2].clone();
+            let names = names.clone();
+            let highest = highest.clone();
+            std::thread::spawn(move || {
+                names
+                    .iter()
+                    .map(|n| {
+                        let a = s.allocate(UidKind::TagValue, n).unwrap();
+                        // Counters never go back, whoever reads them.
+                        let m = s.max_id(UidKind::TagValue).unwrap();
+                        assert!(m >= highest.fetch_max(m, Ordering::SeqCst), "counter went back");
+                        a
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let results: Vec<Vec<Assigned>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut seen = std::collections::HashSet::new();
+    for (i, name) in names.iter().enumerate() {
+        let uid = results[0][i].uid();
+        assert!(results.iter().all(|r| r[i].uid() == uid), "{name}: {results:?}");
+        let new = results.iter().filter(|r| matches!(r[i], Assigned::New(_))).count();
+        assert_eq!(new, 1, "{name} assigned once");
+        assert!(seen.insert(uid), "{uid:?} given to two names");
+        for s in &stores {
+            assert_eq!(s.forward(UidKind::TagValue, name).unwrap(), Some(uid));
+            assert_eq!(s.reverse(UidKind::TagValue, uid).unwrap().as_deref(), Some(name.as_str()));
+        }
+    }
+    // No reverse mapping leaked from a lost race.
+    assert_eq!(stores[1].scan_reverse(UidKind::TagValue).unwrap().len(), names.len());
+    let scanned: Vec<String> = stores[0]
+        .scan_forward(UidKind::TagValue, b"host0")
+        .map(|r| r.unwrap().0)
+        .collect();
+    assert_eq!(scanned, names[..60].iter().filter(|n| n.starts_with("host0")).cloned().collect::<Vec<_>>());
+}
+
+#[test]
+fn renames_and_deletes_on_one_tsd_reach_the_others_caches() {
+    let Some(o) = cluster("watch") else { return };
+    let (a, b) = (table(store(&o)), table(store(&o)));
+    let k = UidKind::TagKey;
+    let uid = a.assign(k, "dc").unwrap().uid();
+    a.assign(k, "rack").unwrap();
+    // B caches both directions.
+    assert_eq!(b.get_id(k, "dc").unwrap(), uid);
+    assert_eq!(&*b.get_name(k, uid).unwrap(), "dc");
+    let hits = b.stats(k).hits.load(Ordering::Relaxed);
+    assert_eq!(b.get_id(k, "dc").unwrap(), uid);
+    assert_eq!(b.stats(k).hits.load(Ordering::Relaxed), hits + 1, "served from the cache");
+
+    let before = b.remote_changes();
+    a.rename(k, "dc", "datacenter").unwrap();
+    eventually("B sees the rename", || b.lookup_id(k, "dc").unwrap().is_none());
+    assert_eq!(&*b.get_name(k, uid).unwrap(), "datacenter");
+    assert_ne!(b.remote_changes(), before, "caches above the table can tell");
+
+    let rack = b.get_id(k, "rack").unwrap();
+    a.delete(k, "rack").unwrap();
+    eventually("B sees the delete", || b.lookup_id(k, "rack").unwrap().is_none());
+    assert!(matches!(b.get_name(k, rack), Err(UidTableError::NoSuchId { .. })));
+}
+
+#[test]
+fn exhausted_kinds_say_so() {
+    let Some(o) = cluster("exhausted") else { return };
+    let client = ZkClient::connect(&o).unwrap();
+    let w = UidWidth::new(1).unwrap();
+    let one = UidWidths {
+        metric: w,
+        tagk: w,
+        tagv: w,
+    };
+    let s = ZkUidStore::open(client, one).unwrap();
+    for i in 0..255 {
+        s.allocate(UidKind::Metric, &format!("m{i}")).unwrap();
+    }
+    let e = s.allocate(UidKind::Metric, "one.too.many").unwrap_err();
+    assert!(matches!(e, UidTableError::Exhausted { width: 1, .. }), "{e}");
+    assert_eq!(s.max_id(UidKind::Metric).unwrap(), 255);
+}
+
+#[test]
+fn cluster_locks_exclude_other_sessions() {
+    let Some(o) = cluster("locks") else { return };
+    let coords: Vec<Arc<ZkCoordinator>> = (0..2)
+        .map(|_| Arc::new(ZkCoordinator::new(ZkClient::connect(&o).unwrap())))
+        .collect();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let total = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (c, inside, total) = (coords[t % 2].clone(), inside.clone(), total.clone());
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    let _g = c.lock("counter/tsdb-uid").unwrap();
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders at once");
+                    std::thread::sleep(Duration::from_millis(2));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    total.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(total.load(Ordering::SeqCst), 40);
+    // Other names do not wait for a held one.
+    let _held = coords[0].lock("a").unwrap();
+    let _other = coords[1].lock("b").unwrap();
+}
+
+#[test]
+fn a_lock_held_by_a_session_that_dies_is_released() {
+    let Some(mut o) = cluster("lock-expiry") else { return };
+    o.session_timeout = Duration::from_secs(2);
+    let dying = ZkCoordinator::new(ZkClient::connect(&o).unwrap());
+    let guard = dying.lock("x").unwrap();
+    // The process "dies" holding it: guard and session vanish unreleased.
+    std::mem::forget(guard);
+    drop(dying);
+    let survivor = ZkCoordinator::new(ZkClient::connect(&o).unwrap());
+    drop(survivor.lock("x").unwrap());
+}
+
+#[test]
+fn the_layout_record_keeps_the_first_value_across_sessions() {
+    let Some(o) = cluster("record") else { return };
+    let a = ZkCoordinator::new(ZkClient::connect(&o).unwrap());
+    let b = ZkCoordinator::new(ZkClient::connect(&o).unwrap());
+    assert_eq!(a.get_or_create("layout", b"v1 w3").unwrap(), b"v1 w3");
+    assert_eq!(b.get_or_create("layout", b"v2 w4").unwrap(), b"v1 w3");
+    assert_eq!(a.get_or_create("other", b"x").unwrap(), b"x");
+}
+
+#[test]
+fn an_unreachable_quorum_is_named_at_start() {
+    // A port nothing listens on (no cluster needed).
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut o = ZkOptions::new(&format!("127.0.0.1:{port}"));
+    o.request_timeout = Duration::from_secs(3);
+    let e = ZkClient::connect(&o).err().expect("no ZooKeeper there");
+    let msg = e.to_string();
+    assert!(msg.contains(&format!("127.0.0.1:{port}")) && msg.contains("tsd.storage.zk_quorum"), "{msg}");
+}
+
+#[test]
+fn options_come_from_the_config() {
+    let mut c = Config::default();
+    assert_eq!(ZkOptions::from_config(&c).unwrap(), None);
+    c.set("tsd.storage.zk_quorum", "h1:2181,h2:2181");
+    let o = ZkOptions::from_config(&c).unwrap().unwrap();
+    assert_eq!(o, ZkOptions::new("h1:2181,h2:2181"));
+    assert_eq!(o.basedir, "/rtsdb");
+    c.set("tsd.storage.zk_basedir", "/prod/tsdb");
+    c.set("tsd.storage.zk_uid_block", "1000");
+    c.set("tsd.storage.zk_timeout", "2500");
+    let o = ZkOptions::from_config(&c).unwrap().unwrap();
+    assert_eq!((o.basedir.as_str(), o.uid_block), ("/prod/tsdb", 1000));
+    assert_eq!(o.request_timeout, Duration::from_millis(2500));
+    c.set("tsd.storage.zk_basedir", "relative");
+    assert!(ZkOptions::from_config(&c).is_err());
+    c.set("tsd.storage.zk_basedir", "/x");
+    c.set("tsd.storage.zk_uid_block", "0");
+    assert!(ZkOptions::from_config(&c).is_err());
+}
+
+/// A TCP relay to one ZooKeeper member that can be cut: the quorum as
+/// this process sees it, lost and regained without touching the shared
+/// cluster.
+struct Relay {
+    port: u16,
+    up: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Relay {
+    fn start(target: String) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(true));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (u, cs) = (up.clone(), conns.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let server = match u.load(Ordering::SeqCst).then(|| TcpStream::connect(&target)) {
+                    Some(Ok(s)) => s,
+                    _ => {
+                        let _ = client.shutdown(Shutdown::Both);
+                        continue;
+                    }
+                };
+                cs.lock().unwrap().extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16 * 1024];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Relay { port, up, conns }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_lost_quorum_fails_new_names_clearly_and_keeps_known_ones() {
+    let Some(mut o) = cluster("quorum-lost") else { return };
+    let member = o.quorum.split(',').next().unwrap().to_string();
+    let relay = Relay::start(member);
+    o.quorum = format!("127.0.0.1:{}", relay.port);
+    o.request_timeout = Duration::from_secs(2);
+    let t = table(store(&o));
+    let k = UidKind::TagValue;
+    let known = t.assign(k, "known").unwrap().uid();
+    assert_eq!(t.get_id(k, "known").unwrap(), known);
+
+    relay.cut();
+    // Known names: from the cache, no ZooKeeper needed.
+    assert_eq!(t.get_or_create_id(k, "known").unwrap(), known);
+    assert_eq!(&*t.get_name(k, known).unwrap(), "known");
+    // New names: a clear error naming the quorum.
+    let e = t.get_or_create_id(k, "new").unwrap_err().to_string();
+    assert!(e.contains(&o.quorum) && e.contains("majority"), "{e}");
+
+    relay.restore();
+    // Back by itself: the session reconnects (or a new one is opened).
+    let mut got = None;
+    eventually("new names work again", || {
+        got = t.get_or_create_id(k, "new").ok();
+        got.is_some()
+    });
+    assert_ne!(got, Some(known));
+    assert_eq!(t.get_id(k, "known").unwrap(), known);
+}
+
+/// UIDs per second for new names, one store and two (run by hand:
+/// `RTSDB_TEST_CLUSTER=... cargo test --lib coord::tests::bench -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn bench_new_names_per_second() {
+    let Some(o) = cluster("bench") else { return };
+    let n = 2000;
+    for stores in [1usize, 2] {
+        let o = ZkOptions {
+            basedir: format!("{}-{stores}", o.basedir),
+            ..o.clone()
+        };
+        let tables: Vec<Arc<UidTable>> = (0..stores).map(|_| Arc::new(table(store(&o)))).collect();
+        let start = Instant::now();
+        let threads: Vec<_> = tables
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    for j in 0..n / stores {
+                        t.assign(UidKind::TagValue, &format!("n{i}-{j}")).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for th in threads {
+            th.join().unwrap();
+        }
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "{stores} store(s): {n} new names in {secs:.2} s = {:.0} UIDs/s (block {})",
+            n as f64 / secs,
+            o.uid_block
+        );
+    }
+}

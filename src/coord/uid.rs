@@ -1,0 +1,587 @@
+//! [`ZkUidStore`]: UID mappings and counters kept in ZooKeeper, shared by
+//! every TSD of a cluster.
+//!
+//! - **Counters in blocks.** A TSD reserves [`ZkOptions::uid_block`] UIDs
+//!   of a kind with one compare-and-set of the kind's `maxid` znode and
+//!   hands them out from memory, so a burst of new names pays the counter
+//!   round trip once per block, not per name. The counter only grows; a
+//!   TSD that stops leaves the rest of its block unused (wasted, never
+//!   reused), which is what [`UidStore::max_id`] then counts.
+//! - **Mappings in one transaction.** The reverse and forward znodes of a
+//!   new name are created in one ZooKeeper `multi`: both or neither exist,
+//!   so neither a crash nor a lost race leaks a reverse mapping (better
+//!   than OpenTSDB's separate compare-and-sets). Two TSDs racing for one
+//!   name: the forward create of one fails, it reads the winner's UID and
+//!   keeps its own for its next name.
+//! - **Renames and deletes** are one `multi` each, which also writes the
+//!   kind's `changes` znode; every TSD watches it and drops its cached
+//!   mappings of the kind when it moves ([`UidStore::remote_changes`]).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use zookeeper_client as zk;
+
+use super::client::{CoordError, ZkClient, ZkOptions};
+use super::names::{Layout, hex, unescape};
+use crate::model::{Uid, UidKind, UidWidth, UidWidths};
+use crate::uid::{Assigned, ForwardScan, Result, UidStore, UidTableError};
+
+const KINDS: [UidKind; 3] = [UidKind::Metric, UidKind::TagKey, UidKind::TagValue];
+
+fn persistent() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+}
+
+/// The UIDs of a kind this TSD reserved and has not handed out yet.
+#[derive(Debug, Default)]
+struct Block {
+    /// Next UID of the reserved range `next..=last` (empty when past it).
+    next: u64,
+    last: u64,
+    /// UIDs taken for a name another TSD won: never visible anywhere, so
+    /// handed to the next new name.
+    returned: Vec<u64>,
+}
+
+struct KindState {
+    width: UidWidth,
+    block: Mutex<Block>,
+    /// Moves when another TSD renamed or deleted a name of the kind.
+    changes: Arc<AtomicU64>,
+}
+
+/// A [`UidStore`] over ZooKeeper; see the [module docs](self).
+pub struct ZkUidStore {
+    zk: Arc<ZkClient>,
+    layout: Layout,
+    widths: UidWidths,
+    block_size: u64,
+    kinds: [KindState; 3],
+}
+
+fn to_uid_err(e: CoordError) -> UidTableError {
+    UidTableError::Storage(e.into())
+}
+
+impl ZkUidStore {
+    /// Opens the UID directories under the client's base path, creating
+    /// the counters (at 0) and directories a first TSD finds missing, and
+    /// starts watching other TSDs' renames and deletes.
+    pub fn open(zk: Arc<ZkClient>, widths: UidWidths) -> Result<ZkUidStore> {
+        let options: &ZkOptions = zk.options();
+        let layout = Layout::new(&options.basedir);
+        let block_size = options.uid_block.max(1);
+        for kind in KINDS {
+            for (path, data) in [
+                (layout.names_root(kind), &b""[..]),
+                (layout.ids_root(kind), b""),
+                (layout.max_id(kind), b"0"),
+                (layout.changes(kind), b""),
+            ] {
+                create_with_parents(&zk, path, data.to_vec()).map_err(to_uid_err)?;
+            }
+        }
+        let kinds = KINDS.map(|kind| KindState {
+            width: widths.of(kind),
+            block: Mutex::new(Block {
+                next: 1,
+                last: 0,
+                returned: Vec::new(),
+            }),
+            changes: Arc::new(AtomicU64::new(0)),
+        });
+        for (kind, state) in KINDS.iter().zip(&kinds) {
+            zk.watch_changes(layout.changes(*kind), state.changes.clone());
+        }
+        Ok(ZkUidStore {
+            zk,
+            layout,
+            widths,
+            block_size,
+            kinds,
+        })
+    }
+
+    fn k(&self, kind: UidKind) -> &KindState {
+        &self.kinds[kind.index()]
+    }
+
+    fn corrupt(kind: UidKind, what: &str, reason: impl Into<String>) -> UidTableError {
+        UidTableError::Corrupt {
+            kind,
+            what: what.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    fn decode_uid(&self, kind: UidKind, name: &str, data: &[u8]) -> Result<Uid> {
+        Uid::from_bytes(data, self.k(kind).width)
+            .map_err(|e| Self::corrupt(kind, name, format!("forward znode: {e}")))
+    }
+
+    /// Data of `path`, `None` if it does not exist.
+    fn get(&self, path: &str) -> Result<Option<(Vec<u8>, zk::Stat)>> {
+        let p = path.to_string();
+        self.zk
+            .run(&format!("read {path}"), |c| async move {
+                match c.get_data(&p).await {
+                    Ok(found) => Ok(Some(found)),
+                    Err(zk::Error::NoNode) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .map_err(to_uid_err)
+    }
+
+    /// A UID for a new name: from this TSD's block, reserving a new block
+    /// when it is used up.
+    fn take_id(&self, kind: UidKind) -> Result<u64> {
+        let state = self.k(kind);
+        let mut block = state.block.lock();
+        if let Some(id) = block.returned.pop() {
+            return Ok(id);
+        }
+        if block.next > block.last {
+            let (first, last) = self.reserve(kind)?;
+            block.next = first;
+            block.last = last;
+        }
+        let id = block.next;
+        block.next += 1;
+        Ok(id)
+    }
+
+    fn give_back(&self, kind: UidKind, id: u64) {
+        self.k(kind).block.lock().returned.push(id);
+    }
+
+    /// Moves the kind's counter up by a block (compare-and-set on the
+    /// znode's version, retried when another TSD moved it first); returns
+    /// the reserved range.
+    fn reserve(&self, kind: UidKind) -> Result<(u64, u64)> {
+        let width = self.k(kind).width;
+        let path = self.layout.max_id(kind);
+        loop {
+            let (data, stat) = self
+                .get(&path)?
+                .ok_or_else(|| Self::corrupt(kind, &path, "the counter znode is missing"))?;
+            let current = parse_counter(&data)
+                .ok_or_else(|| Self::corrupt(kind, &path, "the counter is not a decimal number"))?;
+            if current >= width.max_id() {
+                return Err(UidTableError::Exhausted {
+                    kind,
+                    width: width.bytes(),
+                });
+            }
+            let last = current.saturating_add(self.block_size).min(width.max_id());
+            let (p, version) = (path.clone(), stat.version);
+            let moved = self
+                .zk
+                .run(&format!("reserve UIDs at {path}"), move |c| async move {
+                    match c.set_data(&p, last.to_string().as_bytes(), Some(version)).await {
+                        Ok(_) => Ok(true),
+                        Err(zk::Error::BadVersion) => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                })
+                .map_err(to_uid_err)?;
+            if moved {
+                tracing::debug!(%kind, first = current + 1, last, "reserved a block of UIDs");
+                return Ok((current + 1, last));
+            }
+        }
+    }
+
+    fn parents_of(paths: &[&str]) -> Vec<String> {
+        paths
+            .iter()
+            .filter_map(|p| p.rsplit_once('/').map(|(dir, _)| dir.to_string()))
+            .collect()
+    }
+
+    fn ensure_dirs(&self, dirs: Vec<String>) -> Result<()> {
+        for dir in dirs {
+            create_with_parents(&self.zk, dir, Vec::new()).map_err(to_uid_err)?;
+        }
+        Ok(())
+    }
+
+    /// Every child of `dir` (none if it does not exist).
+    fn children(&self, dir: &str) -> Result<Vec<String>> {
+        let d = dir.to_string();
+        self.zk
+            .run(&format!("list {dir}"), |c| async move {
+                match c.list_children(&d).await {
+                    Ok(v) => Ok(v),
+                    Err(zk::Error::NoNode) => Ok(Vec::new()),
+                    Err(e) => Err(e),
+                }
+            })
+            .map_err(to_uid_err)
+    }
+
+    /// The children of each of `dirs`, and the data of each child, in one
+    /// pipelined exchange: (child path, data) for the children that still
+    /// exist when read.
+    fn read_all(&self, dirs: Vec<String>) -> Result<Vec<(String, Vec<u8>)>> {
+        let what = format!("read {} directories", dirs.len());
+        self.zk
+            .run(&what, |c| async move {
+                // Requests are sent when their futures are made: make them
+                // all, then wait, so a listing costs one round trip.
+                let listings: Vec<_> = dirs
+                    .iter()
+                    .map(|d| (d.clone(), c.list_children(d)))
+                    .collect();
+                let mut paths = Vec::new();
+                for (dir, listing) in listings {
+                    match listing.await {
+                        Ok(names) => paths.extend(names.into_iter().map(|n| format!("{dir}/{n}"))),
+                        Err(zk::Error::NoNode) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                let reads: Vec<_> = paths.iter().map(|p| c.get_data(p)).collect();
+                let mut out = Vec::with_capacity(paths.len());
+                for (path, read) in paths.iter().zip(reads) {
+                    match read.await {
+                        Ok((data, _)) => out.push((path.clone(), data)),
+                        Err(zk::Error::NoNode) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(out)
+            })
+            .map_err(to_uid_err)
+    }
+
+    /// Forward mappings under one two-byte prefix directory whose names
+    /// start with `prefix`, sorted by name.
+    fn forward_dir(&self, kind: UidKind, prefix_dir: &str, prefix: &[u8]) -> Result<Vec<(String, Uid)>> {
+        let dir = self.layout.names_prefix_dir(kind, prefix_dir);
+        let spread: Vec<String> = self
+            .children(&dir)?
+            .into_iter()
+            .map(|s| format!("{dir}/{s}"))
+            .collect();
+        let mut out = Vec::new();
+        for (path, data) in self.read_all(spread)? {
+            let Some(name) = path.rsplit('/').next().and_then(unescape) else {
+                continue;
+            };
+            if !name.as_bytes().starts_with(prefix) {
+                continue;
+            }
+            // Not well-formed: skipped, as the trait asks (fsck reports).
+            if let Ok(uid) = Uid::from_bytes(&data, self.k(kind).width) {
+                out.push((name, uid));
+            }
+        }
+        out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        Ok(out)
+    }
+}
+
+/// The counter's text (decimal, so `zkCli get` shows it).
+fn parse_counter(data: &[u8]) -> Option<u64> {
+    std::str::from_utf8(data).ok()?.trim().parse().ok()
+}
+
+/// Creates `path` with `data` unless it exists, creating missing parents.
+pub fn create_with_parents(zk: &ZkClient, path: String, data: Vec<u8>) -> super::client::Result<()> {
+    let what = format!("create {path}");
+    zk.run(&what, |c| async move {
+        loop {
+            match c.create(&path, &data, &persistent()).await {
+                Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
+                Err(zk::Error::NoNode) => {
+                    let parent = match path.rsplit_once('/') {
+                        Some(("", _)) | None => return Err(zk::Error::NoNode),
+                        Some((parent, _)) => parent.to_string(),
+                    };
+                    match c.mkdir(&parent, &persistent()).await {
+                        Ok(()) | Err(zk::Error::NodeExists) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    })
+}
+
+/// How a `multi` of this module ended.
+enum MultiOutcome {
+    Done,
+    /// Operation `index` failed with `cause`; nothing was applied.
+    Failed { index: usize, cause: zk::Error },
+}
+
+impl ZkUidStore {
+    /// Commits `ops` (built by `build`) as one transaction.
+    fn multi(
+        &self,
+        what: &str,
+        build: impl FnOnce(&mut zk::MultiWriter<'_>) -> std::result::Result<(), zk::Error> + Send + 'static,
+    ) -> Result<MultiOutcome> {
+        self.zk
+            .run(what, |c| async move {
+                let mut m = c.new_multi_writer();
+                build(&mut m)?;
+                match m.commit().await {
+                    Ok(_) => Ok(MultiOutcome::Done),
+                    Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                        Ok(MultiOutcome::Failed { index, cause: source })
+                    }
+                    Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
+                }
+            })
+            .map_err(to_uid_err)
+    }
+}
+
+impl UidStore for ZkUidStore {
+    fn widths(&self) -> UidWidths {
+        self.widths
+    }
+
+    fn forward(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
+        match self.get(&self.layout.forward(kind, name))? {
+            Some((data, _)) => Ok(Some(self.decode_uid(kind, name, &data)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn reverse(&self, kind: UidKind, uid: Uid) -> Result<Option<String>> {
+        let path = self.layout.reverse(kind, uid, self.k(kind).width);
+        match self.get(&path)? {
+            Some((data, _)) => String::from_utf8(data)
+                .map(Some)
+                .map_err(|_| Self::corrupt(kind, &path, "the name is not UTF-8")),
+            None => Ok(None),
+        }
+    }
+
+    /// The kind's counter: the highest UID handed out or reserved by a
+    /// TSD (blocks are reserved whole; see the module docs).
+    fn max_id(&self, kind: UidKind) -> Result<u64> {
+        let path = self.layout.max_id(kind);
+        match self.get(&path)? {
+            Some((data, _)) => parse_counter(&data)
+                .ok_or_else(|| Self::corrupt(kind, &path, "the counter is not a decimal number")),
+            None => Ok(0),
+        }
+    }
+
+    fn allocate(&self, kind: UidKind, name: &str) -> Result<Assigned> {
+        let width = self.k(kind).width;
+        let forward = self.layout.forward(kind, name);
+        // No read first: the caller (UidTable) has just missed the name,
+        // and the transaction's forward create tells whether it exists.
+        loop {
+            let id = self.take_id(kind)?;
+            let uid = Uid::new(id, width).map_err(|e| Self::corrupt(kind, name, e.to_string()))?;
+            let reverse = self.layout.reverse(kind, uid, width);
+            let (f, r, n, bytes) = (forward.clone(), reverse.clone(), name.to_string(), uid.to_bytes(width));
+            let outcome = self.multi(&format!("assign {kind} '{name}'"), move |m| {
+                m.add_create(&r, n.as_bytes(), &persistent())?;
+                m.add_create(&f, &bytes, &persistent())
+            })?;
+            match outcome {
+                MultiOutcome::Done => return Ok(Assigned::New(uid)),
+                MultiOutcome::Failed { index: 1, cause: zk::Error::NodeExists } => {
+                    self.give_back(kind, id);
+                    if let Some(existing) = self.forward(kind, name)? {
+                        return Ok(Assigned::Existing(existing));
+                    }
+                    // Deleted between the two steps: try again.
+                }
+                MultiOutcome::Failed { cause: zk::Error::NoNode, .. } => {
+                    // A first name under a new directory.
+                    self.give_back(kind, id);
+                    self.ensure_dirs(Self::parents_of(&[&forward, &reverse]))?;
+                }
+                MultiOutcome::Failed { index, cause } => {
+                    return Err(Self::corrupt(
+                        kind,
+                        name,
+                        format!(
+                            "assigning UID {id}: {} failed: {cause}",
+                            if index == 0 { reverse } else { forward }
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+
+    fn rename(&self, kind: UidKind, old: &str, new: &str) -> Result<Uid> {
+        let width = self.k(kind).width;
+        let old_path = self.layout.forward(kind, old);
+        let new_path = self.layout.forward(kind, new);
+        loop {
+            let Some((data, stat)) = self.get(&old_path)? else {
+                return Err(UidTableError::NoSuchName {
+                    kind,
+                    name: old.to_string(),
+                });
+            };
+            let uid = self.decode_uid(kind, old, &data)?;
+            let reverse = self.layout.reverse(kind, uid, width);
+            let changes = self.layout.changes(kind);
+            let (o, n, r, name) = (old_path.clone(), new_path.clone(), reverse.clone(), new.to_string());
+            let outcome = self.multi(&format!("rename {kind} '{old}' to '{new}'"), move |m| {
+                m.add_create(&n, &data, &persistent())?;
+                m.add_delete(&o, Some(stat.version))?;
+                m.add_set_data(&r, name.as_bytes(), None)?;
+                m.add_set_data(&changes, b"", None)
+            })?;
+            match outcome {
+                MultiOutcome::Done => return Ok(uid),
+                MultiOutcome::Failed { index: 0, cause: zk::Error::NodeExists } => {
+                    let existing = self.forward(kind, new)?.map(|u| u.to_bytes(width)).unwrap_or_default();
+                    return Err(UidTableError::RenameTargetExists {
+                        kind,
+                        width: width.bytes(),
+                        old: old.to_string(),
+                        new: new.to_string(),
+                        existing,
+                    });
+                }
+                MultiOutcome::Failed { index: 0, cause: zk::Error::NoNode } => {
+                    self.ensure_dirs(Self::parents_of(&[&new_path]))?;
+                }
+                // `old` changed or went since it was read: read again.
+                MultiOutcome::Failed { index: 1, .. } => {}
+                MultiOutcome::Failed { index, cause } => {
+                    return Err(Self::corrupt(
+                        kind,
+                        old,
+                        format!("rename to '{new}': step {index} failed: {cause} (is the reverse mapping {reverse} missing?)"),
+                    ));
+                }
+            }
+        }
+    }
+
+    fn delete(&self, kind: UidKind, name: &str) -> Result<Uid> {
+        let width = self.k(kind).width;
+        let forward = self.layout.forward(kind, name);
+        loop {
+            let Some((data, stat)) = self.get(&forward)? else {
+                return Err(UidTableError::NoSuchName {
+                    kind,
+                    name: name.to_string(),
+                });
+            };
+            let uid = self.decode_uid(kind, name, &data)?;
+            let reverse = self.layout.reverse(kind, uid, width);
+            let changes = self.layout.changes(kind);
+            let (f, r) = (forward.clone(), reverse.clone());
+            let outcome = self.multi(&format!("delete {kind} '{name}'"), move |m| {
+                m.add_delete(&f, Some(stat.version))?;
+                m.add_delete(&r, None)?;
+                m.add_set_data(&changes, b"", None)
+            })?;
+            match outcome {
+                MultiOutcome::Done => return Ok(uid),
+                // Changed since read: read again.
+                MultiOutcome::Failed { index: 0, .. } => {}
+                MultiOutcome::Failed { index: 1, cause: zk::Error::NoNode } => {
+                    // A forward mapping without its reverse (which this
+                    // store never writes): remove what there is.
+                    let f = forward.clone();
+                    let changes = self.layout.changes(kind);
+                    if let MultiOutcome::Done = self.multi(&format!("delete {kind} '{name}'"), move |m| {
+                        m.add_delete(&f, Some(stat.version))?;
+                        m.add_set_data(&changes, b"", None)
+                    })? {
+                        return Ok(uid);
+                    }
+                }
+                MultiOutcome::Failed { cause, .. } => {
+                    return Err(Self::corrupt(kind, name, format!("delete: {cause}")));
+                }
+            }
+        }
+    }
+
+    fn scan_forward<'a>(&'a self, kind: UidKind, prefix: &[u8]) -> ForwardScan<'a> {
+        let prefix = prefix.to_vec();
+        let want = hex(&prefix[..prefix.len().min(2)]);
+        let dirs = match self.children(&self.layout.names_root(kind)) {
+            Ok(d) => d,
+            Err(e) => return Box::new(std::iter::once(Err(e))),
+        };
+        // A directory holds names whose first two bytes are its hex: it
+        // can match a shorter prefix by starting with it, a longer one
+        // only by being its first two bytes.
+        let mut dirs: Vec<String> = dirs
+            .into_iter()
+            .filter(|d| if prefix.len() >= 2 { *d == want } else { d.starts_with(&want) })
+            .collect();
+        dirs.sort();
+        Box::new(ForwardIter {
+            store: self,
+            kind,
+            prefix,
+            dirs: dirs.into(),
+            ready: VecDeque::new(),
+        })
+    }
+
+    fn scan_reverse(&self, kind: UidKind) -> Result<Vec<(Uid, String)>> {
+        let root = self.layout.ids_root(kind);
+        let dirs: Vec<String> = self.children(&root)?.into_iter().map(|d| format!("{root}/{d}")).collect();
+        let width = self.k(kind).width;
+        let mut out = Vec::new();
+        for (path, data) in self.read_all(dirs)? {
+            let Some(child) = path.rsplit('/').next() else { continue };
+            let Some(bytes) = crate::model::uid::parse_hex(child) else { continue };
+            let (Ok(uid), Ok(name)) = (Uid::from_bytes(&bytes, width), String::from_utf8(data)) else {
+                continue;
+            };
+            out.push((uid, name));
+        }
+        Ok(out)
+    }
+
+    /// ZooKeeper acknowledges a write once a majority logged it to disk.
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn remote_changes(&self, kind: UidKind) -> u64 {
+        self.k(kind).changes.load(Ordering::SeqCst)
+    }
+}
+
+/// [`UidStore::scan_forward`]: one prefix directory at a time, in order.
+struct ForwardIter<'a> {
+    store: &'a ZkUidStore,
+    kind: UidKind,
+    prefix: Vec<u8>,
+    dirs: VecDeque<String>,
+    ready: VecDeque<(String, Uid)>,
+}
+
+impl Iterator for ForwardIter<'_> {
+    type Item = Result<(String, Uid)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.ready.is_empty() {
+            let dir = self.dirs.pop_front()?;
+            match self.store.forward_dir(self.kind, &dir, &self.prefix) {
+                Ok(found) => self.ready.extend(found),
+                Err(e) => {
+                    self.dirs.clear();
+                    return Some(Err(e));
+                }
+            }
+        }
+        self.ready.pop_front().map(Ok)
+    }
+}
