@@ -48,6 +48,10 @@ struct Block {
 
 struct KindState {
     width: UidWidth,
+    /// Orders this process's assignments of the kind (as `UidTable`'s
+    /// lock does above it): a name another thread is assigning is found
+    /// mapped, not raced for with a second UID.
+    assign: Mutex<()>,
     block: Mutex<Block>,
     /// Moves when another TSD renamed or deleted a name of the kind.
     changes: Arc<AtomicU64>,
@@ -86,6 +90,7 @@ impl ZkUidStore {
         }
         let kinds = KINDS.map(|kind| KindState {
             width: widths.of(kind),
+            assign: Mutex::new(()),
             block: Mutex::new(Block {
                 next: 1,
                 last: 0,
@@ -379,8 +384,12 @@ impl UidStore for ZkUidStore {
     fn allocate(&self, kind: UidKind, name: &str) -> Result<Assigned> {
         let width = self.k(kind).width;
         let forward = self.layout.forward(kind, name);
-        // No read first: the caller (UidTable) has just missed the name,
-        // and the transaction's forward create tells whether it exists.
+        let _assigning = self.k(kind).assign.lock();
+        // Read first: taking a UID for a mapped name would reserve
+        // counter space for nothing.
+        if let Some(existing) = self.forward(kind, name)? {
+            return Ok(Assigned::Existing(existing));
+        }
         loop {
             let id = self.take_id(kind)?;
             let uid = Uid::new(id, width).map_err(|e| Self::corrupt(kind, name, e.to_string()))?;
@@ -392,6 +401,7 @@ impl UidStore for ZkUidStore {
             })?;
             match outcome {
                 MultiOutcome::Done => return Ok(Assigned::New(uid)),
+                // Another TSD assigned it since the read: its UID wins.
                 MultiOutcome::Failed { index: 1, cause: zk::Error::NodeExists } => {
                     self.give_back(kind, id);
                     if let Some(existing) = self.forward(kind, name)? {
