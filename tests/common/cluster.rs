@@ -1,0 +1,45 @@
+//! The local cluster `scripts/test` starts (`scripts/cluster up`), for
+//! tests that run rtsdb on the ClickHouse + ZooKeeper backend. The cluster
+//! is shared by the whole run; each test gets its own ClickHouse database
+//! and ZooKeeper base path, so tests never see each other's data.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The conf `scripts/cluster up` printed, from `RTSDB_TEST_CLUSTER`.
+pub const CLUSTER_ENV: &str = "RTSDB_TEST_CLUSTER";
+
+/// Settings that put one test on the cluster, with a database and a base
+/// path of its own (`test` names them; anything will do). `None`, after
+/// printing why, when no cluster was started: the test then passes
+/// without checking anything, as its printed line says.
+pub fn cluster_settings(test: &str) -> Option<Vec<(String, String)>> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let Ok(path) = std::env::var(CLUSTER_ENV) else {
+        eprintln!("{test}: skipped: {CLUSTER_ENV} not set (run scripts/test)");
+        return None;
+    };
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{CLUSTER_ENV}={path}: cannot read it: {e}"));
+    let mut settings = rtsdb::config::parse_properties(&text);
+    let unique = format!(
+        "{}_{}_{}",
+        test.chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect::<String>(),
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    for (key, value) in &mut settings {
+        match key.as_str() {
+            "tsd.storage.clickhouse.database" => *value = format!("{value}_test_{unique}"),
+            "tsd.storage.zk_basedir" => *value = format!("{value}-test/{unique}"),
+            _ => {}
+        }
+    }
+    Some(settings)
+}
+
+/// [`cluster_settings`] as the `&[(&str, &str)]` `TestServer::start` takes.
+pub fn as_pairs(settings: &[(String, String)]) -> Vec<(&str, &str)> {
+    settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
