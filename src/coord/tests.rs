@@ -159,6 +159,17 @@ fn renames_and_deletes_on_one_tsd_reach_the_others_caches() {
     assert_eq!(&*b.get_name(k, uid).unwrap(), "datacenter");
     assert_ne!(b.remote_changes(), before, "caches above the table can tell");
 
+    // The write path's series cache, above the table, is told once.
+    let c = Arc::new(table(store(&o)));
+    // Each kind's watch counts once when set (missed events before it).
+    eventually("the watches are set", || c.remote_changes() == 3);
+    let series = crate::write::SeriesCache::new(c, 8);
+    assert!(series.names_changed_elsewhere());
+    assert!(!series.names_changed_elsewhere());
+    a.rename(k, "datacenter", "dc").unwrap();
+    eventually("the series cache hears of the rename", || series.names_changed_elsewhere());
+    assert!(!series.names_changed_elsewhere());
+
     let rack = b.get_id(k, "rack").unwrap();
     a.delete(k, "rack").unwrap();
     eventually("B sees the delete", || b.lookup_id(k, "rack").unwrap().is_none());

@@ -24,6 +24,10 @@ impl Db {
         tags: &[(&str, &str)],
         key_buf: &mut String,
     ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        if self.series.names_changed_elsewhere() {
+            // A name this TSD cached now means another UID, or none.
+            self.forget_series_names();
+        }
         self.series
             .resolve(metric, raw_ts, value, tags, key_buf)
             .map_err(|e| match e {

@@ -152,6 +152,9 @@ pub struct SeriesCache {
     next_id: AtomicU32,
     /// Cardinality limits on new series (none unless configured).
     limiter: Option<SeriesLimiter>,
+    /// [`UidTable::remote_changes`] when the names were last known good:
+    /// a rename or delete on another TSD makes them stale.
+    remote_seen: AtomicU64,
 }
 
 /// What separates the names in a series key: before each tag, and
@@ -260,7 +263,16 @@ impl SeriesCache {
             generation: AtomicU64::new(0),
             next_id: AtomicU32::new(1),
             limiter: None,
+            remote_seen: AtomicU64::new(0),
         }
+    }
+
+    /// Whether another TSD renamed or deleted a UID name since the last
+    /// call that said so (one atomic load when not); the caller then
+    /// forgets the names, as after a rename of its own.
+    pub fn names_changed_elsewhere(&self) -> bool {
+        let now = self.uids.remote_changes();
+        self.remote_seen.swap(now, Ordering::AcqRel) != now
     }
 
     /// Refuses new series beyond `limiter`'s limits ([`SeriesCache::resolve`]
