@@ -178,6 +178,12 @@ impl ZkClient {
         &self.options
     }
 
+    /// The current session's id, as ZooKeeper's `cons` prints it.
+    #[cfg(test)]
+    pub(crate) fn session_hex(&self) -> String {
+        format!("0x{:x}", self.session.lock().session_id().0)
+    }
+
     /// The live session, a new one if the ensemble expired the last.
     fn session(&self) -> Result<zk::Client> {
         let mut current = self.session.lock();
@@ -194,9 +200,16 @@ impl ZkClient {
 
     /// Runs `request` against the session, waiting at most the request
     /// timeout. `what` names it in errors.
+    ///
+    /// A request whose connection broke is sent again (on another member,
+    /// or on a new session if the ensemble expired the old one) until the
+    /// time is up: ZooKeeper cannot say whether a request lost with its
+    /// connection was applied, so every request given here is either
+    /// idempotent or its caller recognises its own earlier success (see
+    /// `ZkUidStore::allocate`).
     pub fn run<T, F, Fut>(&self, what: &str, request: F) -> Result<T>
     where
-        F: FnOnce(zk::Client) -> Fut,
+        F: Fn(zk::Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, zk::Error>> + Send + 'static,
         T: Send + 'static,
     {
@@ -207,31 +220,56 @@ impl ZkClient {
     /// the holder, longer than a request).
     pub fn run_within<T, F, Fut>(&self, what: &str, limit: Duration, request: F) -> Result<T>
     where
-        F: FnOnce(zk::Client) -> Fut,
+        F: Fn(zk::Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, zk::Error>> + Send + 'static,
         T: Send + 'static,
     {
-        let fut = request(self.session()?);
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.handle.spawn(async move {
-            let _ = tx.send(tokio::time::timeout(limit, fut).await);
-        });
-        match rx.recv() {
-            Ok(Ok(Ok(v))) => Ok(v),
-            Ok(Ok(Err(cause))) => Err(CoordError::Failed {
-                quorum: self.options.quorum.clone(),
-                what: what.to_string(),
-                cause,
-            }),
-            Ok(Err(_elapsed)) => Err(CoordError::Timeout {
-                quorum: self.options.quorum.clone(),
-                what: what.to_string(),
-                timeout: limit,
-            }),
-            Err(_) => Err(CoordError::Unreachable {
-                quorum: self.options.quorum.clone(),
-                cause: "the client's runtime stopped".to_string(),
-            }),
+        let deadline = std::time::Instant::now() + limit;
+        let timeout = || CoordError::Timeout {
+            quorum: self.options.quorum.clone(),
+            what: what.to_string(),
+            timeout: limit,
+        };
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(timeout());
+            }
+            let session = match self.session() {
+                Ok(s) => s,
+                // No member answers yet: the quorum may come back in time.
+                Err(CoordError::Unreachable { .. }) => {
+                    std::thread::sleep(RETRY_PAUSE.min(left));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let fut = request(session);
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            self.handle.spawn(async move {
+                let _ = tx.send(tokio::time::timeout(left, fut).await);
+            });
+            match rx.recv() {
+                Ok(Ok(Ok(v))) => return Ok(v),
+                Ok(Ok(Err(cause))) if connection_lost(&cause) => {
+                    tracing::debug!(what, error = %cause, "ZooKeeper request lost with its connection; sending it again");
+                    std::thread::sleep(RETRY_PAUSE.min(left));
+                }
+                Ok(Ok(Err(cause))) => {
+                    return Err(CoordError::Failed {
+                        quorum: self.options.quorum.clone(),
+                        what: what.to_string(),
+                        cause,
+                    });
+                }
+                Ok(Err(_elapsed)) => return Err(timeout()),
+                Err(_) => {
+                    return Err(CoordError::Unreachable {
+                        quorum: self.options.quorum.clone(),
+                        cause: "the client's runtime stopped".to_string(),
+                    });
+                }
+            }
         }
     }
 
@@ -282,6 +320,24 @@ impl ZkClient {
             }
         });
     }
+}
+
+/// Pause before sending a request again after its connection broke.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Errors after which the request may be sent again: the connection or
+/// the session went, not the request's own outcome.
+fn connection_lost(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::ConnectionLoss
+            | zk::Error::SessionExpired
+            | zk::Error::ClientClosed
+            | zk::Error::NoHosts
+            | zk::Error::Timeout
+            // I/O errors of the socket (reset by peer, …).
+            | zk::Error::Custom(_)
+    )
 }
 
 impl Drop for ZkClient {

@@ -51,12 +51,14 @@ impl Coordinator for ZkCoordinator {
     fn lock(&self, name: &str) -> Result<Box<dyn std::any::Any + Send>> {
         let dir = self.layout.lock_dir(name);
         let limit = self.zk.options().lock_timeout;
-        let lock = self.zk.run_within(&format!("lock {dir}"), limit, |c| async move {
+        let lock = self.zk.run_within(&format!("lock {dir}"), limit, |c| {
+            let dir = dir.clone();
+            async move {
             let prefix = zk::LockPrefix::new_curator(&dir, "lock-")?;
             let options = zk::LockOptions::new(zk::Acls::anyone_all())
                 .with_ancestor_options(zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()))?;
             Ok(c.lock(prefix, b"", options).await?.into_owned())
-        })?;
+        }})?;
         Ok(Box::new(ZkLockGuard {
             lock: Some(lock),
             zk: self.zk.clone(),
@@ -69,7 +71,9 @@ impl Coordinator for ZkCoordinator {
             create_with_parents(&self.zk, dir.to_string(), Vec::new())?;
         }
         let init = init.to_vec();
-        Ok(self.zk.run(&format!("create or read {path}"), |c| async move {
+        Ok(self.zk.run(&format!("create or read {path}"), |c| {
+            let (path, init) = (path.clone(), init.clone());
+            async move {
             loop {
                 match c.create(&path, &init, &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())).await {
                     Ok(_) => return Ok(init),
@@ -82,6 +86,6 @@ impl Coordinator for ZkCoordinator {
                     Err(e) => return Err(e),
                 }
             }
-        })?)
+        }})?)
     }
 }

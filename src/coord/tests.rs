@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::config::Config;
-use crate::model::{NameRules, UidKind, UidWidth, UidWidths};
+use crate::model::{NameRules, Uid, UidKind, UidWidth, UidWidths};
 use crate::uid::backend::conformance;
 use crate::uid::{Assigned, AutoCreate, UidStore, UidTable, UidTableError};
 
@@ -73,7 +73,7 @@ fn zk_uid_store_passes_the_conformance_suite_through_the_table_with_blocks() {
     for i in 0..100 {
         let a = s.allocate(k, &format!("v{i}")).unwrap();
         // One TSD alone hands out its blocks in order.
-        assert_eq!(a, Assigned::New(crate::model::Uid::new(i + 1, UidWidth::DEFAULT).unwrap()));
+        assert_eq!(a, Assigned::New(Uid::new(i + 1, UidWidth::DEFAULT).unwrap()));
     }
     // Two counter updates for 100 names: the counter sits at the end of
     // the second block, and its znode was written twice.
@@ -82,7 +82,10 @@ fn zk_uid_store_passes_the_conformance_suite_through_the_table_with_blocks() {
     let path = layout.max_id(k);
     let zk = ZkClient::connect(&o).unwrap();
     let version = zk
-        .run("stat", |c| async move { c.get_data(&path).await.map(|(_, stat)| stat.version) })
+        .run("stat", |c| {
+            let path = path.clone();
+            async move { c.get_data(&path).await.map(|(_, stat)| stat.version) }
+        })
         .unwrap();
     assert_eq!(version, 2);
     // A second TSD starts after the reserved range: no UID twice.
@@ -373,6 +376,86 @@ fn a_lost_quorum_fails_new_names_clearly_and_keeps_known_ones() {
     });
     assert_ne!(got, Some(known));
     assert_eq!(t.get_id(k, "known").unwrap(), known);
+}
+
+/// A ZooKeeper member of the test cluster, from the state directory
+/// `scripts/cluster` keeps beside the conf.
+struct Member {
+    dir: std::path::PathBuf,
+    addr: String,
+}
+
+impl Member {
+    fn all() -> Vec<Member> {
+        let conf = std::path::PathBuf::from(std::env::var("RTSDB_TEST_CLUSTER").unwrap());
+        let state = conf.parent().unwrap().to_path_buf();
+        (1..=3)
+            .map(|i| {
+                let dir = state.join(format!("zk{i}"));
+                let port = std::fs::read_to_string(dir.join("port")).unwrap();
+                Member {
+                    addr: format!("127.0.0.1:{}", port.trim()),
+                    dir,
+                }
+            })
+            .collect()
+    }
+
+    /// A four-letter word's answer ("" if the member does not answer).
+    fn ask(&self, word: &str) -> String {
+        let Ok(mut s) = TcpStream::connect(&self.addr) else {
+            return String::new();
+        };
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut out = String::new();
+        if s.write_all(word.as_bytes()).is_ok() {
+            let _ = s.read_to_string(&mut out);
+        }
+        out
+    }
+
+    fn kill(&self) {
+        let pid = std::fs::read_to_string(self.dir.join("pid")).unwrap();
+        let status = std::process::Command::new("kill")
+            .args(["-9", pid.trim()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+#[test]
+fn one_zookeeper_member_killed_assignment_goes_on() {
+    let Some(o) = cluster("member-killed") else { return };
+    let members = Member::all();
+    // The member this TSD is connected to dies, and it is a follower: the
+    // client must move to another member, while the other tests sharing
+    // the ensemble see no leader election.
+    let (client, victim) = (0..30)
+        .find_map(|_| {
+            let client = ZkClient::connect(&o).unwrap();
+            let sid = format!("sid={}", client.session_hex());
+            let m = members.iter().find(|m| m.ask("cons").contains(&sid))?;
+            m.ask("srvr").contains("Mode: follower").then_some((client, m))
+        })
+        .expect("a session on a follower within 30 tries");
+    let s = ZkUidStore::open(client, widths()).unwrap();
+    let k = UidKind::TagValue;
+    let before: Vec<Uid> = (0..20).map(|i| s.allocate(k, &format!("a{i}")).unwrap().uid()).collect();
+    victim.kill();
+    let after: Vec<Uid> = (0..80).map(|i| s.allocate(k, &format!("b{i}")).unwrap().uid()).collect();
+    let all: std::collections::HashSet<Uid> = before.iter().chain(&after).copied().collect();
+    assert_eq!(all.len(), 100, "every name its own UID");
+    assert_eq!(s.forward(k, "a3").unwrap(), Some(before[3]));
+    // Back as it was for the tests after this one.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/cluster");
+    let up = std::process::Command::new(script)
+        .arg("up")
+        .env("RTSDB_CLUSTER_DIR", victim.dir.parent().unwrap())
+        .output()
+        .unwrap();
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    assert_eq!(victim.ask("ruok"), "imok");
 }
 
 /// UIDs per second for new names, one store and two (run by hand:

@@ -131,12 +131,13 @@ impl ZkUidStore {
     fn get(&self, path: &str) -> Result<Option<(Vec<u8>, zk::Stat)>> {
         let p = path.to_string();
         self.zk
-            .run(&format!("read {path}"), |c| async move {
-                match c.get_data(&p).await {
+            .run(&format!("read {path}"), |c| {
+                let p = p.clone();
+                async move { match c.get_data(&p).await {
                     Ok(found) => Ok(Some(found)),
                     Err(zk::Error::NoNode) => Ok(None),
                     Err(e) => Err(e),
-                }
+                } }
             })
             .map_err(to_uid_err)
     }
@@ -185,12 +186,13 @@ impl ZkUidStore {
             let (p, version) = (path.clone(), stat.version);
             let moved = self
                 .zk
-                .run(&format!("reserve UIDs at {path}"), move |c| async move {
-                    match c.set_data(&p, last.to_string().as_bytes(), Some(version)).await {
+                .run(&format!("reserve UIDs at {path}"), |c| {
+                    let p = p.clone();
+                    async move { match c.set_data(&p, last.to_string().as_bytes(), Some(version)).await {
                         Ok(_) => Ok(true),
                         Err(zk::Error::BadVersion) => Ok(false),
                         Err(e) => Err(e),
-                    }
+                    } }
                 })
                 .map_err(to_uid_err)?;
             if moved {
@@ -218,12 +220,13 @@ impl ZkUidStore {
     fn children(&self, dir: &str) -> Result<Vec<String>> {
         let d = dir.to_string();
         self.zk
-            .run(&format!("list {dir}"), |c| async move {
-                match c.list_children(&d).await {
+            .run(&format!("list {dir}"), |c| {
+                let d = d.clone();
+                async move { match c.list_children(&d).await {
                     Ok(v) => Ok(v),
                     Err(zk::Error::NoNode) => Ok(Vec::new()),
                     Err(e) => Err(e),
-                }
+                } }
             })
             .map_err(to_uid_err)
     }
@@ -234,7 +237,9 @@ impl ZkUidStore {
     fn read_all(&self, dirs: Vec<String>) -> Result<Vec<(String, Vec<u8>)>> {
         let what = format!("read {} directories", dirs.len());
         self.zk
-            .run(&what, |c| async move {
+            .run(&what, |c| {
+                let dirs = dirs.clone();
+                async move {
                 // Requests are sent when their futures are made: make them
                 // all, then wait, so a listing costs one round trip.
                 let listings: Vec<_> = dirs
@@ -259,7 +264,7 @@ impl ZkUidStore {
                     }
                 }
                 Ok(out)
-            })
+            }})
             .map_err(to_uid_err)
     }
 
@@ -298,7 +303,9 @@ fn parse_counter(data: &[u8]) -> Option<u64> {
 /// Creates `path` with `data` unless it exists, creating missing parents.
 pub fn create_with_parents(zk: &ZkClient, path: String, data: Vec<u8>) -> super::client::Result<()> {
     let what = format!("create {path}");
-    zk.run(&what, |c| async move {
+    zk.run(&what, |c| {
+        let (path, data) = (path.clone(), data.clone());
+        async move {
         loop {
             match c.create(&path, &data, &persistent()).await {
                 Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
@@ -315,7 +322,7 @@ pub fn create_with_parents(zk: &ZkClient, path: String, data: Vec<u8>) -> super:
                 Err(e) => return Err(e),
             }
         }
-    })
+    }})
 }
 
 /// How a `multi` of this module ended.
@@ -330,18 +337,22 @@ impl ZkUidStore {
     fn multi(
         &self,
         what: &str,
-        build: impl FnOnce(&mut zk::MultiWriter<'_>) -> std::result::Result<(), zk::Error> + Send + 'static,
+        build: impl Fn(&mut zk::MultiWriter<'_>) -> std::result::Result<(), zk::Error> + Send + Sync + 'static,
     ) -> Result<MultiOutcome> {
+        let build = Arc::new(build);
         self.zk
-            .run(what, |c| async move {
-                let mut m = c.new_multi_writer();
-                build(&mut m)?;
-                match m.commit().await {
-                    Ok(_) => Ok(MultiOutcome::Done),
-                    Err(zk::MultiWriteError::OperationFailed { index, source }) => {
-                        Ok(MultiOutcome::Failed { index, cause: source })
+            .run(what, |c| {
+                let build = build.clone();
+                async move {
+                    let mut m = c.new_multi_writer();
+                    build(&mut m)?;
+                    match m.commit().await {
+                        Ok(_) => Ok(MultiOutcome::Done),
+                        Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                            Ok(MultiOutcome::Failed { index, cause: source })
+                        }
+                        Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
                     }
-                    Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
                 }
             })
             .map_err(to_uid_err)
@@ -414,6 +425,13 @@ impl UidStore for ZkUidStore {
                     self.give_back(kind, id);
                     self.ensure_dirs(Self::parents_of(&[&forward, &reverse]))?;
                 }
+                // Our own transaction, applied before its connection broke
+                // and sent again by the client.
+                MultiOutcome::Failed { index: 0, cause: zk::Error::NodeExists }
+                    if self.forward(kind, name)? == Some(uid) =>
+                {
+                    return Ok(Assigned::New(uid));
+                }
                 MultiOutcome::Failed { index, cause } => {
                     return Err(Self::corrupt(
                         kind,
@@ -451,6 +469,13 @@ impl UidStore for ZkUidStore {
             })?;
             match outcome {
                 MultiOutcome::Done => return Ok(uid),
+                // Our own rename, applied before its connection broke and
+                // sent again by the client.
+                MultiOutcome::Failed { index: 0, cause: zk::Error::NodeExists }
+                    if self.forward(kind, new)? == Some(uid) && self.forward(kind, old)?.is_none() =>
+                {
+                    return Ok(uid);
+                }
                 MultiOutcome::Failed { index: 0, cause: zk::Error::NodeExists } => {
                     let existing = self.forward(kind, new)?.map(|u| u.to_bytes(width)).unwrap_or_default();
                     return Err(UidTableError::RenameTargetExists {
@@ -498,6 +523,14 @@ impl UidStore for ZkUidStore {
             })?;
             match outcome {
                 MultiOutcome::Done => return Ok(uid),
+                // Gone since read, with its reverse mapping: deleted (by
+                // this transaction, applied before its connection broke
+                // and sent again, or by another TSD at the same moment).
+                MultiOutcome::Failed { index: 0, cause: zk::Error::NoNode }
+                    if self.forward(kind, name)?.is_none() && self.reverse(kind, uid)?.is_none() =>
+                {
+                    return Ok(uid);
+                }
                 // Changed since read: read again.
                 MultiOutcome::Failed { index: 0, .. } => {}
                 MultiOutcome::Failed { index: 1, cause: zk::Error::NoNode } => {
