@@ -24,6 +24,10 @@
 //! - [`tree`]: OpenTSDB's trees: rules and the TreeBuilder that turns a
 //!   TSMeta into branches and a leaf, persisting through
 //!   [`tree::TreeStore`].
+//! - [`coord`]: cluster coordination through ZooKeeper for the cluster
+//!   backend: UIDs shared by every TSD ([`coord::ZkUidStore`]), the
+//!   storage layer's cluster-wide locks and layout record
+//!   ([`coord::ZkCoordinator`]).
 //! - [`storage`] (crate-internal): the narrow key-value trait and its engines (fjall, memory).
 //! - [`codec`]: OpenTSDB's byte formats (row keys, qualifiers, values,
 //!   compacted/append/annotation columns) and rtsdb's compressed column,

@@ -98,7 +98,11 @@ impl ZkOptions {
         o.lock_timeout = ms(LOCK_TIMEOUT_KEY, o.lock_timeout)?;
         match config.get_int::<u64>(UID_BLOCK_KEY)? {
             Some(0) => {
-                return Err(ConfigError::bad_value(UID_BLOCK_KEY, "0", "must be at least 1"));
+                return Err(ConfigError::bad_value(
+                    UID_BLOCK_KEY,
+                    "0",
+                    "must be at least 1",
+                ));
             }
             Some(n) => o.uid_block = n,
             None => {}

@@ -54,11 +54,13 @@ impl Coordinator for ZkCoordinator {
         let lock = self.zk.run_within(&format!("lock {dir}"), limit, |c| {
             let dir = dir.clone();
             async move {
-            let prefix = zk::LockPrefix::new_curator(&dir, "lock-")?;
-            let options = zk::LockOptions::new(zk::Acls::anyone_all())
-                .with_ancestor_options(zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()))?;
-            Ok(c.lock(prefix, b"", options).await?.into_owned())
-        }})?;
+                let prefix = zk::LockPrefix::new_curator(&dir, "lock-")?;
+                let options = zk::LockOptions::new(zk::Acls::anyone_all()).with_ancestor_options(
+                    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+                )?;
+                Ok(c.lock(prefix, b"", options).await?.into_owned())
+            }
+        })?;
         Ok(Box::new(ZkLockGuard {
             lock: Some(lock),
             zk: self.zk.clone(),
@@ -74,18 +76,26 @@ impl Coordinator for ZkCoordinator {
         Ok(self.zk.run(&format!("create or read {path}"), |c| {
             let (path, init) = (path.clone(), init.clone());
             async move {
-            loop {
-                match c.create(&path, &init, &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())).await {
-                    Ok(_) => return Ok(init),
-                    Err(zk::Error::NodeExists) => match c.get_data(&path).await {
-                        Ok((data, _)) => return Ok(data),
-                        // Removed by hand in between: create again.
-                        Err(zk::Error::NoNode) => {}
+                loop {
+                    match c
+                        .create(
+                            &path,
+                            &init,
+                            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+                        )
+                        .await
+                    {
+                        Ok(_) => return Ok(init),
+                        Err(zk::Error::NodeExists) => match c.get_data(&path).await {
+                            Ok((data, _)) => return Ok(data),
+                            // Removed by hand in between: create again.
+                            Err(zk::Error::NoNode) => {}
+                            Err(e) => return Err(e),
+                        },
                         Err(e) => return Err(e),
-                    },
-                    Err(e) => return Err(e),
+                    }
                 }
             }
-        }})?)
+        })?)
     }
 }

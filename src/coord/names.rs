@@ -42,7 +42,11 @@ impl Layout {
 
     /// The base directory itself (`/` for the root).
     pub fn base(&self) -> &str {
-        if self.base.is_empty() { "/" } else { &self.base }
+        if self.base.is_empty() {
+            "/"
+        } else {
+            &self.base
+        }
     }
 
     fn kind_dir(&self, kind: UidKind) -> String {
@@ -166,7 +170,16 @@ mod tests {
 
     #[test]
     fn names_survive_escaping_and_stay_single_znodes() {
-        for name in ["sys.cpu.user", "a/b", "x%y", "ünï", ".", "..", "a b", "web-01_x"] {
+        for name in [
+            "sys.cpu.user",
+            "a/b",
+            "x%y",
+            "ünï",
+            ".",
+            "..",
+            "a b",
+            "web-01_x",
+        ] {
             let e = escape(name);
             assert!(!e.contains('/') && e != "." && e != "..", "{name} → {e}");
             assert_eq!(unescape(&e).as_deref(), Some(name));
@@ -177,7 +190,7 @@ mod tests {
 
     #[test]
     fn prefix_dirs_sort_as_names() {
-        let mut names = vec!["ab", "a", "b", "abc", "\u{e9}"];
+        let mut names = ["ab", "a", "b", "abc", "\u{e9}"];
         let mut dirs: Vec<String> = names.iter().map(|n| prefix_dir_of(n.as_bytes())).collect();
         names.sort();
         dirs.sort();
@@ -192,8 +205,17 @@ mod tests {
         assert_eq!(l.max_id(UidKind::Metric), "/rtsdb/uid/metrics/maxid");
         let w = UidWidth::new(3).unwrap();
         let uid = Uid::new(20_000, w).unwrap();
-        assert_eq!(l.reverse(UidKind::TagKey, uid, w), "/rtsdb/uid/tagk/ids/1/004e20");
-        assert!(l.forward(UidKind::TagValue, "ab").starts_with("/rtsdb/uid/tagv/names/6162/"));
-        assert_eq!(Layout::new("/").max_id(UidKind::Metric), "/uid/metrics/maxid");
+        assert_eq!(
+            l.reverse(UidKind::TagKey, uid, w),
+            "/rtsdb/uid/tagk/ids/1/004e20"
+        );
+        assert!(
+            l.forward(UidKind::TagValue, "ab")
+                .starts_with("/rtsdb/uid/tagv/names/6162/")
+        );
+        assert_eq!(
+            Layout::new("/").max_id(UidKind::Metric),
+            "/uid/metrics/maxid"
+        );
     }
 }

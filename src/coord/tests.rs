@@ -58,7 +58,9 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn zk_uid_store_passes_the_conformance_suite() {
-    let Some(mut o) = cluster("conformance") else { return };
+    let Some(mut o) = cluster("conformance") else {
+        return;
+    };
     // Blocks of one: the suite checks the counter name by name.
     o.uid_block = 1;
     conformance::run(store(&o));
@@ -73,7 +75,10 @@ fn zk_uid_store_passes_the_conformance_suite_through_the_table_with_blocks() {
     for i in 0..100 {
         let a = s.allocate(k, &format!("v{i}")).unwrap();
         // One TSD alone hands out its blocks in order.
-        assert_eq!(a, Assigned::New(Uid::new(i + 1, UidWidth::DEFAULT).unwrap()));
+        assert_eq!(
+            a,
+            Assigned::New(Uid::new(i + 1, UidWidth::DEFAULT).unwrap())
+        );
     }
     // Two counter updates for 100 names: the counter sits at the end of
     // the second block, and its znode was written twice.
@@ -113,7 +118,10 @@ fn two_stores_racing_for_the_same_new_names_agree() {
                         let a = s.allocate(UidKind::TagValue, n).unwrap();
                         // Counters never go back, whoever reads them.
                         let m = s.max_id(UidKind::TagValue).unwrap();
-                        assert!(m >= highest.fetch_max(m, Ordering::SeqCst), "counter went back");
+                        assert!(
+                            m >= highest.fetch_max(m, Ordering::SeqCst),
+                            "counter went back"
+                        );
                         a
                     })
                     .collect::<Vec<_>>()
@@ -124,22 +132,41 @@ fn two_stores_racing_for_the_same_new_names_agree() {
     let mut seen = std::collections::HashSet::new();
     for (i, name) in names.iter().enumerate() {
         let uid = results[0][i].uid();
-        assert!(results.iter().all(|r| r[i].uid() == uid), "{name}: {results:?}");
-        let new = results.iter().filter(|r| matches!(r[i], Assigned::New(_))).count();
+        assert!(
+            results.iter().all(|r| r[i].uid() == uid),
+            "{name}: {results:?}"
+        );
+        let new = results
+            .iter()
+            .filter(|r| matches!(r[i], Assigned::New(_)))
+            .count();
         assert_eq!(new, 1, "{name} assigned once");
         assert!(seen.insert(uid), "{uid:?} given to two names");
         for s in &stores {
             assert_eq!(s.forward(UidKind::TagValue, name).unwrap(), Some(uid));
-            assert_eq!(s.reverse(UidKind::TagValue, uid).unwrap().as_deref(), Some(name.as_str()));
+            assert_eq!(
+                s.reverse(UidKind::TagValue, uid).unwrap().as_deref(),
+                Some(name.as_str())
+            );
         }
     }
     // No reverse mapping leaked from a lost race.
-    assert_eq!(stores[1].scan_reverse(UidKind::TagValue).unwrap().len(), names.len());
+    assert_eq!(
+        stores[1].scan_reverse(UidKind::TagValue).unwrap().len(),
+        names.len()
+    );
     let scanned: Vec<String> = stores[0]
         .scan_forward(UidKind::TagValue, b"host0")
         .map(|r| r.unwrap().0)
         .collect();
-    assert_eq!(scanned, names[..60].iter().filter(|n| n.starts_with("host0")).cloned().collect::<Vec<_>>());
+    assert_eq!(
+        scanned,
+        names[..60]
+            .iter()
+            .filter(|n| n.starts_with("host0"))
+            .cloned()
+            .collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -154,13 +181,23 @@ fn renames_and_deletes_on_one_tsd_reach_the_others_caches() {
     assert_eq!(&*b.get_name(k, uid).unwrap(), "dc");
     let hits = b.stats(k).hits.load(Ordering::Relaxed);
     assert_eq!(b.get_id(k, "dc").unwrap(), uid);
-    assert_eq!(b.stats(k).hits.load(Ordering::Relaxed), hits + 1, "served from the cache");
+    assert_eq!(
+        b.stats(k).hits.load(Ordering::Relaxed),
+        hits + 1,
+        "served from the cache"
+    );
 
     let before = b.remote_changes();
     a.rename(k, "dc", "datacenter").unwrap();
-    eventually("B sees the rename", || b.lookup_id(k, "dc").unwrap().is_none());
+    eventually("B sees the rename", || {
+        b.lookup_id(k, "dc").unwrap().is_none()
+    });
     assert_eq!(&*b.get_name(k, uid).unwrap(), "datacenter");
-    assert_ne!(b.remote_changes(), before, "caches above the table can tell");
+    assert_ne!(
+        b.remote_changes(),
+        before,
+        "caches above the table can tell"
+    );
 
     // The write path's series cache, above the table, is told once.
     let c = Arc::new(table(store(&o)));
@@ -170,18 +207,27 @@ fn renames_and_deletes_on_one_tsd_reach_the_others_caches() {
     assert!(series.names_changed_elsewhere());
     assert!(!series.names_changed_elsewhere());
     a.rename(k, "datacenter", "dc").unwrap();
-    eventually("the series cache hears of the rename", || series.names_changed_elsewhere());
+    eventually("the series cache hears of the rename", || {
+        series.names_changed_elsewhere()
+    });
     assert!(!series.names_changed_elsewhere());
 
     let rack = b.get_id(k, "rack").unwrap();
     a.delete(k, "rack").unwrap();
-    eventually("B sees the delete", || b.lookup_id(k, "rack").unwrap().is_none());
-    assert!(matches!(b.get_name(k, rack), Err(UidTableError::NoSuchId { .. })));
+    eventually("B sees the delete", || {
+        b.lookup_id(k, "rack").unwrap().is_none()
+    });
+    assert!(matches!(
+        b.get_name(k, rack),
+        Err(UidTableError::NoSuchId { .. })
+    ));
 }
 
 #[test]
 fn exhausted_kinds_say_so() {
-    let Some(o) = cluster("exhausted") else { return };
+    let Some(o) = cluster("exhausted") else {
+        return;
+    };
     let client = ZkClient::connect(&o).unwrap();
     let w = UidWidth::new(1).unwrap();
     let one = UidWidths {
@@ -194,7 +240,10 @@ fn exhausted_kinds_say_so() {
         s.allocate(UidKind::Metric, &format!("m{i}")).unwrap();
     }
     let e = s.allocate(UidKind::Metric, "one.too.many").unwrap_err();
-    assert!(matches!(e, UidTableError::Exhausted { width: 1, .. }), "{e}");
+    assert!(
+        matches!(e, UidTableError::Exhausted { width: 1, .. }),
+        "{e}"
+    );
     assert_eq!(s.max_id(UidKind::Metric).unwrap(), 255);
 }
 
@@ -212,7 +261,11 @@ fn cluster_locks_exclude_other_sessions() {
             std::thread::spawn(move || {
                 for _ in 0..10 {
                     let _g = c.lock("counter/tsdb-uid").unwrap();
-                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders at once");
+                    assert_eq!(
+                        inside.fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "two holders at once"
+                    );
                     std::thread::sleep(Duration::from_millis(2));
                     inside.fetch_sub(1, Ordering::SeqCst);
                     total.fetch_add(1, Ordering::SeqCst);
@@ -231,7 +284,9 @@ fn cluster_locks_exclude_other_sessions() {
 
 #[test]
 fn a_lock_held_by_a_tsd_that_dies_is_released() {
-    let Some(mut o) = cluster("lock-expiry") else { return };
+    let Some(mut o) = cluster("lock-expiry") else {
+        return;
+    };
     // The dying TSD reaches ZooKeeper through a relay that is cut, as a
     // kill -9 or a lost machine would: its session is never closed, the
     // ensemble expires it.
@@ -260,12 +315,19 @@ fn the_layout_record_keeps_the_first_value_across_sessions() {
 #[test]
 fn an_unreachable_quorum_is_named_at_start() {
     // A port nothing listens on (no cluster needed).
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut o = ZkOptions::new(&format!("127.0.0.1:{port}"));
     o.request_timeout = Duration::from_secs(3);
     let e = ZkClient::connect(&o).err().expect("no ZooKeeper there");
     let msg = e.to_string();
-    assert!(msg.contains(&format!("127.0.0.1:{port}")) && msg.contains("tsd.storage.zk_quorum"), "{msg}");
+    assert!(
+        msg.contains(&format!("127.0.0.1:{port}")) && msg.contains("tsd.storage.zk_quorum"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -308,14 +370,19 @@ impl Relay {
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
-                let server = match u.load(Ordering::SeqCst).then(|| TcpStream::connect(&target)) {
+                let server = match u
+                    .load(Ordering::SeqCst)
+                    .then(|| TcpStream::connect(&target))
+                {
                     Some(Ok(s)) => s,
                     _ => {
                         let _ = client.shutdown(Shutdown::Both);
                         continue;
                     }
                 };
-                cs.lock().unwrap().extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                cs.lock()
+                    .unwrap()
+                    .extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
                 for (mut from, mut to) in [
                     (client.try_clone().unwrap(), server.try_clone().unwrap()),
                     (server, client),
@@ -349,7 +416,9 @@ impl Relay {
 
 #[test]
 fn a_lost_quorum_fails_new_names_clearly_and_keeps_known_ones() {
-    let Some(mut o) = cluster("quorum-lost") else { return };
+    let Some(mut o) = cluster("quorum-lost") else {
+        return;
+    };
     let member = o.quorum.split(',').next().unwrap().to_string();
     let relay = Relay::start(member);
     o.quorum = format!("127.0.0.1:{}", relay.port);
@@ -422,7 +491,11 @@ impl Member {
             .env("RTSDB_CLUSTER_DIR", member_dir.parent().unwrap())
             .output()
             .unwrap();
-        assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+        assert!(
+            up.status.success(),
+            "{}",
+            String::from_utf8_lossy(&up.stderr)
+        );
     }
 
     fn kill(&self) {
@@ -437,7 +510,9 @@ impl Member {
 
 #[test]
 fn one_zookeeper_member_killed_assignment_goes_on() {
-    let Some(o) = cluster("member-killed") else { return };
+    let Some(o) = cluster("member-killed") else {
+        return;
+    };
     let members = Member::all();
     // Whole before one member goes, whatever an earlier run left.
     Member::cluster_up(&members[0].dir);
@@ -449,14 +524,20 @@ fn one_zookeeper_member_killed_assignment_goes_on() {
             let client = ZkClient::connect(&o).unwrap();
             let sid = format!("sid={}", client.session_hex());
             let m = members.iter().find(|m| m.ask("cons").contains(&sid))?;
-            m.ask("srvr").contains("Mode: follower").then_some((client, m))
+            m.ask("srvr")
+                .contains("Mode: follower")
+                .then_some((client, m))
         })
         .expect("a session on a follower within 30 tries");
     let s = ZkUidStore::open(client, widths()).unwrap();
     let k = UidKind::TagValue;
-    let before: Vec<Uid> = (0..20).map(|i| s.allocate(k, &format!("a{i}")).unwrap().uid()).collect();
+    let before: Vec<Uid> = (0..20)
+        .map(|i| s.allocate(k, &format!("a{i}")).unwrap().uid())
+        .collect();
     victim.kill();
-    let after: Vec<Uid> = (0..80).map(|i| s.allocate(k, &format!("b{i}")).unwrap().uid()).collect();
+    let after: Vec<Uid> = (0..80)
+        .map(|i| s.allocate(k, &format!("b{i}")).unwrap().uid())
+        .collect();
     let all: std::collections::HashSet<Uid> = before.iter().chain(&after).copied().collect();
     assert_eq!(all.len(), 100, "every name its own UID");
     assert_eq!(s.forward(k, "a3").unwrap(), Some(before[3]));

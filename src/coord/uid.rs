@@ -133,11 +133,13 @@ impl ZkUidStore {
         self.zk
             .run(&format!("read {path}"), |c| {
                 let p = p.clone();
-                async move { match c.get_data(&p).await {
-                    Ok(found) => Ok(Some(found)),
-                    Err(zk::Error::NoNode) => Ok(None),
-                    Err(e) => Err(e),
-                } }
+                async move {
+                    match c.get_data(&p).await {
+                        Ok(found) => Ok(Some(found)),
+                        Err(zk::Error::NoNode) => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                }
             })
             .map_err(to_uid_err)
     }
@@ -188,11 +190,16 @@ impl ZkUidStore {
                 .zk
                 .run(&format!("reserve UIDs at {path}"), |c| {
                     let p = p.clone();
-                    async move { match c.set_data(&p, last.to_string().as_bytes(), Some(version)).await {
-                        Ok(_) => Ok(true),
-                        Err(zk::Error::BadVersion) => Ok(false),
-                        Err(e) => Err(e),
-                    } }
+                    async move {
+                        match c
+                            .set_data(&p, last.to_string().as_bytes(), Some(version))
+                            .await
+                        {
+                            Ok(_) => Ok(true),
+                            Err(zk::Error::BadVersion) => Ok(false),
+                            Err(e) => Err(e),
+                        }
+                    }
                 })
                 .map_err(to_uid_err)?;
             if moved {
@@ -222,11 +229,13 @@ impl ZkUidStore {
         self.zk
             .run(&format!("list {dir}"), |c| {
                 let d = d.clone();
-                async move { match c.list_children(&d).await {
-                    Ok(v) => Ok(v),
-                    Err(zk::Error::NoNode) => Ok(Vec::new()),
-                    Err(e) => Err(e),
-                } }
+                async move {
+                    match c.list_children(&d).await {
+                        Ok(v) => Ok(v),
+                        Err(zk::Error::NoNode) => Ok(Vec::new()),
+                        Err(e) => Err(e),
+                    }
+                }
             })
             .map_err(to_uid_err)
     }
@@ -240,37 +249,45 @@ impl ZkUidStore {
             .run(&what, |c| {
                 let dirs = dirs.clone();
                 async move {
-                // Requests are sent when their futures are made: make them
-                // all, then wait, so a listing costs one round trip.
-                let listings: Vec<_> = dirs
-                    .iter()
-                    .map(|d| (d.clone(), c.list_children(d)))
-                    .collect();
-                let mut paths = Vec::new();
-                for (dir, listing) in listings {
-                    match listing.await {
-                        Ok(names) => paths.extend(names.into_iter().map(|n| format!("{dir}/{n}"))),
-                        Err(zk::Error::NoNode) => {}
-                        Err(e) => return Err(e),
+                    // Requests are sent when their futures are made: make them
+                    // all, then wait, so a listing costs one round trip.
+                    let listings: Vec<_> = dirs
+                        .iter()
+                        .map(|d| (d.clone(), c.list_children(d)))
+                        .collect();
+                    let mut paths = Vec::new();
+                    for (dir, listing) in listings {
+                        match listing.await {
+                            Ok(names) => {
+                                paths.extend(names.into_iter().map(|n| format!("{dir}/{n}")))
+                            }
+                            Err(zk::Error::NoNode) => {}
+                            Err(e) => return Err(e),
+                        }
                     }
-                }
-                let reads: Vec<_> = paths.iter().map(|p| c.get_data(p)).collect();
-                let mut out = Vec::with_capacity(paths.len());
-                for (path, read) in paths.iter().zip(reads) {
-                    match read.await {
-                        Ok((data, _)) => out.push((path.clone(), data)),
-                        Err(zk::Error::NoNode) => {}
-                        Err(e) => return Err(e),
+                    let reads: Vec<_> = paths.iter().map(|p| c.get_data(p)).collect();
+                    let mut out = Vec::with_capacity(paths.len());
+                    for (path, read) in paths.iter().zip(reads) {
+                        match read.await {
+                            Ok((data, _)) => out.push((path.clone(), data)),
+                            Err(zk::Error::NoNode) => {}
+                            Err(e) => return Err(e),
+                        }
                     }
+                    Ok(out)
                 }
-                Ok(out)
-            }})
+            })
             .map_err(to_uid_err)
     }
 
     /// Forward mappings under one two-byte prefix directory whose names
     /// start with `prefix`, sorted by name.
-    fn forward_dir(&self, kind: UidKind, prefix_dir: &str, prefix: &[u8]) -> Result<Vec<(String, Uid)>> {
+    fn forward_dir(
+        &self,
+        kind: UidKind,
+        prefix_dir: &str,
+        prefix: &[u8],
+    ) -> Result<Vec<(String, Uid)>> {
         let dir = self.layout.names_prefix_dir(kind, prefix_dir);
         let spread: Vec<String> = self
             .children(&dir)?
@@ -301,35 +318,43 @@ fn parse_counter(data: &[u8]) -> Option<u64> {
 }
 
 /// Creates `path` with `data` unless it exists, creating missing parents.
-pub fn create_with_parents(zk: &ZkClient, path: String, data: Vec<u8>) -> super::client::Result<()> {
+pub fn create_with_parents(
+    zk: &ZkClient,
+    path: String,
+    data: Vec<u8>,
+) -> super::client::Result<()> {
     let what = format!("create {path}");
     zk.run(&what, |c| {
         let (path, data) = (path.clone(), data.clone());
         async move {
-        loop {
-            match c.create(&path, &data, &persistent()).await {
-                Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
-                Err(zk::Error::NoNode) => {
-                    let parent = match path.rsplit_once('/') {
-                        Some(("", _)) | None => return Err(zk::Error::NoNode),
-                        Some((parent, _)) => parent.to_string(),
-                    };
-                    match c.mkdir(&parent, &persistent()).await {
-                        Ok(()) | Err(zk::Error::NodeExists) => {}
-                        Err(e) => return Err(e),
+            loop {
+                match c.create(&path, &data, &persistent()).await {
+                    Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
+                    Err(zk::Error::NoNode) => {
+                        let parent = match path.rsplit_once('/') {
+                            Some(("", _)) | None => return Err(zk::Error::NoNode),
+                            Some((parent, _)) => parent.to_string(),
+                        };
+                        match c.mkdir(&parent, &persistent()).await {
+                            Ok(()) | Err(zk::Error::NodeExists) => {}
+                            Err(e) => return Err(e),
+                        }
                     }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
             }
         }
-    }})
+    })
 }
 
 /// How a `multi` of this module ended.
 enum MultiOutcome {
     Done,
     /// Operation `index` failed with `cause`; nothing was applied.
-    Failed { index: usize, cause: zk::Error },
+    Failed {
+        index: usize,
+        cause: zk::Error,
+    },
 }
 
 impl ZkUidStore {
@@ -337,7 +362,10 @@ impl ZkUidStore {
     fn multi(
         &self,
         what: &str,
-        build: impl Fn(&mut zk::MultiWriter<'_>) -> std::result::Result<(), zk::Error> + Send + Sync + 'static,
+        build: impl Fn(&mut zk::MultiWriter<'_>) -> std::result::Result<(), zk::Error>
+        + Send
+        + Sync
+        + 'static,
     ) -> Result<MultiOutcome> {
         let build = Arc::new(build);
         self.zk
@@ -349,7 +377,10 @@ impl ZkUidStore {
                     match m.commit().await {
                         Ok(_) => Ok(MultiOutcome::Done),
                         Err(zk::MultiWriteError::OperationFailed { index, source }) => {
-                            Ok(MultiOutcome::Failed { index, cause: source })
+                            Ok(MultiOutcome::Failed {
+                                index,
+                                cause: source,
+                            })
                         }
                         Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
                     }
@@ -405,7 +436,12 @@ impl UidStore for ZkUidStore {
             let id = self.take_id(kind)?;
             let uid = Uid::new(id, width).map_err(|e| Self::corrupt(kind, name, e.to_string()))?;
             let reverse = self.layout.reverse(kind, uid, width);
-            let (f, r, n, bytes) = (forward.clone(), reverse.clone(), name.to_string(), uid.to_bytes(width));
+            let (f, r, n, bytes) = (
+                forward.clone(),
+                reverse.clone(),
+                name.to_string(),
+                uid.to_bytes(width),
+            );
             let outcome = self.multi(&format!("assign {kind} '{name}'"), move |m| {
                 m.add_create(&r, n.as_bytes(), &persistent())?;
                 m.add_create(&f, &bytes, &persistent())
@@ -413,23 +449,30 @@ impl UidStore for ZkUidStore {
             match outcome {
                 MultiOutcome::Done => return Ok(Assigned::New(uid)),
                 // Another TSD assigned it since the read: its UID wins.
-                MultiOutcome::Failed { index: 1, cause: zk::Error::NodeExists } => {
+                MultiOutcome::Failed {
+                    index: 1,
+                    cause: zk::Error::NodeExists,
+                } => {
                     self.give_back(kind, id);
                     if let Some(existing) = self.forward(kind, name)? {
                         return Ok(Assigned::Existing(existing));
                     }
                     // Deleted between the two steps: try again.
                 }
-                MultiOutcome::Failed { cause: zk::Error::NoNode, .. } => {
+                MultiOutcome::Failed {
+                    cause: zk::Error::NoNode,
+                    ..
+                } => {
                     // A first name under a new directory.
                     self.give_back(kind, id);
                     self.ensure_dirs(Self::parents_of(&[&forward, &reverse]))?;
                 }
                 // Our own transaction, applied before its connection broke
                 // and sent again by the client.
-                MultiOutcome::Failed { index: 0, cause: zk::Error::NodeExists }
-                    if self.forward(kind, name)? == Some(uid) =>
-                {
+                MultiOutcome::Failed {
+                    index: 0,
+                    cause: zk::Error::NodeExists,
+                } if self.forward(kind, name)? == Some(uid) => {
                     return Ok(Assigned::New(uid));
                 }
                 MultiOutcome::Failed { index, cause } => {
@@ -460,7 +503,12 @@ impl UidStore for ZkUidStore {
             let uid = self.decode_uid(kind, old, &data)?;
             let reverse = self.layout.reverse(kind, uid, width);
             let changes = self.layout.changes(kind);
-            let (o, n, r, name) = (old_path.clone(), new_path.clone(), reverse.clone(), new.to_string());
+            let (o, n, r, name) = (
+                old_path.clone(),
+                new_path.clone(),
+                reverse.clone(),
+                new.to_string(),
+            );
             let outcome = self.multi(&format!("rename {kind} '{old}' to '{new}'"), move |m| {
                 m.add_create(&n, &data, &persistent())?;
                 m.add_delete(&o, Some(stat.version))?;
@@ -471,13 +519,22 @@ impl UidStore for ZkUidStore {
                 MultiOutcome::Done => return Ok(uid),
                 // Our own rename, applied before its connection broke and
                 // sent again by the client.
-                MultiOutcome::Failed { index: 0, cause: zk::Error::NodeExists }
-                    if self.forward(kind, new)? == Some(uid) && self.forward(kind, old)?.is_none() =>
+                MultiOutcome::Failed {
+                    index: 0,
+                    cause: zk::Error::NodeExists,
+                } if self.forward(kind, new)? == Some(uid)
+                    && self.forward(kind, old)?.is_none() =>
                 {
                     return Ok(uid);
                 }
-                MultiOutcome::Failed { index: 0, cause: zk::Error::NodeExists } => {
-                    let existing = self.forward(kind, new)?.map(|u| u.to_bytes(width)).unwrap_or_default();
+                MultiOutcome::Failed {
+                    index: 0,
+                    cause: zk::Error::NodeExists,
+                } => {
+                    let existing = self
+                        .forward(kind, new)?
+                        .map(|u| u.to_bytes(width))
+                        .unwrap_or_default();
                     return Err(UidTableError::RenameTargetExists {
                         kind,
                         width: width.bytes(),
@@ -486,7 +543,10 @@ impl UidStore for ZkUidStore {
                         existing,
                     });
                 }
-                MultiOutcome::Failed { index: 0, cause: zk::Error::NoNode } => {
+                MultiOutcome::Failed {
+                    index: 0,
+                    cause: zk::Error::NoNode,
+                } => {
                     self.ensure_dirs(Self::parents_of(&[&new_path]))?;
                 }
                 // `old` changed or went since it was read: read again.
@@ -495,7 +555,9 @@ impl UidStore for ZkUidStore {
                     return Err(Self::corrupt(
                         kind,
                         old,
-                        format!("rename to '{new}': step {index} failed: {cause} (is the reverse mapping {reverse} missing?)"),
+                        format!(
+                            "rename to '{new}': step {index} failed: {cause} (is the reverse mapping {reverse} missing?)"
+                        ),
                     ));
                 }
             }
@@ -526,22 +588,28 @@ impl UidStore for ZkUidStore {
                 // Gone since read, with its reverse mapping: deleted (by
                 // this transaction, applied before its connection broke
                 // and sent again, or by another TSD at the same moment).
-                MultiOutcome::Failed { index: 0, cause: zk::Error::NoNode }
-                    if self.forward(kind, name)?.is_none() && self.reverse(kind, uid)?.is_none() =>
-                {
+                MultiOutcome::Failed {
+                    index: 0,
+                    cause: zk::Error::NoNode,
+                } if self.forward(kind, name)?.is_none() && self.reverse(kind, uid)?.is_none() => {
                     return Ok(uid);
                 }
                 // Changed since read: read again.
                 MultiOutcome::Failed { index: 0, .. } => {}
-                MultiOutcome::Failed { index: 1, cause: zk::Error::NoNode } => {
+                MultiOutcome::Failed {
+                    index: 1,
+                    cause: zk::Error::NoNode,
+                } => {
                     // A forward mapping without its reverse (which this
                     // store never writes): remove what there is.
                     let f = forward.clone();
                     let changes = self.layout.changes(kind);
-                    if let MultiOutcome::Done = self.multi(&format!("delete {kind} '{name}'"), move |m| {
-                        m.add_delete(&f, Some(stat.version))?;
-                        m.add_set_data(&changes, b"", None)
-                    })? {
+                    if let MultiOutcome::Done =
+                        self.multi(&format!("delete {kind} '{name}'"), move |m| {
+                            m.add_delete(&f, Some(stat.version))?;
+                            m.add_set_data(&changes, b"", None)
+                        })?
+                    {
                         return Ok(uid);
                     }
                 }
@@ -564,7 +632,13 @@ impl UidStore for ZkUidStore {
         // only by being its first two bytes.
         let mut dirs: Vec<String> = dirs
             .into_iter()
-            .filter(|d| if prefix.len() >= 2 { *d == want } else { d.starts_with(&want) })
+            .filter(|d| {
+                if prefix.len() >= 2 {
+                    *d == want
+                } else {
+                    d.starts_with(&want)
+                }
+            })
             .collect();
         dirs.sort();
         Box::new(ForwardIter {
@@ -578,13 +652,22 @@ impl UidStore for ZkUidStore {
 
     fn scan_reverse(&self, kind: UidKind) -> Result<Vec<(Uid, String)>> {
         let root = self.layout.ids_root(kind);
-        let dirs: Vec<String> = self.children(&root)?.into_iter().map(|d| format!("{root}/{d}")).collect();
+        let dirs: Vec<String> = self
+            .children(&root)?
+            .into_iter()
+            .map(|d| format!("{root}/{d}"))
+            .collect();
         let width = self.k(kind).width;
         let mut out = Vec::new();
         for (path, data) in self.read_all(dirs)? {
-            let Some(child) = path.rsplit('/').next() else { continue };
-            let Some(bytes) = crate::model::uid::parse_hex(child) else { continue };
-            let (Ok(uid), Ok(name)) = (Uid::from_bytes(&bytes, width), String::from_utf8(data)) else {
+            let Some(child) = path.rsplit('/').next() else {
+                continue;
+            };
+            let Some(bytes) = crate::model::uid::parse_hex(child) else {
+                continue;
+            };
+            let (Ok(uid), Ok(name)) = (Uid::from_bytes(&bytes, width), String::from_utf8(data))
+            else {
                 continue;
             };
             out.push((uid, name));

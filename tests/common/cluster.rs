@@ -41,5 +41,8 @@ pub fn cluster_settings(test: &str) -> Option<Vec<(String, String)>> {
 
 /// [`cluster_settings`] as the `&[(&str, &str)]` `TestServer::start` takes.
 pub fn as_pairs(settings: &[(String, String)]) -> Vec<(&str, &str)> {
-    settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    settings
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
 }

@@ -5,13 +5,13 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod child;
-pub mod cluster;
 pub mod cli;
+pub mod cluster;
 pub mod db;
 pub mod server;
 
 pub use child::*;
-pub use cluster::*;
 pub use cli::*;
+pub use cluster::*;
 pub use db::*;
 pub use server::*;

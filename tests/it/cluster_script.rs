@@ -27,19 +27,28 @@ fn setting<'a>(settings: &'a [(String, String)], key: &str) -> &'a str {
 
 #[test]
 fn every_member_of_the_test_cluster_answers() {
-    let Some(settings) = cluster_settings("members") else { return };
+    let Some(settings) = cluster_settings("members") else {
+        return;
+    };
     assert_eq!(setting(&settings, "tsd.storage.backend"), "clickhouse");
-    let quorum: Vec<&str> = setting(&settings, "tsd.storage.zk_quorum").split(',').collect();
+    let quorum: Vec<&str> = setting(&settings, "tsd.storage.zk_quorum")
+        .split(',')
+        .collect();
     assert_eq!(quorum.len(), 3, "a 3-member ensemble");
     for member in quorum {
         assert_eq!(ask(member, b"ruok"), "imok", "{member}");
     }
-    let endpoints: Vec<&str> = setting(&settings, "tsd.storage.clickhouse.endpoints").split(',').collect();
+    let endpoints: Vec<&str> = setting(&settings, "tsd.storage.clickhouse.endpoints")
+        .split(',')
+        .collect();
     assert_eq!(endpoints.len(), 4, "2 shards x 2 replicas");
     for endpoint in endpoints {
         let addr = endpoint.strip_prefix("http://").expect("http endpoints");
         let reply = ask(addr, b"GET /ping HTTP/1.0\r\n\r\n");
-        assert!(reply.starts_with("HTTP/1.0 200") && reply.ends_with("Ok.\n"), "{endpoint}: {reply}");
+        assert!(
+            reply.starts_with("HTTP/1.0 200") && reply.ends_with("Ok.\n"),
+            "{endpoint}: {reply}"
+        );
         // The cluster the conf names spans both shards and both replicas.
         let cluster = setting(&settings, "tsd.storage.clickhouse.cluster");
         let sql = format!("SELECT count() FROM system.clusters WHERE cluster = '{cluster}'");
@@ -54,7 +63,9 @@ fn every_member_of_the_test_cluster_answers() {
 
 #[test]
 fn each_test_gets_its_own_database_and_base_path() {
-    let (Some(a), Some(b)) = (cluster_settings("one"), cluster_settings("one")) else { return };
+    let (Some(a), Some(b)) = (cluster_settings("one"), cluster_settings("one")) else {
+        return;
+    };
     for key in ["tsd.storage.clickhouse.database", "tsd.storage.zk_basedir"] {
         assert_ne!(setting(&a, key), setting(&b, key), "{key}");
     }
