@@ -144,6 +144,30 @@ impl ZkUidStore {
             .map_err(to_uid_err)
     }
 
+    /// [`UidStore::forward`] as of now: the member this TSD reads from
+    /// first catches up with the leader (ZooKeeper's `sync`), so a mapping
+    /// another TSD just wrote is seen.
+    fn forward_synced(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
+        let path = self.layout.forward(kind, name);
+        let found = self
+            .zk
+            .run(&format!("sync and read {path}"), |c| {
+                let path = path.clone();
+                async move {
+                    c.sync(&path).await?;
+                    match c.get_data(&path).await {
+                        Ok((data, _)) => Ok(Some(data)),
+                        Err(zk::Error::NoNode) => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .map_err(to_uid_err)?;
+        found
+            .map(|data| self.decode_uid(kind, name, &data))
+            .transpose()
+    }
+
     /// A UID for a new name: from this TSD's block, reserving a new block
     /// when it is used up.
     fn take_id(&self, kind: UidKind) -> Result<u64> {
@@ -454,7 +478,7 @@ impl UidStore for ZkUidStore {
                     cause: zk::Error::NodeExists,
                 } => {
                     self.give_back(kind, id);
-                    if let Some(existing) = self.forward(kind, name)? {
+                    if let Some(existing) = self.forward_synced(kind, name)? {
                         return Ok(Assigned::Existing(existing));
                     }
                     // Deleted between the two steps: try again.
