@@ -124,9 +124,6 @@ struct KindCache {
     /// mapping from storage only caches it if the generation did not move
     /// meanwhile, so a lookup racing a rename cannot re-insert the old name.
     generation: u64,
-    /// The engine's [`UidStore::remote_changes`] when this cache was
-    /// last found current.
-    remote_seen: u64,
 }
 
 struct Kind {
@@ -136,6 +133,10 @@ struct Kind {
     /// process (the engine orders them across processes).
     write_lock: Mutex<()>,
     stats: CacheStats,
+    /// The engine's [`UidStore::remote_changes`] when the cache was last
+    /// found current (an atomic beside the cache, so the check on every
+    /// lookup takes no lock).
+    remote_seen: AtomicU64,
 }
 
 /// Called with each name given a new UID, after the assignment is stored.
@@ -159,6 +160,7 @@ impl UidTable {
             cache: RwLock::new(KindCache::default()),
             write_lock: Mutex::new(()),
             stats: CacheStats::default(),
+            remote_seen: AtomicU64::new(0),
         };
         UidTable {
             backend,
@@ -218,15 +220,15 @@ impl UidTable {
     /// deleted one since they were cached (one atomic load when not).
     fn check_remote(&self, kind: UidKind, k: &Kind) {
         let now = self.backend.remote_changes(kind);
-        if k.cache.read().remote_seen == now {
+        if k.remote_seen.load(Ordering::Acquire) == now {
             return;
         }
         let mut c = k.cache.write();
-        if c.remote_seen != now {
+        // Under the cache lock: one thread drops the cache per change.
+        if k.remote_seen.swap(now, Ordering::AcqRel) != now {
             c.by_name.clear();
             c.by_id.clear();
             c.generation += 1;
-            c.remote_seen = now;
             tracing::debug!(%kind, "UID cache dropped: names changed on another TSD");
         }
     }

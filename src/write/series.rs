@@ -272,7 +272,9 @@ impl SeriesCache {
     /// forgets the names, as after a rename of its own.
     pub fn names_changed_elsewhere(&self) -> bool {
         let now = self.uids.remote_changes();
-        self.remote_seen.swap(now, Ordering::AcqRel) != now
+        // A load first: the swap writes a line every resolving thread reads.
+        self.remote_seen.load(Ordering::Acquire) != now
+            && self.remote_seen.swap(now, Ordering::AcqRel) != now
     }
 
     /// Refuses new series beyond `limiter`'s limits ([`SeriesCache::resolve`]
