@@ -24,10 +24,7 @@ impl Db {
         tags: &[(&str, &str)],
         key_buf: &mut String,
     ) -> Result<(Arc<Series>, Timestamp), PointError> {
-        if self.series.names_changed_elsewhere() {
-            // A name this TSD cached now means another UID, or none.
-            self.forget_series_names();
-        }
+        self.forget_names_renamed_elsewhere();
         self.series
             .resolve(metric, raw_ts, value, tags, key_buf)
             .map_err(|e| match e {
@@ -47,7 +44,17 @@ impl Db {
         metric: &str,
         tags_text: &str,
     ) -> Option<Arc<Series>> {
+        self.forget_names_renamed_elsewhere();
         self.series.recall(memo, metric, tags_text)
+    }
+
+    /// Forgets the cached names (series cache and connections' memos) when
+    /// another TSD renamed or deleted a UID name: a name cached here may
+    /// now mean another UID, or none. One atomic load when nothing moved.
+    fn forget_names_renamed_elsewhere(&self) {
+        if self.series.names_changed_elsewhere() {
+            self.forget_series_names();
+        }
     }
 
     /// Whether points can be logged and stored now: refused with the
