@@ -50,7 +50,7 @@ impl Db {
 
     /// Forgets the cached names (series cache and connections' memos) when
     /// another TSD renamed or deleted a UID name: a name cached here may
-    /// now mean another UID, or none. One atomic load when nothing moved.
+    /// now mean another UID, or none. A few atomic loads when nothing moved.
     fn forget_names_renamed_elsewhere(&self) {
         if self.series.names_changed_elsewhere() {
             self.forget_series_names();
