@@ -52,6 +52,7 @@ pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod db;
+pub mod histogram;
 pub mod index;
 pub mod meta;
 pub mod model;
