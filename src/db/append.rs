@@ -9,9 +9,10 @@ use crate::model::row_span::LAST_ROW_BASE;
 use crate::model::{Timestamp, Value};
 use crate::protocol::PointError;
 use crate::write::buffer;
+use crate::write::series::CellValue;
 use crate::write::{Series, SeriesMemo};
 
-pub use crate::write::wal::{Appended, PendingPoint};
+pub use crate::write::wal::{Appended, PendingHistogram, PendingPoint};
 
 impl Db {
     /// Checks one point and finds (or creates) its series, as OpenTSDB's
@@ -44,6 +45,31 @@ impl Db {
         tags_text: &str,
     ) -> Option<Arc<Series>> {
         self.series.recall(memo, metric, tags_text)
+    }
+
+    /// [`Db::resolve`] for a histogram point (`TSDB.addHistogramPoint`'s
+    /// checks): `value` is the stored cell value, shown if the timestamp
+    /// is refused.
+    pub fn resolve_histogram(
+        &self,
+        metric: &str,
+        raw_ts: i64,
+        value: &[u8],
+        tags: &[(&str, &str)],
+        key_buf: &mut String,
+    ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        self.series
+            .resolve_cell(metric, raw_ts, CellValue::Histogram(value), tags, key_buf)
+            .map_err(|e| match e {
+                PointError::Storage(_) => self.writable().err().unwrap_or(e),
+                e => e,
+            })
+    }
+
+    /// The histogram codecs (`tsd.core.histograms.config`); `None` when
+    /// histograms are off.
+    pub fn histogram_codecs(&self) -> Option<&crate::histogram::Codecs> {
+        self.opts.histograms.as_ref()
     }
 
     /// Whether points can be logged and stored now: refused with the
@@ -87,27 +113,7 @@ impl Db {
                 .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
         }
         for p in points {
-            p.series.unsaved_points.fetch_add(1, Ordering::Relaxed);
-            if p.series.last_received.load(Ordering::Relaxed) != now {
-                p.series.last_received.store(now, Ordering::Relaxed);
-            }
-            let base = p.ts.base_time().unwrap_or(LAST_ROW_BASE);
-            let hour = base as u64 + 1;
-            let indexed = p.series.indexed_hour.load(Ordering::Relaxed);
-            if indexed == 0 && self.opts.meta.creates_ts_meta() {
-                self.store_ts_meta_if_absent(&p.series, now)?;
-            }
-            if indexed < hour {
-                self.index
-                    .add_at(&p.series.tsuid, base)
-                    .map_err(|e| PointError::Storage(e.to_string()))?;
-                p.series.indexed_hour.fetch_max(hour, Ordering::Relaxed);
-                if indexed == 0 {
-                    // A series new to this process may be new to the
-                    // index: cached answers chose their series without it.
-                    self.epochs.bump_metric(p.series.tsuid.metric);
-                }
-            }
+            self.note_point(&p.series, p.ts, now)?;
         }
         let g = self.gate.read();
         let a = self
@@ -128,6 +134,91 @@ impl Db {
         if self.buffer.points() > self.opts.max_buffered_points {
             self.wake_flusher();
         }
+        Ok(a)
+    }
+
+    /// Counts a point of `series` at `ts` and records its hour in the
+    /// series index (and its TSMeta if asked), before the point becomes
+    /// visible, so a query never finds points it cannot name.
+    fn note_point(&self, series: &Arc<Series>, ts: Timestamp, now: u64) -> Result<(), PointError> {
+        series.unsaved_points.fetch_add(1, Ordering::Relaxed);
+        if series.last_received.load(Ordering::Relaxed) != now {
+            series.last_received.store(now, Ordering::Relaxed);
+        }
+        let base = ts.base_time().unwrap_or(LAST_ROW_BASE);
+        let hour = base as u64 + 1;
+        let indexed = series.indexed_hour.load(Ordering::Relaxed);
+        if indexed == 0 && self.opts.meta.creates_ts_meta() {
+            self.store_ts_meta_if_absent(series, now)?;
+        }
+        if indexed < hour {
+            self.index
+                .add_at(&series.tsuid, base)
+                .map_err(|e| PointError::Storage(e.to_string()))?;
+            series.indexed_hour.fetch_max(hour, Ordering::Relaxed);
+            if indexed == 0 {
+                // A series new to this process may be new to the
+                // index: cached answers chose their series without it.
+                self.epochs.bump_metric(series.tsuid.metric);
+            }
+        }
+        Ok(())
+    }
+
+    /// Logs histogram points in the WAL and writes their cells to the
+    /// store at once (they are not buffered: a histogram is one cell,
+    /// merged into its row under the row's lock). Both happen under the
+    /// gate the flusher takes before it decides which WAL segments the
+    /// store covers, so a segment is never deleted before the cells it
+    /// logged are in the store and synced. A failure after logging is
+    /// reported (the points are not acknowledged); replaying the log
+    /// after a crash may still store them.
+    pub fn append_histograms(&self, points: &[PendingHistogram]) -> Result<Appended, PointError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(PointError::Storage("the TSD is shutting down".into()));
+        }
+        self.writable()?;
+        if points.is_empty() {
+            return Ok(Appended {
+                seq: 0,
+                segment: 0,
+                backlog: false,
+            });
+        }
+        for p in points {
+            p.ts.base_time()
+                .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
+        }
+        let now = buffer::now_s() as u64;
+        for p in points {
+            self.note_point(&p.series, p.ts, now)?;
+        }
+        let mut by_series: Vec<(&Arc<Series>, Vec<(Timestamp, Vec<u8>)>)> = Vec::new();
+        for p in points {
+            match by_series.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &p.series)) {
+                Some((_, cells)) => cells.push((p.ts, p.value.clone())),
+                None => by_series.push((&p.series, vec![(p.ts, p.value.clone())])),
+            }
+        }
+        let g = self.gate.read();
+        let a = self
+            .wal
+            .append_histograms(points)
+            .map_err(|e| PointError::Unavailable(e.to_string()))?;
+        for (series, cells) in &by_series {
+            self.rows
+                .put_histograms(&series.tsuid, cells)
+                .map_err(|e| PointError::Storage(e.to_string()))?;
+        }
+        drop(g);
+        self.epochs.note_written(
+            points
+                .iter()
+                .map(|p| (p.series.tsuid.metric, p.ts.as_millis() as i64)),
+        );
+        self.stats
+            .points_added
+            .fetch_add(points.len() as u64, Ordering::Relaxed);
         Ok(a)
     }
 

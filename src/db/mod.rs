@@ -67,7 +67,7 @@ use crate::write::{SeriesCache, buffer};
 pub use crate::write::Series;
 pub use crate::write::limits::SeriesLimits;
 pub use admin::MetaSynced;
-pub use append::{Appended, PendingPoint};
+pub use append::{Appended, PendingHistogram, PendingPoint};
 pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
 pub use epochs::{CacheEpochs, Epoch};

@@ -30,10 +30,6 @@ pub struct DbOptions {
     /// `tsd.core.tag.allow_specialchars`.
     pub name_rules: NameRules,
     pub write: WriteOptions,
-    /// `tsd.core.histograms.config`: the histogram codecs; `None` (the
-    /// key absent, 2.4.1's default) turns histogram writes and queries
-    /// off.
-    pub histograms: Option<Codecs>,
 }
 
 /// The write path's settings.
@@ -59,6 +55,10 @@ pub struct WriteOptions {
     /// `tsd.core.tree.enable_processing` (default false): new series
     /// (a TSMeta created as points arrive) go through every enabled tree.
     pub tree_processing: bool,
+    /// `tsd.core.histograms.config`: the histogram codecs; `None` (the
+    /// key absent, 2.4.1's default) turns histogram writes and queries
+    /// off.
+    pub histograms: Option<Codecs>,
 }
 
 impl Default for WriteOptions {
@@ -73,6 +73,7 @@ impl Default for WriteOptions {
             series_limits: SeriesLimits::default(),
             meta: MetaTracking::default(),
             tree_processing: false,
+            histograms: None,
         }
     }
 }
@@ -86,7 +87,6 @@ impl DbOptions {
             auto_create: AutoCreate::default(),
             name_rules: NameRules::default(),
             write: WriteOptions::default(),
-            histograms: None,
         }
     }
 
@@ -103,7 +103,6 @@ impl DbOptions {
                 c.get_string("tsd.core.tag.allow_specialchars"),
             ),
             write: write_options(c)?,
-            histograms: histogram_codecs(c)?,
         })
     }
 }
@@ -166,6 +165,7 @@ fn write_options(c: &Config) -> Result<WriteOptions, ConfigError> {
             tsuid_incrementing: c.get_bool("tsd.core.meta.enable_tsuid_incrementing"),
         },
         tree_processing: c.get_bool("tsd.core.tree.enable_processing"),
+        histograms: histogram_codecs(c)?,
         ..WriteOptions::default()
     };
     if let Some(ms) = c.get_int::<u64>("tsd.storage.flush_interval")? {
@@ -229,10 +229,10 @@ mod tests {
 
     #[test]
     fn histogram_codecs_from_config() {
-        assert_eq!(DbOptions::from_config(&Config::default()).unwrap().histograms, None);
+        assert_eq!(DbOptions::from_config(&Config::default()).unwrap().write.histograms, None);
         let mut on = Config::default();
         on.set(CONFIG_KEY, r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#);
-        let codecs = DbOptions::from_config(&on).unwrap().histograms.unwrap();
+        let codecs = DbOptions::from_config(&on).unwrap().write.histograms.unwrap();
         assert_eq!(codecs.simple_id().unwrap(), 42);
         let mut empty = Config::default();
         empty.set(CONFIG_KEY, "");

@@ -13,6 +13,7 @@
 //! handle reach the key-value engine itself.
 
 pub(crate) mod annotations;
+pub mod histograms;
 pub mod header;
 pub(crate) mod index_table;
 pub(crate) mod meta_table;

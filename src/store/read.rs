@@ -87,6 +87,16 @@ pub trait SeriesSource: Send + Sync {
         want: &mut dyn FnMut(&Tsuid) -> bool,
     ) -> Result<Vec<SeriesData>>;
 
+    /// The histogram points (OpenTSDB 2.4) of each listed series in
+    /// `[start_ms, end_ms]`, in time order: one list per series, in the
+    /// order asked.
+    fn read_histograms(
+        &self,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+    ) -> Result<Vec<Vec<super::histograms::StoredHistogram>>>;
+
     /// Stored JSON of the global annotations starting in
     /// `[start_ms, end_ms]`.
     fn global_annotations(
@@ -100,6 +110,18 @@ pub trait SeriesSource: Send + Sync {
 }
 
 impl SeriesSource for Store {
+    fn read_histograms(
+        &self,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+    ) -> Result<Vec<Vec<super::histograms::StoredHistogram>>> {
+        tsuids
+            .iter()
+            .map(|t| self.histograms_in(t, start_ms, end_ms))
+            .collect()
+    }
+
     fn global_annotations(
         &self,
         start_ms: u64,

@@ -21,7 +21,8 @@ use crate::model::point::{Timestamp, Value};
 use crate::write::series::Series;
 
 use super::record::{
-    FrameCompressor, encode_delete, encode_point, encode_series, finish_frame, start_frame,
+    FrameCompressor, encode_delete, encode_histogram, encode_point, encode_series, finish_frame,
+    start_frame,
 };
 use super::segment::{list_segments, segment_path, sync_dir};
 
@@ -166,6 +167,15 @@ pub struct PendingPoint {
     pub series: Arc<Series>,
     pub ts: Timestamp,
     pub value: Value,
+}
+
+/// One histogram point to log and store: its cell value as stored (codec
+/// id, then the codec's bytes).
+#[derive(Debug, Clone)]
+pub struct PendingHistogram {
+    pub series: Arc<Series>,
+    pub ts: Timestamp,
+    pub value: Vec<u8>,
 }
 
 struct State {
@@ -352,6 +362,41 @@ impl Wal {
                 encode_series(&mut st.buf, s.id, s.metric(), s.tags());
             }
             encode_point(&mut st.buf, p.series.id, p.ts, p.value);
+        }
+        st.seq += finish_frame(&mut st.buf, start);
+        let pending = st.buf.len();
+        let seq = st.seq;
+        drop(st);
+        if pending >= sh.opts.wake_bytes {
+            sh.wake.notify_one();
+        }
+        Ok(Appended {
+            seq,
+            segment,
+            backlog: pending >= sh.opts.backlog_bytes,
+        })
+    }
+
+    /// Logs histogram points as one frame, as [`Wal::append`] logs points.
+    pub fn append_histograms(&self, points: &[PendingHistogram]) -> Result<Appended, WalError> {
+        let sh = &self.shared;
+        if let Some(e) = sh.failure() {
+            return Err(e);
+        }
+        let mut st = sh.state.lock();
+        if st.stop {
+            return Err(WalError::Closed);
+        }
+        let segment = st.segment;
+        let tag = declaration_tag(segment, st.seq);
+        let start = start_frame(&mut st.buf);
+        for p in points {
+            if p.series.wal_segment.load(Ordering::Relaxed) != tag {
+                p.series.wal_segment.store(tag, Ordering::Relaxed);
+                let s = &p.series;
+                encode_series(&mut st.buf, s.id, &s.metric, &s.tags);
+            }
+            encode_histogram(&mut st.buf, p.series.id, p.ts, &p.value);
         }
         st.seq += finish_frame(&mut st.buf, start);
         let pending = st.buf.len();
