@@ -509,11 +509,39 @@ pub(super) mod tests {
                     Value::Float(f) => out.extend_from_slice(&f.to_bits().to_le_bytes()),
                 }
             }
+            Record::Histogram { id, raw_ts, value } => {
+                out.push(REC_HISTOGRAM);
+                varint::put(*id as u64, out);
+                varint::put(*raw_ts, out);
+                varint::put(value.len() as u64, out);
+                out.extend_from_slice(value);
+            }
             Record::Delete {
                 tsuid,
                 first_hour,
                 last_hour,
             } => encode_delete(out, tsuid, *first_hour, *last_hour),
+        }
+    }
+
+    #[test]
+    fn histogram_records_round_trip() {
+        let mut out = Vec::new();
+        encode_histogram(&mut out, 3, Timestamp::Millis(1356998400250), &[42, 0, 0, 0, 0]);
+        assert_eq!(out[0], REC_HISTOGRAM);
+        let mut recs = Vec::new();
+        decode_records(&out, &mut recs).unwrap();
+        assert_eq!(
+            recs,
+            vec![Record::Histogram {
+                id: 3,
+                raw_ts: 1356998400250,
+                value: vec![42, 0, 0, 0, 0],
+            }]
+        );
+        // Cut anywhere, the record is undecodable (its frame is damaged).
+        for n in 1..out.len() {
+            assert!(decode_records(&out[..n], &mut Vec::new()).is_none(), "{n}");
         }
     }
 
