@@ -88,6 +88,10 @@ impl SeriesSource for Db {
         self.rows.read_histograms(tsuids, start_ms, end_ms)
     }
 
+    fn histogram_codecs(&self) -> Option<&crate::histogram::Codecs> {
+        Db::histogram_codecs(self)
+    }
+
     fn global_annotations(
         &self,
         start_ms: u64,

@@ -97,6 +97,12 @@ pub trait SeriesSource: Send + Sync {
         end_ms: u64,
     ) -> Result<Vec<Vec<super::histograms::StoredHistogram>>>;
 
+    /// The codecs histogram cells are read with
+    /// (`tsd.core.histograms.config`); `None` where histograms are off.
+    fn histogram_codecs(&self) -> Option<&crate::histogram::Codecs> {
+        None
+    }
+
     /// Stored JSON of the global annotations starting in
     /// `[start_ms, end_ms]`.
     fn global_annotations(

@@ -248,3 +248,207 @@ fn http_envelope_errors() {
     let ro = TestServer::start(&[CONFIG, ("tsd.mode", "ro")]);
     assert_eq!(post(&ro, "", &binary_point(1356998400, TEST_B64)).0, 404);
 }
+
+/// TestTsdbQueryHistogramQueries' data (`storeTestHistogramTimeSeriesMs`),
+/// with SimpleHistogram in place of the test codec: 300 histograms per
+/// host every 500 ms from 1356998400500; web01's i-th holds one count in
+/// the bucket (i-1, i+1), web02's the same for 301-i. A percentile of one
+/// such histogram is its bucket's midpoint: i (web01), 301-i (web02).
+fn store_ms_series(srv: &TestServer) {
+    let mut lines = String::new();
+    for i in 1..=300u64 {
+        let ts = 1356998400000 + 500 * i;
+        let ts = format!("{}.{:03}", ts / 1000, ts % 1000);
+        lines.push_str(&format!(
+            "histogram msg.end2end.latency {ts} {},{}=1 host=web01\n",
+            i - 1,
+            i + 1
+        ));
+        let j = 301 - i;
+        lines.push_str(&format!(
+            "histogram msg.end2end.latency {ts} {},{}=1 host=web02\n",
+            j - 1,
+            j + 1
+        ));
+    }
+    assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+}
+
+fn query(srv: &TestServer, body: &str) -> (u16, serde_json::Value) {
+    let r = json_http(srv.addr, "POST", "/api/query", body);
+    let v = serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null);
+    (r.status, v)
+}
+
+fn sub(metric: &str, extra: &str) -> String {
+    format!(
+        r#"{{"start":1356998400,"end":1357041600,"msResolution":true,"queries":[{{"metric":"{metric}",{extra}}}]}}"#
+    )
+}
+
+/// (timestamp, value) pairs of one result's `dps`, in time order.
+fn dps(r: &serde_json::Value) -> Vec<(i64, f64)> {
+    let mut v: Vec<(i64, f64)> = r["dps"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.parse().unwrap(), v.as_f64().unwrap()))
+        .collect();
+    v.sort_by_key(|p| p.0);
+    v
+}
+
+#[test]
+fn percentiles_of_one_series() {
+    let srv = start();
+    store_ms_series(&srv);
+    // runSingleTsMsSinglePercentile / runSingleTsMsDoulePercentile.
+    let (status, v) = query(
+        &srv,
+        &sub(
+            "msg.end2end.latency",
+            r#""aggregator":"sum","tags":{"host":"web01"},"percentiles":[98,95.5]"#,
+        ),
+    );
+    assert_eq!(status, 200, "{v}");
+    let r = v.as_array().unwrap();
+    assert_eq!(r.len(), 2);
+    assert_eq!(r[0]["metric"], "msg.end2end.latency_pct_98.0");
+    assert_eq!(r[1]["metric"], "msg.end2end.latency_pct_95.5");
+    for res in r {
+        assert_eq!(res["tags"], serde_json::json!({"host":"web01"}));
+        assert_eq!(res["aggregateTags"], serde_json::json!([]));
+        assert!(res.get("annotations").is_none());
+        let d = dps(res);
+        assert_eq!(d.len(), 300);
+        for (i, (ts, val)) in d.iter().enumerate() {
+            assert_eq!(*ts, 1356998400500 + 500 * i as i64);
+            assert_eq!(*val, (i + 1) as f64);
+        }
+    }
+}
+
+#[test]
+fn percentiles_summed_grouped_and_per_series() {
+    let srv = start();
+    store_ms_series(&srv);
+    // runSingleTsMsTwoAggSum: both hosts summed at each timestamp; the
+    // 98th percentile is in the higher of the two buckets, the 50th in
+    // the lower.
+    let (status, v) = query(
+        &srv,
+        &sub("msg.end2end.latency", r#""aggregator":"sum","percentiles":[98,50]"#),
+    );
+    assert_eq!(status, 200, "{v}");
+    let r = v.as_array().unwrap();
+    assert_eq!(r.len(), 2);
+    assert_eq!(r[0]["tags"], serde_json::json!({}));
+    assert_eq!(r[0]["aggregateTags"], serde_json::json!(["host"]));
+    let (p98, p50) = (dps(&r[0]), dps(&r[1]));
+    assert_eq!(p98.len(), 300);
+    for i in 1..=300usize {
+        let (a, b) = (i as f64, (301 - i) as f64);
+        assert_eq!(p98[i - 1].1, a.max(b));
+        assert_eq!(p50[i - 1].1, a.min(b));
+    }
+    // runSingleTsMsAggNone and runSingleTsMsAggSumTwoGroups: one result per
+    // host, web01 first.
+    for extra in [
+        r#""aggregator":"none","percentiles":[98]"#,
+        r#""aggregator":"sum","tags":{"host":"*"},"percentiles":[98]"#,
+    ] {
+        let (status, v) = query(&srv, &sub("msg.end2end.latency", extra));
+        assert_eq!(status, 200, "{v}");
+        let r = v.as_array().unwrap();
+        assert_eq!(r.len(), 2, "{extra}");
+        assert_eq!(r[0]["tags"], serde_json::json!({"host":"web01"}));
+        assert_eq!(r[1]["tags"], serde_json::json!({"host":"web02"}));
+        assert_eq!(r[1]["aggregateTags"], serde_json::json!([]));
+        assert_eq!(dps(&r[0])[0].1, 1.0);
+        assert_eq!(dps(&r[1])[0].1, 300.0);
+        assert_eq!(dps(&r[1])[299].1, 1.0);
+    }
+    // A query for the plain points of the metric sees none.
+    let (status, v) = query(&srv, &sub("msg.end2end.latency", r#""aggregator":"sum""#));
+    assert_eq!((status, v), (200, serde_json::json!([])));
+    // Outside the data: nothing.
+    let r = json_http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1357041600&end=1357045200&m=sum:percentiles[99]:msg.end2end.latency",
+        "",
+    );
+    assert_eq!((r.status, r.text()), (200, "[]".into()));
+}
+
+#[test]
+fn downsampled_buckets_as_the_serializer_writes_them() {
+    let srv = start();
+    let lines = "histogram m 1356998400 u=1:o=0:0,1=2:1,5=3 host=a\n\
+                 histogram m 1356998430 u=0:o=2:0,1=1 host=a\n\
+                 histogram m 1356998400 0,1=5:5,10=1 host=b\n\
+                 histogram m 1356998460 0,1=1 host=b\n";
+    assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+    let r = json_http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1356998520&m=sum:1m-sum:percentiles[50,99.9]:show-histogram-buckets:m",
+        "",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Sums in the first minute: (0,1)=8, (1,5)=3, (5,10)=1, under 1,
+    // over 2; in the second: (0,1)=1. The bucket series are those of the
+    // first histogram; a bucket a later one lacks counts 0.
+    let series = |name: &str, dps: &str| {
+        format!(r#"{{"metric":"{name}","tags":{{}},"aggregateTags":["host"],"dps":{dps}}}"#)
+    };
+    let want = [
+        series("m_pct_50.0", r#"{"1356998400":0.5,"1356998460":0.5}"#),
+        series("m_pct_99.9", r#"{"1356998400":7.5,"1356998460":0.5}"#),
+        series("m_UNDERFLOW", r#"{"1356998400":1,"1356998460":0}"#),
+        series("m_0.0_1.0", r#"{"1356998400":8,"1356998460":1}"#),
+        series("m_1.0_5.0", r#"{"1356998400":3,"1356998460":0}"#),
+        series("m_5.0_10.0", r#"{"1356998400":1,"1356998460":0}"#),
+        series("m_OVERFLOW", r#"{"1356998400":2,"1356998460":0}"#),
+    ];
+    assert_eq!(r.text(), format!("[{}]", want.join(",")));
+}
+
+#[test]
+fn histogram_query_errors() {
+    let srv = start();
+    store_ms_series(&srv);
+    let bad = |extra: &str| query(&srv, &sub("msg.end2end.latency", extra));
+    let msg = |v: &serde_json::Value| v["error"]["message"].as_str().unwrap_or("").to_string();
+    let (status, v) = bad(r#""aggregator":"avg","percentiles":[99]"#);
+    assert_eq!(status, 400);
+    assert_eq!(msg(&v), "Only NONE or SUM aggregation function supported for histogram query");
+    let (status, v) = bad(r#""aggregator":"sum","downsample":"1m-avg","percentiles":[99]"#);
+    assert_eq!(status, 400);
+    assert_eq!(msg(&v), "Only SUM downsampling aggregation supported for histogram query");
+    let (status, v) = bad(r#""aggregator":"sum","percentiles":[101]"#);
+    assert_eq!(status, 400);
+    assert_eq!(msg(&v), "Invalid percentile parameters: 101.0");
+    let (status, v) = bad(r#""aggregator":"max","showHistogramBuckets":true"#);
+    assert_eq!(status, 400);
+    assert_eq!(msg(&v), "Only NONE or SUM aggregation function supported for histogram query");
+    let r = json_http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&m=sum:percentiles99:msg.end2end.latency",
+        "",
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        msg(&r.json()),
+        "Malformated percentile query paramater: percentiles99"
+    );
+    let r = json_http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&m=sum:percentiles[x]:msg.end2end.latency",
+        "",
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(msg(&r.json()), "For input string: \"x\"");
+}
