@@ -452,3 +452,35 @@ fn histogram_query_errors() {
     assert_eq!(r.status, 400);
     assert_eq!(msg(&r.json()), "For input string: \"x\"");
 }
+
+/// `tsdb scan` shows a histogram cell as 2.4.1's DumpSeries shows any
+/// non-point object (`Arrays.toString(value)` then `[Not a data point]`)
+/// and leaves it out of `--import` output; `tsdb fsck` keeps it and finds
+/// nothing wrong.
+#[test]
+fn scan_and_fsck_with_histogram_cells() {
+    let mut srv = start();
+    let line = format!(
+        "put sys.cpu.user 1356998400 5 host=web01\nhistogram sys.cpu.user 1356998460 42 {TEST_B64} host=web01\n"
+    );
+    assert_eq!(telnet(srv.addr, line.as_bytes()), "");
+    srv.stop();
+    let kept = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
+    drop(srv);
+    let dir = kept.path();
+    let r = crate::common::tsdb(dir, &["scan", "2013/01/01", "sum", "sys.cpu.user"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let bytes: Vec<String> = TEST_HISTO.iter().map(|b| (*b as i8).to_string()).collect();
+    let want = format!("[{}]\t[Not a data point]", bytes.join(", "));
+    assert!(r.stdout.contains(&want), "{}", r.stdout);
+    let r = crate::common::tsdb(dir, &["scan", "--import", "2013/01/01", "sum", "sys.cpu.user"]);
+    assert_eq!(r.stdout, "sys.cpu.user 1356998400 5 host=web01\n");
+    let r = crate::common::tsdb(dir, &["fsck", "--full-scan"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("Total Errors: 0"), "{}", r.stdout);
+    let r = crate::common::tsdb(dir, &["fsck", "--full-scan", "--fix-all"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    // Still there after a fixing run.
+    let r = crate::common::tsdb(dir, &["scan", "2013/01/01", "sum", "sys.cpu.user"]);
+    assert!(r.stdout.contains(&want), "{}", r.stdout);
+}
