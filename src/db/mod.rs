@@ -577,7 +577,7 @@ mod tests {
             }])
             .unwrap();
         w.wait_durable(a).await.unwrap();
-        let got = w.read_histograms(&[series.tsuid.clone()], 0, u64::MAX).unwrap();
+        let got = w.read_histograms(&[series.tsuid.clone()], 0, u64::MAX).unwrap().series;
         assert_eq!(got, vec![vec![(1356998460000, value.clone())]]);
         let wal_dir = dir.path().join(WAL_DIR);
         let fresh = tempfile::tempdir().unwrap();
@@ -599,7 +599,7 @@ mod tests {
             .unwrap();
         let tsuids = w.index().series_of(m);
         assert_eq!(tsuids.len(), 1);
-        let got = w.read_histograms(&tsuids, 0, u64::MAX).unwrap();
+        let got = w.read_histograms(&tsuids, 0, u64::MAX).unwrap().series;
         assert_eq!(got, vec![vec![(1356998460000, value)]]);
         w.close().unwrap();
     }

@@ -84,7 +84,7 @@ impl SeriesSource for Db {
         tsuids: &[Tsuid],
         start_ms: u64,
         end_ms: u64,
-    ) -> store::Result<Vec<Vec<crate::store::histograms::StoredHistogram>>> {
+    ) -> store::Result<crate::store::histograms::HistogramRead> {
         self.rows.read_histograms(tsuids, start_ms, end_ms)
     }
 

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::downsample::Bucketer;
-use super::engine::{SubStats, compute_tags, scan_range, select, show_query};
+use super::engine::{SubStats, compute_tags, scan_range, select, series_notes, show_query};
 use super::error::QueryError;
 use super::output::QueryResult;
 use super::request::{HistogramQuery, ValidQuery, ValidSubQuery};
@@ -106,8 +106,13 @@ pub(super) fn run(
         .downsample
         .as_ref()
         .map(|d| Bucketer::new(d, q.tz, q.start_ms, q.end_ms));
-    let mut series: Vec<Histos> = Vec::with_capacity(stored.len());
-    for cells in stored {
+    let notes = if q.original.no_annotations {
+        Vec::new()
+    } else {
+        series_notes(sel.tsuids.len(), stored.annotations, q.start_ms, q.end_ms)
+    };
+    let mut series: Vec<Histos> = Vec::with_capacity(stored.series.len());
+    for cells in stored.series {
         let mut hs = Vec::with_capacity(cells.len());
         for (ms, value) in cells {
             stats.raw_points += 1;
@@ -155,6 +160,15 @@ pub(super) fn run(
             .filter(|(ts, _)| *ts >= q.start_ms && *ts <= q.end_ms)
             .collect();
         let (tags, aggregate_tags) = compute_tags(ctx, present.iter().map(|&p| &sel.tsuids[p]))?;
+        // Every member's notes, with histograms or not (a series without
+        // any in range still hands its annotations to the group).
+        let mut annotations: Vec<crate::model::Annotation> = Vec::new();
+        if !notes.is_empty() {
+            for &m in members {
+                annotations.extend(notes[m].iter().cloned());
+            }
+            annotations.sort_by_key(|a| a.start_time);
+        }
         let mut hex: Vec<String> = Vec::new();
         if q.original.show_tsuids {
             hex = present
@@ -172,7 +186,7 @@ pub(super) fn run(
             nan_as_null: false,
             query: query_json.clone(),
             stats: None,
-            annotations: Vec::new(),
+            annotations: annotations.clone(),
             show_empty_annotations: false,
             query_index: sub.index,
         };

@@ -242,8 +242,8 @@ fn middle_part(sub: &mut TsSubQuery, part: &str, full: bool) -> Result<(), Query
         }
     } else if part.as_bytes().first().is_some_and(u8::is_ascii_digit) {
         sub.downsample = Some(part.to_string());
-    } else if !full {
-        // tsuid= only knows rate and downsample.
+    } else if !full && !lower.starts_with("percentiles") && !lower.starts_with("show-histogram-buckets") {
+        // tsuid= knows rate, downsample and the histogram parts.
     } else if lower == "pre-agg" {
         sub.pre_aggregate = true;
     } else if lower.starts_with("rollup_") {

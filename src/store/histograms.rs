@@ -19,6 +19,16 @@ use super::{Result, Store};
 /// then the codec's bytes).
 pub type StoredHistogram = (u64, Vec<u8>);
 
+/// What a histogram query reads from the rows of its series.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HistogramRead {
+    /// Per series asked for, in that order: its histograms in time order.
+    pub series: Vec<Vec<StoredHistogram>>,
+    /// (series index, stored JSON) of every annotation cell in the rows
+    /// read, whatever its time: the caller filters.
+    pub annotations: Vec<(usize, Vec<u8>)>,
+}
+
 impl Store {
     /// Writes histogram cells of one series (a cell already at the same
     /// qualifier is replaced, as HBase would).
@@ -48,20 +58,28 @@ impl Store {
 
     /// The histogram points of `tsuid` in `[start_ms, end_ms]`, sorted by
     /// time (a second and a millisecond cell of the same instant are both
-    /// kept, the second's first, as their qualifiers sort).
+    /// kept, the second's first, as their qualifiers sort), and the
+    /// annotation cells of the rows read.
     pub fn histograms_in(
         &self,
         tsuid: &Tsuid,
         start_ms: u64,
         end_ms: u64,
-    ) -> Result<Vec<StoredHistogram>> {
+    ) -> Result<(Vec<StoredHistogram>, Vec<Vec<u8>>)> {
         let mut out = Vec::new();
+        let mut notes = Vec::new();
         let first = row_base_clamped(start_ms / 1000);
         let last = row_base_clamped(end_ms / 1000);
         let mut base = first;
         loop {
             let key = self.layout().row_key(tsuid, base);
             if let Some(row) = self.get_row(&key)? {
+                notes.extend(
+                    row.cells
+                        .iter()
+                        .filter(|c| CellKind::of(&c.qualifier) == CellKind::Annotation)
+                        .map(|c| c.value.clone()),
+                );
                 let mut hour: Vec<StoredHistogram> = row
                     .cells
                     .iter()
@@ -81,7 +99,7 @@ impl Store {
                 _ => break,
             }
         }
-        Ok(out)
+        Ok((out, notes))
     }
 }
 
@@ -122,7 +140,8 @@ mod tests {
         assert!(quals.contains(&vec![6, 0, 0x3C]));
         // The data point is still read.
         assert_eq!(store.decode(&key, &row).unwrap().points.len(), 1);
-        let h = store.histograms_in(&tsuid, 1356998400000, 1357002000500).unwrap();
+        let (h, notes) = store.histograms_in(&tsuid, 1356998400000, 1357002000500).unwrap();
+        assert!(notes.is_empty());
         assert_eq!(
             h,
             vec![
@@ -134,6 +153,6 @@ mod tests {
         let key2 = store.layout().row_key(&tsuid, 1357002000);
         let row2 = store.get_row(&key2).unwrap().unwrap();
         assert_eq!(row2.cells[0].qualifier, vec![6, 0, 0, 1, 0xF4]);
-        assert_eq!(store.histograms_in(&tsuid, 1356998401000, 1356998460000).unwrap().len(), 1);
+        assert_eq!(store.histograms_in(&tsuid, 1356998401000, 1356998460000).unwrap().0.len(), 1);
     }
 }

@@ -88,14 +88,14 @@ pub trait SeriesSource: Send + Sync {
     ) -> Result<Vec<SeriesData>>;
 
     /// The histogram points (OpenTSDB 2.4) of each listed series in
-    /// `[start_ms, end_ms]`, in time order: one list per series, in the
-    /// order asked.
+    /// `[start_ms, end_ms]`, in time order (one list per series, in the
+    /// order asked), and the annotation cells of the rows read.
     fn read_histograms(
         &self,
         tsuids: &[Tsuid],
         start_ms: u64,
         end_ms: u64,
-    ) -> Result<Vec<Vec<super::histograms::StoredHistogram>>>;
+    ) -> Result<super::histograms::HistogramRead>;
 
     /// The codecs histogram cells are read with
     /// (`tsd.core.histograms.config`); `None` where histograms are off.
@@ -121,11 +121,14 @@ impl SeriesSource for Store {
         tsuids: &[Tsuid],
         start_ms: u64,
         end_ms: u64,
-    ) -> Result<Vec<Vec<super::histograms::StoredHistogram>>> {
-        tsuids
-            .iter()
-            .map(|t| self.histograms_in(t, start_ms, end_ms))
-            .collect()
+    ) -> Result<super::histograms::HistogramRead> {
+        let mut read = super::histograms::HistogramRead::default();
+        for (i, t) in tsuids.iter().enumerate() {
+            let (hs, notes) = self.histograms_in(t, start_ms, end_ms)?;
+            read.series.push(hs);
+            read.annotations.extend(notes.into_iter().map(|n| (i, n)));
+        }
+        Ok(read)
     }
 
     fn global_annotations(

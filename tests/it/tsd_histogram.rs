@@ -484,3 +484,130 @@ fn scan_and_fsck_with_histogram_cells() {
     let r = crate::common::tsdb(dir, &["scan", "2013/01/01", "sum", "sys.cpu.user"]);
     assert!(r.stdout.contains(&want), "{}", r.stdout);
 }
+
+/// `storeTestHistogramTimeSeriesSeconds(false)`: as [`store_ms_series`]
+/// but every 30 s from 1356998430 (three hourly rows).
+fn store_seconds_series(srv: &TestServer) {
+    let mut lines = String::new();
+    for i in 1..=300u64 {
+        let ts = 1356998400 + 30 * i;
+        let j = 301 - i;
+        lines.push_str(&format!(
+            "histogram msg.end2end.latency {ts} {},{}=1 host=web01\n\
+             histogram msg.end2end.latency {ts} {},{}=1 host=web02\n",
+            i - 1,
+            i + 1,
+            j - 1,
+            j + 1
+        ));
+    }
+    assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+}
+
+fn note(srv: &TestServer, start: u64) {
+    let r = json_http(
+        srv.addr,
+        "POST",
+        "/api/annotation",
+        &format!(r#"{{"tsuid":"000001000001000001","startTime":{start},"description":"Hello World!"}}"#),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
+fn annotations_of_a_histogram_group() {
+    // runWithAnnotation.
+    let srv = TestServer::start(&[CONFIG, AUTO_METRIC, ("tsd.http.query.allow_delete", "true")]);
+    store_seconds_series(&srv);
+    note(&srv, 1356998490);
+    let body = r#"{"start":1356998400,"end":1357041600,"queries":[{"metric":"msg.end2end.latency","aggregator":"sum","tags":{"host":"web01"},"percentiles":[98]}]}"#;
+    let (status, v) = query(&srv, body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v[0]["annotations"].as_array().unwrap().len(), 1);
+    assert_eq!(v[0]["annotations"][0]["description"], "Hello World!");
+    let d = dps(&v[0]);
+    assert_eq!(d.len(), 300);
+    assert_eq!(d[0], (1356998430, 1.0));
+    // noAnnotations leaves them out.
+    let (_, v) = query(&srv, &body.replace(r#""queries""#, r#""noAnnotations":true,"queries""#));
+    assert!(v[0].get("annotations").is_none(), "{v}");
+    // runWithOnlyAnnotation: the second hour's row deleted, a note put
+    // there: the note is the group's, the histograms jump 119 → 240.
+    let r = json_http(
+        srv.addr,
+        "DELETE",
+        "/api/query?start=1357002000&end=1357005599&m=sum:msg.end2end.latency{host=web01}",
+        "",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    note(&srv, 1357002090);
+    let (status, v) = query(&srv, body);
+    assert_eq!(status, 200, "{v}");
+    let notes = v[0]["annotations"].as_array().unwrap();
+    assert_eq!(notes.len(), 2);
+    assert_eq!(notes[1]["startTime"], 1357002090);
+    let d = dps(&v[0]);
+    assert_eq!(d.len(), 180);
+    assert_eq!(d[118].1, 119.0);
+    assert_eq!(d[119].1, 240.0);
+}
+
+#[test]
+fn tsuid_histogram_queries() {
+    let srv = start();
+    store_seconds_series(&srv);
+    // runTSUIDQuery.
+    let body = |tsuids: &str| {
+        format!(
+            r#"{{"start":1356998400,"end":1357041600,"queries":[{{"tsuids":[{tsuids}],"aggregator":"sum","percentiles":[98]}}]}}"#
+        )
+    };
+    let (status, v) = query(&srv, &body(r#""000001000001000001""#));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert_eq!(v[0]["metric"], "msg.end2end.latency_pct_98.0");
+    assert_eq!(v[0]["tags"], serde_json::json!({"host":"web01"}));
+    assert!(v[0].get("annotations").is_none());
+    let d = dps(&v[0]);
+    assert_eq!(d.len(), 300);
+    assert!(d.iter().enumerate().all(|(i, p)| p.1 == (i + 1) as f64));
+    // runTSUIDsAggSum: summed; the higher bucket holds the 98th.
+    let (status, v) = query(
+        &srv,
+        &body(r#""000001000001000001","000001000001000002""#),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v[0]["tags"], serde_json::json!({}));
+    assert_eq!(v[0]["aggregateTags"], serde_json::json!(["host"]));
+    let d = dps(&v[0]);
+    assert_eq!(d.len(), 300);
+    assert!(
+        d.iter()
+            .enumerate()
+            .all(|(i, p)| p.1 == ((i + 1).max(300 - i)) as f64)
+    );
+    // The tsuid= form of the query string.
+    let r = json_http(
+        srv.addr,
+        "GET",
+        "/api/query?start=1356998400&end=1357041600&tsuid=sum:percentiles[98]:000001000001000001",
+        "",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(dps(&r.json()[0]).len(), 300);
+}
+
+#[test]
+fn tsuid_histogram_query_without_data() {
+    // runTSUIDQueryNoData: a series with points but no histogram.
+    let srv = start();
+    assert_eq!(
+        telnet(srv.addr, b"put msg.end2end.latency 1356998430 1 host=web01\n"),
+        ""
+    );
+    let (status, v) = query(
+        &srv,
+        r#"{"start":1356998400,"end":1357041600,"queries":[{"tsuids":["000001000001000001"],"aggregator":"sum","percentiles":[98]}]}"#,
+    );
+    assert_eq!((status, v), (200, serde_json::json!([])));
+}
