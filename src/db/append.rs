@@ -14,6 +14,9 @@ use crate::write::{Series, SeriesMemo};
 
 pub use crate::write::wal::{Appended, PendingHistogram, PendingPoint};
 
+/// A histogram cell to write: its time and stored value.
+type HistogramCell = (Timestamp, Vec<u8>);
+
 impl Db {
     /// Checks one point and finds (or creates) its series, as OpenTSDB's
     /// `TSDB.addPoint` does; `key_buf` is scratch space kept by the caller.
@@ -193,9 +196,12 @@ impl Db {
         for p in points {
             self.note_point(&p.series, p.ts, now)?;
         }
-        let mut by_series: Vec<(&Arc<Series>, Vec<(Timestamp, Vec<u8>)>)> = Vec::new();
+        let mut by_series: Vec<(&Arc<Series>, Vec<HistogramCell>)> = Vec::new();
         for p in points {
-            match by_series.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &p.series)) {
+            match by_series
+                .iter_mut()
+                .find(|(s, _)| Arc::ptr_eq(s, &p.series))
+            {
                 Some((_, cells)) => cells.push((p.ts, p.value.clone())),
                 None => by_series.push((&p.series, vec![(p.ts, p.value.clone())])),
             }

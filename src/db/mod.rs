@@ -577,7 +577,10 @@ mod tests {
             }])
             .unwrap();
         w.wait_durable(a).await.unwrap();
-        let got = w.read_histograms(&[series.tsuid.clone()], 0, u64::MAX).unwrap().series;
+        let got = w
+            .read_histograms(std::slice::from_ref(&series.tsuid), 0, u64::MAX)
+            .unwrap()
+            .series;
         assert_eq!(got, vec![vec![(1356998460000, value.clone())]]);
         let wal_dir = dir.path().join(WAL_DIR);
         let fresh = tempfile::tempdir().unwrap();

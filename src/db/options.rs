@@ -229,17 +229,36 @@ mod tests {
 
     #[test]
     fn histogram_codecs_from_config() {
-        assert_eq!(DbOptions::from_config(&Config::default()).unwrap().write.histograms, None);
+        assert_eq!(
+            DbOptions::from_config(&Config::default())
+                .unwrap()
+                .write
+                .histograms,
+            None
+        );
         let mut on = Config::default();
-        on.set(CONFIG_KEY, r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#);
-        let codecs = DbOptions::from_config(&on).unwrap().write.histograms.unwrap();
+        on.set(
+            CONFIG_KEY,
+            r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#,
+        );
+        let codecs = DbOptions::from_config(&on)
+            .unwrap()
+            .write
+            .histograms
+            .unwrap();
         assert_eq!(codecs.simple_id().unwrap(), 42);
         let mut empty = Config::default();
         empty.set(CONFIG_KEY, "");
         let e = DbOptions::from_config(&empty).unwrap_err().to_string();
-        assert!(e.contains("Missing configuration 'tsd.core.histograms.config'"), "{e}");
+        assert!(
+            e.contains("Missing configuration 'tsd.core.histograms.config'"),
+            "{e}"
+        );
         let mut bad = Config::default();
-        bad.set(CONFIG_KEY, r#"{"net.opentsdb.core.SimpleHistogramDecoder": 300}"#);
+        bad.set(
+            CONFIG_KEY,
+            r#"{"net.opentsdb.core.SimpleHistogramDecoder": 300}"#,
+        );
         let e = DbOptions::from_config(&bad).unwrap_err().to_string();
         assert!(e.contains("must be from 0 to 255."), "{e}");
     }

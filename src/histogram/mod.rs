@@ -72,7 +72,9 @@ impl Codecs {
             .map_err(|e| HistogramError::Invalid(format!("Unable to parse {CONFIG_KEY}: {e}")))?;
         let mut codecs = Codecs::default();
         if raw.is_empty() {
-            tracing::warn!("No histograms configured. Histogram writes and reads will throw exceptions.");
+            tracing::warn!(
+                "No histograms configured. Histogram writes and reads will throw exceptions."
+            );
             return Ok(codecs);
         }
         let mut seen = Vec::new();
@@ -83,7 +85,9 @@ impl Codecs {
                 _ => None,
             }
             .ok_or_else(|| {
-                HistogramError::Invalid(format!("Unable to parse {CONFIG_KEY}: bad ID for codec '{class}': {v}"))
+                HistogramError::Invalid(format!(
+                    "Unable to parse {CONFIG_KEY}: bad ID for codec '{class}': {v}"
+                ))
             })?;
             if !(0..=255).contains(&id) {
                 return Err(HistogramError::Invalid(format!(
@@ -111,7 +115,10 @@ impl Codecs {
     /// codec (the `buckets` form of writes uses it).
     pub fn simple_id(&self) -> Result<u8, HistogramError> {
         self.simple_id.ok_or_else(|| {
-            HistogramError::Invalid(format!("No codec ID assigned to class class {}", SIMPLE_CODEC))
+            HistogramError::Invalid(format!(
+                "No codec ID assigned to class class {}",
+                SIMPLE_CODEC
+            ))
         })
     }
 
@@ -119,12 +126,19 @@ impl Codecs {
     fn check_id(&self, id: i64) -> Result<u8, HistogramError> {
         match self.simple_id {
             Some(s) if s as i64 == id => Ok(s),
-            _ => Err(HistogramError::Invalid(format!("No codec found mapped to ID {id}"))),
+            _ => Err(HistogramError::Invalid(format!(
+                "No codec found mapped to ID {id}"
+            ))),
         }
     }
 
     /// Decodes `raw` with the codec of `id` (`HistogramCodecManager.decode`).
-    pub fn decode(&self, id: i64, raw: &[u8], includes_id: bool) -> Result<SimpleHistogram, HistogramError> {
+    pub fn decode(
+        &self,
+        id: i64,
+        raw: &[u8],
+        includes_id: bool,
+    ) -> Result<SimpleHistogram, HistogramError> {
         let id = self.check_id(id)?;
         SimpleHistogram::decode(id, raw, includes_id)
     }
@@ -132,7 +146,9 @@ impl Codecs {
     /// Decodes a stored cell value: codec id byte, then the codec's bytes.
     pub fn decode_cell(&self, value: &[u8]) -> Result<SimpleHistogram, HistogramError> {
         let Some(&id) = value.first() else {
-            return Err(HistogramError::Invalid("The data array cannot be empty.".into()));
+            return Err(HistogramError::Invalid(
+                "The data array cannot be empty.".into(),
+            ));
         };
         self.decode(id as i64, value, true)
     }
@@ -157,7 +173,9 @@ mod tests {
             "No codec found mapped to ID 43"
         );
         let bad = |json: &str| Codecs::from_config(Some(json)).unwrap_err().to_string();
-        assert!(bad(r#"{"net.opentsdb.core.SimpleHistogramDecoder": "#).starts_with("Unable to parse"));
+        assert!(
+            bad(r#"{"net.opentsdb.core.SimpleHistogramDecoder": "#).starts_with("Unable to parse")
+        );
         assert_eq!(
             bad(r#"{"net.opentsdb.core.SimpleHistogramDecoder":-1}"#),
             "ID for codec 'net.opentsdb.core.SimpleHistogramDecoder' must be from 0 to 255."
@@ -170,7 +188,10 @@ mod tests {
             bad(r#"{"net.opentsdb.core.NoSuchPlugin":0}"#),
             "Unable to find a decoder named 'net.opentsdb.core.NoSuchPlugin'"
         );
-        assert!(bad("/no/such/file.json").starts_with("Unable to open plugin config file: /no/such/file.json"));
+        assert!(
+            bad("/no/such/file.json")
+                .starts_with("Unable to open plugin config file: /no/such/file.json")
+        );
         let empty = Codecs::from_config(Some("{}")).unwrap().unwrap();
         assert!(empty.simple_id().is_err());
     }
@@ -180,7 +201,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("histos.json");
         std::fs::write(&f, r#"{"net.opentsdb.core.SimpleHistogramDecoder": 7}"#).unwrap();
-        let c = Codecs::from_config(Some(f.to_str().unwrap())).unwrap().unwrap();
+        let c = Codecs::from_config(Some(f.to_str().unwrap()))
+            .unwrap()
+            .unwrap();
         assert_eq!(c.simple_id().unwrap(), 7);
     }
 }

@@ -165,9 +165,15 @@ impl SimpleHistogram {
     /// writes it, with the codec id first if `includes_id` (which must
     /// then be `id`). Bytes after the overflow count are ignored, as
     /// Kryo's reader ignores them.
-    pub fn decode(id: u8, raw: &[u8], includes_id: bool) -> Result<SimpleHistogram, HistogramError> {
+    pub fn decode(
+        id: u8,
+        raw: &[u8],
+        includes_id: bool,
+    ) -> Result<SimpleHistogram, HistogramError> {
         if includes_id && raw.is_empty() {
-            return Err(HistogramError::Invalid("The data array cannot be empty.".into()));
+            return Err(HistogramError::Invalid(
+                "The data array cannot be empty.".into(),
+            ));
         }
         if includes_id && raw[0] as i8 as i32 != id as i32 {
             return Err(HistogramError::Invalid(format!(
@@ -255,13 +261,19 @@ mod tests {
         assert_eq!(
             h.encode(true),
             [
-                42, 0, 2, 0, 0, 0, 0, 0x3F, 0x80, 0, 0, 42, 0x3F, 0x80, 0, 0, 0x40, 0xA0, 0, 0,
-                24, 0, 1
+                42, 0, 2, 0, 0, 0, 0, 0x3F, 0x80, 0, 0, 42, 0x3F, 0x80, 0, 0, 0x40, 0xA0, 0, 0, 24,
+                0, 1
             ]
         );
         assert_eq!(h.encode(false), h.encode(true)[1..]);
-        assert_eq!(SimpleHistogram::decode(42, &h.encode(true), true).unwrap(), h);
-        assert_eq!(SimpleHistogram::decode(42, &h.encode(false), false).unwrap(), h);
+        assert_eq!(
+            SimpleHistogram::decode(42, &h.encode(true), true).unwrap(),
+            h
+        );
+        assert_eq!(
+            SimpleHistogram::decode(42, &h.encode(false), false).unwrap(),
+            h
+        );
     }
 
     #[test]
@@ -333,7 +345,13 @@ mod tests {
         b.underflow = 2;
         a.add(&b);
         assert_eq!(a.buckets.len(), 3);
-        assert_eq!(a.buckets[&Bucket { lower: 1.0, upper: 5.0 }], 30);
+        assert_eq!(
+            a.buckets[&Bucket {
+                lower: 1.0,
+                upper: 5.0
+            }],
+            30
+        );
         assert_eq!((a.underflow, a.overflow), (2, 1));
     }
 }

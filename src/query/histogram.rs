@@ -10,12 +10,12 @@
 
 use std::collections::BTreeMap;
 
+use super::QueryContext;
 use super::downsample::Bucketer;
 use super::engine::{SubStats, compute_tags, scan_range, select, series_notes, show_query};
 use super::error::QueryError;
 use super::output::QueryResult;
 use super::request::{HistogramQuery, ValidQuery, ValidSubQuery};
-use super::QueryContext;
 use crate::histogram::SimpleHistogram;
 use crate::histogram::simple::Bucket;
 use crate::model::Value;
@@ -30,7 +30,9 @@ type Histos = Vec<(i64, SimpleHistogram)>;
 fn downsample(series: Histos, bucketer: &Bucketer) -> Histos {
     let mut out: Histos = Vec::new();
     for (ts, h) in series {
-        let Some(b) = bucketer.bucket(ts) else { continue };
+        let Some(b) = bucketer.bucket(ts) else {
+            continue;
+        };
         match out.last_mut() {
             Some((last, acc)) if *last == b => acc.add(&h),
             _ => out.push((b, h)),
@@ -69,11 +71,9 @@ impl BucketSeries {
         match self {
             BucketSeries::Underflow => "_UNDERFLOW".into(),
             BucketSeries::Overflow => "_OVERFLOW".into(),
-            BucketSeries::Regular(b) => format!(
-                "_{}_{}",
-                float_to_string(b.lower),
-                float_to_string(b.upper)
-            ),
+            BucketSeries::Regular(b) => {
+                format!("_{}_{}", float_to_string(b.lower), float_to_string(b.upper))
+            }
         }
     }
 
@@ -213,10 +213,7 @@ pub(super) fn run(
                     .map(|(ts, h)| (*ts, Value::Int(kind.count(h))))
                     .collect();
                 stats.output_points += points.len() as u64;
-                results.push(result(
-                    format!("{}{}", sel.metric_name, kind.suffix()),
-                    dps,
-                ));
+                results.push(result(format!("{}{}", sel.metric_name, kind.suffix()), dps));
             }
         }
     }
@@ -239,7 +236,11 @@ mod tests {
         let spec = DownsampleSpec::parse("1m-sum", false).unwrap();
         let b = Bucketer::new(&spec, chrono_tz::Tz::UTC, 0, 600_000);
         let out = downsample(
-            vec![(0, h(0.0, 1.0, 1)), (30_000, h(0.0, 1.0, 2)), (60_000, h(1.0, 2.0, 5))],
+            vec![
+                (0, h(0.0, 1.0, 1)),
+                (30_000, h(0.0, 1.0, 2)),
+                (60_000, h(1.0, 2.0, 5)),
+            ],
             &b,
         );
         assert_eq!(out.len(), 2);

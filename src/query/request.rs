@@ -242,7 +242,10 @@ fn middle_part(sub: &mut TsSubQuery, part: &str, full: bool) -> Result<(), Query
         }
     } else if part.as_bytes().first().is_some_and(u8::is_ascii_digit) {
         sub.downsample = Some(part.to_string());
-    } else if !full && !lower.starts_with("percentiles") && !lower.starts_with("show-histogram-buckets") {
+    } else if !full
+        && !lower.starts_with("percentiles")
+        && !lower.starts_with("show-histogram-buckets")
+    {
         // tsuid= knows rate, downsample and the histogram parts.
     } else if lower == "pre-agg" {
         sub.pre_aggregate = true;
@@ -437,7 +440,10 @@ impl TsSubQuery {
                     "Only NONE or SUM aggregation function supported for histogram query",
                 ));
             }
-            if downsample.as_ref().is_some_and(|d| d.function.name != "sum") {
+            if downsample
+                .as_ref()
+                .is_some_and(|d| d.function.name != "sum")
+            {
                 return Err(QueryError::bad(
                     "Only SUM downsampling aggregation supported for histogram query",
                 ));

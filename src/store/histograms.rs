@@ -42,7 +42,10 @@ impl Store {
         for (ts, value) in cells {
             let base = ts.base_time()?;
             let q = object_qualifier(HISTOGRAM_PREFIX, *ts, base).map_err(ColumnError::from)?;
-            by_hour.entry(base).or_default().push(Cell::new(q, value.clone()));
+            by_hour
+                .entry(base)
+                .or_default()
+                .push(Cell::new(q, value.clone()));
         }
         for (base, new_cells) in by_hour {
             let key = self.layout().row_key(tsuid, base);
@@ -140,7 +143,9 @@ mod tests {
         assert!(quals.contains(&vec![6, 0, 0x3C]));
         // The data point is still read.
         assert_eq!(store.decode(&key, &row).unwrap().points.len(), 1);
-        let (h, notes) = store.histograms_in(&tsuid, 1356998400000, 1357002000500).unwrap();
+        let (h, notes) = store
+            .histograms_in(&tsuid, 1356998400000, 1357002000500)
+            .unwrap();
         assert!(notes.is_empty());
         assert_eq!(
             h,
@@ -153,6 +158,13 @@ mod tests {
         let key2 = store.layout().row_key(&tsuid, 1357002000);
         let row2 = store.get_row(&key2).unwrap().unwrap();
         assert_eq!(row2.cells[0].qualifier, vec![6, 0, 0, 1, 0xF4]);
-        assert_eq!(store.histograms_in(&tsuid, 1356998401000, 1356998460000).unwrap().0.len(), 1);
+        assert_eq!(
+            store
+                .histograms_in(&tsuid, 1356998401000, 1356998460000)
+                .unwrap()
+                .0
+                .len(),
+            1
+        );
     }
 }

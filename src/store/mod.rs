@@ -13,8 +13,8 @@
 //! handle reach the key-value engine itself.
 
 pub(crate) mod annotations;
-pub mod histograms;
 pub mod header;
+pub mod histograms;
 pub(crate) mod index_table;
 pub(crate) mod meta_table;
 pub mod read;

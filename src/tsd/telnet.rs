@@ -158,7 +158,10 @@ impl Conn<'_> {
             }
             TelnetHistogram::Dropped(e) => {
                 inc(&self.state.stats.illegal_arguments);
-                tracing::warn!(error = e.message(), "histogram line with a malformed bucket list dropped without an answer, as OpenTSDB 2.4.1 does");
+                tracing::warn!(
+                    error = e.message(),
+                    "histogram line with a malformed bucket list dropped without an answer, as OpenTSDB 2.4.1 does"
+                );
                 None
             }
         };

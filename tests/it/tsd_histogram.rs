@@ -96,11 +96,17 @@ fn telnet_errors() {
     let srv = TestServer::start(&[CONFIG, AUTO_METRIC, ("tsd.core.auto_create_tagks", "false")]);
     let cases: &[(String, &str)] = &[
         (
-            format!("histogram sys.cpu.user 1356998400 42 {} host=web01", &TEST_B64[..4]),
+            format!(
+                "histogram sys.cpu.user 1356998400 42 {} host=web01",
+                &TEST_B64[..4]
+            ),
             "histogram: HBase error: Byte array shorter than 6 bytes detected: [0, 2, 0]\n",
         ),
         (
-            format!("histogram sys.cpu.user 1356998400 42 {} host=web01", &TEST_B64[..8]),
+            format!(
+                "histogram sys.cpu.user 1356998400 42 {} host=web01",
+                &TEST_B64[..8]
+            ),
             "histogram: HBase error: Buffer underflow.\n",
         ),
         (
@@ -147,8 +153,15 @@ fn telnet_errors() {
     }
     assert_eq!(cell(&srv, &[6, 0, 0]), None);
     // Storage-side errors are only written back with return_errors.
-    let quiet = TestServer::start(&[CONFIG, AUTO_METRIC, ("tsd.rpc.telnet.return_errors", "false")]);
-    let line = format!("histogram sys.cpu.user 1356998400 42 {} host=web01\n", &TEST_B64[..4]);
+    let quiet = TestServer::start(&[
+        CONFIG,
+        AUTO_METRIC,
+        ("tsd.rpc.telnet.return_errors", "false"),
+    ]);
+    let line = format!(
+        "histogram sys.cpu.user 1356998400 42 {} host=web01\n",
+        &TEST_B64[..4]
+    );
     assert_eq!(telnet(quiet.addr, line.as_bytes()), "");
 }
 
@@ -198,7 +211,10 @@ fn http_one_good_one_bad() {
     let (status, text) = post(&srv, "?details", &body);
     assert_eq!(status, 400);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!((v["success"].as_i64(), v["failed"].as_i64()), (Some(1), Some(1)));
+    assert_eq!(
+        (v["success"].as_i64(), v["failed"].as_i64()),
+        (Some(1), Some(1))
+    );
     assert_eq!(
         v["errors"][0]["error"],
         "Byte array shorter than 6 bytes detected: [0, 2, 0]"
@@ -210,17 +226,50 @@ fn http_one_good_one_bad() {
 fn http_validation_messages() {
     let srv = TestServer::start(&[CONFIG]);
     let cases = [
-        (r#"{"timestamp":1356998400,"id":42,"value":"AAAA","tags":{"host":"web01"}}"#, "Metric name was empty"),
-        (r#"{"metric":"m","timestamp":0,"id":42,"value":"AAAA","tags":{"host":"web01"}}"#, "Invalid timestamp"),
-        (r#"{"metric":"m","timestamp":1356998400,"id":42,"value":"AAAA"}"#, "Missing tags"),
-        (r#"{"metric":"m","timestamp":1356998400,"tags":{"host":"web01"}}"#, "Histogram buckets cannot be null or empty if 'value' is empty."),
-        (r#"{"metric":"m","timestamp":1356998400,"buckets":{},"tags":{"host":"web01"}}"#, "Histogram buckets cannot be null or empty if 'value' is empty."),
-        (r#"{"metric":"m","timestamp":1356998400,"id":256,"value":"AAAA","tags":{"host":"web01"}}"#, "Invalid type. Must be from 0 to 255."),
-        (r#"{"metric":"m","timestamp":1356998400,"id":7,"value":"AAAAAAAAAA==","tags":{"host":"web01"}}"#, "No codec found mapped to ID 7"),
-        (r#"{"metric":"m","timestamp":1356998400,"buckets":{"0":1},"tags":{"host":"web01"}}"#, "Unable to parse bucket bounds: 0"),
-        (r#"{"metric":"m","timestamp":1356998400,"buckets":{"a,1":1},"tags":{"host":"web01"}}"#, "Unable to parse value to a number"),
-        (r#"{"metric":"sys.cpu.user","timestamp":1356998400,"buckets":{"0,1":1},"tags":{"host":"web01"}}"#, "Unknown metric"),
-        (r#"{"metric":"sys.cpu.user","timestamp":1356998400,"id":42,"value":"AAIAAAAA","tags":{"host":"web01"}}"#, "Unexpected exception"),
+        (
+            r#"{"timestamp":1356998400,"id":42,"value":"AAAA","tags":{"host":"web01"}}"#,
+            "Metric name was empty",
+        ),
+        (
+            r#"{"metric":"m","timestamp":0,"id":42,"value":"AAAA","tags":{"host":"web01"}}"#,
+            "Invalid timestamp",
+        ),
+        (
+            r#"{"metric":"m","timestamp":1356998400,"id":42,"value":"AAAA"}"#,
+            "Missing tags",
+        ),
+        (
+            r#"{"metric":"m","timestamp":1356998400,"tags":{"host":"web01"}}"#,
+            "Histogram buckets cannot be null or empty if 'value' is empty.",
+        ),
+        (
+            r#"{"metric":"m","timestamp":1356998400,"buckets":{},"tags":{"host":"web01"}}"#,
+            "Histogram buckets cannot be null or empty if 'value' is empty.",
+        ),
+        (
+            r#"{"metric":"m","timestamp":1356998400,"id":256,"value":"AAAA","tags":{"host":"web01"}}"#,
+            "Invalid type. Must be from 0 to 255.",
+        ),
+        (
+            r#"{"metric":"m","timestamp":1356998400,"id":7,"value":"AAAAAAAAAA==","tags":{"host":"web01"}}"#,
+            "No codec found mapped to ID 7",
+        ),
+        (
+            r#"{"metric":"m","timestamp":1356998400,"buckets":{"0":1},"tags":{"host":"web01"}}"#,
+            "Unable to parse bucket bounds: 0",
+        ),
+        (
+            r#"{"metric":"m","timestamp":1356998400,"buckets":{"a,1":1},"tags":{"host":"web01"}}"#,
+            "Unable to parse value to a number",
+        ),
+        (
+            r#"{"metric":"sys.cpu.user","timestamp":1356998400,"buckets":{"0,1":1},"tags":{"host":"web01"}}"#,
+            "Unknown metric",
+        ),
+        (
+            r#"{"metric":"sys.cpu.user","timestamp":1356998400,"id":42,"value":"AAIAAAAA","tags":{"host":"web01"}}"#,
+            "Unexpected exception",
+        ),
     ];
     for (point, want) in cases {
         let (status, text) = post(&srv, "?details", point);
@@ -337,7 +386,10 @@ fn percentiles_summed_grouped_and_per_series() {
     // the lower.
     let (status, v) = query(
         &srv,
-        &sub("msg.end2end.latency", r#""aggregator":"sum","percentiles":[98,50]"#),
+        &sub(
+            "msg.end2end.latency",
+            r#""aggregator":"sum","percentiles":[98,50]"#,
+        ),
     );
     assert_eq!(status, 200, "{v}");
     let r = v.as_array().unwrap();
@@ -422,16 +474,25 @@ fn histogram_query_errors() {
     let msg = |v: &serde_json::Value| v["error"]["message"].as_str().unwrap_or("").to_string();
     let (status, v) = bad(r#""aggregator":"avg","percentiles":[99]"#);
     assert_eq!(status, 400);
-    assert_eq!(msg(&v), "Only NONE or SUM aggregation function supported for histogram query");
+    assert_eq!(
+        msg(&v),
+        "Only NONE or SUM aggregation function supported for histogram query"
+    );
     let (status, v) = bad(r#""aggregator":"sum","downsample":"1m-avg","percentiles":[99]"#);
     assert_eq!(status, 400);
-    assert_eq!(msg(&v), "Only SUM downsampling aggregation supported for histogram query");
+    assert_eq!(
+        msg(&v),
+        "Only SUM downsampling aggregation supported for histogram query"
+    );
     let (status, v) = bad(r#""aggregator":"sum","percentiles":[101]"#);
     assert_eq!(status, 400);
     assert_eq!(msg(&v), "Invalid percentile parameters: 101.0");
     let (status, v) = bad(r#""aggregator":"max","showHistogramBuckets":true"#);
     assert_eq!(status, 400);
-    assert_eq!(msg(&v), "Only NONE or SUM aggregation function supported for histogram query");
+    assert_eq!(
+        msg(&v),
+        "Only NONE or SUM aggregation function supported for histogram query"
+    );
     let r = json_http(
         srv.addr,
         "GET",
@@ -473,7 +534,10 @@ fn scan_and_fsck_with_histogram_cells() {
     let bytes: Vec<String> = TEST_HISTO.iter().map(|b| (*b as i8).to_string()).collect();
     let want = format!("[{}]\t[Not a data point]", bytes.join(", "));
     assert!(r.stdout.contains(&want), "{}", r.stdout);
-    let r = crate::common::tsdb(dir, &["scan", "--import", "2013/01/01", "sum", "sys.cpu.user"]);
+    let r = crate::common::tsdb(
+        dir,
+        &["scan", "--import", "2013/01/01", "sum", "sys.cpu.user"],
+    );
     assert_eq!(r.stdout, "sys.cpu.user 1356998400 5 host=web01\n");
     let r = crate::common::tsdb(dir, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -509,7 +573,9 @@ fn note(srv: &TestServer, start: u64) {
         srv.addr,
         "POST",
         "/api/annotation",
-        &format!(r#"{{"tsuid":"000001000001000001","startTime":{start},"description":"Hello World!"}}"#),
+        &format!(
+            r#"{{"tsuid":"000001000001000001","startTime":{start},"description":"Hello World!"}}"#
+        ),
     );
     assert_eq!(r.status, 200, "{}", r.text());
 }
@@ -529,7 +595,10 @@ fn annotations_of_a_histogram_group() {
     assert_eq!(d.len(), 300);
     assert_eq!(d[0], (1356998430, 1.0));
     // noAnnotations leaves them out.
-    let (_, v) = query(&srv, &body.replace(r#""queries""#, r#""noAnnotations":true,"queries""#));
+    let (_, v) = query(
+        &srv,
+        &body.replace(r#""queries""#, r#""noAnnotations":true,"queries""#),
+    );
     assert!(v[0].get("annotations").is_none(), "{v}");
     // runWithOnlyAnnotation: the second hour's row deleted, a note put
     // there: the note is the group's, the histograms jump 119 → 240.
@@ -572,10 +641,7 @@ fn tsuid_histogram_queries() {
     assert_eq!(d.len(), 300);
     assert!(d.iter().enumerate().all(|(i, p)| p.1 == (i + 1) as f64));
     // runTSUIDsAggSum: summed; the higher bucket holds the 98th.
-    let (status, v) = query(
-        &srv,
-        &body(r#""000001000001000001","000001000001000002""#),
-    );
+    let (status, v) = query(&srv, &body(r#""000001000001000001","000001000001000002""#));
     assert_eq!(status, 200, "{v}");
     assert_eq!(v[0]["tags"], serde_json::json!({}));
     assert_eq!(v[0]["aggregateTags"], serde_json::json!(["host"]));
@@ -602,7 +668,10 @@ fn tsuid_histogram_query_without_data() {
     // runTSUIDQueryNoData: a series with points but no histogram.
     let srv = start();
     assert_eq!(
-        telnet(srv.addr, b"put msg.end2end.latency 1356998430 1 host=web01\n"),
+        telnet(
+            srv.addr,
+            b"put msg.end2end.latency 1356998430 1 host=web01\n"
+        ),
         ""
     );
     let (status, v) = query(

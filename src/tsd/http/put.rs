@@ -675,7 +675,11 @@ pub(super) async fn route(c: Call, mut body: Incoming) -> Reply {
 }
 
 /// The answer to a put whose body was read and logged (or refused).
-pub(crate) async fn answer(state: &TsdState, flags: PutFlags, logged: Result<Logged, Reply>) -> Reply {
+pub(crate) async fn answer(
+    state: &TsdState,
+    flags: PutFlags,
+    logged: Result<Logged, Reply>,
+) -> Reply {
     let logged = match logged {
         Ok(l) => l,
         Err(r) => return r,

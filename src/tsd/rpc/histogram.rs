@@ -394,9 +394,10 @@ mod tests {
 
     #[test]
     fn bucket_lists() {
-        let codecs = Codecs::from_config(Some(r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#))
-            .unwrap()
-            .unwrap();
+        let codecs =
+            Codecs::from_config(Some(r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#))
+                .unwrap()
+                .unwrap();
         let h = parse_buckets(&codecs, "u=0:o=1:0,1=42:1,5=24").unwrap();
         assert_eq!(h.buckets.len(), 2);
         assert_eq!((h.underflow, h.overflow, h.id), (0, 1, 42));

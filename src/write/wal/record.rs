@@ -47,7 +47,11 @@ pub(crate) enum Record {
     UnstorablePoint { id: u32, raw_ts: u64, value: Value },
     /// A histogram point (`/api/histogram`, telnet `histogram`): the
     /// time as sent (checked at replay) and the cell value as stored.
-    Histogram { id: u32, raw_ts: u64, value: Vec<u8> },
+    Histogram {
+        id: u32,
+        raw_ts: u64,
+        value: Vec<u8>,
+    },
     /// Hourly rows of a series (by TSUID bytes) deleted by a query.
     Delete {
         tsuid: Vec<u8>,
@@ -527,7 +531,12 @@ pub(super) mod tests {
     #[test]
     fn histogram_records_round_trip() {
         let mut out = Vec::new();
-        encode_histogram(&mut out, 3, Timestamp::Millis(1356998400250), &[42, 0, 0, 0, 0]);
+        encode_histogram(
+            &mut out,
+            3,
+            Timestamp::Millis(1356998400250),
+            &[42, 0, 0, 0, 0],
+        );
         assert_eq!(out[0], REC_HISTOGRAM);
         let mut recs = Vec::new();
         decode_records(&out, &mut recs).unwrap();

@@ -5,8 +5,8 @@ use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::model::Timestamp;
 use super::record::{self, FrameScan, Record};
+use crate::model::Timestamp;
 
 const SEGMENT_SUFFIX: &str = ".wal";
 
