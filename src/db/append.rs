@@ -1,6 +1,7 @@
 //! Appending: points resolved to their series, logged in the WAL and
 //! buffered, then acknowledged by the caller.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -196,22 +197,21 @@ impl Db {
         for p in points {
             self.note_point(&p.series, p.ts, now)?;
         }
-        let mut by_series: Vec<(&Arc<Series>, Vec<HistogramCell>)> = Vec::new();
+        // One row-store call per series (its rows of several hours).
+        let mut by_series: HashMap<u32, (&Arc<Series>, Vec<HistogramCell>)> = HashMap::new();
         for p in points {
-            match by_series
-                .iter_mut()
-                .find(|(s, _)| Arc::ptr_eq(s, &p.series))
-            {
-                Some((_, cells)) => cells.push((p.ts, p.value.clone())),
-                None => by_series.push((&p.series, vec![(p.ts, p.value.clone())])),
-            }
+            by_series
+                .entry(p.series.id)
+                .or_insert_with(|| (&p.series, Vec::new()))
+                .1
+                .push((p.ts, p.value.clone()));
         }
         let g = self.gate.read();
         let a = self
             .wal
             .append_histograms(points)
             .map_err(|e| PointError::Unavailable(e.to_string()))?;
-        for (series, cells) in &by_series {
+        for (series, cells) in by_series.values() {
             self.rows
                 .put_histograms(&series.tsuid, cells)
                 .map_err(|e| PointError::Storage(e.to_string()))?;
