@@ -190,6 +190,17 @@ fn http_single_and_two_points() {
         post(&srv, "?sync", &binary_point(1356998580, TEST_B64)),
         (204, String::new())
     );
+    // Fields coerced as Jackson does: numbers as strings and back.
+    let (status, body) = post(
+        &srv,
+        "",
+        r#"{"metric":"sys.cpu.user","timestamp":"1356998640","overflow":"1","buckets":{"0,1":"42","1,5":24,"5,6":null},"tags":{"host":"web01"}}"#,
+    );
+    assert_eq!((status, body.as_str()), (204, ""));
+    let mut with_empty = TEST_HISTO.to_vec();
+    with_empty[2] = 3;
+    with_empty.splice(21..21, [0x40, 0xA0, 0, 0, 0x40, 0xC0, 0, 0, 0]);
+    assert_eq!(cell(&srv, &[6, 0, 0xF0]), Some(with_empty));
 }
 
 #[test]
@@ -679,4 +690,60 @@ fn tsuid_histogram_query_without_data() {
         r#"{"start":1356998400,"end":1357041600,"queries":[{"tsuids":["000001000001000001"],"aggregator":"sum","percentiles":[98]}]}"#,
     );
     assert_eq!((status, v), (200, serde_json::json!([])));
+}
+
+/// Figures, not a check: `cargo test --release --test it
+/// tsd_histogram::bench -- --ignored --nocapture`. 100 series × 360
+/// histograms (every 10 s for an hour, 8 buckets each) written over HTTP
+/// in bodies of 1,000, then percentiles of the sum of all, raw and
+/// downsampled.
+#[test]
+#[ignore]
+fn bench_histogram_writes_and_percentiles() {
+    let srv = start();
+    let started = std::time::Instant::now();
+    let mut body = Vec::new();
+    let mut written = 0;
+    for t in 0..360u64 {
+        for s in 0..100u64 {
+            let buckets: Vec<String> = (0..8u64)
+                .map(|b| format!(r#""{},{}":{}"#, b * 10, b * 10 + 10, (s + t + b) % 17))
+                .collect();
+            body.push(format!(
+                r#"{{"metric":"lat","timestamp":{},"tags":{{"host":"h{s}"}},"buckets":{{{}}},"overflow":1}}"#,
+                1356998400 + t * 10,
+                buckets.join(",")
+            ));
+            if body.len() == 1000 {
+                let (status, text) = post(&srv, "", &format!("[{}]", body.join(",")));
+                assert_eq!(status, 204, "{text}");
+                written += body.len();
+                body.clear();
+            }
+        }
+    }
+    let write_s = started.elapsed().as_secs_f64();
+    println!(
+        "histogram writes: {written} in {write_s:.2} s = {:.0}/s",
+        written as f64 / write_s
+    );
+    for (what, q) in [
+        ("raw", "sum:percentiles[50,99]:lat"),
+        ("1m-sum", "sum:1m-sum:percentiles[50,99]:lat"),
+        ("1m-sum by host", "sum:1m-sum:percentiles[99]:lat{host=*}"),
+    ] {
+        let t0 = std::time::Instant::now();
+        let r = json_http(
+            srv.addr,
+            "GET",
+            &format!("/api/query?start=1356998400&end=1357002000&m={q}"),
+            "",
+        );
+        assert_eq!(r.status, 200);
+        println!(
+            "query {what}: {:.1} ms, {} bytes of answer",
+            t0.elapsed().as_secs_f64() * 1000.0,
+            r.body.len()
+        );
+    }
 }

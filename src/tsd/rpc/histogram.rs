@@ -36,14 +36,36 @@ pub(crate) struct JsonHistogram {
     pub timestamp: i64,
     #[serde(deserialize_with = "jackson::string_opt")]
     pub value: Option<String>,
-    pub tags: Option<BTreeMap<String, Option<String>>>,
+    pub tags: Option<BTreeMap<String, JavaText>>,
     #[serde(deserialize_with = "jackson::long")]
     pub id: i64,
-    pub buckets: Option<BTreeMap<String, Option<i64>>>,
+    pub buckets: Option<BTreeMap<String, JavaLong>>,
     #[serde(deserialize_with = "jackson::long")]
     pub underflow: i64,
     #[serde(deserialize_with = "jackson::long")]
     pub overflow: i64,
+}
+
+/// A `String` map value as Jackson coerces it (numbers and booleans as
+/// their text, `null` as none).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct JavaText(pub Option<String>);
+
+impl<'de> Deserialize<'de> for JavaText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        jackson::string_opt(d).map(JavaText)
+    }
+}
+
+/// A `Long` map value as Jackson coerces it (numeric strings read,
+/// `null` as 0, as `addBucket` counts a null).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct JavaLong(pub i64);
+
+impl<'de> Deserialize<'de> for JavaLong {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        jackson::long(d).map(JavaLong)
+    }
 }
 
 impl JsonHistogram {
@@ -59,7 +81,7 @@ impl JsonHistogram {
                 None => serde_json::Value::Null,
                 Some(t) => t
                     .iter()
-                    .map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone())))
+                    .map(|(k, v)| (k.clone(), serde_json::Value::from(v.0.clone())))
                     .collect::<serde_json::Map<_, _>>()
                     .into(),
             },
@@ -71,7 +93,7 @@ impl JsonHistogram {
                 None => serde_json::Value::Null,
                 Some(b) => b
                     .iter()
-                    .map(|(k, v)| (k.clone(), serde_json::Value::from(*v)))
+                    .map(|(k, v)| (k.clone(), serde_json::Value::from(v.0)))
                     .collect::<serde_json::Map<_, _>>()
                     .into(),
             },
@@ -116,11 +138,7 @@ impl JsonHistogram {
                     "Unable to parse bucket bounds: {bounds}"
                 )));
             }
-            h.add_bucket(
-                parse_float(parts[0])?,
-                parse_float(parts[1])?,
-                count.unwrap_or(0),
-            );
+            h.add_bucket(parse_float(parts[0])?, parse_float(parts[1])?, count.0);
         }
         Ok(h)
     }
@@ -243,7 +261,7 @@ fn check_json_point(
         .tags
         .iter()
         .flatten()
-        .map(|(k, v)| (k.as_str(), v.as_deref().unwrap_or("")))
+        .map(|(k, v)| (k.as_str(), v.0.as_deref().unwrap_or("")))
         .collect();
     let (series, ts) = state
         .db
