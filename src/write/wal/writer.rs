@@ -394,7 +394,7 @@ impl Wal {
             if p.series.wal_segment.load(Ordering::Relaxed) != tag {
                 p.series.wal_segment.store(tag, Ordering::Relaxed);
                 let s = &p.series;
-                encode_series(&mut st.buf, s.id, &s.metric, &s.tags);
+                encode_series(&mut st.buf, s.id, s.metric(), s.tags());
             }
             encode_histogram(&mut st.buf, p.series.id, p.ts, &p.value);
         }
