@@ -344,41 +344,31 @@ impl Wal {
     /// the current segment first. Refused at once while the log cannot be
     /// written: nothing could make the points durable.
     pub fn append(&self, points: &[PendingPoint]) -> Result<Appended, WalError> {
-        let sh = &self.shared;
-        if let Some(e) = sh.failure() {
-            return Err(e);
-        }
-        let mut st = sh.state.lock();
-        if st.stop {
-            return Err(WalError::Closed);
-        }
-        let segment = st.segment;
-        let tag = declaration_tag(segment, st.seq);
-        let start = start_frame(&mut st.buf);
-        for p in points {
-            if p.series.wal_segment.load(Ordering::Relaxed) != tag {
-                p.series.wal_segment.store(tag, Ordering::Relaxed);
-                let s = &p.series;
-                encode_series(&mut st.buf, s.id, s.metric(), s.tags());
-            }
-            encode_point(&mut st.buf, p.series.id, p.ts, p.value);
-        }
-        st.seq += finish_frame(&mut st.buf, start);
-        let pending = st.buf.len();
-        let seq = st.seq;
-        drop(st);
-        if pending >= sh.opts.wake_bytes {
-            sh.wake.notify_one();
-        }
-        Ok(Appended {
-            seq,
-            segment,
-            backlog: pending >= sh.opts.backlog_bytes,
-        })
+        self.append_frame(
+            points,
+            |p| &p.series,
+            |buf, p| encode_point(buf, p.series.id, p.ts, p.value),
+        )
     }
 
     /// Logs histogram points as one frame, as [`Wal::append`] logs points.
     pub fn append_histograms(&self, points: &[PendingHistogram]) -> Result<Appended, WalError> {
+        self.append_frame(
+            points,
+            |p| &p.series,
+            |buf, p| encode_histogram(buf, p.series.id, p.ts, &p.value),
+        )
+    }
+
+    /// One frame of `items`, each after its series' declaration if the
+    /// current segment has none yet.
+    #[inline]
+    fn append_frame<T>(
+        &self,
+        items: &[T],
+        series_of: impl Fn(&T) -> &Arc<Series>,
+        encode: impl Fn(&mut Vec<u8>, &T),
+    ) -> Result<Appended, WalError> {
         let sh = &self.shared;
         if let Some(e) = sh.failure() {
             return Err(e);
@@ -390,13 +380,13 @@ impl Wal {
         let segment = st.segment;
         let tag = declaration_tag(segment, st.seq);
         let start = start_frame(&mut st.buf);
-        for p in points {
-            if p.series.wal_segment.load(Ordering::Relaxed) != tag {
-                p.series.wal_segment.store(tag, Ordering::Relaxed);
-                let s = &p.series;
+        for item in items {
+            let s = series_of(item);
+            if s.wal_segment.load(Ordering::Relaxed) != tag {
+                s.wal_segment.store(tag, Ordering::Relaxed);
                 encode_series(&mut st.buf, s.id, s.metric(), s.tags());
             }
-            encode_histogram(&mut st.buf, p.series.id, p.ts, &p.value);
+            encode(&mut st.buf, item);
         }
         st.seq += finish_frame(&mut st.buf, start);
         let pending = st.buf.len();
