@@ -94,30 +94,8 @@ impl Db {
     /// Logs and buffers resolved points. The caller acknowledges them
     /// (after [`Db::wait_durable`] for `sync` writers).
     pub fn append(&self, points: &[PendingPoint]) -> Result<Appended, PointError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(PointError::Storage("the TSD is shutting down".into()));
-        }
-        self.writable()?;
-        if points.is_empty() {
-            return Ok(Appended {
-                seq: 0,
-                segment: 0,
-                backlog: false,
-            });
-        }
-        // Record each series' hours in the index before the points become
-        // visible, so a query never finds buffered points it cannot name.
-        let now = buffer::now_s() as u64;
-        // Points from the parsers cannot lie past the last row
-        // (Timestamp::from_raw refuses them); these could be built by hand.
-        // Checked before anything is counted, so a refused batch leaves no
-        // trace.
-        for p in points {
-            p.ts.base_time()
-                .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
-        }
-        for p in points {
-            self.note_point(&p.series, p.ts, now)?;
+        if !self.admit(points.iter().map(|p| (&p.series, p.ts)))? {
+            return Ok(Appended::NOTHING);
         }
         let g = self.gate.read();
         let a = self
@@ -139,6 +117,36 @@ impl Db {
             self.wake_flusher();
         }
         Ok(a)
+    }
+
+    /// What every append checks and records before it logs: the TSD is
+    /// open and can write, every point's time has a row, and each series'
+    /// hours are in the index (and its TSMeta stored if asked) before the
+    /// points become visible, so a query never finds points it cannot
+    /// name. False when there is nothing to log.
+    fn admit<'p>(
+        &self,
+        points: impl Iterator<Item = (&'p Arc<Series>, Timestamp)> + Clone,
+    ) -> Result<bool, PointError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(PointError::Storage("the TSD is shutting down".into()));
+        }
+        self.writable()?;
+        // Points from the parsers cannot lie past the last row
+        // (Timestamp::from_raw refuses them); these could be built by hand.
+        // Checked before anything is counted, so a refused batch leaves no
+        // trace.
+        let mut any = false;
+        for (_, ts) in points.clone() {
+            ts.base_time()
+                .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
+            any = true;
+        }
+        let now = buffer::now_s() as u64;
+        for (series, ts) in points {
+            self.note_point(series, ts, now)?;
+        }
+        Ok(any)
     }
 
     /// Counts a point of `series` at `ts` and records its hour in the
@@ -178,24 +186,8 @@ impl Db {
     /// reported (the points are not acknowledged); replaying the log
     /// after a crash may still store them.
     pub fn append_histograms(&self, points: &[PendingHistogram]) -> Result<Appended, PointError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(PointError::Storage("the TSD is shutting down".into()));
-        }
-        self.writable()?;
-        if points.is_empty() {
-            return Ok(Appended {
-                seq: 0,
-                segment: 0,
-                backlog: false,
-            });
-        }
-        for p in points {
-            p.ts.base_time()
-                .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
-        }
-        let now = buffer::now_s() as u64;
-        for p in points {
-            self.note_point(&p.series, p.ts, now)?;
+        if !self.admit(points.iter().map(|p| (&p.series, p.ts)))? {
+            return Ok(Appended::NOTHING);
         }
         // One row-store call per series (its rows of several hours).
         let mut by_series: HashMap<u32, (&Arc<Series>, Vec<HistogramCell>)> = HashMap::new();

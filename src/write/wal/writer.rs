@@ -153,6 +153,15 @@ pub struct Appended {
     pub backlog: bool,
 }
 
+impl Appended {
+    /// An append of nothing: nothing to wait for.
+    pub const NOTHING: Appended = Appended {
+        seq: 0,
+        segment: 0,
+        backlog: false,
+    };
+}
+
 /// The segment being written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ActiveSegment {
