@@ -57,6 +57,7 @@ pub mod codec;
 pub mod config;
 pub mod coord;
 pub mod db;
+pub mod histogram;
 pub mod index;
 pub mod meta;
 pub mod model;

@@ -1,6 +1,7 @@
 //! Appending: points resolved to their series, logged in the WAL and
 //! buffered, then acknowledged by the caller.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -9,9 +10,13 @@ use crate::model::row_span::LAST_ROW_BASE;
 use crate::model::{Timestamp, Value};
 use crate::protocol::PointError;
 use crate::write::buffer;
+use crate::write::series::CellValue;
 use crate::write::{Series, SeriesMemo};
 
-pub use crate::write::wal::{Appended, PendingPoint};
+pub use crate::write::wal::{Appended, PendingHistogram, PendingPoint};
+
+/// A histogram cell to write: its time and stored value.
+type HistogramCell = (Timestamp, Vec<u8>);
 
 impl Db {
     /// Checks one point and finds (or creates) its series, as OpenTSDB's
@@ -57,6 +62,31 @@ impl Db {
         }
     }
 
+    /// [`Db::resolve`] for a histogram point (`TSDB.addHistogramPoint`'s
+    /// checks): `value` is the stored cell value, shown if the timestamp
+    /// is refused.
+    pub fn resolve_histogram(
+        &self,
+        metric: &str,
+        raw_ts: i64,
+        value: &[u8],
+        tags: &[(&str, &str)],
+        key_buf: &mut String,
+    ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        self.series
+            .resolve_cell(metric, raw_ts, CellValue::Histogram(value), tags, key_buf)
+            .map_err(|e| match e {
+                PointError::Storage(_) => self.writable().err().unwrap_or(e),
+                e => e,
+            })
+    }
+
+    /// The histogram codecs (`tsd.core.histograms.config`); `None` when
+    /// histograms are off.
+    pub fn histogram_codecs(&self) -> Option<&crate::histogram::Codecs> {
+        self.opts.histograms.as_ref()
+    }
+
     /// Whether points can be logged and stored now: refused with the
     /// cause while the WAL cannot be written (a full disk, a removed data
     /// directory) or the store's engine failed. Both recover by
@@ -75,50 +105,8 @@ impl Db {
     /// Logs and buffers resolved points. The caller acknowledges them
     /// (after [`Db::wait_durable`] for `sync` writers).
     pub fn append(&self, points: &[PendingPoint]) -> Result<Appended, PointError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(PointError::Storage("the TSD is shutting down".into()));
-        }
-        self.writable()?;
-        if points.is_empty() {
-            return Ok(Appended {
-                seq: 0,
-                segment: 0,
-                backlog: false,
-            });
-        }
-        // Record each series' hours in the index before the points become
-        // visible, so a query never finds buffered points it cannot name.
-        let now = buffer::now_s() as u64;
-        // Points from the parsers cannot lie past the last row
-        // (Timestamp::from_raw refuses them); these could be built by hand.
-        // Checked before anything is counted, so a refused batch leaves no
-        // trace.
-        for p in points {
-            p.ts.base_time()
-                .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
-        }
-        for p in points {
-            p.series.unsaved_points.fetch_add(1, Ordering::Relaxed);
-            if p.series.last_received.load(Ordering::Relaxed) != now {
-                p.series.last_received.store(now, Ordering::Relaxed);
-            }
-            let base = p.ts.base_time().unwrap_or(LAST_ROW_BASE);
-            let hour = base as u64 + 1;
-            let indexed = p.series.indexed_hour.load(Ordering::Relaxed);
-            if indexed == 0 && self.opts.meta.creates_ts_meta() {
-                self.store_ts_meta_if_absent(&p.series, now)?;
-            }
-            if indexed < hour {
-                self.index
-                    .add_at(&p.series.tsuid, base)
-                    .map_err(|e| PointError::Storage(e.to_string()))?;
-                p.series.indexed_hour.fetch_max(hour, Ordering::Relaxed);
-                if indexed == 0 {
-                    // A series new to this process may be new to the
-                    // index: cached answers chose their series without it.
-                    self.epochs.bump_metric(p.series.tsuid.metric);
-                }
-            }
+        if !self.admit(points.iter().map(|p| (&p.series, p.ts)))? {
+            return Ok(Appended::NOTHING);
         }
         let g = self.gate.read();
         let a = self
@@ -139,6 +127,107 @@ impl Db {
         if self.buffer.points() > self.opts.max_buffered_points {
             self.wake_flusher();
         }
+        Ok(a)
+    }
+
+    /// What every append checks and records before it logs: the TSD is
+    /// open and can write, every point's time has a row, and each series'
+    /// hours are in the index (and its TSMeta stored if asked) before the
+    /// points become visible, so a query never finds points it cannot
+    /// name. False when there is nothing to log.
+    fn admit<'p>(
+        &self,
+        points: impl Iterator<Item = (&'p Arc<Series>, Timestamp)> + Clone,
+    ) -> Result<bool, PointError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(PointError::Storage("the TSD is shutting down".into()));
+        }
+        self.writable()?;
+        // Points from the parsers cannot lie past the last row
+        // (Timestamp::from_raw refuses them); these could be built by hand.
+        // Checked before anything is counted, so a refused batch leaves no
+        // trace.
+        let mut any = false;
+        for (_, ts) in points.clone() {
+            ts.base_time()
+                .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
+            any = true;
+        }
+        let now = buffer::now_s() as u64;
+        for (series, ts) in points {
+            self.note_point(series, ts, now)?;
+        }
+        Ok(any)
+    }
+
+    /// Counts a point of `series` at `ts` and records its hour in the
+    /// series index (and its TSMeta if asked), before the point becomes
+    /// visible, so a query never finds points it cannot name.
+    fn note_point(&self, series: &Arc<Series>, ts: Timestamp, now: u64) -> Result<(), PointError> {
+        series.unsaved_points.fetch_add(1, Ordering::Relaxed);
+        if series.last_received.load(Ordering::Relaxed) != now {
+            series.last_received.store(now, Ordering::Relaxed);
+        }
+        let base = ts.base_time().unwrap_or(LAST_ROW_BASE);
+        let hour = base as u64 + 1;
+        let indexed = series.indexed_hour.load(Ordering::Relaxed);
+        if indexed == 0 && self.opts.meta.creates_ts_meta() {
+            self.store_ts_meta_if_absent(series, now)?;
+        }
+        if indexed < hour {
+            self.index
+                .add_at(&series.tsuid, base)
+                .map_err(|e| PointError::Storage(e.to_string()))?;
+            series.indexed_hour.fetch_max(hour, Ordering::Relaxed);
+            if indexed == 0 {
+                // A series new to this process may be new to the
+                // index: cached answers chose their series without it.
+                self.epochs.bump_metric(series.tsuid.metric);
+            }
+        }
+        Ok(())
+    }
+
+    /// Logs histogram points in the WAL and writes their cells to the
+    /// store at once (they are not buffered: a histogram is one cell,
+    /// merged into its row under the row's lock). Both happen under the
+    /// gate the flusher takes before it decides which WAL segments the
+    /// store covers, so a segment is never deleted before the cells it
+    /// logged are in the store and synced. A failure after logging is
+    /// reported (the points are not acknowledged); replaying the log
+    /// after a crash may still store them.
+    pub fn append_histograms(&self, points: &[PendingHistogram]) -> Result<Appended, PointError> {
+        if !self.admit(points.iter().map(|p| (&p.series, p.ts)))? {
+            return Ok(Appended::NOTHING);
+        }
+        // One row-store call per series (its rows of several hours).
+        let mut by_series: HashMap<u32, (&Arc<Series>, Vec<HistogramCell>)> = HashMap::new();
+        for p in points {
+            by_series
+                .entry(p.series.id)
+                .or_insert_with(|| (&p.series, Vec::new()))
+                .1
+                .push((p.ts, p.value.clone()));
+        }
+        let g = self.gate.read();
+        let a = self
+            .wal
+            .append_histograms(points)
+            .map_err(|e| PointError::Unavailable(e.to_string()))?;
+        for (series, cells) in by_series.values() {
+            self.rows
+                .put_histograms(&series.tsuid, cells)
+                .map_err(|e| PointError::Storage(e.to_string()))?;
+        }
+        drop(g);
+        self.epochs.note_written(
+            points
+                .iter()
+                .map(|p| (p.series.tsuid.metric, p.ts.as_millis() as i64)),
+        );
+        self.stats
+            .points_added
+            .fetch_add(points.len() as u64, Ordering::Relaxed);
         Ok(a)
     }
 

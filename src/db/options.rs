@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::codec::row::{DuplicatePolicy, RowEncoding};
 use crate::config::{Config, ConfigError};
+use crate::histogram::{CONFIG_KEY, Codecs};
 use crate::meta::MetaTracking;
 use crate::model::NameRules;
 use crate::store::StoreOptions;
@@ -54,6 +55,10 @@ pub struct WriteOptions {
     /// `tsd.core.tree.enable_processing` (default false): new series
     /// (a TSMeta created as points arrive) go through every enabled tree.
     pub tree_processing: bool,
+    /// `tsd.core.histograms.config`: the histogram codecs; `None` (the
+    /// key absent, 2.4.1's default) turns histogram writes and queries
+    /// off.
+    pub histograms: Option<Codecs>,
 }
 
 impl Default for WriteOptions {
@@ -68,6 +73,7 @@ impl Default for WriteOptions {
             series_limits: SeriesLimits::default(),
             meta: MetaTracking::default(),
             tree_processing: false,
+            histograms: None,
         }
     }
 }
@@ -99,6 +105,20 @@ impl DbOptions {
             write: write_options(c)?,
         })
     }
+}
+
+/// `TSDB`'s constructor loads the codecs when the key is present at all:
+/// present but empty fails the start (`HistogramCodecManager`), absent
+/// leaves histograms off.
+fn histogram_codecs(c: &Config) -> Result<Option<Codecs>, ConfigError> {
+    let Some(value) = c.get(CONFIG_KEY) else {
+        return Ok(None);
+    };
+    let bad = |reason: String| ConfigError::bad_value(CONFIG_KEY, value, reason);
+    if value.trim().is_empty() {
+        return Err(bad(format!("Missing configuration '{CONFIG_KEY}'")));
+    }
+    Codecs::from_config(Some(value.trim())).map_err(|e| bad(e.to_string()))
 }
 
 /// Store settings: layout keys count only when set explicitly, so a store
@@ -145,6 +165,7 @@ fn write_options(c: &Config) -> Result<WriteOptions, ConfigError> {
             tsuid_incrementing: c.get_bool("tsd.core.meta.enable_tsuid_incrementing"),
         },
         tree_processing: c.get_bool("tsd.core.tree.enable_processing"),
+        histograms: histogram_codecs(c)?,
         ..WriteOptions::default()
     };
     if let Some(ms) = c.get_int::<u64>("tsd.storage.flush_interval")? {
@@ -204,5 +225,41 @@ mod tests {
         let mut tags = Config::default();
         tags.set("tsd.storage.max_tags", "0");
         assert!(DbOptions::from_config(&tags).is_err());
+    }
+
+    #[test]
+    fn histogram_codecs_from_config() {
+        assert_eq!(
+            DbOptions::from_config(&Config::default())
+                .unwrap()
+                .write
+                .histograms,
+            None
+        );
+        let mut on = Config::default();
+        on.set(
+            CONFIG_KEY,
+            r#"{"net.opentsdb.core.SimpleHistogramDecoder": 42}"#,
+        );
+        let codecs = DbOptions::from_config(&on)
+            .unwrap()
+            .write
+            .histograms
+            .unwrap();
+        assert_eq!(codecs.simple_id().unwrap(), 42);
+        let mut empty = Config::default();
+        empty.set(CONFIG_KEY, "");
+        let e = DbOptions::from_config(&empty).unwrap_err().to_string();
+        assert!(
+            e.contains("Missing configuration 'tsd.core.histograms.config'"),
+            "{e}"
+        );
+        let mut bad = Config::default();
+        bad.set(
+            CONFIG_KEY,
+            r#"{"net.opentsdb.core.SimpleHistogramDecoder": 300}"#,
+        );
+        let e = DbOptions::from_config(&bad).unwrap_err().to_string();
+        assert!(e.contains("must be from 0 to 255."), "{e}");
     }
 }

@@ -77,6 +77,21 @@ impl Db {
 }
 
 impl SeriesSource for Db {
+    /// Histogram points are written to the store as they arrive (never
+    /// buffered), so the store has them all.
+    fn read_histograms(
+        &self,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+    ) -> store::Result<crate::store::histograms::HistogramRead> {
+        self.rows.read_histograms(tsuids, start_ms, end_ms)
+    }
+
+    fn histogram_codecs(&self) -> Option<&crate::histogram::Codecs> {
+        Db::histogram_codecs(self)
+    }
+
     fn global_annotations(
         &self,
         start_ms: u64,

@@ -186,6 +186,7 @@ fn replay_segment(
     // Declared, but the names could not be resolved: not orphans.
     let mut unresolved: HashMap<u32, String> = HashMap::new();
     let mut points: HashMap<u32, Vec<(Timestamp, Value)>> = HashMap::new();
+    let mut histograms: HashMap<u32, Vec<(Timestamp, Vec<u8>)>> = HashMap::new();
     // Rows to delete, by hour range: nothing in this segment is written
     // before its last record is read, so deleting them all then (and
     // before its points are written) is what deleting each at its
@@ -219,6 +220,26 @@ fn replay_segment(
                     });
                 }
             }
+            wal::Record::Histogram { id, raw_ts, value } => {
+                let ts = match i64::try_from(raw_ts).map(Timestamp::from_raw) {
+                    Ok(Ok(ts)) => ts,
+                    _ => {
+                        skips.add(Skip::BeyondLastRow, 1, || {
+                            format!("histogram of series id {id}, timestamp {raw_ts}")
+                        });
+                        continue;
+                    }
+                };
+                if ids.contains_key(&id) {
+                    histograms.entry(id).or_default().push((ts, value));
+                } else if let Some(why) = unresolved.get(&id) {
+                    skips.add(Skip::UnresolvableSeries, 1, || why.clone());
+                } else {
+                    skips.add(Skip::Orphaned, 1, || {
+                        format!("series id {id}, histogram at {ts}")
+                    });
+                }
+            }
             wal::Record::UnstorablePoint { id, raw_ts, .. } => {
                 skips.add(Skip::BeyondLastRow, 1, || {
                     let name = ids
@@ -242,14 +263,19 @@ fn replay_segment(
                 // Points logged earlier in this segment go, and rows
                 // earlier segments' replay already stored are deleted
                 // (below).
+                let deleted = |ts: &Timestamp| {
+                    ts.base_time()
+                        .is_ok_and(|b| (first_hour..=last_hour).contains(&b))
+                };
                 for (id, s) in &ids {
-                    if s.tsuid == tsuid
-                        && let Some(pts) = points.get_mut(id)
-                    {
-                        pts.retain(|(ts, _)| {
-                            !ts.base_time()
-                                .is_ok_and(|b| (first_hour..=last_hour).contains(&b))
-                        });
+                    if s.tsuid != tsuid {
+                        continue;
+                    }
+                    if let Some(pts) = points.get_mut(id) {
+                        pts.retain(|(ts, _)| !deleted(ts));
+                    }
+                    if let Some(hs) = histograms.get_mut(id) {
+                        hs.retain(|(ts, _)| !deleted(ts));
                     }
                 }
                 deletes
@@ -277,6 +303,21 @@ fn replay_segment(
             index.add_at(&s.tsuid, latest)?;
         }
         stored += store_points(rows, s, &pts, skips)?;
+    }
+    for (id, hs) in histograms {
+        let s = &ids[&id];
+        if let Some(latest) = hs.iter().filter_map(|(ts, _)| ts.base_time().ok()).max() {
+            index.add_at(&s.tsuid, latest)?;
+        }
+        // Logged in order: putting them in order leaves the last write of
+        // a cell in place.
+        match rows.put_histograms(&s.tsuid, &hs) {
+            Ok(()) => stored += hs.len() as u64,
+            Err(e) if is_environmental(&e) => return Err(e.into()),
+            Err(e) => skips.add(Skip::RowRefused, hs.len() as u64, || {
+                format!("{}, histograms: {e}", s.describe())
+            }),
+        }
     }
     Ok(stored)
 }

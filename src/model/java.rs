@@ -33,6 +33,33 @@ pub(crate) fn double_to_string(d: f64) -> String {
     }
 }
 
+/// `Float.toString(f)`: as [`double_to_string`], with the shortest
+/// digits that read back as the same `float`.
+pub(crate) fn float_to_string(f: f32) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0.0" } else { "0.0" }.into();
+    }
+    if (1e-3..1e7).contains(&f.abs()) {
+        let s = format!("{f}");
+        if s.contains('.') { s } else { format!("{s}.0") }
+    } else {
+        let s = format!("{f:e}");
+        let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+        let mantissa = if mantissa.contains('.') {
+            mantissa.to_string()
+        } else {
+            format!("{mantissa}.0")
+        };
+        format!("{mantissa}E{exp}")
+    }
+}
+
 /// `String.format("%f", d)`: six decimals, rounded half-up on the decimal
 /// expansion (Java's `Formatter` uses `BigDecimal` of the double).
 pub(crate) fn format_f(d: f64) -> String {

@@ -41,13 +41,30 @@ pub enum PointError {
 impl PointError {
     /// The telnet error line (without the trailing newline).
     pub fn telnet_line(&self) -> String {
+        self.telnet_line_of("put")
+    }
+
+    /// The telnet error line of `command` (`put`, `histogram`): OpenTSDB
+    /// starts each line with the name of the data point type.
+    pub fn telnet_line_of(&self, command: &str) -> String {
         match self {
-            PointError::IllegalArgument(m) => format!("put: illegal argument: {m}"),
-            PointError::InvalidValue(m) => format!("put: invalid value: {m}"),
-            PointError::UnknownName(m) => format!("put: unknown metric: {m}"),
+            PointError::IllegalArgument(m) => format!("{command}: illegal argument: {m}"),
+            PointError::InvalidValue(m) => format!("{command}: invalid value: {m}"),
+            PointError::UnknownName(m) => format!("{command}: unknown metric: {m}"),
             PointError::Storage(m) | PointError::Unavailable(m) => {
-                format!("put: HBase error: {m}")
+                format!("{command}: HBase error: {m}")
             }
+        }
+    }
+
+    /// The exception's own message, whatever its kind.
+    pub fn message(&self) -> &str {
+        match self {
+            PointError::IllegalArgument(m)
+            | PointError::InvalidValue(m)
+            | PointError::UnknownName(m)
+            | PointError::Storage(m)
+            | PointError::Unavailable(m) => m,
         }
     }
 

@@ -113,7 +113,10 @@ pub struct PutLine<'a> {
 }
 
 /// `Tags.parse`: one `k=v` word into the tag list.
-fn parse_tag<'a>(tags: &mut Vec<(&'a str, &'a str)>, word: &'a str) -> Result<(), PointError> {
+pub(crate) fn parse_tag<'a>(
+    tags: &mut Vec<(&'a str, &'a str)>,
+    word: &'a str,
+) -> Result<(), PointError> {
     let mut parts = word.split('=');
     let (k, v) = match (parts.next(), parts.next(), parts.next()) {
         (Some(k), Some(v), None) if !k.is_empty() && !v.is_empty() => (k, v),

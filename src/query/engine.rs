@@ -716,6 +716,14 @@ fn run_sub(
     budget: &mut Budget,
     deletions: &mut Vec<RowRange>,
 ) -> Result<(Vec<QueryResult>, SubStats), QueryError> {
+    if let Some(hq) = &sub.histogram {
+        // Histogram cells are written straight to the store (never
+        // cached): read every time.
+        let mut stats = SubStats::default();
+        let results = super::histogram::run(ctx, q, sub, hq, &mut stats)?;
+        budget.check_time()?;
+        return Ok((results, stats));
+    }
     if let Some(cu) = ctx.cache {
         match cache::Plan::new(ctx, q, sub) {
             Some(plan) => return cache::run(ctx, q, sub, budget, plan),
@@ -967,7 +975,7 @@ fn select_metric(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selection, Q
 /// to `aggregateTags`; every other key seen in any series goes to `tags`.
 /// Works on UIDs (one name per UID, so equal UIDs are equal names) and
 /// resolves only the keys and values that end up in the output.
-fn compute_tags<'a>(
+pub(super) fn compute_tags<'a>(
     ctx: &QueryContext,
     series: impl Iterator<Item = &'a Tsuid>,
 ) -> Result<(BTreeMap<String, String>, Vec<String>), QueryError> {

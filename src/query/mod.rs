@@ -31,6 +31,7 @@ pub mod exp;
 pub(crate) mod filter;
 pub(crate) mod gexp;
 pub(crate) mod group;
+pub(crate) mod histogram;
 pub(crate) mod last;
 pub(crate) mod limits;
 pub(crate) mod options;

@@ -242,23 +242,30 @@ fn middle_part(sub: &mut TsSubQuery, part: &str, full: bool) -> Result<(), Query
         }
     } else if part.as_bytes().first().is_some_and(u8::is_ascii_digit) {
         sub.downsample = Some(part.to_string());
-    } else if !full {
-        // tsuid= only knows rate and downsample.
+    } else if !full
+        && !lower.starts_with("percentiles")
+        && !lower.starts_with("show-histogram-buckets")
+    {
+        // tsuid= knows rate, downsample and the histogram parts.
     } else if lower == "pre-agg" {
         sub.pre_aggregate = true;
     } else if lower.starts_with("rollup_") {
         sub.rollup_usage = Some(part.to_string());
     } else if lower.starts_with("percentiles") {
-        let inner = part
-            .find('[')
-            .and_then(|a| part.rfind(']').map(|b| &part[a + 1..b]))
-            .ok_or_else(|| QueryError::bad(format!("Invalid percentile parameters: {part}")))?;
-        for p in inner.split(',').filter(|p| !p.trim().is_empty()) {
-            sub.percentiles.push(
-                p.trim().parse().map_err(|_| {
-                    QueryError::bad(format!("Invalid percentile parameters: {part}"))
-                })?,
-            );
+        // QueryRpc.parsePercentiles: the first `[` to the first `]`, split
+        // on commas, each trimmed and read by `Float.valueOf`.
+        let inner = match (part.find('['), part.find(']')) {
+            (Some(a), Some(b)) if a < b => &part[a + 1..b],
+            (Some(_), Some(_)) => "",
+            _ => {
+                return Err(QueryError::bad(format!(
+                    "Malformated percentile query paramater: {part}"
+                )));
+            }
+        };
+        for p in inner.split(',') {
+            let v = crate::model::java::parse_double(p.trim()).map_err(QueryError::bad)?;
+            sub.percentiles.push(v as f32 as f64);
         }
     } else if lower.starts_with("show-histogram-buckets") {
         sub.show_histogram_buckets = true;
@@ -319,7 +326,19 @@ pub struct ValidSubQuery {
     pub rate: Option<RateOptions>,
     pub filters: Vec<TagFilter>,
     pub explicit_tags: bool,
+    /// Set for a histogram query (`percentiles` or
+    /// `showHistogramBuckets`): read histogram cells, not points.
+    pub histogram: Option<HistogramQuery>,
     pub original: TsSubQuery,
+}
+
+/// What a histogram sub-query asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramQuery {
+    /// One output series per percentile, in this order.
+    pub percentiles: Vec<f32>,
+    /// One output series per bucket (of the group's first histogram).
+    pub show_buckets: bool,
 }
 
 /// A query after validation.
@@ -414,16 +433,36 @@ impl TsSubQuery {
             filters.push(TagFilter::from_spec(f).map_err(QueryError::bad)?);
         }
         filter::tags_to_filters(&self.tags, &mut filters).map_err(QueryError::bad)?;
-        if !self.percentiles.is_empty() {
+        // TSSubQuery.checkHistogramQuery.
+        let histogram = if !self.percentiles.is_empty() || self.show_histogram_buckets {
             if !matches!(aggregator.name, "sum" | "none") {
                 return Err(QueryError::bad(
                     "Only NONE or SUM aggregation function supported for histogram query",
                 ));
             }
-            return Err(QueryError::NotImplemented(
-                "Histogram (percentiles) queries are not supported by this server".into(),
-            ));
-        }
+            if downsample
+                .as_ref()
+                .is_some_and(|d| d.function.name != "sum")
+            {
+                return Err(QueryError::bad(
+                    "Only SUM downsampling aggregation supported for histogram query",
+                ));
+            }
+            // `List<Float>`: each percentile is a float.
+            let percentiles: Vec<f32> = self.percentiles.iter().map(|p| *p as f32).collect();
+            if let Some(p) = percentiles.iter().find(|p| !(0.0..=100.0).contains(*p)) {
+                return Err(QueryError::bad(format!(
+                    "Invalid percentile parameters: {}",
+                    crate::model::java::float_to_string(*p)
+                )));
+            }
+            Some(HistogramQuery {
+                percentiles,
+                show_buckets: self.show_histogram_buckets,
+            })
+        } else {
+            None
+        };
         Ok(ValidSubQuery {
             index,
             aggregator,
@@ -433,6 +472,7 @@ impl TsSubQuery {
             rate: self.rate.then(|| self.rate_options.unwrap_or_default()),
             filters,
             explicit_tags: self.explicit_tags,
+            histogram,
             original: self.clone(),
         })
     }

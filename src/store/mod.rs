@@ -14,6 +14,7 @@
 
 pub(crate) mod annotations;
 pub mod header;
+pub mod histograms;
 pub(crate) mod index_table;
 pub(crate) mod meta_table;
 pub mod read;

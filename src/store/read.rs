@@ -87,6 +87,22 @@ pub trait SeriesSource: Send + Sync {
         want: &mut dyn FnMut(&Tsuid) -> bool,
     ) -> Result<Vec<SeriesData>>;
 
+    /// The histogram points (OpenTSDB 2.4) of each listed series in
+    /// `[start_ms, end_ms]`, in time order (one list per series, in the
+    /// order asked), and the annotation cells of the rows read.
+    fn read_histograms(
+        &self,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+    ) -> Result<super::histograms::HistogramRead>;
+
+    /// The codecs histogram cells are read with
+    /// (`tsd.core.histograms.config`); `None` where histograms are off.
+    fn histogram_codecs(&self) -> Option<&crate::histogram::Codecs> {
+        None
+    }
+
     /// Stored JSON of the global annotations starting in
     /// `[start_ms, end_ms]`.
     fn global_annotations(
@@ -100,6 +116,21 @@ pub trait SeriesSource: Send + Sync {
 }
 
 impl SeriesSource for Store {
+    fn read_histograms(
+        &self,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+    ) -> Result<super::histograms::HistogramRead> {
+        let mut read = super::histograms::HistogramRead::default();
+        for (i, t) in tsuids.iter().enumerate() {
+            let (hs, notes) = self.histograms_in(t, start_ms, end_ms)?;
+            read.series.push(hs);
+            read.annotations.extend(notes.into_iter().map(|n| (i, n)));
+        }
+        Ok(read)
+    }
+
     fn global_annotations(
         &self,
         start_ms: u64,

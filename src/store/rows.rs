@@ -72,6 +72,12 @@ pub trait RowStore: SeriesSource {
     /// the same points again is harmless.
     fn put_points(&self, tsuid: &Tsuid, points: &[(Timestamp, Value)]) -> Result<()>;
 
+    /// Writes histogram cells (`0x06` qualifiers) of one series into its
+    /// hourly rows, each row atomically with what it holds; a cell at the
+    /// same qualifier is replaced. Writing the same cells again is
+    /// harmless.
+    fn put_histograms(&self, tsuid: &Tsuid, cells: &[(Timestamp, Vec<u8>)]) -> Result<()>;
+
     /// Deletes every row of `tsuids` whose base hour lies in
     /// `[first_hour, last_hour]` (points and annotation cells alike);
     /// returns how many rows existed and were deleted. Rows are deleted
@@ -151,6 +157,10 @@ impl RowStore for Store {
 
     fn put_points(&self, tsuid: &Tsuid, points: &[(Timestamp, Value)]) -> Result<()> {
         Store::put_points(self, tsuid, points, Durability::Process)
+    }
+
+    fn put_histograms(&self, tsuid: &Tsuid, cells: &[(Timestamp, Vec<u8>)]) -> Result<()> {
+        Store::put_histograms(self, tsuid, cells, Durability::Process)
     }
 
     fn delete_rows(&self, tsuids: &[Tsuid], first_hour: u32, last_hour: u32) -> Result<u64> {

@@ -30,6 +30,8 @@ const READ_CHUNK: usize = 64 * 1024;
 enum Run {
     /// Batched by the connection, logged once per chunk read.
     Put,
+    /// A histogram point (OpenTSDB 2.4), logged and stored at once.
+    Histogram,
     /// Sees the points of the lines before it; writes its reply.
     Command(fn(&TsdState, &mut Vec<u8>) -> After),
 }
@@ -39,6 +41,7 @@ enum Run {
 /// tests have always seen it first.)
 const COMMANDS: &[(&str, Serve, Run)] = &[
     ("put", Serve::Writes, Run::Put),
+    ("histogram", Serve::Writes, Run::Histogram),
     ("stats", Serve::Always, Run::Command(rpc::stats::telnet)),
     (
         "dropcaches",
@@ -128,6 +131,46 @@ impl Conn<'_> {
         }
     }
 
+    /// `histogram …`: logged and stored by itself, after the points
+    /// before it, with 2.4.1's error lines.
+    fn histogram(&mut self, words: &[&str]) {
+        use rpc::histogram::TelnetHistogram;
+        inc(&self.state.stats.telnet_puts);
+        let line = match rpc::histogram::telnet(self.state, words, &mut self.key) {
+            TelnetHistogram::Point(p) => match self.state.db.append_histograms(&[p]) {
+                Ok(_) => None,
+                Err(e) => {
+                    self.state.stats.count_error(&e);
+                    (!matches!(e, PointError::Storage(_)) || self.state.options.return_errors)
+                        .then(|| format!("histogram: HBase error: {}", e.message()))
+                }
+            },
+            TelnetHistogram::Refused(e) => {
+                self.state.stats.count_error(&e);
+                Some(e.telnet_line_of("histogram"))
+            }
+            TelnetHistogram::Failed(m) => {
+                inc(&self.state.stats.illegal_arguments);
+                self.state
+                    .options
+                    .return_errors
+                    .then(|| format!("histogram: HBase error: {m}"))
+            }
+            TelnetHistogram::Dropped(e) => {
+                inc(&self.state.stats.illegal_arguments);
+                tracing::warn!(
+                    error = e.message(),
+                    "histogram line with a malformed bucket list dropped without an answer, as OpenTSDB 2.4.1 does"
+                );
+                None
+            }
+        };
+        if let Some(l) = line {
+            self.out.extend_from_slice(l.as_bytes());
+            self.out.push(b'\n');
+        }
+    }
+
     /// Logs the pending points; returns what to wait for.
     fn flush_batch(&mut self) -> Option<crate::write::Appended> {
         if self.batch.is_empty() {
@@ -159,6 +202,10 @@ impl Conn<'_> {
         }
         // Other commands see the points before them.
         self.flush_batch();
+        if let Some(Run::Histogram) = run {
+            self.histogram(words);
+            return After::Continue;
+        }
         match run {
             Some(Run::Command(f)) => f(self.state, &mut self.out),
             _ => {

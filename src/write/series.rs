@@ -359,6 +359,20 @@ impl SeriesCache {
         tags: &[(&str, &str)],
         key_buf: &mut String,
     ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        self.resolve_cell(metric, raw_ts, CellValue::Point(value), tags, key_buf)
+    }
+
+    /// [`resolve`](Self::resolve) for a cell of any kind: `value` is only
+    /// shown in the refusal of a bad timestamp (encoded then, not before:
+    /// the put path does not pay for it).
+    pub fn resolve_cell(
+        &self,
+        metric: &str,
+        raw_ts: i64,
+        value: CellValue<'_>,
+        tags: &[(&str, &str)],
+        key_buf: &mut String,
+    ) -> Result<(Arc<Series>, Timestamp), PointError> {
         let ts = Timestamp::from_raw(raw_ts).map_err(|e| bad_timestamp(e, metric, value, tags))?;
         if series_key(metric, tags, key_buf)
             && let Some(s) = self.shard(key_buf).read().get(key_buf.as_str())
@@ -531,10 +545,20 @@ impl Series {
 /// 4294967295 and writes them under a base time wrapped to 32 bits (filed
 /// in 1970); rtsdb refuses them in the same words, with the reason added.
 /// `0` keeps the line parser's `invalid timestamp: 0`.
+/// The value of a cell being written, as a refused write shows it.
+#[derive(Debug, Clone, Copy)]
+pub enum CellValue<'a> {
+    /// A data point: its value bytes and flags.
+    Point(Value),
+    /// A histogram point (`TSDB.addHistogramPoint`): its stored bytes,
+    /// flags 0.
+    Histogram(&'a [u8]),
+}
+
 fn bad_timestamp(
     e: TimestampError,
     metric: &str,
-    value: Value,
+    value: CellValue<'_>,
     tags: &[(&str, &str)],
 ) -> PointError {
     let raw = match e {
@@ -545,12 +569,16 @@ fn bad_timestamp(
         | TimestampError::TooLarge(raw)
         | TimestampError::BeyondLastRow(raw) => raw,
     };
-    let enc = encode_value(value);
+    let (bytes, flags) = match value {
+        CellValue::Point(v) => {
+            let enc = encode_value(v);
+            (java_byte_array(enc.as_bytes()), enc.flags)
+        }
+        CellValue::Histogram(b) => (java_byte_array(b), 0),
+    };
     let mut msg = format!(
-        "{} timestamp={raw} when trying to add value={}/{} to metric={metric}, tags={}",
+        "{} timestamp={raw} when trying to add value={bytes}/{flags} to metric={metric}, tags={}",
         if raw < 0 { "negative" } else { "bad" },
-        java_byte_array(enc.as_bytes()),
-        enc.flags,
         java_tags(tags)
     );
     if let TimestampError::BeyondLastRow(_) = e {

@@ -29,6 +29,7 @@ mod tsd_fuzz;
 mod tsd_gexp;
 mod tsd_grafana;
 mod tsd_graph;
+mod tsd_histogram;
 mod tsd_http;
 mod tsd_load;
 mod tsd_page;

@@ -11,6 +11,10 @@ use proptest::test_runner::{Config, TestRunner};
 const PATHS: &[&str] = &[
     "/api/put",
     "/api/put?details",
+    "/api/histogram",
+    "/api/histogram?details",
+    "/api/histogram?summary&sync",
+    "/api/query?m=sum:1m-sum:percentiles[50,99]:show-histogram-buckets:sys.lat",
     "/api/query",
     "/api/query/last",
     "/api/query/gexp",
@@ -160,6 +164,23 @@ fn body() -> impl Strategy<Value = String> {
                 .to_string()
         ),
         Just(r#"[{"startTime":1356998400,"tsuid":"000001000001000001"}]"#.to_string()),
+        // /api/histogram: both forms, around random bucket keys, counts,
+        // ids and base64 text.
+        (
+            "[0-9a-z,.\\-]{0,12}",
+            "-?[0-9]{1,20}",
+            "-?[0-9]{1,4}",
+            "[A-Za-z0-9+/=]{0,40}",
+        )
+            .prop_map(|(key, count, id, b64)| format!(
+                r#"[{{"metric":"sys.lat","timestamp":1356998400,"tags":{{"host":"a"}},"buckets":{{{}:{count}}},"underflow":{count},"overflow":"{count}"}},
+                   {{"metric":"sys.lat","timestamp":"1356998460","tags":{{"host":"a"}},"id":{id},"value":"{b64}"}}]"#,
+                serde_json::to_string(&key).unwrap()
+            )),
+        Just(
+            r#"{"start":1356998400,"queries":[{"aggregator":"none","metric":"sys.lat","percentiles":[1,50,100],"showHistogramBuckets":"true","downsample":"0all-sum"}]}"#
+                .to_string()
+        ),
         Just(r#"{"metric":["a b","c"],"tagk":[""]}"#.to_string()),
         Just(r#"{"treeId":1,"name":"t","enabled":true,"strictMatch":"true"}"#.to_string()),
         Just(
@@ -197,11 +218,15 @@ fn random_requests_always_get_an_answer() {
         ("tsd.core.meta.enable_realtime_ts", "true"),
         ("tsd.core.meta.enable_tsuid_tracking", "true"),
         ("tsd.core.tree.enable_processing", "true"),
+        (
+            "tsd.core.histograms.config",
+            r#"{"net.opentsdb.core.SimpleHistogramDecoder": 0}"#,
+        ),
     ]);
     assert_eq!(
         telnet(
             srv.addr,
-            b"put sys.cpu 1356998400 1 host=a\nput sys.cpu 1356998460 2.5 host=b\n"
+            b"put sys.cpu 1356998400 1 host=a\nput sys.cpu 1356998460 2.5 host=b\nhistogram sys.lat 1356998400 u=1:o=2:0,1=3:1,5=4 host=a\n"
         ),
         ""
     );
@@ -243,9 +268,9 @@ fn random_requests_always_get_an_answer() {
                 "{method} {target}: status {}",
                 r.status
             );
-            // The tree endpoints answer every bad request as the
-            // client's error.
-            if path.starts_with("/api/tree") {
+            // The tree and histogram endpoints answer every bad request
+            // as the client's error.
+            if path.starts_with("/api/tree") || path.starts_with("/api/histogram") {
                 prop_assert!(
                     r.status < 500,
                     "{method} {target} {body}: status {} {}",
@@ -259,4 +284,49 @@ fn random_requests_always_get_an_answer() {
     // Still serving both protocols.
     assert_eq!(http(srv.addr, "GET", "/api/version", &[], b"").status, 200);
     assert!(telnet(srv.addr, b"version\n").starts_with("net.opentsdb.tools BuildData"));
+}
+
+/// Random telnet `histogram` lines: every one gets 2.4.1's answer (an
+/// error line or nothing), never a dropped connection, and the TSD keeps
+/// serving.
+#[test]
+fn random_histogram_lines_always_get_an_answer() {
+    let srv = TestServer::start(&[
+        ("tsd.core.auto_create_metrics", "true"),
+        (
+            "tsd.core.histograms.config",
+            r#"{"net.opentsdb.core.SimpleHistogramDecoder": 7}"#,
+        ),
+    ]);
+    let cases = std::env::var("TSD_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let mut runner = TestRunner::new(Config::with_cases(cases));
+    let word = prop_oneof![
+        Just("7".to_string()),
+        Just("u=1:o=2:0,1=3".to_string()),
+        Just("host=a".to_string()),
+        Just("1356998400".to_string()),
+        Just("AAEAAAAAP4AAAAMBAg==".to_string()),
+        "[0-9a-zA-Z=:,.+/\\-]{0,16}".prop_map(String::from),
+    ];
+    runner
+        .run(&proptest::collection::vec(word, 0..7), |words| {
+            let line = format!("histogram {}\nversion\n", words.join(" "));
+            let out = telnet(srv.addr, line.as_bytes());
+            // The answer to the line (if any) comes before `version`'s.
+            prop_assert!(
+                out.contains("net.opentsdb.tools BuildData"),
+                "{line:?}: {out:?}"
+            );
+            let first = out.lines().next().unwrap_or("");
+            prop_assert!(
+                first.starts_with("histogram: ") || first.starts_with("net.opentsdb.tools"),
+                "{line:?}: {out:?}"
+            );
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(http(srv.addr, "GET", "/api/version", &[], b"").status, 200);
 }

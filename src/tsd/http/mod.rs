@@ -9,6 +9,7 @@ mod backup;
 mod body;
 mod gexp;
 mod graph;
+mod histogram;
 mod logs;
 mod metrics;
 pub(crate) mod put;

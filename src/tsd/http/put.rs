@@ -205,6 +205,24 @@ pub(crate) struct PutFlags {
     pub sync_timeout: u64,
 }
 
+impl PutFlags {
+    /// The flags of a request's query string (present means true).
+    pub(crate) fn of(q: &super::Query) -> PutFlags {
+        PutFlags {
+            summary: q.has("summary"),
+            details: q.has("details"),
+            sync: q.has("sync"),
+            sync_timeout: if q.has("sync") {
+                q.get("sync_timeout")
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0)
+            } else {
+                0
+            },
+        }
+    }
+}
+
 /// The outcome of one request, before rendering.
 #[derive(Debug, Default)]
 pub(crate) struct PutOutcome {
@@ -573,18 +591,7 @@ pub(super) async fn route(c: Call, mut body: Incoming) -> Reply {
         );
     }
     let (state, q) = (&c.state, &c.query);
-    let flags = PutFlags {
-        summary: q.has("summary"),
-        details: q.has("details"),
-        sync: q.has("sync"),
-        sync_timeout: if q.has("sync") {
-            q.get("sync_timeout")
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0)
-        } else {
-            0
-        },
-    };
+    let flags = PutFlags::of(q);
     let header_tag = if state.options.header_tag.is_empty() {
         None
     } else {
@@ -668,7 +675,11 @@ pub(super) async fn route(c: Call, mut body: Incoming) -> Reply {
 }
 
 /// The answer to a put whose body was read and logged (or refused).
-async fn answer(state: &TsdState, flags: PutFlags, logged: Result<Logged, Reply>) -> Reply {
+pub(crate) async fn answer(
+    state: &TsdState,
+    flags: PutFlags,
+    logged: Result<Logged, Reply>,
+) -> Reply {
     let logged = match logged {
         Ok(l) => l,
         Err(r) => return r,

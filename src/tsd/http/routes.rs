@@ -13,7 +13,9 @@ use hyper::body::Incoming;
 use hyper::http::request::Parts;
 use hyper::{Method, Request};
 
-use super::{Query, Reply, annotation, metrics, not_found, put, query, read_body, search};
+use super::{
+    Query, Reply, annotation, histogram, metrics, not_found, put, query, read_body, search,
+};
 use super::{backup, graph, logs, serializers, suggest, tree, ui, uid};
 use crate::tsd::TsdState;
 use crate::tsd::rpc::{self, Serve};
@@ -113,6 +115,12 @@ const ANNOTATIONS: Handler = Async(|c, b| Box::pin(annotation::route(c, b, true)
 
 static ROUTES: &[Route] = &[
     route("put", Api, Writes, Async(|c, b| Box::pin(put::route(c, b)))),
+    route(
+        "histogram",
+        Api,
+        Writes,
+        Async(|c, b| Box::pin(histogram::route(c, b))),
+    ),
     route(
         "query",
         Api,

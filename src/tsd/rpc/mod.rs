@@ -12,6 +12,7 @@ pub(crate) mod aggregators;
 pub(crate) mod config;
 pub(crate) mod diediedie;
 pub(crate) mod dropcaches;
+pub(crate) mod histogram;
 pub(crate) mod stats;
 pub(crate) mod version;
 

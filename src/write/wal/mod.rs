@@ -18,5 +18,5 @@ pub(crate) use record::Record;
 pub(crate) use segment::{
     DAMAGED_DIR, list_damaged, list_segments, move_aside, read_segment, segment_path,
 };
-pub use writer::{Appended, PendingPoint, WalError};
+pub use writer::{Appended, PendingHistogram, PendingPoint, WalError};
 pub(crate) use writer::{Wal, WalOptions};

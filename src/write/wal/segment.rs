@@ -6,6 +6,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::record::{self, FrameScan, Record};
+use crate::model::Timestamp;
 
 const SEGMENT_SUFFIX: &str = ".wal";
 
@@ -111,6 +112,14 @@ impl SegmentContents {
                 Record::UnstorablePoint { .. } => {
                     s.points += 1;
                     s.unstorable_points += 1;
+                }
+                Record::Histogram { id, raw_ts, .. } => {
+                    s.points += 1;
+                    if !matches!(i64::try_from(*raw_ts).map(Timestamp::from_raw), Ok(Ok(_))) {
+                        s.unstorable_points += 1;
+                    } else if !declared.contains(id) {
+                        s.orphaned_points += 1;
+                    }
                 }
                 Record::Delete { .. } => s.deletes += 1,
             }

@@ -21,7 +21,8 @@ use crate::model::point::{Timestamp, Value};
 use crate::write::series::Series;
 
 use super::record::{
-    FrameCompressor, encode_delete, encode_point, encode_series, finish_frame, start_frame,
+    FrameCompressor, encode_delete, encode_histogram, encode_point, encode_series, finish_frame,
+    start_frame,
 };
 use super::segment::{list_segments, segment_path, sync_dir};
 
@@ -152,6 +153,15 @@ pub struct Appended {
     pub backlog: bool,
 }
 
+impl Appended {
+    /// An append of nothing: nothing to wait for.
+    pub const NOTHING: Appended = Appended {
+        seq: 0,
+        segment: 0,
+        backlog: false,
+    };
+}
+
 /// The segment being written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ActiveSegment {
@@ -166,6 +176,15 @@ pub struct PendingPoint {
     pub series: Arc<Series>,
     pub ts: Timestamp,
     pub value: Value,
+}
+
+/// One histogram point to log and store: its cell value as stored (codec
+/// id, then the codec's bytes).
+#[derive(Debug, Clone)]
+pub struct PendingHistogram {
+    pub series: Arc<Series>,
+    pub ts: Timestamp,
+    pub value: Vec<u8>,
 }
 
 struct State {
@@ -334,6 +353,31 @@ impl Wal {
     /// the current segment first. Refused at once while the log cannot be
     /// written: nothing could make the points durable.
     pub fn append(&self, points: &[PendingPoint]) -> Result<Appended, WalError> {
+        self.append_frame(
+            points,
+            |p| &p.series,
+            |buf, p| encode_point(buf, p.series.id, p.ts, p.value),
+        )
+    }
+
+    /// Logs histogram points as one frame, as [`Wal::append`] logs points.
+    pub fn append_histograms(&self, points: &[PendingHistogram]) -> Result<Appended, WalError> {
+        self.append_frame(
+            points,
+            |p| &p.series,
+            |buf, p| encode_histogram(buf, p.series.id, p.ts, &p.value),
+        )
+    }
+
+    /// One frame of `items`, each after its series' declaration if the
+    /// current segment has none yet.
+    #[inline]
+    fn append_frame<T>(
+        &self,
+        items: &[T],
+        series_of: impl Fn(&T) -> &Arc<Series>,
+        encode: impl Fn(&mut Vec<u8>, &T),
+    ) -> Result<Appended, WalError> {
         let sh = &self.shared;
         if let Some(e) = sh.failure() {
             return Err(e);
@@ -345,13 +389,13 @@ impl Wal {
         let segment = st.segment;
         let tag = declaration_tag(segment, st.seq);
         let start = start_frame(&mut st.buf);
-        for p in points {
-            if p.series.wal_segment.load(Ordering::Relaxed) != tag {
-                p.series.wal_segment.store(tag, Ordering::Relaxed);
-                let s = &p.series;
+        for item in items {
+            let s = series_of(item);
+            if s.wal_segment.load(Ordering::Relaxed) != tag {
+                s.wal_segment.store(tag, Ordering::Relaxed);
                 encode_series(&mut st.buf, s.id, s.metric(), s.tags());
             }
-            encode_point(&mut st.buf, p.series.id, p.ts, p.value);
+            encode(&mut st.buf, item);
         }
         st.seq += finish_frame(&mut st.buf, start);
         let pending = st.buf.len();
