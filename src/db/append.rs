@@ -73,6 +73,7 @@ impl Db {
         tags: &[(&str, &str)],
         key_buf: &mut String,
     ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        self.forget_names_renamed_elsewhere();
         self.series
             .resolve_cell(metric, raw_ts, CellValue::Histogram(value), tags, key_buf)
             .map_err(|e| match e {
