@@ -83,6 +83,7 @@ fn line_error(e: &PointError) -> String {
         PointError::InvalidValue(m) => format!("invalid value: {m}"),
         PointError::UnknownName(m) => format!("unknown metric: {m}"),
         PointError::Storage(m) | PointError::Unavailable(m) => format!("storage error: {m}"),
+        PointError::NoSuchRollup(m) => format!("No such rollup: {m}"),
     }
 }
 

@@ -12,6 +12,7 @@ use crate::codec::row::{DuplicatePolicy, RowEncoding};
 use crate::config::{Config, ConfigError};
 use crate::meta::MetaTracking;
 use crate::model::NameRules;
+use crate::rollup::RollupSettings;
 use crate::store::StoreOptions;
 use crate::store::retention::{Retention, TTL_KEY};
 use crate::uid::AutoCreate;
@@ -54,6 +55,8 @@ pub struct WriteOptions {
     /// `tsd.core.tree.enable_processing` (default false): new series
     /// (a TSMeta created as points arrive) go through every enabled tree.
     pub tree_processing: bool,
+    /// `tsd.rollups.*` when `tsd.rollups.enable` is on.
+    pub rollups: Option<Arc<RollupSettings>>,
 }
 
 impl Default for WriteOptions {
@@ -68,6 +71,7 @@ impl Default for WriteOptions {
             series_limits: SeriesLimits::default(),
             meta: MetaTracking::default(),
             tree_processing: false,
+            rollups: None,
         }
     }
 }
@@ -145,6 +149,10 @@ fn write_options(c: &Config) -> Result<WriteOptions, ConfigError> {
             tsuid_incrementing: c.get_bool("tsd.core.meta.enable_tsuid_incrementing"),
         },
         tree_processing: c.get_bool("tsd.core.tree.enable_processing"),
+        // The aggregator names are the query engine's; the configuration
+        // only names them.
+        rollups: RollupSettings::from_config(c, |n| crate::query::Aggregator::by_name(n).is_some())?
+            .map(Arc::new),
         ..WriteOptions::default()
     };
     if let Some(ms) = c.get_int::<u64>("tsd.storage.flush_interval")? {

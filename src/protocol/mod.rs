@@ -36,18 +36,29 @@ pub enum PointError {
     /// its `Unexpected exception` is for a synchronous `RuntimeException`,
     /// which has no counterpart here.
     Storage(String),
+    /// `NoSuchRollupForIntervalException` (a `NoSuchElementException`):
+    /// telnet `rollup: No such rollup: <msg>`; over HTTP it is none of the
+    /// classes `processDataPoint` names, so `Unexpected exception`.
+    NoSuchRollup(String),
 }
 
 impl PointError {
-    /// The telnet error line (without the trailing newline).
+    /// The telnet error line of a `put` (without the trailing newline).
     pub fn telnet_line(&self) -> String {
+        self.telnet_line_for("put")
+    }
+
+    /// The telnet error line of the command `kind` (`put`, `rollup`):
+    /// OpenTSDB prefixes each with its data point type.
+    pub fn telnet_line_for(&self, kind: &str) -> String {
         match self {
-            PointError::IllegalArgument(m) => format!("put: illegal argument: {m}"),
-            PointError::InvalidValue(m) => format!("put: invalid value: {m}"),
-            PointError::UnknownName(m) => format!("put: unknown metric: {m}"),
+            PointError::IllegalArgument(m) => format!("{kind}: illegal argument: {m}"),
+            PointError::InvalidValue(m) => format!("{kind}: invalid value: {m}"),
+            PointError::UnknownName(m) => format!("{kind}: unknown metric: {m}"),
             PointError::Storage(m) | PointError::Unavailable(m) => {
-                format!("put: HBase error: {m}")
+                format!("{kind}: HBase error: {m}")
             }
+            PointError::NoSuchRollup(m) => format!("{kind}: No such rollup: {m}"),
         }
     }
 
@@ -60,6 +71,7 @@ impl PointError {
             PointError::Storage(m) | PointError::Unavailable(m) => {
                 format!("Storage exception: {m}")
             }
+            PointError::NoSuchRollup(_) => "Unexpected exception".into(),
         }
     }
 }

@@ -33,7 +33,7 @@ const PROBE_BYTES: usize = 256 << 10;
 /// One open fjall database and its keyspaces.
 struct Engine {
     db: Database,
-    tables: [Keyspace; 5],
+    tables: [Keyspace; 6],
 }
 
 impl Engine {
@@ -59,6 +59,7 @@ impl Engine {
             open(Table::Meta)?,
             open(Table::Index)?,
             open(Table::Tree)?,
+            open(Table::Rollup)?,
         ];
         Ok(Engine { db, tables })
     }
@@ -70,6 +71,7 @@ impl Engine {
             Table::Meta => &self.tables[2],
             Table::Index => &self.tables[3],
             Table::Tree => &self.tables[4],
+            Table::Rollup => &self.tables[5],
         }
     }
 }

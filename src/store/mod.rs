@@ -19,6 +19,7 @@ pub(crate) mod meta_table;
 pub mod read;
 pub(crate) mod retention;
 pub mod rows;
+pub mod rollup_table;
 pub mod salvage;
 pub mod snapshot;
 pub(crate) mod tree_table;
@@ -395,6 +396,11 @@ impl Store {
     /// `tsdb-meta` tables.
     pub fn meta_store(&self) -> Arc<dyn MetaStore> {
         self.meta.clone()
+    }
+
+    /// The rollup and pre-aggregate tables (`tsdb-rollup`).
+    pub fn rollup_table(&self) -> Arc<rollup_table::RollupTable> {
+        Arc::new(rollup_table::RollupTable::new(self.kv.clone()))
     }
 
     /// Trees in this store's `tsdb-tree` table.

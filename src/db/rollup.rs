@@ -1,0 +1,286 @@
+//! Rollups and pre-aggregates: writing them as OpenTSDB 2.4.1's
+//! `TSDB.addAggregatePoint` does, and reading them back for queries
+//! ([`RollupSource`]). Layout: docs/format/rollup.md.
+
+use std::collections::HashMap;
+
+use super::Db;
+use crate::codec::qualifier::{encode_value, point_qualifier};
+use crate::codec::row::Cell;
+use crate::model::java::java_tags;
+use crate::model::{Timestamp, Tsuid, Uid, Value};
+use crate::protocol::PointError;
+use crate::rollup::codec::{self, RollupCell};
+use crate::rollup::{RollupInterval, RollupSettings};
+use crate::storage::Durability;
+
+/// One point of `/api/rollup` or a telnet `rollup` line, parsed.
+#[derive(Debug, Clone)]
+pub struct RollupPoint<'a> {
+    pub metric: &'a str,
+    pub timestamp: i64,
+    pub value: Value,
+    pub tags: Vec<(&'a str, &'a str)>,
+    /// The rollup interval (`1h`); None or empty for a raw pre-aggregate.
+    pub interval: Option<&'a str>,
+    /// The rollup (temporal) aggregator.
+    pub aggregator: Option<&'a str>,
+    /// The group-by (spatial) aggregator of a pre-aggregate.
+    pub group_by: Option<&'a str>,
+    /// Whether the point is a pre-aggregate: over HTTP whenever
+    /// `groupByAggregator` is present (even empty), in telnet whenever the
+    /// spec names one.
+    pub is_groupby: bool,
+}
+
+/// `Arrays.toString(byte[])/flags` as OpenTSDB's timestamp message shows
+/// the value.
+fn java_value(v: Value) -> String {
+    let e = encode_value(v);
+    let bytes: Vec<String> = e.as_bytes().iter().map(|b| (*b as i8).to_string()).collect();
+    format!("[{}]/{}", bytes.join(", "), e.flags)
+}
+
+/// The aggregators a derived rollup cannot be combined from.
+fn is_derived(upper: &str) -> bool {
+    upper == "AVG" || upper == "DEV"
+}
+
+impl Db {
+    /// The rollup settings, when `tsd.rollups.enable` is on.
+    pub fn rollup_settings(&self) -> Option<&RollupSettings> {
+        self.opts.rollups.as_deref()
+    }
+
+    /// Checks and stores one rollup or pre-aggregate point, in the order
+    /// and with the messages of `TSDB.addAggregatePointInternal`.
+    pub fn write_rollup(&self, p: &RollupPoint, durability: Durability) -> Result<(), PointError> {
+        let ill = |m: String| Err(PointError::IllegalArgument(m));
+        let interval = p.interval.filter(|i| !i.is_empty());
+        // OpenTSDB refuses an interval without a configuration here, and
+        // fails later on a null default interval for a pre-aggregate; both
+        // get this message.
+        let Some(settings) = self.rollup_settings() else {
+            return ill("No rollup or aggregations were configured".into());
+        };
+        let group_by = p.group_by.unwrap_or("");
+        if p.is_groupby && group_by.is_empty() {
+            return ill(format!(
+                "Cannot write a group by data point without specifying the aggregation function. Metric={} tags={}",
+                p.metric,
+                java_tags(&p.tags)
+            ));
+        }
+        if p.timestamp < 0 || p.timestamp > u32::MAX as i64 {
+            return ill(format!(
+                "{} timestamp={} when trying to add value={} to metric={}, tags={}",
+                if p.timestamp < 0 { "negative " } else { "bad" },
+                p.timestamp,
+                java_value(p.value),
+                p.metric,
+                java_tags(&p.tags)
+            ));
+        }
+        let ts = p.timestamp as u32;
+        let key = settings.agg_tag_key.as_str();
+        let mut tags: Vec<(&str, &str)> = p.tags.clone();
+        let upper = group_by.to_uppercase();
+        let agg_tag_value: String = match tags.iter().position(|t| t.0 == key) {
+            None if !p.is_groupby => {
+                if settings.tag_raw {
+                    tags.push((key, settings.raw_agg_tag_value.as_str()));
+                }
+                settings.raw_agg_tag_value.clone()
+            }
+            None => {
+                tags.push((key, upper.as_str()));
+                upper.clone()
+            }
+            Some(i) => {
+                let given = tags[i].1;
+                if p.group_by.is_none() || !given.eq_ignore_ascii_case(group_by) {
+                    return ill(format!(
+                        "Given tag value for {key} of {given} did not match the group by aggregator of {} for {} {}",
+                        p.group_by.unwrap_or("null"),
+                        p.metric,
+                        java_tags(&tags)
+                    ));
+                }
+                tags[i].1 = upper.as_str();
+                upper.clone()
+            }
+        };
+        if p.is_groupby {
+            if crate::query::Aggregator::by_name(&group_by.to_lowercase()).is_none() {
+                return ill(format!(
+                    "Invalid group by aggregator {group_by} with metric {} {}",
+                    p.metric,
+                    java_tags(&tags)
+                ));
+            }
+            if settings.block_derived && is_derived(&agg_tag_value) {
+                return ill(format!(
+                    "Derived group by aggregations are not allowed {group_by} with metric {} {}",
+                    p.metric,
+                    java_tags(&tags)
+                ));
+            }
+        }
+        let config = &settings.config;
+        let rollup = match interval {
+            None => None,
+            Some(i) => Some(
+                config
+                    .interval(i)
+                    .map_err(|e| PointError::NoSuchRollup(e.to_string()))?,
+            ),
+        };
+        let aggregator_id = match rollup {
+            None => None,
+            Some(_) => Some(
+                config
+                    .id_for(p.aggregator.unwrap_or(""))
+                    .map_err(|e| PointError::IllegalArgument(e.to_string()))?,
+            ),
+        };
+        let (series, _) = self.resolve(p.metric, p.timestamp, p.value, &tags, &mut String::new())?;
+        if let Some(agg) = p.aggregator {
+            let agg = agg.to_uppercase();
+            if settings.block_derived && is_derived(&agg) {
+                return ill(format!(
+                    "Derived rollup aggregations are not allowed {agg} with metric {} {}",
+                    p.metric,
+                    java_tags(&tags)
+                ));
+            }
+        }
+        let encoded = encode_value(p.value);
+        let (table, base, qualifier) = match (rollup, aggregator_id) {
+            (Some(r), Some(id)) => {
+                let base = codec::base_time(ts, r);
+                let q = codec::qualifier(ts, base, encoded.flags, id, r)
+                    .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
+                let table = if p.is_groupby { &r.pre_agg_table } else { &r.table };
+                (table.as_str(), base, q.to_vec())
+            }
+            _ => {
+                // A raw pre-aggregate: the default interval's pre-aggregate
+                // table, with a data-table row key and qualifier.
+                let base = ts - ts % crate::model::row_span::ROW_SPAN_SECS;
+                let q = point_qualifier(Timestamp::Seconds(ts), base, encoded.flags)
+                    .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
+                (config.default_interval().pre_agg_table.as_str(), base, q)
+            }
+        };
+        self.writable()?;
+        let row_key = self.store.layout().row_key(&series.tsuid, base);
+        self.rollup_table
+            .put_cells(
+                table,
+                &row_key,
+                vec![Cell::new(qualifier, encoded.as_bytes().to_vec())],
+                durability,
+            )
+            .map_err(|e| PointError::Storage(e.to_string()))?;
+        // Queries choose their series from the index: a series may have
+        // rollups and no raw points.
+        self.index
+            .add(&series.tsuid)
+            .map_err(|e| PointError::Storage(e.to_string()))?;
+        self.epochs.bump_metric(series.tsuid.metric);
+        Ok(())
+    }
+}
+
+/// What a query reads from the rollup tables.
+pub trait RollupSource: Sync {
+    fn rollup_settings(&self) -> Option<&RollupSettings>;
+
+    /// Calls `f(i, cell)` for each cell of `table` (of `interval`) held by
+    /// `tsuids[i]` with an aggregator in `aggregator_ids`, from the row
+    /// holding `start_s` through the one holding `end_s`, in time order
+    /// per series. Returns the rows read.
+    #[allow(clippy::too_many_arguments)]
+    fn read_rollups(
+        &self,
+        table: &str,
+        interval: &RollupInterval,
+        metric: Uid,
+        tsuids: &[Tsuid],
+        aggregator_ids: &[u8],
+        start_s: u32,
+        end_s: u32,
+        f: &mut dyn FnMut(usize, RollupCell),
+    ) -> Result<u64, String>;
+}
+
+impl RollupSource for Db {
+    fn rollup_settings(&self) -> Option<&RollupSettings> {
+        Db::rollup_settings(self)
+    }
+
+    fn read_rollups(
+        &self,
+        table: &str,
+        interval: &RollupInterval,
+        metric: Uid,
+        tsuids: &[Tsuid],
+        aggregator_ids: &[u8],
+        start_s: u32,
+        end_s: u32,
+        f: &mut dyn FnMut(usize, RollupCell),
+    ) -> Result<u64, String> {
+        let layout = self.store.layout();
+        let slot: HashMap<&Tsuid, usize> = tsuids.iter().enumerate().map(|(i, t)| (t, i)).collect();
+        let first = codec::base_time(start_s, interval);
+        let stop = codec::next_base_time(codec::base_time(end_s, interval), interval);
+        let buckets: Vec<Option<u32>> = if layout.salt.enabled() {
+            (0..layout.salt.buckets).map(Some).collect()
+        } else {
+            vec![None]
+        };
+        let mut rows = 0;
+        // Cells per series, then sorted: salt buckets interleave rows.
+        let mut found: Vec<Vec<RollupCell>> = vec![Vec::new(); tsuids.len()];
+        for b in buckets {
+            let start = layout.scan_prefix(b, metric, first);
+            let end = if stop > u32::MAX as u64 {
+                let mut e = layout.scan_prefix(b, metric, u32::MAX);
+                e.push(0xFF);
+                e
+            } else {
+                layout.scan_prefix(b, metric, stop as u32)
+            };
+            for r in self.rollup_table.scan(table, &start, &end) {
+                let (key, cells) = r.map_err(|e| e.to_string())?;
+                rows += 1;
+                let Ok(rk) = layout.parse_row_key(&key) else {
+                    continue;
+                };
+                let Some(&i) = slot.get(&rk.tsuid) else {
+                    continue;
+                };
+                for c in &cells.cells {
+                    let Ok(cell) = codec::decode_cell(&c.qualifier, &c.value, rk.base_time, interval)
+                    else {
+                        // A raw-qualified cell (pre-aggregate) or damage.
+                        continue;
+                    };
+                    if aggregator_ids.contains(&cell.aggregator_id)
+                        && cell.timestamp >= start_s
+                        && cell.timestamp <= end_s
+                    {
+                        found[i].push(cell);
+                    }
+                }
+            }
+        }
+        for (i, mut cells) in found.into_iter().enumerate() {
+            cells.sort_by_key(|c| c.timestamp);
+            for c in cells {
+                f(i, c);
+            }
+        }
+        Ok(rows)
+    }
+}
