@@ -223,7 +223,7 @@ pub(crate) struct PutOutcome {
     pub pending: u64,
 }
 
-fn json_str(s: &str) -> String {
+pub(crate) fn json_str(s: &str) -> String {
     serde_json::to_string(s).expect("strings serialize")
 }
 
@@ -262,6 +262,46 @@ fn point_json(p: &PointView, tags: Option<&[TagView]>) -> String {
     s
 }
 
+/// `IncomingDataPoint.validate`, in order: the value and the tags of a
+/// point that passes, else the message of its first failure.
+pub(crate) fn validate_point<'v, 't, T>(
+    metric: &str,
+    timestamp: i64,
+    value: Option<&'v str>,
+    tags: Option<&'t [T]>,
+) -> Result<(&'v str, &'t [T]), &'static str> {
+    if metric.is_empty() {
+        return Err("Metric name was empty");
+    }
+    if timestamp <= 0 {
+        return Err("Invalid timestamp");
+    }
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return Err("Empty value");
+    };
+    let tags = tags.unwrap_or(&[]);
+    if tags.is_empty() {
+        return Err("Missing tags");
+    }
+    Ok((v, tags))
+}
+
+/// The query-string flags of a put (`/api/put`, `/api/rollup`).
+pub(crate) fn put_flags(q: &super::Query) -> PutFlags {
+    PutFlags {
+        summary: q.has("summary"),
+        details: q.has("details"),
+        sync: q.has("sync"),
+        sync_timeout: if q.has("sync") {
+            q.get("sync_timeout")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        } else {
+            0
+        },
+    }
+}
+
 /// Checks and resolves every point of a batch; the good ones are returned
 /// for logging, the bad ones recorded in `outcome`.
 pub(crate) fn check_points(
@@ -282,24 +322,13 @@ pub(crate) fn check_points(
             }
         };
         let metric = p.metric.unwrap_or("");
-        // IncomingDataPoint.validate, in order.
-        if metric.is_empty() {
-            fail("Metric name was empty".into(), outcome);
-            continue;
-        }
-        if p.timestamp <= 0 {
-            fail("Invalid timestamp".into(), outcome);
-            continue;
-        }
-        let Some(v) = p.value.filter(|v| !v.is_empty()) else {
-            fail("Empty value".into(), outcome);
-            continue;
+        let (v, tag_list) = match validate_point(metric, p.timestamp, p.value, tag_list) {
+            Ok(ok) => ok,
+            Err(msg) => {
+                fail(msg.into(), outcome);
+                continue;
+            }
         };
-        let tag_list = tag_list.unwrap_or(&[]);
-        if tag_list.is_empty() {
-            fail("Missing tags".into(), outcome);
-            continue;
-        }
         tags.clear();
         for (k, v) in tag_list {
             // A null tag value fails name validation like an empty one.
@@ -573,18 +602,7 @@ pub(super) async fn route(c: Call, mut body: Incoming) -> Reply {
         );
     }
     let (state, q) = (&c.state, &c.query);
-    let flags = PutFlags {
-        summary: q.has("summary"),
-        details: q.has("details"),
-        sync: q.has("sync"),
-        sync_timeout: if q.has("sync") {
-            q.get("sync_timeout")
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0)
-        } else {
-            0
-        },
-    };
+    let flags = put_flags(q);
     let header_tag = if state.options.header_tag.is_empty() {
         None
     } else {

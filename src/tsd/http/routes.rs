@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use hyper::http::request::Parts;
 use hyper::{Method, Request};
 
-use super::{Query, Reply, annotation, metrics, not_found, put, query, read_body, search};
+use super::{Query, Reply, annotation, metrics, not_found, put, query, read_body, rollup, search};
 use super::{backup, graph, logs, serializers, suggest, tree, ui, uid};
 use crate::tsd::TsdState;
 use crate::tsd::rpc::{self, Serve};
@@ -113,6 +113,12 @@ const ANNOTATIONS: Handler = Async(|c, b| Box::pin(annotation::route(c, b, true)
 
 static ROUTES: &[Route] = &[
     route("put", Api, Writes, Async(|c, b| Box::pin(put::route(c, b)))),
+    route(
+        "rollup",
+        Api,
+        Writes,
+        Async(|c, b| Box::pin(rollup::route(c, b))),
+    ),
     route(
         "query",
         Api,
