@@ -279,6 +279,11 @@ impl Db {
         &self.store
     }
 
+    /// The rollup and pre-aggregate tables (`tsdb scan`, `fsck`, tests).
+    pub fn rollup_table(&self) -> &crate::store::rollup_table::RollupTable {
+        &self.rollup_table
+    }
+
     /// The series index queries select series from.
     pub fn index(&self) -> &Arc<SeriesIndex> {
         &self.index
