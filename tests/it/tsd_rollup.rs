@@ -359,3 +359,178 @@ fn a_bad_rollup_config_is_refused_at_start() {
     assert_eq!(v["tsd.rollups.agg_tag_key"], "_aggregate");
     assert_eq!(v["tsd.rollups.auto"], "false");
 }
+
+/// `TestTsdbQueryRollup`'s intervals, with a default one added (rtsdb, as
+/// OpenTSDB's TSDB constructor, refuses a configuration without one).
+const QUERY_CONFIG: &str = r#"{"aggregationIds":{"sum":0,"count":1,"max":2,"min":3},
+ "intervals":[
+  {"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
+  {"table":"tsdb-rollup-10m","preAggregationTable":"tsdb-rollup-agg-10m","interval":"10m","rowSpan":"6h"},
+  {"table":"tsdb-rollup-1h","preAggregationTable":"tsdb-rollup-agg-1h","interval":"1h","rowSpan":"1d"},
+  {"table":"tsdb-rollup-1d","preAggregationTable":"tsdb-rollup-agg-1d","interval":"1d","rowSpan":"1n"}]}"#;
+
+const START: i64 = 1356998400;
+
+fn query_server() -> TestServer {
+    let srv = TestServer::start(&[
+        ("tsd.rollups.enable", "true"),
+        ("tsd.rollups.config", QUERY_CONFIG),
+        ("tsd.core.auto_create_metrics", "true"),
+    ]);
+    srv
+}
+
+/// `storeLongRollup`: `i` = 600, 1200, ... for host=web01 every 10
+/// minutes from START through `end`, and the same values backwards for
+/// host=web02.
+fn store_long_rollup(srv: &TestServer, end: i64, agg: &str) {
+    let mut pts = Vec::new();
+    let mut ts = START;
+    let mut i = 0;
+    while ts <= end {
+        i += 600;
+        pts.push(format!(
+            r#"{{"metric":"sys.cpu.user","timestamp":{ts},"value":{i},"interval":"10m","aggregator":"{agg}","tags":{{"host":"web01"}}}}"#
+        ));
+        ts += 600;
+    }
+    ts = START;
+    while ts <= end {
+        i -= 600;
+        pts.push(format!(
+            r#"{{"metric":"sys.cpu.user","timestamp":{ts},"value":{i},"interval":"10m","aggregator":"{agg}","tags":{{"host":"web02"}}}}"#
+        ));
+        ts += 600;
+    }
+    let (s, t) = post(srv, "", &format!("[{}]", pts.join(",")));
+    assert_eq!(s, 204, "{t}");
+}
+
+/// `storeCount`: `value` at every 10 minutes for both hosts.
+fn store_count(srv: &TestServer, end: i64, value: i64) {
+    let mut pts = Vec::new();
+    for host in ["web01", "web02"] {
+        let mut ts = START;
+        while ts <= end {
+            pts.push(format!(
+                r#"{{"metric":"sys.cpu.user","timestamp":{ts},"value":{value},"interval":"10m","aggregator":"count","tags":{{"host":"{host}"}}}}"#
+            ));
+            ts += 600;
+        }
+    }
+    let (s, t) = post(srv, "", &format!("[{}]", pts.join(",")));
+    assert_eq!(s, 204, "{t}");
+}
+
+/// The points of the only result of `m` over `setQuery`'s range.
+fn dps(srv: &TestServer, m: &str, extra: &str) -> Vec<(i64, serde_json::Value)> {
+    let (s, t) = get(
+        srv,
+        &format!("/api/query?start=1356998400&end=1357041600&m={m}{extra}"),
+    );
+    assert_eq!(s, 200, "{t}");
+    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+    let results = v.as_array().unwrap();
+    if results.is_empty() {
+        return Vec::new();
+    }
+    assert_eq!(results.len(), 1, "{t}");
+    assert_eq!(results[0]["metric"], "sys.cpu.user", "{t}");
+    let mut out: Vec<(i64, serde_json::Value)> = results[0]["dps"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.parse().unwrap(), v.clone()))
+        .collect();
+    out.sort_by_key(|p| p.0);
+    out
+}
+
+#[test]
+fn queries_read_the_rollup_table_of_their_downsampler() {
+    let srv = query_server();
+    store_long_rollup(&srv, 1357041600, "sum");
+    // run10mSumLongSingleTS: 73 doubles (never integers from rollups).
+    let got = dps(&srv, "sum:10m-sum:sys.cpu.user{host=web01}", "");
+    assert_eq!(got.len(), 73);
+    for (k, (ts, v)) in got.iter().enumerate() {
+        assert_eq!(*ts, START + 600 * k as i64);
+        assert_eq!(v.as_f64().unwrap(), 600.0 * (k + 1) as f64);
+        assert!(v.is_f64(), "{v}");
+    }
+    // run30mSumLongSingleTS: 30 minutes summed from 10-minute rollups.
+    let got = dps(&srv, "sum:30m-sum:sys.cpu.user{host=web01}", "");
+    assert_eq!(got[0], (START, serde_json::json!(3600.0)));
+    assert_eq!(got[1], (START + 1800, serde_json::json!(9000.0)));
+    assert_eq!(got.len(), 25);
+    // run10mZimSumLongSingleTS: zimsum reads the sum column.
+    let got = dps(&srv, "zimsum:10m-zimsum:sys.cpu.user{host=web01}", "");
+    assert_eq!(got.len(), 73);
+    // Group by both hosts: 600·(k+1) + (43800 − 600·(k+1)) at every step.
+    let got = dps(&srv, "sum:10m-sum:sys.cpu.user", "");
+    assert_eq!(got.len(), 73);
+    assert!(got.iter().all(|p| p.1 == serde_json::json!(43800.0)), "{got:?}");
+    // run10mMaxLongSingleTSNotFound: nothing, and no fallback by default.
+    assert!(dps(&srv, "sum:10m-max:sys.cpu.user{host=web01}", "").is_empty());
+    // run15mSumLongSingleTS: 15m matches no rollup: raw points (none here).
+    assert!(dps(&srv, "sum:15m-sum:sys.cpu.user{host=web01}", "").is_empty());
+    // 1h reads the 1h table first: empty, and ROLLUP_NOFALLBACK stops there;
+    // ROLLUP_FALLBACK goes on to the 10m table.
+    assert!(dps(&srv, "sum:1h-sum:sys.cpu.user{host=web01}", "").is_empty());
+    let got = dps(&srv, "sum:1h-sum:rollup_fallback:sys.cpu.user{host=web01}", "");
+    assert_eq!(got.len(), 13);
+    assert_eq!(got[0].1, serde_json::json!(12600.0));
+    // The same through a JSON query with rollupUsage.
+    let (s, t) = req(
+        &srv,
+        "POST",
+        "/api/query",
+        r#"{"start":1356998400,"end":1357041600,"queries":[{"metric":"sys.cpu.user","aggregator":"sum","downsample":"1h-sum","rollupUsage":"ROLLUP_FALLBACK","tags":{"host":"web01"}}]}"#,
+    );
+    assert_eq!(s, 200, "{t}");
+    assert!(t.contains(r#""1356998400":12600.0"#), "{t}");
+}
+
+#[test]
+fn avg_is_sum_over_count_and_needs_both() {
+    let srv = query_server();
+    store_long_rollup(&srv, 1357041600, "sum");
+    // run10mAvgLongSingleTSMissingCount
+    assert!(dps(&srv, "sum:10m-avg:sys.cpu.user{host=web01}", "").is_empty());
+    store_count(&srv, 1357041600, 2);
+    // run10mAvgLongSingleTS: 300, 600, ...
+    let got = dps(&srv, "sum:10m-avg:sys.cpu.user{host=web01}", "");
+    assert_eq!(got.len(), 73);
+    for (k, (_, v)) in got.iter().enumerate() {
+        assert_eq!(v.as_f64().unwrap(), 300.0 * (k + 1) as f64);
+    }
+    // 30 minutes: (600+1200+1800) / 6.
+    let got = dps(&srv, "sum:30m-avg:sys.cpu.user{host=web01}", "");
+    assert_eq!(got[0].1, serde_json::json!(600.0));
+    // count reads the count column and adds it up per bucket.
+    let got = dps(&srv, "sum:30m-count:sys.cpu.user{host=web01}", "");
+    assert_eq!(got[0].1, serde_json::json!(6.0));
+}
+
+#[test]
+fn rollup_usage_raw_and_fallback_raw_read_raw_points() {
+    let srv = query_server();
+    store_long_rollup(&srv, 1357041600, "sum");
+    let mut lines = String::new();
+    for k in 0..73 {
+        lines.push_str(&format!("put sys.cpu.user {} 7 host=web01\n", START + 600 * k));
+    }
+    assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
+    srv.state.db().flush_all().unwrap();
+    let raw = dps(&srv, "sum:10m-sum:rollup_raw:sys.cpu.user{host=web01}", "");
+    assert_eq!(raw.len(), 73);
+    assert_eq!(raw[0].1, serde_json::json!(7.0));
+    // No max column: ROLLUP_FALLBACK_RAW answers from raw points.
+    assert!(dps(&srv, "sum:10m-max:sys.cpu.user{host=web01}", "").is_empty());
+    let got = dps(&srv, "sum:10m-max:rollup_fallback_raw:sys.cpu.user{host=web01}", "");
+    assert_eq!(got.len(), 73);
+    assert_eq!(got[5].1, serde_json::json!(7.0));
+    // Rollups win over raw points when they hold something.
+    let got = dps(&srv, "sum:10m-sum:sys.cpu.user{host=web01}", "");
+    assert_eq!(got[0].1, serde_json::json!(600.0));
+}
