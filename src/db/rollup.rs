@@ -284,3 +284,153 @@ impl RollupSource for Db {
         Ok(rows)
     }
 }
+
+/// The four aggregates rtsdb computes for each interval
+/// (`tsd.rollups.auto`), by their configured names.
+const AUTO_AGGREGATES: [&str; 4] = ["sum", "count", "min", "max"];
+
+/// sum, count, min and max of the points of one interval.
+#[derive(Debug, Clone, Copy)]
+struct Aggregates {
+    sum: Value,
+    count: i64,
+    min: Value,
+    max: Value,
+}
+
+impl Aggregates {
+    fn new(v: Value) -> Aggregates {
+        Aggregates {
+            sum: v,
+            count: 1,
+            min: v,
+            max: v,
+        }
+    }
+
+    fn add(&mut self, v: Value) {
+        self.sum = match (self.sum, v) {
+            (Value::Int(a), Value::Int(b)) => a
+                .checked_add(b)
+                .map(Value::Int)
+                .unwrap_or(Value::Float(a as f64 + b as f64)),
+            (a, b) => Value::Float(a.as_f64() + b.as_f64()),
+        };
+        self.count += 1;
+        if v.as_f64() < self.min.as_f64() {
+            self.min = v;
+        }
+        if v.as_f64() > self.max.as_f64() {
+            self.max = v;
+        }
+    }
+
+    fn value(&self, name: &str) -> Value {
+        match name {
+            "sum" => self.sum,
+            "count" => Value::Int(self.count),
+            "min" => self.min,
+            _ => self.max,
+        }
+    }
+}
+
+/// The starts of the `iv`-second intervals overlapping the hour `hour`.
+fn intervals_of_hour(hour: u32, iv: u32) -> impl Iterator<Item = u32> {
+    let first = hour - hour % iv;
+    let last = hour + 3599;
+    (0..)
+        .map(move |k: u32| first as u64 + k as u64 * iv as u64)
+        .take_while(move |b| *b <= last as u64)
+        .map(|b| b as u32)
+}
+
+impl Db {
+    /// `tsd.rollups.auto`: recomputes, from the stored raw points, every
+    /// configured interval (but the default one) overlapping the hours
+    /// `hours` of `tsuid` just written, and stores their sum, count, min
+    /// and max in the interval's rollup table. Called by the flusher after
+    /// the hours' rows are written, so a late point (which seals its hour
+    /// again) recomputes its intervals too. docs/rollups.md.
+    pub(super) fn roll_up_hours(
+        &self,
+        settings: &RollupSettings,
+        tsuid: &Tsuid,
+        hours: &[u32],
+    ) -> Result<u64, String> {
+        let config = &settings.config;
+        // (interval, its affected starts) and the union of their spans.
+        let mut work: Vec<(&RollupInterval, Vec<u32>)> = Vec::new();
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        for iv in config.intervals.iter().filter(|i| !i.default_interval) {
+            let mut starts: Vec<u32> = hours
+                .iter()
+                .flat_map(|h| intervals_of_hour(*h, iv.interval_seconds))
+                .collect();
+            starts.sort_unstable();
+            starts.dedup();
+            if let (Some(f), Some(l)) = (starts.first(), starts.last()) {
+                lo = lo.min(*f as u64);
+                hi = hi.max(*l as u64 + iv.interval_seconds as u64 - 1);
+                work.push((iv, starts));
+            }
+        }
+        if work.is_empty() {
+            return Ok(0);
+        }
+        let mut points: Vec<(u32, Value)> = Vec::new();
+        self.rows
+            .read_tsuids(
+                std::slice::from_ref(tsuid),
+                lo * 1000,
+                hi * 1000 + 999,
+                &mut |_, pts| {
+                    points.extend(pts.iter().map(|p| ((p.timestamp_ms / 1000) as u32, p.value)));
+                    true
+                },
+            )
+            .map_err(|e| e.to_string())?;
+        let layout = self.store.layout();
+        let mut written = 0;
+        for (iv, starts) in work {
+            // Cells per rollup row.
+            let mut rows: std::collections::BTreeMap<u32, Vec<Cell>> = Default::default();
+            for start in starts {
+                let end = start as u64 + iv.interval_seconds as u64;
+                let from = points.partition_point(|p| p.0 < start);
+                let mut agg: Option<Aggregates> = None;
+                for p in points[from..].iter().take_while(|p| (p.0 as u64) < end) {
+                    match &mut agg {
+                        None => agg = Some(Aggregates::new(p.1)),
+                        Some(a) => a.add(p.1),
+                    }
+                }
+                let Some(agg) = agg else { continue };
+                let base = codec::base_time(start, iv);
+                for name in AUTO_AGGREGATES {
+                    let Some(&id) = config.aggregation_ids.get(name) else {
+                        continue;
+                    };
+                    let v = encode_value(agg.value(name));
+                    let q = codec::qualifier(start, base, v.flags, id, iv)
+                        .map_err(|e| e.to_string())?;
+                    rows.entry(base)
+                        .or_default()
+                        .push(Cell::new(q.to_vec(), v.as_bytes().to_vec()));
+                }
+            }
+            for (base, cells) in rows {
+                written += cells.len() as u64;
+                self.rollup_table
+                    .put_cells(
+                        &iv.table,
+                        &layout.row_key(tsuid, base),
+                        cells,
+                        Durability::Process,
+                    )
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(written)
+    }
+}

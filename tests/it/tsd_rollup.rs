@@ -534,3 +534,188 @@ fn rollup_usage_raw_and_fallback_raw_read_raw_points() {
     let got = dps(&srv, "sum:10m-sum:sys.cpu.user{host=web01}", "");
     assert_eq!(got[0].1, serde_json::json!(600.0));
 }
+
+/// A database with `tsd.rollups.auto` on and [`QUERY_CONFIG`]'s intervals.
+fn auto_db(dir: &std::path::Path) -> std::sync::Arc<rtsdb::db::Db> {
+    let mut c = rtsdb::config::Config::default();
+    c.set(rtsdb::config::DATA_DIR_KEY, &dir.display().to_string());
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.rollups.enable", "true");
+    c.set("tsd.rollups.auto", "true");
+    c.set("tsd.rollups.config", QUERY_CONFIG);
+    rtsdb::db::Db::open(&rtsdb::db::DbOptions::from_config(&c).unwrap()).unwrap()
+}
+
+fn append(db: &rtsdb::db::Db, host: &str, points: &[(i64, rtsdb::model::Value)]) {
+    let mut key = String::new();
+    let batch: Vec<rtsdb::db::PendingPoint> = points
+        .iter()
+        .map(|&(ts, value)| {
+            let (series, ts) = db
+                .resolve("m", ts, value, &[("host", host)], &mut key)
+                .unwrap();
+            rtsdb::db::PendingPoint { series, ts, value }
+        })
+        .collect();
+    db.append(&batch).unwrap();
+}
+
+/// `(timestamp, value)` of every result of a query, in result order.
+fn run(db: &rtsdb::db::Db, qs: &str) -> Vec<Vec<(String, f64)>> {
+    let ctx = rtsdb::query::QueryContext::new(db, db.uids(), db.index()).with_rollups(db);
+    let q = rtsdb::query::parse_get(qs).unwrap();
+    let json = rtsdb::query::execute(&ctx, &q).unwrap().to_json();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r["dps"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_f64().unwrap_or(f64::NAN)))
+                .collect()
+        })
+        .collect()
+}
+
+fn assert_close(a: &[Vec<(String, f64)>], b: &[Vec<(String, f64)>], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: {a:?} vs {b:?}");
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x.len(), y.len(), "{what}: {x:?} vs {y:?}");
+        for (p, q) in x.iter().zip(y) {
+            assert_eq!(p.0, q.0, "{what}");
+            let tol = 1e-9 * p.1.abs().max(q.1.abs()).max(1.0);
+            assert!((p.1 - q.1).abs() <= tol, "{what}: {p:?} vs {q:?}");
+        }
+    }
+}
+
+#[test]
+fn auto_rollups_are_stored_as_hours_are_sealed_and_queries_read_them() {
+    use rtsdb::model::Value;
+    let dir = tempfile::tempdir().unwrap();
+    let db = auto_db(dir.path());
+    // 00:00:10 → 3, 00:20:00 → 5.5, 01:00:00 → -2.
+    append(
+        &db,
+        "web01",
+        &[
+            (START + 10, Value::Int(3)),
+            (START + 1200, Value::Float(5.5)),
+            (START + 3600, Value::Int(-2)),
+        ],
+    );
+    db.flush_all().unwrap();
+    let table = |name: &str| -> Vec<(Vec<u8>, Vec<u8>)> {
+        db.rollup_table()
+            .scan(name, &[], &[])
+            .flat_map(|r| r.unwrap().1.cells)
+            .map(|c| (c.qualifier, c.value))
+            .collect()
+    };
+    let mut hour = table("tsdb-rollup-1h");
+    hour.sort();
+    let f = |v: f32| v.to_bits().to_be_bytes().to_vec();
+    assert_eq!(
+        hour,
+        vec![
+            (vec![0, 0x00, 0x0B], f(8.5)), // sum of 00:00
+            (vec![0, 0x00, 0x10], vec![0xFE]), // sum of 01:00 (offset 1)
+            (vec![1, 0x00, 0x00], vec![2]), // count
+            (vec![1, 0x00, 0x10], vec![1]),
+            (vec![2, 0x00, 0x0B], f(5.5)), // max
+            (vec![2, 0x00, 0x10], vec![0xFE]),
+            (vec![3, 0x00, 0x00], vec![3]), // min
+            (vec![3, 0x00, 0x10], vec![0xFE]),
+        ]
+    );
+    assert_eq!(table("tsdb-rollup-10m").len(), 12);
+    assert_eq!(table("tsdb-rollup-1d").len(), 4);
+    // A late point in the sealed first hour recomputes its intervals.
+    append(&db, "web01", &[(START + 1800, Value::Int(10))]);
+    db.flush_all().unwrap();
+    let qs = |m: &str| format!("start={START}&end={}&m={m}", START + 7200);
+    assert_eq!(
+        run(&db, &qs("sum:1h-sum:m")),
+        vec![vec![("1356998400".to_string(), 18.5), ("1357002000".to_string(), -2.0)]]
+    );
+    assert_eq!(
+        run(&db, &qs("sum:1d-count:m")),
+        vec![vec![("1356998400".to_string(), 4.0)]]
+    );
+    // The answer is the rollup table's: a cell written over it shows.
+    db.write_rollup(
+        &rtsdb::rollup::RollupPoint {
+            metric: "m",
+            timestamp: START,
+            value: Value::Int(12345),
+            tags: vec![("host", "web01")],
+            interval: Some("1h"),
+            aggregator: Some("sum"),
+            group_by: None,
+            is_groupby: false,
+        },
+        rtsdb::store::Durability::Process,
+    )
+    .unwrap();
+    assert_eq!(run(&db, &qs("sum:1h-sum:m"))[0][0].1, 12345.0);
+    assert_eq!(run(&db, &qs("sum:1h-sum:rollup_raw:m"))[0][0].1, 18.5);
+    db.close().unwrap();
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+    use rtsdb::model::Value;
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            (-1000i64..1000).prop_map(Value::Int),
+            (-4000i64..4000).prop_map(|v| Value::Float(v as f64 / 8.0)),
+        ]
+    }
+
+    /// Points over six hours from START, every 10 s at most.
+    fn points() -> impl Strategy<Value = Vec<(i64, Value)>> {
+        proptest::collection::btree_map(0i64..2160, value(), 1..60)
+            .prop_map(|m| m.into_iter().map(|(k, v)| (START + k * 10, v)).collect())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// Auto rollups answer every downsampled query as raw points do,
+        /// also after late points (new and overwritten) for sealed hours.
+        #[test]
+        fn auto_rollups_match_raw_aggregation_with_late_points(
+            first in proptest::collection::vec(points(), 1..4),
+            late in proptest::collection::vec(points(), 1..4),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let db = auto_db(dir.path());
+            for (i, pts) in first.iter().enumerate() {
+                append(&db, &format!("h{i}"), pts);
+            }
+            db.flush_all().unwrap();
+            for (i, pts) in late.iter().enumerate() {
+                append(&db, &format!("h{i}"), pts);
+            }
+            db.flush_all().unwrap();
+            let end = START + 6 * 3600;
+            for iv in ["10m", "1h", "2h", "1d"] {
+                for agg in ["sum", "avg", "min", "max", "count"] {
+                    for group in ["sum", "none"] {
+                        let m = format!("start={START}&end={end}&m={group}:{iv}-{agg}");
+                        let rolled = run(&db, &format!("{m}:m"));
+                        let raw = run(&db, &format!("{m}:rollup_raw:m"));
+                        assert_close(&rolled, &raw, &m);
+                        prop_assert!(!raw.is_empty());
+                    }
+                }
+            }
+            db.close().unwrap();
+        }
+    }
+}
