@@ -719,3 +719,140 @@ mod props {
         }
     }
 }
+
+/// Figures, not a check: a 30-day `1h-avg` query over 1,000 series from
+/// raw points and from auto rollups (same numbers, within float
+/// rounding), and the bytes the rollups add on disk per raw point.
+/// `RTSDB_BENCH_STEP` sets the seconds between raw points (default 60).
+/// `cargo test --release --test it -- --ignored rollup_bench --nocapture`
+#[test]
+#[ignore]
+fn rollup_bench_30_days_of_1000_series_at_1h_avg() {
+    use rtsdb::model::Value;
+    use std::time::Instant;
+    const SERIES: usize = 1000;
+    const DAYS: i64 = 30;
+    let step: i64 = std::env::var("RTSDB_BENCH_STEP")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let config = r#"{"aggregationIds":{"sum":0,"count":1,"max":2,"min":3},
+     "intervals":[
+      {"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
+      {"table":"tsdb-rollup-1h","preAggregationTable":"tsdb-rollup-agg-1h","interval":"1h","rowSpan":"1d"}]}"#;
+    let open = |dir: &std::path::Path, auto: bool| {
+        let mut c = rtsdb::config::Config::default();
+        c.set(rtsdb::config::DATA_DIR_KEY, &dir.display().to_string());
+        c.set("tsd.core.auto_create_metrics", "true");
+        c.set("tsd.rollups.enable", "true");
+        c.set("tsd.rollups.auto", if auto { "true" } else { "false" });
+        c.set("tsd.rollups.config", config);
+        rtsdb::db::Db::open(&rtsdb::db::DbOptions::from_config(&c).unwrap()).unwrap()
+    };
+    let dir_bytes = |dir: &std::path::Path| -> u64 {
+        fn walk(p: &std::path::Path) -> u64 {
+            std::fs::read_dir(p)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| {
+                            let m = e.metadata().unwrap();
+                            if m.is_dir() { walk(&e.path()) } else { m.len() }
+                        })
+                        .sum()
+                })
+                .unwrap_or(0)
+        }
+        walk(dir)
+    };
+    let ingest = |db: &rtsdb::db::Db| -> (u64, f64) {
+        let t0 = Instant::now();
+        let mut key = String::new();
+        let hosts: Vec<String> = (0..SERIES).map(|h| format!("host{h:04}")).collect();
+        let mut n = 0u64;
+        for hour in 0..DAYS * 24 {
+            let mut batch = Vec::with_capacity(SERIES * (3600 / step) as usize);
+            for (h, host) in hosts.iter().enumerate() {
+                let mut ts = START + hour * 3600;
+                while ts < START + (hour + 1) * 3600 {
+                    let v = Value::Float(((ts / step + h as i64) % 97) as f64 * 0.5);
+                    let (series, t) = db.resolve("bench.cpu", ts, v, &[("host", host)], &mut key).unwrap();
+                    batch.push(rtsdb::db::PendingPoint { series, ts: t, value: v });
+                    ts += step;
+                }
+            }
+            n += batch.len() as u64;
+            let a = db.append(&batch).unwrap();
+            db.throttle_blocking(a);
+        }
+        db.flush_all().unwrap();
+        (n, t0.elapsed().as_secs_f64())
+    };
+    // The dashboard query: every series merged into one line; and the
+    // same per host (1,000 lines out).
+    let qs = format!(
+        "start={START}&end={}&m=sum:1h-avg:bench.cpu",
+        START + DAYS * 86_400 - 1
+    );
+    let per_host = qs.replace("bench.cpu", "bench.cpu%7Bhost=*%7D");
+    let raw_of = |q: &str| q.replace("1h-avg:", "1h-avg:rollup_raw:");
+    let median = |f: &dyn Fn() -> Vec<Vec<(String, f64)>>| {
+        let mut t: Vec<f64> = (0..5)
+            .map(|_| {
+                let t0 = Instant::now();
+                std::hint::black_box(f());
+                t0.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    // Auto off: raw points only, for the bytes rollups add.
+    let off_dir = tempfile::tempdir().unwrap();
+    let off = open(off_dir.path(), false);
+    let (points, off_s) = ingest(&off);
+    off.close().unwrap();
+    drop(off);
+    let off_bytes = dir_bytes(off_dir.path());
+    drop(off_dir);
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path(), true);
+    let (_, on_s) = ingest(&db);
+    let rollup_cells: u64 = db
+        .rollup_table()
+        .scan("tsdb-rollup-1h", &[], &[])
+        .map(|r| r.unwrap().1.cells.len() as u64)
+        .sum();
+    let logical: u64 = db
+        .rollup_table()
+        .scan_all()
+        .map(|r| {
+            let (k, v) = r.unwrap();
+            (k.len() + v.len()) as u64
+        })
+        .sum();
+    let rolled = run(&db, &per_host);
+    let raw = run(&db, &raw_of(&per_host));
+    assert_eq!(rolled.len(), SERIES);
+    assert_eq!(rolled[0].len(), (DAYS * 24) as usize);
+    assert_close(&rolled, &raw, "30 days 1h-avg per host");
+    assert_close(&run(&db, &qs), &run(&db, &raw_of(&qs)), "30 days 1h-avg");
+    let t_rollup = median(&|| run(&db, &qs));
+    let t_raw = median(&|| run(&db, &raw_of(&qs)));
+    let t_host_rollup = median(&|| run(&db, &per_host));
+    let t_host_raw = median(&|| run(&db, &raw_of(&per_host)));
+    db.close().unwrap();
+    drop(db);
+    let on_bytes = dir_bytes(dir.path());
+    println!(
+        "rollup bench: {SERIES} series x {DAYS} days, a point every {step}s: {points} raw points\n\
+         ingest + flush: {off_s:.1} s with auto rollups off, {on_s:.1} s on\n\
+         30-day sum:1h-avg over {SERIES} series: raw {t_raw:.1} ms, rollup {t_rollup:.1} ms: {:.1}x faster\n\
+         the same grouped by host ({SERIES} series out): raw {t_host_raw:.1} ms, rollup {t_host_rollup:.1} ms: {:.1}x\n\
+         rollup cells {rollup_cells} ({logical} bytes as keys + values, {:.3} per raw point)\n\
+         data dir after close: {off_bytes} bytes auto off, {on_bytes} bytes auto on: {:.3} extra bytes per raw point",
+        t_raw / t_rollup,
+        t_host_raw / t_host_rollup,
+        logical as f64 / points as f64,
+        (on_bytes as f64 - off_bytes as f64) / points as f64,
+    );
+}
