@@ -89,9 +89,29 @@ impl DbOptions {
     }
 
     pub fn from_config(c: &Config) -> Result<DbOptions, ConfigError> {
+        // The aggregator names are the query engine's; the configuration
+        // only names them.
+        let rollups = RollupSettings::from_config(c, |n| {
+            crate::query::Aggregator::by_name(n).is_some()
+        })?
+        .map(Arc::new);
+        let mut store = store_options(c)?;
+        if let Some(r) = &rollups {
+            // Retention drops a rollup row once its whole span is past.
+            let spans = r.config.intervals.iter().flat_map(|i| {
+                let span = i.max_row_span_s();
+                [(i.table.clone(), span), (i.pre_agg_table.clone(), span)]
+            });
+            let retention = Arc::try_unwrap(store.retention)
+                .unwrap_or_else(|_| unreachable!("just built"))
+                .with_rollup_spans(spans);
+            store.retention = Arc::new(retention);
+        }
+        let mut write = write_options(c)?;
+        write.rollups = rollups;
         Ok(DbOptions {
             data_dir: c.data_dir(),
-            store: store_options(c)?,
+            store,
             auto_create: AutoCreate {
                 metrics: c.get_bool("tsd.core.auto_create_metrics"),
                 tagks: c.get_bool("tsd.core.auto_create_tagks"),
@@ -100,7 +120,7 @@ impl DbOptions {
             name_rules: NameRules::with_special_chars(
                 c.get_string("tsd.core.tag.allow_specialchars"),
             ),
-            write: write_options(c)?,
+            write,
         })
     }
 }
@@ -149,10 +169,6 @@ fn write_options(c: &Config) -> Result<WriteOptions, ConfigError> {
             tsuid_incrementing: c.get_bool("tsd.core.meta.enable_tsuid_incrementing"),
         },
         tree_processing: c.get_bool("tsd.core.tree.enable_processing"),
-        // The aggregator names are the query engine's; the configuration
-        // only names them.
-        rollups: RollupSettings::from_config(c, |n| crate::query::Aggregator::by_name(n).is_some())?
-            .map(Arc::new),
         ..WriteOptions::default()
     };
     if let Some(ms) = c.get_int::<u64>("tsd.storage.flush_interval")? {

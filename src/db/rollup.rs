@@ -239,6 +239,9 @@ impl RollupSource for Db {
         } else {
             vec![None]
         };
+        // Reads start at the retained floor, as for raw rows: expired rows
+        // wait for the engine's compactions to go.
+        let start_s = start_s.max(self.store.retention_floor(metric));
         let mut rows = 0;
         // Cells per series, then sorted: salt buckets interleave rows.
         let mut found: Vec<Vec<RollupCell>> = vec![Vec::new(); tsuids.len()];

@@ -189,6 +189,17 @@ impl RollupInterval {
         })
     }
 
+    /// The longest a row of this interval can span, in seconds (a month
+    /// as 31 days, a year as 366).
+    pub fn max_row_span_s(&self) -> u64 {
+        match self.span_unit {
+            SpanUnit::Hour => 3600 * self.span_multiplier as u64,
+            SpanUnit::Day => 86_400,
+            SpanUnit::Month => 31 * 86_400,
+            SpanUnit::Year => 366 * 86_400,
+        }
+    }
+
     /// OpenTSDB's `toString`, used in its messages.
     fn describe(&self) -> String {
         format!(

@@ -269,6 +269,10 @@ impl Store {
             engine.data_expiry = Some(Arc::new(move |key: &[u8]| {
                 retention.expired(&layout, key, retention::now_s())
             }));
+            let retention = opts.retention.clone();
+            engine.rollup_expiry = Some(Arc::new(move |key: &[u8]| {
+                retention.rollup_expired(&layout, key, retention::now_s())
+            }));
         }
         let damaged = crate::storage::fjall_journal::check_dir(&engine_dir)?;
         if let Some(j) = damaged.first() {

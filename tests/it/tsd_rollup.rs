@@ -856,3 +856,33 @@ fn rollup_bench_30_days_of_1000_series_at_1h_avg() {
         (on_bytes as f64 - off_bytes as f64) / points as f64,
     );
 }
+
+#[test]
+fn retention_applies_to_rollup_rows() {
+    let srv = TestServer::start(&[
+        ("tsd.rollups.enable", "true"),
+        ("tsd.rollups.config", QUERY_CONFIG),
+        ("tsd.core.auto_create_metrics", "true"),
+        ("tsd.storage.ttl", "2d"),
+    ]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let hour = |ts: i64| ts - ts % 3600;
+    let old = hour(now - 3 * 86_400);
+    let recent = hour(now - 2 * 3600);
+    for (ts, v) in [(old, 1), (recent, 2)] {
+        let (s, t) = post(
+            &srv,
+            "",
+            &format!(
+                r#"{{"metric":"m","timestamp":{ts},"value":{v},"interval":"1h","aggregator":"sum","tags":{{"host":"a"}}}}"#
+            ),
+        );
+        assert_eq!(s, 204, "{t}");
+    }
+    let (s, t) = get(&srv, "/api/query?start=5d-ago&m=sum:1h-sum:m");
+    assert_eq!(s, 200, "{t}");
+    assert_eq!(t, format!(r#"[{{"metric":"m","tags":{{"host":"a"}},"aggregateTags":[],"dps":{{"{recent}":2.0}}}}]"#));
+}
