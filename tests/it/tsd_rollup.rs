@@ -886,3 +886,76 @@ fn retention_applies_to_rollup_rows() {
     assert_eq!(s, 200, "{t}");
     assert_eq!(t, format!(r#"[{{"metric":"m","tags":{{"host":"a"}},"aggregateTags":[],"dps":{{"{recent}":2.0}}}}]"#));
 }
+
+#[test]
+fn scan_dumps_rollup_tables_and_import_reads_them_back() {
+    use crate::common::tsdb;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, copy) = (dir.path().join("store"), dir.path().join("copy"));
+    let json = dir.path().join("rollups.json");
+    std::fs::write(&json, CONFIG).unwrap();
+    let conf = dir.path().join("opentsdb.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "tsd.rollups.enable = true\ntsd.rollups.config = {}\ntsd.core.auto_create_metrics = true\n",
+            json.display()
+        ),
+    )
+    .unwrap();
+    let lines = dir.path().join("rollups.txt");
+    std::fs::write(
+        &lines,
+        "rollup 1h-sum sys.cpu.user 1356998400 42 host=web01\n\
+         rollup 1h-max sys.cpu.user 1357880400 1.5 host=web01\n\
+         rollup 1h-sum:sum sys.cpu.user 1356998400 7 host=web02\n\
+         rollup sum sys.cpu.user 1356998460 8 host=web02\n",
+    )
+    .unwrap();
+    let c = conf.to_str().unwrap();
+    let r = tsdb(&store, &["--config", c, "import", lines.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let scan = |dir: &std::path::Path, table: &str, import: bool| {
+        let mut args = vec!["--config", c, "scan", "--rollup-table", table];
+        if import {
+            args.push("--import");
+        }
+        args.extend(["1356998400", "1357995600", "sum", "sys.cpu.user"]);
+        let r = tsdb(dir, &args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    assert_eq!(
+        scan(&store, "tsdb-rollup-1h", true),
+        "rollup 1h-sum sys.cpu.user 1356998400 42 host=web01\n\
+         rollup 1h-max sys.cpu.user 1357880400 1.5 host=web01\n"
+    );
+    let dump = scan(&store, "tsdb-rollup-1h", false);
+    assert!(dump.contains("  [2, 15, 91]\t[63, -64, 0, 0]\tmax\t1.5\t1357880400\t("), "{dump}");
+    let agg = scan(&store, "tsdb-rollup-agg-1h", true);
+    assert_eq!(agg, "rollup 1h-sum:SUM sys.cpu.user 1356998400 7 host=web02 _aggregate=SUM\n");
+    assert_eq!(
+        scan(&store, "tsdb-agg", true),
+        "rollup SUM sys.cpu.user 1356998460 8 host=web02 _aggregate=SUM\n"
+    );
+    // The dumps import into another store as they were.
+    let all: String = ["tsdb-rollup-1h", "tsdb-rollup-agg-1h", "tsdb-agg"]
+        .iter()
+        .map(|t| scan(&store, t, true))
+        .collect();
+    let again = dir.path().join("again.txt");
+    std::fs::write(&again, &all).unwrap();
+    let r = tsdb(&copy, &["--config", c, "import", again.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    for t in ["tsdb-rollup-1h", "tsdb-rollup-agg-1h", "tsdb-agg"] {
+        assert_eq!(scan(&copy, t, true), scan(&store, t, true), "{t}");
+    }
+    // A bad line names itself.
+    std::fs::write(&lines, "rollup 13m-sum sys.cpu.user 1356998400 1 host=a\n").unwrap();
+    let r = tsdb(&store, &["--config", c, "import", lines.to_str().unwrap()]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("No such rollup: No rollups configured for the interval: 13m"), "{}", r.stderr);
+    let r = tsdb(&store, &["--config", c, "scan", "--rollup-table", "nope", "1356998400", "sum", "sys.cpu.user"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("No such rollup table in tsd.rollups.config: nope"), "{}", r.stderr);
+}
