@@ -950,6 +950,18 @@ fn scan_dumps_rollup_tables_and_import_reads_them_back() {
     for t in ["tsdb-rollup-1h", "tsdb-rollup-agg-1h", "tsdb-agg"] {
         assert_eq!(scan(&copy, t, true), scan(&store, t, true), "{t}");
     }
+    // fsck reads every rollup row; a cell whose aggregator id the
+    // configuration no longer maps is reported.
+    let r = tsdb(&store, &["--config", c, "fsck", "--full-scan"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("\nRollup Rows Processed: 3\n"), "{}", r.stdout);
+    assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
+    std::fs::write(&json, CONFIG.replace(r#""max":2,"#, "")).unwrap();
+    let r = tsdb(&store, &["--config", c, "fsck", "--full-scan"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("in tsdb-rollup-1h: cell [2, 15, 91]: aggregator id 2 is not configured"), "{}", r.stdout);
+    assert!(r.stdout.contains("\nUnreadable Rollup Rows or Cells: 1\n"), "{}", r.stdout);
+    std::fs::write(&json, CONFIG).unwrap();
     // A bad line names itself.
     std::fs::write(&lines, "rollup 13m-sum sys.cpu.user 1356998400 1 host=a\n").unwrap();
     let r = tsdb(&store, &["--config", c, "import", lines.to_str().unwrap()]);
