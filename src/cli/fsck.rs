@@ -372,15 +372,24 @@ fn check_rollups(
                 (3, Some(iv)) => {
                     match codec::decode_cell(&c.qualifier, &c.value, parsed.base_time, iv) {
                         Err(e) => Some(e.to_string()),
-                        Ok(cell) if (cell.timestamp - parsed.base_time) / iv.interval_seconds >= iv.intervals => {
-                            Some(format!("offset past the {} intervals of a row", iv.intervals))
+                        Ok(cell)
+                            if (cell.timestamp - parsed.base_time) / iv.interval_seconds
+                                >= iv.intervals =>
+                        {
+                            Some(format!(
+                                "offset past the {} intervals of a row",
+                                iv.intervals
+                            ))
                         }
                         Ok(cell)
                             if settings
                                 .and_then(|s| s.config.aggregator_for(cell.aggregator_id))
                                 .is_none() =>
                         {
-                            Some(format!("aggregator id {} is not configured", cell.aggregator_id))
+                            Some(format!(
+                                "aggregator id {} is not configured",
+                                cell.aggregator_id
+                            ))
                         }
                         Ok(_) => None,
                     }

@@ -165,7 +165,9 @@ fn dump_rollups(
             if !row_matches(uids, filter, &key) {
                 continue;
             }
-            let metric = uids.get_name(UidKind::Metric, key.tsuid.metric)?.to_string();
+            let metric = uids
+                .get_name(UidKind::Metric, key.tsuid.metric)?
+                .to_string();
             let tags = tag_pairs(uids, &key)?;
             let base = key.base_time;
             if !import {
@@ -187,10 +189,14 @@ fn dump_rollups(
                 // A raw pre-aggregate: a data point's qualifier.
                 let (agg, ts, value) = if cell.qualifier.len() == 2 {
                     let p = column::decode_single(&cell.qualifier, &cell.value)?;
-                    (None, p.timestamp(base).raw() as u64, p.value)
+                    (None, p.timestamp(base).raw(), p.value)
                 } else {
                     let c = codec::decode_cell(&cell.qualifier, &cell.value, base, t.interval)?;
-                    let name = t.settings.config.aggregator_for(c.aggregator_id).unwrap_or("?");
+                    let name = t
+                        .settings
+                        .config
+                        .aggregator_for(c.aggregator_id)
+                        .unwrap_or("?");
                     (Some(name.to_string()), c.timestamp as u64, c.value)
                 };
                 let text = match value {

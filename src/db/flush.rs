@@ -103,8 +103,7 @@ impl Db {
                         .fetch_add(hours.len() as u64, Ordering::Relaxed);
                     if let Some(settings) = auto {
                         let bases: Vec<u32> = hours.iter().map(|h| h.base).collect();
-                        if let Err(e) =
-                            self.roll_up_hours(settings, &hours[0].series.tsuid, &bases)
+                        if let Err(e) = self.roll_up_hours(settings, &hours[0].series.tsuid, &bases)
                         {
                             // The raw rows are stored; the next seal of
                             // these hours computes their rollups again.

@@ -91,10 +91,9 @@ impl DbOptions {
     pub fn from_config(c: &Config) -> Result<DbOptions, ConfigError> {
         // The aggregator names are the query engine's; the configuration
         // only names them.
-        let rollups = RollupSettings::from_config(c, |n| {
-            crate::query::Aggregator::by_name(n).is_some()
-        })?
-        .map(Arc::new);
+        let rollups =
+            RollupSettings::from_config(c, |n| crate::query::Aggregator::by_name(n).is_some())?
+                .map(Arc::new);
         let mut store = store_options(c)?;
         if let Some(r) = &rollups {
             // Retention drops a rollup row once its whole span is past.

@@ -37,7 +37,11 @@ pub struct RollupPoint<'a> {
 /// the value.
 fn java_value(v: Value) -> String {
     let e = encode_value(v);
-    let bytes: Vec<String> = e.as_bytes().iter().map(|b| (*b as i8).to_string()).collect();
+    let bytes: Vec<String> = e
+        .as_bytes()
+        .iter()
+        .map(|b| (*b as i8).to_string())
+        .collect();
     format!("[{}]/{}", bytes.join(", "), e.flags)
 }
 
@@ -143,7 +147,8 @@ impl Db {
                     .map_err(|e| PointError::IllegalArgument(e.to_string()))?,
             ),
         };
-        let (series, _) = self.resolve(p.metric, p.timestamp, p.value, &tags, &mut String::new())?;
+        let (series, _) =
+            self.resolve(p.metric, p.timestamp, p.value, &tags, &mut String::new())?;
         if let Some(agg) = p.aggregator {
             let agg = agg.to_uppercase();
             if settings.block_derived && is_derived(&agg) {
@@ -160,7 +165,11 @@ impl Db {
                 let base = codec::base_time(ts, r);
                 let q = codec::qualifier(ts, base, encoded.flags, id, r)
                     .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
-                let table = if p.is_groupby { &r.pre_agg_table } else { &r.table };
+                let table = if p.is_groupby {
+                    &r.pre_agg_table
+                } else {
+                    &r.table
+                };
                 (table.as_str(), base, q.to_vec())
             }
             _ => {
@@ -264,7 +273,8 @@ impl RollupSource for Db {
                     continue;
                 };
                 for c in &cells.cells {
-                    let Ok(cell) = codec::decode_cell(&c.qualifier, &c.value, rk.base_time, interval)
+                    let Ok(cell) =
+                        codec::decode_cell(&c.qualifier, &c.value, rk.base_time, interval)
                     else {
                         // A raw-qualified cell (pre-aggregate) or damage.
                         continue;
@@ -388,7 +398,10 @@ impl Db {
                 lo * 1000,
                 hi * 1000 + 999,
                 &mut |_, pts| {
-                    points.extend(pts.iter().map(|p| ((p.timestamp_ms / 1000) as u32, p.value)));
+                    points.extend(
+                        pts.iter()
+                            .map(|p| ((p.timestamp_ms / 1000) as u32, p.value)),
+                    );
                     true
                 },
             )

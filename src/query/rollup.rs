@@ -15,8 +15,8 @@ use super::downsample::Interval;
 use super::engine::{
     Frame, QueryContext, SubStats, build_results, finish_all, group_points, select,
 };
-use super::group::Scratch;
 use super::error::QueryError;
+use super::group::Scratch;
 use super::limits::Budget;
 use super::output::QueryResult;
 use super::request::{ValidQuery, ValidSubQuery};
@@ -47,7 +47,10 @@ impl RollupUsage {
             Some("ROLLUP_FALLBACK_RAW") => RollupUsage::FallbackRaw,
             Some("ROLLUP_NOFALLBACK") | None => RollupUsage::NoFallback,
             Some(other) => {
-                tracing::warn!(usage = other, "unknown rollupUsage, using ROLLUP_NOFALLBACK");
+                tracing::warn!(
+                    usage = other,
+                    "unknown rollupUsage, using ROLLUP_NOFALLBACK"
+                );
                 RollupUsage::NoFallback
             }
         }
@@ -231,7 +234,11 @@ fn add(a: Value, b: Value) -> Value {
 
 fn pick(a: Value, b: Value, max: bool) -> Value {
     let (x, y) = (a.as_f64(), b.as_f64());
-    if (max && y > x) || (!max && y < x) { b } else { a }
+    if (max && y > x) || (!max && y < x) {
+        b
+    } else {
+        a
+    }
 }
 
 /// One value per bucket from a series' time-sorted cells; `sum_id` is

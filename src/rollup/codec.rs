@@ -151,29 +151,55 @@ mod tests {
         assert_eq!(base_time(ts, c.interval("1m").unwrap()), 1357005600);
         assert_eq!(base_time(ts, c.interval("1h").unwrap()), 1356998400);
         assert_eq!(base_time(ts, c.interval("10m").unwrap()), 1356998400);
-        assert_eq!(base_time(1357021800, c.interval("10m").unwrap()), 1357012800);
-        assert_eq!(base_time(1359680400, c.interval("30m").unwrap()), 1359676800);
+        assert_eq!(
+            base_time(1357021800, c.interval("10m").unwrap()),
+            1357012800
+        );
+        assert_eq!(
+            base_time(1359680400, c.interval("30m").unwrap()),
+            1359676800
+        );
         assert_eq!(base_time(1359680400, c.interval("1d").unwrap()), 1356998400);
         let m = c.interval("30m").unwrap();
         assert_eq!(next_base_time(1356998400, m), 1359676800);
         assert_eq!(next_base_time(1354320000, m), 1356998400);
-        assert_eq!(next_base_time(1356998400, c.interval("1d").unwrap()), 1388534400);
+        assert_eq!(
+            next_base_time(1356998400, c.interval("1d").unwrap()),
+            1388534400
+        );
     }
 
     #[test]
     fn qualifiers_hold_the_aggregator_and_the_interval_offset() {
         let c = config();
         let h = c.interval("1h").unwrap();
-        assert_eq!(qualifier(1356998400, 1356998400, 0, 0, h).unwrap(), [0, 0, 0]);
-        // 01:00, sum id 0, a 2-byte integer.
-        assert_eq!(qualifier(1357002000, 1356998400, 1, 0, h).unwrap(), [0, 0, 0x11]);
-        // 23:59:59 in the 23rd interval, count id 1, a float.
-        assert_eq!(qualifier(1357084799, 1356998400, 0xB, 1, h).unwrap(), [1, 0x01, 0x7B]);
         assert_eq!(
-            qualifier(1357084800, 1356998400, 0, 0, h).unwrap_err().to_string(),
+            qualifier(1356998400, 1356998400, 0, 0, h).unwrap(),
+            [0, 0, 0]
+        );
+        // 01:00, sum id 0, a 2-byte integer.
+        assert_eq!(
+            qualifier(1357002000, 1356998400, 1, 0, h).unwrap(),
+            [0, 0, 0x11]
+        );
+        // 23:59:59 in the 23rd interval, count id 1, a float.
+        assert_eq!(
+            qualifier(1357084799, 1356998400, 0xB, 1, h).unwrap(),
+            [1, 0x01, 0x7B]
+        );
+        assert_eq!(
+            qualifier(1357084800, 1356998400, 0, 0, h)
+                .unwrap_err()
+                .to_string(),
             "Offset of 24 was greater than the configured intervals 24"
         );
-        let cell = decode_cell(&[0x81, 0x01, 0x7B], &1.5f32.to_bits().to_be_bytes(), 1356998400, h).unwrap();
+        let cell = decode_cell(
+            &[0x81, 0x01, 0x7B],
+            &1.5f32.to_bits().to_be_bytes(),
+            1356998400,
+            h,
+        )
+        .unwrap();
         assert_eq!(cell.aggregator_id, 1);
         assert_eq!(cell.timestamp, 1357081200);
         assert_eq!(cell.value, Value::Float(1.5));

@@ -91,7 +91,9 @@ struct ConfigJson {
 fn duration_units(s: &str) -> Result<&str, RollupConfigError> {
     let digits = s.bytes().take_while(|b| b.is_ascii_digit()).count();
     if s.is_empty() || digits == s.len() {
-        return refuse(format!("Invalid duration, must have an integer and unit: {s}"));
+        return refuse(format!(
+            "Invalid duration, must have an integer and unit: {s}"
+        ));
     }
     Ok(&s[digits..])
 }
@@ -334,9 +336,9 @@ impl RollupConfig {
         let mut v: Vec<&RollupInterval> = self
             .intervals
             .iter()
-            .filter(|i| seconds > 0 && seconds % i.interval_seconds as u64 == 0)
+            .filter(|i| seconds > 0 && seconds.is_multiple_of(i.interval_seconds as u64))
             .collect();
-        v.sort_by(|a, b| b.interval_seconds.cmp(&a.interval_seconds));
+        v.sort_by_key(|i| std::cmp::Reverse(i.interval_seconds));
         v.dedup_by_key(|i| i.interval_seconds);
         v
     }
@@ -390,7 +392,11 @@ mod tests {
             c.id_for("avg").unwrap_err().0,
             "No ID found mapping to aggregator: avg"
         );
-        let m: Vec<&str> = c.best_matches(7200).iter().map(|i| i.interval.as_str()).collect();
+        let m: Vec<&str> = c
+            .best_matches(7200)
+            .iter()
+            .map(|i| i.interval.as_str())
+            .collect();
         assert_eq!(m, ["1h", "1m"]);
         assert!(c.best_matches(90).is_empty());
         assert_eq!(c.tables().len(), 6);
@@ -420,12 +426,27 @@ mod tests {
                 r#"{{"table":"{t}","preAggregationTable":"{p}","interval":"{i}","rowSpan":"{s}","defaultInterval":true}}"#
             )))
         };
-        assert_eq!(iv("", "b", "1h", "1d"), "The rollup table cannot be null or empty");
-        assert_eq!(iv("a", "", "1h", "1d"), "The pre-aggregate rollup table cannot be null or empty");
+        assert_eq!(
+            iv("", "b", "1h", "1d"),
+            "The rollup table cannot be null or empty"
+        );
+        assert_eq!(
+            iv("a", "", "1h", "1d"),
+            "The pre-aggregate rollup table cannot be null or empty"
+        );
         assert_eq!(iv("a", "b", "1h", "1ms"), "Milliseconds are not supported");
-        assert_eq!(iv("a", "b", "1h", "2d"), "Multipliers are only usable with the 'h' unit");
-        assert_eq!(iv("a", "b", "1m", "3h"), "The multiplier must be 1 or an even value");
-        assert_eq!(iv("a", "b", "1d", "1d"), "Interval [86400] is too large for the span [d]");
+        assert_eq!(
+            iv("a", "b", "1h", "2d"),
+            "Multipliers are only usable with the 'h' unit"
+        );
+        assert_eq!(
+            iv("a", "b", "1m", "3h"),
+            "The multiplier must be 1 or an even value"
+        );
+        assert_eq!(
+            iv("a", "b", "1d", "1d"),
+            "Interval [86400] is too large for the span [d]"
+        );
         assert_eq!(
             iv("a", "b", "1s", "1d"),
             "Too many intervals [86400] in the span. Must be smaller than [7774] to fit in 14 bits"
@@ -438,11 +459,24 @@ mod tests {
         let two = r#"{"aggregationIds":{"sum":0},"intervals":[
             {"table":"a","preAggregationTable":"b","interval":"1h","rowSpan":"1d","defaultInterval":true},
             {"table":"c","preAggregationTable":"d","interval":"1h","rowSpan":"1n"}]}"#;
-        assert!(refused(two).starts_with("Only one interval of each type can be configured: table=c"));
-        let defaults = two.replace(r#""interval":"1h","rowSpan":"1n"}"#, r#""interval":"1m","rowSpan":"1h","defaultInterval":true}"#);
-        assert!(refused(&defaults).starts_with("Multiple default intervals configured. Only one is allowed: table=c"));
-        let no_default = two.replace(r#","defaultInterval":true"#, "").replace(r#""1h","rowSpan":"1n""#, r#""1m","rowSpan":"1h""#);
-        assert_eq!(refused(&no_default), "None of the rollup intervals were marked as the \"default\".");
+        assert!(
+            refused(two).starts_with("Only one interval of each type can be configured: table=c")
+        );
+        let defaults = two.replace(
+            r#""interval":"1h","rowSpan":"1n"}"#,
+            r#""interval":"1m","rowSpan":"1h","defaultInterval":true}"#,
+        );
+        assert!(
+            refused(&defaults)
+                .starts_with("Multiple default intervals configured. Only one is allowed: table=c")
+        );
+        let no_default = two
+            .replace(r#","defaultInterval":true"#, "")
+            .replace(r#""1h","rowSpan":"1n""#, r#""1m","rowSpan":"1h""#);
+        assert_eq!(
+            refused(&no_default),
+            "None of the rollup intervals were marked as the \"default\"."
+        );
         let ok = r#"{"table":"a","preAggregationTable":"b","interval":"1m","rowSpan":"1h","defaultInterval":true}"#;
         assert_eq!(
             refused(&one(ok).replace(r#""sum":0"#, r#""sum":128"#)),

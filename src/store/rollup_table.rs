@@ -128,19 +128,40 @@ mod tests {
     #[test]
     fn keys_carry_their_table() {
         assert_eq!(entry_key("t1", &[9, 8]), vec![2, b't', b'1', 9, 8]);
-        assert_eq!(split_key(&[2, b't', b'1', 9, 8]), Some(("t1", &[9u8, 8][..])));
+        assert_eq!(
+            split_key(&[2, b't', b'1', 9, 8]),
+            Some(("t1", &[9u8, 8][..]))
+        );
         assert_eq!(split_key(&[5, b't']), None);
         let kv: Arc<dyn KvStore> = Arc::new(crate::storage::memory::MemoryStore::default());
         let t = RollupTable::new(kv);
-        t.put_cells("a", &[1], vec![Cell::new(vec![0, 0, 0], vec![1])], Durability::Process)
-            .unwrap();
-        t.put_cells("ab", &[0], vec![Cell::new(vec![0, 0, 0], vec![2])], Durability::Process)
-            .unwrap();
-        t.put_cells("a", &[1], vec![Cell::new(vec![1, 0, 0], vec![3])], Durability::Process)
-            .unwrap();
+        t.put_cells(
+            "a",
+            &[1],
+            vec![Cell::new(vec![0, 0, 0], vec![1])],
+            Durability::Process,
+        )
+        .unwrap();
+        t.put_cells(
+            "ab",
+            &[0],
+            vec![Cell::new(vec![0, 0, 0], vec![2])],
+            Durability::Process,
+        )
+        .unwrap();
+        t.put_cells(
+            "a",
+            &[1],
+            vec![Cell::new(vec![1, 0, 0], vec![3])],
+            Durability::Process,
+        )
+        .unwrap();
         let rows: Vec<_> = t.scan("a", &[], &[]).map(|r| r.unwrap()).collect();
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].1.cells.len(), 2);
-        assert_eq!(t.get_row("ab", &[0]).unwrap().unwrap().cells[0].value, vec![2]);
+        assert_eq!(
+            t.get_row("ab", &[0]).unwrap().unwrap().cells[0].value,
+            vec![2]
+        );
     }
 }

@@ -213,5 +213,8 @@ fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_4() {
         "/api/query?start=1356998400&end=1357005600&m=sum:sys.mem.free",
     );
     assert_eq!(s, 200, "{t}");
-    assert!(t.contains(r#""dps":{"1356998400":1024,"1357002001":2048}"#), "{t}");
+    assert!(
+        t.contains(r#""dps":{"1356998400":1024,"1357002001":2048}"#),
+        "{t}"
+    );
 }

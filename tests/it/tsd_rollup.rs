@@ -37,7 +37,7 @@ type StoredCell = (String, u32, Vec<(String, String)>, Vec<u8>, Vec<u8>);
 
 fn cells(srv: &TestServer, table: &str) -> Vec<StoredCell> {
     let db = srv.state.db();
-    let layout = db.store().layout().clone();
+    let layout = *db.store().layout();
     let uids = db.uids();
     let mut out = Vec::new();
     for r in db.rollup_table().scan(table, &[], &[]) {
@@ -54,7 +54,13 @@ fn cells(srv: &TestServer, table: &str) -> Vec<StoredCell> {
             .collect();
         tags.sort();
         for c in row.cells {
-            out.push((metric.clone(), rk.base_time, tags.clone(), c.qualifier, c.value));
+            out.push((
+                metric.clone(),
+                rk.base_time,
+                tags.clone(),
+                c.qualifier,
+                c.value,
+            ));
         }
     }
     out
@@ -85,12 +91,24 @@ fn telnet_rollups_land_where_opentsdb_puts_them() {
     let user = "sys.cpu.user".to_string();
     assert_eq!(
         cells(&srv, "tsdb-rollup-1h"),
-        vec![(user.clone(), 1356998400, tags(WEB01), vec![0, 0, 0], vec![0x2A])]
+        vec![(
+            user.clone(),
+            1356998400,
+            tags(WEB01),
+            vec![0, 0, 0],
+            vec![0x2A]
+        )]
     );
     let agg = tags(&[("host", "web01"), ("_aggregate", "SUM")]);
     assert_eq!(
         cells(&srv, "tsdb-agg"),
-        vec![(user.clone(), 1356998400, agg.clone(), vec![0, 0], vec![0x2A])]
+        vec![(
+            user.clone(),
+            1356998400,
+            agg.clone(),
+            vec![0, 0],
+            vec![0x2A]
+        )]
     );
     assert_eq!(
         cells(&srv, "tsdb-rollup-agg-1h"),
@@ -215,7 +233,13 @@ fn http_rollups_land_where_opentsdb_puts_them() {
     let user = "sys.cpu.user".to_string();
     assert_eq!(
         cells(&srv, "tsdb-rollup-1h"),
-        vec![(user.clone(), 1356998400, tags(WEB01), vec![0, 0, 0], vec![0x2A])]
+        vec![(
+            user.clone(),
+            1356998400,
+            tags(WEB01),
+            vec![0, 0, 0],
+            vec![0x2A]
+        )]
     );
     // httpAddSingleGroupByPoint
     let (s, _) = post(&srv, "", &point(r#""groupByAggregator":"sum","#));
@@ -223,7 +247,13 @@ fn http_rollups_land_where_opentsdb_puts_them() {
     let agg = tags(&[("host", "web01"), ("_aggregate", "SUM")]);
     assert_eq!(
         cells(&srv, "tsdb-agg"),
-        vec![(user.clone(), 1356998400, agg.clone(), vec![0, 0], vec![0x2A])]
+        vec![(
+            user.clone(),
+            1356998400,
+            agg.clone(),
+            vec![0, 0],
+            vec![0x2A]
+        )]
     );
     // httpAddSingleRollupAndGroupByPoint
     let (s, _) = post(
@@ -263,7 +293,11 @@ fn http_rollups_land_where_opentsdb_puts_them() {
     );
     assert_eq!(cells(&srv, "tsdb-rollup-1h").len(), 2);
     // sync writes are acknowledged once on disk.
-    let (s, t) = post(&srv, "?sync&summary", &point(r#""interval":"1h","aggregator":"min","#));
+    let (s, t) = post(
+        &srv,
+        "?sync&summary",
+        &point(r#""interval":"1h","aggregator":"min","#),
+    );
     assert_eq!((s, t.as_str()), (200, r#"{"failed":0,"success":1}"#));
 }
 
@@ -282,9 +316,15 @@ fn http_rollup_errors_are_opentsdbs() {
     // httpMissingInterval, httpEmptyInterval, httpMissingAggregator,
     // httpEmptyAggregator, httpInvalidAggregator
     assert_eq!(details(r#""aggregator":"sum","#), "Missing interval");
-    assert_eq!(details(r#""interval":"","aggregator":"sum","#), "Missing interval");
+    assert_eq!(
+        details(r#""interval":"","aggregator":"sum","#),
+        "Missing interval"
+    );
     assert_eq!(details(r#""interval":"1h","#), "Missing aggregator");
-    assert_eq!(details(r#""interval":"1h","aggregator":"","#), "Missing aggregator");
+    assert_eq!(
+        details(r#""interval":"1h","aggregator":"","#),
+        "Missing aggregator"
+    );
     assert_eq!(
         details(r#""interval":"1h","aggregator":"nosuchagg","#),
         "No ID found mapping to aggregator: nosuchagg"
@@ -318,7 +358,13 @@ fn http_rollup_errors_are_opentsdbs() {
     // The put path's envelope errors.
     assert_eq!(post(&srv, "", "").0, 400);
     let (s, t) = post(&srv, "", "[]");
-    assert_eq!((s, t.as_str()), (400, r#"{"error":{"code":400,"message":"No datapoints found in content"}}"#));
+    assert_eq!(
+        (s, t.as_str()),
+        (
+            400,
+            r#"{"error":{"code":400,"message":"No datapoints found in content"}}"#
+        )
+    );
     let (s, t) = post(&srv, "", "{");
     assert_eq!(s, 400);
     assert!(t.contains("Unable to parse the given JSON"), "{t}");
@@ -334,19 +380,31 @@ fn a_bad_rollup_config_is_refused_at_start() {
     use rtsdb::config::Config;
     let mut c = Config::default();
     c.set("tsd.rollups.enable", "true");
-    let e = rtsdb::db::DbOptions::from_config(&c).unwrap_err().to_string();
+    let e = rtsdb::db::DbOptions::from_config(&c)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("Rollups were enabled but 'tsd.rollups.config' is null or empty."),
         "{e}"
     );
-    c.set("tsd.rollups.config", r#"{"aggregationIds":{"sum":0},"intervals":[]}"#);
-    let e = rtsdb::db::DbOptions::from_config(&c).unwrap_err().to_string();
-    assert!(e.contains("Rollup config given but no intervals were found."), "{e}");
+    c.set(
+        "tsd.rollups.config",
+        r#"{"aggregationIds":{"sum":0},"intervals":[]}"#,
+    );
+    let e = rtsdb::db::DbOptions::from_config(&c)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Rollup config given but no intervals were found."),
+        "{e}"
+    );
     // A value ending in .json is a file.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("rollups.json");
     c.set("tsd.rollups.config", &file.display().to_string());
-    let e = rtsdb::db::DbOptions::from_config(&c).unwrap_err().to_string();
+    let e = rtsdb::db::DbOptions::from_config(&c)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("Failed to open conf file: "), "{e}");
     std::fs::write(&file, CONFIG).unwrap();
     let o = rtsdb::db::DbOptions::from_config(&c).unwrap();
@@ -372,12 +430,11 @@ const QUERY_CONFIG: &str = r#"{"aggregationIds":{"sum":0,"count":1,"max":2,"min"
 const START: i64 = 1356998400;
 
 fn query_server() -> TestServer {
-    let srv = TestServer::start(&[
+    TestServer::start(&[
         ("tsd.rollups.enable", "true"),
         ("tsd.rollups.config", QUERY_CONFIG),
         ("tsd.core.auto_create_metrics", "true"),
-    ]);
-    srv
+    ])
 }
 
 /// `storeLongRollup`: `i` = 600, 1200, ... for host=web01 every 10
@@ -469,7 +526,10 @@ fn queries_read_the_rollup_table_of_their_downsampler() {
     // Group by both hosts: 600·(k+1) + (43800 − 600·(k+1)) at every step.
     let got = dps(&srv, "sum:10m-sum:sys.cpu.user", "");
     assert_eq!(got.len(), 73);
-    assert!(got.iter().all(|p| p.1 == serde_json::json!(43800.0)), "{got:?}");
+    assert!(
+        got.iter().all(|p| p.1 == serde_json::json!(43800.0)),
+        "{got:?}"
+    );
     // run10mMaxLongSingleTSNotFound: nothing, and no fallback by default.
     assert!(dps(&srv, "sum:10m-max:sys.cpu.user{host=web01}", "").is_empty());
     // run15mSumLongSingleTS: 15m matches no rollup: raw points (none here).
@@ -477,7 +537,11 @@ fn queries_read_the_rollup_table_of_their_downsampler() {
     // 1h reads the 1h table first: empty, and ROLLUP_NOFALLBACK stops there;
     // ROLLUP_FALLBACK goes on to the 10m table.
     assert!(dps(&srv, "sum:1h-sum:sys.cpu.user{host=web01}", "").is_empty());
-    let got = dps(&srv, "sum:1h-sum:rollup_fallback:sys.cpu.user{host=web01}", "");
+    let got = dps(
+        &srv,
+        "sum:1h-sum:rollup_fallback:sys.cpu.user{host=web01}",
+        "",
+    );
     assert_eq!(got.len(), 13);
     assert_eq!(got[0].1, serde_json::json!(12600.0));
     // The same through a JSON query with rollupUsage.
@@ -518,7 +582,10 @@ fn rollup_usage_raw_and_fallback_raw_read_raw_points() {
     store_long_rollup(&srv, 1357041600, "sum");
     let mut lines = String::new();
     for k in 0..73 {
-        lines.push_str(&format!("put sys.cpu.user {} 7 host=web01\n", START + 600 * k));
+        lines.push_str(&format!(
+            "put sys.cpu.user {} 7 host=web01\n",
+            START + 600 * k
+        ));
     }
     assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
     srv.state.db().flush_all().unwrap();
@@ -527,7 +594,11 @@ fn rollup_usage_raw_and_fallback_raw_read_raw_points() {
     assert_eq!(raw[0].1, serde_json::json!(7.0));
     // No max column: ROLLUP_FALLBACK_RAW answers from raw points.
     assert!(dps(&srv, "sum:10m-max:sys.cpu.user{host=web01}", "").is_empty());
-    let got = dps(&srv, "sum:10m-max:rollup_fallback_raw:sys.cpu.user{host=web01}", "");
+    let got = dps(
+        &srv,
+        "sum:10m-max:rollup_fallback_raw:sys.cpu.user{host=web01}",
+        "",
+    );
     assert_eq!(got.len(), 73);
     assert_eq!(got[5].1, serde_json::json!(7.0));
     // Rollups win over raw points when they hold something.
@@ -621,9 +692,9 @@ fn auto_rollups_are_stored_as_hours_are_sealed_and_queries_read_them() {
     assert_eq!(
         hour,
         vec![
-            (vec![0, 0x00, 0x0B], f(8.5)), // sum of 00:00
+            (vec![0, 0x00, 0x0B], f(8.5)),     // sum of 00:00
             (vec![0, 0x00, 0x10], vec![0xFE]), // sum of 01:00 (offset 1)
-            (vec![1, 0x00, 0x00], vec![2]), // count
+            (vec![1, 0x00, 0x00], vec![2]),    // count
             (vec![1, 0x00, 0x10], vec![1]),
             (vec![2, 0x00, 0x0B], f(5.5)), // max
             (vec![2, 0x00, 0x10], vec![0xFE]),
@@ -639,7 +710,10 @@ fn auto_rollups_are_stored_as_hours_are_sealed_and_queries_read_them() {
     let qs = |m: &str| format!("start={START}&end={}&m={m}", START + 7200);
     assert_eq!(
         run(&db, &qs("sum:1h-sum:m")),
-        vec![vec![("1356998400".to_string(), 18.5), ("1357002000".to_string(), -2.0)]]
+        vec![vec![
+            ("1356998400".to_string(), 18.5),
+            ("1357002000".to_string(), -2.0)
+        ]]
     );
     assert_eq!(
         run(&db, &qs("sum:1d-count:m")),
@@ -775,8 +849,14 @@ fn rollup_bench_30_days_of_1000_series_at_1h_avg() {
                 let mut ts = START + hour * 3600;
                 while ts < START + (hour + 1) * 3600 {
                     let v = Value::Float(((ts / step + h as i64) % 97) as f64 * 0.5);
-                    let (series, t) = db.resolve("bench.cpu", ts, v, &[("host", host)], &mut key).unwrap();
-                    batch.push(rtsdb::db::PendingPoint { series, ts: t, value: v });
+                    let (series, t) = db
+                        .resolve("bench.cpu", ts, v, &[("host", host)], &mut key)
+                        .unwrap();
+                    batch.push(rtsdb::db::PendingPoint {
+                        series,
+                        ts: t,
+                        value: v,
+                    });
                     ts += step;
                 }
             }
@@ -884,7 +964,12 @@ fn retention_applies_to_rollup_rows() {
     }
     let (s, t) = get(&srv, "/api/query?start=5d-ago&m=sum:1h-sum:m");
     assert_eq!(s, 200, "{t}");
-    assert_eq!(t, format!(r#"[{{"metric":"m","tags":{{"host":"a"}},"aggregateTags":[],"dps":{{"{recent}":2.0}}}}]"#));
+    assert_eq!(
+        t,
+        format!(
+            r#"[{{"metric":"m","tags":{{"host":"a"}},"aggregateTags":[],"dps":{{"{recent}":2.0}}}}]"#
+        )
+    );
 }
 
 #[test]
@@ -931,9 +1016,15 @@ fn scan_dumps_rollup_tables_and_import_reads_them_back() {
          rollup 1h-max sys.cpu.user 1357880400 1.5 host=web01\n"
     );
     let dump = scan(&store, "tsdb-rollup-1h", false);
-    assert!(dump.contains("  [2, 15, 91]\t[63, -64, 0, 0]\tmax\t1.5\t1357880400\t("), "{dump}");
+    assert!(
+        dump.contains("  [2, 15, 91]\t[63, -64, 0, 0]\tmax\t1.5\t1357880400\t("),
+        "{dump}"
+    );
     let agg = scan(&store, "tsdb-rollup-agg-1h", true);
-    assert_eq!(agg, "rollup 1h-sum:SUM sys.cpu.user 1356998400 7 host=web02 _aggregate=SUM\n");
+    assert_eq!(
+        agg,
+        "rollup 1h-sum:SUM sys.cpu.user 1356998400 7 host=web02 _aggregate=SUM\n"
+    );
     assert_eq!(
         scan(&store, "tsdb-agg", true),
         "rollup SUM sys.cpu.user 1356998460 8 host=web02 _aggregate=SUM\n"
@@ -954,20 +1045,55 @@ fn scan_dumps_rollup_tables_and_import_reads_them_back() {
     // configuration no longer maps is reported.
     let r = tsdb(&store, &["--config", c, "fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("\nRollup Rows Processed: 3\n"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("\nRollup Rows Processed: 3\n"),
+        "{}",
+        r.stdout
+    );
     assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
     std::fs::write(&json, CONFIG.replace(r#""max":2,"#, "")).unwrap();
     let r = tsdb(&store, &["--config", c, "fsck", "--full-scan"]);
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("in tsdb-rollup-1h: cell [2, 15, 91]: aggregator id 2 is not configured"), "{}", r.stdout);
-    assert!(r.stdout.contains("\nUnreadable Rollup Rows or Cells: 1\n"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("in tsdb-rollup-1h: cell [2, 15, 91]: aggregator id 2 is not configured"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("\nUnreadable Rollup Rows or Cells: 1\n"),
+        "{}",
+        r.stdout
+    );
     std::fs::write(&json, CONFIG).unwrap();
     // A bad line names itself.
     std::fs::write(&lines, "rollup 13m-sum sys.cpu.user 1356998400 1 host=a\n").unwrap();
     let r = tsdb(&store, &["--config", c, "import", lines.to_str().unwrap()]);
     assert_ne!(r.code, 0);
-    assert!(r.stderr.contains("No such rollup: No rollups configured for the interval: 13m"), "{}", r.stderr);
-    let r = tsdb(&store, &["--config", c, "scan", "--rollup-table", "nope", "1356998400", "sum", "sys.cpu.user"]);
+    assert!(
+        r.stderr
+            .contains("No such rollup: No rollups configured for the interval: 13m"),
+        "{}",
+        r.stderr
+    );
+    let r = tsdb(
+        &store,
+        &[
+            "--config",
+            c,
+            "scan",
+            "--rollup-table",
+            "nope",
+            "1356998400",
+            "sum",
+            "sys.cpu.user",
+        ],
+    );
     assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("No such rollup table in tsd.rollups.config: nope"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("No such rollup table in tsd.rollups.config: nope"),
+        "{}",
+        r.stderr
+    );
 }

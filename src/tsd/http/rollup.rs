@@ -103,7 +103,11 @@ fn write_one(
     let tags: Vec<(&str, Option<&str>)> = p
         .tags
         .as_ref()
-        .map(|t| t.0.iter().map(|(k, v)| (k.as_ref(), v.as_deref())).collect())
+        .map(|t| {
+            t.0.iter()
+                .map(|(k, v)| (k.as_ref(), v.as_deref()))
+                .collect()
+        })
         .unwrap_or_default();
     let (v, tag_list) = validate_point(
         metric,
@@ -120,7 +124,10 @@ fn write_one(
             timestamp: p.timestamp.0,
             value,
             // A null tag value fails name validation like an empty one.
-            tags: tag_list.iter().map(|(k, v)| (*k, v.unwrap_or(""))).collect(),
+            tags: tag_list
+                .iter()
+                .map(|(k, v)| (*k, v.unwrap_or("")))
+                .collect(),
             interval: text(&p.interval),
             aggregator: text(&p.aggregator),
             group_by: text(&p.group_by),
@@ -155,7 +162,8 @@ fn answer(state: &super::super::TsdState, flags: PutFlags, body: &[u8]) -> Reply
             "Supply valid JSON formatted data in the body of your request",
         );
     }
-    let bad = |e: serde_json::Error| Reply::error(400, "Unable to parse the given JSON", &e.to_string());
+    let bad =
+        |e: serde_json::Error| Reply::error(400, "Unable to parse the given JSON", &e.to_string());
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     let points: Vec<JsonRollup> = if first == Some(&b'[') {
         match serde_json::from_slice(body) {
