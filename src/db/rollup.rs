@@ -240,7 +240,15 @@ impl RollupSource for Db {
         f: &mut dyn FnMut(usize, RollupCell),
     ) -> Result<u64, String> {
         let layout = self.store.layout();
-        let slot: HashMap<&Tsuid, usize> = tsuids.iter().enumerate().map(|(i, t)| (t, i)).collect();
+        let widths = layout.widths;
+        // Series by the bytes of their TSUID (metric then tags), which a
+        // row key holds around its base time: no key is parsed per row.
+        let slot: HashMap<Vec<u8>, usize> = tsuids
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.to_bytes(&widths), i))
+            .collect();
+        let (sw, mw) = (layout.salt.width as usize, widths.metric.bytes());
         let first = codec::base_time(start_s, interval);
         let stop = codec::next_base_time(codec::base_time(end_s, interval), interval);
         let buckets: Vec<Option<u32>> = if layout.salt.enabled() {
@@ -254,6 +262,7 @@ impl RollupSource for Db {
         let mut rows = 0;
         // Cells per series, then sorted: salt buckets interleave rows.
         let mut found: Vec<Vec<RollupCell>> = vec![Vec::new(); tsuids.len()];
+        let mut tsuid = Vec::new();
         for b in buckets {
             let start = layout.scan_prefix(b, metric, first);
             let end = if stop > u32::MAX as u64 {
@@ -263,29 +272,34 @@ impl RollupSource for Db {
             } else {
                 layout.scan_prefix(b, metric, stop as u32)
             };
-            for r in self.rollup_table.scan(table, &start, &end) {
-                let (key, cells) = r.map_err(|e| e.to_string())?;
+            for r in self.rollup_table.scan_raw(table, &start, &end) {
+                let (key, value) = r.map_err(|e| e.to_string())?;
                 rows += 1;
-                let Ok(rk) = layout.parse_row_key(&key) else {
+                let Some(ts) = key.get(sw + mw..sw + mw + 4) else {
                     continue;
                 };
-                let Some(&i) = slot.get(&rk.tsuid) else {
+                let base = u32::from_be_bytes([ts[0], ts[1], ts[2], ts[3]]);
+                tsuid.clear();
+                tsuid.extend_from_slice(&key[sw..sw + mw]);
+                tsuid.extend_from_slice(&key[sw + mw + 4..]);
+                let Some(&i) = slot.get(tsuid.as_slice()) else {
                     continue;
                 };
-                for c in &cells.cells {
-                    let Ok(cell) =
-                        codec::decode_cell(&c.qualifier, &c.value, rk.base_time, interval)
-                    else {
-                        // A raw-qualified cell (pre-aggregate) or damage.
-                        continue;
-                    };
-                    if aggregator_ids.contains(&cell.aggregator_id)
+                let out = &mut found[i];
+                crate::codec::row::RowCells::for_each_borrowed(&value, |q, v| {
+                    // Other aggregators' cells are skipped undecoded; a
+                    // raw-qualified cell (pre-aggregate) or damage too.
+                    if q.len() != 3 || !aggregator_ids.contains(&(q[0] & codec::AGGREGATOR_MASK)) {
+                        return;
+                    }
+                    if let Ok(cell) = codec::decode_cell(q, v, base, interval)
                         && cell.timestamp >= start_s
                         && cell.timestamp <= end_s
                     {
-                        found[i].push(cell);
+                        out.push(cell);
                     }
-                }
+                })
+                .map_err(|e| e.to_string())?;
             }
         }
         for (i, mut cells) in found.into_iter().enumerate() {

@@ -112,6 +112,31 @@ impl RollupTable {
             })
     }
 
+    /// [`scan`](Self::scan) with each row's value undecoded (queries walk
+    /// its cells borrowed, `RowCells::for_each_borrowed`).
+    pub fn scan_raw<'a>(
+        &'a self,
+        table: &str,
+        start: &[u8],
+        stop: &[u8],
+    ) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StoreError>> + 'a {
+        let prefix = table_prefix(table);
+        let plen = prefix.len();
+        let begin = [prefix.as_slice(), start].concat();
+        let end = if stop.is_empty() {
+            crate::storage::prefix_end(&prefix)
+        } else {
+            [prefix.as_slice(), stop].concat()
+        };
+        self.kv
+            .scan(Table::Rollup, &ScanRange::new(begin, end))
+            .map(move |r| {
+                let (mut k, v) = r?;
+                k.drain(..plen);
+                Ok((k, v))
+            })
+    }
+
     /// Every entry, undecoded, with its full engine key (`tsdb scan`,
     /// `fsck`).
     pub fn scan_all(&self) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StoreError>> + '_ {
