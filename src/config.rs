@@ -98,6 +98,16 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.http.cachedir", ""),
     (DATA_DIR_KEY, DEFAULT_DATA_DIR),
     ("tsd.storage.row_encoding", "compressed"),
+    ("tsd.rollups.enable", "false"),
+    ("tsd.rollups.config", ""),
+    ("tsd.rollups.tag_raw", "false"),
+    ("tsd.rollups.agg_tag_key", "_aggregate"),
+    ("tsd.rollups.raw_agg_tag_value", "RAW"),
+    ("tsd.rollups.block_derived", "true"),
+    ("tsd.rollups.split_query.enable", "false"),
+    // rtsdb: rollups computed from raw points as hours are sealed
+    // (docs/rollups.md).
+    ("tsd.rollups.auto", "false"),
     // rtsdb: `POST /api/backup` (off: it writes files on the server), and
     // the only directory it writes in ("": DATA_DIR/backups).
     ("tsd.backup.enable", "false"),

@@ -36,6 +36,8 @@
 //!   `put` lines, value text; shared by the server and `tsdb import`.
 //! - [`search`]: the `/api/search` query language over documents
 //!   (answered from rtsdb's own data by `Db::search`).
+//! - [`rollup`]: `tsd.rollups.*`: the rollup configuration and the
+//!   rollup row keys and qualifiers (docs/format/rollup.md).
 //! - [`model`]: UIDs, names and their rules, TSUIDs, data points, time,
 //!   the one-hour row span.
 //! - [`config`]: `opentsdb.conf` as read; typed options are built from it.
@@ -63,6 +65,7 @@ pub mod meta;
 pub mod model;
 pub mod protocol;
 pub mod query;
+pub mod rollup;
 pub mod search;
 pub(crate) mod storage;
 pub mod store;

@@ -110,6 +110,10 @@ pub(crate) struct FsckReport {
     pub wal_torn_tail_bytes: u64,
     pub wal_orphaned: u64,
     pub wal_unstorable: u64,
+    /// Rows of the rollup and pre-aggregate tables read (`--full-scan`).
+    pub rollup_rows: u64,
+    /// Rollup rows or cells that cannot be read back.
+    pub bad_rollups: u64,
 }
 
 impl FsckReport {
@@ -125,6 +129,7 @@ impl FsckReport {
             + self.wal_damaged_frames
             + self.wal_orphaned
             + self.wal_unstorable
+            + self.bad_rollups
     }
 
     pub(crate) fn total_fixed(&self) -> u64 {
@@ -138,7 +143,7 @@ impl FsckReport {
     }
 
     fn print(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        let lines: [(&str, u64); 32] = [
+        let lines: [(&str, u64); 34] = [
             ("Key Values Processed", self.kvs_processed),
             ("Rows Processed", self.rows_processed),
             ("Valid Datapoints", self.valid_datapoints),
@@ -179,6 +184,8 @@ impl FsckReport {
             ("WAL Torn Tail Bytes", self.wal_torn_tail_bytes),
             ("WAL Orphaned Datapoints", self.wal_orphaned),
             ("WAL Unstorable Datapoints", self.wal_unstorable),
+            ("Rollup Rows Processed", self.rollup_rows),
+            ("Unreadable Rollup Rows or Cells", self.bad_rollups),
             ("Total Errors", self.total_errors()),
             ("Total Correctable Errors", self.total_errors()),
             ("Total Errors Fixed", self.total_fixed()),
@@ -277,6 +284,9 @@ pub(crate) fn run(
     if let Some(pb) = progress {
         pb.finish_and_clear();
     }
+    if a.full_scan {
+        check_rollups(&db, &mut report, out)?;
+    }
     store.sync()?;
     if a.compact {
         // Beyond OpenTSDB's row compaction: let the storage engine merge
@@ -305,6 +315,102 @@ pub(crate) fn run(
     } else {
         0
     })
+}
+
+/// Reads every row of the rollup and pre-aggregate tables
+/// (docs/format/rollup.md) and reports those that cannot be read back: a
+/// key without a table name or a row key, a value that does not decode,
+/// a cell whose aggregator id is not configured, whose offset lies past
+/// its row, or whose value does not match its flags. Nothing is fixed:
+/// rollups are derived data, written again from their source.
+fn check_rollups(
+    db: &crate::db::Db,
+    r: &mut FsckReport,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    use crate::rollup::codec;
+    use crate::store::rollup_table::split_key;
+    let layout = *db.store().layout();
+    let settings = db.rollup_settings();
+    for item in db.rollup_table().scan_all() {
+        let (key, value) = item?;
+        r.rollup_rows += 1;
+        let hex = crate::model::uid::hex_upper(&key);
+        let mut bad = |why: String, out: &mut dyn Write| -> std::io::Result<()> {
+            r.bad_rollups += 1;
+            writeln!(out, "Rollup row {hex}: {why}")
+        };
+        let Some((table, row_key)) = split_key(&key) else {
+            bad("no table name".into(), out)?;
+            continue;
+        };
+        let parsed = match layout.parse_row_key(row_key) {
+            Ok(k) => k,
+            Err(e) => {
+                bad(format!("in {table}: {e}"), out)?;
+                continue;
+            }
+        };
+        let cells = match crate::codec::row::RowCells::decode(&value) {
+            Ok(c) => c,
+            Err(e) => {
+                bad(format!("in {table}: {e}"), out)?;
+                continue;
+            }
+        };
+        let interval = settings.and_then(|s| {
+            s.config
+                .intervals
+                .iter()
+                .find(|i| i.table == table || i.pre_agg_table == table)
+        });
+        for c in &cells.cells {
+            let problem = match (c.qualifier.len(), interval) {
+                (2, _) => column::decode_single(&c.qualifier, &c.value)
+                    .err()
+                    .map(|e| e.to_string()),
+                (3, Some(iv)) => {
+                    match codec::decode_cell(&c.qualifier, &c.value, parsed.base_time, iv) {
+                        Err(e) => Some(e.to_string()),
+                        Ok(cell)
+                            if (cell.timestamp - parsed.base_time) / iv.interval_seconds
+                                >= iv.intervals =>
+                        {
+                            Some(format!(
+                                "offset past the {} intervals of a row",
+                                iv.intervals
+                            ))
+                        }
+                        Ok(cell)
+                            if settings
+                                .and_then(|s| s.config.aggregator_for(cell.aggregator_id))
+                                .is_none() =>
+                        {
+                            Some(format!(
+                                "aggregator id {} is not configured",
+                                cell.aggregator_id
+                            ))
+                        }
+                        Ok(_) => None,
+                    }
+                }
+                // A table the configuration no longer names: its cells'
+                // intervals are unknown.
+                (3, None) => None,
+                (n, _) => Some(format!("qualifier of {n} bytes")),
+            };
+            if let Some(why) = problem {
+                bad(
+                    format!(
+                        "in {table}: cell {}: {why}",
+                        crate::model::uid::java_byte_array(&c.qualifier)
+                    ),
+                    out,
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads every segment of the write-ahead log in `dir` (those waiting to

@@ -42,7 +42,7 @@ use crate::model::Timestamp;
 use crate::model::Value;
 use crate::model::uid::java_byte_array;
 use crate::protocol::PointError;
-use crate::protocol::telnet::{Words, chunk_lines, parse_point};
+use crate::protocol::telnet::{Words, chunk_lines, parse_point, parse_rollup};
 use crate::write::{PendingPoint, Series, SeriesCache};
 
 /// Points handed to the write path in one append.
@@ -83,6 +83,7 @@ fn line_error(e: &PointError) -> String {
         PointError::InvalidValue(m) => format!("invalid value: {m}"),
         PointError::UnknownName(m) => format!("unknown metric: {m}"),
         PointError::Storage(m) | PointError::Unavailable(m) => format!("storage error: {m}"),
+        PointError::NoSuchRollup(m) => format!("No such rollup: {m}"),
     }
 }
 
@@ -111,6 +112,9 @@ struct Parsed {
     /// Bad lines, with their index and message: the first only, unless
     /// errors are skipped.
     errors: Vec<(u32, String)>,
+    /// Indexes of `rollup` lines (`tsdb scan --rollup-table --import`),
+    /// written by the importer to their rollup table.
+    rollups: Vec<u32>,
 }
 
 fn parse_chunk(cache: &SeriesCache, seq: u64, data: Vec<u8>, skip_errors: bool) -> Parsed {
@@ -118,9 +122,14 @@ fn parse_chunk(cache: &SeriesCache, seq: u64, data: Vec<u8>, skip_errors: bool) 
     let mut points = Vec::with_capacity(data.len() / 64);
     let mut errors = Vec::new();
     let mut lines = 0u64;
+    let mut rollups = Vec::new();
     if !data.is_empty() {
         for (i, line) in chunk_lines(&data).enumerate() {
             lines += 1;
+            if line.starts_with("rollup ") {
+                rollups.push(i as u32);
+                continue;
+            }
             match parse_line(cache, &line, &mut key) {
                 Ok((s, ts, v)) => points.push((s, ts, v, i as u32)),
                 Err(m) => {
@@ -138,6 +147,7 @@ fn parse_chunk(cache: &SeriesCache, seq: u64, data: Vec<u8>, skip_errors: bool) 
         lines,
         points,
         errors,
+        rollups,
     }
 }
 
@@ -181,6 +191,26 @@ impl Importer {
         *last_ms = (*last_ms).max(ms);
         self.pending.push(PendingPoint { series, ts, value });
         Ok(())
+    }
+
+    /// Writes one `rollup` line (the telnet command's words) to its
+    /// rollup table; `Err` carries the message for the bad line.
+    fn rollup(&self, line: &str) -> Result<(), String> {
+        let words = Words::split(line);
+        let l = parse_rollup(words.as_slice()).map_err(|e| line_error(&e))?;
+        let point = crate::rollup::RollupPoint {
+            metric: l.point.metric,
+            timestamp: l.point.timestamp,
+            value: l.point.value,
+            tags: l.point.tags,
+            interval: l.interval,
+            aggregator: l.aggregator,
+            group_by: l.group_by,
+            is_groupby: l.group_by.is_some(),
+        };
+        self.db
+            .write_rollup(&point, crate::store::Durability::Process)
+            .map_err(|e| line_error(&e))
     }
 
     /// Appends the accepted points through the write path, waiting while
@@ -351,6 +381,17 @@ impl Importer {
                             break;
                         }
                         points += 1;
+                    }
+                    for idx in std::mem::take(&mut got.rollups) {
+                        if failure.is_some() {
+                            break;
+                        }
+                        let line = line_at(idx);
+                        match self.rollup(&line) {
+                            Ok(()) => points += 1,
+                            Err(msg) if self.skip_errors => skipped.push((idx, msg)),
+                            Err(msg) => failure = Some((lines_before + idx as u64 + 1, line, msg)),
+                        }
                     }
                     if self.skip_errors {
                         skipped.append(&mut got.errors);

@@ -30,6 +30,11 @@ pub struct ScanArgs {
     /// Delete every matching row (whole hours) after printing it; implies --import.
     #[arg(long)]
     pub delete: bool,
+    /// Dump the rows of this rollup or pre-aggregate table of
+    /// `tsd.rollups.config` instead of the data table; `--import` prints
+    /// `rollup` lines that `tsdb import` reads back.
+    #[arg(long, value_name = "TABLE")]
+    pub rollup_table: Option<String>,
     // The usage text as help (a doc comment would be read as rustdoc links).
     #[arg(
         allow_hyphen_values = true,
@@ -72,6 +77,29 @@ pub(crate) fn run(
     let import = a.import || a.delete;
     let start_s = q.start_ms / 1000;
     let end_s = q.end_ms.unwrap_or_else(now_ms) / 1000;
+    let rollup = match &a.rollup_table {
+        None => None,
+        Some(name) => {
+            let found = db.rollup_settings().and_then(|r| {
+                r.config
+                    .intervals
+                    .iter()
+                    .find(|i| &i.table == name || &i.pre_agg_table == name)
+                    .map(|i| (r, i))
+            });
+            match found {
+                Some(f) if !a.delete => Some((name.as_str(), f)),
+                Some(_) => {
+                    writeln!(err, "--delete does not apply to rollup tables")?;
+                    return Ok(2);
+                }
+                None => {
+                    writeln!(err, "No such rollup table in tsd.rollups.config: {name}")?;
+                    return Ok(1);
+                }
+            }
+        }
+    };
     for sub in &q.queries {
         let filter = match resolve(table, sub) {
             Ok(f) => f,
@@ -80,9 +108,123 @@ pub(crate) fn run(
                 return Ok(1);
             }
         };
-        dump(store, table, &filter, start_s, end_s, import, a.delete, out)?;
+        match rollup {
+            Some((name, (settings, interval))) => dump_rollups(
+                &db,
+                RollupScan {
+                    name,
+                    settings,
+                    interval,
+                },
+                &filter,
+                (start_s, end_s),
+                import,
+                out,
+            )?,
+            None => dump(store, table, &filter, start_s, end_s, import, a.delete, out)?,
+        }
     }
     Ok(0)
+}
+
+/// The rollup table `tsdb scan --rollup-table` dumps.
+struct RollupScan<'a> {
+    name: &'a str,
+    settings: &'a crate::rollup::RollupSettings,
+    interval: &'a crate::rollup::RollupInterval,
+}
+
+/// Prints the rows of a rollup table: as `DumpSeries` prints data rows
+/// (each cell with its aggregator), or as `rollup` lines.
+fn dump_rollups(
+    db: &crate::db::Db,
+    t: RollupScan,
+    filter: &RowFilter,
+    (start_s, end_s): (u64, u64),
+    import: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    use crate::rollup::codec;
+    let uids = db.uids();
+    let layout = *db.store().layout();
+    let clamp = |s: u64| s.min(u32::MAX as u64) as u32;
+    let first = codec::base_time(clamp(start_s), t.interval);
+    let stop = codec::next_base_time(codec::base_time(clamp(end_s), t.interval), t.interval);
+    let buckets: Vec<Option<u32>> = if layout.salt.enabled() {
+        (0..layout.salt.buckets).map(Some).collect()
+    } else {
+        vec![None]
+    };
+    let pre_agg = t.interval.pre_agg_table == t.name;
+    for b in buckets {
+        let from = layout.scan_prefix(b, filter.metric, first);
+        let to = layout.scan_prefix(b, filter.metric, stop.min(u32::MAX as u64) as u32);
+        for item in db.rollup_table().scan(t.name, &from, &to) {
+            let (raw_key, cells) = item?;
+            let key = layout.parse_row_key(&raw_key)?;
+            if !row_matches(uids, filter, &key) {
+                continue;
+            }
+            let metric = uids
+                .get_name(UidKind::Metric, key.tsuid.metric)?
+                .to_string();
+            let tags = tag_pairs(uids, &key)?;
+            let base = key.base_time;
+            if !import {
+                writeln!(
+                    out,
+                    "{} {metric} {base} ({}) {}",
+                    java_byte_array(&raw_key),
+                    java::date_to_string(base as i64 * 1000),
+                    java::map_to_string(tags.iter().map(|(k, v)| (&**k, &**v)))
+                )?;
+            }
+            let group_by = tags
+                .iter()
+                .find(|(k, _)| **k == *t.settings.agg_tag_key)
+                .map(|(_, v)| v.to_string())
+                .filter(|_| pre_agg);
+            let tag_text: String = tags.iter().map(|(k, v)| format!(" {k}={v}")).collect();
+            for cell in cells.sorted() {
+                // A raw pre-aggregate: a data point's qualifier.
+                let (agg, ts, value) = if cell.qualifier.len() == 2 {
+                    let p = column::decode_single(&cell.qualifier, &cell.value)?;
+                    (None, p.timestamp(base).raw(), p.value)
+                } else {
+                    let c = codec::decode_cell(&cell.qualifier, &cell.value, base, t.interval)?;
+                    let name = t
+                        .settings
+                        .config
+                        .aggregator_for(c.aggregator_id)
+                        .unwrap_or("?");
+                    (Some(name.to_string()), c.timestamp as u64, c.value)
+                };
+                let text = match value {
+                    Value::Int(i) => i.to_string(),
+                    Value::Float(f) => java::double_to_string(f),
+                };
+                if import {
+                    let spec = match (&agg, &group_by) {
+                        (Some(a), Some(g)) => format!("{}-{a}:{g}", t.interval.interval),
+                        (Some(a), None) => format!("{}-{a}", t.interval.interval),
+                        (None, Some(g)) => g.clone(),
+                        (None, None) => continue,
+                    };
+                    writeln!(out, "rollup {spec} {metric} {ts} {text}{tag_text}")?;
+                } else {
+                    writeln!(
+                        out,
+                        "  {}\t{}\t{}\t{text}\t{ts}\t({})",
+                        java_byte_array(&cell.qualifier),
+                        java_byte_array(&cell.value),
+                        agg.as_deref().unwrap_or("raw"),
+                        java::date_to_string(ts as i64 * 1000)
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn resolve(table: &UidTable, q: &CliSubQuery) -> Result<RowFilter, crate::uid::UidTableError> {

@@ -92,6 +92,25 @@ impl RowCells {
         Ok(RowCells { cells })
     }
 
+    /// Calls `f(qualifier, value)` for each cell of an encoded row value,
+    /// borrowed, in write order: a read that keeps few cells allocates
+    /// nothing per cell.
+    pub fn for_each_borrowed(buf: &[u8], mut f: impl FnMut(&[u8], &[u8])) -> Result<(), RowError> {
+        let (&version, _) = buf.split_first().ok_or(RowError::Empty)?;
+        if version != ROW_FORMAT_V1 {
+            return Err(RowError::UnknownVersion(version));
+        }
+        let mut pos = 1;
+        while pos < buf.len() {
+            let at = pos;
+            let q = take_field(buf, &mut pos).ok_or(RowError::Truncated(at))?;
+            let at = pos;
+            let v = take_field(buf, &mut pos).ok_or(RowError::Truncated(at))?;
+            f(q, v);
+        }
+        Ok(())
+    }
+
     /// The only cell of an encoded row value, borrowed, if it has exactly
     /// one (the common compacted case), without decoding the rest.
     pub fn single_cell(buf: &[u8]) -> Option<(&[u8], &[u8])> {

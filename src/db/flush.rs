@@ -87,6 +87,9 @@ impl Db {
         for h in sealed {
             by_series.entry(h.series.id).or_default().push(h);
         }
+        // `tsd.rollups.auto`: looked up once per round, so the default
+        // (off) costs nothing per row.
+        let auto = self.opts.rollups.as_deref().filter(|r| r.auto);
         for hours in by_series.values() {
             let points: Vec<_> = hours
                 .iter()
@@ -98,6 +101,16 @@ impl Db {
                     self.stats
                         .rows_written
                         .fetch_add(hours.len() as u64, Ordering::Relaxed);
+                    if let Some(settings) = auto {
+                        let bases: Vec<u32> = hours.iter().map(|h| h.base).collect();
+                        if let Err(e) = self.roll_up_hours(settings, &hours[0].series.tsuid, &bases)
+                        {
+                            // The raw rows are stored; the next seal of
+                            // these hours computes their rollups again.
+                            tracing::error!(series = %hours[0].series.describe(), error = %e, "computing rollups failed");
+                            self.stats.flush_errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                 }
                 Err(e) => {
                     tracing::error!(series = %hours[0].series.describe(), error = %e, "writing rows failed; points kept in memory");

@@ -44,6 +44,7 @@ pub(crate) mod flush;
 pub(crate) mod options;
 pub(crate) mod read;
 pub(crate) mod replay;
+pub(crate) mod rollup;
 pub(crate) mod search;
 pub(crate) mod tree;
 
@@ -150,6 +151,8 @@ pub struct Db {
     index: Arc<SeriesIndex>,
     meta: Arc<dyn MetaStore>,
     trees: Arc<dyn crate::tree::TreeStore>,
+    /// The rollup and pre-aggregate tables (`db/rollup.rs`).
+    rollup_table: Arc<crate::store::rollup_table::RollupTable>,
     /// New series waiting for tree processing (`db/tree.rs`).
     tree_queue: Mutex<Vec<crate::model::Tsuid>>,
     series: SeriesCache,
@@ -219,12 +222,14 @@ impl Db {
             .with_limiter(SeriesLimiter::new(opts.series_limits, index.clone()));
         let (next_segment, replayed) = replay::replay(&*rows, &series, &index, &wal_dir)?;
         let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone())?;
+        let rollup_table = store.rollup_table();
         let db = Arc::new(Db {
             rows,
             store,
             index,
             meta,
             trees,
+            rollup_table,
             tree_queue: Mutex::new(Vec::new()),
             series,
             buffer: Buffer::new(),
@@ -272,6 +277,11 @@ impl Db {
     /// needs nothing from here.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The rollup and pre-aggregate tables (`tsdb scan`, `fsck`, tests).
+    pub fn rollup_table(&self) -> &crate::store::rollup_table::RollupTable {
+        &self.rollup_table
     }
 
     /// The series index queries select series from.

@@ -13,6 +13,7 @@ use crate::config::{Config, ConfigError};
 use crate::histogram::{CONFIG_KEY, Codecs};
 use crate::meta::MetaTracking;
 use crate::model::NameRules;
+use crate::rollup::RollupSettings;
 use crate::store::StoreOptions;
 use crate::store::retention::{Retention, TTL_KEY};
 use crate::uid::AutoCreate;
@@ -59,6 +60,8 @@ pub struct WriteOptions {
     /// key absent, 2.4.1's default) turns histogram writes and queries
     /// off.
     pub histograms: Option<Codecs>,
+    /// `tsd.rollups.*` when `tsd.rollups.enable` is on.
+    pub rollups: Option<Arc<RollupSettings>>,
 }
 
 impl Default for WriteOptions {
@@ -74,6 +77,7 @@ impl Default for WriteOptions {
             meta: MetaTracking::default(),
             tree_processing: false,
             histograms: None,
+            rollups: None,
         }
     }
 }
@@ -91,9 +95,28 @@ impl DbOptions {
     }
 
     pub fn from_config(c: &Config) -> Result<DbOptions, ConfigError> {
+        // The aggregator names are the query engine's; the configuration
+        // only names them.
+        let rollups =
+            RollupSettings::from_config(c, |n| crate::query::Aggregator::by_name(n).is_some())?
+                .map(Arc::new);
+        let mut store = store_options(c)?;
+        if let Some(r) = &rollups {
+            // Retention drops a rollup row once its whole span is past.
+            let spans = r.config.intervals.iter().flat_map(|i| {
+                let span = i.max_row_span_s();
+                [(i.table.clone(), span), (i.pre_agg_table.clone(), span)]
+            });
+            let retention = Arc::try_unwrap(store.retention)
+                .unwrap_or_else(|_| unreachable!("just built"))
+                .with_rollup_spans(spans);
+            store.retention = Arc::new(retention);
+        }
+        let mut write = write_options(c)?;
+        write.rollups = rollups;
         Ok(DbOptions {
             data_dir: c.data_dir(),
-            store: store_options(c)?,
+            store,
             auto_create: AutoCreate {
                 metrics: c.get_bool("tsd.core.auto_create_metrics"),
                 tagks: c.get_bool("tsd.core.auto_create_tagks"),
@@ -102,7 +125,7 @@ impl DbOptions {
             name_rules: NameRules::with_special_chars(
                 c.get_string("tsd.core.tag.allow_specialchars"),
             ),
-            write: write_options(c)?,
+            write,
         })
     }
 }

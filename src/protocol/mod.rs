@@ -36,10 +36,14 @@ pub enum PointError {
     /// its `Unexpected exception` is for a synchronous `RuntimeException`,
     /// which has no counterpart here.
     Storage(String),
+    /// `NoSuchRollupForIntervalException` (a `NoSuchElementException`):
+    /// telnet `rollup: No such rollup: <msg>`; over HTTP it is none of the
+    /// classes `processDataPoint` names, so `Unexpected exception`.
+    NoSuchRollup(String),
 }
 
 impl PointError {
-    /// The telnet error line (without the trailing newline).
+    /// The telnet error line of a `put` (without the trailing newline).
     pub fn telnet_line(&self) -> String {
         self.telnet_line_of("put")
     }
@@ -54,6 +58,7 @@ impl PointError {
             PointError::Storage(m) | PointError::Unavailable(m) => {
                 format!("{command}: HBase error: {m}")
             }
+            PointError::NoSuchRollup(m) => format!("{command}: No such rollup: {m}"),
         }
     }
 
@@ -64,7 +69,8 @@ impl PointError {
             | PointError::InvalidValue(m)
             | PointError::UnknownName(m)
             | PointError::Storage(m)
-            | PointError::Unavailable(m) => m,
+            | PointError::Unavailable(m)
+            | PointError::NoSuchRollup(m) => m,
         }
     }
 
@@ -77,6 +83,7 @@ impl PointError {
             PointError::Storage(m) | PointError::Unavailable(m) => {
                 format!("Storage exception: {m}")
             }
+            PointError::NoSuchRollup(_) => "Unexpected exception".into(),
         }
     }
 }

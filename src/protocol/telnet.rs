@@ -208,6 +208,91 @@ pub fn parse_known_point(words: &[&str]) -> Option<(i64, Value)> {
     Some((timestamp, value))
 }
 
+/// A `rollup` line, parsed and checked as `RollupDataPointRpc` does before
+/// `TSDB.addAggregatePoint`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RollupLine<'a> {
+    pub point: PutLine<'a>,
+    /// `<interval>` of `<interval>-<agg>`.
+    pub interval: Option<&'a str>,
+    /// `<agg>` of `<interval>-<agg>`, else the group-by aggregator.
+    pub aggregator: Option<&'a str>,
+    /// The aggregator after `:`, or the whole spec without a `-`.
+    pub group_by: Option<&'a str>,
+}
+
+/// `RollupDataPointRpc.importDataPoint` for the words of a `rollup` line
+/// (`rollup <interval>-<agg>[:<groupby agg>]|<groupby agg> <metric>
+/// <timestamp> <value> <tagk=tagv>...`), in OpenTSDB's order.
+pub fn parse_rollup<'a>(words: &[&'a str]) -> Result<RollupLine<'a>, PointError> {
+    if words.len() < 6 {
+        return Err(PointError::IllegalArgument(format!(
+            "not enough arguments (need least 7, got {})",
+            words.len().saturating_sub(1)
+        )));
+    }
+    let spec = words[1];
+    if spec.is_empty() {
+        return Err(PointError::IllegalArgument(
+            "Missing interval or aggregator".into(),
+        ));
+    }
+    // Java's String.split drops trailing empty strings.
+    let mut parts: Vec<&str> = spec.split(':').collect();
+    while parts.len() > 1 && parts.last() == Some(&"") {
+        parts.pop();
+    }
+    if parts.iter().all(|p| p.is_empty()) && spec.contains(':') {
+        // `"::".split(":")` is empty: OpenTSDB fails on its first element.
+        return Err(PointError::IllegalArgument(
+            "Missing interval or aggregator".into(),
+        ));
+    }
+    let (mut interval, mut temporal, mut spatial) = (None, None, None);
+    match parts[0].find('-') {
+        Some(dash) => {
+            interval = Some(&parts[0][..dash]);
+            temporal = Some(&parts[0][dash + 1..]);
+        }
+        None if parts.len() == 1 => spatial = Some(parts[0]),
+        None => {}
+    }
+    if parts.len() > 1 {
+        spatial = Some(parts[1]);
+    }
+    let metric = words[2];
+    if metric.is_empty() {
+        return Err(PointError::IllegalArgument("empty metric name".into()));
+    }
+    let timestamp = parse_timestamp(words[3])?;
+    let value_word = words[4];
+    if value_word.is_empty() {
+        return Err(PointError::IllegalArgument("empty value".into()));
+    }
+    let mut tags = Vec::with_capacity(words.len() - 5);
+    for w in &words[5..] {
+        if !w.is_empty() {
+            parse_tag(&mut tags, w)?;
+        }
+    }
+    if spatial.is_some() && temporal.is_none() {
+        temporal = spatial;
+    }
+    let value = parse_value(value_word)?;
+    check_finite(metric, timestamp, value)?;
+    Ok(RollupLine {
+        point: PutLine {
+            metric,
+            timestamp,
+            value,
+            tags,
+        },
+        interval,
+        aggregator: temporal,
+        group_by: spatial,
+    })
+}
+
 /// `TSDB.addPoint(float|double)`'s first check.
 pub fn check_finite(metric: &str, timestamp: i64, value: Value) -> Result<(), PointError> {
     if let Value::Float(f) = value

@@ -21,6 +21,7 @@ use crate::index::SeriesIndex;
 use crate::model::Tsuid;
 use crate::model::row_span::{ROW_SPAN_MS, ROW_SPAN_SECS, hour_floor};
 use crate::model::{Annotation, Uid, UidKind, UidWidths, Value};
+use crate::rollup::RollupSource;
 use crate::store::read::{Point, ReadStats, SeriesSource};
 
 use super::output::RowRange;
@@ -43,6 +44,8 @@ pub struct QueryContext<'a> {
     pub allow_delete: bool,
     /// The result cache, if this context may use one (the server's).
     pub cache: Option<CacheUse<'a>>,
+    /// The rollup tables, when the database has rollups configured.
+    pub rollups: Option<&'a dyn RollupSource>,
 }
 
 impl<'a> QueryContext<'a> {
@@ -68,6 +71,7 @@ impl<'a> QueryContext<'a> {
             skip_unresolved_tagvs: o.skip_unresolved_tagvs,
             allow_delete: o.allow_delete,
             cache: None,
+            rollups: None,
         }
     }
 
@@ -75,6 +79,13 @@ impl<'a> QueryContext<'a> {
     /// `epochs`.
     pub fn with_cache(mut self, cache: &'a QueryCache, epochs: &'a dyn EpochSource) -> Self {
         self.cache = Some(CacheUse { cache, epochs });
+        self
+    }
+
+    /// This context reading rollups from `source` where a downsampler
+    /// matches a configured rollup.
+    pub fn with_rollups(mut self, source: &'a dyn RollupSource) -> Self {
+        self.rollups = Some(source);
         self
     }
 
@@ -324,6 +335,11 @@ impl<'a> Pipeline<'a> {
             settled_len: self.out.len(),
             seen: self.seen,
         });
+    }
+
+    /// Feeds one point (the rollup path feeds its combined cells).
+    pub(super) fn push_point(&mut self, ts: i64, v: Value) {
+        self.push(ts, v)
     }
 
     fn push(&mut self, ts: i64, v: Value) {
@@ -723,6 +739,11 @@ fn run_sub(
         let results = super::histogram::run(ctx, q, sub, hq, &mut stats)?;
         budget.check_time()?;
         return Ok((results, stats));
+    }
+    if let Some(plan) = super::rollup::plan(ctx, q, sub)
+        && let Some(answer) = super::rollup::run(ctx, q, sub, budget, &plan)?
+    {
+        return Ok(answer);
     }
     if let Some(cu) = ctx.cache {
         match cache::Plan::new(ctx, q, sub) {

@@ -13,6 +13,7 @@
 //! - [`last`]: the `/api/query/last` endpoint.
 //! - [`gexp`]: `/api/query/gexp`, functions over sub-queries' results.
 //! - [`exp`]: the `/api/query/exp` endpoint (expressions over metrics).
+//! - [`rollup`]: sub-queries answered from the rollup tables.
 //! - [`limits`]: query limits and timeouts.
 //! - [`options`]: the options a server builds once and every query uses.
 //! - [`error`]: errors carrying OpenTSDB's status and message.
@@ -38,6 +39,7 @@ pub(crate) mod options;
 pub(crate) mod output;
 pub(crate) mod rate;
 pub(crate) mod request;
+pub(crate) mod rollup;
 
 pub use aggregator::{AGGREGATORS, Aggregator};
 pub use cache::{CacheOptions, CacheStats, QueryCache};

@@ -33,7 +33,7 @@ const PROBE_BYTES: usize = 256 << 10;
 /// One open fjall database and its keyspaces.
 struct Engine {
     db: Database,
-    tables: [Keyspace; 5],
+    tables: [Keyspace; 6],
 }
 
 impl Engine {
@@ -44,11 +44,21 @@ impl Engine {
         let mut builder = Database::builder(path)
             .cache_size(opts.cache_bytes)
             .max_journaling_size(JOURNAL_MAX_BYTES);
-        if let Some(expiry) = &opts.data_expiry {
-            let factory: Arc<dyn Factory> =
-                Arc::new(ExpiryFactory(std::panic::AssertUnwindSafe(expiry.clone())));
+        let factory = |expiry: &Option<ExpiryFilter>| {
+            expiry.as_ref().map(|e| {
+                Arc::new(ExpiryFactory(std::panic::AssertUnwindSafe(e.clone()))) as Arc<dyn Factory>
+            })
+        };
+        let (data, rollup) = (factory(&opts.data_expiry), factory(&opts.rollup_expiry));
+        if data.is_some() || rollup.is_some() {
             builder = builder.with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
-                (keyspace == Table::Data.name()).then(|| factory.clone())
+                if keyspace == Table::Data.name() {
+                    data.clone()
+                } else if keyspace == Table::Rollup.name() {
+                    rollup.clone()
+                } else {
+                    None
+                }
             }));
         }
         let db = builder.open()?;
@@ -59,6 +69,7 @@ impl Engine {
             open(Table::Meta)?,
             open(Table::Index)?,
             open(Table::Tree)?,
+            open(Table::Rollup)?,
         ];
         Ok(Engine { db, tables })
     }
@@ -70,6 +81,7 @@ impl Engine {
             Table::Meta => &self.tables[2],
             Table::Index => &self.tables[3],
             Table::Tree => &self.tables[4],
+            Table::Rollup => &self.tables[5],
         }
     }
 }
@@ -136,6 +148,8 @@ pub struct FjallOptions {
     pub cache_bytes: u64,
     /// Drops expired data rows in the engine's compactions.
     pub data_expiry: Option<ExpiryFilter>,
+    /// The same for rollup rows (`tsdb-rollup`).
+    pub rollup_expiry: Option<ExpiryFilter>,
 }
 
 impl std::fmt::Debug for FjallOptions {
@@ -143,6 +157,7 @@ impl std::fmt::Debug for FjallOptions {
         f.debug_struct("FjallOptions")
             .field("cache_bytes", &self.cache_bytes)
             .field("data_expiry", &self.data_expiry.is_some())
+            .field("rollup_expiry", &self.rollup_expiry.is_some())
             .finish()
     }
 }
@@ -180,6 +195,7 @@ impl Default for FjallOptions {
         FjallOptions {
             cache_bytes: 64 << 20,
             data_expiry: None,
+            rollup_expiry: None,
         }
     }
 }

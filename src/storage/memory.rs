@@ -13,7 +13,7 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
 #[derive(Default)]
 pub(crate) struct MemoryStore {
-    tables: RwLock<[Map; 5]>,
+    tables: RwLock<[Map; 6]>,
 }
 
 fn idx(t: Table) -> usize {
@@ -23,11 +23,12 @@ fn idx(t: Table) -> usize {
         Table::Meta => 2,
         Table::Index => 3,
         Table::Tree => 4,
+        Table::Rollup => 5,
     }
 }
 
 /// A copy of every table (tests hold small stores).
-struct MemorySnapshot([Map; 5]);
+struct MemorySnapshot([Map; 6]);
 
 impl KvSnapshot for MemorySnapshot {
     fn scan_all(&self, table: Table) -> ScanIter<'_> {

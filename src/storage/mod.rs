@@ -25,15 +25,22 @@ pub enum Table {
     Index,
     /// `tsdb-tree`: tree definitions, rules, branches and leaves.
     Tree,
+    /// `tsdb-rollup`: every configured rollup and pre-aggregate table
+    /// (`tsd.rollups.config`), each row key prefixed by its table's name
+    /// (docs/format/rollup.md). One keyspace rather than one per name: the
+    /// set of names is configuration and may change between runs, while
+    /// the engine's keyspaces are fixed when it opens.
+    Rollup,
 }
 
 impl Table {
-    pub const ALL: [Table; 5] = [
+    pub const ALL: [Table; 6] = [
         Table::Data,
         Table::Uid,
         Table::Meta,
         Table::Index,
         Table::Tree,
+        Table::Rollup,
     ];
 
     /// OpenTSDB's default table name.
@@ -44,6 +51,7 @@ impl Table {
             Table::Meta => "tsdb-meta",
             Table::Index => "rtsdb-index",
             Table::Tree => "tsdb-tree",
+            Table::Rollup => "tsdb-rollup",
         }
     }
 }

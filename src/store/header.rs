@@ -16,11 +16,13 @@ use crate::model::uid::{UidWidth, UidWidths};
 pub const HEADER_FILE: &str = "rtsdb-store.json";
 pub const FORMAT_NAME: &str = "rtsdb";
 /// Version 2 added `checksum`; version 3 the `tsdb-tree` table (trees,
-/// docs/format/tree.md) and compressed WAL frames (docs/format/wal.md).
+/// docs/format/tree.md) and compressed WAL frames (docs/format/wal.md);
+/// version 4 the `tsdb-rollup` table (rollups and pre-aggregates,
+/// docs/format/rollup.md).
 /// Older stores are read and upgraded in place by [`super::Store::open`]:
 /// the header is rewritten (with its checksum), the engine creates the
 /// new table empty, and their WAL is read as it is.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// Prefix of the `checksum` field: the algorithm, so that it can change.

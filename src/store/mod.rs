@@ -19,6 +19,7 @@ pub(crate) mod index_table;
 pub(crate) mod meta_table;
 pub mod read;
 pub(crate) mod retention;
+pub mod rollup_table;
 pub mod rows;
 pub mod salvage;
 pub mod snapshot;
@@ -269,6 +270,10 @@ impl Store {
             engine.data_expiry = Some(Arc::new(move |key: &[u8]| {
                 retention.expired(&layout, key, retention::now_s())
             }));
+            let retention = opts.retention.clone();
+            engine.rollup_expiry = Some(Arc::new(move |key: &[u8]| {
+                retention.rollup_expired(&layout, key, retention::now_s())
+            }));
         }
         let damaged = crate::storage::fjall_journal::check_dir(&engine_dir)?;
         if let Some(j) = damaged.first() {
@@ -396,6 +401,11 @@ impl Store {
     /// `tsdb-meta` tables.
     pub fn meta_store(&self) -> Arc<dyn MetaStore> {
         self.meta.clone()
+    }
+
+    /// The rollup and pre-aggregate tables (`tsdb-rollup`).
+    pub fn rollup_table(&self) -> Arc<rollup_table::RollupTable> {
+        Arc::new(rollup_table::RollupTable::new(self.kv.clone()))
     }
 
     /// Trees in this store's `tsdb-tree` table.

@@ -25,7 +25,14 @@ pub struct Retention {
     by_name: BTreeMap<String, u64>,
     /// `by_name` resolved to UIDs once the UID table is available.
     by_metric: RwLock<HashMap<Uid, u64>>,
+    /// The longest row span, in seconds, of each rollup table
+    /// (`tsd.rollups.config`); others are taken as a year.
+    rollup_spans: BTreeMap<String, u64>,
 }
+
+/// The row span assumed for a rollup table the configuration does not
+/// name (the longest OpenTSDB allows: a leap year).
+const UNKNOWN_ROLLUP_SPAN_S: u64 = 366 * 86_400;
 
 fn parse_ttl(key: &str, value: &str) -> Result<Option<u64>, String> {
     let v = value.trim();
@@ -56,6 +63,38 @@ impl Retention {
             }
         }
         Ok(r)
+    }
+
+    /// This retention, knowing the row span of each rollup table.
+    pub fn with_rollup_spans(mut self, spans: impl IntoIterator<Item = (String, u64)>) -> Self {
+        self.rollup_spans.extend(spans);
+        self
+    }
+
+    /// Whether a `tsdb-rollup` entry (docs/format/rollup.md) is expired:
+    /// its whole row lies before its metric's retention floor.
+    pub fn rollup_expired(&self, layout: &KeyLayout, key: &[u8], now_s: u64) -> bool {
+        if !self.is_enabled() {
+            return false;
+        }
+        let Some((table, row_key)) = super::rollup_table::split_key(key) else {
+            return false;
+        };
+        let sw = layout.salt.width as usize;
+        let mw = layout.widths.metric.bytes();
+        let Some(ts) = row_key.get(sw + mw..sw + mw + 4) else {
+            return false;
+        };
+        let Ok(metric) = Uid::from_bytes(&row_key[sw..sw + mw], layout.widths.metric) else {
+            return false;
+        };
+        let base = u32::from_be_bytes([ts[0], ts[1], ts[2], ts[3]]) as u64;
+        let span = self
+            .rollup_spans
+            .get(table)
+            .copied()
+            .unwrap_or(UNKNOWN_ROLLUP_SPAN_S);
+        base + span <= self.floor(metric, now_s) as u64
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -166,6 +205,14 @@ mod tests {
         let t = Tsuid::new(u(1), vec![(u(1), u(1))]).unwrap();
         assert!(r.expired(&layout, &layout.row_key(&t, 1_356_987_600), now));
         assert!(!r.expired(&layout, &layout.row_key(&t, 1_356_991_200), now));
+        // Rollup rows expire once their whole span is past the floor.
+        let r = r.with_rollup_spans([("d".to_string(), 86_400)]);
+        let rollup = |table: &str, base| {
+            crate::store::rollup_table::entry_key(table, &layout.row_key(&t, base))
+        };
+        assert!(r.rollup_expired(&layout, &rollup("d", 1_356_991_200 - 86_400), now));
+        assert!(!r.rollup_expired(&layout, &rollup("d", 1_356_991_200 - 86_399), now));
+        assert!(!r.rollup_expired(&layout, &rollup("other", 1_356_991_200 - 86_400), now));
         let t7 = Tsuid::new(u(7), vec![(u(1), u(1))]).unwrap();
         assert!(!r.expired(&layout, &layout.row_key(&t7, 1_356_987_600), now));
         assert!(Retention::from_entries([("tsd.storage.ttl", "3x")].into_iter()).is_err());

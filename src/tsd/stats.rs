@@ -45,7 +45,7 @@ impl ServerStats {
     /// Counts a refused point (telnet or HTTP) by its kind of error.
     pub(crate) fn count_error(&self, e: &PointError) {
         inc(match e {
-            PointError::IllegalArgument(_) => &self.illegal_arguments,
+            PointError::IllegalArgument(_) | PointError::NoSuchRollup(_) => &self.illegal_arguments,
             PointError::InvalidValue(_) => &self.invalid_values,
             PointError::UnknownName(_) => &self.unknown_metrics,
             PointError::Storage(_) | PointError::Unavailable(_) => &self.storage_errors,

@@ -16,7 +16,11 @@ use tokio::net::TcpStream;
 
 use crate::model::Timestamp;
 use crate::protocol::PointError;
-use crate::protocol::telnet::{Words, decode_line, parse_known_point, parse_put, split_lines};
+use crate::protocol::telnet::{
+    Words, decode_line, parse_known_point, parse_put, parse_rollup, split_lines,
+};
+use crate::rollup::RollupPoint;
+use crate::storage::Durability;
 use crate::write::{PendingPoint, SeriesMemo};
 
 use super::rpc::{self, After, Serve};
@@ -30,6 +34,8 @@ const READ_CHUNK: usize = 64 * 1024;
 enum Run {
     /// Batched by the connection, logged once per chunk read.
     Put,
+    /// Written to the rollup tables at once.
+    Rollup,
     /// A histogram point (OpenTSDB 2.4), logged and stored at once.
     Histogram,
     /// Sees the points of the lines before it; writes its reply.
@@ -41,6 +47,7 @@ enum Run {
 /// tests have always seen it first.)
 const COMMANDS: &[(&str, Serve, Run)] = &[
     ("put", Serve::Writes, Run::Put),
+    ("rollup", Serve::Writes, Run::Rollup),
     ("histogram", Serve::Writes, Run::Histogram),
     ("stats", Serve::Always, Run::Command(rpc::stats::telnet)),
     (
@@ -171,6 +178,33 @@ impl Conn<'_> {
         }
     }
 
+    /// A `rollup` line: checked, then written to its table at once.
+    fn rollup(&mut self, words: &[&str]) {
+        inc(&self.state.stats.telnet_puts);
+        let r = parse_rollup(words).and_then(|l| {
+            let point = RollupPoint {
+                metric: l.point.metric,
+                timestamp: l.point.timestamp,
+                value: l.point.value,
+                tags: l.point.tags,
+                interval: l.interval,
+                aggregator: l.aggregator,
+                group_by: l.group_by,
+                is_groupby: l.group_by.is_some(),
+            };
+            self.state.db.write_rollup(&point, Durability::Process)
+        });
+        if let Err(e) = r {
+            self.state.stats.count_error(&e);
+            if matches!(e, PointError::Storage(_)) && !self.state.options.return_errors {
+                return;
+            }
+            self.out
+                .extend_from_slice(e.telnet_line_of("rollup").as_bytes());
+            self.out.push(b'\n');
+        }
+    }
+
     /// Logs the pending points; returns what to wait for.
     fn flush_batch(&mut self) -> Option<crate::write::Appended> {
         if self.batch.is_empty() {
@@ -198,6 +232,10 @@ impl Conn<'_> {
             .map(|(_, _, run)| *run);
         if let Some(Run::Put) = run {
             self.put(line, words);
+            return After::Continue;
+        }
+        if let Some(Run::Rollup) = run {
+            self.rollup(words);
             return After::Continue;
         }
         // Other commands see the points before them.

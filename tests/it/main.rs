@@ -35,6 +35,7 @@ mod tsd_load;
 mod tsd_page;
 mod tsd_query;
 mod tsd_query_cache;
+mod tsd_rollup;
 mod tsd_search;
 mod tsd_telnet;
 mod tsd_tree;

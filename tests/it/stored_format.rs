@@ -11,6 +11,12 @@
 //! (store format 2, the last before trees) from
 //! `store-6a4fbc1.points.txt` (`tsdb import --auto-metric`): seconds and
 //! milliseconds, three tags, the largest long.
+//!
+//! `tests/fixtures/store-ee2d2b4` was made the same way by main at ee2d2b4
+//! (store format 3, the last before the rollup table) from
+//! `store-ee2d2b4.points.txt`, with `tsdb import --auto-metric` then
+//! `tsdb fsck --full-scan --compact`; the `LOCK` file and the emptied WAL
+//! directory the process left were removed.
 
 use std::path::{Path, PathBuf};
 
@@ -62,10 +68,10 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
         "sys.mem.free 1356998400 1024 host=web01\nsys.mem.free 1357002001 2048 host=web01\n"
     );
     // The first open upgraded its version 1 header in place (format 2 adds
-    // a checksum, format 3 the tree table and compressed WAL frames), after
-    // checking it against the UID table.
+    // a checksum, format 3 the tree table and compressed WAL frames, format
+    // 4 the rollup table), after checking it against the UID table.
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 3, "{header}");
+    assert_eq!(header["format_version"], 4, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     assert_eq!(header["uid_width"]["metric"], 3, "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
@@ -87,7 +93,7 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
 }
 
 #[test]
-fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_3() {
+fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_4() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     copy_dir(&fixture("store-6a4fbc1"), &store);
@@ -113,7 +119,7 @@ fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_3() {
          net.bytes.in 1356998460 9223372036854775807 host=web02 iface=eth0 dc=lga\n";
     assert_eq!(all(), expected);
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 3, "{header}");
+    assert_eq!(header["format_version"], 4, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -141,4 +147,74 @@ fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_3() {
     let (s, t) = crate::common::req(&srv, "POST", "/api/tree", r#"{"name":"after upgrade"}"#);
     assert_eq!(s, 200, "{t}");
     assert_eq!(crate::common::get(&srv, "/api/tree?treeid=1").0, 200);
+}
+
+#[test]
+fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_4() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    copy_dir(&fixture("store-ee2d2b4"), &store);
+    assert_eq!(header_of(&store)["format_version"], 3);
+    let scan = |metric: &str| {
+        let r = tsdb(&store, &["scan", "--import", "1356998400", "sum", metric]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    let all = || {
+        ["sys.cpu.user", "sys.mem.free", "net.bytes.in"]
+            .iter()
+            .map(|m| scan(m))
+            .collect::<String>()
+    };
+    assert_eq!(
+        all(),
+        "sys.cpu.user 1356998400 42 host=web01 cpu=0 dc=lga\n\
+         sys.cpu.user 1356998410 43.5 host=web01 cpu=0 dc=lga\n\
+         sys.cpu.user 1356998400250 -7 host=web02 cpu=1 dc=lga\n\
+         sys.cpu.user 1356998400750 8 host=web02 cpu=1 dc=lga\n\
+         sys.cpu.user 1357002000 1.0E300 host=web01 cpu=0 dc=lga\n\
+         sys.mem.free 1356998400 1024 host=web01 dc=sjc\n\
+         sys.mem.free 1357002001123 2048 host=web01 dc=sjc\n\
+         net.bytes.in 1356998460 9223372036854775807 host=web02 iface=eth0 dc=lga\n"
+    );
+    let header = header_of(&store);
+    assert_eq!(header["format_version"], 4, "{header}");
+    assert!(header["checksum"].is_string(), "{header}");
+    let r = tsdb(&store, &["fsck", "--full-scan"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
+    // The table format 4 added takes rollups on the upgraded store, and
+    // the old points still answer queries beside them.
+    let tsd_dir = tempfile::tempdir().unwrap();
+    std::fs::remove_dir(tsd_dir.path()).unwrap();
+    std::fs::rename(&store, tsd_dir.path()).unwrap();
+    let srv = crate::common::TestServer::start_in(
+        tsd_dir,
+        &[
+            ("tsd.rollups.enable", "true"),
+            ("tsd.rollups.config", crate::tsd_rollup::CONFIG),
+        ],
+    );
+    let (s, t) = crate::common::req(
+        &srv,
+        "POST",
+        "/api/rollup",
+        r#"{"metric":"sys.mem.free","timestamp":1356998400,"value":7,"interval":"1h","aggregator":"sum","tags":{"host":"web01","dc":"sjc"}}"#,
+    );
+    assert_eq!(s, 204, "{t}");
+    let (s, t) = crate::common::get(
+        &srv,
+        "/api/query?start=1356998400&end=1357005600&m=sum:1h-sum:sys.mem.free",
+    );
+    assert_eq!(s, 200, "{t}");
+    assert!(t.contains(r#""dps":{"1356998400":7.0}"#), "{t}");
+    let (s, t) = crate::common::get(
+        &srv,
+        "/api/query?start=1356998400&end=1357005600&m=sum:sys.mem.free",
+    );
+    assert_eq!(s, 200, "{t}");
+    assert!(
+        t.contains(r#""dps":{"1356998400":1024,"1357002001":2048}"#),
+        "{t}"
+    );
 }

@@ -15,6 +15,9 @@ const PATHS: &[&str] = &[
     "/api/histogram?details",
     "/api/histogram?summary&sync",
     "/api/query?m=sum:1m-sum:percentiles[50,99]:show-histogram-buckets:sys.lat",
+    "/api/rollup",
+    "/api/rollup?details",
+    "/api/rollup?sync&summary",
     "/api/query",
     "/api/query/last",
     "/api/query/gexp",
@@ -205,6 +208,17 @@ fn body() -> impl Strategy<Value = String> {
                                {{"id":"n","expr":"e * a"}}],"outputs":[{{"id":"n"}},{{"id":"a"}},{{"id":"e"}}]}}"#,
                 serde_json::to_string(&expr).unwrap()
             )),
+        // /api/rollup: random intervals, aggregators and group-bys.
+        (
+            prop_oneof![Just("1h"), Just("1m"), Just("13m"), Just(""), Just("1d"), Just("-")],
+            prop_oneof![Just("sum"), Just("AVG"), Just("count"), Just("nosuch"), Just("")],
+            proptest::option::of(prop_oneof![Just("sum"), Just("max"), Just(""), Just("dev")]),
+            prop_oneof![Just("1356998400"), Just("1356998400123"), Just("-5"), Just("\"x\"")],
+        )
+            .prop_map(|(interval, agg, group_by, ts)| format!(
+                r#"[{{"metric":"sys.cpu","timestamp":{ts},"value":"1.5","interval":"{interval}","aggregator":"{agg}",{}"tags":{{"host":"a"}}}}]"#,
+                group_by.map(|g| format!(r#""groupByAggregator":"{g}","#)).unwrap_or_default()
+            )),
         "[ -~]{0,64}".prop_map(String::from),
         "[{}\\[\\]\":,0-9a-z]{0,64}".prop_map(String::from),
     ]
@@ -222,11 +236,16 @@ fn random_requests_always_get_an_answer() {
             "tsd.core.histograms.config",
             r#"{"net.opentsdb.core.SimpleHistogramDecoder": 0}"#,
         ),
+        ("tsd.rollups.enable", "true"),
+        ("tsd.rollups.auto", "true"),
+        ("tsd.rollups.config", crate::tsd_rollup::CONFIG),
     ]);
     assert_eq!(
         telnet(
             srv.addr,
             b"put sys.cpu 1356998400 1 host=a\nput sys.cpu 1356998460 2.5 host=b\nhistogram sys.lat 1356998400 u=1:o=2:0,1=3:1,5=4 host=a\n"
+            b"put sys.cpu 1356998400 1 host=a\nput sys.cpu 1356998460 2.5 host=b\n\
+              rollup 1h-sum sys.cpu 1356998400 7 host=a\n"
         ),
         ""
     );
@@ -278,6 +297,35 @@ fn random_requests_always_get_an_answer() {
                     r.text()
                 );
             }
+            Ok(())
+        })
+        .unwrap();
+    // Random telnet rollup lines: each gets no answer or one error line.
+    let words = prop_oneof![
+        Just("1h-sum"),
+        Just("sum"),
+        Just("1h-sum:sum"),
+        Just("::"),
+        Just(":"),
+        Just("-"),
+        Just("1h-"),
+        Just("sys.cpu"),
+        Just("1356998400"),
+        Just("1.5"),
+        Just("x"),
+        Just(""),
+        Just("host=a"),
+        Just("_aggregate=SUM"),
+        Just("a=b=c"),
+    ];
+    TestRunner::new(Config::with_cases(cases))
+        .run(&proptest::collection::vec(words, 0..8), |w| {
+            let line = format!("rollup {}\n", w.join(" "));
+            let out = telnet(srv.addr, line.as_bytes());
+            prop_assert!(
+                out.is_empty() || (out.starts_with("rollup: ") && out.matches('\n').count() == 1),
+                "{line:?}: {out:?}"
+            );
             Ok(())
         })
         .unwrap();

@@ -153,7 +153,7 @@ fn commands_and_both_protocols_on_one_port() {
     assert!(lines[1].starts_with("Built on "));
     assert_eq!(
         telnet(srv.addr, b"help\n"),
-        "available commands: put histogram stats dropcaches version exit help diediedie \n"
+        "available commands: put rollup histogram stats dropcaches version exit help diediedie \n"
     );
     assert_eq!(telnet(srv.addr, b"dropcaches\n"), "Caches dropped.\n");
     telnet(srv.addr, b"put a.b 1356998400 1 host=x\n");

@@ -15,6 +15,7 @@ mod metrics;
 pub(crate) mod put;
 mod put_body;
 mod query;
+mod rollup;
 mod routes;
 mod search;
 mod serializers;

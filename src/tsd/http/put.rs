@@ -206,7 +206,8 @@ pub(crate) struct PutFlags {
 }
 
 impl PutFlags {
-    /// The flags of a request's query string (present means true).
+    /// The flags of a request's query string (present means true), for
+    /// `/api/put`, `/api/rollup` and `/api/histogram`.
     pub(crate) fn of(q: &super::Query) -> PutFlags {
         PutFlags {
             summary: q.has("summary"),
@@ -241,7 +242,7 @@ pub(crate) struct PutOutcome {
     pub pending: u64,
 }
 
-fn json_str(s: &str) -> String {
+pub(crate) fn json_str(s: &str) -> String {
     serde_json::to_string(s).expect("strings serialize")
 }
 
@@ -280,6 +281,30 @@ fn point_json(p: &PointView, tags: Option<&[TagView]>) -> String {
     s
 }
 
+/// `IncomingDataPoint.validate`, in order: the value and the tags of a
+/// point that passes, else the message of its first failure.
+pub(crate) fn validate_point<'v, 't, T>(
+    metric: &str,
+    timestamp: i64,
+    value: Option<&'v str>,
+    tags: Option<&'t [T]>,
+) -> Result<(&'v str, &'t [T]), &'static str> {
+    if metric.is_empty() {
+        return Err("Metric name was empty");
+    }
+    if timestamp <= 0 {
+        return Err("Invalid timestamp");
+    }
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return Err("Empty value");
+    };
+    let tags = tags.unwrap_or(&[]);
+    if tags.is_empty() {
+        return Err("Missing tags");
+    }
+    Ok((v, tags))
+}
+
 /// Checks and resolves every point of a batch; the good ones are returned
 /// for logging, the bad ones recorded in `outcome`.
 pub(crate) fn check_points(
@@ -300,24 +325,13 @@ pub(crate) fn check_points(
             }
         };
         let metric = p.metric.unwrap_or("");
-        // IncomingDataPoint.validate, in order.
-        if metric.is_empty() {
-            fail("Metric name was empty".into(), outcome);
-            continue;
-        }
-        if p.timestamp <= 0 {
-            fail("Invalid timestamp".into(), outcome);
-            continue;
-        }
-        let Some(v) = p.value.filter(|v| !v.is_empty()) else {
-            fail("Empty value".into(), outcome);
-            continue;
+        let (v, tag_list) = match validate_point(metric, p.timestamp, p.value, tag_list) {
+            Ok(ok) => ok,
+            Err(msg) => {
+                fail(msg.into(), outcome);
+                continue;
+            }
         };
-        let tag_list = tag_list.unwrap_or(&[]);
-        if tag_list.is_empty() {
-            fail("Missing tags".into(), outcome);
-            continue;
-        }
         tags.clear();
         for (k, v) in tag_list {
             // A null tag value fails name validation like an empty one.

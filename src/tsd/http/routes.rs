@@ -14,7 +14,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Request};
 
 use super::{
-    Query, Reply, annotation, histogram, metrics, not_found, put, query, read_body, search,
+    Query, Reply, annotation, histogram, metrics, not_found, put, query, read_body, rollup, search,
 };
 use super::{backup, graph, logs, serializers, suggest, tree, ui, uid};
 use crate::tsd::TsdState;
@@ -115,6 +115,12 @@ const ANNOTATIONS: Handler = Async(|c, b| Box::pin(annotation::route(c, b, true)
 
 static ROUTES: &[Route] = &[
     route("put", Api, Writes, Async(|c, b| Box::pin(put::route(c, b)))),
+    route(
+        "rollup",
+        Api,
+        Writes,
+        Async(|c, b| Box::pin(rollup::route(c, b))),
+    ),
     route(
         "histogram",
         Api,

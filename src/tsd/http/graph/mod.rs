@@ -237,7 +237,8 @@ fn graph(
     }
 
     let db = &st.db;
-    let mut ctx = QueryContext::with_options(&**db, db.uids(), db.index(), &st.options.query);
+    let mut ctx = QueryContext::with_options(&**db, db.uids(), db.index(), &st.options.query)
+        .with_rollups(&**db);
     ctx.now_ms = now_ms;
     let mut series = Vec::new();
     let mut notes = Vec::new();

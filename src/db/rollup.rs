@@ -1,0 +1,466 @@
+//! Rollups and pre-aggregates: writing them as OpenTSDB 2.4.1's
+//! `TSDB.addAggregatePoint` does, and reading them back for queries
+//! ([`RollupSource`]). Layout: docs/format/rollup.md.
+
+use std::collections::HashMap;
+
+use super::Db;
+use crate::codec::qualifier::{encode_value, point_qualifier};
+use crate::codec::row::Cell;
+use crate::model::java::java_tags;
+use crate::model::{Timestamp, Tsuid, Uid, Value};
+use crate::protocol::PointError;
+use crate::rollup::codec::{self, RollupCell};
+use crate::rollup::{RollupInterval, RollupSettings};
+use crate::storage::Durability;
+
+/// One point of `/api/rollup` or a telnet `rollup` line, parsed.
+#[derive(Debug, Clone)]
+pub struct RollupPoint<'a> {
+    pub metric: &'a str,
+    pub timestamp: i64,
+    pub value: Value,
+    pub tags: Vec<(&'a str, &'a str)>,
+    /// The rollup interval (`1h`); None or empty for a raw pre-aggregate.
+    pub interval: Option<&'a str>,
+    /// The rollup (temporal) aggregator.
+    pub aggregator: Option<&'a str>,
+    /// The group-by (spatial) aggregator of a pre-aggregate.
+    pub group_by: Option<&'a str>,
+    /// Whether the point is a pre-aggregate: over HTTP whenever
+    /// `groupByAggregator` is present (even empty), in telnet whenever the
+    /// spec names one.
+    pub is_groupby: bool,
+}
+
+/// `Arrays.toString(byte[])/flags` as OpenTSDB's timestamp message shows
+/// the value.
+fn java_value(v: Value) -> String {
+    let e = encode_value(v);
+    let bytes: Vec<String> = e
+        .as_bytes()
+        .iter()
+        .map(|b| (*b as i8).to_string())
+        .collect();
+    format!("[{}]/{}", bytes.join(", "), e.flags)
+}
+
+/// The aggregators a derived rollup cannot be combined from.
+fn is_derived(upper: &str) -> bool {
+    upper == "AVG" || upper == "DEV"
+}
+
+impl Db {
+    /// The rollup settings, when `tsd.rollups.enable` is on.
+    pub fn rollup_settings(&self) -> Option<&RollupSettings> {
+        self.opts.rollups.as_deref()
+    }
+
+    /// Checks and stores one rollup or pre-aggregate point, in the order
+    /// and with the messages of `TSDB.addAggregatePointInternal`.
+    pub fn write_rollup(&self, p: &RollupPoint, durability: Durability) -> Result<(), PointError> {
+        let ill = |m: String| Err(PointError::IllegalArgument(m));
+        let interval = p.interval.filter(|i| !i.is_empty());
+        // OpenTSDB refuses an interval without a configuration here, and
+        // fails later on a null default interval for a pre-aggregate; both
+        // get this message.
+        let Some(settings) = self.rollup_settings() else {
+            return ill("No rollup or aggregations were configured".into());
+        };
+        let group_by = p.group_by.unwrap_or("");
+        if p.is_groupby && group_by.is_empty() {
+            return ill(format!(
+                "Cannot write a group by data point without specifying the aggregation function. Metric={} tags={}",
+                p.metric,
+                java_tags(&p.tags)
+            ));
+        }
+        if p.timestamp < 0 || p.timestamp > u32::MAX as i64 {
+            return ill(format!(
+                "{} timestamp={} when trying to add value={} to metric={}, tags={}",
+                if p.timestamp < 0 { "negative " } else { "bad" },
+                p.timestamp,
+                java_value(p.value),
+                p.metric,
+                java_tags(&p.tags)
+            ));
+        }
+        let ts = p.timestamp as u32;
+        let key = settings.agg_tag_key.as_str();
+        let mut tags: Vec<(&str, &str)> = p.tags.clone();
+        let upper = group_by.to_uppercase();
+        let agg_tag_value: String = match tags.iter().position(|t| t.0 == key) {
+            None if !p.is_groupby => {
+                if settings.tag_raw {
+                    tags.push((key, settings.raw_agg_tag_value.as_str()));
+                }
+                settings.raw_agg_tag_value.clone()
+            }
+            None => {
+                tags.push((key, upper.as_str()));
+                upper.clone()
+            }
+            Some(i) => {
+                let given = tags[i].1;
+                if p.group_by.is_none() || !given.eq_ignore_ascii_case(group_by) {
+                    return ill(format!(
+                        "Given tag value for {key} of {given} did not match the group by aggregator of {} for {} {}",
+                        p.group_by.unwrap_or("null"),
+                        p.metric,
+                        java_tags(&tags)
+                    ));
+                }
+                tags[i].1 = upper.as_str();
+                upper.clone()
+            }
+        };
+        if p.is_groupby {
+            if crate::query::Aggregator::by_name(&group_by.to_lowercase()).is_none() {
+                return ill(format!(
+                    "Invalid group by aggregator {group_by} with metric {} {}",
+                    p.metric,
+                    java_tags(&tags)
+                ));
+            }
+            if settings.block_derived && is_derived(&agg_tag_value) {
+                return ill(format!(
+                    "Derived group by aggregations are not allowed {group_by} with metric {} {}",
+                    p.metric,
+                    java_tags(&tags)
+                ));
+            }
+        }
+        let config = &settings.config;
+        let rollup = match interval {
+            None => None,
+            Some(i) => Some(
+                config
+                    .interval(i)
+                    .map_err(|e| PointError::NoSuchRollup(e.to_string()))?,
+            ),
+        };
+        let aggregator_id = match rollup {
+            None => None,
+            Some(_) => Some(
+                config
+                    .id_for(p.aggregator.unwrap_or(""))
+                    .map_err(|e| PointError::IllegalArgument(e.to_string()))?,
+            ),
+        };
+        let (series, _) =
+            self.resolve(p.metric, p.timestamp, p.value, &tags, &mut String::new())?;
+        if let Some(agg) = p.aggregator {
+            let agg = agg.to_uppercase();
+            if settings.block_derived && is_derived(&agg) {
+                return ill(format!(
+                    "Derived rollup aggregations are not allowed {agg} with metric {} {}",
+                    p.metric,
+                    java_tags(&tags)
+                ));
+            }
+        }
+        let encoded = encode_value(p.value);
+        let (table, base, qualifier) = match (rollup, aggregator_id) {
+            (Some(r), Some(id)) => {
+                let base = codec::base_time(ts, r);
+                let q = codec::qualifier(ts, base, encoded.flags, id, r)
+                    .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
+                let table = if p.is_groupby {
+                    &r.pre_agg_table
+                } else {
+                    &r.table
+                };
+                (table.as_str(), base, q.to_vec())
+            }
+            _ => {
+                // A raw pre-aggregate: the default interval's pre-aggregate
+                // table, with a data-table row key and qualifier.
+                let base = ts - ts % crate::model::row_span::ROW_SPAN_SECS;
+                let q = point_qualifier(Timestamp::Seconds(ts), base, encoded.flags)
+                    .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
+                (config.default_interval().pre_agg_table.as_str(), base, q)
+            }
+        };
+        self.writable()?;
+        let row_key = self.store.layout().row_key(&series.tsuid, base);
+        self.rollup_table
+            .put_cells(
+                table,
+                &row_key,
+                vec![Cell::new(qualifier, encoded.as_bytes().to_vec())],
+                durability,
+            )
+            .map_err(|e| PointError::Storage(e.to_string()))?;
+        // Queries choose their series from the index: a series may have
+        // rollups and no raw points.
+        self.index
+            .add(&series.tsuid)
+            .map_err(|e| PointError::Storage(e.to_string()))?;
+        self.epochs.bump_metric(series.tsuid.metric);
+        Ok(())
+    }
+}
+
+/// What a query reads from the rollup tables.
+pub trait RollupSource: Sync {
+    fn rollup_settings(&self) -> Option<&RollupSettings>;
+
+    /// Calls `f(i, cell)` for each cell of `table` (of `interval`) held by
+    /// `tsuids[i]` with an aggregator in `aggregator_ids`, from the row
+    /// holding `start_s` through the one holding `end_s`, in time order
+    /// per series. Returns the rows read.
+    #[allow(clippy::too_many_arguments)]
+    fn read_rollups(
+        &self,
+        table: &str,
+        interval: &RollupInterval,
+        metric: Uid,
+        tsuids: &[Tsuid],
+        aggregator_ids: &[u8],
+        start_s: u32,
+        end_s: u32,
+        f: &mut dyn FnMut(usize, RollupCell),
+    ) -> Result<u64, String>;
+}
+
+impl RollupSource for Db {
+    fn rollup_settings(&self) -> Option<&RollupSettings> {
+        Db::rollup_settings(self)
+    }
+
+    fn read_rollups(
+        &self,
+        table: &str,
+        interval: &RollupInterval,
+        metric: Uid,
+        tsuids: &[Tsuid],
+        aggregator_ids: &[u8],
+        start_s: u32,
+        end_s: u32,
+        f: &mut dyn FnMut(usize, RollupCell),
+    ) -> Result<u64, String> {
+        let layout = self.store.layout();
+        let widths = layout.widths;
+        // Series by the bytes of their TSUID (metric then tags), which a
+        // row key holds around its base time: no key is parsed per row.
+        let slot: HashMap<Vec<u8>, usize> = tsuids
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.to_bytes(&widths), i))
+            .collect();
+        let (sw, mw) = (layout.salt.width as usize, widths.metric.bytes());
+        let first = codec::base_time(start_s, interval);
+        let stop = codec::next_base_time(codec::base_time(end_s, interval), interval);
+        let buckets: Vec<Option<u32>> = if layout.salt.enabled() {
+            (0..layout.salt.buckets).map(Some).collect()
+        } else {
+            vec![None]
+        };
+        // Reads start at the retained floor, as for raw rows: expired rows
+        // wait for the engine's compactions to go.
+        let start_s = start_s.max(self.store.retention_floor(metric));
+        let mut rows = 0;
+        // Cells per series, then sorted: salt buckets interleave rows.
+        let mut found: Vec<Vec<RollupCell>> = vec![Vec::new(); tsuids.len()];
+        let mut tsuid = Vec::new();
+        for b in buckets {
+            let start = layout.scan_prefix(b, metric, first);
+            let end = if stop > u32::MAX as u64 {
+                let mut e = layout.scan_prefix(b, metric, u32::MAX);
+                e.push(0xFF);
+                e
+            } else {
+                layout.scan_prefix(b, metric, stop as u32)
+            };
+            for r in self.rollup_table.scan_raw(table, &start, &end) {
+                let (key, value) = r.map_err(|e| e.to_string())?;
+                rows += 1;
+                let Some(ts) = key.get(sw + mw..sw + mw + 4) else {
+                    continue;
+                };
+                let base = u32::from_be_bytes([ts[0], ts[1], ts[2], ts[3]]);
+                tsuid.clear();
+                tsuid.extend_from_slice(&key[sw..sw + mw]);
+                tsuid.extend_from_slice(&key[sw + mw + 4..]);
+                let Some(&i) = slot.get(tsuid.as_slice()) else {
+                    continue;
+                };
+                let out = &mut found[i];
+                crate::codec::row::RowCells::for_each_borrowed(&value, |q, v| {
+                    // Other aggregators' cells are skipped undecoded; a
+                    // raw-qualified cell (pre-aggregate) or damage too.
+                    if q.len() != 3 || !aggregator_ids.contains(&(q[0] & codec::AGGREGATOR_MASK)) {
+                        return;
+                    }
+                    if let Ok(cell) = codec::decode_cell(q, v, base, interval)
+                        && cell.timestamp >= start_s
+                        && cell.timestamp <= end_s
+                    {
+                        out.push(cell);
+                    }
+                })
+                .map_err(|e| e.to_string())?;
+            }
+        }
+        for (i, mut cells) in found.into_iter().enumerate() {
+            cells.sort_by_key(|c| c.timestamp);
+            for c in cells {
+                f(i, c);
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// The four aggregates rtsdb computes for each interval
+/// (`tsd.rollups.auto`), by their configured names.
+const AUTO_AGGREGATES: [&str; 4] = ["sum", "count", "min", "max"];
+
+/// sum, count, min and max of the points of one interval.
+#[derive(Debug, Clone, Copy)]
+struct Aggregates {
+    sum: Value,
+    count: i64,
+    min: Value,
+    max: Value,
+}
+
+impl Aggregates {
+    fn new(v: Value) -> Aggregates {
+        Aggregates {
+            sum: v,
+            count: 1,
+            min: v,
+            max: v,
+        }
+    }
+
+    fn add(&mut self, v: Value) {
+        self.sum = match (self.sum, v) {
+            (Value::Int(a), Value::Int(b)) => a
+                .checked_add(b)
+                .map(Value::Int)
+                .unwrap_or(Value::Float(a as f64 + b as f64)),
+            (a, b) => Value::Float(a.as_f64() + b.as_f64()),
+        };
+        self.count += 1;
+        if v.as_f64() < self.min.as_f64() {
+            self.min = v;
+        }
+        if v.as_f64() > self.max.as_f64() {
+            self.max = v;
+        }
+    }
+
+    fn value(&self, name: &str) -> Value {
+        match name {
+            "sum" => self.sum,
+            "count" => Value::Int(self.count),
+            "min" => self.min,
+            _ => self.max,
+        }
+    }
+}
+
+/// The starts of the `iv`-second intervals overlapping the hour `hour`.
+fn intervals_of_hour(hour: u32, iv: u32) -> impl Iterator<Item = u32> {
+    let first = hour - hour % iv;
+    let last = hour + 3599;
+    (0..)
+        .map(move |k: u32| first as u64 + k as u64 * iv as u64)
+        .take_while(move |b| *b <= last as u64)
+        .map(|b| b as u32)
+}
+
+impl Db {
+    /// `tsd.rollups.auto`: recomputes, from the stored raw points, every
+    /// configured interval (but the default one) overlapping the hours
+    /// `hours` of `tsuid` just written, and stores their sum, count, min
+    /// and max in the interval's rollup table. Called by the flusher after
+    /// the hours' rows are written, so a late point (which seals its hour
+    /// again) recomputes its intervals too. docs/rollups.md.
+    pub(super) fn roll_up_hours(
+        &self,
+        settings: &RollupSettings,
+        tsuid: &Tsuid,
+        hours: &[u32],
+    ) -> Result<u64, String> {
+        let config = &settings.config;
+        // (interval, its affected starts) and the union of their spans.
+        let mut work: Vec<(&RollupInterval, Vec<u32>)> = Vec::new();
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        for iv in config.intervals.iter().filter(|i| !i.default_interval) {
+            let mut starts: Vec<u32> = hours
+                .iter()
+                .flat_map(|h| intervals_of_hour(*h, iv.interval_seconds))
+                .collect();
+            starts.sort_unstable();
+            starts.dedup();
+            if let (Some(f), Some(l)) = (starts.first(), starts.last()) {
+                lo = lo.min(*f as u64);
+                hi = hi.max(*l as u64 + iv.interval_seconds as u64 - 1);
+                work.push((iv, starts));
+            }
+        }
+        if work.is_empty() {
+            return Ok(0);
+        }
+        let mut points: Vec<(u32, Value)> = Vec::new();
+        self.rows
+            .read_tsuids(
+                std::slice::from_ref(tsuid),
+                lo * 1000,
+                hi * 1000 + 999,
+                &mut |_, pts| {
+                    points.extend(
+                        pts.iter()
+                            .map(|p| ((p.timestamp_ms / 1000) as u32, p.value)),
+                    );
+                    true
+                },
+            )
+            .map_err(|e| e.to_string())?;
+        let layout = self.store.layout();
+        let mut written = 0;
+        for (iv, starts) in work {
+            // Cells per rollup row.
+            let mut rows: std::collections::BTreeMap<u32, Vec<Cell>> = Default::default();
+            for start in starts {
+                let end = start as u64 + iv.interval_seconds as u64;
+                let from = points.partition_point(|p| p.0 < start);
+                let mut agg: Option<Aggregates> = None;
+                for p in points[from..].iter().take_while(|p| (p.0 as u64) < end) {
+                    match &mut agg {
+                        None => agg = Some(Aggregates::new(p.1)),
+                        Some(a) => a.add(p.1),
+                    }
+                }
+                let Some(agg) = agg else { continue };
+                let base = codec::base_time(start, iv);
+                for name in AUTO_AGGREGATES {
+                    let Some(&id) = config.aggregation_ids.get(name) else {
+                        continue;
+                    };
+                    let v = encode_value(agg.value(name));
+                    let q = codec::qualifier(start, base, v.flags, id, iv)
+                        .map_err(|e| e.to_string())?;
+                    rows.entry(base)
+                        .or_default()
+                        .push(Cell::new(q.to_vec(), v.as_bytes().to_vec()));
+                }
+            }
+            for (base, cells) in rows {
+                written += cells.len() as u64;
+                self.rollup_table
+                    .put_cells(
+                        &iv.table,
+                        &layout.row_key(tsuid, base),
+                        cells,
+                        Durability::Process,
+                    )
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(written)
+    }
+}

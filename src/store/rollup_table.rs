@@ -1,0 +1,192 @@
+//! The `tsdb-rollup` keyspace: every configured rollup and pre-aggregate
+//! table, each entry one row as in the data table (the value is
+//! [`RowCells`], docs/format/data-row.md), its key the table's name
+//! (length-prefixed) then OpenTSDB's row key. Format:
+//! docs/format/rollup.md.
+
+use std::sync::Arc;
+
+use crate::codec::row::{Cell, RowCells};
+use crate::storage::{Durability, KvStore, ScanRange, StripedLocks, Table, WriteBatch};
+
+use super::StoreError;
+
+/// Stripes of the read-modify-write locks of rollup rows.
+const LOCK_STRIPES: usize = 64;
+
+/// The longest table name a key can carry (its length is one byte).
+pub const MAX_TABLE_NAME: usize = 255;
+
+/// `[len u8][name]`: the part of a key naming its table.
+pub fn table_prefix(table: &str) -> Vec<u8> {
+    let name = &table.as_bytes()[..table.len().min(MAX_TABLE_NAME)];
+    let mut out = Vec::with_capacity(1 + name.len());
+    out.push(name.len() as u8);
+    out.extend_from_slice(name);
+    out
+}
+
+/// The engine key of `row_key` in `table`.
+pub fn entry_key(table: &str, row_key: &[u8]) -> Vec<u8> {
+    let mut k = table_prefix(table);
+    k.extend_from_slice(row_key);
+    k
+}
+
+/// Splits an engine key into its table name and row key.
+pub fn split_key(key: &[u8]) -> Option<(&str, &[u8])> {
+    let len = *key.first()? as usize;
+    let name = key.get(1..1 + len)?;
+    Some((std::str::from_utf8(name).ok()?, &key[1 + len..]))
+}
+
+/// Rows of the rollup and pre-aggregate tables.
+pub struct RollupTable {
+    kv: Arc<dyn KvStore>,
+    locks: StripedLocks,
+}
+
+impl RollupTable {
+    pub(crate) fn new(kv: Arc<dyn KvStore>) -> RollupTable {
+        RollupTable {
+            kv,
+            locks: StripedLocks::new(LOCK_STRIPES),
+        }
+    }
+
+    /// The cells of one row.
+    pub fn get_row(&self, table: &str, row_key: &[u8]) -> Result<Option<RowCells>, StoreError> {
+        match self.kv.get(Table::Rollup, &entry_key(table, row_key))? {
+            None => Ok(None),
+            Some(v) => Ok(Some(super::decode_cells(row_key, &v)?)),
+        }
+    }
+
+    /// Writes cells into a row as HBase puts would: a cell with the same
+    /// qualifier is replaced (and becomes the newest), others are kept.
+    pub fn put_cells(
+        &self,
+        table: &str,
+        row_key: &[u8],
+        cells: Vec<Cell>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        let key = entry_key(table, row_key);
+        let _g = self.locks.lock(0, &key);
+        let mut row = match self.kv.get(Table::Rollup, &key)? {
+            None => RowCells::default(),
+            Some(v) => super::decode_cells(row_key, &v)?,
+        };
+        for c in cells {
+            row.put(c);
+        }
+        let mut b = WriteBatch::new();
+        b.durability = durability;
+        b.put(Table::Rollup, key, row.encode());
+        Ok(self.kv.write(b)?)
+    }
+
+    /// Every row of `table` whose row key lies in `[start, stop)` (row
+    /// keys without the table prefix; an empty `stop` is the table's end).
+    pub fn scan<'a>(
+        &'a self,
+        table: &str,
+        start: &[u8],
+        stop: &[u8],
+    ) -> impl Iterator<Item = Result<(Vec<u8>, RowCells), StoreError>> + 'a {
+        let prefix = table_prefix(table);
+        let plen = prefix.len();
+        let begin = [prefix.as_slice(), start].concat();
+        let end = if stop.is_empty() {
+            crate::storage::prefix_end(&prefix)
+        } else {
+            [prefix.as_slice(), stop].concat()
+        };
+        self.kv
+            .scan(Table::Rollup, &ScanRange::new(begin, end))
+            .map(move |r| {
+                let (k, v) = r?;
+                let row_key = k[plen..].to_vec();
+                let cells = super::decode_cells(&row_key, &v)?;
+                Ok((row_key, cells))
+            })
+    }
+
+    /// [`scan`](Self::scan) with each row's value undecoded (queries walk
+    /// its cells borrowed, `RowCells::for_each_borrowed`).
+    pub fn scan_raw<'a>(
+        &'a self,
+        table: &str,
+        start: &[u8],
+        stop: &[u8],
+    ) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StoreError>> + 'a {
+        let prefix = table_prefix(table);
+        let plen = prefix.len();
+        let begin = [prefix.as_slice(), start].concat();
+        let end = if stop.is_empty() {
+            crate::storage::prefix_end(&prefix)
+        } else {
+            [prefix.as_slice(), stop].concat()
+        };
+        self.kv
+            .scan(Table::Rollup, &ScanRange::new(begin, end))
+            .map(move |r| {
+                let (mut k, v) = r?;
+                k.drain(..plen);
+                Ok((k, v))
+            })
+    }
+
+    /// Every entry, undecoded, with its full engine key (`tsdb scan`,
+    /// `fsck`).
+    pub fn scan_all(&self) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StoreError>> + '_ {
+        self.kv
+            .scan(Table::Rollup, &ScanRange::new(Vec::new(), Vec::new()))
+            .map(|r| r.map_err(StoreError::from))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_carry_their_table() {
+        assert_eq!(entry_key("t1", &[9, 8]), vec![2, b't', b'1', 9, 8]);
+        assert_eq!(
+            split_key(&[2, b't', b'1', 9, 8]),
+            Some(("t1", &[9u8, 8][..]))
+        );
+        assert_eq!(split_key(&[5, b't']), None);
+        let kv: Arc<dyn KvStore> = Arc::new(crate::storage::memory::MemoryStore::default());
+        let t = RollupTable::new(kv);
+        t.put_cells(
+            "a",
+            &[1],
+            vec![Cell::new(vec![0, 0, 0], vec![1])],
+            Durability::Process,
+        )
+        .unwrap();
+        t.put_cells(
+            "ab",
+            &[0],
+            vec![Cell::new(vec![0, 0, 0], vec![2])],
+            Durability::Process,
+        )
+        .unwrap();
+        t.put_cells(
+            "a",
+            &[1],
+            vec![Cell::new(vec![1, 0, 0], vec![3])],
+            Durability::Process,
+        )
+        .unwrap();
+        let rows: Vec<_> = t.scan("a", &[], &[]).map(|r| r.unwrap()).collect();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].1.cells.len(), 2);
+        assert_eq!(
+            t.get_row("ab", &[0]).unwrap().unwrap().cells[0].value,
+            vec![2]
+        );
+    }
+}
