@@ -243,8 +243,8 @@ fn random_requests_always_get_an_answer() {
     assert_eq!(
         telnet(
             srv.addr,
-            b"put sys.cpu 1356998400 1 host=a\nput sys.cpu 1356998460 2.5 host=b\nhistogram sys.lat 1356998400 u=1:o=2:0,1=3:1,5=4 host=a\n"
             b"put sys.cpu 1356998400 1 host=a\nput sys.cpu 1356998460 2.5 host=b\n\
+              histogram sys.lat 1356998400 u=1:o=2:0,1=3:1,5=4 host=a\n\
               rollup 1h-sum sys.cpu 1356998400 7 host=a\n"
         ),
         ""
