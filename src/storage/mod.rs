@@ -4,6 +4,7 @@
 //! Engines: [`fjall::FjallStore`] (embedded, the default; see
 //! docs/storage-engine.md for why) and [`memory::MemoryStore`] (tests).
 
+pub mod coordinator;
 pub(crate) mod fjall;
 pub(crate) mod fjall_journal;
 pub(crate) mod memory;

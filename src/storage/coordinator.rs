@@ -1,0 +1,114 @@
+//! Cluster-wide coordination the storage layer needs from outside the
+//! engine: a mutex per name (read-modify-write of one key by several TSDs)
+//! and a write-once record (the store layout). ClickHouse has no
+//! compare-and-set of its own, so `increment` and `compare_and_set` on it
+//! take [`Coordinator::lock`]; ZooKeeper implements this trait in a
+//! cluster, [`LocalCoordinator`] inside one process (tests, one TSD).
+
+use super::Result;
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// Locks and write-once records shared by every TSD of a cluster.
+pub trait Coordinator: Send + Sync {
+    /// Holds the cluster-wide mutex `name` until the guard drops.
+    fn lock(&self, name: &str) -> Result<Box<dyn std::any::Any + Send>>;
+    /// The bytes at `name`, atomically created with `init` if absent (the layout record).
+    fn get_or_create(&self, name: &str, init: &[u8]) -> Result<Vec<u8>>;
+}
+
+/// A [`Coordinator`] whose locks and records live in this process only:
+/// right for tests and for a single TSD, wrong for two TSDs (they would
+/// not see each other's locks).
+#[derive(Default, Clone)]
+pub struct LocalCoordinator {
+    inner: Arc<LocalInner>,
+}
+
+#[derive(Default)]
+struct LocalInner {
+    held: Mutex<HashSet<String>>,
+    released: Condvar,
+    records: Mutex<HashMap<String, Vec<u8>>>,
+}
+
+/// Releases its name when dropped and wakes the waiters.
+struct LocalGuard {
+    inner: Arc<LocalInner>,
+    name: String,
+}
+
+impl Drop for LocalGuard {
+    fn drop(&mut self) {
+        self.inner.held.lock().remove(&self.name);
+        self.inner.released.notify_all();
+    }
+}
+
+impl LocalCoordinator {
+    pub fn new() -> LocalCoordinator {
+        LocalCoordinator::default()
+    }
+}
+
+impl Coordinator for LocalCoordinator {
+    fn lock(&self, name: &str) -> Result<Box<dyn std::any::Any + Send>> {
+        let mut held = self.inner.held.lock();
+        while held.contains(name) {
+            self.inner.released.wait(&mut held);
+        }
+        held.insert(name.to_string());
+        Ok(Box::new(LocalGuard {
+            inner: self.inner.clone(),
+            name: name.to_string(),
+        }))
+    }
+
+    fn get_or_create(&self, name: &str, init: &[u8]) -> Result<Vec<u8>> {
+        Ok(self
+            .inner
+            .records
+            .lock()
+            .entry(name.to_string())
+            .or_insert_with(|| init.to_vec())
+            .clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn lock_excludes_other_holders_of_the_same_name() {
+        let c = LocalCoordinator::new();
+        let inside = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (c, inside) = (c.clone(), inside.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..200 {
+                        let _g = c.lock("n").unwrap();
+                        assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0);
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        // Another name is independent of a held one.
+        let _a = c.lock("a").unwrap();
+        let _b = c.lock("b").unwrap();
+    }
+
+    #[test]
+    fn get_or_create_keeps_the_first_value() {
+        let c = LocalCoordinator::new();
+        assert_eq!(c.get_or_create("layout", b"one").unwrap(), b"one");
+        assert_eq!(c.get_or_create("layout", b"two").unwrap(), b"one");
+    }
+}
