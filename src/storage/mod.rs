@@ -4,6 +4,7 @@
 //! Engines: [`fjall::FjallStore`] (embedded, the default; see
 //! docs/storage-engine.md for why) and [`memory::MemoryStore`] (tests).
 
+pub mod clickhouse;
 pub mod coordinator;
 pub(crate) mod fjall;
 pub(crate) mod fjall_journal;
@@ -224,6 +225,12 @@ pub trait KvSnapshot: Send {
 pub trait KvStore: Send + Sync {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>>;
 
+    /// The values of several keys of one table, in the order asked. The
+    /// default asks one at a time; a remote engine answers in one round trip.
+    fn get_many(&self, table: Table, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(table, k)).collect()
+    }
+
     fn write(&self, batch: WriteBatch) -> Result<()>;
 
     fn scan<'a>(&'a self, table: Table, range: &ScanRange) -> ScanIter<'a>;
@@ -330,6 +337,10 @@ pub(crate) mod conformance {
             Some(b"uid".to_vec())
         );
         assert_eq!(store.get(Table::Meta, &[1, 0]).unwrap(), None);
+        let many = store
+            .get_many(Table::Data, &[&[1, 2][..], &[9, 9][..], &[1, 5][..]])
+            .unwrap();
+        assert_eq!(many, vec![Some(vec![2]), None, Some(vec![5])]);
 
         let keys: Vec<Vec<u8>> = store
             .scan(Table::Data, &ScanRange::new(vec![1, 2], vec![1, 5]))
