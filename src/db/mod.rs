@@ -56,6 +56,7 @@ use thiserror::Error;
 
 use crate::index::SeriesIndex;
 use crate::meta::MetaStore;
+use crate::storage::coordinator::{Coordinator, LocalCoordinator};
 use crate::store::rows::RowStore;
 use crate::store::{Store, StoreError};
 use crate::uid::UidTable;
@@ -71,7 +72,7 @@ pub use append::{Appended, PendingPoint};
 pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
 pub use epochs::{CacheEpochs, Epoch};
-pub use options::{DbOptions, WriteOptions};
+pub use options::{Backend, ClusterOptions, DbOptions, WriteOptions};
 pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
 pub use tree::{TreeTest, TreesSynced};
 pub use wal::WalError;
@@ -176,14 +177,35 @@ impl Db {
     /// the WAL left there, then starts the WAL and flusher threads.
     /// Errors name the directory ([`DbError::Open`]).
     pub fn open(opts: &DbOptions) -> Result<Arc<Db>> {
-        Self::open_embedded(opts).map_err(|e| DbError::Open {
+        let coordinator = match &opts.backend {
+            Backend::Embedded => None,
+            Backend::ClickHouse(cluster) => Some(cluster_coordinator(cluster)),
+        };
+        Self::open_with(opts, coordinator)
+    }
+
+    /// [`open`](Self::open) with the cluster's coordinator given (tests
+    /// share one between several databases in one process).
+    pub fn open_with(
+        opts: &DbOptions,
+        coordinator: Option<Arc<dyn Coordinator>>,
+    ) -> Result<Arc<Db>> {
+        Self::open_store(opts, coordinator).map_err(|e| DbError::Open {
             dir: opts.data_dir.clone(),
             cause: Box::new(e),
         })
     }
 
-    fn open_embedded(opts: &DbOptions) -> Result<Arc<Db>> {
-        let store = Arc::new(Store::open(&opts.data_dir, &opts.store)?);
+    fn open_store(opts: &DbOptions, coordinator: Option<Arc<dyn Coordinator>>) -> Result<Arc<Db>> {
+        let store = match (&opts.backend, coordinator) {
+            (Backend::ClickHouse(cluster), Some(coordinator)) => Arc::new(Store::open_cluster(
+                &opts.data_dir,
+                &opts.store,
+                &cluster.clickhouse,
+                coordinator,
+            )?),
+            _ => Arc::new(Store::open(&opts.data_dir, &opts.store)?),
+        };
         let meta = store.meta_store();
         let mut uids = UidTable::new(store.uid_store(), opts.auto_create, opts.name_rules.clone());
         if opts.write.meta.realtime_uid {
@@ -404,6 +426,18 @@ impl Drop for Db {
 /// each new UID, with `created` the time of assignment. A failure is
 /// logged, not returned: the UID itself is assigned (as in OpenTSDB, whose
 /// meta write is not waited on).
+/// The coordinator of the cluster `c`. ZooKeeper's (`tsd.storage.zk_quorum`)
+/// is built here once the ZooKeeper client is in this build; this build's
+/// is the process's own, which makes locks and the layout record hold
+/// within one TSD only (docs/scale-out.md, "Coordination").
+fn cluster_coordinator(c: &ClusterOptions) -> Arc<dyn Coordinator> {
+    tracing::warn!(
+        zk_quorum = %c.zk_quorum,
+        "this build has no ZooKeeper client: cluster-wide locks and the layout record are kept in this process only"
+    );
+    Arc::new(LocalCoordinator::new())
+}
+
 fn realtime_uid_meta(meta: Arc<dyn MetaStore>) -> crate::uid::NewUidHook {
     Box::new(move |kind, name, uid| {
         let fields = crate::meta::UidMetaFields {

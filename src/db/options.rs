@@ -29,6 +29,91 @@ pub struct DbOptions {
     /// `tsd.core.tag.allow_specialchars`.
     pub name_rules: NameRules,
     pub write: WriteOptions,
+    /// `tsd.storage.backend`: where rows, meta, index and trees live.
+    pub backend: Backend,
+}
+
+/// `tsd.storage.backend`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded engine in `tsd.storage.data_dir` (the default).
+    #[default]
+    Embedded,
+    /// A ClickHouse cluster coordinated by ZooKeeper (docs/scale-out.md);
+    /// the data directory keeps only this TSD's write-ahead log.
+    ClickHouse(ClusterOptions),
+}
+
+/// `tsd.storage.clickhouse.*` and `tsd.storage.zk_*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterOptions {
+    pub clickhouse: crate::storage::clickhouse::ClickHouseConfig,
+    /// `tsd.storage.zk_quorum`: `host:port,...`.
+    pub zk_quorum: String,
+    /// `tsd.storage.zk_basedir` (default `/rtsdb`).
+    pub zk_basedir: String,
+    /// `tsd.storage.clickhouse.flush_ms` (default 1000): how often the
+    /// flusher writes the rows of open hours, so other TSDs see them.
+    pub flush_interval: Duration,
+}
+
+impl Backend {
+    pub fn from_config(c: &Config) -> Result<Backend, ConfigError> {
+        match c.get_string("tsd.storage.backend").trim() {
+            "" | "embedded" => Ok(Backend::Embedded),
+            "clickhouse" => {
+                let required = |key: &str| {
+                    let v = c.get_string(key).trim().to_string();
+                    if v.is_empty() {
+                        Err(ConfigError::bad_value(
+                            key,
+                            "",
+                            "must be set when tsd.storage.backend = clickhouse",
+                        ))
+                    } else {
+                        Ok(v)
+                    }
+                };
+                let endpoints: Vec<String> = required("tsd.storage.clickhouse.endpoints")?
+                    .split(',')
+                    .map(|e| e.trim().to_string())
+                    .filter(|e| !e.is_empty())
+                    .collect();
+                for e in &endpoints {
+                    crate::storage::clickhouse::Endpoint::parse(e).map_err(|reason| {
+                        ConfigError::bad_value("tsd.storage.clickhouse.endpoints", e, reason)
+                    })?;
+                }
+                let database = match c.get_string("tsd.storage.clickhouse.database").trim() {
+                    "" => "rtsdb".to_string(),
+                    d => d.to_string(),
+                };
+                let basedir = match c.get_string("tsd.storage.zk_basedir").trim() {
+                    "" => "/rtsdb".to_string(),
+                    b => b.to_string(),
+                };
+                let flush_ms = c
+                    .get_int::<u64>("tsd.storage.clickhouse.flush_ms")?
+                    .unwrap_or(1000)
+                    .max(10);
+                Ok(Backend::ClickHouse(ClusterOptions {
+                    clickhouse: crate::storage::clickhouse::ClickHouseConfig {
+                        endpoints,
+                        cluster: required("tsd.storage.clickhouse.cluster")?,
+                        database,
+                    },
+                    zk_quorum: required("tsd.storage.zk_quorum")?,
+                    zk_basedir: basedir,
+                    flush_interval: Duration::from_millis(flush_ms),
+                }))
+            }
+            other => Err(ConfigError::bad_value(
+                "tsd.storage.backend",
+                other,
+                "must be 'embedded' or 'clickhouse'",
+            )),
+        }
+    }
 }
 
 /// The write path's settings.
@@ -81,6 +166,7 @@ impl DbOptions {
             auto_create: AutoCreate::default(),
             name_rules: NameRules::default(),
             write: WriteOptions::default(),
+            backend: Backend::Embedded,
         }
     }
 
@@ -97,6 +183,7 @@ impl DbOptions {
                 c.get_string("tsd.core.tag.allow_specialchars"),
             ),
             write: write_options(c)?,
+            backend: Backend::from_config(c)?,
         })
     }
 }
@@ -104,6 +191,18 @@ impl DbOptions {
 /// Store settings: layout keys count only when set explicitly, so a store
 /// created with other widths opens without repeating them.
 fn store_options(c: &Config) -> Result<StoreOptions, ConfigError> {
+    let explicit_encoding = match c.get_string("tsd.storage.row_encoding").trim() {
+        "" => None,
+        "compressed" => Some(RowEncoding::Compressed),
+        "classic" => Some(RowEncoding::Classic),
+        other => {
+            return Err(ConfigError::bad_value(
+                "tsd.storage.row_encoding",
+                other,
+                "must be 'compressed' or 'classic'",
+            ));
+        }
+    };
     Ok(StoreOptions {
         metric_width: c.explicit_int("tsd.storage.uid.width.metric")?,
         tagk_width: c.explicit_int("tsd.storage.uid.width.tagk")?,
@@ -117,17 +216,8 @@ fn store_options(c: &Config) -> Result<StoreOptions, ConfigError> {
         } else {
             DuplicatePolicy::Strict
         },
-        encoding: match c.get_string("tsd.storage.row_encoding").trim() {
-            "compressed" | "" => RowEncoding::Compressed,
-            "classic" => RowEncoding::Classic,
-            other => {
-                return Err(ConfigError::bad_value(
-                    "tsd.storage.row_encoding",
-                    other,
-                    "must be 'compressed' or 'classic'",
-                ));
-            }
-        },
+        encoding: explicit_encoding.unwrap_or_default(),
+        explicit_encoding,
         retention: Arc::new(
             Retention::from_entries(c.entries())
                 .map_err(|reason| ConfigError::bad_value(TTL_KEY, "", reason))?,
@@ -204,5 +294,28 @@ mod tests {
         let mut tags = Config::default();
         tags.set("tsd.storage.max_tags", "0");
         assert!(DbOptions::from_config(&tags).is_err());
+        assert_eq!(DbOptions::from_config(&cfg).unwrap().backend, Backend::Embedded);
+    }
+
+    #[test]
+    fn cluster_backend_keys() {
+        let mut c = Config::default();
+        c.set("tsd.storage.backend", "clickhouse");
+        let err = DbOptions::from_config(&c).unwrap_err().to_string();
+        assert!(err.contains("tsd.storage.clickhouse.endpoints"), "{err}");
+        c.set("tsd.storage.clickhouse.endpoints", "http://a:1, http://b:2");
+        c.set("tsd.storage.clickhouse.cluster", "rtsdb");
+        c.set("tsd.storage.zk_quorum", "a:2181");
+        let Backend::ClickHouse(o) = DbOptions::from_config(&c).unwrap().backend else {
+            panic!("not the cluster backend");
+        };
+        assert_eq!(o.clickhouse.endpoints, vec!["http://a:1", "http://b:2"]);
+        assert_eq!(o.clickhouse.database, "rtsdb");
+        assert_eq!(o.zk_basedir, "/rtsdb");
+        assert_eq!(o.flush_interval, Duration::from_millis(1000));
+        c.set("tsd.storage.clickhouse.endpoints", "a:1");
+        assert!(DbOptions::from_config(&c).is_err());
+        c.set("tsd.storage.backend", "hbase");
+        assert!(DbOptions::from_config(&c).is_err());
     }
 }

@@ -4,8 +4,8 @@
 //! Engines: [`fjall::FjallStore`] (embedded, the default; see
 //! docs/storage-engine.md for why) and [`memory::MemoryStore`] (tests).
 
-pub mod clickhouse;
-pub mod coordinator;
+pub(crate) mod clickhouse;
+pub(crate) mod coordinator;
 pub(crate) mod fjall;
 pub(crate) mod fjall_journal;
 pub(crate) mod memory;

@@ -13,6 +13,7 @@
 //! handle reach the key-value engine itself.
 
 pub(crate) mod annotations;
+pub mod cluster;
 pub mod header;
 pub(crate) mod index_table;
 pub(crate) mod meta_table;
@@ -139,6 +140,9 @@ pub struct StoreOptions {
     pub salt_buckets: Option<u32>,
     pub duplicates: DuplicatePolicy,
     pub encoding: RowEncoding,
+    /// `tsd.storage.row_encoding` when set: a cluster created with another
+    /// encoding refuses it (an embedded store takes any, per row).
+    pub explicit_encoding: Option<RowEncoding>,
     pub retention: Arc<retention::Retention>,
     pub engine: FjallOptions,
 }

@@ -58,7 +58,7 @@ pub struct ClickHouseConfig {
 }
 
 /// What the store layer knows about data rows that the engine needs.
-pub trait DataRows: Send + Sync {
+pub(crate) trait DataRows: Send + Sync {
     /// The part of a data row key that decides its shard (the key without
     /// its base hour, so a series' rows stay on one shard) and the base
     /// hour (which decides its partition; 0 for a key that has none).
@@ -70,8 +70,10 @@ pub trait DataRows: Send + Sync {
 
 /// Rows without structure: sharded by the whole key, newest version wins
 /// (tests of the engine on its own).
-pub struct OpaqueRows;
+#[cfg(test)]
+pub(crate) struct OpaqueRows;
 
+#[cfg(test)]
 impl DataRows for OpaqueRows {
     fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
         (key.to_vec(), 0)
@@ -89,7 +91,7 @@ const COMMON: [(&str, &str); 1] = [("load_balancing", "in_order")];
 
 /// The store: cheap to clone (snapshots hold a clone).
 #[derive(Clone)]
-pub struct ClickHouseStore {
+pub(crate) struct ClickHouseStore {
     inner: Arc<Inner>,
 }
 
@@ -100,7 +102,7 @@ impl std::ops::Deref for ClickHouseStore {
     }
 }
 
-pub struct Inner {
+pub(crate) struct Inner {
     http: Http,
     config: ClickHouseConfig,
     coordinator: Arc<dyn Coordinator>,
@@ -110,8 +112,6 @@ pub struct Inner {
     /// wall-clock nanoseconds, kept above everything seen (a hybrid
     /// clock), so a write after reading a version always outranks it.
     last_ver: AtomicU64,
-    /// Inserts issued (the benchmark reports inserts per second).
-    inserts: AtomicU64,
     /// Serialises this process's read-modify-writes before the cluster
     /// lock, so threads queue here rather than in ZooKeeper.
     rmw: super::StripedLocks,
@@ -164,7 +164,7 @@ impl ClickHouseStore {
     /// Connects, creates the database and tables `ON CLUSTER` if absent,
     /// and checks every table answers. `writer` names this TSD among the
     /// writers of the data table: stable across its restarts.
-    pub fn open(
+    pub(crate) fn open(
         config: ClickHouseConfig,
         coordinator: Arc<dyn Coordinator>,
         rows: Arc<dyn DataRows>,
@@ -189,7 +189,6 @@ impl ClickHouseStore {
             rows,
             writer,
             last_ver: AtomicU64::new(0),
-            inserts: AtomicU64::new(0),
             rmw: super::StripedLocks::new(64),
             _schema: Mutex::new(()),
         };
@@ -202,13 +201,9 @@ impl ClickHouseStore {
 
 impl Inner {
     /// The configuration the store was opened with.
-    pub fn config(&self) -> &ClickHouseConfig {
+    #[cfg(test)]
+    pub(crate) fn config(&self) -> &ClickHouseConfig {
         &self.config
-    }
-
-    /// Inserts issued so far.
-    pub fn inserts(&self) -> u64 {
-        self.inserts.load(Ordering::Relaxed)
     }
 
     fn exec(&self, sql: &str) -> Result<Vec<u8>> {
@@ -409,37 +404,9 @@ impl Inner {
         let mut params = COMMON.to_vec();
         params.push(("insert_distributed_sync", "1"));
         self.http.post(&query, &params, &body)?;
-        self.inserts.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Drops data partitions whose weeks end before `before_s` (retention).
-    pub fn drop_partitions_before(&self, before_s: u32) -> Result<u64> {
-        let db = &self.config.database;
-        let week_limit = before_s / 604_800;
-        let mut dropped = 0;
-        for ep in self.http.endpoints() {
-            let body = self.http.post_to(
-                ep,
-                &format!(
-                    "SELECT DISTINCT partition FROM system.parts WHERE active AND database = '{db}' AND table = 'data_local'"
-                ),
-            )?;
-            for p in String::from_utf8_lossy(&body).lines() {
-                let Ok(week) = p.trim().parse::<u32>() else {
-                    continue;
-                };
-                if week < week_limit {
-                    self.http.post_to(
-                        ep,
-                        &format!("ALTER TABLE {db}.data_local DROP PARTITION {week}"),
-                    )?;
-                    dropped += 1;
-                }
-            }
-        }
-        Ok(dropped)
-    }
 }
 
 impl KvStore for ClickHouseStore {
