@@ -139,6 +139,11 @@ pub struct WriteOptions {
     /// `tsd.core.tree.enable_processing` (default false): new series
     /// (a TSMeta created as points arrive) go through every enabled tree.
     pub tree_processing: bool,
+    /// On a cluster (`tsd.storage.clickhouse.flush_ms`): every buffered
+    /// point is written out at least this often, open hours included, so
+    /// other TSDs see it; rows of many series go out in one batch, and a
+    /// `sync` put returns only once its points are written.
+    pub shared_flush: Option<Duration>,
 }
 
 impl Default for WriteOptions {
@@ -153,6 +158,7 @@ impl Default for WriteOptions {
             series_limits: SeriesLimits::default(),
             meta: MetaTracking::default(),
             tree_processing: false,
+            shared_flush: None,
         }
     }
 }
@@ -171,6 +177,11 @@ impl DbOptions {
     }
 
     pub fn from_config(c: &Config) -> Result<DbOptions, ConfigError> {
+        let backend = Backend::from_config(c)?;
+        let mut write = write_options(c)?;
+        if let Backend::ClickHouse(cluster) = &backend {
+            write.shared_flush = Some(cluster.flush_interval);
+        }
         Ok(DbOptions {
             data_dir: c.data_dir(),
             store: store_options(c)?,
@@ -182,8 +193,8 @@ impl DbOptions {
             name_rules: NameRules::with_special_chars(
                 c.get_string("tsd.core.tag.allow_specialchars"),
             ),
-            write: write_options(c)?,
-            backend: Backend::from_config(c)?,
+            write,
+            backend,
         })
     }
 }

@@ -202,8 +202,25 @@ impl StripedLocks {
     /// Locks the stripe of `key` (the crate's hash of `seed` and the key: cheap and
     /// spreads keys well enough).
     pub(crate) fn lock(&self, seed: u64, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
+        self.locks[self.stripe(seed, key)].lock()
+    }
+
+    fn stripe(&self, seed: u64, key: &[u8]) -> usize {
         let h = crate::model::hash::hash_bytes(seed, key);
-        self.locks[(h % self.locks.len() as u64) as usize].lock()
+        (h % self.locks.len() as u64) as usize
+    }
+
+    /// Locks the stripes of all `keys`, in stripe order (so two callers
+    /// never wait on each other crosswise; single-key holders take one).
+    pub(crate) fn lock_all<'k>(
+        &self,
+        seed: u64,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Vec<parking_lot::MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = keys.into_iter().map(|k| self.stripe(seed, k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes.into_iter().map(|i| self.locks[i].lock()).collect()
     }
 }
 

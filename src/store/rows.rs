@@ -72,6 +72,16 @@ pub trait RowStore: SeriesSource {
     /// the same points again is harmless.
     fn put_points(&self, tsuid: &Tsuid, points: &[(Timestamp, Value)]) -> Result<()>;
 
+    /// [`put_points`](Self::put_points) for several series, each at most
+    /// once; an engine far away does it in a few round trips. On error
+    /// some rows may have been written; writing again is harmless.
+    fn put_points_many(&self, series: &[(Tsuid, Vec<(Timestamp, Value)>)]) -> Result<()> {
+        for (tsuid, points) in series {
+            self.put_points(tsuid, points)?;
+        }
+        Ok(())
+    }
+
     /// Deletes every row of `tsuids` whose base hour lies in
     /// `[first_hour, last_hour]` (points and annotation cells alike);
     /// returns how many rows existed and were deleted. Rows are deleted
@@ -151,6 +161,10 @@ impl RowStore for Store {
 
     fn put_points(&self, tsuid: &Tsuid, points: &[(Timestamp, Value)]) -> Result<()> {
         Store::put_points(self, tsuid, points, Durability::Process)
+    }
+
+    fn put_points_many(&self, series: &[(Tsuid, Vec<(Timestamp, Value)>)]) -> Result<()> {
+        Store::put_points_many(self, series, Durability::Process)
     }
 
     fn delete_rows(&self, tsuids: &[Tsuid], first_hour: u32, last_hour: u32) -> Result<u64> {
@@ -355,6 +369,17 @@ pub(crate) mod conformance {
         let got = rows.get_annotation(Some(&ab), s(h0 + 5)).unwrap().unwrap();
         assert_eq!(got.description, "outage");
         assert_eq!(read(rows, std::slice::from_ref(&a)).len(), 4);
+        // Several series at once merge as one at a time would, and keep
+        // the annotation.
+        rows.put_points_many(&[
+            (a.clone(), vec![(s(h0 + 6), Value::Int(5)), (s(h1 + 1), Value::Int(6))]),
+            (b.clone(), vec![(s(h0 + 2), Value::Int(8))]),
+        ])
+        .unwrap();
+        assert_eq!(read(rows, std::slice::from_ref(&a)).len(), 5);
+        assert!(read(rows, std::slice::from_ref(&a)).contains(&(0, ms(h0 + 6), Value::Int(5))));
+        assert_eq!(read(rows, std::slice::from_ref(&b)).len(), 2);
+        assert!(rows.get_annotation(Some(&ab), s(h0 + 5)).unwrap().is_some());
         let (g, c) = note(None, (h1 + 1) as i64, "global");
         rows.sync_annotation(None, &g, c, false, Durability::Process)
             .unwrap();
