@@ -212,7 +212,10 @@ impl Db {
             uids = uids.on_new_uid(realtime_uid_meta(meta.clone()));
         }
         let uids = Arc::new(store.retention().attach(uids));
-        let index = SeriesIndex::open(store.index_store(), store.layout().widths)?;
+        let mut index = SeriesIndex::open(store.index_store(), store.layout().widths)?;
+        if matches!(opts.backend, Backend::ClickHouse(_)) {
+            index = index.shared();
+        }
         Self::assemble(
             store.clone(),
             store.clone(),

@@ -17,6 +17,14 @@ use crate::storage::{Durability, KvStore, ScanRange, Table, WriteBatch};
 
 const SERIES: u8 = b'S';
 
+/// The base hour an entry's value holds (0 if it is too short).
+fn hour_of(value: &[u8]) -> u32 {
+    value
+        .get(..4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        .unwrap_or(0)
+}
+
 pub(crate) struct KvIndexStore {
     kv: Arc<dyn KvStore>,
 }
@@ -31,11 +39,18 @@ impl IndexStore for KvIndexStore {
     fn load(&self, f: &mut dyn FnMut(&[u8], u32)) -> index::Result<()> {
         for item in self.kv.scan(Table::Index, &ScanRange::prefix(&[SERIES])) {
             let (key, value) = item?;
-            let hour = value
-                .get(..4)
-                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-                .unwrap_or(0);
-            f(&key[1..], hour);
+            f(&key[1..], hour_of(&value));
+        }
+        Ok(())
+    }
+
+    fn load_prefix(&self, prefix: &[u8], f: &mut dyn FnMut(&[u8], u32)) -> index::Result<()> {
+        let mut start = Vec::with_capacity(prefix.len() + 1);
+        start.push(SERIES);
+        start.extend_from_slice(prefix);
+        for item in self.kv.scan(Table::Index, &ScanRange::prefix(&start)) {
+            let (key, value) = item?;
+            f(&key[1..], hour_of(&value));
         }
         Ok(())
     }

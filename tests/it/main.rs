@@ -7,6 +7,7 @@ mod common;
 
 mod backup;
 mod cli;
+mod cluster;
 mod crash;
 mod fsck;
 mod import;
