@@ -314,6 +314,23 @@ mod tests {
         drop_database(&config);
     }
 
+    #[test]
+    fn rows_on_the_cluster_conform() {
+        let Some(config) = crate::storage::clickhouse::test_cluster::config("rows") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_cluster(
+            dir.path(),
+            &StoreOptions::default(),
+            &config,
+            Arc::new(LocalCoordinator::new()),
+        )
+        .unwrap();
+        crate::store::rows::conformance::run(Arc::new(store));
+        drop_database(&config);
+    }
+
     fn drop_database(config: &ClickHouseConfig) {
         let store = ClickHouseStore::open(
             config.clone(),

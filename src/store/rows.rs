@@ -369,17 +369,6 @@ pub(crate) mod conformance {
         let got = rows.get_annotation(Some(&ab), s(h0 + 5)).unwrap().unwrap();
         assert_eq!(got.description, "outage");
         assert_eq!(read(rows, std::slice::from_ref(&a)).len(), 4);
-        // Several series at once merge as one at a time would, and keep
-        // the annotation.
-        rows.put_points_many(&[
-            (a.clone(), vec![(s(h0 + 6), Value::Int(5)), (s(h1 + 1), Value::Int(6))]),
-            (b.clone(), vec![(s(h0 + 2), Value::Int(8))]),
-        ])
-        .unwrap();
-        assert_eq!(read(rows, std::slice::from_ref(&a)).len(), 5);
-        assert!(read(rows, std::slice::from_ref(&a)).contains(&(0, ms(h0 + 6), Value::Int(5))));
-        assert_eq!(read(rows, std::slice::from_ref(&b)).len(), 2);
-        assert!(rows.get_annotation(Some(&ab), s(h0 + 5)).unwrap().is_some());
         let (g, c) = note(None, (h1 + 1) as i64, "global");
         rows.sync_annotation(None, &g, c, false, Durability::Process)
             .unwrap();
@@ -435,7 +424,27 @@ pub(crate) mod conformance {
                 .unwrap(),
             2
         );
-        assert!(read(rows, &[a, b]).is_empty());
+        assert!(read(rows, &[a.clone(), b.clone()]).is_empty());
+
+        // Several series at once merge as one at a time would, and keep
+        // an annotation in a touched row.
+        rows.sync_annotation(Some(&ab), &n, c, false, Durability::Process)
+            .unwrap();
+        rows.put_points(&a, &[(s(h0 + 6), Value::Int(4))]).unwrap();
+        rows.put_points_many(&[
+            (a.clone(), vec![(s(h0 + 6), Value::Int(5)), (s(h1 + 1), Value::Int(6))]),
+            (b.clone(), vec![(s(h0 + 2), Value::Int(8))]),
+        ])
+        .unwrap();
+        assert_eq!(
+            read(rows, &[a.clone(), b]),
+            vec![
+                (0, ms(h0 + 6), Value::Int(5)),
+                (0, ms(h1 + 1), Value::Int(6)),
+                (1, ms(h0 + 2), Value::Int(8)),
+            ]
+        );
+        assert!(rows.get_annotation(Some(&ab), s(h0 + 5)).unwrap().is_some());
         rows.sync().unwrap();
     }
 }
