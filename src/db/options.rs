@@ -305,7 +305,10 @@ mod tests {
         let mut tags = Config::default();
         tags.set("tsd.storage.max_tags", "0");
         assert!(DbOptions::from_config(&tags).is_err());
-        assert_eq!(DbOptions::from_config(&cfg).unwrap().backend, Backend::Embedded);
+        assert_eq!(
+            DbOptions::from_config(&cfg).unwrap().backend,
+            Backend::Embedded
+        );
     }
 
     #[test]

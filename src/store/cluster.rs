@@ -4,7 +4,7 @@
 //!
 //! What differs from the embedded store is where the layout is recorded
 //! and how the engine learns about data rows:
-//! - The layout record (docs/format/layout-record.md) lives in the
+//! - The layout record (docs/format/clickhouse.md) lives in the
 //!   cluster's [`Coordinator`] (ZooKeeper), created by the first TSD and
 //!   enforced on every later one exactly as the embedded header is.
 //! - [`LayoutRows`] tells the engine which part of a data row key is the
@@ -24,8 +24,8 @@ use super::{Result, Store, StoreError, StoreOptions, lock_dir};
 use crate::codec::row::{self, DecodedRow, DuplicatePolicy, RowCells, RowEncoding};
 use crate::codec::row_key::KeyLayout;
 use crate::storage::KvStore;
-use crate::storage::clickhouse::{ClickHouseStore, DataRows};
 pub use crate::storage::clickhouse::ClickHouseConfig;
+use crate::storage::clickhouse::{ClickHouseStore, DataRows};
 pub use crate::storage::coordinator::{Coordinator, LocalCoordinator};
 
 /// The name of the layout record in the coordinator.
@@ -33,7 +33,7 @@ pub const LAYOUT_RECORD: &str = "layout";
 /// The engine name a cluster's layout record carries.
 pub const ENGINE: &str = "clickhouse";
 
-/// What every TSD of a cluster must agree on (docs/format/layout-record.md).
+/// What every TSD of a cluster must agree on (docs/format/clickhouse.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LayoutRecord {
     pub format: String,
@@ -241,9 +241,13 @@ mod tests {
         let stored: Vec<StoredPoint> = points
             .iter()
             .map(|&(s, v)| {
-                StoredPoint::new(Timestamp::from_raw(i64::from(BASE + s)).unwrap(), BASE, Value::Int(v))
-                    .unwrap()
-                    .0
+                StoredPoint::new(
+                    Timestamp::from_raw(i64::from(BASE + s)).unwrap(),
+                    BASE,
+                    Value::Int(v),
+                )
+                .unwrap()
+                .0
             })
             .collect();
         row::compact(

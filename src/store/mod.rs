@@ -589,7 +589,9 @@ impl Store {
             for &(ts, v) in points {
                 let base = ts.base_time()?;
                 let (p, _) = StoredPoint::new(ts, base, v).map_err(ColumnError::from)?;
-                rows.entry(self.layout.row_key(tsuid, base)).or_default().push(p);
+                rows.entry(self.layout.row_key(tsuid, base))
+                    .or_default()
+                    .push(p);
             }
         }
         if rows.is_empty() {

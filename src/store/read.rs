@@ -165,7 +165,8 @@ impl SeriesSource for Store {
         // iterator is lazy: a sink that stops early stops the reads.
         let mut wanted = tsuids.iter().enumerate().flat_map(|(i, tsuid)| {
             let first = start_base.max(self.retention_floor(tsuid.metric));
-            row_bases(first, end_base).map(move |base| (i, base, self.layout().row_key(tsuid, base)))
+            row_bases(first, end_base)
+                .map(move |base| (i, base, self.layout().row_key(tsuid, base)))
         });
         loop {
             let chunk: Vec<(usize, u32, Vec<u8>)> = wanted.by_ref().take(ROWS_PER_READ).collect();

@@ -432,7 +432,10 @@ pub(crate) mod conformance {
             .unwrap();
         rows.put_points(&a, &[(s(h0 + 6), Value::Int(4))]).unwrap();
         rows.put_points_many(&[
-            (a.clone(), vec![(s(h0 + 6), Value::Int(5)), (s(h1 + 1), Value::Int(6))]),
+            (
+                a.clone(),
+                vec![(s(h0 + 6), Value::Int(5)), (s(h1 + 1), Value::Int(6))],
+            ),
             (b.clone(), vec![(s(h0 + 2), Value::Int(8))]),
         ])
         .unwrap();

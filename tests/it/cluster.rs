@@ -50,7 +50,10 @@ impl ClusterConf {
         let cluster = value("tsd.storage.clickhouse.cluster");
         let mut conf: String = text
             .lines()
-            .filter(|l| !l.trim_start().starts_with("tsd.storage.clickhouse.database"))
+            .filter(|l| {
+                !l.trim_start()
+                    .starts_with("tsd.storage.clickhouse.database")
+            })
             .map(|l| format!("{l}\n"))
             .collect();
         conf.push_str(&format!(
@@ -155,9 +158,7 @@ fn a_point_put_on_one_tsd_is_read_on_another() {
     }
 
     // The names resolve to the same UIDs on both.
-    let tsuids = |t: &ChildTsd| {
-        query(t, &format!("{q}&show_tsuids=true"))[0]["tsuids"].clone()
-    };
+    let tsuids = |t: &ChildTsd| query(t, &format!("{q}&show_tsuids=true"))[0]["tsuids"].clone();
     assert_eq!(tsuids(&a), tsuids(&b));
     let uid = |t: &ChildTsd| {
         let r = json_http(t.addr, "GET", "/api/uid/uidmeta?uid=000001&type=metric", "");
@@ -206,7 +207,11 @@ fn the_command_line_prints_the_same_lines_as_on_the_embedded_store() {
             1356998400 + i * 97,
             i * 3
         ));
-        lines.push_str(&format!("sys.mem {} {}.5 host={host}\n", 1356998400 + i * 61, i));
+        lines.push_str(&format!(
+            "sys.mem {} {}.5 host={host}\n",
+            1356998400 + i * 61,
+            i
+        ));
     }
     std::fs::write(&input, lines).unwrap();
     let input = input.to_str().unwrap();
@@ -215,7 +220,12 @@ fn the_command_line_prints_the_same_lines_as_on_the_embedded_store() {
     let cluster_dir = dir.path().join("cluster");
     let conf_path = conf.path.to_str().unwrap();
     let on_cluster = |args: &[&str]| {
-        let mut all = vec!["--config", conf_path, "--data-dir", cluster_dir.to_str().unwrap()];
+        let mut all = vec![
+            "--config",
+            conf_path,
+            "--data-dir",
+            cluster_dir.to_str().unwrap(),
+        ];
         all.extend_from_slice(args);
         tsdb(&all)
     };
@@ -243,7 +253,10 @@ fn the_command_line_prints_the_same_lines_as_on_the_embedded_store() {
                 .collect()
         };
         let (e, c) = (local(on_embedded(args)), local(on_cluster(args)));
-        assert!(!e.trim().is_empty() || args[0] == "fsck", "{args:?} printed nothing");
+        assert!(
+            !e.trim().is_empty() || args[0] == "fsck",
+            "{args:?} printed nothing"
+        );
         assert_eq!(c, e, "tsdb {args:?}");
     }
     on_cluster(&["mkmetric", "new.metric"]);

@@ -89,7 +89,12 @@ impl Http {
     /// request body, on the first endpoint that answers; returns the body
     /// of the answer. A server error is not retried elsewhere (another
     /// replica would refuse the same statement); a connection failure is.
-    pub(crate) fn post(&self, query: &str, params: &[(&str, &str)], body: &[u8]) -> Result<Vec<u8>> {
+    pub(crate) fn post(
+        &self,
+        query: &str,
+        params: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<Vec<u8>> {
         Ok(self.post_inner(query, params, body)?)
     }
 
@@ -269,10 +274,7 @@ mod tests {
             Endpoint::parse("http://127.0.0.1:9000/").unwrap().host_port,
             "127.0.0.1:9000"
         );
-        assert_eq!(
-            Endpoint::parse("http://ch").unwrap().host_port,
-            "ch:8123"
-        );
+        assert_eq!(Endpoint::parse("http://ch").unwrap().host_port, "ch:8123");
         assert!(Endpoint::parse("ch:8123").is_err());
         assert!(Endpoint::parse("http://ch:1/x").is_err());
     }
@@ -280,7 +282,10 @@ mod tests {
     #[test]
     fn reads_chunked_and_sized_answers() {
         let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
-        assert_eq!(read_response(&chunked[..]).unwrap(), (200, b"abcde".to_vec()));
+        assert_eq!(
+            read_response(&chunked[..]).unwrap(),
+            (200, b"abcde".to_vec())
+        );
         let sized = b"HTTP/1.1 500 Err\r\nContent-Length: 4\r\n\r\nCode";
         assert_eq!(read_response(&sized[..]).unwrap(), (500, b"Code".to_vec()));
         assert!(read_response(&b"garbage"[..]).is_err());

@@ -32,8 +32,8 @@ use parking_lot::Mutex;
 
 use super::coordinator::Coordinator;
 use super::{
-    Durability, KeyValue, KvSnapshot, KvStore, Mutation, Result, ScanIter, ScanRange,
-    StorageError, Table, WriteBatch, counter_value,
+    Durability, KeyValue, KvSnapshot, KvStore, Mutation, Result, ScanIter, ScanRange, StorageError,
+    Table, WriteBatch, counter_value,
 };
 pub(crate) use http::Endpoint;
 use http::Http;
@@ -140,9 +140,7 @@ fn hex(b: &[u8]) -> String {
 /// from configuration).
 fn check_ident(what: &str, name: &str) -> Result<()> {
     if name.is_empty()
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
         || name.as_bytes()[0].is_ascii_digit()
     {
         return Err(StorageError::Engine(format!(
@@ -216,7 +214,12 @@ impl Inner {
         // per statement (~0.1 s each): skip it when the tables are there.
         let names: Vec<String> = Table::ALL
             .iter()
-            .flat_map(|t| [table_name(*t).to_string(), format!("{}_local", table_name(*t))])
+            .flat_map(|t| {
+                [
+                    table_name(*t).to_string(),
+                    format!("{}_local", table_name(*t)),
+                ]
+            })
             .collect();
         let present = self.exec(&format!(
             "SELECT count() FROM system.tables WHERE database = '{db}' AND name IN ('{}')",
@@ -421,7 +424,6 @@ impl Inner {
         self.http.post(&query, &params, &body)?;
         Ok(())
     }
-
 }
 
 impl KvStore for ClickHouseStore {
@@ -442,7 +444,11 @@ impl KvStore for ClickHouseStore {
                 .mutations
                 .iter()
                 .filter_map(|m| match m {
-                    Mutation::Put { table: t, key, value } if *t == table => {
+                    Mutation::Put {
+                        table: t,
+                        key,
+                        value,
+                    } if *t == table => {
                         Some((key.as_slice(), Some(value.as_slice()), self.next_ver()))
                     }
                     Mutation::Delete { table: t, key } if *t == table => {
@@ -469,7 +475,9 @@ impl KvStore for ClickHouseStore {
 
     fn increment(&self, table: Table, key: &[u8], delta: i64, _: Durability) -> Result<i64> {
         let _local = self.rmw.lock(table as u64, key);
-        let _cluster = self.coordinator.lock(&lock_name(&self.config.database, table, key))?;
+        let _cluster = self
+            .coordinator
+            .lock(&lock_name(&self.config.database, table, key))?;
         let (current, ver) = self.get_with_ver(table, key)?;
         let v = counter_value(table, key, current.as_deref())?.wrapping_add(delta);
         self.saw_ver(ver);
@@ -486,7 +494,9 @@ impl KvStore for ClickHouseStore {
         _: Durability,
     ) -> Result<bool> {
         let _local = self.rmw.lock(table as u64, key);
-        let _cluster = self.coordinator.lock(&lock_name(&self.config.database, table, key))?;
+        let _cluster = self
+            .coordinator
+            .lock(&lock_name(&self.config.database, table, key))?;
         let (current, ver) = self.get_with_ver(table, key)?;
         if current.as_deref() != expected {
             return Ok(false);
@@ -686,7 +696,9 @@ pub(crate) mod test_cluster {
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
                 .collect(),
-            cluster: conf.get_string("tsd.storage.clickhouse.cluster").to_string(),
+            cluster: conf
+                .get_string("tsd.storage.clickhouse.cluster")
+                .to_string(),
             database: format!("t_{test}_{}_{nanos}", std::process::id()),
         })
     }
@@ -771,7 +783,11 @@ mod tests {
             SCAN_PAGE + 10
         );
         let keys: Vec<Vec<u8>> = (0u32..3).map(|i| i.to_be_bytes().to_vec()).collect();
-        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).chain([&b"no"[..]]).collect();
+        let refs: Vec<&[u8]> = keys
+            .iter()
+            .map(|k| k.as_slice())
+            .chain([&b"no"[..]])
+            .collect();
         let got = b.get_many(Table::Meta, &refs).unwrap();
         assert_eq!(got.iter().filter(|v| v.is_some()).count(), 3);
         assert!(got[3].is_none());

@@ -57,7 +57,9 @@ impl<'a> Reader<'a> {
                 break;
             }
         }
-        Ok(self.take(usize::try_from(n).map_err(|_| short())?)?.to_vec())
+        Ok(self
+            .take(usize::try_from(n).map_err(|_| short())?)?
+            .to_vec())
     }
 
     pub(crate) fn u64(&mut self) -> Result<u64> {
