@@ -143,10 +143,12 @@ impl Db {
             .collect();
         let stored: usize = batch.iter().map(|(_, p)| p.len()).sum();
         let rows: u64 = by_series.values().map(|h| h.len() as u64).sum();
-        let result = if batch.is_empty() {
-            Ok(())
-        } else {
-            self.rows.put_points_many(&batch)
+        // Index entries first: a series whose rows another TSD can read
+        // is one its queries can find.
+        let result = match self.index.flush() {
+            Err(e) => Err(e.to_string()),
+            Ok(()) if batch.is_empty() => Ok(()),
+            Ok(()) => self.rows.put_points_many(&batch).map_err(|e| e.to_string()),
         };
         let outcome = match result {
             Ok(()) => {
@@ -164,7 +166,7 @@ impl Db {
                         self.buffer.put_back(h);
                     }
                 }
-                Err(e.to_string())
+                Err(e)
             }
         };
         self.buffer.finish(id);

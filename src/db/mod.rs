@@ -243,6 +243,9 @@ impl Db {
         let series = SeriesCache::new(uids, opts.max_tags)
             .with_limiter(SeriesLimiter::new(opts.series_limits, index.clone()));
         let (next_segment, replayed) = replay::replay(&*rows, &series, &index, &wal_dir)?;
+        // Entries replay recorded in a batching index backend (a cluster)
+        // are written before the WAL they came from can go.
+        index.flush()?;
         let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone())?;
         let db = Arc::new(Db {
             rows,

@@ -65,6 +65,14 @@ pub trait IndexStore: Send + Sync {
     /// Removes every entry (before a rebuild records them again).
     fn clear(&self) -> Result<()>;
 
+    /// Writes out entries [`record`](Self::record) kept back, for a
+    /// backend that batches them (a remote one: one write per tick rather
+    /// than per new series). Such a backend's entries are written before
+    /// the rows of the same flush, and the WAL replays what a crash lost.
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Calls `f` with the entries whose TSUID bytes start with `prefix`
     /// (a metric's series). The default filters a full [`load`](Self::load).
     fn load_prefix(&self, prefix: &[u8], f: &mut dyn FnMut(&[u8], u32)) -> Result<()> {
@@ -296,6 +304,11 @@ impl SeriesIndex {
         Ok(is_new)
     }
 
+    /// Writes out what the backend kept back ([`IndexStore::flush`]).
+    pub fn flush(&self) -> Result<()> {
+        self.backend.flush()
+    }
+
     /// Runs `f` on a metric's series (`None` if the metric has none).
     pub fn with_metric<R>(&self, metric: Uid, f: impl FnOnce(Option<&MetricSeries>) -> R) -> R {
         if self.shared {
@@ -357,7 +370,7 @@ impl SeriesIndex {
         for (tsuid, hour) in sorted {
             self.add_at(&tsuid, hour)?;
         }
-        Ok(())
+        self.backend.flush()
     }
 }
 
