@@ -56,17 +56,16 @@ queries() {
   R[${tag}_q4]=$(median_of "$port" "$(rq "sum:rate:cpu.usage_user")")
 }
 
-start_tsd() { # conf data_dir -> port (PID appended to PIDS)
-  local port; port=$(free_port)
-  "$TSDB" --config "$1" tsd --port "$port" --data-dir "$2" --auto-metric > "$2.log" 2>&1 &
+start_tsd() { # conf data_dir: sets PORT, appends the PID to PIDS
+  PORT=$(free_port)
+  "$TSDB" --config "$1" tsd --port "$PORT" --data-dir "$2" --auto-metric > "$2.log" 2>&1 &
   PIDS+=($!)
-  wait_port "$port"
-  echo "$port"
+  wait_port "$PORT"
 }
 
 # ---------------------------------------------------------------- embedded
 : > "$WORK/embedded.conf"
-port=$(start_tsd "$WORK/embedded.conf" "$WORK/embedded")
+start_tsd "$WORK/embedded.conf" "$WORK/embedded"; port=$PORT
 R[emb_load]=$("$TSBS" load "127.0.0.1:$port" telnet "$HOSTS" "$HOURS" "$CONNS")
 sleep "${SETTLE:-15}"
 queries "$port" emb
@@ -78,7 +77,7 @@ R[emb_bpp]=$(awk -v b="$(disk_bytes "$WORK/embedded")" -v p="$POINTS" 'BEGIN{pri
 DB=bench_$$
 grep -v '^tsd.storage.clickhouse.database' "$CONF" > "$WORK/cluster.conf"
 echo "tsd.storage.clickhouse.database = $DB" >> "$WORK/cluster.conf"
-port=$(start_tsd "$WORK/cluster.conf" "$WORK/c1")
+start_tsd "$WORK/cluster.conf" "$WORK/c1"; port=$PORT
 i0=$(ch_sum "SELECT value FROM system.events WHERE event = 'InsertQuery'")
 t0=$(date +%s.%N)
 R[ch_load]=$("$TSBS" load "127.0.0.1:$port" telnet "$HOSTS" "$HOURS" "$CONNS")
@@ -107,8 +106,8 @@ ch "${ENDPOINTS%% *}" "DROP DATABASE $DB ON CLUSTER $CLUSTER" >/dev/null
 DB2=bench2_$$
 grep -v '^tsd.storage.clickhouse.database' "$CONF" > "$WORK/cluster2.conf"
 echo "tsd.storage.clickhouse.database = $DB2" >> "$WORK/cluster2.conf"
-pa=$(start_tsd "$WORK/cluster2.conf" "$WORK/c2a")
-pb=$(start_tsd "$WORK/cluster2.conf" "$WORK/c2b")
+start_tsd "$WORK/cluster2.conf" "$WORK/c2a"; pa=$PORT
+start_tsd "$WORK/cluster2.conf" "$WORK/c2b"; pb=$PORT
 "$TSBS" lines "$HOSTS" "$HOURS" > "$WORK/lines.txt"
 split -n l/2 "$WORK/lines.txt" "$WORK/half."
 t0=$(date +%s.%N)

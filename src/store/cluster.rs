@@ -227,9 +227,7 @@ impl Store {
         store.retention = opts.retention.clone();
         // One INSERT per new series would cost more than its points: the
         // flusher writes the index entries of a tick together.
-        store.index = Arc::new(super::index_table::KvIndexStore::deferred(
-            store.kv.clone(),
-        ));
+        store.index = Arc::new(super::index_table::KvIndexStore::deferred(store.kv.clone()));
         Ok(store)
     }
 }

@@ -84,7 +84,11 @@ impl IndexStore for KvIndexStore {
         }
         let mut batch = WriteBatch::new();
         batch.durability = Durability::Process;
-        batch.put(Table::Index, Self::entry_key(tsuid), hour.to_be_bytes().to_vec());
+        batch.put(
+            Table::Index,
+            Self::entry_key(tsuid),
+            hour.to_be_bytes().to_vec(),
+        );
         Ok(self.kv.write(batch)?)
     }
 
@@ -98,7 +102,11 @@ impl IndexStore for KvIndexStore {
         }
         let mut batch = WriteBatch::new();
         for (tsuid, hour) in &taken {
-            batch.put(Table::Index, Self::entry_key(tsuid), hour.to_be_bytes().to_vec());
+            batch.put(
+                Table::Index,
+                Self::entry_key(tsuid),
+                hour.to_be_bytes().to_vec(),
+            );
         }
         if let Err(e) = self.kv.write(batch) {
             // Kept for the next attempt, under anything recorded meanwhile.

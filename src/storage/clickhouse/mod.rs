@@ -150,6 +150,13 @@ fn check_ident(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// A version about to be inserted: a value, or a tombstone (`None`).
+struct NewVersion<'a> {
+    key: &'a [u8],
+    value: Option<&'a [u8]>,
+    ver: u64,
+}
+
 /// One stored version of a key.
 struct Version {
     key: Vec<u8>,
@@ -387,7 +394,7 @@ impl Inner {
 
     /// Inserts rows into one table's `Distributed` table and returns once
     /// every shard's replica has them (`insert_distributed_sync`).
-    fn insert(&self, table: Table, rows: &[(&[u8], Option<&[u8]>, u64)]) -> Result<()> {
+    fn insert(&self, table: Table, rows: &[NewVersion<'_>]) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -397,7 +404,7 @@ impl Inner {
             b""
         };
         let mut body = Vec::with_capacity(rows.len() * 64);
-        for (key, value, ver) in rows {
+        for NewVersion { key, value, ver } in rows {
             put_string(&mut body, key);
             if table == Table::Data {
                 let (series, base) = self.rows.place(key);
@@ -440,7 +447,7 @@ impl KvStore for ClickHouseStore {
         // One insert per table; a key written twice in one batch keeps
         // its last mutation (a later version).
         for table in Table::ALL {
-            let rows: Vec<(&[u8], Option<&[u8]>, u64)> = batch
+            let rows: Vec<NewVersion<'_>> = batch
                 .mutations
                 .iter()
                 .filter_map(|m| match m {
@@ -448,12 +455,16 @@ impl KvStore for ClickHouseStore {
                         table: t,
                         key,
                         value,
-                    } if *t == table => {
-                        Some((key.as_slice(), Some(value.as_slice()), self.next_ver()))
-                    }
-                    Mutation::Delete { table: t, key } if *t == table => {
-                        Some((key.as_slice(), None, self.next_ver()))
-                    }
+                    } if *t == table => Some(NewVersion {
+                        key,
+                        value: Some(value),
+                        ver: self.next_ver(),
+                    }),
+                    Mutation::Delete { table: t, key } if *t == table => Some(NewVersion {
+                        key,
+                        value: None,
+                        ver: self.next_ver(),
+                    }),
                     _ => None,
                 })
                 .collect();
@@ -481,7 +492,15 @@ impl KvStore for ClickHouseStore {
         let (current, ver) = self.get_with_ver(table, key)?;
         let v = counter_value(table, key, current.as_deref())?.wrapping_add(delta);
         self.saw_ver(ver);
-        self.insert(table, &[(key, Some(&v.to_be_bytes()), self.next_ver())])?;
+        let value = v.to_be_bytes();
+        self.insert(
+            table,
+            &[NewVersion {
+                key,
+                value: Some(&value),
+                ver: self.next_ver(),
+            }],
+        )?;
         Ok(v)
     }
 
@@ -502,7 +521,14 @@ impl KvStore for ClickHouseStore {
             return Ok(false);
         }
         self.saw_ver(ver);
-        self.insert(table, &[(key, Some(new), self.next_ver())])?;
+        self.insert(
+            table,
+            &[NewVersion {
+                key,
+                value: Some(new),
+                ver: self.next_ver(),
+            }],
+        )?;
         Ok(true)
     }
 
