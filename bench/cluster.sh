@@ -108,18 +108,23 @@ grep -v '^tsd.storage.clickhouse.database' "$CONF" > "$WORK/cluster2.conf"
 echo "tsd.storage.clickhouse.database = $DB2" >> "$WORK/cluster2.conf"
 start_tsd "$WORK/cluster2.conf" "$WORK/c2a"; pa=$PORT
 start_tsd "$WORK/cluster2.conf" "$WORK/c2b"; pb=$PORT
-"$TSBS" lines "$HOSTS" "$HOURS" > "$WORK/lines.txt"
+"$TSBS" lines "$HOSTS" "$HOURS" | sed 's/^/put /' > "$WORK/lines.txt"
 split -n l/2 "$WORK/lines.txt" "$WORK/half."
 t0=$(date +%s.%N)
 send() { python3 - "$1" "$2" <<'PY'
-import socket, sys
+import socket, sys, threading
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+answers = []
+# Drained while sending: a TSD answering errors must never block on us.
+t = threading.Thread(target=lambda: answers.extend(iter(lambda: s.recv(65536), b"")))
+t.start()
 with open(sys.argv[2], "rb") as f:
     for chunk in iter(lambda: f.read(1 << 20), b""):
         s.sendall(chunk)
 s.shutdown(socket.SHUT_WR)
-while s.recv(65536):
-    pass
+t.join()
+if answers:
+    sys.exit("the TSD answered: " + b"".join(answers)[:200].decode(errors="replace"))
 PY
 }
 send "$pa" "$WORK/half.aa" & sa=$!
