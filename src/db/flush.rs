@@ -95,7 +95,10 @@ impl Db {
             by_series.entry(h.series.id).or_default().push(h);
         }
         if self.opts.shared_flush.is_some() {
-            return self.flush_batched(id, &by_series).unwrap_or(0);
+            return match self.flush_batched(&by_series) {
+                Ok(n) => (n, false),
+                Err(_) => (0, true),
+            };
         }
         for hours in by_series.values() {
             let points: Vec<_> = hours
@@ -126,11 +129,7 @@ impl Db {
     /// one [`RowStore::put_points_many`](crate::store::rows::RowStore::put_points_many)
     /// (a read and an insert per table, not per row: ClickHouse wants few,
     /// large inserts). On failure everything goes back to the buffer.
-    fn flush_batched(
-        &self,
-        id: u64,
-        by_series: &HashMap<u32, Vec<&SealedHour>>,
-    ) -> Result<usize, String> {
+    fn flush_batched(&self, by_series: &HashMap<u32, Vec<&SealedHour>>) -> Result<usize, String> {
         let batch: Vec<_> = by_series
             .values()
             .map(|hours| {
@@ -150,12 +149,9 @@ impl Db {
             Ok(()) if batch.is_empty() => Ok(()),
             Ok(()) => self.rows.put_points_many(&batch).map_err(|e| e.to_string()),
         };
-        let outcome = match result {
+        match result {
             Ok(()) => {
                 self.stats.rows_written.fetch_add(rows, Ordering::Relaxed);
-                self.stats
-                    .points_stored
-                    .fetch_add(stored as u64, Ordering::Relaxed);
                 Ok(stored)
             }
             Err(e) => {
@@ -168,9 +164,7 @@ impl Db {
                 }
                 Err(e)
             }
-        };
-        self.buffer.finish(id);
-        outcome
+        }
     }
 
     /// Writes every buffered point now (a `sync` put on a cluster): `Err`
@@ -184,12 +178,22 @@ impl Db {
             everything: true,
         };
         let _f = self.flush_lock.lock();
-        let (id, sealed) = self.buffer.seal(policy);
-        let mut by_series: HashMap<u32, Vec<&SealedHour>> = HashMap::new();
-        for h in sealed.iter() {
-            by_series.entry(h.series.id).or_default().push(h);
+        loop {
+            let (id, sealed) = self.buffer.seal(policy, FLUSH_BATCH_HOURS);
+            let mut by_series: HashMap<u32, Vec<&SealedHour>> = HashMap::new();
+            for h in sealed.iter() {
+                by_series.entry(h.series.id).or_default().push(h);
+            }
+            let written = self.flush_batched(&by_series);
+            self.buffer.finish(id);
+            let n = written?;
+            self.stats
+                .points_stored
+                .fetch_add(n as u64, Ordering::Relaxed);
+            if sealed.len() < FLUSH_BATCH_HOURS {
+                return Ok(());
+            }
         }
-        self.flush_batched(id, &by_series).map(|_| ())
     }
 
     /// Adds the points counted in memory since the last call to each

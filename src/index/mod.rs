@@ -259,7 +259,7 @@ impl SeriesIndex {
             let inner = self.inner.read();
             found
                 .into_iter()
-                .filter(|(t, h)| inner.known.get(t).is_none_or(|known| known < h))
+                .filter(|(t, h)| inner.hour(t).is_none_or(|known| known < *h))
                 .collect()
         };
         if fresh.is_empty() {
@@ -267,9 +267,9 @@ impl SeriesIndex {
         }
         let mut inner = self.inner.write();
         for (tsuid, hour) in fresh {
-            match inner.known.get_mut(&tsuid) {
-                Some(known) => *known = (*known).max(hour),
-                None => insert(&mut inner, tsuid, hour),
+            // Checked again under the write lock: memory may have moved on.
+            if inner.hour(&tsuid).is_none_or(|known| known < hour) {
+                insert(&mut inner, tsuid, hour);
             }
         }
     }
