@@ -108,6 +108,15 @@ const DEFAULTS: &[(&str, &str)] = &[
     // rtsdb: rollups computed from raw points as hours are sealed
     // (docs/rollups.md).
     ("tsd.rollups.auto", "false"),
+    // rtsdb: where rows live: `embedded` or `clickhouse` (a ClickHouse
+    // cluster coordinated by ZooKeeper; docs/scale-out.md).
+    ("tsd.storage.backend", "embedded"),
+    ("tsd.storage.clickhouse.endpoints", ""),
+    ("tsd.storage.clickhouse.cluster", ""),
+    ("tsd.storage.clickhouse.database", "rtsdb"),
+    ("tsd.storage.clickhouse.flush_ms", "1000"),
+    ("tsd.storage.zk_quorum", ""),
+    ("tsd.storage.zk_basedir", "/rtsdb"),
     // rtsdb: `POST /api/backup` (off: it writes files on the server), and
     // the only directory it writes in ("": DATA_DIR/backups).
     ("tsd.backup.enable", "false"),

@@ -248,12 +248,27 @@ impl Db {
 
     /// Waits until `a`'s points are on stable storage; fails at once if
     /// the WAL cannot be written (they must not be acknowledged then).
+    /// On a cluster they must also be in ClickHouse, where any TSD reads
+    /// them: everything buffered is written out before this returns.
     pub async fn wait_durable(&self, a: Appended) -> Result<(), PointError> {
         if a.seq > 0 {
             self.wal
                 .wait_durable(a.seq)
                 .await
                 .map_err(|e| PointError::Unavailable(e.to_string()))?;
+            if self.opts.shared_flush.is_some() {
+                // The write blocks on HTTP: off the async workers where the
+                // runtime allows it.
+                let multi = tokio::runtime::Handle::try_current().is_ok_and(|h| {
+                    h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+                });
+                let flushed = if multi {
+                    tokio::task::block_in_place(|| self.flush_all_now())
+                } else {
+                    self.flush_all_now()
+                };
+                flushed.map_err(|e| PointError::Unavailable(e.to_string()))?;
+            }
         }
         Ok(())
     }
@@ -264,6 +279,9 @@ impl Db {
             self.wal
                 .wait_durable_blocking(a.seq)
                 .map_err(|e| PointError::Unavailable(e.to_string()))?;
+            if self.opts.shared_flush.is_some() {
+                self.flush_all_now().map_err(PointError::Unavailable)?;
+            }
         }
         Ok(())
     }

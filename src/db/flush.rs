@@ -37,7 +37,14 @@ pub(super) fn flusher_loop(db: std::sync::Weak<Db>) {
         {
             let mut woken = db.flusher_wake.0.lock();
             if !*woken {
-                let wait = (db.opts.flush_interval / 2).max(Duration::from_millis(10));
+                // On a cluster every tick writes everything buffered (see
+                // `tick`), so the tick period bounds how stale other TSDs'
+                // reads of this one's points are.
+                let period = db
+                    .opts
+                    .shared_flush
+                    .map_or(db.opts.flush_interval, |s| s.min(db.opts.flush_interval));
+                let wait = (period / 2).max(Duration::from_millis(10));
                 db.flusher_wake.1.wait_for(&mut woken, wait);
             }
             *woken = false;
@@ -87,6 +94,12 @@ impl Db {
         for h in sealed {
             by_series.entry(h.series.id).or_default().push(h);
         }
+        if self.opts.shared_flush.is_some() {
+            return match self.flush_batched(&by_series) {
+                Ok(n) => (n, false),
+                Err(_) => (0, true),
+            };
+        }
         // `tsd.rollups.auto`: looked up once per round, so the default
         // (off) costs nothing per row.
         let auto = self.opts.rollups.as_deref().filter(|r| r.auto);
@@ -123,6 +136,77 @@ impl Db {
             }
         }
         (stored, failed)
+    }
+
+    /// The rest of [`flush`](Self::flush) on a cluster: every sealed row in
+    /// one [`RowStore::put_points_many`](crate::store::rows::RowStore::put_points_many)
+    /// (a read and an insert per table, not per row: ClickHouse wants few,
+    /// large inserts). On failure everything goes back to the buffer.
+    fn flush_batched(&self, by_series: &HashMap<u32, Vec<&SealedHour>>) -> Result<usize, String> {
+        let batch: Vec<_> = by_series
+            .values()
+            .map(|hours| {
+                let points: Vec<_> = hours
+                    .iter()
+                    .flat_map(|h| h.points.iter().copied())
+                    .collect();
+                (hours[0].series.tsuid.clone(), points)
+            })
+            .collect();
+        let stored: usize = batch.iter().map(|(_, p)| p.len()).sum();
+        let rows: u64 = by_series.values().map(|h| h.len() as u64).sum();
+        // Index entries first: a series whose rows another TSD can read
+        // is one its queries can find.
+        let result = match self.index.flush() {
+            Err(e) => Err(e.to_string()),
+            Ok(()) if batch.is_empty() => Ok(()),
+            Ok(()) => self.rows.put_points_many(&batch).map_err(|e| e.to_string()),
+        };
+        match result {
+            Ok(()) => {
+                self.stats.rows_written.fetch_add(rows, Ordering::Relaxed);
+                Ok(stored)
+            }
+            Err(e) => {
+                tracing::error!(series = batch.len(), error = %e, "writing rows failed; points kept in memory");
+                self.stats.flush_errors.fetch_add(1, Ordering::Relaxed);
+                for hours in by_series.values() {
+                    for h in hours {
+                        self.buffer.put_back(h);
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes every buffered point now (a `sync` put on a cluster): `Err`
+    /// names why a point buffered before the call is not written.
+    pub(super) fn flush_all_now(&self) -> Result<(), String> {
+        let policy = SealPolicy {
+            now_s: buffer::now_s(),
+            grace_s: self.opts.seal_grace.as_secs() as u32,
+            idle_s: 5,
+            pressure: false,
+            everything: true,
+        };
+        let _f = self.flush_lock.lock();
+        loop {
+            let (id, sealed) = self.buffer.seal(policy, FLUSH_BATCH_HOURS);
+            let mut by_series: HashMap<u32, Vec<&SealedHour>> = HashMap::new();
+            for h in sealed.iter() {
+                by_series.entry(h.series.id).or_default().push(h);
+            }
+            let written = self.flush_batched(&by_series);
+            self.buffer.finish(id);
+            let n = written?;
+            self.stats
+                .points_stored
+                .fetch_add(n as u64, Ordering::Relaxed);
+            if sealed.len() < FLUSH_BATCH_HOURS {
+                return Ok(());
+            }
+        }
     }
 
     /// Adds the points counted in memory since the last call to each
@@ -241,7 +325,9 @@ impl Db {
             grace_s: self.opts.seal_grace.as_secs() as u32,
             idle_s: 5,
             pressure: false,
-            everything: everything || self.wal.disk_bytes() > self.opts.wal_max_bytes,
+            everything: everything
+                || self.opts.shared_flush.is_some()
+                || self.wal.disk_bytes() > self.opts.wal_max_bytes,
         };
         self.flush(policy);
         if self.buffer.points() > self.opts.max_buffered_points {

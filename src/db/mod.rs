@@ -57,6 +57,9 @@ use thiserror::Error;
 
 use crate::index::SeriesIndex;
 use crate::meta::MetaStore;
+use crate::coord::{ZkClient, ZkCoordinator, ZkUidStore};
+use crate::storage::StorageError;
+use crate::storage::coordinator::Coordinator;
 use crate::store::rows::RowStore;
 use crate::store::{Store, StoreError};
 use crate::uid::UidTable;
@@ -72,7 +75,7 @@ pub use append::{Appended, PendingHistogram, PendingPoint};
 pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
 pub use epochs::{CacheEpochs, Epoch};
-pub use options::{DbOptions, WriteOptions};
+pub use options::{Backend, ClusterOptions, DbOptions, WriteOptions};
 pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
 pub use tree::{TreeTest, TreesSynced};
 pub use wal::WalError;
@@ -179,21 +182,68 @@ impl Db {
     /// the WAL left there, then starts the WAL and flusher threads.
     /// Errors name the directory ([`DbError::Open`]).
     pub fn open(opts: &DbOptions) -> Result<Arc<Db>> {
-        Self::open_embedded(opts).map_err(|e| DbError::Open {
+        let opened = match &opts.backend {
+            Backend::Embedded => Self::open_store(opts, None),
+            Backend::ClickHouse(cluster) => ZkClient::connect(&cluster.zk)
+                .map_err(|e| DbError::Store(StoreError::from(StorageError::from(e))))
+                .and_then(|zk| {
+                    let coordinator: Arc<dyn Coordinator> = Arc::new(ZkCoordinator::new(zk.clone()));
+                    Self::open_store(opts, Some(Cluster { coordinator, zk: Some(zk) }))
+                }),
+        };
+        opened.map_err(|e| DbError::Open {
             dir: opts.data_dir.clone(),
             cause: Box::new(e),
         })
     }
 
-    fn open_embedded(opts: &DbOptions) -> Result<Arc<Db>> {
-        let store = Arc::new(Store::open(&opts.data_dir, &opts.store)?);
+    /// [`open`](Self::open) on a cluster with the given coordinator and
+    /// without ZooKeeper: UIDs go through the store's UID table under the
+    /// coordinator's locks (tests share one in-process coordinator between
+    /// several databases).
+    pub fn open_with(
+        opts: &DbOptions,
+        coordinator: Option<Arc<dyn Coordinator>>,
+    ) -> Result<Arc<Db>> {
+        let cluster = coordinator.map(|coordinator| Cluster {
+            coordinator,
+            zk: None,
+        });
+        Self::open_store(opts, cluster).map_err(|e| DbError::Open {
+            dir: opts.data_dir.clone(),
+            cause: Box::new(e),
+        })
+    }
+
+    fn open_store(opts: &DbOptions, cluster: Option<Cluster>) -> Result<Arc<Db>> {
+        let (store, zk) = match (&opts.backend, cluster) {
+            (Backend::ClickHouse(options), Some(cluster)) => (
+                Arc::new(Store::open_cluster(
+                    &opts.data_dir,
+                    &opts.store,
+                    &options.clickhouse,
+                    cluster.coordinator,
+                )?),
+                cluster.zk,
+            ),
+            _ => (Arc::new(Store::open(&opts.data_dir, &opts.store)?), None),
+        };
         let meta = store.meta_store();
-        let mut uids = UidTable::new(store.uid_store(), opts.auto_create, opts.name_rules.clone());
+        // On a cluster, names get their UIDs through ZooKeeper, so that
+        // every TSD agrees on them (docs/cluster.md).
+        let uid_store: Arc<dyn crate::uid::UidStore> = match zk {
+            Some(zk) => Arc::new(ZkUidStore::open(zk, store.layout().widths)?),
+            None => store.uid_store(),
+        };
+        let mut uids = UidTable::new(uid_store, opts.auto_create, opts.name_rules.clone());
         if opts.write.meta.realtime_uid {
             uids = uids.on_new_uid(realtime_uid_meta(meta.clone()));
         }
         let uids = Arc::new(store.retention().attach(uids));
-        let index = SeriesIndex::open(store.index_store(), store.layout().widths)?;
+        let mut index = SeriesIndex::open(store.index_store(), store.layout().widths)?;
+        if matches!(opts.backend, Backend::ClickHouse(_)) {
+            index = index.shared();
+        }
         Self::assemble(
             store.clone(),
             store.clone(),
@@ -221,6 +271,9 @@ impl Db {
         let series = SeriesCache::new(uids, opts.max_tags)
             .with_limiter(SeriesLimiter::new(opts.series_limits, index.clone()));
         let (next_segment, replayed) = replay::replay(&*rows, &series, &index, &wal_dir)?;
+        // Entries replay recorded in a batching index backend (a cluster)
+        // are written before the WAL they came from can go.
+        index.flush()?;
         let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone())?;
         let rollup_table = store.rollup_table();
         let db = Arc::new(Db {
@@ -414,6 +467,15 @@ impl Drop for Db {
 /// each new UID, with `created` the time of assignment. A failure is
 /// logged, not returned: the UID itself is assigned (as in OpenTSDB, whose
 /// meta write is not waited on).
+/// What a database on a cluster shares with the other TSDs: the
+/// coordinator of locks and the layout record, and ZooKeeper for UIDs
+/// (absent only in tests that open several databases over one
+/// in-process coordinator, [`Db::open_with`]).
+struct Cluster {
+    coordinator: Arc<dyn Coordinator>,
+    zk: Option<Arc<ZkClient>>,
+}
+
 fn realtime_uid_meta(meta: Arc<dyn MetaStore>) -> crate::uid::NewUidHook {
     Box::new(move |kind, name, uid| {
         let fields = crate::meta::UidMetaFields {

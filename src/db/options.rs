@@ -31,6 +31,91 @@ pub struct DbOptions {
     /// `tsd.core.tag.allow_specialchars`.
     pub name_rules: NameRules,
     pub write: WriteOptions,
+    /// `tsd.storage.backend`: where rows, meta, index and trees live.
+    pub backend: Backend,
+}
+
+/// `tsd.storage.backend`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded engine in `tsd.storage.data_dir` (the default).
+    #[default]
+    Embedded,
+    /// A ClickHouse cluster coordinated by ZooKeeper (docs/scale-out.md);
+    /// the data directory keeps only this TSD's write-ahead log.
+    ClickHouse(ClusterOptions),
+}
+
+/// `tsd.storage.clickhouse.*` and `tsd.storage.zk_*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterOptions {
+    pub clickhouse: crate::storage::clickhouse::ClickHouseConfig,
+    /// ZooKeeper (`tsd.storage.zk_quorum`, `zk_basedir` and the rest):
+    /// UIDs, cluster-wide locks and the layout record.
+    pub zk: crate::coord::ZkOptions,
+    /// `tsd.storage.clickhouse.flush_ms` (default 1000): how often the
+    /// flusher writes the rows of open hours, so other TSDs see them.
+    pub flush_interval: Duration,
+}
+
+impl Backend {
+    pub fn from_config(c: &Config) -> Result<Backend, ConfigError> {
+        match c.get_string("tsd.storage.backend").trim() {
+            "" | "embedded" => Ok(Backend::Embedded),
+            "clickhouse" => {
+                let required = |key: &str| {
+                    let v = c.get_string(key).trim().to_string();
+                    if v.is_empty() {
+                        Err(ConfigError::bad_value(
+                            key,
+                            "",
+                            "must be set when tsd.storage.backend = clickhouse",
+                        ))
+                    } else {
+                        Ok(v)
+                    }
+                };
+                let endpoints: Vec<String> = required("tsd.storage.clickhouse.endpoints")?
+                    .split(',')
+                    .map(|e| e.trim().to_string())
+                    .filter(|e| !e.is_empty())
+                    .collect();
+                for e in &endpoints {
+                    crate::storage::clickhouse::Endpoint::parse(e).map_err(|reason| {
+                        ConfigError::bad_value("tsd.storage.clickhouse.endpoints", e, reason)
+                    })?;
+                }
+                let database = match c.get_string("tsd.storage.clickhouse.database").trim() {
+                    "" => "rtsdb".to_string(),
+                    d => d.to_string(),
+                };
+                let flush_ms = c
+                    .get_int::<u64>("tsd.storage.clickhouse.flush_ms")?
+                    .unwrap_or(1000)
+                    .max(10);
+                Ok(Backend::ClickHouse(ClusterOptions {
+                    clickhouse: crate::storage::clickhouse::ClickHouseConfig {
+                        endpoints,
+                        cluster: required("tsd.storage.clickhouse.cluster")?,
+                        database,
+                    },
+                    zk: match crate::coord::ZkOptions::from_config(c)? {
+                        Some(zk) => zk,
+                        None => {
+                            required("tsd.storage.zk_quorum")?;
+                            unreachable!("an empty quorum is refused above")
+                        }
+                    },
+                    flush_interval: Duration::from_millis(flush_ms),
+                }))
+            }
+            other => Err(ConfigError::bad_value(
+                "tsd.storage.backend",
+                other,
+                "must be 'embedded' or 'clickhouse'",
+            )),
+        }
+    }
 }
 
 /// The write path's settings.
@@ -62,6 +147,11 @@ pub struct WriteOptions {
     pub histograms: Option<Codecs>,
     /// `tsd.rollups.*` when `tsd.rollups.enable` is on.
     pub rollups: Option<Arc<RollupSettings>>,
+    /// On a cluster (`tsd.storage.clickhouse.flush_ms`): every buffered
+    /// point is written out at least this often, open hours included, so
+    /// other TSDs see it; rows of many series go out in one batch, and a
+    /// `sync` put returns only once its points are written.
+    pub shared_flush: Option<Duration>,
 }
 
 impl Default for WriteOptions {
@@ -78,6 +168,7 @@ impl Default for WriteOptions {
             tree_processing: false,
             histograms: None,
             rollups: None,
+            shared_flush: None,
         }
     }
 }
@@ -91,6 +182,7 @@ impl DbOptions {
             auto_create: AutoCreate::default(),
             name_rules: NameRules::default(),
             write: WriteOptions::default(),
+            backend: Backend::Embedded,
         }
     }
 
@@ -114,6 +206,10 @@ impl DbOptions {
         }
         let mut write = write_options(c)?;
         write.rollups = rollups;
+        let backend = Backend::from_config(c)?;
+        if let Backend::ClickHouse(cluster) = &backend {
+            write.shared_flush = Some(cluster.flush_interval);
+        }
         Ok(DbOptions {
             data_dir: c.data_dir(),
             store,
@@ -126,6 +222,7 @@ impl DbOptions {
                 c.get_string("tsd.core.tag.allow_specialchars"),
             ),
             write,
+            backend,
         })
     }
 }
@@ -147,6 +244,18 @@ fn histogram_codecs(c: &Config) -> Result<Option<Codecs>, ConfigError> {
 /// Store settings: layout keys count only when set explicitly, so a store
 /// created with other widths opens without repeating them.
 fn store_options(c: &Config) -> Result<StoreOptions, ConfigError> {
+    let explicit_encoding = match c.get_string("tsd.storage.row_encoding").trim() {
+        "" => None,
+        "compressed" => Some(RowEncoding::Compressed),
+        "classic" => Some(RowEncoding::Classic),
+        other => {
+            return Err(ConfigError::bad_value(
+                "tsd.storage.row_encoding",
+                other,
+                "must be 'compressed' or 'classic'",
+            ));
+        }
+    };
     Ok(StoreOptions {
         metric_width: c.explicit_int("tsd.storage.uid.width.metric")?,
         tagk_width: c.explicit_int("tsd.storage.uid.width.tagk")?,
@@ -160,17 +269,8 @@ fn store_options(c: &Config) -> Result<StoreOptions, ConfigError> {
         } else {
             DuplicatePolicy::Strict
         },
-        encoding: match c.get_string("tsd.storage.row_encoding").trim() {
-            "compressed" | "" => RowEncoding::Compressed,
-            "classic" => RowEncoding::Classic,
-            other => {
-                return Err(ConfigError::bad_value(
-                    "tsd.storage.row_encoding",
-                    other,
-                    "must be 'compressed' or 'classic'",
-                ));
-            }
-        },
+        encoding: explicit_encoding.unwrap_or_default(),
+        explicit_encoding,
         retention: Arc::new(
             Retention::from_entries(c.entries())
                 .map_err(|reason| ConfigError::bad_value(TTL_KEY, "", reason))?,
@@ -248,6 +348,33 @@ mod tests {
         let mut tags = Config::default();
         tags.set("tsd.storage.max_tags", "0");
         assert!(DbOptions::from_config(&tags).is_err());
+        assert_eq!(
+            DbOptions::from_config(&cfg).unwrap().backend,
+            Backend::Embedded
+        );
+    }
+
+    #[test]
+    fn cluster_backend_keys() {
+        let mut c = Config::default();
+        c.set("tsd.storage.backend", "clickhouse");
+        let err = DbOptions::from_config(&c).unwrap_err().to_string();
+        assert!(err.contains("tsd.storage.clickhouse.endpoints"), "{err}");
+        c.set("tsd.storage.clickhouse.endpoints", "http://a:1, http://b:2");
+        c.set("tsd.storage.clickhouse.cluster", "rtsdb");
+        c.set("tsd.storage.zk_quorum", "a:2181");
+        let Backend::ClickHouse(o) = DbOptions::from_config(&c).unwrap().backend else {
+            panic!("not the cluster backend");
+        };
+        assert_eq!(o.clickhouse.endpoints, vec!["http://a:1", "http://b:2"]);
+        assert_eq!(o.clickhouse.database, "rtsdb");
+        assert_eq!(o.zk.basedir, "/rtsdb");
+        assert_eq!(o.zk.quorum, "a:2181");
+        assert_eq!(o.flush_interval, Duration::from_millis(1000));
+        c.set("tsd.storage.clickhouse.endpoints", "a:1");
+        assert!(DbOptions::from_config(&c).is_err());
+        c.set("tsd.storage.backend", "hbase");
+        assert!(DbOptions::from_config(&c).is_err());
     }
 
     #[test]

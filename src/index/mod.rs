@@ -64,6 +64,24 @@ pub trait IndexStore: Send + Sync {
 
     /// Removes every entry (before a rebuild records them again).
     fn clear(&self) -> Result<()>;
+
+    /// Writes out entries [`record`](Self::record) kept back, for a
+    /// backend that batches them (a remote one: one write per tick rather
+    /// than per new series). Such a backend's entries are written before
+    /// the rows of the same flush, and the WAL replays what a crash lost.
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Calls `f` with the entries whose TSUID bytes start with `prefix`
+    /// (a metric's series). The default filters a full [`load`](Self::load).
+    fn load_prefix(&self, prefix: &[u8], f: &mut dyn FnMut(&[u8], u32)) -> Result<()> {
+        self.load(&mut |tsuid, hour| {
+            if tsuid.starts_with(prefix) {
+                f(tsuid, hour)
+            }
+        })
+    }
 }
 
 /// The series of one metric, with postings per tag pair.
@@ -191,6 +209,9 @@ pub struct SeriesIndex {
     backend: Arc<dyn IndexStore>,
     widths: UidWidths,
     inner: RwLock<Inner>,
+    /// Other processes record into the same backend (a cluster): a
+    /// metric's entries are read again before its series are listed.
+    shared: bool,
 }
 
 impl SeriesIndex {
@@ -205,7 +226,52 @@ impl SeriesIndex {
             backend,
             widths,
             inner: RwLock::new(inner),
+            shared: false,
         })
+    }
+
+    /// Marks the backend as written by other processes too (several TSDs
+    /// on one cluster): [`with_metric`](Self::with_metric) first reads the
+    /// metric's entries again, so a series another TSD created is found by
+    /// the next query, at the cost of one backend read per metric queried.
+    pub fn shared(mut self) -> SeriesIndex {
+        self.shared = true;
+        self
+    }
+
+    /// Adds the entries recorded for `metric` that memory does not know
+    /// yet (by other processes), without recording anything. A failed
+    /// read leaves the memory view as it was: queries answer from it.
+    fn refresh_metric(&self, metric: Uid) {
+        let prefix = metric.to_bytes(self.widths.metric);
+        let mut found: Vec<(Tsuid, u32)> = Vec::new();
+        let widths = self.widths;
+        let read = self.backend.load_prefix(&prefix, &mut |bytes, hour| {
+            if let Ok(t) = Tsuid::from_bytes(bytes, &widths) {
+                found.push((t, hour));
+            }
+        });
+        if let Err(e) = read {
+            tracing::warn!(error = %e, "reading the shared series index failed; answering from memory");
+            return;
+        }
+        let fresh: Vec<(Tsuid, u32)> = {
+            let inner = self.inner.read();
+            found
+                .into_iter()
+                .filter(|(t, h)| inner.hour(t).is_none_or(|known| known < *h))
+                .collect()
+        };
+        if fresh.is_empty() {
+            return;
+        }
+        let mut inner = self.inner.write();
+        for (tsuid, hour) in fresh {
+            // Checked again under the write lock: memory may have moved on.
+            if inner.hour(&tsuid).is_none_or(|known| known < hour) {
+                insert(&mut inner, tsuid, hour);
+            }
+        }
     }
 
     /// Records a series the write path just wrote to. A known series costs
@@ -238,8 +304,16 @@ impl SeriesIndex {
         Ok(is_new)
     }
 
+    /// Writes out what the backend kept back ([`IndexStore::flush`]).
+    pub fn flush(&self) -> Result<()> {
+        self.backend.flush()
+    }
+
     /// Runs `f` on a metric's series (`None` if the metric has none).
     pub fn with_metric<R>(&self, metric: Uid, f: impl FnOnce(Option<&MetricSeries>) -> R) -> R {
+        if self.shared {
+            self.refresh_metric(metric);
+        }
         f(self.inner.read().metrics.get(&metric))
     }
 
@@ -296,7 +370,7 @@ impl SeriesIndex {
         for (tsuid, hour) in sorted {
             self.add_at(&tsuid, hour)?;
         }
-        Ok(())
+        self.backend.flush()
     }
 }
 

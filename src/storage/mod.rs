@@ -4,6 +4,7 @@
 //! Engines: [`fjall::FjallStore`] (embedded, the default; see
 //! docs/storage-engine.md for why) and [`memory::MemoryStore`] (tests).
 
+pub(crate) mod clickhouse;
 pub(crate) mod coordinator;
 pub(crate) mod fjall;
 pub(crate) mod fjall_journal;
@@ -209,8 +210,25 @@ impl StripedLocks {
     /// Locks the stripe of `key` (the crate's hash of `seed` and the key: cheap and
     /// spreads keys well enough).
     pub(crate) fn lock(&self, seed: u64, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
+        self.locks[self.stripe(seed, key)].lock()
+    }
+
+    fn stripe(&self, seed: u64, key: &[u8]) -> usize {
         let h = crate::model::hash::hash_bytes(seed, key);
-        self.locks[(h % self.locks.len() as u64) as usize].lock()
+        (h % self.locks.len() as u64) as usize
+    }
+
+    /// Locks the stripes of all `keys`, in stripe order (so two callers
+    /// never wait on each other crosswise; single-key holders take one).
+    pub(crate) fn lock_all<'k>(
+        &self,
+        seed: u64,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Vec<parking_lot::MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = keys.into_iter().map(|k| self.stripe(seed, k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes.into_iter().map(|i| self.locks[i].lock()).collect()
     }
 }
 
@@ -231,6 +249,12 @@ pub trait KvSnapshot: Send {
 /// against every other operation on the same store.
 pub trait KvStore: Send + Sync {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// The values of several keys of one table, in the order asked. The
+    /// default asks one at a time; a remote engine answers in one round trip.
+    fn get_many(&self, table: Table, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(table, k)).collect()
+    }
 
     fn write(&self, batch: WriteBatch) -> Result<()>;
 
@@ -338,6 +362,10 @@ pub(crate) mod conformance {
             Some(b"uid".to_vec())
         );
         assert_eq!(store.get(Table::Meta, &[1, 0]).unwrap(), None);
+        let many = store
+            .get_many(Table::Data, &[&[1, 2][..], &[9, 9][..], &[1, 5][..]])
+            .unwrap();
+        assert_eq!(many, vec![Some(vec![2]), None, Some(vec![5])]);
 
         let keys: Vec<Vec<u8>> = store
             .scan(Table::Data, &ScanRange::new(vec![1, 2], vec![1, 5]))

@@ -17,13 +17,41 @@ use crate::storage::{Durability, KvStore, ScanRange, Table, WriteBatch};
 
 const SERIES: u8 = b'S';
 
+/// The base hour an entry's value holds (0 if it is too short).
+fn hour_of(value: &[u8]) -> u32 {
+    value
+        .get(..4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        .unwrap_or(0)
+}
+
 pub(crate) struct KvIndexStore {
     kv: Arc<dyn KvStore>,
+    /// Entries recorded but not written yet (TSUID bytes → hour), when
+    /// writes are batched ([`KvIndexStore::deferred`]).
+    pending: Option<parking_lot::Mutex<HashMap<Vec<u8>, u32>>>,
 }
 
 impl KvIndexStore {
     pub(crate) fn new(kv: Arc<dyn KvStore>) -> KvIndexStore {
-        KvIndexStore { kv }
+        KvIndexStore { kv, pending: None }
+    }
+
+    /// Records are kept until [`IndexStore::flush`]: on a remote engine
+    /// a write per new series (one INSERT each) would cost more than the
+    /// points.
+    pub(crate) fn deferred(kv: Arc<dyn KvStore>) -> KvIndexStore {
+        KvIndexStore {
+            kv,
+            pending: Some(Default::default()),
+        }
+    }
+
+    fn entry_key(tsuid: &[u8]) -> Vec<u8> {
+        let mut key = Vec::with_capacity(tsuid.len() + 1);
+        key.push(SERIES);
+        key.extend_from_slice(tsuid);
+        key
     }
 }
 
@@ -31,26 +59,71 @@ impl IndexStore for KvIndexStore {
     fn load(&self, f: &mut dyn FnMut(&[u8], u32)) -> index::Result<()> {
         for item in self.kv.scan(Table::Index, &ScanRange::prefix(&[SERIES])) {
             let (key, value) = item?;
-            let hour = value
-                .get(..4)
-                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-                .unwrap_or(0);
-            f(&key[1..], hour);
+            f(&key[1..], hour_of(&value));
+        }
+        Ok(())
+    }
+
+    fn load_prefix(&self, prefix: &[u8], f: &mut dyn FnMut(&[u8], u32)) -> index::Result<()> {
+        let mut start = Vec::with_capacity(prefix.len() + 1);
+        start.push(SERIES);
+        start.extend_from_slice(prefix);
+        for item in self.kv.scan(Table::Index, &ScanRange::prefix(&start)) {
+            let (key, value) = item?;
+            f(&key[1..], hour_of(&value));
         }
         Ok(())
     }
 
     fn record(&self, tsuid: &[u8], hour: u32) -> index::Result<()> {
+        if let Some(pending) = &self.pending {
+            let mut p = pending.lock();
+            let h = p.entry(tsuid.to_vec()).or_insert(hour);
+            *h = (*h).max(hour);
+            return Ok(());
+        }
         let mut batch = WriteBatch::new();
         batch.durability = Durability::Process;
-        let mut key = Vec::with_capacity(tsuid.len() + 1);
-        key.push(SERIES);
-        key.extend_from_slice(tsuid);
-        batch.put(Table::Index, key, hour.to_be_bytes().to_vec());
+        batch.put(
+            Table::Index,
+            Self::entry_key(tsuid),
+            hour.to_be_bytes().to_vec(),
+        );
         Ok(self.kv.write(batch)?)
     }
 
+    fn flush(&self) -> index::Result<()> {
+        let Some(pending) = &self.pending else {
+            return Ok(());
+        };
+        let taken = std::mem::take(&mut *pending.lock());
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::new();
+        for (tsuid, hour) in &taken {
+            batch.put(
+                Table::Index,
+                Self::entry_key(tsuid),
+                hour.to_be_bytes().to_vec(),
+            );
+        }
+        if let Err(e) = self.kv.write(batch) {
+            // Kept for the next attempt, under anything recorded meanwhile.
+            let mut p = pending.lock();
+            for (tsuid, hour) in taken {
+                let h = p.entry(tsuid).or_insert(hour);
+                *h = (*h).max(hour);
+            }
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
     fn clear(&self) -> index::Result<()> {
+        if let Some(pending) = &self.pending {
+            pending.lock().clear();
+        }
         let mut batch = WriteBatch::new();
         for item in self.kv.scan(Table::Index, &ScanRange::default()) {
             batch.delete(Table::Index, item?.0);

@@ -13,6 +13,7 @@
 //! handle reach the key-value engine itself.
 
 pub(crate) mod annotations;
+pub mod cluster;
 pub mod header;
 pub mod histograms;
 pub(crate) mod index_table;
@@ -141,6 +142,9 @@ pub struct StoreOptions {
     pub salt_buckets: Option<u32>,
     pub duplicates: DuplicatePolicy,
     pub encoding: RowEncoding,
+    /// `tsd.storage.row_encoding` when set: a cluster created with another
+    /// encoding refuses it (an embedded store takes any, per row).
+    pub explicit_encoding: Option<RowEncoding>,
     pub retention: Arc<retention::Retention>,
     pub engine: FjallOptions,
 }
@@ -579,6 +583,62 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// [`put_points`](Self::put_points) for many series at once, in one
+    /// read of every touched row ([`KvStore::get_many`]) and one write: a
+    /// remote engine pays two round trips, not two per row. Rows are
+    /// merged as `put_points` merges them (last write wins; the strict
+    /// policy writes single cells).
+    pub fn put_points_many(
+        &self,
+        series: &[(Tsuid, Vec<(Timestamp, Value)>)],
+        durability: Durability,
+    ) -> Result<()> {
+        let mut rows: std::collections::BTreeMap<Vec<u8>, Vec<StoredPoint>> = Default::default();
+        for (tsuid, points) in series {
+            for &(ts, v) in points {
+                let base = ts.base_time()?;
+                let (p, _) = StoredPoint::new(ts, base, v).map_err(ColumnError::from)?;
+                rows.entry(self.layout.row_key(tsuid, base))
+                    .or_default()
+                    .push(p);
+            }
+        }
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let _g = self
+            .row_locks
+            .lock_all(0, rows.keys().map(|k| k.as_slice()));
+        let keys: Vec<&[u8]> = rows.keys().map(|k| k.as_slice()).collect();
+        let current = self.kv.get_many(Table::Data, &keys)?;
+        let mut b = WriteBatch::new();
+        b.durability = durability;
+        for ((key, new_points), stored) in rows.iter().zip(current) {
+            let mut row = match stored {
+                Some(v) => decode_cells(key, &v)?,
+                None => RowCells::default(),
+            };
+            match self.duplicates {
+                DuplicatePolicy::LastWriteWins => {
+                    // As in put_points: appended after the stored cells so
+                    // decoding ranks the new points latest.
+                    let (q, v) = crate::codec::column::encode_append_column(new_points);
+                    row.cells.push(Cell::new(q, v));
+                    let decoded = row::decode_row(key, &row, DuplicatePolicy::LastWriteWins)
+                        .map_err(|source| bad_row(key, source))?;
+                    row = row::compact(&decoded, self.encoding);
+                }
+                DuplicatePolicy::Strict => {
+                    for p in new_points {
+                        row.put(Cell::new(p.qualifier(), p.value_bytes()));
+                    }
+                }
+            }
+            b.put(Table::Data, key.clone(), row.encode());
+        }
+        Ok(self.kv.write(b)?)
     }
 
     /// Decodes a row with the store's duplicate policy.

@@ -78,6 +78,16 @@ pub trait RowStore: SeriesSource {
     /// harmless.
     fn put_histograms(&self, tsuid: &Tsuid, cells: &[(Timestamp, Vec<u8>)]) -> Result<()>;
 
+    /// [`put_points`](Self::put_points) for several series, each at most
+    /// once; an engine far away does it in a few round trips. On error
+    /// some rows may have been written; writing again is harmless.
+    fn put_points_many(&self, series: &[(Tsuid, Vec<(Timestamp, Value)>)]) -> Result<()> {
+        for (tsuid, points) in series {
+            self.put_points(tsuid, points)?;
+        }
+        Ok(())
+    }
+
     /// Deletes every row of `tsuids` whose base hour lies in
     /// `[first_hour, last_hour]` (points and annotation cells alike);
     /// returns how many rows existed and were deleted. Rows are deleted
@@ -161,6 +171,10 @@ impl RowStore for Store {
 
     fn put_histograms(&self, tsuid: &Tsuid, cells: &[(Timestamp, Vec<u8>)]) -> Result<()> {
         Store::put_histograms(self, tsuid, cells, Durability::Process)
+    }
+
+    fn put_points_many(&self, series: &[(Tsuid, Vec<(Timestamp, Value)>)]) -> Result<()> {
+        Store::put_points_many(self, series, Durability::Process)
     }
 
     fn delete_rows(&self, tsuids: &[Tsuid], first_hour: u32, last_hour: u32) -> Result<u64> {
@@ -420,7 +434,30 @@ pub(crate) mod conformance {
                 .unwrap(),
             2
         );
-        assert!(read(rows, &[a, b]).is_empty());
+        assert!(read(rows, &[a.clone(), b.clone()]).is_empty());
+
+        // Several series at once merge as one at a time would, and keep
+        // an annotation in a touched row.
+        rows.sync_annotation(Some(&ab), &n, c, false, Durability::Process)
+            .unwrap();
+        rows.put_points(&a, &[(s(h0 + 6), Value::Int(4))]).unwrap();
+        rows.put_points_many(&[
+            (
+                a.clone(),
+                vec![(s(h0 + 6), Value::Int(5)), (s(h1 + 1), Value::Int(6))],
+            ),
+            (b.clone(), vec![(s(h0 + 2), Value::Int(8))]),
+        ])
+        .unwrap();
+        assert_eq!(
+            read(rows, &[a.clone(), b]),
+            vec![
+                (0, ms(h0 + 6), Value::Int(5)),
+                (0, ms(h1 + 1), Value::Int(6)),
+                (1, ms(h0 + 2), Value::Int(8)),
+            ]
+        );
+        assert!(rows.get_annotation(Some(&ab), s(h0 + 5)).unwrap().is_some());
         rows.sync().unwrap();
     }
 }

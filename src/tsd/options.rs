@@ -179,7 +179,14 @@ fn query_options(c: &Config) -> Result<QueryOptions, ConfigError> {
         skip_unresolved_tagvs: c.get_bool("tsd.query.skip_unresolved_tagvs"),
         allow_delete: c.get_bool("tsd.http.query.allow_delete"),
         cache: CacheOptions {
-            max_bytes: limit("tsd.query.cache.max_bytes", defaults.cache.max_bytes)?,
+            // On a cluster other TSDs write too, and their late points do
+            // not bump this TSD's change epochs: a cached answer could
+            // miss them, so the cache is off there (docs/scale-out.md).
+            max_bytes: if c.get_string("tsd.storage.backend").trim() == "clickhouse" {
+                0
+            } else {
+                limit("tsd.query.cache.max_bytes", defaults.cache.max_bytes)?
+            },
             settle_ms: limit("tsd.query.cache.settle_ms", defaults.cache.settle_ms)?,
         },
     })

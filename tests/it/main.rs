@@ -8,6 +8,7 @@ mod common;
 mod backup;
 mod cli;
 mod cluster_script;
+mod cluster;
 mod crash;
 mod fsck;
 mod import;

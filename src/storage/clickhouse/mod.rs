@@ -1,0 +1,825 @@
+//! A [`KvStore`] on a ClickHouse cluster (`tsd.storage.backend =
+//! clickhouse`; docs/scale-out.md): every logical table is a replicated
+//! local table on each server plus a `Distributed` table over them, and
+//! each key holds versions.
+//!
+//! Rows are `(key, series, writer, ver, deleted, value)`:
+//! - `writer` is the TSD that wrote the version (empty outside the data
+//!   table) and `ver` an increasing version number. The local tables are
+//!   `ReplicatedReplacingMergeTree(ver) ORDER BY (key, writer)`: merges
+//!   keep the newest version per key and writer, so several TSDs may
+//!   rewrite one series-hour row at once without losing each other's cells.
+//! - A read takes the newest version of each (key, writer) (`argMax`, so
+//!   unmerged parts read right), drops every version older than the newest
+//!   tombstone (`deleted = 1`) and, if more than one is left, merges them
+//!   in `ver` order through [`DataRows::merge`] (data rows: later cells win
+//!   per timestamp). Other tables have one writer, so the newest wins.
+//! - `series` is what the `Distributed` table shards by: for data rows
+//!   the row key without its base hour ([`DataRows::series`]), so one
+//!   series' rows live on one shard; elsewhere the key itself.
+//!
+//! `increment` and `compare_and_set` are read-modify-writes under a
+//! cluster-wide [`Coordinator`] lock, and write a version above the one
+//! they read, whatever the clocks say.
+
+mod http;
+mod rowbinary;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::coordinator::Coordinator;
+use super::{
+    Durability, KeyValue, KvSnapshot, KvStore, Mutation, Result, ScanIter, ScanRange, StorageError,
+    Table, WriteBatch, counter_value,
+};
+pub(crate) use http::Endpoint;
+use http::Http;
+use rowbinary::{Reader, put_string};
+
+/// Keys per `IN (...)` list of a multi-key read: one statement per this
+/// many keys keeps the statement text (hex keys) well under ClickHouse's
+/// default `max_query_size` of 256 KiB.
+const KEYS_PER_READ: usize = 1000;
+/// (key, writer) groups fetched per scan page.
+const SCAN_PAGE: usize = 20_000;
+
+/// Where a store lives: `tsd.storage.clickhouse.*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClickHouseConfig {
+    /// `http://host:port` each, tried in order (failover).
+    pub endpoints: Vec<String>,
+    /// The cluster name in the servers' `remote_servers`.
+    pub cluster: String,
+    /// The database holding rtsdb's tables (created if absent).
+    pub database: String,
+}
+
+/// What the store layer knows about data rows that the engine needs.
+pub(crate) trait DataRows: Send + Sync {
+    /// The part of a data row key that decides its shard (the key without
+    /// its base hour, so a series' rows stay on one shard) and the base
+    /// hour (which decides its partition; 0 for a key that has none).
+    fn place(&self, key: &[u8]) -> (Vec<u8>, u32);
+    /// One row value from the live versions of `key` written by different
+    /// writers, oldest first (at least two).
+    fn merge(&self, key: &[u8], versions: &[Vec<u8>]) -> Vec<u8>;
+}
+
+/// Rows without structure: sharded by the whole key, newest version wins
+/// (tests of the engine on its own).
+#[cfg(test)]
+pub(crate) struct OpaqueRows;
+
+#[cfg(test)]
+impl DataRows for OpaqueRows {
+    fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
+        (key.to_vec(), 0)
+    }
+    fn merge(&self, _key: &[u8], versions: &[Vec<u8>]) -> Vec<u8> {
+        versions.last().cloned().unwrap_or_default()
+    }
+}
+
+/// The settings every statement runs with. `load_balancing = in_order`
+/// makes reads and writes of every TSD go to the first live replica of
+/// each shard, so a row a TSD wrote is read back by any other TSD at once,
+/// not after replication (docs/scale-out.md, "Freshness").
+const COMMON: [(&str, &str); 1] = [("load_balancing", "in_order")];
+
+/// The store: cheap to clone (snapshots hold a clone).
+#[derive(Clone)]
+pub(crate) struct ClickHouseStore {
+    inner: Arc<Inner>,
+}
+
+impl std::ops::Deref for ClickHouseStore {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+pub(crate) struct Inner {
+    http: Http,
+    config: ClickHouseConfig,
+    coordinator: Arc<dyn Coordinator>,
+    rows: Arc<dyn DataRows>,
+    writer: String,
+    /// The last version this process handed out or saw: versions are
+    /// wall-clock nanoseconds, kept above everything seen (a hybrid
+    /// clock), so a write after reading a version always outranks it.
+    last_ver: AtomicU64,
+    /// Serialises this process's read-modify-writes before the cluster
+    /// lock, so threads queue here rather than in ZooKeeper.
+    rmw: super::StripedLocks,
+    _schema: Mutex<()>,
+}
+
+fn table_name(t: Table) -> &'static str {
+    match t {
+        Table::Data => "data",
+        Table::Uid => "uid",
+        Table::Meta => "meta",
+        Table::Index => "idx",
+        Table::Tree => "tree",
+        Table::Rollup => "rollup",
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push_str(&format!("{x:02x}"));
+    }
+    s
+}
+
+/// A name safe to put into SQL unquoted (database and cluster names come
+/// from configuration).
+fn check_ident(what: &str, name: &str) -> Result<()> {
+    if name.is_empty()
+        || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        || name.as_bytes()[0].is_ascii_digit()
+    {
+        return Err(StorageError::Engine(format!(
+            "{what} '{name}' must be letters, digits and '_' (not starting with a digit)"
+        )));
+    }
+    Ok(())
+}
+
+/// A version about to be inserted: a value, or a tombstone (`None`).
+struct NewVersion<'a> {
+    key: &'a [u8],
+    value: Option<&'a [u8]>,
+    ver: u64,
+}
+
+/// One stored version of a key.
+struct Version {
+    key: Vec<u8>,
+    value: Vec<u8>,
+    ver: u64,
+    deleted: bool,
+}
+
+impl ClickHouseStore {
+    /// Connects, creates the database and tables `ON CLUSTER` if absent,
+    /// and checks every table answers. `writer` names this TSD among the
+    /// writers of the data table: stable across its restarts.
+    pub(crate) fn open(
+        config: ClickHouseConfig,
+        coordinator: Arc<dyn Coordinator>,
+        rows: Arc<dyn DataRows>,
+        writer: String,
+    ) -> Result<ClickHouseStore> {
+        check_ident("tsd.storage.clickhouse.database", &config.database)?;
+        check_ident("tsd.storage.clickhouse.cluster", &config.cluster)?;
+        if config.endpoints.is_empty() {
+            return Err(StorageError::Engine(
+                "tsd.storage.clickhouse.endpoints is empty".into(),
+            ));
+        }
+        let endpoints = config
+            .endpoints
+            .iter()
+            .map(|e| Endpoint::parse(e).map_err(StorageError::Engine))
+            .collect::<Result<Vec<_>>>()?;
+        let store = Inner {
+            http: Http::new(endpoints),
+            config,
+            coordinator,
+            rows,
+            writer,
+            last_ver: AtomicU64::new(0),
+            rmw: super::StripedLocks::new(64),
+            _schema: Mutex::new(()),
+        };
+        store.create_schema()?;
+        Ok(ClickHouseStore {
+            inner: Arc::new(store),
+        })
+    }
+}
+
+impl Inner {
+    /// The configuration the store was opened with.
+    #[cfg(test)]
+    pub(crate) fn config(&self) -> &ClickHouseConfig {
+        &self.config
+    }
+
+    fn exec(&self, sql: &str) -> Result<Vec<u8>> {
+        self.http.post("", &COMMON, sql.as_bytes())
+    }
+
+    fn create_schema(&self) -> Result<()> {
+        let (db, cluster) = (&self.config.database, &self.config.cluster);
+        // Distributed DDL takes a ZooKeeper round and every server's reply
+        // per statement (~0.1 s each): skip it when the tables are there.
+        let names: Vec<String> = Table::ALL
+            .iter()
+            .flat_map(|t| {
+                [
+                    table_name(*t).to_string(),
+                    format!("{}_local", table_name(*t)),
+                ]
+            })
+            .collect();
+        let present = self.exec(&format!(
+            "SELECT count() FROM system.tables WHERE database = '{db}' AND name IN ('{}')",
+            names.join("','")
+        ));
+        if let Ok(n) = present
+            && String::from_utf8_lossy(&n).trim() == names.len().to_string()
+        {
+            return Ok(());
+        }
+        // The first statement also proves some endpoint answers; name them
+        // all if none does.
+        self.exec(&format!("CREATE DATABASE IF NOT EXISTS {db} ON CLUSTER {cluster}"))
+            .map_err(|e| match e {
+                StorageError::Engine(m) => StorageError::Engine(format!(
+                    "cannot create the ClickHouse database '{db}' on cluster '{cluster}' through {}: {m}",
+                    self.config.endpoints.join(", ")
+                )),
+                e => e,
+            })?;
+        for t in Table::ALL {
+            let name = table_name(t);
+            // Data rows are partitioned by week of their base hour, so
+            // retention can drop whole partitions; other tables have no
+            // time and one partition.
+            let (base, partition) = if t == Table::Data {
+                ("base UInt32, ", "PARTITION BY intDiv(base, 604800) ")
+            } else {
+                ("", "")
+            };
+            self.exec(&format!(
+                "CREATE TABLE IF NOT EXISTS {db}.{name}_local ON CLUSTER {cluster} \
+                 (key String, series String, {base}writer String, ver UInt64, deleted UInt8, value String) \
+                 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{{shard}}/{db}/{name}', '{{replica}}', ver) \
+                 {partition}ORDER BY (key, writer)"
+            ))?;
+            self.exec(&format!(
+                "CREATE TABLE IF NOT EXISTS {db}.{name} ON CLUSTER {cluster} AS {db}.{name}_local \
+                 ENGINE = Distributed({cluster}, {db}, {name}_local, sipHash64(series))"
+            ))?;
+        }
+        Ok(())
+    }
+
+    /// A version above every one handed out or seen by this process.
+    fn next_ver(&self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let mut last = self.last_ver.load(Ordering::Relaxed);
+        loop {
+            let v = now.max(last + 1);
+            match self
+                .last_ver
+                .compare_exchange_weak(last, v, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return v,
+                Err(seen) => last = seen,
+            }
+        }
+    }
+
+    fn saw_ver(&self, ver: u64) {
+        self.last_ver.fetch_max(ver, Ordering::Relaxed);
+    }
+
+    /// Newest version per (key, writer) of the keys `filter` selects, in
+    /// key order then version order.
+    fn select(&self, table: Table, filter: &str, limit: Option<usize>) -> Result<Vec<Version>> {
+        let db = &self.config.database;
+        let name = table_name(table);
+        let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+        let sql = format!(
+            "SELECT key, argMax(value, ver), max(ver) AS v, argMax(deleted, ver) \
+             FROM {db}.{name} WHERE {filter} GROUP BY key, writer ORDER BY key, v{limit} FORMAT RowBinary"
+        );
+        let body = self.exec(&sql)?;
+        let mut r = Reader::new(&body);
+        let mut out = Vec::new();
+        while !r.done() {
+            let key = r.string()?;
+            let value = r.string()?;
+            let ver = r.u64()?;
+            let deleted = r.u8()? != 0;
+            self.saw_ver(ver);
+            out.push(Version {
+                key,
+                value,
+                ver,
+                deleted,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Folds the versions of one key (in version order) into its value.
+    fn resolve(&self, table: Table, key: &[u8], versions: &[Version]) -> Option<Vec<u8>> {
+        let live_from = versions
+            .iter()
+            .rposition(|v| v.deleted)
+            .map_or(0, |i| i + 1);
+        let live = &versions[live_from..];
+        match live {
+            [] => None,
+            [one] => Some(one.value.clone()),
+            many if table == Table::Data => {
+                let values: Vec<Vec<u8>> = many.iter().map(|v| v.value.clone()).collect();
+                Some(self.rows.merge(key, &values))
+            }
+            many => many.last().map(|v| v.value.clone()),
+        }
+    }
+
+    /// Groups `versions` (key order) per key and resolves each.
+    fn resolve_all(&self, table: Table, versions: &[Version]) -> Vec<KeyValue> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < versions.len() {
+            let key = &versions[i].key;
+            let j = i + versions[i..].iter().take_while(|v| &v.key == key).count();
+            if let Some(value) = self.resolve(table, key, &versions[i..j]) {
+                out.push((key.clone(), value));
+            }
+            i = j;
+        }
+        out
+    }
+
+    fn key_list(keys: &[&[u8]]) -> String {
+        let mut s = String::from("key IN (");
+        for (i, k) in keys.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            s.push_str("unhex('");
+            s.push_str(&hex(k));
+            s.push_str("')");
+        }
+        s.push(')');
+        s
+    }
+
+    /// Values of `keys` (any order, duplicates allowed), in one statement
+    /// per [`KEYS_PER_READ`] keys.
+    fn get_many_map(
+        &self,
+        table: Table,
+        keys: &[&[u8]],
+    ) -> Result<std::collections::HashMap<Vec<u8>, Vec<u8>>> {
+        let mut found = std::collections::HashMap::new();
+        for chunk in keys.chunks(KEYS_PER_READ) {
+            let versions = self.select(table, &Self::key_list(chunk), None)?;
+            found.extend(self.resolve_all(table, &versions));
+        }
+        Ok(found)
+    }
+
+    /// The newest live version of one key and its `ver` (0 if none).
+    fn get_with_ver(&self, table: Table, key: &[u8]) -> Result<(Option<Vec<u8>>, u64)> {
+        let versions = self.select(table, &Self::key_list(&[key]), None)?;
+        let top = versions.iter().map(|v| v.ver).max().unwrap_or(0);
+        Ok((self.resolve(table, key, &versions), top))
+    }
+
+    /// Inserts rows into one table's `Distributed` table and returns once
+    /// every shard's replica has them (`insert_distributed_sync`).
+    fn insert(&self, table: Table, rows: &[NewVersion<'_>]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let writer: &[u8] = if table == Table::Data {
+            self.writer.as_bytes()
+        } else {
+            b""
+        };
+        let mut body = Vec::with_capacity(rows.len() * 64);
+        for NewVersion { key, value, ver } in rows {
+            put_string(&mut body, key);
+            if table == Table::Data {
+                let (series, base) = self.rows.place(key);
+                put_string(&mut body, &series);
+                body.extend_from_slice(&base.to_le_bytes());
+            } else {
+                put_string(&mut body, key);
+            }
+            put_string(&mut body, writer);
+            body.extend_from_slice(&ver.to_le_bytes());
+            body.push(u8::from(value.is_none()));
+            put_string(&mut body, value.unwrap_or(b""));
+        }
+        let db = &self.config.database;
+        let name = table_name(table);
+        let columns = if table == Table::Data {
+            "key, series, base, writer, ver, deleted, value"
+        } else {
+            "key, series, writer, ver, deleted, value"
+        };
+        let query = format!("INSERT INTO {db}.{name} ({columns}) FORMAT RowBinary");
+        let mut params = COMMON.to_vec();
+        params.push(("insert_distributed_sync", "1"));
+        self.http.post(&query, &params, &body)?;
+        Ok(())
+    }
+}
+
+impl KvStore for ClickHouseStore {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_with_ver(table, key)?.0)
+    }
+
+    fn get_many(&self, table: Table, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let found = self.get_many_map(table, keys)?;
+        Ok(keys.iter().map(|k| found.get(*k).cloned()).collect())
+    }
+
+    fn write(&self, batch: WriteBatch) -> Result<()> {
+        // One insert per table; a key written twice in one batch keeps
+        // its last mutation (a later version).
+        for table in Table::ALL {
+            let rows: Vec<NewVersion<'_>> = batch
+                .mutations
+                .iter()
+                .filter_map(|m| match m {
+                    Mutation::Put {
+                        table: t,
+                        key,
+                        value,
+                    } if *t == table => Some(NewVersion {
+                        key,
+                        value: Some(value),
+                        ver: self.next_ver(),
+                    }),
+                    Mutation::Delete { table: t, key } if *t == table => Some(NewVersion {
+                        key,
+                        value: None,
+                        ver: self.next_ver(),
+                    }),
+                    _ => None,
+                })
+                .collect();
+            self.insert(table, &rows)?;
+        }
+        Ok(())
+    }
+
+    fn scan<'a>(&'a self, table: Table, range: &ScanRange) -> ScanIter<'a> {
+        Box::new(Scan {
+            store: self,
+            table,
+            next_start: Some(range.start.clone()),
+            stop: range.stop.clone(),
+            left: range.limit.unwrap_or(usize::MAX),
+            buffered: Vec::new().into_iter(),
+        })
+    }
+
+    fn increment(&self, table: Table, key: &[u8], delta: i64, _: Durability) -> Result<i64> {
+        let _local = self.rmw.lock(table as u64, key);
+        let _cluster = self
+            .coordinator
+            .lock(&lock_name(&self.config.database, table, key))?;
+        let (current, ver) = self.get_with_ver(table, key)?;
+        let v = counter_value(table, key, current.as_deref())?.wrapping_add(delta);
+        self.saw_ver(ver);
+        let value = v.to_be_bytes();
+        self.insert(
+            table,
+            &[NewVersion {
+                key,
+                value: Some(&value),
+                ver: self.next_ver(),
+            }],
+        )?;
+        Ok(v)
+    }
+
+    fn compare_and_set(
+        &self,
+        table: Table,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: &[u8],
+        _: Durability,
+    ) -> Result<bool> {
+        let _local = self.rmw.lock(table as u64, key);
+        let _cluster = self
+            .coordinator
+            .lock(&lock_name(&self.config.database, table, key))?;
+        let (current, ver) = self.get_with_ver(table, key)?;
+        if current.as_deref() != expected {
+            return Ok(false);
+        }
+        self.saw_ver(ver);
+        self.insert(
+            table,
+            &[NewVersion {
+                key,
+                value: Some(new),
+                ver: self.next_ver(),
+            }],
+        )?;
+        Ok(true)
+    }
+
+    /// Every write returned after its insert was acknowledged by a replica
+    /// of each shard it touched: nothing is left to flush.
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn snapshot(&self) -> Result<Box<dyn KvSnapshot>> {
+        // ClickHouse has no snapshots: a view of the versions up to now.
+        // Merges may replace a version the view needs by a newer one, so
+        // it is consistent only while no merge runs over changed keys
+        // (docs/scale-out.md, "Backups").
+        Ok(Box::new(Snapshot {
+            store: self.clone(),
+            upto: self.next_ver(),
+        }))
+    }
+
+    fn compact(&self) -> Result<()> {
+        // OPTIMIZE ... ON CLUSTER fails on 18.16; on a replicated table
+        // one replica's OPTIMIZE merges for all replicas of its shard, so
+        // each endpoint is asked (a replica that is down is skipped).
+        let db = &self.config.database;
+        let mut last_err = None;
+        let mut done = 0;
+        for ep in self.http.endpoints() {
+            for t in Table::ALL {
+                match self.http.post_to(
+                    ep,
+                    &format!("OPTIMIZE TABLE {db}.{}_local FINAL", table_name(t)),
+                ) {
+                    Ok(_) => done += 1,
+                    Err(e) => last_err = Some(e),
+                }
+            }
+        }
+        match last_err {
+            Some(e) if done == 0 => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn disk_space(&self) -> u64 {
+        let db = &self.config.database;
+        self.http
+            .endpoints()
+            .iter()
+            .filter_map(|ep| {
+                self.http
+                    .post_to(
+                        ep,
+                        &format!(
+                            "SELECT sum(bytes_on_disk) FROM system.parts WHERE active AND database = '{db}'"
+                        ),
+                    )
+                    .ok()
+            })
+            .filter_map(|b| String::from_utf8_lossy(&b).trim().parse::<u64>().ok())
+            .sum()
+    }
+}
+
+fn lock_name(db: &str, table: Table, key: &[u8]) -> String {
+    format!("{db}.{}.{}", table_name(table), hex(key))
+}
+
+/// A scan: pages of versions, each page ending on a whole key.
+struct Scan<'a> {
+    store: &'a Inner,
+    table: Table,
+    /// Where the next page starts (inclusive); `None` once done.
+    next_start: Option<Vec<u8>>,
+    stop: Vec<u8>,
+    left: usize,
+    buffered: std::vec::IntoIter<KeyValue>,
+}
+
+impl Scan<'_> {
+    fn fill(&mut self) -> Result<()> {
+        let Some(start) = self.next_start.take() else {
+            return Ok(());
+        };
+        let mut filter = format!("key >= unhex('{}')", hex(&start));
+        if !self.stop.is_empty() {
+            filter.push_str(&format!(" AND key < unhex('{}')", hex(&self.stop)));
+        }
+        let mut versions = self.store.select(self.table, &filter, Some(SCAN_PAGE))?;
+        if versions.len() == SCAN_PAGE {
+            // The page may end inside a key's versions: keep that key for
+            // the next page, unless the page holds nothing else.
+            let last = versions.last().map(|v| v.key.clone()).unwrap_or_default();
+            let whole = versions.iter().take_while(|v| v.key != last).count();
+            if whole > 0 {
+                versions.truncate(whole);
+                self.next_start = Some(last);
+            } else {
+                let mut after = last;
+                after.push(0);
+                self.next_start = Some(after);
+            }
+        }
+        self.buffered = self.store.resolve_all(self.table, &versions).into_iter();
+        Ok(())
+    }
+}
+
+impl Iterator for Scan<'_> {
+    type Item = Result<KeyValue>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.left == 0 {
+                return None;
+            }
+            if let Some(kv) = self.buffered.next() {
+                self.left -= 1;
+                return Some(Ok(kv));
+            }
+            self.next_start.as_ref()?;
+            if let Err(e) = self.fill() {
+                self.next_start = None;
+                return Some(Err(e));
+            }
+        }
+    }
+}
+
+/// [`KvStore::snapshot`]: versions up to `upto`.
+struct Snapshot {
+    store: ClickHouseStore,
+    upto: u64,
+}
+
+impl KvSnapshot for Snapshot {
+    fn scan_all(&self, table: Table) -> ScanIter<'_> {
+        // Small helper scan: versions at or before `upto`, all at once per
+        // page as for a scan.
+        let filter = format!("ver <= {}", self.upto);
+        let store = &self.store;
+        let result = (|| -> Result<Vec<KeyValue>> {
+            let db = &store.config.database;
+            let name = table_name(table);
+            let body = store.exec(&format!(
+                "SELECT key, argMax(value, ver), max(ver) AS v, argMax(deleted, ver) \
+                 FROM {db}.{name} WHERE {filter} GROUP BY key, writer ORDER BY key, v FORMAT RowBinary"
+            ))?;
+            let mut r = Reader::new(&body);
+            let mut versions = Vec::new();
+            while !r.done() {
+                versions.push(Version {
+                    key: r.string()?,
+                    value: r.string()?,
+                    ver: r.u64()?,
+                    deleted: r.u8()? != 0,
+                });
+            }
+            Ok(store.resolve_all(table, &versions))
+        })();
+        match result {
+            Ok(kvs) => Box::new(kvs.into_iter().map(Ok)),
+            Err(e) => Box::new(std::iter::once(Err(e))),
+        }
+    }
+}
+
+/// The test cluster named by `RTSDB_TEST_CLUSTER` (the conf file
+/// `scripts/cluster up` prints), with a fresh database of its own.
+#[cfg(test)]
+pub(crate) mod test_cluster {
+    use super::*;
+
+    /// A config for a new database named after `test` and the process, or
+    /// `None` (after saying so) when no cluster is set.
+    pub(crate) fn config(test: &str) -> Option<ClickHouseConfig> {
+        let Ok(path) = std::env::var("RTSDB_TEST_CLUSTER") else {
+            println!("skipped: RTSDB_TEST_CLUSTER not set (run scripts/test)");
+            return None;
+        };
+        let conf = crate::config::Config::load(Some(std::path::Path::new(&path)))
+            .expect("the RTSDB_TEST_CLUSTER conf file loads");
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        Some(ClickHouseConfig {
+            endpoints: conf
+                .get_string("tsd.storage.clickhouse.endpoints")
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            cluster: conf
+                .get_string("tsd.storage.clickhouse.cluster")
+                .to_string(),
+            database: format!("t_{test}_{}_{nanos}", std::process::id()),
+        })
+    }
+
+    /// Drops the test's database everywhere.
+    pub(crate) fn drop_database(store: &ClickHouseStore) {
+        let c = store.config();
+        store
+            .exec(&format!(
+                "DROP DATABASE IF EXISTS {} ON CLUSTER {}",
+                c.database, c.cluster
+            ))
+            .unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::coordinator::LocalCoordinator;
+
+    fn open(test: &str, writer: &str, coord: Arc<dyn Coordinator>) -> Option<ClickHouseStore> {
+        let cfg = test_cluster::config(test)?;
+        Some(ClickHouseStore::open(cfg, coord, Arc::new(OpaqueRows), writer.into()).unwrap())
+    }
+
+    #[test]
+    fn conformance() {
+        let Some(store) = open("conformance", "w1", Arc::new(LocalCoordinator::new())) else {
+            return;
+        };
+        let store = Arc::new(store);
+        crate::storage::conformance::run(store.clone());
+        test_cluster::drop_database(&store);
+    }
+
+    /// Versions of one data row by two writers are merged; a tombstone
+    /// hides every older version; scans page over many keys.
+    #[test]
+    fn versions_merge_and_tombstones_hide() {
+        struct Concat;
+        impl DataRows for Concat {
+            fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
+                (key.to_vec(), 0)
+            }
+            fn merge(&self, _: &[u8], versions: &[Vec<u8>]) -> Vec<u8> {
+                versions.concat()
+            }
+        }
+        let Some(cfg) = test_cluster::config("versions") else {
+            return;
+        };
+        let coord: Arc<dyn Coordinator> = Arc::new(LocalCoordinator::new());
+        let a = ClickHouseStore::open(cfg.clone(), coord.clone(), Arc::new(Concat), "a".into())
+            .unwrap();
+        let b = ClickHouseStore::open(cfg, coord, Arc::new(Concat), "b".into()).unwrap();
+        let put = |s: &ClickHouseStore, v: &[u8]| {
+            let mut w = WriteBatch::new();
+            w.put(Table::Data, b"row".to_vec(), v.to_vec());
+            s.write(w).unwrap();
+        };
+        put(&a, b"1");
+        put(&b, b"2");
+        put(&a, b"3");
+        assert_eq!(a.get(Table::Data, b"row").unwrap(), Some(b"23".to_vec()));
+        let mut d = WriteBatch::new();
+        d.delete(Table::Data, b"row".to_vec());
+        b.write(d).unwrap();
+        assert_eq!(a.get(Table::Data, b"row").unwrap(), None);
+        put(&a, b"4");
+        assert_eq!(b.get(Table::Data, b"row").unwrap(), Some(b"4".to_vec()));
+
+        let mut many = WriteBatch::new();
+        for i in 0..(SCAN_PAGE as u32 + 10) {
+            many.put(Table::Meta, i.to_be_bytes().to_vec(), b"v".to_vec());
+        }
+        a.write(many).unwrap();
+        assert_eq!(
+            b.scan(Table::Meta, &ScanRange::default())
+                .filter(|r| r.is_ok())
+                .count(),
+            SCAN_PAGE + 10
+        );
+        let keys: Vec<Vec<u8>> = (0u32..3).map(|i| i.to_be_bytes().to_vec()).collect();
+        let refs: Vec<&[u8]> = keys
+            .iter()
+            .map(|k| k.as_slice())
+            .chain([&b"no"[..]])
+            .collect();
+        let got = b.get_many(Table::Meta, &refs).unwrap();
+        assert_eq!(got.iter().filter(|v| v.is_some()).count(), 3);
+        assert!(got[3].is_none());
+        a.compact().unwrap();
+        assert!(a.disk_space() > 0);
+        test_cluster::drop_database(&a);
+    }
+}

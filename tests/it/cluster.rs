@@ -1,0 +1,265 @@
+//! rtsdb on a ClickHouse cluster (docs/scale-out.md): two TSD processes
+//! on one cluster, the command line on it. Needs `RTSDB_TEST_CLUSTER`
+//! (the conf file `scripts/cluster up` prints); without it each test says
+//! it was skipped and passes. Each test uses a database of its own.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::child::{ChildOptions, ChildTsd};
+use crate::common::server::{json_http, post_put, telnet};
+
+/// A cluster conf with a database of its own for `test`, written into
+/// `dir`; `None` (after saying so) without a cluster.
+struct ClusterConf {
+    path: PathBuf,
+    endpoint: String,
+    cluster: String,
+    database: String,
+}
+
+impl ClusterConf {
+    fn new(test: &str, dir: &Path) -> Option<ClusterConf> {
+        let Ok(shared) = std::env::var("RTSDB_TEST_CLUSTER") else {
+            println!("skipped: RTSDB_TEST_CLUSTER not set (run scripts/test)");
+            return None;
+        };
+        let text = std::fs::read_to_string(&shared).expect("the RTSDB_TEST_CLUSTER file reads");
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let database = format!("it_{test}_{}_{nanos}", std::process::id());
+        let value = |key: &str| {
+            text.lines()
+                .filter_map(|l| l.split_once('='))
+                .find(|(k, _)| k.trim() == key)
+                .map(|(_, v)| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        let endpoint = value("tsd.storage.clickhouse.endpoints")
+            .split(',')
+            .next()
+            .unwrap()
+            .trim()
+            .trim_start_matches("http://")
+            .to_string();
+        let cluster = value("tsd.storage.clickhouse.cluster");
+        let mut conf: String = text
+            .lines()
+            .filter(|l| {
+                !l.trim_start()
+                    .starts_with("tsd.storage.clickhouse.database")
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        conf.push_str(&format!(
+            "tsd.storage.clickhouse.database = {database}\ntsd.core.auto_create_metrics = true\n"
+        ));
+        let path = dir.join("cluster.conf");
+        std::fs::write(&path, conf).unwrap();
+        Some(ClusterConf {
+            path,
+            endpoint,
+            cluster,
+            database,
+        })
+    }
+}
+
+impl Drop for ClusterConf {
+    fn drop(&mut self) {
+        let sql = format!(
+            "DROP DATABASE IF EXISTS {} ON CLUSTER {}",
+            self.database, self.cluster
+        );
+        if let Ok(mut s) = TcpStream::connect(&self.endpoint) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+            let _ = write!(
+                s,
+                "POST / HTTP/1.1\r\nHost: ch\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{sql}",
+                sql.len()
+            );
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out);
+        }
+    }
+}
+
+fn tsd(conf: &ClusterConf, data: &Path) -> ChildTsd {
+    ChildTsd::start(
+        data,
+        ChildOptions {
+            config: Some(&conf.path),
+            ..Default::default()
+        },
+    )
+}
+
+fn query(tsd: &ChildTsd, q: &str) -> serde_json::Value {
+    let r = json_http(tsd.addr, "GET", &format!("/api/query?{q}"), "");
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+/// The `dps` of the first series answering `q`, as (timestamp, value).
+fn dps(tsd: &ChildTsd, q: &str) -> Vec<(String, f64)> {
+    let v = query(tsd, q);
+    v.as_array()
+        .and_then(|a| a.first())
+        .and_then(|s| s["dps"].as_object())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_f64().unwrap()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_point_put_on_one_tsd_is_read_on_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(conf) = ClusterConf::new("two_tsds", dir.path()) else {
+        return;
+    };
+    let a = tsd(&conf, &dir.path().join("a"));
+    let b = tsd(&conf, &dir.path().join("b"));
+
+    // A sync put is in ClickHouse when acknowledged: B reads it at once.
+    let r = post_put(
+        a.addr,
+        "?sync",
+        r#"{"metric":"sys.cpu","timestamp":1356998400,"value":1,"tags":{"host":"a"}}"#,
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    let q = "start=1356998000&end=1357002000&m=sum:sys.cpu%7Bhost=a%7D";
+    assert_eq!(dps(&b, q), vec![("1356998400".to_string(), 1.0)]);
+
+    // A telnet put is written out by A's flusher within a tick: B sees it
+    // within the 5 s the cluster promises (polled; the bound is a
+    // deadline, not a measurement).
+    let out = telnet(a.addr, b"put sys.cpu 1356998460 2 host=a\n");
+    assert_eq!(out, "");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let want = vec![
+        ("1356998400".to_string(), 1.0),
+        ("1356998460".to_string(), 2.0),
+    ];
+    loop {
+        let got = dps(&b, q);
+        if got == want {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B still reads {got:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // The names resolve to the same UIDs on both.
+    let tsuids = |t: &ChildTsd| query(t, &format!("{q}&show_tsuids=true"))[0]["tsuids"].clone();
+    assert_eq!(tsuids(&a), tsuids(&b));
+    let uid = |t: &ChildTsd| {
+        let r = json_http(t.addr, "GET", "/api/uid/uidmeta?uid=000001&type=metric", "");
+        (r.status, r.json()["name"].clone())
+    };
+    assert_eq!(uid(&a), (200, serde_json::json!("sys.cpu")));
+    assert_eq!(uid(&a), uid(&b));
+
+    // B writes into the same hour: both TSDs' points stay.
+    let r = post_put(
+        b.addr,
+        "?sync",
+        r#"{"metric":"sys.cpu","timestamp":1356998520,"value":3,"tags":{"host":"a"}}"#,
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(dps(&a, q).len(), 3);
+    a.terminate();
+    b.terminate();
+}
+
+fn tsdb(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tsdb {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_command_line_prints_the_same_lines_as_on_the_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(conf) = ClusterConf::new("cli", dir.path()) else {
+        return;
+    };
+    let input = dir.path().join("points.txt");
+    let mut lines = String::new();
+    for i in 0..50u32 {
+        let host = ["web01", "web02", "db01"][i as usize % 3];
+        lines.push_str(&format!(
+            "sys.cpu.user {} {} host={host} dc=lga\n",
+            1356998400 + i * 97,
+            i * 3
+        ));
+        lines.push_str(&format!(
+            "sys.mem {} {}.5 host={host}\n",
+            1356998400 + i * 61,
+            i
+        ));
+    }
+    std::fs::write(&input, lines).unwrap();
+    let input = input.to_str().unwrap();
+    let embedded = dir.path().join("embedded");
+    let embedded = embedded.to_str().unwrap();
+    let cluster_dir = dir.path().join("cluster");
+    let conf_path = conf.path.to_str().unwrap();
+    let on_cluster = |args: &[&str]| {
+        let mut all = vec![
+            "--config",
+            conf_path,
+            "--data-dir",
+            cluster_dir.to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        tsdb(&all)
+    };
+    let on_embedded = |args: &[&str]| {
+        let mut all = vec!["--data-dir", embedded];
+        all.extend_from_slice(args);
+        tsdb(&all)
+    };
+    on_embedded(&["import", "--auto-metric", input]);
+    on_cluster(&["import", "--auto-metric", input]);
+    for args in [
+        &["scan", "--import", "1356990000", "sum", "sys.cpu.user"][..],
+        &["scan", "1356990000", "sum", "sys.mem"][..],
+        &["query", "1356990000", "sum", "sys.cpu.user", "host=*"][..],
+        &["uid", "grep", "sys"][..],
+        &["search", "lookup", "sys.cpu.user", "host=web01"][..],
+        &["fsck", "--full-scan"][..],
+    ] {
+        // fsck's WAL lines are about each process's local log (its
+        // segments' names and count depend on when it rotated): the
+        // stored data is what must agree.
+        let local = |out: String| -> String {
+            out.lines()
+                .filter(|l| !l.starts_with("WAL "))
+                .map(|l| format!("{l}\n"))
+                .collect()
+        };
+        let (e, c) = (local(on_embedded(args)), local(on_cluster(args)));
+        assert!(
+            !e.trim().is_empty() || args[0] == "fsck",
+            "{args:?} printed nothing"
+        );
+        assert_eq!(c, e, "tsdb {args:?}");
+    }
+    on_cluster(&["mkmetric", "new.metric"]);
+    assert!(on_cluster(&["uid", "metrics", "new.metric"]).contains("new.metric"));
+}
