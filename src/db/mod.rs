@@ -55,9 +55,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{Condvar, Mutex, RwLock};
 use thiserror::Error;
 
+use crate::coord::{ZkClient, ZkCoordinator, ZkUidStore};
 use crate::index::SeriesIndex;
 use crate::meta::MetaStore;
-use crate::coord::{ZkClient, ZkCoordinator, ZkUidStore};
 use crate::storage::StorageError;
 use crate::storage::coordinator::Coordinator;
 use crate::store::rows::RowStore;
@@ -187,8 +187,15 @@ impl Db {
             Backend::ClickHouse(cluster) => ZkClient::connect(&cluster.zk)
                 .map_err(|e| DbError::Store(StoreError::from(StorageError::from(e))))
                 .and_then(|zk| {
-                    let coordinator: Arc<dyn Coordinator> = Arc::new(ZkCoordinator::new(zk.clone()));
-                    Self::open_store(opts, Some(Cluster { coordinator, zk: Some(zk) }))
+                    let coordinator: Arc<dyn Coordinator> =
+                        Arc::new(ZkCoordinator::new(zk.clone()));
+                    Self::open_store(
+                        opts,
+                        Some(Cluster {
+                            coordinator,
+                            zk: Some(zk),
+                        }),
+                    )
                 }),
         };
         opened.map_err(|e| DbError::Open {

@@ -7,8 +7,8 @@ mod common;
 
 mod backup;
 mod cli;
-mod cluster_script;
 mod cluster;
+mod cluster_script;
 mod crash;
 mod fsck;
 mod import;
