@@ -117,6 +117,12 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.storage.clickhouse.flush_ms", "1000"),
     ("tsd.storage.zk_quorum", ""),
     ("tsd.storage.zk_basedir", "/rtsdb"),
+    // rtsdb: ZooKeeper timeouts (ms) and UIDs reserved per counter update
+    // on a cluster (src/coord/client.rs, docs/cluster.md).
+    ("tsd.storage.zk_session_timeout", "10000"),
+    ("tsd.storage.zk_timeout", "8000"),
+    ("tsd.storage.zk_lock_timeout", "30000"),
+    ("tsd.storage.zk_uid_block", "64"),
     // rtsdb: `POST /api/backup` (off: it writes files on the server), and
     // the only directory it writes in ("": DATA_DIR/backups).
     ("tsd.backup.enable", "false"),

@@ -126,7 +126,7 @@ pub(crate) fn run(
             } else {
                 None
             };
-            grep(table, store, kind, &args[n - 1], a.ignore_case, out, err)
+            grep(table, kind, &args[n - 1], a.ignore_case, out, err)
         }
         "assign" => {
             if n < 3 {
@@ -445,8 +445,7 @@ fn lookup_id(
 }
 
 fn grep(
-    _table: &UidTable,
-    store: &crate::store::Store,
+    table: &UidTable,
     kind: Option<UidKind>,
     pattern: &str,
     ignore_case: bool,
@@ -463,31 +462,29 @@ fn grep(
             return Ok(2);
         }
     };
-    let mut found = false;
-    for item in store.scan_uid_cells(&[]) {
-        let (key, value) = item?;
-        let Some((row, family, qualifier)) = keys::split_cell_key(&key) else {
-            continue;
-        };
-        if family != keys::FAMILY_ID || row == keys::MAXID_ROW {
-            continue;
-        }
-        if let Some(k) = kind
-            && qualifier != k.qualifier().as_bytes()
-        {
+    // In HBase's order, as OpenTSDB's scan of the UID table prints them:
+    // by name (the row key), then by kind (the qualifier). Read through
+    // the UID table's store, so it is the same on every backend.
+    let mut found = Vec::new();
+    for k in [UidKind::Metric, UidKind::TagKey, UidKind::TagValue] {
+        if kind.is_some_and(|want| want != k) {
             continue;
         }
-        let name = String::from_utf8_lossy(row);
-        // HBase's KeyRegexpFilter: `find` semantics on the row key.
-        if re.is_match(&name) {
-            writeln!(
-                out,
-                "{} {name}: {}",
-                String::from_utf8_lossy(qualifier),
-                java_byte_array(&value)
-            )?;
-            found = true;
+        for (name, uid) in table.scan_forward(k, b"")? {
+            // HBase's KeyRegexpFilter: `find` semantics on the row key.
+            if re.is_match(&name) {
+                found.push((name, k, uid));
+            }
         }
     }
-    Ok(if found { 0 } else { 1 })
+    found.sort_by(|a, b| (a.0.as_bytes(), a.1.qualifier()).cmp(&(b.0.as_bytes(), b.1.qualifier())));
+    for (name, k, uid) in &found {
+        writeln!(
+            out,
+            "{} {name}: {}",
+            k.qualifier(),
+            java_byte_array(&uid.to_bytes(table.width(*k)))
+        )?;
+    }
+    Ok(if found.is_empty() { 1 } else { 0 })
 }

@@ -51,13 +51,22 @@ impl ClusterConf {
         let mut conf: String = text
             .lines()
             .filter(|l| {
-                !l.trim_start()
-                    .starts_with("tsd.storage.clickhouse.database")
+                let l = l.trim_start();
+                !l.starts_with("tsd.storage.clickhouse.database")
+                    && !l.starts_with("tsd.storage.zk_basedir")
             })
             .map(|l| format!("{l}\n"))
             .collect();
+        // A database and a ZooKeeper base path of its own (UIDs, locks and
+        // the layout record live there). UIDs in blocks of one: each
+        // `tsdb` command is a process of its own, and with the default
+        // blocks each would start a new block, so the stored UIDs (which
+        // `scan` prints) would differ from the embedded store's.
         conf.push_str(&format!(
-            "tsd.storage.clickhouse.database = {database}\ntsd.core.auto_create_metrics = true\n"
+            "tsd.storage.clickhouse.database = {database}\n\
+             tsd.storage.zk_basedir = /rtsdb-test/{database}\n\
+             tsd.storage.zk_uid_block = 1\n\
+             tsd.core.auto_create_metrics = true\n"
         ));
         let path = dir.join("cluster.conf");
         std::fs::write(&path, conf).unwrap();
