@@ -116,15 +116,12 @@ impl Db {
             .map_err(|e| PointError::Unavailable(e.to_string()))?;
         self.buffer.insert_batch(points, a.segment);
         drop(g);
-        // After the points are visible (see db/epochs.rs for the order).
-        self.epochs.note_written(
+        self.note_visible(
             points
                 .iter()
                 .map(|p| (p.series.tsuid.metric, p.ts.as_millis() as i64)),
+            points.len(),
         );
-        self.stats
-            .points_added
-            .fetch_add(points.len() as u64, Ordering::Relaxed);
         if self.buffer.points() > self.opts.max_buffered_points {
             self.wake_flusher();
         }
@@ -221,15 +218,23 @@ impl Db {
                 .map_err(|e| PointError::Storage(e.to_string()))?;
         }
         drop(g);
-        self.epochs.note_written(
+        self.note_visible(
             points
                 .iter()
                 .map(|p| (p.series.tsuid.metric, p.ts.as_millis() as i64)),
+            points.len(),
         );
+        Ok(a)
+    }
+
+    /// Once appended points are visible to readers (see db/epochs.rs for
+    /// why only then): the query cache's epochs learn of them (metric,
+    /// milliseconds), and they are counted.
+    fn note_visible(&self, written: impl Iterator<Item = (crate::model::Uid, i64)>, count: usize) {
+        self.epochs.note_written(written);
         self.stats
             .points_added
-            .fetch_add(points.len() as u64, Ordering::Relaxed);
-        Ok(a)
+            .fetch_add(count as u64, Ordering::Relaxed);
     }
 
     /// `TSMeta.storeIfNecessary`, once per series and process: the first
