@@ -1,6 +1,6 @@
 //! Against a real ZooKeeper: the cluster `scripts/cluster up` starts,
 //! found through `RTSDB_TEST_CLUSTER` (the conf file it printed; set by
-//! `scripts/test`). Without it these tests say they were skipped and
+//! `scripts/with-cluster cargo test`). Without it these tests say they were skipped and
 //! pass. Each test works under its own base path.
 
 use std::io::{Read, Write};
@@ -25,7 +25,7 @@ fn cluster(test: &str) -> Option<ZkOptions> {
         SAID.call_once(|| {
             let _ = writeln!(
                 std::io::stderr(),
-                "coord::tests ({test} and the other cluster tests): skipped: RTSDB_TEST_CLUSTER not set (run scripts/test)"
+                "coord::tests ({test} and the other cluster tests): skipped: RTSDB_TEST_CLUSTER not set (run scripts/with-cluster cargo test)"
             );
         });
         return None;

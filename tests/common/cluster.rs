@@ -1,4 +1,4 @@
-//! The local cluster `scripts/test` starts (`scripts/cluster up`), for
+//! The local cluster `scripts/with-cluster cargo test` starts (`scripts/cluster up`), for
 //! tests that run rtsdb on the ClickHouse + ZooKeeper backend. The cluster
 //! is shared by the whole run; each test gets its own ClickHouse database
 //! and ZooKeeper base path, so tests never see each other's data.
@@ -23,7 +23,7 @@ pub fn cluster_settings(test: &str) -> Option<Vec<(String, String)>> {
             use std::io::Write as _;
             let _ = writeln!(
                 std::io::stderr(),
-                "cluster tests ({test} and the others): skipped: {CLUSTER_ENV} not set (run scripts/test)"
+                "cluster tests ({test} and the others): skipped: {CLUSTER_ENV} not set (run scripts/with-cluster cargo test)"
             );
         });
         return None;

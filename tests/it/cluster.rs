@@ -24,7 +24,7 @@ struct ClusterConf {
 impl ClusterConf {
     fn new(test: &str, dir: &Path) -> Option<ClusterConf> {
         let Ok(shared) = std::env::var("RTSDB_TEST_CLUSTER") else {
-            println!("skipped: RTSDB_TEST_CLUSTER not set (run scripts/test)");
+            println!("skipped: RTSDB_TEST_CLUSTER not set (run scripts/with-cluster cargo test)");
             return None;
         };
         let text = std::fs::read_to_string(&shared).expect("the RTSDB_TEST_CLUSTER file reads");

@@ -1,4 +1,4 @@
-//! The local cluster `scripts/test` starts for the cluster tests: every
+//! The local cluster `scripts/with-cluster cargo test` starts for the cluster tests: every
 //! member the conf names answers, and each test gets a database and a
 //! ZooKeeper base path of its own. Skipped without `RTSDB_TEST_CLUSTER`.
 

@@ -707,7 +707,7 @@ pub(crate) mod test_cluster {
     /// `None` (after saying so) when no cluster is set.
     pub(crate) fn config(test: &str) -> Option<ClickHouseConfig> {
         let Ok(path) = std::env::var("RTSDB_TEST_CLUSTER") else {
-            println!("skipped: RTSDB_TEST_CLUSTER not set (run scripts/test)");
+            println!("skipped: RTSDB_TEST_CLUSTER not set (run scripts/with-cluster cargo test)");
             return None;
         };
         let conf = crate::config::Config::load(Some(std::path::Path::new(&path)))
