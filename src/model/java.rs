@@ -7,49 +7,60 @@ use chrono::{DateTime, Utc};
 /// `Double.toString(d)`: shortest round-trip digits, plain notation for
 /// 1e-3 <= |d| < 1e7 (always with a fractional part), else `d.dddE±n`.
 pub(crate) fn double_to_string(d: f64) -> String {
-    if d.is_nan() {
-        return "NaN".into();
-    }
-    if d.is_infinite() {
-        return if d > 0.0 { "Infinity" } else { "-Infinity" }.into();
-    }
-    if d == 0.0 {
-        return if d.is_sign_negative() { "-0.0" } else { "0.0" }.into();
-    }
-    let abs = d.abs();
-    if (1e-3..1e7).contains(&abs) {
-        let s = format!("{d}");
-        if s.contains('.') { s } else { format!("{s}.0") }
-    } else {
-        // Rust's `{:e}` gives the shortest digits as `d.ddde-n`.
-        let s = format!("{d:e}");
-        let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
-        let mantissa = if mantissa.contains('.') {
-            mantissa.to_string()
-        } else {
-            format!("{mantissa}.0")
-        };
-        format!("{mantissa}E{exp}")
-    }
+    let class = JavaClass::of(d.is_nan(), d.is_infinite(), d == 0.0, d.is_sign_negative());
+    java_to_string(d, class, (1e-3..1e7).contains(&d.abs()))
 }
 
 /// `Float.toString(f)`: as [`double_to_string`], with the shortest
 /// digits that read back as the same `float`.
 pub(crate) fn float_to_string(f: f32) -> String {
-    if f.is_nan() {
-        return "NaN".into();
+    let class = JavaClass::of(f.is_nan(), f.is_infinite(), f == 0.0, f.is_sign_negative());
+    java_to_string(f, class, (1e-3..1e7).contains(&f.abs()))
+}
+
+/// What `Double.toString` and `Float.toString` print by name.
+enum JavaClass {
+    NaN,
+    Infinite { negative: bool },
+    Zero { negative: bool },
+    Finite,
+}
+
+impl JavaClass {
+    fn of(nan: bool, infinite: bool, zero: bool, negative: bool) -> JavaClass {
+        if nan {
+            JavaClass::NaN
+        } else if infinite {
+            JavaClass::Infinite { negative }
+        } else if zero {
+            JavaClass::Zero { negative }
+        } else {
+            JavaClass::Finite
+        }
     }
-    if f.is_infinite() {
-        return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
+}
+
+/// The one body of `Double.toString` and `Float.toString`: Rust's `{}`
+/// and `{:e}` already give the shortest digits of each type.
+fn java_to_string<F: std::fmt::Display + std::fmt::LowerExp>(
+    v: F,
+    class: JavaClass,
+    plain: bool,
+) -> String {
+    match class {
+        JavaClass::NaN => return "NaN".into(),
+        JavaClass::Infinite { negative } => {
+            return if negative { "-Infinity" } else { "Infinity" }.into();
+        }
+        JavaClass::Zero { negative } => return if negative { "-0.0" } else { "0.0" }.into(),
+        JavaClass::Finite => {}
     }
-    if f == 0.0 {
-        return if f.is_sign_negative() { "-0.0" } else { "0.0" }.into();
-    }
-    if (1e-3..1e7).contains(&f.abs()) {
-        let s = format!("{f}");
+    if plain {
+        let s = format!("{v}");
         if s.contains('.') { s } else { format!("{s}.0") }
     } else {
-        let s = format!("{f:e}");
+        // `d.ddde-n` from Rust, `d.dddE-n` (with a fractional part) in Java.
+        let s = format!("{v:e}");
         let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
         let mantissa = if mantissa.contains('.') {
             mantissa.to_string()
