@@ -124,7 +124,9 @@ pub fn http(
     body: &[u8],
 ) -> HttpResponse {
     let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    // A bound on a hang, not a speed check: a 50 MB put in a debug build
+    // on a busy 2-core machine took over a minute.
+    s.set_read_timeout(Some(Duration::from_secs(600))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
