@@ -20,7 +20,6 @@ use crate::db::{DbError, WAL_DIR};
 use crate::model::row_span::row_base_clamped;
 use crate::model::uid::{hex_upper, java_byte_array};
 use crate::model::{UidKind, Value};
-use crate::store::Durability;
 use crate::store::Store;
 use crate::uid::UidTable;
 use crate::write::wal;
@@ -479,7 +478,9 @@ fn check_row(
 ) -> anyhow::Result<()> {
     r.rows_processed += 1;
     let layout = store.layout();
-    let delete_row = || store.delete_row(key, Durability::Process);
+    // Every repair replaces the row whole: on a cluster, the versions
+    // other TSDs wrote would otherwise be merged back in by the next read.
+    let delete_row = || store.replace_row(key, &RowCells::default());
     // 1. The row key.
     let parsed: RowKey = match layout.parse_row_key(key) {
         Ok(k) => k,
@@ -536,6 +537,7 @@ fn check_row(
         }
         return Ok(());
     }
+    check_versions(store, key, &parsed, a, r, out)?;
     check_cells(store, key, Some(&parsed), a, r, out)
 }
 
@@ -572,7 +574,7 @@ fn check_cells(
                 java_byte_array(key)
             )?;
             if a.wants(a.delete_bad_rows || a.delete_bad_values) {
-                store.delete_row(key, Durability::Process)?;
+                store.replace_row(key, &RowCells::default())?;
                 r.bad_values_deleted += 1;
             }
             return Ok(());
@@ -802,7 +804,80 @@ fn check_cells(
             .push(Cell::new(p.qualifier(), p.value_bytes()));
     }
     new_row.cells.extend(kept);
-    store.write_row(key, &new_row, Durability::Process)?;
+    store.replace_row(key, &new_row)?;
+    Ok(())
+}
+
+/// On a cluster, a row several TSDs wrote has a version per writer, which
+/// reads merge (a later version's point wins at the same timestamp;
+/// docs/scale-out.md "The merge rule"). Points two versions both hold
+/// are reported as OpenTSDB reports duplicate columns; a row of several
+/// versions is compactable. With `--fix` or `--compact` the merged row,
+/// what reads return, becomes the only version: at once when the
+/// overlapping points agree, and with `--resolve-duplicates` (or
+/// `--fix-all`) when they differ.
+fn check_versions(
+    store: &Store,
+    key: &[u8],
+    parsed: &RowKey,
+    a: &FsckArgs,
+    r: &mut FsckReport,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let versions = store.row_versions(key)?;
+    if versions.len() < 2 {
+        return Ok(());
+    }
+    // Per timestamp offset: the points of each version holding one.
+    let mut by_offset: BTreeMap<u32, Vec<(usize, StoredPoint)>> = BTreeMap::new();
+    for (i, v) in versions.iter().enumerate() {
+        // A version that does not decode is read as the newest one as it
+        // is stored (see `LayoutRows::merge`); `check_cells` reports it.
+        let Ok(cells) = RowCells::decode(&v.value) else {
+            continue;
+        };
+        let Ok(decoded) = row::decode_row(key, &cells, row::DuplicatePolicy::LastWriteWins) else {
+            continue;
+        };
+        for p in decoded.points {
+            by_offset.entry(p.offset_ms).or_default().push((i, p));
+        }
+    }
+    let (mut overlapping, mut differing) = (0u64, 0u64);
+    for (offset, group) in &by_offset {
+        if group.len() < 2 {
+            continue;
+        }
+        overlapping += 1;
+        let writers: Vec<&str> = group
+            .iter()
+            .map(|(i, _)| versions[*i].writer.as_str())
+            .collect();
+        if group
+            .windows(2)
+            .any(|w| w[0].1.value != w[1].1.value || w[0].1.flags != w[1].1.flags)
+        {
+            differing += 1;
+        }
+        writeln!(
+            out,
+            "More than one version had a value for the same timestamp: ({}) in row {} (written by {})",
+            parsed.base_time as u64 * 1000 + *offset as u64,
+            java_byte_array(key),
+            writers.join(", ")
+        )?;
+    }
+    r.duplicates += overlapping;
+    if overlapping == 0 {
+        r.fixable_compacted_columns += 1;
+    }
+    let resolvable = differing == 0 || a.wants(a.resolve_duplicates);
+    if (a.fixing() || a.compact) && resolvable {
+        if let Some(merged) = store.raw_row(key)? {
+            store.replace_row(key, &RowCells::decode(&merged)?)?;
+        }
+        r.duplicates_fixed += overlapping;
+    }
     Ok(())
 }
 

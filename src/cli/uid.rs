@@ -244,7 +244,7 @@ pub(crate) fn run(
         "fsck" => {
             let fix = args[1..].iter().any(|a| a == "fix");
             let delete_unknown = args[1..].iter().any(|a| a == "delete_unknown");
-            let errors = super::uid_fsck::run(store, fix, delete_unknown, out)?;
+            let errors = super::uid_fsck::run(&db, fix, delete_unknown, out)?;
             // OpenTSDB exits with the error count; keep a non-zero code for
             // counts that are multiples of 256.
             Ok(errors.min(255) as i32)
@@ -278,12 +278,12 @@ pub(crate) fn run(
             let Some(kind) = kind_of(&args[1], err)? else {
                 return Ok(2);
             };
-            match table.delete(kind, &args[2]) {
+            match db.delete_uid(kind, &args[2]) {
                 Ok(_) => {
                     writeln!(err, "UID {} {} deleted.", args[1], args[2])?;
                     Ok(0)
                 }
-                Err(e @ UidTableError::NoSuchName { .. }) => {
+                Err(e @ crate::db::DbError::Uid(UidTableError::NoSuchName { .. })) => {
                     writeln!(err, "{e}")?;
                     Ok(1)
                 }

@@ -6,7 +6,8 @@
 //! before it to go; the lowest holds the lock. Ephemeral, so a TSD that
 //! dies (its session expires) releases what it held. A record is created
 //! only if absent: the first TSD's bytes win and every later one reads
-//! them.
+//! them. A change counter is a znode whose data version counts the
+//! writes to it.
 
 use std::sync::Arc;
 
@@ -95,6 +96,47 @@ impl Coordinator for ZkCoordinator {
                         Err(e) => return Err(e),
                     }
                 }
+            }
+        })?)
+    }
+
+    fn bump(&self, name: &str) -> Result<()> {
+        let path = self.layout.generation(name);
+        loop {
+            let p = path.clone();
+            let written = self.zk.run(&format!("bump {path}"), |c| {
+                let p = p.clone();
+                async move {
+                    match c.set_data(&p, b"", None).await {
+                        Ok(_) => Ok(true),
+                        Err(zk::Error::NoNode) => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                }
+            })?;
+            if written {
+                return Ok(());
+            }
+            // The first bump of the name anywhere: create it, then write.
+            create_with_parents(&self.zk, path.clone(), Vec::new())?;
+        }
+    }
+
+    fn generation(&self, name: &str) -> Result<u64> {
+        let path = self.layout.generation(name);
+        Ok(self.zk.run(&format!("sync and read {path}"), |c| {
+            let p = path.clone();
+            async move {
+                // Sent together: the member answers the read only once it
+                // caught up with the leader (`sync`), so a bump another TSD
+                // had acknowledged is seen, for one round trip.
+                let synced = c.sync(&p);
+                let stat = c.check_stat(&p);
+                match synced.await {
+                    Ok(()) | Err(zk::Error::NoNode) => {}
+                    Err(e) => return Err(e),
+                }
+                Ok(stat.await?.map_or(0, |s| s.version as u64 + 1))
             }
         })?)
     }

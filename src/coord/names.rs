@@ -104,6 +104,12 @@ impl Layout {
         format!("{}/locks/{}", self.base, escape(name))
     }
 
+    /// A change counter ([`crate::storage::coordinator::Coordinator::bump`]):
+    /// its data version is the count.
+    pub fn generation(&self, name: &str) -> String {
+        format!("{}/generations/{}", self.base, escape(name))
+    }
+
     /// A write-once record ([`crate::storage::coordinator::Coordinator::get_or_create`]).
     pub fn record(&self, name: &str) -> String {
         format!("{}/records/{}", self.base, escape(name))

@@ -735,3 +735,175 @@ impl Iterator for ForwardIter<'_> {
         self.ready.pop_front().map(Ok)
     }
 }
+
+/// A kind's UID znodes as stored, for `tsdb uid fsck`: nothing decoded
+/// beyond the znode names, so damage is seen rather than skipped.
+#[derive(Debug, Default)]
+pub struct StoredMappings {
+    /// (name, the forward znode's data: the UID's bytes) of each forward
+    /// mapping.
+    pub forward: Vec<(String, Vec<u8>)>,
+    /// (the UID's bytes from the reverse znode's name, its data: the
+    /// name) of each reverse mapping.
+    pub reverse: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The counter znode's data, if it exists.
+    pub max_id: Option<Vec<u8>>,
+    /// Paths of znodes under the mapping directories that name no
+    /// mapping (not escaped as rtsdb escapes names, or not hex).
+    pub unknown: Vec<String>,
+}
+
+/// Repairs of `tsdb uid fsck fix`, each one ZooKeeper write. They go
+/// around the checks of assignment on purpose: they restore what those
+/// checks keep true.
+impl ZkUidStore {
+    /// Every forward and reverse mapping of `kind` and its counter, in
+    /// three pipelined exchanges (directories, sub-directories, mappings).
+    pub fn stored_mappings(&self, kind: UidKind) -> Result<StoredMappings> {
+        let mut out = StoredMappings::default();
+        let names_root = self.layout.names_root(kind);
+        let prefix_dirs: Vec<String> = self
+            .children(&names_root)?
+            .into_iter()
+            .map(|d| format!("{names_root}/{d}"))
+            .collect();
+        let spread_dirs: Vec<String> = self
+            .read_all(prefix_dirs)?
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect();
+        for (path, data) in self.read_all(spread_dirs)? {
+            match path.rsplit('/').next().and_then(unescape) {
+                Some(name) => out.forward.push((name, data)),
+                None => out.unknown.push(path),
+            }
+        }
+        let ids_root = self.layout.ids_root(kind);
+        let id_dirs: Vec<String> = self
+            .children(&ids_root)?
+            .into_iter()
+            .map(|d| format!("{ids_root}/{d}"))
+            .collect();
+        for (path, data) in self.read_all(id_dirs)? {
+            match path
+                .rsplit('/')
+                .next()
+                .and_then(crate::model::uid::parse_hex)
+            {
+                Some(id) => out.reverse.push((id, data)),
+                None => out.unknown.push(path),
+            }
+        }
+        out.max_id = self.get(&self.layout.max_id(kind))?.map(|(d, _)| d);
+        Ok(out)
+    }
+
+    fn reverse_path(&self, kind: UidKind, id: &[u8]) -> Result<String> {
+        let width = self.k(kind).width;
+        let uid = Uid::from_bytes(id, width)
+            .map_err(|e| Self::corrupt(kind, &hex(id), format!("reverse mapping: {e}")))?;
+        Ok(self.layout.reverse(kind, uid, width))
+    }
+
+    /// Writes the reverse mapping of `id` to `name`, or deletes it
+    /// (`None`), and tells other TSDs to drop their cached mappings.
+    pub fn repair_reverse(&self, kind: UidKind, id: &[u8], name: Option<&str>) -> Result<()> {
+        let path = self.reverse_path(kind, id)?;
+        if name.is_some() {
+            self.ensure_dirs(Self::parents_of(&[&path]))?;
+        }
+        let name = name.map(str::to_string);
+        loop {
+            let (p, n, changes) = (path.clone(), name.clone(), self.layout.changes(kind));
+            let outcome = self.multi(&format!("repair {path}"), move |m| {
+                match &n {
+                    Some(n) => m.add_set_data(&p, n.as_bytes(), None)?,
+                    None => m.add_delete(&p, None)?,
+                }
+                m.add_set_data(&changes, b"", None)
+            })?;
+            match (outcome, &name) {
+                (MultiOutcome::Done, _) => return Ok(()),
+                // Already gone: nothing to delete.
+                (
+                    MultiOutcome::Failed {
+                        index: 0,
+                        cause: zk::Error::NoNode,
+                    },
+                    None,
+                ) => return Ok(()),
+                // Missing: created, then written by the next round.
+                (
+                    MultiOutcome::Failed {
+                        index: 0,
+                        cause: zk::Error::NoNode,
+                    },
+                    Some(n),
+                ) => {
+                    create_with_parents(&self.zk, path.clone(), n.as_bytes().to_vec())
+                        .map_err(to_uid_err)?;
+                }
+                (MultiOutcome::Failed { cause, .. }, _) => {
+                    return Err(Self::corrupt(kind, &path, format!("repair: {cause}")));
+                }
+            }
+        }
+    }
+
+    /// Moves the kind's counter up to `to` (never down: a TSD reserving a
+    /// block meanwhile is read again).
+    pub fn raise_max_id(&self, kind: UidKind, to: u64) -> Result<()> {
+        let path = self.layout.max_id(kind);
+        loop {
+            let (current, version) = match self.get(&path)? {
+                Some((data, stat)) => (parse_counter(&data), Some(stat.version)),
+                None => (None, None),
+            };
+            if current.is_some_and(|c| c >= to) {
+                return Ok(());
+            }
+            let p = path.clone();
+            let written = self
+                .zk
+                .run(&format!("raise {path}"), |c| {
+                    let p = p.clone();
+                    async move {
+                        let text = to.to_string();
+                        let r = match version {
+                            Some(v) => c.set_data(&p, text.as_bytes(), Some(v)).await.map(|_| ()),
+                            None => c
+                                .create(&p, text.as_bytes(), &persistent())
+                                .await
+                                .map(|_| ()),
+                        };
+                        match r {
+                            Ok(()) => Ok(true),
+                            Err(zk::Error::BadVersion | zk::Error::NodeExists) => Ok(false),
+                            Err(e) => Err(e),
+                        }
+                    }
+                })
+                .map_err(to_uid_err)?;
+            if written {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Deletes a znode [`StoredMappings::unknown`] named (`uid fsck fix
+    /// delete_unknown`).
+    pub fn delete_unknown(&self, path: &str) -> Result<()> {
+        let p = path.to_string();
+        self.zk
+            .run(&format!("delete {path}"), |c| {
+                let p = p.clone();
+                async move {
+                    match c.delete(&p, None).await {
+                        Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .map_err(to_uid_err)
+    }
+}

@@ -27,6 +27,19 @@ fn needs_created(created: u64, oldest: u64) -> bool {
 }
 
 impl Db {
+    /// Deletes a name (`tsdb uid delete`): its forward and reverse
+    /// mappings through the UID store, then its UIDMeta through the meta
+    /// store. The UIDMeta is deleted here, for every backend, because the
+    /// two may live apart: on a cluster the mappings are in ZooKeeper and
+    /// the UIDMeta in ClickHouse. Data rows stay, as in OpenTSDB. The UID
+    /// is never handed out again, so a UIDMeta left by a crash between the
+    /// two steps names no live UID (`uid fsck` ignores meta cells).
+    pub fn delete_uid(&self, kind: UidKind, name: &str) -> super::Result<Uid> {
+        let uid = self.uids().delete(kind, name)?;
+        self.meta.delete_uid_meta(kind, uid)?;
+        Ok(uid)
+    }
+
     /// Recreates the series index from the data rows (`tsdb uid
     /// metasync`): drops every entry, then records each series found.
     pub fn rebuild_index(&self) -> super::Result<RebuildStats> {

@@ -27,6 +27,10 @@ pub(super) const FLUSH_BATCH_HOURS: usize = 16 * 1024;
 
 /// How often the per-series point counters are added to `tsdb-meta`.
 const COUNTER_PERSIST_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the flusher drops data partitions past retention (a
+/// cluster's weeks; a no-op on the embedded engine, whose compaction
+/// filter expires rows). Partitions are weeks: an hour late is nothing.
+const PARTITION_EXPIRY_INTERVAL: Duration = Duration::from_secs(3600);
 
 pub(super) fn flusher_loop(db: std::sync::Weak<Db>) {
     loop {
@@ -344,6 +348,27 @@ impl Db {
         }
         self.truncate_wal();
         self.persist_counters_if_due();
+        self.drop_expired_partitions_if_due();
         self.process_tree_queue();
+    }
+
+    /// Drops expired partitions at the first tick and then every
+    /// [`PARTITION_EXPIRY_INTERVAL`] (every TSD of a cluster does; the
+    /// drops are idempotent).
+    fn drop_expired_partitions_if_due(&self) {
+        {
+            let mut last = self.partitions_expired.lock();
+            if last.is_some_and(|t| t.elapsed() < PARTITION_EXPIRY_INTERVAL) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        match self.store.drop_expired_partitions() {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(partitions = n, "dropped data partitions past retention"),
+            Err(e) => {
+                tracing::warn!(error = %e, "dropping data partitions past retention failed; will retry")
+            }
+        }
     }
 }

@@ -142,6 +142,8 @@ pub struct WriteStats {
 struct Parts {
     meta: Arc<dyn MetaStore>,
     trees: Arc<dyn crate::tree::TreeStore>,
+    /// The UID store in ZooKeeper, on a cluster.
+    zk_uids: Option<Arc<ZkUidStore>>,
 }
 
 /// An open database. Shared behind an `Arc`; [`Db::close`] flushes it.
@@ -154,6 +156,8 @@ pub struct Db {
     index: Arc<SeriesIndex>,
     meta: Arc<dyn MetaStore>,
     trees: Arc<dyn crate::tree::TreeStore>,
+    /// A cluster's UIDs as ZooKeeper holds them (`tsdb uid fsck`).
+    zk_uids: Option<Arc<ZkUidStore>>,
     /// The rollup and pre-aggregate tables (`db/rollup.rs`).
     rollup_table: Arc<crate::store::rollup_table::RollupTable>,
     /// New series waiting for tree processing (`db/tree.rs`).
@@ -173,6 +177,8 @@ pub struct Db {
     flush_lock: Mutex<()>,
     /// Serialises counter persistence; holds when it last ran.
     counters: Mutex<std::time::Instant>,
+    /// When the flusher last dropped partitions past retention.
+    partitions_expired: Mutex<Option<std::time::Instant>>,
     /// What the query result cache checks its answers against.
     epochs: CacheEpochs,
 }
@@ -238,8 +244,11 @@ impl Db {
         let meta = store.meta_store();
         // On a cluster, names get their UIDs through ZooKeeper, so that
         // every TSD agrees on them (docs/cluster.md).
-        let uid_store: Arc<dyn crate::uid::UidStore> = match zk {
-            Some(zk) => Arc::new(ZkUidStore::open(zk, store.layout().widths)?),
+        let zk_uids = zk
+            .map(|zk| ZkUidStore::open(zk, store.layout().widths).map(Arc::new))
+            .transpose()?;
+        let uid_store: Arc<dyn crate::uid::UidStore> = match &zk_uids {
+            Some(zk_uids) => zk_uids.clone(),
             None => store.uid_store(),
         };
         let mut uids = UidTable::new(uid_store, opts.auto_create, opts.name_rules.clone());
@@ -259,6 +268,7 @@ impl Db {
             Parts {
                 meta,
                 trees: store.tree_store(),
+                zk_uids,
             },
             &opts.data_dir,
             opts.write.clone(),
@@ -270,7 +280,11 @@ impl Db {
         store: Arc<Store>,
         uids: Arc<UidTable>,
         index: Arc<SeriesIndex>,
-        Parts { meta, trees }: Parts,
+        Parts {
+            meta,
+            trees,
+            zk_uids,
+        }: Parts,
         data_dir: &Path,
         opts: WriteOptions,
     ) -> Result<Arc<Db>> {
@@ -289,6 +303,7 @@ impl Db {
             index,
             meta,
             trees,
+            zk_uids,
             rollup_table,
             tree_queue: Mutex::new(Vec::new()),
             series,
@@ -302,6 +317,7 @@ impl Db {
             flusher_wake: (Mutex::new(false), Condvar::new()),
             flush_lock: Mutex::new(()),
             counters: Mutex::new(std::time::Instant::now()),
+            partitions_expired: Mutex::new(None),
             epochs: CacheEpochs::default(),
         });
         if replayed.points > 0 {
@@ -337,6 +353,13 @@ impl Db {
     /// needs nothing from here.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The UID store in ZooKeeper when the database is on a cluster (the
+    /// one `uids` works over), for the tools that check and repair it as
+    /// stored (`tsdb uid fsck`); `None` on the embedded store.
+    pub fn cluster_uids(&self) -> Option<&Arc<ZkUidStore>> {
+        self.zk_uids.as_ref()
     }
 
     /// The rollup and pre-aggregate tables (`tsdb scan`, `fsck`, tests).

@@ -73,6 +73,14 @@ pub trait IndexStore: Send + Sync {
         Ok(())
     }
 
+    /// A counter every process recording into a shared backend moves when
+    /// its recorded entries reach the backend ([`flush`](Self::flush)), so
+    /// a reader reads a metric's entries again only when it moved. `None`
+    /// (the default): no such counter, read every time.
+    fn generation(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
     /// Calls `f` with the entries whose TSUID bytes start with `prefix`
     /// (a metric's series). The default filters a full [`load`](Self::load).
     fn load_prefix(&self, prefix: &[u8], f: &mut dyn FnMut(&[u8], u32)) -> Result<()> {
@@ -212,6 +220,9 @@ pub struct SeriesIndex {
     /// Other processes record into the same backend (a cluster): a
     /// metric's entries are read again before its series are listed.
     shared: bool,
+    /// On a shared backend: the backend's generation when each metric's
+    /// entries were last read ([`IndexStore::generation`]).
+    refreshed: parking_lot::Mutex<HashMap<Uid, u64>>,
 }
 
 impl SeriesIndex {
@@ -227,22 +238,45 @@ impl SeriesIndex {
             widths,
             inner: RwLock::new(inner),
             shared: false,
+            refreshed: Default::default(),
         })
     }
 
     /// Marks the backend as written by other processes too (several TSDs
     /// on one cluster): [`with_metric`](Self::with_metric) first reads the
     /// metric's entries again, so a series another TSD created is found by
-    /// the next query, at the cost of one backend read per metric queried.
+    /// the next query. A backend with a [generation](IndexStore::generation)
+    /// is read only when it moved: one cheap counter read per query.
     pub fn shared(mut self) -> SeriesIndex {
         self.shared = true;
         self
     }
 
+    /// [`refresh_metric`](Self::refresh_metric) unless the backend's
+    /// generation is the one the metric was last read at. A generation
+    /// that cannot be read (the coordinator is away) means reading.
+    fn refresh_metric_if_changed(&self, metric: Uid) {
+        let generation = self.backend.generation().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "reading the series index's generation failed; reading the index");
+            None
+        });
+        if let Some(g) = generation
+            && self.refreshed.lock().get(&metric) == Some(&g)
+        {
+            return;
+        }
+        if self.refresh_metric(metric)
+            && let Some(g) = generation
+        {
+            self.refreshed.lock().insert(metric, g);
+        }
+    }
+
     /// Adds the entries recorded for `metric` that memory does not know
-    /// yet (by other processes), without recording anything. A failed
-    /// read leaves the memory view as it was: queries answer from it.
-    fn refresh_metric(&self, metric: Uid) {
+    /// yet (by other processes), without recording anything; whether the
+    /// read succeeded. A failed read leaves the memory view as it was:
+    /// queries answer from it.
+    fn refresh_metric(&self, metric: Uid) -> bool {
         let prefix = metric.to_bytes(self.widths.metric);
         let mut found: Vec<(Tsuid, u32)> = Vec::new();
         let widths = self.widths;
@@ -253,7 +287,7 @@ impl SeriesIndex {
         });
         if let Err(e) = read {
             tracing::warn!(error = %e, "reading the shared series index failed; answering from memory");
-            return;
+            return false;
         }
         let fresh: Vec<(Tsuid, u32)> = {
             let inner = self.inner.read();
@@ -263,7 +297,7 @@ impl SeriesIndex {
                 .collect()
         };
         if fresh.is_empty() {
-            return;
+            return true;
         }
         let mut inner = self.inner.write();
         for (tsuid, hour) in fresh {
@@ -272,6 +306,7 @@ impl SeriesIndex {
                 insert(&mut inner, tsuid, hour);
             }
         }
+        true
     }
 
     /// Records a series the write path just wrote to. A known series costs
@@ -312,7 +347,7 @@ impl SeriesIndex {
     /// Runs `f` on a metric's series (`None` if the metric has none).
     pub fn with_metric<R>(&self, metric: Uid, f: impl FnOnce(Option<&MetricSeries>) -> R) -> R {
         if self.shared {
-            self.refresh_metric(metric);
+            self.refresh_metric_if_changed(metric);
         }
         f(self.inner.read().metrics.get(&metric))
     }

@@ -16,6 +16,12 @@ pub trait Coordinator: Send + Sync {
     fn lock(&self, name: &str) -> Result<Box<dyn std::any::Any + Send>>;
     /// The bytes at `name`, atomically created with `init` if absent (the layout record).
     fn get_or_create(&self, name: &str, init: &[u8]) -> Result<Vec<u8>>;
+    /// Moves the cluster-wide change counter `name`: every TSD's next
+    /// [`generation`](Self::generation) of it differs from before.
+    fn bump(&self, name: &str) -> Result<()>;
+    /// The change counter `name` as of now (0 before its first bump): a
+    /// bump any TSD saw acknowledged before this call began is counted.
+    fn generation(&self, name: &str) -> Result<u64>;
 }
 
 /// A [`Coordinator`] whose locks and records live in this process only:
@@ -31,6 +37,7 @@ struct LocalInner {
     held: Mutex<HashSet<String>>,
     released: Condvar,
     records: Mutex<HashMap<String, Vec<u8>>>,
+    generations: Mutex<HashMap<String, u64>>,
 }
 
 /// Releases its name when dropped and wakes the waiters.
@@ -74,6 +81,26 @@ impl Coordinator for LocalCoordinator {
             .or_insert_with(|| init.to_vec())
             .clone())
     }
+
+    fn bump(&self, name: &str) -> Result<()> {
+        *self
+            .inner
+            .generations
+            .lock()
+            .entry(name.to_string())
+            .or_default() += 1;
+        Ok(())
+    }
+
+    fn generation(&self, name: &str) -> Result<u64> {
+        Ok(self
+            .inner
+            .generations
+            .lock()
+            .get(name)
+            .copied()
+            .unwrap_or(0))
+    }
 }
 
 #[cfg(test)]
@@ -110,5 +137,15 @@ mod tests {
         let c = LocalCoordinator::new();
         assert_eq!(c.get_or_create("layout", b"one").unwrap(), b"one");
         assert_eq!(c.get_or_create("layout", b"two").unwrap(), b"one");
+    }
+
+    #[test]
+    fn generations_move_on_each_bump() {
+        let c = LocalCoordinator::new();
+        assert_eq!(c.generation("index").unwrap(), 0);
+        c.bump("index").unwrap();
+        c.bump("index").unwrap();
+        assert_eq!(c.generation("index").unwrap(), 2);
+        assert_eq!(c.generation("other").unwrap(), 0);
     }
 }

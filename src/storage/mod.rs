@@ -244,6 +244,14 @@ pub trait KvSnapshot: Send {
     fn scan_all(&self, table: Table) -> ScanIter<'_>;
 }
 
+/// One writer's live version of a key ([`KvStore::versions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyVersion {
+    /// Who wrote it (a cluster's TSD; empty where keys have one writer).
+    pub writer: String,
+    pub value: Vec<u8>,
+}
+
 /// The storage engine interface. Implementations must be safe to share
 /// between threads; `increment` and `compare_and_set` must be atomic
 /// against every other operation on the same store.
@@ -291,6 +299,45 @@ pub trait KvStore: Send + Sync {
     /// filters (retention). A no-op for engines without one.
     fn compact(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// The versions of `key` a read merges into its value, oldest first:
+    /// more than one only where several writers keep a version each (a
+    /// cluster's data table, docs/scale-out.md "The merge rule"). The
+    /// default is the one value.
+    fn versions(&self, table: Table, key: &[u8]) -> Result<Vec<KeyVersion>> {
+        Ok(self
+            .get(table, key)?
+            .into_iter()
+            .map(|value| KeyVersion {
+                writer: String::new(),
+                value,
+            })
+            .collect())
+    }
+
+    /// Makes `value` the only version of `key`, or removes every version
+    /// (`None`): where several writers keep versions, the others' are
+    /// hidden rather than merged with it (fsck's repairs). The default is
+    /// a put or a delete.
+    fn replace(&self, table: Table, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        match value {
+            Some(v) => b.put(table, key.to_vec(), v.to_vec()),
+            None => b.delete(table, key.to_vec()),
+        }
+        self.write(b)
+    }
+
+    /// Drops, whole, the stretches of the data table (partitions) whose
+    /// rows all have a base hour below `floor`, and returns how many went.
+    /// Only for engines partitioned by row time (a cluster's weekly
+    /// partitions, docs/scale-out.md "Retention"); the default drops
+    /// nothing, as the embedded engine expires rows one by one in its
+    /// compaction filter.
+    fn drop_data_before(&self, floor: u32) -> Result<u64> {
+        let _ = floor;
+        Ok(0)
     }
 
     /// Moves what the engine's own journal holds into its tables and drops

@@ -211,7 +211,7 @@ impl Store {
         let rows = Arc::new(LayoutRows { layout, encoding });
         let kv: Arc<dyn KvStore> = Arc::new(ClickHouseStore::open(
             config.clone(),
-            coordinator,
+            coordinator.clone(),
             rows,
             writer_name(data_dir),
         )?);
@@ -226,8 +226,12 @@ impl Store {
         store.encoding = encoding;
         store.retention = opts.retention.clone();
         // One INSERT per new series would cost more than its points: the
-        // flusher writes the index entries of a tick together.
-        store.index = Arc::new(super::index_table::KvIndexStore::deferred(store.kv.clone()));
+        // flusher writes the index entries of a tick together, and tells
+        // the other TSDs through the coordinator.
+        store.index = Arc::new(super::index_table::KvIndexStore::deferred(
+            store.kv.clone(),
+            coordinator,
+        ));
         Ok(store)
     }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use super::{Result, Store};
 use crate::index::{self, HourSpan, IndexStore, RebuildStats};
 use crate::model::Tsuid;
+use crate::storage::coordinator::Coordinator;
 use crate::storage::{Durability, KvStore, ScanRange, Table, WriteBatch};
 
 const SERIES: u8 = b'S';
@@ -25,25 +26,41 @@ fn hour_of(value: &[u8]) -> u32 {
         .unwrap_or(0)
 }
 
+/// The coordinator's change counter ([`Coordinator::bump`]) a shared
+/// index moves each time entries reach the engine.
+pub(crate) const INDEX_GENERATION: &str = "index";
+
 pub(crate) struct KvIndexStore {
     kv: Arc<dyn KvStore>,
     /// Entries recorded but not written yet (TSUID bytes → hour), when
     /// writes are batched ([`KvIndexStore::deferred`]).
     pending: Option<parking_lot::Mutex<HashMap<Vec<u8>, u32>>>,
+    /// Shared with other processes (a cluster): told of every flush.
+    coordinator: Option<Arc<dyn Coordinator>>,
 }
 
 impl KvIndexStore {
     pub(crate) fn new(kv: Arc<dyn KvStore>) -> KvIndexStore {
-        KvIndexStore { kv, pending: None }
+        KvIndexStore {
+            kv,
+            pending: None,
+            coordinator: None,
+        }
     }
 
     /// Records are kept until [`IndexStore::flush`]: on a remote engine
     /// a write per new series (one INSERT each) would cost more than the
-    /// points.
-    pub(crate) fn deferred(kv: Arc<dyn KvStore>) -> KvIndexStore {
+    /// points. Each flush that wrote entries bumps [`INDEX_GENERATION`]
+    /// in `coordinator`, which other TSDs read before a query
+    /// ([`IndexStore::generation`]) instead of reading the entries.
+    pub(crate) fn deferred(
+        kv: Arc<dyn KvStore>,
+        coordinator: Arc<dyn Coordinator>,
+    ) -> KvIndexStore {
         KvIndexStore {
             kv,
             pending: Some(Default::default()),
+            coordinator: Some(coordinator),
         }
     }
 
@@ -108,16 +125,36 @@ impl IndexStore for KvIndexStore {
                 hour.to_be_bytes().to_vec(),
             );
         }
-        if let Err(e) = self.kv.write(batch) {
-            // Kept for the next attempt, under anything recorded meanwhile.
+        let written = self
+            .kv
+            .write(batch)
+            .map_err(index::IndexError::from)
+            .and_then(|()| {
+                // Once written, before the rows of the same flush: a TSD that
+                // reads a row can find its series.
+                match &self.coordinator {
+                    Some(c) => Ok(c.bump(INDEX_GENERATION)?),
+                    None => Ok(()),
+                }
+            });
+        if let Err(e) = written {
+            // Kept for the next attempt, under anything recorded meanwhile
+            // (written again, and the generation moved then).
             let mut p = pending.lock();
             for (tsuid, hour) in taken {
                 let h = p.entry(tsuid).or_insert(hour);
                 *h = (*h).max(hour);
             }
-            return Err(e.into());
+            return Err(e);
         }
         Ok(())
+    }
+
+    fn generation(&self) -> index::Result<Option<u64>> {
+        match &self.coordinator {
+            Some(c) => Ok(Some(c.generation(INDEX_GENERATION)?)),
+            None => Ok(None),
+        }
     }
 
     fn clear(&self) -> index::Result<()> {

@@ -450,6 +450,17 @@ impl Store {
         Ok(self.kv.compact()?)
     }
 
+    /// Drops the stretches of data rows that every metric's retention has
+    /// passed (`tsd.storage.ttl`), where the engine keeps rows by time (a
+    /// cluster's weekly partitions); returns how many went. The embedded
+    /// engine drops nothing here: its compaction filter expires rows.
+    pub fn drop_expired_partitions(&self) -> Result<u64> {
+        match self.retention.floor_for_all(retention::now_s()) {
+            None => Ok(0),
+            Some(floor) => Ok(self.kv.drop_data_before(floor)?),
+        }
+    }
+
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
     }
@@ -506,6 +517,23 @@ impl Store {
             b.put(Table::Data, key.to_vec(), row.encode());
         }
         Ok(self.kv.write(b)?)
+    }
+
+    /// The versions of one data row a read merges, oldest first, with
+    /// who wrote each: more than one only on a cluster, where several TSDs
+    /// wrote the row (fsck).
+    pub(crate) fn row_versions(&self, key: &[u8]) -> Result<Vec<crate::storage::KeyVersion>> {
+        Ok(self.kv.versions(Table::Data, key)?)
+    }
+
+    /// Makes `row` the only version of a data row (no cells: removes it),
+    /// as fsck's repairs need: on a cluster the other writers' versions
+    /// are hidden, not merged back in on the next read. Elsewhere the
+    /// same as [`write_row`](Self::write_row).
+    pub fn replace_row(&self, key: &[u8], row: &RowCells) -> Result<()> {
+        let _g = self.row_locks.lock(0, key);
+        let value = (!row.cells.is_empty()).then(|| row.encode());
+        Ok(self.kv.replace(Table::Data, key, value.as_deref())?)
     }
 
     /// The stored bytes of one data row, undecoded (fsck looks at rows

@@ -152,6 +152,19 @@ impl Retention {
         }
     }
 
+    /// The base hour below which the rows of every metric are expired at
+    /// `now_s`, whatever the metric: the floor of the longest TTL
+    /// configured. `None` when some metric is kept forever (no store-wide
+    /// TTL): then no stretch of time can be dropped whole, and expired
+    /// rows of the metrics with a TTL are only hidden from reads. This is
+    /// what a cluster drops whole weekly partitions by: a row written
+    /// later into such a stretch, by any metric, is expired as it lands.
+    pub fn floor_for_all(&self, now_s: u64) -> Option<u32> {
+        let default = self.default_ttl_s?;
+        let longest = self.by_name.values().copied().fold(default, u64::max);
+        Some(row_base_clamped(now_s.saturating_sub(longest)))
+    }
+
     /// Is the data row `key` entirely older than its metric's TTL?
     pub fn expired(&self, layout: &KeyLayout, key: &[u8], now_s: u64) -> bool {
         if !self.is_enabled() {
@@ -215,6 +228,11 @@ mod tests {
         assert!(!r.rollup_expired(&layout, &rollup("other", 1_356_991_200 - 86_400), now));
         let t7 = Tsuid::new(u(7), vec![(u(1), u(1))]).unwrap();
         assert!(!r.expired(&layout, &layout.row_key(&t7, 1_356_987_600), now));
+        // Every metric's rows are expired below the longest TTL's floor.
+        assert_eq!(r.floor_for_all(now), Some(r.floor(u(7), now)));
+        let per_metric_only =
+            Retention::from_entries([("tsd.storage.ttl.sys.cpu.user", "60")].into_iter()).unwrap();
+        assert_eq!(per_metric_only.floor_for_all(now), None);
         assert!(Retention::from_entries([("tsd.storage.ttl", "3x")].into_iter()).is_err());
         assert!(
             !Retention::from_entries([("tsd.storage.ttl", "0")].into_iter())

@@ -215,7 +215,7 @@ impl UidStore for KvUidStore {
         let mut b = WriteBatch::new();
         b.delete(Table::Uid, keys::forward(kind, name));
         b.delete(Table::Uid, keys::reverse(kind, &bytes));
-        b.delete(Table::Uid, keys::uid_meta(kind, &bytes));
+        // The UIDMeta is the meta store's, deleted by `Db::delete_uid`.
         self.kv.write(b)?;
         Ok(uid)
     }

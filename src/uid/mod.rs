@@ -381,7 +381,8 @@ impl UidTable {
         Ok(uid)
     }
 
-    /// Deletes a name's forward, reverse and meta cells. Data rows stay.
+    /// Deletes a name's forward and reverse mappings. Data rows stay; the
+    /// name's UIDMeta is deleted by `Db::delete_uid`, which calls this.
     pub fn delete(&self, kind: UidKind, name: &str) -> Result<Uid> {
         let k = self.k(kind);
         let _w = k.write_lock.lock();

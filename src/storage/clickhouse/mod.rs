@@ -32,8 +32,8 @@ use parking_lot::Mutex;
 
 use super::coordinator::Coordinator;
 use super::{
-    Durability, KeyValue, KvSnapshot, KvStore, Mutation, Result, ScanIter, ScanRange, StorageError,
-    Table, WriteBatch, counter_value,
+    Durability, KeyValue, KeyVersion, KvSnapshot, KvStore, Mutation, Result, ScanIter, ScanRange,
+    StorageError, Table, WriteBatch, counter_value,
 };
 pub(crate) use http::Endpoint;
 use http::Http;
@@ -45,6 +45,9 @@ use rowbinary::{Reader, put_string};
 const KEYS_PER_READ: usize = 1000;
 /// (key, writer) groups fetched per scan page.
 const SCAN_PAGE: usize = 20_000;
+/// The span of row time one partition of the data table holds: a week of
+/// base hours, so retention drops whole weeks (`drop_data_before`).
+const PARTITION_SECONDS: u32 = 604_800;
 
 /// Where a store lives: `tsd.storage.clickhouse.*`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +159,9 @@ struct NewVersion<'a> {
     key: &'a [u8],
     value: Option<&'a [u8]>,
     ver: u64,
+    /// Whose version of the key it is, when not this store's own (a
+    /// tombstone over another writer's version, [`KvStore::replace`]).
+    writer: Option<&'a [u8]>,
 }
 
 /// One stored version of a key.
@@ -254,9 +260,12 @@ impl Inner {
             // retention can drop whole partitions; other tables have no
             // time and one partition.
             let (base, partition) = if t == Table::Data {
-                ("base UInt32, ", "PARTITION BY intDiv(base, 604800) ")
+                (
+                    "base UInt32, ".to_string(),
+                    format!("PARTITION BY intDiv(base, {PARTITION_SECONDS}) "),
+                )
             } else {
-                ("", "")
+                (String::new(), String::new())
             };
             self.exec(&format!(
                 "CREATE TABLE IF NOT EXISTS {db}.{name}_local ON CLUSTER {cluster} \
@@ -393,19 +402,48 @@ impl Inner {
         Ok((self.resolve(table, key, &versions), top))
     }
 
+    /// The writers with a version (live or not) of each of `keys` in the
+    /// data table, one statement per [`KEYS_PER_READ`] keys.
+    fn writers_of(
+        &self,
+        keys: &[&[u8]],
+    ) -> Result<std::collections::HashMap<Vec<u8>, Vec<Vec<u8>>>> {
+        let db = &self.config.database;
+        let mut out: std::collections::HashMap<Vec<u8>, Vec<Vec<u8>>> = Default::default();
+        for chunk in keys.chunks(KEYS_PER_READ) {
+            let body = self.exec(&format!(
+                "SELECT DISTINCT key, writer FROM {db}.data WHERE {} FORMAT RowBinary",
+                Self::key_list(chunk)
+            ))?;
+            let mut r = Reader::new(&body);
+            while !r.done() {
+                let key = r.string()?;
+                out.entry(key).or_default().push(r.string()?);
+            }
+        }
+        Ok(out)
+    }
+
     /// Inserts rows into one table's `Distributed` table and returns once
     /// every shard's replica has them (`insert_distributed_sync`).
     fn insert(&self, table: Table, rows: &[NewVersion<'_>]) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
-        let writer: &[u8] = if table == Table::Data {
+        let own: &[u8] = if table == Table::Data {
             self.writer.as_bytes()
         } else {
             b""
         };
         let mut body = Vec::with_capacity(rows.len() * 64);
-        for NewVersion { key, value, ver } in rows {
+        for NewVersion {
+            key,
+            value,
+            ver,
+            writer,
+        } in rows
+        {
+            let writer = writer.unwrap_or(own);
             put_string(&mut body, key);
             if table == Table::Data {
                 let (series, base) = self.rows.place(key);
@@ -445,30 +483,60 @@ impl KvStore for ClickHouseStore {
     }
 
     fn write(&self, batch: WriteBatch) -> Result<()> {
+        // A data row deleted gets a tombstone under the name of each
+        // writer that has a version of it, not only this store's: a merge
+        // keeps each writer's newest version, so this store's tombstone
+        // alone would be replaced by its next write of the row, and the
+        // others' older versions would show again.
+        let deleted: Vec<&[u8]> = batch
+            .mutations
+            .iter()
+            .filter_map(|m| match m {
+                Mutation::Delete {
+                    table: Table::Data,
+                    key,
+                } => Some(key.as_slice()),
+                _ => None,
+            })
+            .collect();
+        let writers = self.writers_of(&deleted)?;
+        let own = self.writer.as_bytes();
         // One insert per table; a key written twice in one batch keeps
         // its last mutation (a later version).
         for table in Table::ALL {
-            let rows: Vec<NewVersion<'_>> = batch
-                .mutations
-                .iter()
-                .filter_map(|m| match m {
+            let mut rows: Vec<NewVersion<'_>> = Vec::new();
+            for m in &batch.mutations {
+                match m {
                     Mutation::Put {
                         table: t,
                         key,
                         value,
-                    } if *t == table => Some(NewVersion {
+                    } if *t == table => rows.push(NewVersion {
                         key,
                         value: Some(value),
                         ver: self.next_ver(),
+                        writer: None,
                     }),
-                    Mutation::Delete { table: t, key } if *t == table => Some(NewVersion {
-                        key,
-                        value: None,
-                        ver: self.next_ver(),
-                    }),
-                    _ => None,
-                })
-                .collect();
+                    Mutation::Delete { table: t, key } if *t == table => {
+                        rows.push(NewVersion {
+                            key,
+                            value: None,
+                            ver: self.next_ver(),
+                            writer: None,
+                        });
+                        let others = writers.get(key.as_slice()).into_iter().flatten();
+                        for w in others.filter(|w| w.as_slice() != own) {
+                            rows.push(NewVersion {
+                                key,
+                                value: None,
+                                ver: self.next_ver(),
+                                writer: Some(w.as_slice()),
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
             self.insert(table, &rows)?;
         }
         Ok(())
@@ -500,6 +568,7 @@ impl KvStore for ClickHouseStore {
                 key,
                 value: Some(&value),
                 ver: self.next_ver(),
+                writer: None,
             }],
         )?;
         Ok(v)
@@ -528,9 +597,74 @@ impl KvStore for ClickHouseStore {
                 key,
                 value: Some(new),
                 ver: self.next_ver(),
+                writer: None,
             }],
         )?;
         Ok(true)
+    }
+
+    fn versions(&self, table: Table, key: &[u8]) -> Result<Vec<KeyVersion>> {
+        let db = &self.config.database;
+        let body = self.exec(&format!(
+            "SELECT writer, argMax(value, ver), max(ver) AS v, argMax(deleted, ver) \
+             FROM {db}.{} WHERE {} GROUP BY writer ORDER BY v FORMAT RowBinary",
+            table_name(table),
+            Inner::key_list(&[key])
+        ))?;
+        let mut r = Reader::new(&body);
+        let mut out = Vec::new();
+        while !r.done() {
+            let writer = String::from_utf8_lossy(&r.string()?).into_owned();
+            let value = r.string()?;
+            self.saw_ver(r.u64()?);
+            if r.u8()? != 0 {
+                // A tombstone hides every older version, of every writer.
+                out.clear();
+            } else {
+                out.push(KeyVersion { writer, value });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Tombstones over every other writer's version (theirs, under their
+    /// names, so a merge that keeps each writer's newest keeps them), then
+    /// the value as this store's newest. A tombstone of this store's own
+    /// would be replaced by its next write to the key at the next merge,
+    /// and the other writers' versions would show again.
+    fn replace(&self, table: Table, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        if table != Table::Data {
+            let mut b = WriteBatch::new();
+            match value {
+                Some(v) => b.put(table, key.to_vec(), v.to_vec()),
+                None => b.delete(table, key.to_vec()),
+            }
+            return self.write(b);
+        }
+        let by_key = self.writers_of(&[key])?;
+        let writers = by_key.get(key).map(Vec::as_slice).unwrap_or_default();
+        let own = self.writer.as_bytes();
+        let mut rows: Vec<NewVersion<'_>> = writers
+            .iter()
+            .filter(|w| value.is_none() || w.as_slice() != own)
+            .map(|w| NewVersion {
+                key,
+                value: None,
+                ver: self.next_ver(),
+                writer: Some(w.as_slice()),
+            })
+            .collect();
+        if let Some(v) = value {
+            rows.push(NewVersion {
+                key,
+                value: Some(v),
+                ver: self.next_ver(),
+                writer: None,
+            });
+        } else if rows.is_empty() {
+            return Ok(());
+        }
+        self.insert(table, &rows)
     }
 
     /// Every write returned after its insert was acknowledged by a replica
@@ -572,6 +706,64 @@ impl KvStore for ClickHouseStore {
             Some(e) if done == 0 => Err(e),
             _ => Ok(()),
         }
+    }
+
+    /// Each server is asked for its partitions of `data_local` and drops
+    /// those wholly below `floor`. `ALTER ... ON CLUSTER` would wait for
+    /// every server, failing while one is down; asking each replica instead
+    /// drops on those up (a replicated drop also reaches the replica's
+    /// peers through the replication log), and a shard whose replicas were
+    /// all down keeps its partitions until the next run.
+    fn drop_data_before(&self, floor: u32) -> Result<u64> {
+        let db = &self.config.database;
+        let mut dropped = std::collections::BTreeSet::new();
+        let mut errors = Vec::new();
+        let mut answered = 0;
+        for ep in self.http.endpoints() {
+            let partitions = match self.http.post_to(
+                ep,
+                &format!(
+                    "SELECT DISTINCT partition FROM system.parts \
+                     WHERE active AND database = '{db}' AND table = 'data_local'"
+                ),
+            ) {
+                Ok(p) => p,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            answered += 1;
+            for line in String::from_utf8_lossy(&partitions).lines() {
+                let Ok(week) = line.trim().trim_matches('\'').parse::<u64>() else {
+                    continue;
+                };
+                // Every row of partition `week` has a base hour below the
+                // next week's first second.
+                if (week + 1) * u64::from(PARTITION_SECONDS) > u64::from(floor) {
+                    continue;
+                }
+                match self.http.post_to(
+                    ep,
+                    &format!("ALTER TABLE {db}.data_local DROP PARTITION {week}"),
+                ) {
+                    Ok(_) => {
+                        tracing::info!(endpoint = %ep.url, week, "dropped an expired partition");
+                        dropped.insert(week);
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        if answered == 0
+            && let Some(e) = errors.pop()
+        {
+            return Err(e);
+        }
+        for e in errors {
+            tracing::warn!(error = %e, "dropping expired partitions failed on a server; the next run tries again");
+        }
+        Ok(dropped.len() as u64)
     }
 
     fn disk_space(&self) -> u64 {
