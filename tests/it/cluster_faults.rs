@@ -447,7 +447,10 @@ fn metric_uid(addr: SocketAddr, name: &str) -> u64 {
     if r.status == 200 {
         return uid_of(&r, name);
     }
-    let error = r.json()["metric_errors"][name].as_str().unwrap_or_default().to_string();
+    let error = r.json()["metric_errors"][name]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let hex = error
         .strip_prefix("Name already exists with UID: ")
         .unwrap_or_else(|| panic!("{name}: {}: {}", r.status, r.text()));
@@ -666,7 +669,10 @@ fn uid_assignment_goes_on_with_one_zookeeper_member_down() {
     let q = http(
         tsd.addr,
         "GET",
-        &format!("/api/query?start={BASE}&end={}&m=sum:zk.new.99", BASE + 3600),
+        &format!(
+            "/api/query?start={BASE}&end={}&m=sum:zk.new.99",
+            BASE + 3600
+        ),
         &[],
         b"",
     );
