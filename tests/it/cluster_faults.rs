@@ -36,10 +36,9 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// Says on stderr (past the test harness's capture, so it is seen) why a
 /// test checked nothing.
 fn skipped(test: &str, why: &str) {
-    let _ = writeln!(
-        std::io::stderr(),
-        "cluster fault test {test}: skipped: {why}"
-    );
+    // One write: tests run in parallel, and their lines must not mix.
+    let line = format!("cluster fault test {test}: skipped: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// One private cluster at a time, for the whole test binary.
