@@ -537,8 +537,8 @@ fn a_clickhouse_replica_killed_mid_ingest() {
 
 /// The first replica of shard 1 killed: the one every TSD reads and
 /// writes first (`load_balancing = in_order`), and the TSD's first
-/// endpoint. Known to lose acknowledged points (1 run of 3 here, 16 to 26
-/// of ~1,300 points; docs/scale-out.md, "What happens on each fault"): a `sync` put is
+/// endpoint. Known to lose acknowledged points (2 runs of 9 here, 8 and 26
+/// of 1,260 and 1,840 points; docs/scale-out.md, "What happens on each fault"): a `sync` put is
 /// acknowledged once one replica has its rows, so rows the killed replica
 /// took just before dying exist nowhere else until it returns (the WAL
 /// segment is gone by then); meanwhile the flusher rewrites those rows
