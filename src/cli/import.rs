@@ -82,7 +82,9 @@ fn line_error(e: &PointError) -> String {
         PointError::IllegalArgument(m) => format!("illegal argument: {m}"),
         PointError::InvalidValue(m) => format!("invalid value: {m}"),
         PointError::UnknownName(m) => format!("unknown metric: {m}"),
-        PointError::Storage(m) | PointError::Unavailable(m) => format!("storage error: {m}"),
+        PointError::Storage(m) | PointError::Unavailable(m) | PointError::StorageDown(m) => {
+            format!("storage error: {m}")
+        }
         PointError::NoSuchRollup(m) => format!("No such rollup: {m}"),
     }
 }

@@ -254,7 +254,9 @@ impl Db {
     /// Waits until `a`'s points are on stable storage; fails at once if
     /// the WAL cannot be written (they must not be acknowledged then).
     /// On a cluster they must also be in ClickHouse, where any TSD reads
-    /// them: everything buffered is written out before this returns.
+    /// them: everything buffered is written out before this returns, and
+    /// if that fails the points stay logged and buffered for the flusher
+    /// to retry ([`PointError::StorageDown`]).
     pub async fn wait_durable(&self, a: Appended) -> Result<(), PointError> {
         if a.seq > 0 {
             self.wal
@@ -272,7 +274,7 @@ impl Db {
                 } else {
                     self.flush_all_now()
                 };
-                flushed.map_err(|e| PointError::Unavailable(e.to_string()))?;
+                flushed.map_err(PointError::StorageDown)?;
             }
         }
         Ok(())
@@ -285,7 +287,7 @@ impl Db {
                 .wait_durable_blocking(a.seq)
                 .map_err(|e| PointError::Unavailable(e.to_string()))?;
             if self.opts.shared_flush.is_some() {
-                self.flush_all_now().map_err(PointError::Unavailable)?;
+                self.flush_all_now().map_err(PointError::StorageDown)?;
             }
         }
         Ok(())

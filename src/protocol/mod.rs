@@ -29,6 +29,15 @@ pub enum PointError {
     /// `put: HBase error: <msg>` as for other storage trouble, but always
     /// sent; HTTP `Storage exception: <msg>` as [`PointError::Storage`].
     Unavailable(String),
+    /// The points are in the TSD's write-ahead log, but the shared storage
+    /// of a cluster could not take them now (every replica of a shard
+    /// down, ClickHouse's tables read-only without ZooKeeper, no endpoint
+    /// reachable), so a `sync` put cannot be acknowledged: the points stay
+    /// logged and buffered and are written once the storage is back. HTTP
+    /// answers the request 503 (docs/scale-out.md, "What happens on each
+    /// fault"); the message names the cause. Telnet never waits for the
+    /// store, so it never sees this.
+    StorageDown(String),
     /// Anything else (storage trouble, running out of UIDs, shutdown):
     /// telnet `put: HBase error: <msg>`, HTTP `Storage exception: <msg>`.
     /// OpenTSDB 2.4.1 meets these in the deferred of `addPoint`, whose
@@ -55,7 +64,7 @@ impl PointError {
             PointError::IllegalArgument(m) => format!("{command}: illegal argument: {m}"),
             PointError::InvalidValue(m) => format!("{command}: invalid value: {m}"),
             PointError::UnknownName(m) => format!("{command}: unknown metric: {m}"),
-            PointError::Storage(m) | PointError::Unavailable(m) => {
+            PointError::Storage(m) | PointError::Unavailable(m) | PointError::StorageDown(m) => {
                 format!("{command}: HBase error: {m}")
             }
             PointError::NoSuchRollup(m) => format!("{command}: No such rollup: {m}"),
@@ -70,6 +79,7 @@ impl PointError {
             | PointError::UnknownName(m)
             | PointError::Storage(m)
             | PointError::Unavailable(m)
+            | PointError::StorageDown(m)
             | PointError::NoSuchRollup(m) => m,
         }
     }
@@ -80,7 +90,7 @@ impl PointError {
             PointError::IllegalArgument(m) => m.clone(),
             PointError::InvalidValue(_) => "Unable to parse value to a number".into(),
             PointError::UnknownName(_) => "Unknown metric".into(),
-            PointError::Storage(m) | PointError::Unavailable(m) => {
+            PointError::Storage(m) | PointError::Unavailable(m) | PointError::StorageDown(m) => {
                 format!("Storage exception: {m}")
             }
             PointError::NoSuchRollup(_) => "Unexpected exception".into(),

@@ -48,7 +48,9 @@ impl ServerStats {
             PointError::IllegalArgument(_) | PointError::NoSuchRollup(_) => &self.illegal_arguments,
             PointError::InvalidValue(_) => &self.invalid_values,
             PointError::UnknownName(_) => &self.unknown_metrics,
-            PointError::Storage(_) | PointError::Unavailable(_) => &self.storage_errors,
+            PointError::Storage(_) | PointError::Unavailable(_) | PointError::StorageDown(_) => {
+                &self.storage_errors
+            }
         });
     }
 }

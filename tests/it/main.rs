@@ -8,6 +8,7 @@ mod common;
 mod backup;
 mod cli;
 mod cluster;
+mod cluster_faults;
 mod cluster_ops;
 mod cluster_script;
 mod crash;

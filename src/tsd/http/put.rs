@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::protocol::parse_value;
+use crate::protocol::{PointError, parse_value};
 use crate::write::PendingPoint;
 
 use super::super::TsdState;
@@ -240,6 +240,9 @@ pub(crate) struct PutOutcome {
     pub timed_out: bool,
     /// Points logged but not acknowledged when a sync wait timed out.
     pub pending: u64,
+    /// Why the shared storage could not take the points of a `sync` put
+    /// (they stay logged and are written once it is back): answered 503.
+    pub storage_down: Option<PointError>,
 }
 
 pub(crate) fn json_str(s: &str) -> String {
@@ -433,6 +436,9 @@ pub(crate) async fn acknowledge(state: &TsdState, logged: Logged, flags: PutFlag
             state.stats.count_error(&e);
             outcome.failed += accepted;
             outcome.write_errors.push(("null".into(), e.http_message()));
+            if matches!(e, PointError::StorageDown(_)) {
+                outcome.storage_down = Some(e);
+            }
             return outcome;
         }
     }
@@ -467,6 +473,21 @@ pub(crate) fn render(flags: PutFlags, o: &PutOutcome) -> (u16, Option<String>) {
         }
         s.push('}');
         return (400, Some(s));
+    }
+    // The issue asks a cluster to fail a `sync` put fast with a 503 while
+    // the storage cannot take it, so that clients retry (OpenTSDB 2.4.1
+    // has no such answer: its puts wait on HBase's retries, then fail
+    // with 400 or time out). Whatever `summary`/`details` asked: no point
+    // of the request was acknowledged, and the error says why.
+    if let Some(e) = &o.storage_down {
+        return (
+            503,
+            Some(super::error_body(
+                503,
+                &e.http_message(),
+                "The data points were logged by this TSD and will be written once the storage is back, but were not acknowledged: retry the request",
+            )),
+        );
     }
     let status = if o.failed > 0 { 400 } else { 200 };
     if flags.details {
