@@ -49,7 +49,8 @@ trap 'for p in "${PIDS[@]}"; do kill $p 2>/dev/null || true; done' EXIT
 
 queries() {
   local port=$1 tag=$2
-  rq() { echo "/api/query?start=$START&end=$END&m=$(urlenc "$1")"; }
+  # nocache: the cluster has no result cache, so both sides are uncached.
+  rq() { echo "/api/query?start=$START&end=$END&nocache=true&m=$(urlenc "$1")"; }
   R[${tag}_q1]=$(median_of "$port" "$(rq "avg:1m-avg:cpu.usage_user")")
   R[${tag}_q2]=$(median_of "$port" "$(rq "avg:1m-avg:cpu.usage_user{hostname=host_42}")")
   R[${tag}_q3]=$(median_of "$port" "$(rq "avg:1m-avg:cpu.usage_user{region=*}")")
