@@ -1,13 +1,28 @@
 //! Runs the compatibility cases under `tests/compat/` (format in
 //! `tests/compat/README.md`): each file against a fresh in-process TSD, or
-//! against the server at `RTSDB_COMPAT_TARGET=host:port`.
+//! against the server at `RTSDB_COMPAT_TARGET=host:port`. With a test
+//! cluster (`RTSDB_TEST_CLUSTER`, as `scripts/with-cluster` sets it) each
+//! file also runs on the cluster backend, named `cluster:FILE`: two TSDs
+//! on one database, the puts and the requests that change data sent to
+//! one, the other requests to the other, with the same expectations.
 //!
 //! `cargo test --test compat [-- FILTER...]` runs the files whose path
-//! (relative to `tests/compat/`) contains one of the filters.
+//! (relative to `tests/compat/`, with `cluster:` in front for the cluster
+//! runs) contains one of the filters.
 
 #[path = "common/server.rs"]
 #[allow(dead_code)]
 mod server;
+
+#[path = "common/cluster.rs"]
+#[allow(dead_code)]
+mod cluster;
+
+#[path = "common/backend.rs"]
+#[allow(dead_code, unused_macros, unused_imports)]
+mod backend;
+
+use backend::{Backend, Tsds};
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -427,7 +442,15 @@ struct Outcome {
     failures: Vec<String>,
 }
 
-fn run_file(path: &Path, rel: &str, target: Option<SocketAddr>) -> Outcome {
+/// Where a file's steps go.
+enum Target {
+    /// The server at `RTSDB_COMPAT_TARGET`.
+    External(SocketAddr),
+    /// Fresh in-process TSDs on this backend.
+    Fresh(Backend),
+}
+
+fn run_file(path: &Path, rel: &str, target: &Target) -> Outcome {
     let mut o = Outcome {
         passed: 0,
         failures: Vec::new(),
@@ -446,22 +469,32 @@ fn run_file(path: &Path, rel: &str, target: Option<SocketAddr>) -> Outcome {
             return o;
         }
     };
-    let _local;
-    let addr = match target {
-        Some(a) => a,
-        None => {
+    let local = match target {
+        Target::External(_) => None,
+        Target::Fresh(backend) => {
             let settings: Vec<(&str, &str)> = file
                 .config
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .collect();
-            _local = server::TestServer::start(&settings);
-            _local.addr
+            match Tsds::start(*backend, &settings) {
+                Some(t) => Some(t),
+                None => return o,
+            }
         }
+    };
+    // Puts and requests that change data go to the writer; the others to
+    // the reader, which sees everything the writer acknowledged (one TSD
+    // plays both roles but on the cluster).
+    let addr = |write: bool| match (target, &local) {
+        (Target::External(a), _) => *a,
+        (_, Some(t)) if write => t.writer().addr,
+        (_, Some(t)) => t.reader().addr,
+        (_, None) => unreachable!("a fresh target has its TSDs"),
     };
     for step in &file.steps {
         match step {
-            Step::Put { line, lines } => match telnet(addr, lines) {
+            Step::Put { line, lines } => match telnet(addr(true), lines) {
                 Ok(out) if out.is_empty() => {}
                 Ok(out) => {
                     o.failures
@@ -475,7 +508,9 @@ fn run_file(path: &Path, rel: &str, target: Option<SocketAddr>) -> Outcome {
                 }
             },
             Step::Request(r) => {
-                let res = http(addr, r).and_then(|got| check(r, &got));
+                let write =
+                    backend::changes_data(&r.method, &r.path, r.body.as_deref().unwrap_or(""));
+                let res = http(addr(write), r).and_then(|got| check(r, &got));
                 match res {
                     Ok(()) => o.passed += 1,
                     Err(e) => o.failures.push(format!(
@@ -520,16 +555,31 @@ fn main() {
             .and_then(|mut a| a.next())
             .unwrap_or_else(|| panic!("RTSDB_COMPAT_TARGET={t}: not host:port"))
     });
-    let mut files = Vec::new();
-    case_files(&root, &mut files);
-    let files: Vec<(PathBuf, String)> = files
-        .into_iter()
-        .map(|p| {
-            let rel = p.strip_prefix(&root).unwrap().display().to_string();
-            (p, rel)
-        })
-        .filter(|(_, rel)| filters.is_empty() || filters.iter().any(|f| rel.contains(f.as_str())))
-        .collect();
+    let mut targets = match target {
+        Some(t) => vec![("", Target::External(t))],
+        None => vec![("", Target::Fresh(Backend::Embedded))],
+    };
+    if target.is_none() {
+        if std::env::var(cluster::CLUSTER_ENV).is_ok() {
+            targets.push(("cluster:", Target::Fresh(Backend::Cluster)));
+        } else {
+            println!(
+                "compat on the cluster backend: skipped: {} not set (run scripts/with-cluster cargo test)",
+                cluster::CLUSTER_ENV
+            );
+        }
+    }
+    let mut paths = Vec::new();
+    case_files(&root, &mut paths);
+    let mut files: Vec<(PathBuf, String, &Target)> = Vec::new();
+    for (prefix, target) in &targets {
+        for p in &paths {
+            let rel = format!("{prefix}{}", p.strip_prefix(&root).unwrap().display());
+            if filters.is_empty() || filters.iter().any(|f| rel.contains(f.as_str())) {
+                files.push((p.clone(), rel, target));
+            }
+        }
+    }
     if let Some(t) = target {
         // Every file assumes an empty database (fresh UIDs included).
         println!("compat: against {t}; each file expects an empty server with its `config`");
@@ -542,7 +592,7 @@ fn main() {
         for _ in 0..workers {
             s.spawn(|| {
                 loop {
-                    let Some((path, rel)) = next.lock().unwrap().next() else {
+                    let Some((path, rel, target)) = next.lock().unwrap().next() else {
                         break;
                     };
                     let o = run_file(path, rel, target);

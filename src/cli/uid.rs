@@ -331,32 +331,42 @@ fn print_mapping(
 }
 
 /// Prints each cell of `row` in `family` of the UID table as the cell's
-/// qualifier (a kind's word) followed by `rest(value)`, as `uid` does for a
-/// name or ID given without a kind. Returns whether the row had any cell.
+/// qualifier (a kind's word) followed by `rest(value)`, in qualifier
+/// order, as `uid` does for a name or ID given without a kind. `mappings`
+/// are the row's name/ID cells as the UID table resolves them (on a
+/// cluster they live in ZooKeeper, not in the stored table; on the
+/// embedded store they are the stored cells again). Returns whether the
+/// row had any cell.
 fn print_row_cells(
     store: &crate::store::Store,
     row: &[u8],
     family: &[u8],
+    mappings: Vec<(&'static str, Vec<u8>)>,
     out: &mut dyn Write,
     rest: impl Fn(&[u8]) -> String,
 ) -> anyhow::Result<bool> {
     let prefix = keys::cell_key(row, family, b"");
-    let mut found = false;
+    let mut cells: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = mappings
+        .into_iter()
+        .map(|(q, v)| (q.as_bytes().to_vec(), v))
+        .collect();
     for item in store.scan_uid_cells(&prefix) {
         let (key, value) = item?;
         if let Some((r, _, qualifier)) = keys::split_cell_key(&key)
             && r == row
         {
-            writeln!(
-                out,
-                "{} {}",
-                String::from_utf8_lossy(qualifier),
-                rest(&value)
-            )?;
-            found = true;
+            cells.insert(qualifier.to_vec(), value);
         }
     }
-    Ok(found)
+    for (qualifier, value) in &cells {
+        writeln!(
+            out,
+            "{} {}",
+            String::from_utf8_lossy(qualifier),
+            rest(value)
+        )?;
+    }
+    Ok(!cells.is_empty())
 }
 
 fn lookup_name(
@@ -380,9 +390,21 @@ fn lookup_name(
         };
     }
     // Without a kind: every cell of the name's row in family `id`.
-    let found = print_row_cells(store, name.as_bytes(), keys::FAMILY_ID, out, |uid| {
-        format!("{name}: {}", java_byte_array(uid))
-    })?;
+    let mappings = UidKind::ALL
+        .into_iter()
+        .filter_map(|k| {
+            let uid = table.get_id(k, name).ok()?;
+            Some((k.qualifier(), uid.to_bytes(table.width(k))))
+        })
+        .collect();
+    let found = print_row_cells(
+        store,
+        name.as_bytes(),
+        keys::FAMILY_ID,
+        mappings,
+        out,
+        |uid| format!("{name}: {}", java_byte_array(uid)),
+    )?;
     if !found {
         writeln!(err, "No such name: {name}")?;
     }
@@ -431,7 +453,18 @@ fn lookup_id(
         };
     }
     // Without a kind: every cell of the ID's row in family `name`.
-    let found = print_row_cells(store, &bytes, keys::FAMILY_NAME, out, |name| {
+    let mappings = UidKind::ALL
+        .into_iter()
+        .filter(|&k| table.width(k).bytes() == bytes.len())
+        .filter_map(|k| {
+            let uid = Uid::from_bytes(&bytes, table.width(k)).ok()?;
+            Some((
+                k.qualifier(),
+                table.get_name(k, uid).ok()?.as_bytes().to_vec(),
+            ))
+        })
+        .collect();
+    let found = print_row_cells(store, &bytes, keys::FAMILY_NAME, mappings, out, |name| {
         format!(
             "{}: {}",
             String::from_utf8_lossy(name),

@@ -277,10 +277,15 @@ impl SeriesIndex {
     /// read succeeded. A failed read leaves the memory view as it was:
     /// queries answer from it.
     fn refresh_metric(&self, metric: Uid) -> bool {
-        let prefix = metric.to_bytes(self.widths.metric);
+        self.refresh(&metric.to_bytes(self.widths.metric))
+    }
+
+    /// [`refresh_metric`](Self::refresh_metric) for the entries whose
+    /// TSUID starts with `prefix` (every entry when it is empty).
+    fn refresh(&self, prefix: &[u8]) -> bool {
         let mut found: Vec<(Tsuid, u32)> = Vec::new();
         let widths = self.widths;
-        let read = self.backend.load_prefix(&prefix, &mut |bytes, hour| {
+        let read = self.backend.load_prefix(prefix, &mut |bytes, hour| {
             if let Ok(t) = Tsuid::from_bytes(bytes, &widths) {
                 found.push((t, hour));
             }
@@ -357,8 +362,12 @@ impl SeriesIndex {
         self.with_metric(metric, |m| m.map(|m| m.series.clone()).unwrap_or_default())
     }
 
-    /// Every metric with at least one series.
+    /// Every metric with at least one series (on a shared index, every
+    /// metric any process recorded: the whole index is read again).
     pub fn metrics(&self) -> Vec<Uid> {
+        if self.shared {
+            self.refresh(&[]);
+        }
         let mut m: Vec<Uid> = self.inner.read().metrics.keys().copied().collect();
         m.sort_unstable();
         m

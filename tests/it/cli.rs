@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::tsdb;
+use common::{Backend, Cli, on_both_backends, tsdb};
 use std::path::Path;
 
 use rtsdb::model::Tsuid;
@@ -12,72 +12,69 @@ use rtsdb::store::Durability;
 use rtsdb::store::{Store, StoreOptions};
 use rtsdb::uid::{AutoCreate, UidTable};
 
-#[test]
-fn uid_commands_print_opentsdb_lines() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let r = tsdb(d, &["mkmetric", "sys.cpu.0", "sys.cpu.user"]);
+on_both_backends!(uid_commands_print_opentsdb_lines);
+
+/// On the cluster the names live in ZooKeeper; the lines are the same.
+fn uid_commands_print_opentsdb_lines(backend: Backend) {
+    let Some(cli) = Cli::new(backend) else {
+        return;
+    };
+    let r = cli.tsdb(&["mkmetric", "sys.cpu.0", "sys.cpu.user"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(
         r.stdout,
         "metrics sys.cpu.0: [0, 0, 1]\nmetrics sys.cpu.user: [0, 0, 2]\n"
     );
     assert_eq!(
-        tsdb(d, &["uid", "assign", "tagk", "host"]).stdout,
+        cli.tsdb(&["uid", "assign", "tagk", "host"]).stdout,
         "tagk host: [0, 0, 1]\n"
     );
     assert_eq!(
-        tsdb(d, &["uid", "assign", "tagv", "web01"]).stdout,
+        cli.tsdb(&["uid", "assign", "tagv", "web01"]).stdout,
         "tagv web01: [0, 0, 1]\n"
     );
     // Existing names print their UID again.
     assert_eq!(
-        tsdb(d, &["mkmetric", "sys.cpu.0"]).stdout,
+        cli.tsdb(&["mkmetric", "sys.cpu.0"]).stdout,
         "metrics sys.cpu.0: [0, 0, 1]\n"
     );
 
     assert_eq!(
-        tsdb(d, &["uid", "metrics", "sys.cpu.user"]).stdout,
+        cli.tsdb(&["uid", "metrics", "sys.cpu.user"]).stdout,
         "metrics sys.cpu.user: [0, 0, 2]\n"
     );
     assert_eq!(
-        tsdb(d, &["uid", "metrics", "2"]).stdout,
+        cli.tsdb(&["uid", "metrics", "2"]).stdout,
         "metrics sys.cpu.user: [0, 0, 2]\n"
     );
     // Without a kind every kind's cell of the row is printed.
     assert_eq!(
-        tsdb(d, &["uid", "1"]).stdout,
+        cli.tsdb(&["uid", "1"]).stdout,
         "metrics sys.cpu.0: [0, 0, 1]\ntagk host: [0, 0, 1]\ntagv web01: [0, 0, 1]\n"
     );
     assert_eq!(
-        tsdb(d, &["uid", "grep", "cpu"]).stdout,
+        cli.tsdb(&["uid", "grep", "cpu"]).stdout,
         "metrics sys.cpu.0: [0, 0, 1]\nmetrics sys.cpu.user: [0, 0, 2]\n"
     );
     assert_eq!(
-        tsdb(d, &["uid", "grep", "metrics", "USER$", "-i"]).stdout,
+        cli.tsdb(&["uid", "grep", "metrics", "USER$", "-i"]).stdout,
         "metrics sys.cpu.user: [0, 0, 2]\n"
     );
-    assert_eq!(tsdb(d, &["uid", "grep", "nothing"]).code, 1);
+    assert_eq!(cli.tsdb(&["uid", "grep", "nothing"]).code, 1);
 
-    let r = tsdb(
-        d,
-        &["uid", "rename", "metrics", "sys.cpu.0", "sys.cpu.idle"],
-    );
+    let r = cli.tsdb(&["uid", "rename", "metrics", "sys.cpu.0", "sys.cpu.idle"]);
     assert_eq!(
         (r.code, r.stdout.as_str()),
         (0, "metrics sys.cpu.0 -> sys.cpu.idle\n")
     );
-    let r = tsdb(d, &["uid", "metrics", "sys.cpu.0"]);
+    let r = cli.tsdb(&["uid", "metrics", "sys.cpu.0"]);
     assert_eq!(r.code, 1);
     assert!(
         r.stderr.contains("No such name for 'metrics': 'sys.cpu.0'"),
         "{}",
         r.stderr
     );
-    let r = tsdb(
-        d,
-        &["uid", "rename", "metrics", "sys.cpu.idle", "sys.cpu.user"],
-    );
+    let r = cli.tsdb(&["uid", "rename", "metrics", "sys.cpu.idle", "sys.cpu.user"]);
     assert_ne!(r.code, 0);
     assert!(
         r.stderr.contains("new name already assigned ID=[0, 0, 2]"),
@@ -85,12 +82,12 @@ fn uid_commands_print_opentsdb_lines() {
         r.stderr
     );
 
-    let r = tsdb(d, &["uid", "delete", "tagv", "web01"]);
+    let r = cli.tsdb(&["uid", "delete", "tagv", "web01"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(tsdb(d, &["uid", "tagv", "web01"]).code, 1);
+    assert_eq!(cli.tsdb(&["uid", "tagv", "web01"]).code, 1);
     // Deleted ids are not reused.
     assert_eq!(
-        tsdb(d, &["uid", "assign", "tagv", "web02"]).stdout,
+        cli.tsdb(&["uid", "assign", "tagv", "web02"]).stdout,
         "tagv web02: [0, 0, 2]\n"
     );
 }

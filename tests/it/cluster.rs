@@ -245,6 +245,22 @@ fn the_command_line_prints_the_same_lines_as_on_the_embedded_store() {
     };
     on_embedded(&["import", "--auto-metric", input]);
     on_cluster(&["import", "--auto-metric", input]);
+    // `tsd`: a point put through a running TSD (then stopped) is one more
+    // line of the scans below, on both.
+    for (config, data) in [
+        (None, Path::new(embedded)),
+        (Some(conf.path.as_path()), cluster_dir.as_path()),
+    ] {
+        let t = ChildTsd::start(
+            data,
+            ChildOptions {
+                config,
+                ..Default::default()
+            },
+        );
+        assert_eq!(telnet(t.addr, b"put sys.mem 1356998401 7 host=web09\n"), "");
+        assert!(t.terminate().success());
+    }
     for args in [
         &["scan", "--import", "1356990000", "sum", "sys.cpu.user"][..],
         &["scan", "1356990000", "sum", "sys.mem"][..],

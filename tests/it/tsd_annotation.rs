@@ -5,15 +5,25 @@ use crate::common;
 
 use common::*;
 
+on_both_backends!(
+    single_annotation_create_read_merge_replace_delete,
+    global_annotations_and_times,
+    single_annotation_bad_input,
+    bulk_update_and_delete,
+    query_results_carry_annotations,
+    annotations_lists_global_annotations_in_a_range,
+);
+
 const TSUID: &str = "000001000001000001";
 const T: u64 = 1356998400;
 
-#[test]
-fn single_annotation_create_read_merge_replace_delete() {
-    let s = TestServer::start(&[]);
+fn single_annotation_create_read_merge_replace_delete(backend: Backend) {
+    let Some(tsds) = Tsds::start(backend, &[]) else {
+        return;
+    };
     let path = format!("/api/annotation?tsuid={TSUID}&start_time=1369141261");
     assert_eq!(
-        req(&s, "GET", &path, ""),
+        tsds.req("GET", &path, ""),
         (404, err(404, "Unable to locate annotation in storage"))
     );
     let body = format!(
@@ -23,15 +33,14 @@ fn single_annotation_create_read_merge_replace_delete() {
         r#"{{"tsuid":"{TSUID}","description":"Testing Annotations","notes":"details","custom":{{"owner":"jdoe"}},"endTime":0,"startTime":1369141261}}"#
     );
     assert_eq!(
-        req(&s, "POST", "/api/annotation", &body),
+        tsds.req("POST", "/api/annotation", &body),
         (200, full.clone())
     );
-    assert_eq!(req(&s, "GET", &path, ""), (200, full.clone()));
+    assert_eq!(tsds.req("GET", &path, ""), (200, full.clone()));
     // GET on the plural lists global annotations, whatever the TSUID
     // (AnnotationRpc.fetchMultipleAnnotations): there are none.
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "GET",
             &format!("/api/annotations?tsuid={TSUID}&start_time=1369141261"),
             ""
@@ -42,14 +51,13 @@ fn single_annotation_create_read_merge_replace_delete() {
     let same =
         format!(r#"{{"startTime":1369141261,"tsuid":"{TSUID}","endTime":0,"description":""}}"#);
     assert_eq!(
-        req(&s, "POST", "/api/annotation", &same),
+        tsds.req("POST", "/api/annotation", &same),
         (304, String::new())
     );
-    assert_eq!(req(&s, "POST", &path, ""), (304, String::new()));
+    assert_eq!(tsds.req("POST", &path, ""), (304, String::new()));
     // POST merges the fields given (here by query string) ...
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "POST",
             &format!("{path}&notes=new+notes&end_time=1369141300"),
             ""
@@ -67,25 +75,25 @@ fn single_annotation_create_read_merge_replace_delete() {
         r#"{{"tsuid":"{TSUID}","description":"only","notes":"","endTime":0,"startTime":1369141261}}"#
     );
     assert_eq!(
-        req(&s, "PUT", "/api/annotation", &put),
+        tsds.req("PUT", "/api/annotation", &put),
         (200, replaced.clone())
     );
-    assert_eq!(req(&s, "GET", &path, ""), (200, replaced));
-    assert_eq!(req(&s, "DELETE", &path, ""), (204, String::new()));
+    assert_eq!(tsds.req("GET", &path, ""), (200, replaced));
+    assert_eq!(tsds.req("DELETE", &path, ""), (204, String::new()));
     assert_eq!(
-        req(&s, "GET", &path, ""),
+        tsds.req("GET", &path, ""),
         (404, err(404, "Unable to locate annotation in storage"))
     );
     // Deleting what is not there is not an error either.
-    assert_eq!(req(&s, "DELETE", &path, ""), (204, String::new()));
+    assert_eq!(tsds.req("DELETE", &path, ""), (204, String::new()));
 }
 
-#[test]
-fn global_annotations_and_times() {
-    let s = TestServer::start(&[]);
+fn global_annotations_and_times(backend: Backend) {
+    let Some(tsds) = Tsds::start(backend, &[]) else {
+        return;
+    };
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "POST",
             "/api/annotation?start_time=1369141261&description=Global",
             ""
@@ -96,20 +104,14 @@ fn global_annotations_and_times() {
         )
     );
     assert_eq!(
-        req(
-            &s,
-            "GET",
-            "/api/annotation?start_time=2013/05/21-13:01:01",
-            ""
-        ),
+        tsds.req("GET", "/api/annotation?start_time=2013/05/21-13:01:01", ""),
         (
             200,
             r#"{"description":"Global","notes":"","endTime":0,"startTime":1369141261}"#.into()
         )
     );
     // Milliseconds in a body are kept as such (5-byte qualifier).
-    let (st, body) = req(
-        &s,
+    let (st, body) = tsds.req(
         "POST",
         "/api/annotation",
         r#"{"startTime":1369141261500,"description":"ms"}"#,
@@ -122,8 +124,7 @@ fn global_annotations_and_times() {
         )
     );
     // Relative times are seconds before now.
-    let (st, body) = req(
-        &s,
+    let (st, body) = tsds.req(
         "POST",
         "/api/annotation?start_time=1h-ago&description=rel",
         "",
@@ -135,41 +136,37 @@ fn global_annotations_and_times() {
     assert!((now - 3600 - start).abs() < 5, "{start}");
 }
 
-#[test]
-fn single_annotation_bad_input() {
-    let s = TestServer::start(&[]);
+fn single_annotation_bad_input(backend: Backend) {
+    let Some(tsds) = Tsds::start(backend, &[]) else {
+        return;
+    };
     let missing = (400, err(400, "Missing start time"));
-    assert_eq!(req(&s, "GET", "/api/annotation", ""), missing);
+    assert_eq!(tsds.req("GET", "/api/annotation", ""), missing);
     assert_eq!(
-        req(&s, "POST", "/api/annotation?description=x", ""),
+        tsds.req("POST", "/api/annotation?description=x", ""),
         missing
     );
     assert_eq!(
-        req(&s, "DELETE", "/api/annotation?start_time=", ""),
+        tsds.req("DELETE", "/api/annotation?start_time=", ""),
         missing
     );
-    assert_eq!(req(&s, "GET", "/api/annotation?start_time=0", ""), missing);
+    assert_eq!(tsds.req("GET", "/api/annotation?start_time=0", ""), missing);
     assert_eq!(
-        req(&s, "GET", "/api/annotation?start_time=abc", ""),
+        tsds.req("GET", "/api/annotation?start_time=abc", ""),
         (400, err(400, "Invalid time: abc"))
     );
     assert_eq!(
-        req(
-            &s,
-            "POST",
-            "/api/annotation",
-            r#"{"description":"no start"}"#
-        ),
+        tsds.req("POST", "/api/annotation", r#"{"description":"no start"}"#),
         (400, err(400, "The start timestamp has not been set"))
     );
     assert_eq!(
-        req(&s, "DELETE", "/api/annotation", r#"{"description":"no start"}"#),
+        tsds.req("DELETE", "/api/annotation", r#"{"description":"no start"}"#),
         (
             400,
             r#"{"error":{"code":400,"message":"Unable to delete Annotation information","details":"The start timestamp has not been set"}}"#.into()
         )
     );
-    let (st, body) = req(&s, "POST", "/api/annotation", "{");
+    let (st, body) = tsds.req("POST", "/api/annotation", "{");
     assert_eq!(st, 400);
     assert!(
         body.starts_with(
@@ -183,26 +180,24 @@ fn single_annotation_bad_input() {
         r#"{"startTime":1,"custom":[1]}"#,
         r#"{"startTime":{}}"#,
     ] {
-        let (st, _) = req(&s, "POST", "/api/annotation", bad);
+        let (st, _) = tsds.req("POST", "/api/annotation", bad);
         assert_eq!(st, 400, "{bad}");
     }
-    let (st, body) = req(
-        &s,
+    let (st, body) = tsds.req(
         "POST",
         "/api/annotation?start_time=1369141261&tsuid=zz&notes=x",
         "",
     );
     assert_eq!(st, 400, "{body}");
     assert!(body.contains("Invalid TSUID 'zz'"), "{body}");
-    let (st, _) = req(
-        &s,
+    let (st, _) = tsds.req(
         "GET",
         "/api/annotation?start_time=1369141261&tsuid=0001",
         "",
     );
     assert_eq!(st, 400);
     assert_eq!(
-        req(&s, "PATCH", "/api/annotation?start_time=1", ""),
+        tsds.req("PATCH", "/api/annotation?start_time=1", ""),
         (
             405,
             r#"{"error":{"code":405,"message":"Method not allowed","details":"The HTTP method [PATCH] is not permitted for this endpoint"}}"#.into()
@@ -210,8 +205,7 @@ fn single_annotation_bad_input() {
     );
     // method_override on GET routes like the verb.
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "GET",
             "/api/annotation?start_time=1369141261&description=o&method_override=post",
             ""
@@ -221,8 +215,7 @@ fn single_annotation_bad_input() {
     );
     // Absurd start times are refused, not a panic.
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "POST",
             "/api/annotation",
             r#"{"startTime":99999999999999999,"description":"x"}"#
@@ -232,16 +225,17 @@ fn single_annotation_bad_input() {
     );
 }
 
-#[test]
-fn bulk_update_and_delete() {
-    let s = TestServer::start(&[]);
+fn bulk_update_and_delete(backend: Backend) {
+    let Some(tsds) = Tsds::start(backend, &[]) else {
+        return;
+    };
     let body = format!(
         r#"[{{"startTime":1369141261,"tsuid":"{TSUID}","description":"a"}},
             {{"startTime":1369141262,"tsuid":"{TSUID}"}},
             {{"startTime":1369141263,"description":"g"}}]"#
     );
     assert_eq!(
-        req(&s, "POST", "/api/annotation/bulk", &body),
+        tsds.req("POST", "/api/annotation/bulk", &body),
         (
             200,
             format!(
@@ -250,8 +244,7 @@ fn bulk_update_and_delete() {
         )
     );
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "PUT",
             "/api/annotation/bulk",
             &format!(r#"[{{"startTime":1369141261,"tsuid":"{TSUID}","notes":"n"}}]"#)
@@ -264,8 +257,7 @@ fn bulk_update_and_delete() {
         )
     );
     // A bad annotation stops the request; the ones before it are written.
-    let (st, body) = req(
-        &s,
+    let (st, body) = tsds.req(
         "POST",
         "/api/annotation/bulk",
         r#"[{"startTime":1369141270,"description":"kept"},{"description":"no start"}]"#,
@@ -278,35 +270,32 @@ fn bulk_update_and_delete() {
         )
     );
     assert_eq!(
-        req(&s, "GET", "/api/annotation?start_time=1369141270", "").0,
+        tsds.req("GET", "/api/annotation?start_time=1369141270", "")
+            .0,
         200
     );
-    assert_eq!(req(&s, "POST", "/api/annotation/bulk", "").0, 400);
+    assert_eq!(tsds.req("POST", "/api/annotation/bulk", "").0, 400);
     assert_eq!(
-        req(&s, "POST", "/api/annotation/bulk", ""),
+        tsds.req("POST", "/api/annotation/bulk", ""),
         (
             400,
             r#"{"error":{"code":400,"message":"Missing message content","details":"Supply valid JSON formatted data in the body of your request"}}"#.into()
         )
     );
     assert_eq!(
-        req(&s, "POST", "/api/annotation/bulk", r#"{"startTime":1}"#).0,
+        tsds.req("POST", "/api/annotation/bulk", r#"{"startTime":1}"#)
+            .0,
         400
     );
-    assert_eq!(req(&s, "GET", "/api/annotation/bulk", "").0, 405);
+    assert_eq!(tsds.req("GET", "/api/annotation/bulk", "").0, 405);
 
     // Deletes: by query string ...
     assert_eq!(
-        req(&s, "DELETE", "/api/annotation/bulk?end_time=1369141269", ""),
+        tsds.req("DELETE", "/api/annotation/bulk?end_time=1369141269", ""),
         (400, err(400, "Missing parameter <code>start_time</code>"))
     );
     assert_eq!(
-        req(
-            &s,
-            "DELETE",
-            "/api/annotation/bulk?start_time=1369141200",
-            ""
-        ),
+        tsds.req("DELETE", "/api/annotation/bulk?start_time=1369141200", ""),
         (
             400,
             err(400, "Missing the TSUIDs or global annotations flag")
@@ -315,8 +304,7 @@ fn bulk_update_and_delete() {
     // An empty list in a body is no TSUIDs; an empty `tsuids=` in the
     // query string is one empty TSUID to OpenTSDB.
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "DELETE",
             "/api/annotation/bulk",
             r#"{"startTime":"1369141200","tsuids":[]}"#
@@ -327,8 +315,7 @@ fn bulk_update_and_delete() {
         )
     );
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "DELETE",
             "/api/annotation/bulk?start_time=1369141200&tsuids=",
             ""
@@ -336,8 +323,7 @@ fn bulk_update_and_delete() {
         (400, err(400, "UID was empty"))
     );
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "DELETE",
             "/api/annotation/bulk?start_time=1369141300&end_time=1369141200&global",
             ""
@@ -351,8 +337,7 @@ fn bulk_update_and_delete() {
         )
     );
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "DELETE",
             &format!(
                 "/api/annotation/bulk?start_time=1369141200&end_time=1369141265&tsuids={TSUID}&global"
@@ -368,18 +353,19 @@ fn bulk_update_and_delete() {
     );
     // ... or by body, relative times allowed.
     assert_eq!(
-        req(&s, "DELETE", "/api/annotation/bulk", r#"{"global":true,"startTime":1369141200,"endTime":"1369141300"}"#),
+        tsds.req("DELETE", "/api/annotation/bulk", r#"{"global":true,"startTime":1369141200,"endTime":"1369141300"}"#),
         (
             200,
             r#"{"tsuids":null,"global":true,"startTime":1369141200000,"endTime":1369141300000,"totalDeleted":1}"#.into()
         )
     );
     assert_eq!(
-        req(&s, "DELETE", "/api/annotation/bulk", r#"{"global":true}"#),
+        tsds.req("DELETE", "/api/annotation/bulk", r#"{"global":true}"#),
         (400, err(400, "Missing the start time value"))
     );
     assert_eq!(
-        req(&s, "GET", "/api/annotation?start_time=1369141263", "").0,
+        tsds.req("GET", "/api/annotation?start_time=1369141263", "")
+            .0,
         404
     );
 }
@@ -395,10 +381,12 @@ fn put_points(s: &TestServer) {
     assert_eq!(post_put(s.addr, "", &body).status, 204);
 }
 
-#[test]
-fn query_results_carry_annotations() {
-    let s = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
-    put_points(&s);
+fn query_results_carry_annotations(backend: Backend) {
+    let Some(tsds) = Tsds::start(backend, &[("tsd.core.auto_create_metrics", "true")]) else {
+        return;
+    };
+    let s = tsds.writer();
+    put_points(s);
     for (t, d) in [
         (T + 60, "deploy"),
         (T + 5, "early"),
@@ -406,10 +394,10 @@ fn query_results_carry_annotations() {
         (T + 3700, "own row"),
     ] {
         let b = format!(r#"{{"tsuid":"{TSUID}","startTime":{t},"description":"{d}"}}"#);
-        assert_eq!(req(&s, "POST", "/api/annotation", &b).0, 200);
+        assert_eq!(tsds.req("POST", "/api/annotation", &b).0, 200);
     }
     let b = format!(r#"{{"startTime":{},"description":"global"}}"#, T + 30);
-    assert_eq!(req(&s, "POST", "/api/annotation", &b).0, 200);
+    assert_eq!(tsds.req("POST", "/api/annotation", &b).0, 200);
     let note = |t: u64, d: &str| {
         format!(
             r#"{{"tsuid":"{TSUID}","description":"{d}","notes":"","endTime":0,"startTime":{t}}}"#
@@ -423,7 +411,7 @@ fn query_results_carry_annotations() {
             s.state.db().flush_all().unwrap();
         }
         assert_eq!(
-            req(&s, "GET", &q, ""),
+            tsds.req("GET", &q, ""),
             (
                 200,
                 format!(
@@ -436,7 +424,7 @@ fn query_results_carry_annotations() {
         );
     }
     assert_eq!(
-        req(&s, "GET", &format!("{q}&global_annotations"), ""),
+        tsds.req("GET", &format!("{q}&global_annotations"), ""),
         (
             200,
             format!(
@@ -448,12 +436,7 @@ fn query_results_carry_annotations() {
         )
     );
     assert_eq!(
-        req(
-            &s,
-            "GET",
-            &format!("{q}&no_annotations&global_annotations"),
-            ""
-        ),
+        tsds.req("GET", &format!("{q}&no_annotations&global_annotations"), ""),
         (
             200,
             format!(r#"[{{"metric":"sys.cpu","tags":{{"host":"a"}},"aggregateTags":[],{dps}}}]"#)
@@ -464,13 +447,13 @@ fn query_results_carry_annotations() {
         T + 3599
     );
     assert!(
-        !req(&s, "POST", "/api/query", &post)
+        !tsds
+            .req("POST", "/api/query", &post)
             .1
             .contains("annotations")
     );
     // A row holding only an annotation reads as no points.
-    let (st, body) = req(
-        &s,
+    let (st, body) = tsds.req(
         "GET",
         &format!(
             "/api/query?start={}&end={}&m=sum:sys.cpu",
@@ -480,8 +463,7 @@ fn query_results_carry_annotations() {
         "",
     );
     assert_eq!((st, body.as_str()), (200, "[]"));
-    let (st, body) = req(
-        &s,
+    let (st, body) = tsds.req(
         "GET",
         &format!("/api/query?start={T}&end={}&m=sum:sys.cpu&arrays", T + 7199),
         "",
@@ -500,20 +482,21 @@ fn query_results_carry_annotations() {
 /// GET `/api/annotations` lists the global annotations of a time range
 /// (`AnnotationRpc.fetchMultipleAnnotations`), where `/api/annotation`
 /// reads one.
-#[test]
-fn annotations_lists_global_annotations_in_a_range() {
-    let s = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+fn annotations_lists_global_annotations_in_a_range(backend: Backend) {
+    let Some(tsds) = Tsds::start(backend, &[("tsd.core.auto_create_metrics", "true")]) else {
+        return;
+    };
+    let s = tsds.writer();
     for body in [
         r#"{"startTime":1356998400,"description":"g1"}"#,
         r#"{"startTime":1356998500,"endTime":1356998600,"description":"g2"}"#,
         r#"{"startTime":1357002100,"description":"g3"}"#,
     ] {
-        assert_eq!(req(&s, "POST", "/api/annotation", body).0, 200);
+        assert_eq!(tsds.req("POST", "/api/annotation", body).0, 200);
     }
     // A series' annotation is not global.
-    put_points(&s);
-    let (st, t) = req(
-        &s,
+    put_points(s);
+    let (st, t) = tsds.req(
         "POST",
         "/api/annotation",
         r#"{"tsuid":"000001000001000001","startTime":1356998450,"description":"local"}"#,
@@ -523,8 +506,7 @@ fn annotations_lists_global_annotations_in_a_range() {
     let g2 = r#"{"description":"g2","notes":"","endTime":1356998600,"startTime":1356998500}"#;
     let g3 = r#"{"description":"g3","notes":"","endTime":0,"startTime":1357002100}"#;
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "GET",
             "/api/annotations?start_time=1356998000&end_time=1356999000",
             ""
@@ -533,8 +515,7 @@ fn annotations_lists_global_annotations_in_a_range() {
     );
     // One that ends after the range's end is left out.
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "GET",
             "/api/annotations?start_time=1356998000&end_time=1356998550",
             ""
@@ -543,16 +524,15 @@ fn annotations_lists_global_annotations_in_a_range() {
     );
     // No end: up to now.
     assert_eq!(
-        req(&s, "GET", "/api/annotations?start_time=1356998450", ""),
+        tsds.req("GET", "/api/annotations?start_time=1356998450", ""),
         (200, format!("[{g2},{g3}]"))
     );
     assert_eq!(
-        req(&s, "GET", "/api/annotations?start_time=1357010000", ""),
+        tsds.req("GET", "/api/annotations?start_time=1357010000", ""),
         (200, "[]".to_string())
     );
     assert_eq!(
-        req(
-            &s,
+        tsds.req(
             "GET",
             "/api/annotations?start_time=1357010000&end_time=1357000000",
             ""
@@ -567,7 +547,7 @@ fn annotations_lists_global_annotations_in_a_range() {
     );
     // The singular endpoint still reads one.
     assert_eq!(
-        req(&s, "GET", "/api/annotation?start_time=1356998400", ""),
+        tsds.req("GET", "/api/annotation?start_time=1356998400", ""),
         (200, g1.to_string())
     );
 }
@@ -575,6 +555,8 @@ fn annotations_lists_global_annotations_in_a_range() {
 /// OpenTSDB stores an annotation under the TSUID it is given without
 /// resolving its UIDs, so one naming UID 0 is stored and read back (bulk
 /// and single); `tsdb fsck` then finds its row an orphan, as OpenTSDB's.
+/// Embedded only: fsck runs on the stopped TSD's data directory (fsck on
+/// the cluster is tested with the cluster's own tools).
 #[test]
 fn annotations_under_tsuids_with_uid_zero_are_stored() {
     let mut s = TestServer::start(&[]);

@@ -3,21 +3,28 @@
 
 use crate::common;
 
-use common::{TestServer, err, http, json_http, post_put};
+use common::{Backend, Tsds, err, http, json_http, on_both_backends, post_put};
 use serde_json::{Value, json};
 
-fn get(srv: &TestServer, path: &str) -> common::HttpResponse {
-    http(srv.addr, "GET", path, &[], b"")
+on_both_backends!(
+    suggest_prefix_order_max_and_errors,
+    lookup_from_the_series_index,
+);
+
+fn get(srv: &Tsds, path: &str) -> common::HttpResponse {
+    http(srv.route("GET", path, "").addr, "GET", path, &[], b"")
 }
 
-fn post(srv: &TestServer, path: &str, body: &str) -> common::HttpResponse {
-    json_http(srv.addr, "POST", path, body)
+fn post(srv: &Tsds, path: &str, body: &str) -> common::HttpResponse {
+    json_http(srv.route("POST", path, body).addr, "POST", path, body)
 }
 
-/// A server with sys.cpu.user on web01/web02 (dc=lga), sys.cpu.sys on
-/// web01, and an assigned-but-unwritten metric.
-fn seeded() -> TestServer {
-    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+/// Servers with sys.cpu.user on web01/web02 (dc=lga), sys.cpu.sys on
+/// web01, and an assigned-but-unwritten metric (written through the
+/// writer); `None` when the backend is not there.
+fn seeded(backend: Backend) -> Option<Tsds> {
+    let tsds = Tsds::start(backend, &[("tsd.core.auto_create_metrics", "true")])?;
+    let srv = tsds.writer();
     let pts = json!([
         {"metric":"sys.cpu.user","timestamp":1356998400,"value":1,"tags":{"host":"web01","dc":"lga"}},
         {"metric":"sys.cpu.user","timestamp":1356998400,"value":2,"tags":{"host":"web02","dc":"lga"}},
@@ -30,12 +37,13 @@ fn seeded() -> TestServer {
         .uids()
         .assign(rtsdb::model::UidKind::Metric, "sys.disk")
         .unwrap();
-    srv
+    Some(tsds)
 }
 
-#[test]
-fn suggest_prefix_order_max_and_errors() {
-    let srv = seeded();
+fn suggest_prefix_order_max_and_errors(backend: Backend) {
+    let Some(srv) = seeded(backend) else {
+        return;
+    };
     let r = get(&srv, "/api/suggest?type=metrics&q=sys");
     assert_eq!(r.status, 200);
     assert_eq!(r.text(), r#"["sys.cpu.sys","sys.cpu.user","sys.disk"]"#);
@@ -114,7 +122,13 @@ fn suggest_prefix_order_max_and_errors() {
         r.json()["error"]["message"],
         "Unable to parse the given JSON"
     );
-    let r = http(srv.addr, "DELETE", "/api/suggest?type=metrics", &[], b"");
+    let r = http(
+        srv.reader().addr,
+        "DELETE",
+        "/api/suggest?type=metrics",
+        &[],
+        b"",
+    );
     assert_eq!(r.status, 405);
 }
 
@@ -125,13 +139,15 @@ fn without_time(mut v: Value) -> Value {
     v
 }
 
-#[test]
-fn lookup_from_the_series_index() {
-    let srv = seeded();
+fn lookup_from_the_series_index(backend: Backend) {
+    let Some(srv) = seeded(backend) else {
+        return;
+    };
     let r = get(&srv, "/api/search/lookup?m=sys.cpu.user");
     assert_eq!(r.status, 200, "{}", r.text());
     // metric 2 = sys.cpu.user (app.hits came... see UIDs below).
     let user = srv
+        .reader()
         .state
         .db()
         .uids()
@@ -258,7 +274,7 @@ fn lookup_from_the_series_index() {
     );
     // Verbs and types SearchRpc does not know.
     let r = http(
-        srv.addr,
+        srv.reader().addr,
         "DELETE",
         "/api/search/lookup?m=sys.cpu.user",
         &[],
@@ -295,9 +311,10 @@ fn lookup_from_the_series_index() {
     }
 }
 
+/// Embedded only: a fixed answer, nothing stored.
 #[test]
 fn config_filters_lists_the_seven_builtins() {
-    let srv = TestServer::start(&[]);
+    let srv = Tsds::start(Backend::Embedded, &[]).unwrap();
     let r = get(&srv, "/api/config/filters");
     assert_eq!(r.status, 200);
     let v = r.json();

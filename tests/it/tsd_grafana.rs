@@ -4,15 +4,27 @@
 
 use crate::common;
 
-use common::{TestServer, get, http, post_put, req};
+use common::{Backend, Tsds, http, on_both_backends, post_put};
 use serde_json::json;
 
-fn post(srv: &TestServer, path: &str, body: &str) -> (u16, String) {
-    req(srv, "POST", path, body)
+on_both_backends!(
+    grafana_startup_variables_and_panels,
+    stats_query_and_prometheus_metrics,
+);
+
+fn post(srv: &Tsds, path: &str, body: &str) -> (u16, String) {
+    srv.req("POST", path, body)
 }
 
-fn seeded() -> TestServer {
-    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+fn get(srv: &Tsds, path: &str) -> (u16, String) {
+    srv.req("GET", path, "")
+}
+
+/// Points written through the writer; `None` when the backend is not
+/// there.
+fn seeded(backend: Backend) -> Option<Tsds> {
+    let tsds = Tsds::start(backend, &[("tsd.core.auto_create_metrics", "true")])?;
+    let srv = tsds.writer();
     let mut pts = Vec::new();
     for (i, host) in ["web01", "web02"].iter().enumerate() {
         for t in 0..3i64 {
@@ -26,12 +38,13 @@ fn seeded() -> TestServer {
         json!({"metric":"sys.mem.free","timestamp":1356998400,"value":1,"tags":{"host":"web01"}}),
     );
     assert_eq!(post_put(srv.addr, "", &json!(pts).to_string()).status, 204);
-    srv
+    Some(tsds)
 }
 
-#[test]
-fn grafana_startup_variables_and_panels() {
-    let srv = seeded();
+fn grafana_startup_variables_and_panels(backend: Backend) {
+    let Some(srv) = seeded(backend) else {
+        return;
+    };
     // Metric name completion: empty q, big max.
     assert_eq!(
         get(&srv, "/api/suggest?type=metrics&q=&max=1000"),
@@ -124,9 +137,10 @@ fn grafana_startup_variables_and_panels() {
     );
 }
 
-#[test]
-fn stats_query_and_prometheus_metrics() {
-    let srv = seeded();
+fn stats_query_and_prometheus_metrics(backend: Backend) {
+    let Some(srv) = seeded(backend) else {
+        return;
+    };
     assert_eq!(
         get(&srv, "/api/stats/query"),
         (200, r#"{"completed":[],"running":[]}"#.into())
@@ -163,8 +177,10 @@ fn stats_query_and_prometheus_metrics() {
     let v: serde_json::Value = serde_json::from_str(&t).unwrap();
     assert_eq!(v["completed"].as_array().unwrap().len(), 256);
 
-    // /metrics carries /api/stats' figures.
-    let r = http(srv.addr, "GET", "/metrics", &[], b"");
+    // /metrics carries /api/stats' figures: those of the TSD asked (the
+    // writer, which took the points).
+    let w = srv.writer();
+    let r = http(w.addr, "GET", "/metrics", &[], b"");
     assert_eq!(r.status, 200);
     assert_eq!(
         r.header("content-type"),
@@ -172,7 +188,7 @@ fn stats_query_and_prometheus_metrics() {
     );
     let text = r.text();
     // The host tag every figure carries, as /api/stats reports it.
-    let (_, stats) = get(&srv, "/api/stats");
+    let (_, stats) = common::get(w, "/api/stats");
     let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
     let host = stats[0]["tags"]["host"].as_str().unwrap().to_string();
     assert!(text.contains("# TYPE tsd_rpc_received untyped\n"), "{text}");
@@ -207,7 +223,7 @@ fn stats_query_and_prometheus_metrics() {
         );
         assert!(seen.contains(metric), "{line}");
     }
-    let stats: serde_json::Value = serde_json::from_str(&get(&srv, "/api/stats").1).unwrap();
+    let stats: serde_json::Value = serde_json::from_str(&common::get(w, "/api/stats").1).unwrap();
     let samples = text.lines().filter(|l| !l.starts_with('#')).count();
     assert_eq!(samples, stats.as_array().unwrap().len());
 }

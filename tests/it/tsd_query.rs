@@ -5,18 +5,27 @@
 
 use crate::common;
 
-use common::{TestServer, get, http, telnet};
+use common::{Backend, Tsds, get, http, on_both_backends, telnet};
+
+on_both_backends!(delete_query_removes_whole_rows_and_returns_the_data);
 
 /// `/api/query` delete (DELETE, `"delete":true`, GET + method_override):
 /// answers with the points it read, then removes every row (whole hours)
-/// of the matching series, stored or still buffered in memory.
-#[test]
-fn delete_query_removes_whole_rows_and_returns_the_data() {
+/// of the matching series, stored or still buffered in memory. On the
+/// cluster the deletes go to the writer (whose buffer holds points) and
+/// the reads to the other TSD.
+fn delete_query_removes_whole_rows_and_returns_the_data(backend: Backend) {
     let h = 1356998400u64; // an hour boundary
-    let srv = TestServer::start(&[
-        ("tsd.core.auto_create_metrics", "true"),
-        ("tsd.http.query.allow_delete", "true"),
-    ]);
+    let Some(t) = Tsds::start(
+        backend,
+        &[
+            ("tsd.core.auto_create_metrics", "true"),
+            ("tsd.http.query.allow_delete", "true"),
+        ],
+    ) else {
+        return;
+    };
+    let srv = t.writer();
     let put = |lines: String| assert_eq!(telnet(srv.addr, lines.as_bytes()), "");
     put(format!(
         "put sys.cpu.user {h} 1 host=web01\n\
@@ -68,7 +77,7 @@ fn delete_query_removes_whole_rows_and_returns_the_data() {
     // Only the point of the hour outside the range is left; the other
     // metric is untouched.
     assert_eq!(
-        get(&srv, &all),
+        get(t.reader(), &all),
         (
             200,
             format!(
@@ -78,14 +87,18 @@ fn delete_query_removes_whole_rows_and_returns_the_data() {
         )
     );
     assert_eq!(
-        get(&srv, &format!("/api/query?start={h}&m=sum:sys.cpu.sys")).1,
+        get(
+            t.reader(),
+            &format!("/api/query?start={h}&m=sum:sys.cpu.sys")
+        )
+        .1,
         format!(
             r#"[{{"metric":"sys.cpu.sys","tags":{{"host":"web01"}},"aggregateTags":[],"dps":{{"{h}":9}}}}]"#
         )
     );
     // Still gone once everything buffered has been flushed.
     srv.state.db().flush_all().unwrap();
-    assert_eq!(get(&srv, &all).1.matches("dps").count(), 1);
+    assert_eq!(get(t.reader(), &all).1.matches("dps").count(), 1);
     // JSON "delete": true.
     let body = format!(
         r#"{{"start":{h},"end":{},"delete":true,"queries":[{{"aggregator":"sum","metric":"sys.cpu.user"}}]}}"#,
@@ -104,23 +117,27 @@ fn delete_query_removes_whole_rows_and_returns_the_data() {
         "{}",
         r.text()
     );
-    assert_eq!(get(&srv, &all), (200, "[]".into()));
+    assert_eq!(get(t.reader(), &all), (200, "[]".into()));
     // GET with method_override=delete.
-    let (s, t) = get(
-        &srv,
+    let (s, text) = get(
+        srv,
         &format!("/api/query?start={h}&m=sum:sys.cpu.sys&method_override=delete"),
     );
-    assert_eq!((s, t.contains(r#":9}"#)), (200, true), "{t}");
+    assert_eq!((s, text.contains(r#":9}"#)), (200, true), "{text}");
     assert_eq!(
-        get(&srv, &format!("/api/query?start={h}&m=sum:sys.cpu.sys")),
+        get(
+            t.reader(),
+            &format!("/api/query?start={h}&m=sum:sys.cpu.sys")
+        ),
         (200, "[]".into())
     );
     // The series stay known.
-    assert_eq!(get(&srv, "/api/search/lookup?m=sys.cpu.user").0, 200);
+    assert_eq!(get(t.reader(), "/api/search/lookup?m=sys.cpu.user").0, 200);
 }
 
 /// OpenTSDB 2.4.1 refuses to start on an unknown `tsd.core.timezone`
 /// (`DateTime.setDefaultTimezone`); rtsdb used to fall back to UTC.
+/// Not a backend test: the TSD stops before it opens any store.
 #[test]
 fn an_unknown_timezone_stops_the_start() {
     let dir = tempfile::tempdir().unwrap();

@@ -8,11 +8,21 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{TestServer, http, telnet};
+use common::{Backend, TestServer, Tsds, http, on_both_backends, telnet};
 
-#[test]
-fn every_put_error_line_is_verbatim() {
-    let srv = TestServer::start(&[]);
+on_both_backends!(
+    every_put_error_line_is_verbatim,
+    commands_and_both_protocols_on_one_port,
+    bad_input_leaves_the_server_serving,
+    a_stalled_half_line_does_not_block_others,
+    a_connection_sees_a_rename_made_elsewhere_at_once,
+);
+
+fn every_put_error_line_is_verbatim(backend: Backend) {
+    let Some(t) = Tsds::start(backend, &[]) else {
+        return;
+    };
+    let srv = t.writer();
     // Only `sys.cpu` exists: auto-create of metrics is off by default.
     srv.state
         .db()
@@ -139,13 +149,15 @@ fn every_put_error_line_is_verbatim() {
         telnet(srv.addr, b"put sys.cpu 1356998401 1.5 host=web01\r\nput sys.cpu 1356998402.250 7 host=web01 host=web01\n"),
         ""
     );
-    assert_eq!(srv.point_count("sys.cpu"), 3);
-    assert_eq!(srv.point_count("no.such.metric"), 0);
+    assert_eq!(t.reader().point_count("sys.cpu"), 3);
+    assert_eq!(t.reader().point_count("no.such.metric"), 0);
 }
 
-#[test]
-fn commands_and_both_protocols_on_one_port() {
-    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+fn commands_and_both_protocols_on_one_port(backend: Backend) {
+    let Some(t) = Tsds::start(backend, &[("tsd.core.auto_create_metrics", "true")]) else {
+        return;
+    };
+    let srv = t.writer();
     let out = telnet(srv.addr, b"version\n");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}");
@@ -183,12 +195,14 @@ fn commands_and_both_protocols_on_one_port() {
     let r = http(srv.addr, "GET", "/api/version", &[], b"");
     assert_eq!(r.status, 200);
     assert!(r.json()["short_revision"].is_string());
-    assert_eq!(srv.point_count("a.b"), 1);
+    assert_eq!(t.reader().point_count("a.b"), 1);
 }
 
-#[test]
-fn bad_input_leaves_the_server_serving() {
-    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+fn bad_input_leaves_the_server_serving(backend: Backend) {
+    let Some(t) = Tsds::start(backend, &[("tsd.core.auto_create_metrics", "true")]) else {
+        return;
+    };
+    let srv = t.writer();
     // Binary garbage (first byte not A-Z: telnet), including NULs and
     // invalid UTF-8.
     let garbage: Vec<u8> = (0..4000u32)
@@ -204,7 +218,7 @@ fn bad_input_leaves_the_server_serving() {
     assert!(!out.is_empty());
     // Latin-1 bytes are letters to OpenTSDB: é (0xE9) is accepted.
     assert_eq!(telnet(srv.addr, b"put caf\xe9 1356998400 1 host=a\n"), "");
-    assert_eq!(srv.point_count("caf\u{e9}"), 1);
+    assert_eq!(t.reader().point_count("caf\u{e9}"), 1);
     // An over-long line is refused with an error and the connection closed.
     let long = format!("put m 1356998400 1 host={}\nversion\n", "x".repeat(2000));
     let out = telnet(srv.addr, long.as_bytes());
@@ -222,9 +236,11 @@ fn bad_input_leaves_the_server_serving() {
     assert_eq!(telnet(srv.addr, b"dropcaches\n"), "Caches dropped.\n");
 }
 
-#[test]
-fn a_stalled_half_line_does_not_block_others() {
-    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+fn a_stalled_half_line_does_not_block_others(backend: Backend) {
+    let Some(t) = Tsds::start(backend, &[("tsd.core.auto_create_metrics", "true")]) else {
+        return;
+    };
+    let srv = t.writer();
     let mut stalled = TcpStream::connect(srv.addr).unwrap();
     stalled.write_all(b"put stall 1356998400 1 ho").unwrap();
     std::thread::sleep(Duration::from_millis(100));
@@ -234,7 +250,7 @@ fn a_stalled_half_line_does_not_block_others() {
     }
     let r = http(srv.addr, "GET", "/api/aggregators", &[], b"");
     assert_eq!(r.status, 200);
-    assert_eq!(srv.point_count("other"), 20);
+    assert_eq!(t.reader().point_count("other"), 20);
     // The stalled client finishes its line later; its point is taken.
     stalled.write_all(b"st=a\n").unwrap();
     stalled.shutdown(std::net::Shutdown::Write).unwrap();
@@ -244,9 +260,10 @@ fn a_stalled_half_line_does_not_block_others() {
         .unwrap();
     let _ = stalled.read_to_string(&mut rest);
     assert_eq!(rest, "");
-    assert_eq!(srv.point_count("stall"), 1);
+    assert_eq!(t.reader().point_count("stall"), 1);
 }
 
+/// Embedded only: connection handling, and nothing is stored.
 #[test]
 fn idle_connections_time_out_and_limits_apply() {
     // The limit, with a timeout far longer than any stall of a loaded
@@ -327,10 +344,14 @@ fn read_until(s: &mut TcpStream, want: &str) -> String {
 /// A connection remembers the series its lines named (the memo), but a
 /// rename on another connection is seen by its very next line: the old
 /// name gets a new UID as in OpenTSDB, and bad timestamps on a remembered
-/// series still get OpenTSDB's message with the tags.
-#[test]
-fn a_connection_sees_a_rename_made_elsewhere_at_once() {
-    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+/// series still get OpenTSDB's message with the tags. (On the cluster
+/// the rename goes to the writer too: another TSD's rename reaches this
+/// one's caches one ZooKeeper watch delivery later, not "at once".)
+fn a_connection_sees_a_rename_made_elsewhere_at_once(backend: Backend) {
+    let Some(t) = Tsds::start(backend, &[("tsd.core.auto_create_metrics", "true")]) else {
+        return;
+    };
+    let srv = t.writer();
     let mut s = TcpStream::connect(srv.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(
@@ -357,6 +378,6 @@ fn a_connection_sees_a_rename_made_elsewhere_at_once() {
         ),
         "{out}"
     );
-    assert_eq!(srv.point_count("memo.renamed"), 2);
-    assert_eq!(srv.point_count("memo.m"), 1);
+    assert_eq!(t.reader().point_count("memo.renamed"), 2);
+    assert_eq!(t.reader().point_count("memo.m"), 1);
 }

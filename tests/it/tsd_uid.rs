@@ -3,15 +3,23 @@
 
 use crate::common;
 
-use common::{TestServer, err, post_put, req};
+use common::{Backend, TestServer, Tsds, err, on_both_backends, post_put, req};
+
+on_both_backends!(
+    assign_mixed_success_and_errors,
+    rename_results,
+    uidmeta_crud,
+    tsmeta_crud_and_counters,
+    realtime_meta_and_counters,
+);
 use serde_json::json;
 
-#[test]
-fn assign_mixed_success_and_errors() {
-    let srv = TestServer::start(&[]);
+fn assign_mixed_success_and_errors(backend: Backend) {
+    let Some(tsds) = Tsds::start(backend, &[]) else {
+        return;
+    };
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "GET",
             "/api/uid/assign?metric=sys.cpu.0,sys.cpu.1&tagk=host",
             ""
@@ -23,8 +31,7 @@ fn assign_mixed_success_and_errors() {
         )
     );
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "POST",
             "/api/uid/assign",
             r#"{"metric":["sys.cpu.1","illegal!character","sys.cpu.2"],"tagv":["web01"]}"#
@@ -38,8 +45,7 @@ fn assign_mixed_success_and_errors() {
     // Keys in the order of OpenTSDB's HashMap: tagv_errors, metric, tagk,
     // tagk_errors, metric_errors, tagv.
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "GET",
             "/api/uid/assign?tagv=web01,web02&tagk=host,dc&metric=m.1",
             ""
@@ -51,17 +57,17 @@ fn assign_mixed_success_and_errors() {
         )
     );
     assert_eq!(
-        req(&srv, "GET", "/api/uid/assign", ""),
+        tsds.req("GET", "/api/uid/assign", ""),
         (400, err(400, "Missing values to assign UIDs"))
     );
     assert_eq!(
-        req(&srv, "POST", "/api/uid/assign", "{}"),
+        tsds.req("POST", "/api/uid/assign", "{}"),
         (400, err(400, "Missing values to assign UIDs"))
     );
-    assert_eq!(req(&srv, "POST", "/api/uid/assign", "{bad").0, 400);
-    assert_eq!(req(&srv, "DELETE", "/api/uid/assign?metric=x", "").0, 405);
+    assert_eq!(tsds.req("POST", "/api/uid/assign", "{bad").0, 400);
+    assert_eq!(tsds.req("DELETE", "/api/uid/assign?metric=x", "").0, 405);
     assert_eq!(
-        req(&srv, "GET", "/api/uid/nope", ""),
+        tsds.req("GET", "/api/uid/nope", ""),
         (
             501,
             err(501, "Other UID endpoints have not been implemented yet")
@@ -69,20 +75,21 @@ fn assign_mixed_success_and_errors() {
     );
 }
 
-#[test]
-fn rename_results() {
-    let srv = TestServer::start(&[]);
-    req(&srv, "GET", "/api/uid/assign?metric=a,b", "");
+fn rename_results(backend: Backend) {
+    let Some(tsds) = Tsds::start(backend, &[]) else {
+        return;
+    };
+    tsds.req("GET", "/api/uid/assign?metric=a,b", "");
     assert_eq!(
-        req(&srv, "GET", "/api/uid/rename?metric=a&name=c", ""),
+        tsds.req("GET", "/api/uid/rename?metric=a&name=c", ""),
         (200, r#"{"result":"true"}"#.into())
     );
     assert_eq!(
-        req(&srv, "GET", "/api/suggest?type=metrics", "").1,
+        tsds.req("GET", "/api/suggest?type=metrics", "").1,
         r#"["b","c"]"#
     );
     assert_eq!(
-        req(&srv, "POST", "/api/uid/rename", r#"{"metric":"c","name":"b"}"#),
+        tsds.req("POST", "/api/uid/rename", r#"{"metric":"c","name":"b"}"#),
         (
             400,
             r#"{"result":"false","error":"When trying rename(\"c\", \"b\") on UniqueId(tsdb-uid, metrics, 3): new name already assigned ID=[0, 0, 2]"}"#
@@ -90,31 +97,32 @@ fn rename_results() {
         )
     );
     assert_eq!(
-        req(&srv, "GET", "/api/uid/rename?tagk=nope&name=x", ""),
+        tsds.req("GET", "/api/uid/rename?tagk=nope&name=x", ""),
         (
             400,
             r#"{"result":"false","error":"No such name for 'tagk': 'nope'"}"#.into()
         )
     );
     assert_eq!(
-        req(&srv, "GET", "/api/uid/rename?metric=c", ""),
+        tsds.req("GET", "/api/uid/rename?metric=c", ""),
         (400, err(400, "Missing necessary values to rename UID"))
     );
 }
 
-#[test]
-fn uidmeta_crud() {
-    let srv = TestServer::start(&[]);
-    req(&srv, "GET", "/api/uid/assign?metric=sys.cpu.0", "");
+fn uidmeta_crud(backend: Backend) {
+    let Some(tsds) = Tsds::start(backend, &[]) else {
+        return;
+    };
+    tsds.req("GET", "/api/uid/assign?metric=sys.cpu.0", "");
     // Default object for a UID without meta.
     let default = r#"{"uid":"000001","type":"METRIC","name":"sys.cpu.0","description":"","notes":"","created":0,"custom":null,"displayName":""}"#;
     assert_eq!(
-        req(&srv, "GET", "/api/uid/uidmeta?uid=000001&type=metric", ""),
+        tsds.req("GET", "/api/uid/uidmeta?uid=000001&type=metric", ""),
         (200, default.into())
     );
     // Not found.
     assert_eq!(
-        req(&srv, "GET", "/api/uid/uidmeta?uid=000002&type=metrics", ""),
+        tsds.req("GET", "/api/uid/uidmeta?uid=000002&type=metrics", ""),
         (404, err(404, "Could not find the requested UID"))
     );
     // POST merges. As in OpenTSDB (whose setters flag a field changed when
@@ -123,16 +131,15 @@ fn uidmeta_crud() {
     let body = r#"{"uid":"000001","type":"METRIC","description":"CPU","custom":{"owner":"ops"}}"#;
     let updated = r#"{"uid":"000001","type":"METRIC","name":"sys.cpu.0","description":"CPU","notes":"","created":0,"custom":{"owner":"ops"},"displayName":""}"#;
     assert_eq!(
-        req(&srv, "POST", "/api/uid/uidmeta", body),
+        tsds.req("POST", "/api/uid/uidmeta", body),
         (200, updated.into())
     );
     assert_eq!(
-        req(&srv, "POST", "/api/uid/uidmeta", body),
+        tsds.req("POST", "/api/uid/uidmeta", body),
         (200, updated.into())
     );
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "POST",
             "/api/uid/uidmeta",
             r#"{"uid":"000001","type":"metric","notes":""}"#
@@ -141,8 +148,7 @@ fn uidmeta_crud() {
     );
     // ... even for a UID that does not exist (the change check comes first).
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "POST",
             "/api/uid/uidmeta",
             r#"{"uid":"0000FF","type":"metric"}"#
@@ -150,8 +156,7 @@ fn uidmeta_crud() {
         (304, String::new())
     );
     // QS form of POST via method_override.
-    let (s, t) = req(
-        &srv,
+    let (s, t) = tsds.req(
         "GET",
         "/api/uid/uidmeta?uid=000001&type=metric&display_name=CPU%200&method_override=post",
         "",
@@ -163,13 +168,12 @@ fn uidmeta_crud() {
     );
     // Stored: a fresh GET sees it.
     assert!(
-        req(&srv, "GET", "/api/uid/uidmeta?uid=000001&type=METRIC", "")
+        tsds.req("GET", "/api/uid/uidmeta?uid=000001&type=METRIC", "")
             .1
             .contains("CPU 0")
     );
     // PUT replaces: fields not given go back to defaults.
-    let (s, t) = req(
-        &srv,
+    let (s, t) = tsds.req(
         "PUT",
         "/api/uid/uidmeta",
         r#"{"uid":"000001","type":"metric","notes":"n"}"#,
@@ -181,8 +185,7 @@ fn uidmeta_crud() {
     );
     // DELETE: 204, then the default object again.
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "DELETE",
             "/api/uid/uidmeta",
             r#"{"uid":"000001","type":"metric"}"#
@@ -190,25 +193,24 @@ fn uidmeta_crud() {
         (204, String::new())
     );
     assert_eq!(
-        req(&srv, "GET", "/api/uid/uidmeta?uid=000001&type=metric", ""),
+        tsds.req("GET", "/api/uid/uidmeta?uid=000001&type=metric", ""),
         (200, default.into())
     );
     // Bad input.
     assert_eq!(
-        req(&srv, "GET", "/api/uid/uidmeta?type=metric", ""),
+        tsds.req("GET", "/api/uid/uidmeta?type=metric", ""),
         (400, err(400, "Missing parameter <code>uid</code>"))
     );
     assert_eq!(
-        req(&srv, "GET", "/api/uid/uidmeta?uid=000001", ""),
+        tsds.req("GET", "/api/uid/uidmeta?uid=000001", ""),
         (400, err(400, "Missing parameter <code>type</code>"))
     );
     assert_eq!(
-        req(&srv, "GET", "/api/uid/uidmeta?uid=000001&type=foo", ""),
+        tsds.req("GET", "/api/uid/uidmeta?uid=000001&type=foo", ""),
         (400, err(400, "Invalid type requested: foo"))
     );
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "POST",
             "/api/uid/uidmeta",
             r#"{"uid":"000001","type":"foo","notes":"x"}"#
@@ -220,8 +222,7 @@ fn uidmeta_crud() {
     );
     // The query-string forms require both parameters.
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "GET",
             "/api/uid/uidmeta?type=metric&notes=x&method_override=post",
             ""
@@ -229,23 +230,22 @@ fn uidmeta_crud() {
         (400, err(400, "Missing parameter <code>uid</code>"))
     );
     assert_eq!(
-        req(&srv, "DELETE", "/api/uid/uidmeta", r#"{"uid":"000001"}"#),
+        tsds.req("DELETE", "/api/uid/uidmeta", r#"{"uid":"000001"}"#),
         (
             400,
             r#"{"error":{"code":400,"message":"Unable to delete UIDMeta information","details":"Missing type"}}"#.into()
         )
     );
     assert_eq!(
-        req(&srv, "GET", "/api/uid/uidmeta?uid=zz&type=metric", ""),
+        tsds.req("GET", "/api/uid/uidmeta?uid=zz&type=metric", ""),
         (400, err(400, "Invalid UID: zz"))
     );
     assert_eq!(
-        req(&srv, "POST", "/api/uid/uidmeta", r#"{"type":"metric"}"#),
+        tsds.req("POST", "/api/uid/uidmeta", r#"{"type":"metric"}"#),
         (400, err(400, "Missing UID"))
     );
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "POST",
             "/api/uid/uidmeta",
             r#"{"uid":"000001","custom":1,"type":"metric"}"#
@@ -253,12 +253,14 @@ fn uidmeta_crud() {
         .0,
         400
     );
-    assert_eq!(req(&srv, "PATCH", "/api/uid/uidmeta", "").0, 405);
+    assert_eq!(tsds.req("PATCH", "/api/uid/uidmeta", "").0, 405);
 }
 
-#[test]
-fn tsmeta_crud_and_counters() {
-    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+fn tsmeta_crud_and_counters(backend: Backend) {
+    let Some(tsds) = Tsds::start(backend, &[("tsd.core.auto_create_metrics", "true")]) else {
+        return;
+    };
+    let srv = tsds.writer();
     let pts = json!([
         {"metric":"sys.cpu.user","timestamp":1356998400,"value":1,"tags":{"host":"web01"}},
         {"metric":"sys.cpu.user","timestamp":1356998401,"value":2,"tags":{"host":"web01"}},
@@ -268,12 +270,11 @@ fn tsmeta_crud_and_counters() {
     let tsuid = "000001000001000001";
     // No TSMeta yet.
     assert_eq!(
-        req(&srv, "GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), ""),
+        tsds.req("GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), ""),
         (404, err(404, "Could not find Timeseries meta data"))
     );
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "POST",
             "/api/uid/tsmeta",
             &format!(r#"{{"tsuid":"{tsuid}","units":"%"}}"#)
@@ -282,8 +283,7 @@ fn tsmeta_crud_and_counters() {
     );
     // By m= without create=true: BadRequestException's default 400.
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "GET",
             "/api/uid/tsmeta?m=sys.cpu.user%7Bhost=web01%7D&method_override=post&units=%25",
             ""
@@ -297,12 +297,11 @@ fn tsmeta_crud_and_counters() {
         )
     );
     assert_eq!(
-        req(&srv, "GET", "/api/uid/tsmeta?m=sys.cpu.user", "").1,
+        tsds.req("GET", "/api/uid/tsmeta?m=sys.cpu.user", "").1,
         "[]"
     );
     // create=true with m=.
-    let (s, t) = req(
-        &srv,
+    let (s, t) = tsds.req(
         "GET",
         "/api/uid/tsmeta?m=sys.cpu.user%7Bhost=web01%7D&create=true&method_override=post&units=%25",
         "",
@@ -340,7 +339,7 @@ fn tsmeta_crud_and_counters() {
     let more =
         json!({"metric":"sys.cpu.user","timestamp":1356998403,"value":4,"tags":{"host":"web01"}});
     assert_eq!(post_put(srv.addr, "", &more.to_string()).status, 204);
-    let (s, t) = req(&srv, "GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), "");
+    let (s, t) = tsds.req("GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), "");
     assert_eq!(s, 200);
     let v: serde_json::Value = serde_json::from_str(&t).unwrap();
     assert_eq!(v["totalDatapoints"], 0);
@@ -348,7 +347,7 @@ fn tsmeta_crud_and_counters() {
     // POST merge; a POST that sets no user field → 304.
     let body =
         format!(r#"{{"tsuid":"{tsuid}","description":"user CPU","max":100,"retention":"7"}}"#);
-    let (s, t) = req(&srv, "POST", "/api/uid/tsmeta", &body);
+    let (s, t) = tsds.req("POST", "/api/uid/tsmeta", &body);
     assert_eq!(s, 200, "{t}");
     let v: serde_json::Value = serde_json::from_str(&t).unwrap();
     assert_eq!(
@@ -361,8 +360,7 @@ fn tsmeta_crud_and_counters() {
         (json!("user CPU"), json!(100.0), json!(7), json!("%"))
     );
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "POST",
             "/api/uid/tsmeta",
             &format!(r#"{{"tsuid":"{tsuid}","units":""}}"#)
@@ -370,19 +368,13 @@ fn tsmeta_crud_and_counters() {
         (304, String::new())
     );
     // GET by m= gives an array.
-    let (s, t) = req(
-        &srv,
-        "GET",
-        "/api/uid/tsmeta?m=sys.cpu.user%7Bhost=*%7D",
-        "",
-    );
+    let (s, t) = tsds.req("GET", "/api/uid/tsmeta?m=sys.cpu.user%7Bhost=*%7D", "");
     assert_eq!(s, 200);
     let v: serde_json::Value = serde_json::from_str(&t).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 1);
     assert_eq!(v[0]["tsuid"], tsuid);
     // PUT resets what it does not give.
-    let (s, t) = req(
-        &srv,
+    let (s, t) = tsds.req(
         "PUT",
         "/api/uid/tsmeta",
         &format!(r#"{{"tsuid":"{tsuid}","notes":"x"}}"#),
@@ -395,12 +387,9 @@ fn tsmeta_crud_and_counters() {
     );
     assert_eq!(v["created"].as_u64(), Some(created));
     // The TSMeta survives a restart.
-    let mut srv = srv;
-    srv.stop();
-    let dir = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
-    drop(srv);
-    let srv = TestServer::start_in(dir, &[("tsd.core.auto_create_metrics", "true")]);
-    let (s, t) = req(&srv, "GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), "");
+    let mut tsds = tsds;
+    tsds.restart();
+    let (s, t) = tsds.req("GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), "");
     assert_eq!(s, 200);
     let v: serde_json::Value = serde_json::from_str(&t).unwrap();
     assert_eq!(
@@ -409,45 +398,40 @@ fn tsmeta_crud_and_counters() {
     );
     // DELETE → 204, then 404.
     assert_eq!(
-        req(
-            &srv,
-            "DELETE",
-            &format!("/api/uid/tsmeta?tsuid={tsuid}"),
-            ""
-        ),
+        tsds.req("DELETE", &format!("/api/uid/tsmeta?tsuid={tsuid}"), ""),
         (204, String::new())
     );
     assert_eq!(
-        req(&srv, "GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), "").0,
+        tsds.req("GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), "")
+            .0,
         404
     );
     // Bad input.
     assert_eq!(
-        req(&srv, "GET", "/api/uid/tsmeta", ""),
+        tsds.req("GET", "/api/uid/tsmeta", ""),
         (400, err(400, "Missing parameter <code>m</code>"))
     );
     assert_eq!(
-        req(&srv, "GET", "/api/uid/tsmeta?m=nope", ""),
+        tsds.req("GET", "/api/uid/tsmeta?m=nope", ""),
         (
             404,
             r#"{"error":{"code":404,"message":"Unable to find one of the UIDs","details":"No such name for 'metrics': 'nope'"}}"#.into()
         )
     );
     assert_eq!(
-        req(&srv, "DELETE", "/api/uid/tsmeta", ""),
+        tsds.req("DELETE", "/api/uid/tsmeta", ""),
         (
             400,
             r#"{"error":{"code":400,"message":"Unable to delete TSMeta information","details":"Missing UID"}}"#.into()
         )
     );
-    assert_eq!(req(&srv, "GET", "/api/uid/tsmeta?tsuid=XYZ", "").0, 400);
+    assert_eq!(tsds.req("GET", "/api/uid/tsmeta?tsuid=XYZ", "").0, 400);
     assert_eq!(
-        req(&srv, "GET", "/api/uid/tsmeta?tsuid=0000010000", "").0,
+        tsds.req("GET", "/api/uid/tsmeta?tsuid=0000010000", "").0,
         400
     );
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "POST",
             "/api/uid/tsmeta?create=true&m=nope%7Bhost=web01%7D",
             ""
@@ -455,8 +439,7 @@ fn tsmeta_crud_and_counters() {
         (404, err(404, "No such name for 'metrics': 'nope'"))
     );
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "POST",
             "/api/uid/tsmeta?create=true",
             &format!(r#"{{"tsuid":"{tsuid}","max":"lots"}}"#)
@@ -464,8 +447,7 @@ fn tsmeta_crud_and_counters() {
         (400, err(400, "Unable to parse the given JSON"))
     );
     assert_eq!(
-        req(
-            &srv,
+        tsds.req(
             "GET",
             &format!("/api/uid/tsmeta?tsuid={tsuid}&max=lots&method_override=post"),
             ""
@@ -473,7 +455,7 @@ fn tsmeta_crud_and_counters() {
         (400, err(400, "Unable to parse 'max' value"))
     );
     assert_eq!(
-        req(&srv, "POST", "/api/uid/tsmeta", "{}"),
+        tsds.req("POST", "/api/uid/tsmeta", "{}"),
         (400, err(400, "Missing parameter <code>m</code>"))
     );
 }
@@ -482,16 +464,16 @@ fn tsmeta_crud_and_counters() {
 /// names; tracking marks a series (`ts_ctr` = 1, last received); with
 /// real-time TSMeta a series' TSMeta is created by its first point; with
 /// incrementing too, every point counts, across restarts.
-#[test]
-fn realtime_meta_and_counters() {
-    let put = |srv: &TestServer, metric: &str, n: u64| {
+fn realtime_meta_and_counters(backend: Backend) {
+    let put = |tsds: &Tsds, metric: &str, n: u64| {
         let pts: Vec<serde_json::Value> = (0..n)
             .map(|i| json!({"metric":metric,"timestamp":1356998400 + i,"value":i,"tags":{"host":"web01"}}))
             .collect();
-        assert_eq!(post_put(srv.addr, "", &json!(pts).to_string()).status, 204);
+        let r = post_put(tsds.writer().addr, "", &json!(pts).to_string());
+        assert_eq!(r.status, 204);
     };
-    let tsmeta = |srv: &TestServer, tsuid: &str| {
-        let (s, t) = req(srv, "GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), "");
+    let tsmeta = |tsds: &Tsds, tsuid: &str| {
+        let (s, t) = tsds.req("GET", &format!("/api/uid/tsmeta?tsuid={tsuid}"), "");
         (
             s,
             serde_json::from_str::<serde_json::Value>(&t).unwrap_or_default(),
@@ -500,14 +482,18 @@ fn realtime_meta_and_counters() {
 
     // Real-time UIDMeta only: every new name has a UIDMeta with `created`;
     // no TSMeta, no counter.
-    let srv = TestServer::start(&[
-        ("tsd.core.auto_create_metrics", "true"),
-        ("tsd.core.meta.enable_realtime_uid", "true"),
-    ]);
-    put(&srv, "m.uid", 2);
+    let Some(tsds) = Tsds::start(
+        backend,
+        &[
+            ("tsd.core.auto_create_metrics", "true"),
+            ("tsd.core.meta.enable_realtime_uid", "true"),
+        ],
+    ) else {
+        return;
+    };
+    put(&tsds, "m.uid", 2);
     for (uid, kind) in [("000001", "metric"), ("000001", "tagk"), ("000001", "tagv")] {
-        let (s, t) = req(
-            &srv,
+        let (s, t) = tsds.req(
             "GET",
             &format!("/api/uid/uidmeta?uid={uid}&type={kind}"),
             "",
@@ -516,19 +502,22 @@ fn realtime_meta_and_counters() {
         let v: serde_json::Value = serde_json::from_str(&t).unwrap();
         assert!(v["created"].as_u64().unwrap() > 1_600_000_000, "{t}");
     }
-    assert_eq!(tsmeta(&srv, "000001000001000001").0, 404);
-    drop(srv);
+    assert_eq!(tsmeta(&tsds, "000001000001000001").0, 404);
+    drop(tsds);
 
     // Tracking alone marks the series: ts_ctr is 1 however many points,
     // and no TSMeta is created (create=true shows the mark).
-    let srv = TestServer::start(&[
-        ("tsd.core.auto_create_metrics", "true"),
-        ("tsd.core.meta.enable_tsuid_tracking", "true"),
-    ]);
-    put(&srv, "m.track", 3);
-    assert_eq!(tsmeta(&srv, "000001000001000001").0, 404);
-    let (s, t) = req(
-        &srv,
+    let tsds = Tsds::start(
+        backend,
+        &[
+            ("tsd.core.auto_create_metrics", "true"),
+            ("tsd.core.meta.enable_tsuid_tracking", "true"),
+        ],
+    )
+    .unwrap();
+    put(&tsds, "m.track", 3);
+    assert_eq!(tsmeta(&tsds, "000001000001000001").0, 404);
+    let (s, t) = tsds.req(
         "GET",
         "/api/uid/tsmeta?m=m.track%7Bhost=web01%7D&create=true&method_override=post",
         "",
@@ -538,24 +527,28 @@ fn realtime_meta_and_counters() {
     assert_eq!(v["totalDatapoints"], 1, "{t}");
     assert!(v["lastReceived"].as_u64().unwrap() > 1_600_000_000, "{t}");
     // The UIDMeta of a name assigned without real-time UIDMeta has none.
-    let (_, t) = req(&srv, "GET", "/api/uid/uidmeta?uid=000001&type=metric", "");
+    let (_, t) = tsds.req("GET", "/api/uid/uidmeta?uid=000001&type=metric", "");
     assert!(t.contains(r#""created":0"#), "{t}");
-    drop(srv);
+    drop(tsds);
 
     // Tracking with real-time TSMeta: the first point creates the TSMeta;
     // without incrementing the counter stays a mark.
-    let srv = TestServer::start(&[
-        ("tsd.core.auto_create_metrics", "true"),
-        ("tsd.core.meta.enable_tsuid_tracking", "true"),
-        ("tsd.core.meta.enable_realtime_ts", "true"),
-    ]);
-    put(&srv, "m.rt", 3);
-    let (s, v) = tsmeta(&srv, "000001000001000001");
+    let tsds = Tsds::start(
+        backend,
+        &[
+            ("tsd.core.auto_create_metrics", "true"),
+            ("tsd.core.meta.enable_tsuid_tracking", "true"),
+            ("tsd.core.meta.enable_realtime_ts", "true"),
+        ],
+    )
+    .unwrap();
+    put(&tsds, "m.rt", 3);
+    let (s, v) = tsmeta(&tsds, "000001000001000001");
     assert_eq!(s, 200, "{v}");
     assert!(v["created"].as_u64().unwrap() > 1_600_000_000, "{v}");
     assert_eq!(v["totalDatapoints"], 1, "{v}");
     assert_eq!(v["metric"]["name"], "m.rt", "{v}");
-    drop(srv);
+    drop(tsds);
 
     // And with incrementing: every point counts, across a restart.
     let settings = [
@@ -564,17 +557,14 @@ fn realtime_meta_and_counters() {
         ("tsd.core.meta.enable_realtime_ts", "true"),
         ("tsd.core.meta.enable_tsuid_incrementing", "true"),
     ];
-    let mut srv = TestServer::start(&settings);
-    put(&srv, "m.inc", 3);
-    let (s, v) = tsmeta(&srv, "000001000001000001");
+    let mut tsds = Tsds::start(backend, &settings).unwrap();
+    put(&tsds, "m.inc", 3);
+    let (s, v) = tsmeta(&tsds, "000001000001000001");
     assert_eq!((s, v["totalDatapoints"].clone()), (200, json!(3)), "{v}");
     let created = v["created"].clone();
-    srv.stop();
-    let dir = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
-    drop(srv);
-    let srv = TestServer::start_in(dir, &settings);
-    put(&srv, "m.inc", 5);
-    let (s, v) = tsmeta(&srv, "000001000001000001");
+    tsds.restart();
+    put(&tsds, "m.inc", 5);
+    let (s, v) = tsmeta(&tsds, "000001000001000001");
     assert_eq!(s, 200, "{v}");
     // Points 0..5 again: 3 + 5 points received, the TSMeta kept.
     assert_eq!(v["totalDatapoints"], 8, "{v}");
@@ -583,7 +573,8 @@ fn realtime_meta_and_counters() {
 
 /// `tsdb uid metasync` stores the TSMeta a series lacks and the UIDMeta of
 /// its names, `created` being the hour of the oldest data (OpenTSDB's
-/// MetaSync), and marks the series' counter.
+/// MetaSync), and marks the series' counter. Embedded only: it runs the
+/// command line on the stopped TSD's data directory.
 #[test]
 fn metasync_dates_meta_by_the_oldest_data() {
     let mut srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
