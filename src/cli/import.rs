@@ -200,7 +200,7 @@ impl Importer {
     fn rollup(&self, line: &str) -> Result<(), String> {
         let words = Words::split(line);
         let l = parse_rollup(words.as_slice()).map_err(|e| line_error(&e))?;
-        let point = crate::rollup::RollupPoint {
+        let point = crate::db::RollupPoint {
             metric: l.point.metric,
             timestamp: l.point.timestamp,
             value: l.point.value,

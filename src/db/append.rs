@@ -218,6 +218,9 @@ impl Db {
                 .map_err(|e| PointError::Storage(e.to_string()))?;
         }
         drop(g);
+        self.stats
+            .histogram_points_stored
+            .fetch_add(points.len() as u64, Ordering::Relaxed);
         self.note_visible(
             points
                 .iter()

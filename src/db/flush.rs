@@ -106,31 +106,49 @@ impl Db {
         }
         // `tsd.rollups.auto`: looked up once per round, so the default
         // (off) costs nothing per row.
-        let auto = self.opts.rollups.as_deref().filter(|r| r.auto);
+        let auto = self.auto_rollups();
         for hours in by_series.values() {
             let points: Vec<_> = hours
                 .iter()
                 .flat_map(|h| h.points.iter().copied())
                 .collect();
-            match self.rows.put_points(&hours[0].series.tsuid, &points) {
+            let series = &hours[0].series;
+            let written = self.rows.put_points(&series.tsuid, &points).map_err(|e| {
+                tracing::error!(series = %series.describe(), error = %e, "writing rows failed; points kept in memory");
+            });
+            // The hours' rollups are written before the hours count as
+            // stored: until then their points stay buffered, pinning the
+            // WAL segments holding them, so a crash (or a failed rollup
+            // write) never leaves a stale rollup behind: the hours are
+            // written again, with their rollups, by the next round or by
+            // the replay at the next start (docs/rollups.md).
+            let rolled = written.and_then(|()| match &auto {
+                None => Ok(()),
+                Some(auto) => {
+                    let bases: Vec<u32> = hours.iter().map(|h| h.base).collect();
+                    match auto.roll_up_hours(&series.tsuid, &bases) {
+                        Ok(cells) => {
+                            self.stats
+                                .rollup_cells_computed
+                                .fetch_add(cells, Ordering::Relaxed);
+                            Ok(())
+                        }
+                        Err(e) => {
+                            tracing::error!(series = %series.describe(), error = %e, "computing rollups failed; points kept in memory to write again");
+                            self.stats.rollup_errors.fetch_add(1, Ordering::Relaxed);
+                            Err(())
+                        }
+                    }
+                }
+            });
+            match rolled {
                 Ok(()) => {
                     stored += points.len();
                     self.stats
                         .rows_written
                         .fetch_add(hours.len() as u64, Ordering::Relaxed);
-                    if let Some(settings) = auto {
-                        let bases: Vec<u32> = hours.iter().map(|h| h.base).collect();
-                        if let Err(e) = self.roll_up_hours(settings, &hours[0].series.tsuid, &bases)
-                        {
-                            // The raw rows are stored; the next seal of
-                            // these hours computes their rollups again.
-                            tracing::error!(series = %hours[0].series.describe(), error = %e, "computing rollups failed");
-                            self.stats.flush_errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
                 }
-                Err(e) => {
-                    tracing::error!(series = %hours[0].series.describe(), error = %e, "writing rows failed; points kept in memory");
+                Err(()) => {
                     self.stats.flush_errors.fetch_add(1, Ordering::Relaxed);
                     failed = true;
                     for h in hours {

@@ -76,6 +76,7 @@ pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
 pub use epochs::{CacheEpochs, Epoch};
 pub use options::{Backend, ClusterOptions, DbOptions, WriteOptions};
+pub use rollup::{AutoRollupError, RollupPoint, RollupSource};
 pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
 pub use tree::{TreeTest, TreesSynced};
 pub use wal::WalError;
@@ -108,6 +109,9 @@ pub enum DbError {
     Open { dir: PathBuf, cause: Box<DbError> },
     #[error("starting the flusher thread: {0}")]
     Thread(std::io::Error),
+    /// Computing the rollups of replayed hours (`tsd.rollups.auto`).
+    #[error("computing rollups: {0}")]
+    Rollup(#[from] rollup::AutoRollupError),
 }
 
 pub type Result<T> = std::result::Result<T, DbError>;
@@ -135,6 +139,17 @@ pub struct WriteStats {
     pub replay_orphaned: AtomicU64,
     /// WAL records skipped at start because they cannot be stored.
     pub replay_unstorable: AtomicU64,
+    /// Rollup and pre-aggregate points written (`/api/rollup`, telnet
+    /// `rollup`): 2.4.1's `rollup_stored`.
+    pub rollup_points_stored: AtomicU64,
+    /// Rollup cells computed by `tsd.rollups.auto` (flushes and replay).
+    pub rollup_cells_computed: AtomicU64,
+    /// Failed computations of `tsd.rollups.auto` (their hours are kept
+    /// buffered and written again).
+    pub rollup_errors: AtomicU64,
+    /// Histogram points logged and stored: 2.4.1's
+    /// `raw_histograms_stored`.
+    pub histogram_points_stored: AtomicU64,
 }
 
 /// The parts of a [`Db`] that persist through their own seams besides the
@@ -291,12 +306,25 @@ impl Db {
         let wal_dir = data_dir.join(WAL_DIR);
         let series = SeriesCache::new(uids, opts.max_tags)
             .with_limiter(SeriesLimiter::new(opts.series_limits, index.clone()));
-        let (next_segment, replayed) = replay::replay(&*rows, &series, &index, &wal_dir)?;
+        let rollup_table = store.rollup_table();
+        // On a cluster the flusher computes no rollups (docs/rollups.md):
+        // neither does replay.
+        let auto = opts
+            .rollups
+            .as_deref()
+            .filter(|r| r.auto && opts.shared_flush.is_none())
+            .map(|settings| rollup::AutoRollups {
+                settings,
+                rows: &*rows,
+                table: &rollup_table,
+                layout: store.layout(),
+            });
+        let (next_segment, replayed) =
+            replay::replay(&*rows, &series, &index, &wal_dir, auto.as_ref())?;
         // Entries replay recorded in a batching index backend (a cluster)
         // are written before the WAL they came from can go.
         index.flush()?;
         let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone())?;
-        let rollup_table = store.rollup_table();
         let db = Arc::new(Db {
             rows,
             store,
@@ -328,6 +356,7 @@ impl Db {
         }
         let st = &db.stats;
         st.points_replayed.store(replayed.points, Ordering::Relaxed);
+        (st.rollup_cells_computed).store(replayed.rollup_cells, Ordering::Relaxed);
         (st.replay_damaged_frames).store(replayed.damaged_frames, Ordering::Relaxed);
         (st.replay_orphaned).store(replayed.orphaned_points, Ordering::Relaxed);
         (st.replay_unstorable).store(replayed.unstorable, Ordering::Relaxed);

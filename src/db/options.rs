@@ -187,10 +187,10 @@ impl DbOptions {
     }
 
     pub fn from_config(c: &Config) -> Result<DbOptions, ConfigError> {
-        // The aggregator names are the query engine's; the configuration
-        // only names them.
+        // The aggregator names are the model's (the query engine's
+        // functions); the configuration only names them.
         let rollups =
-            RollupSettings::from_config(c, |n| crate::query::Aggregator::by_name(n).is_some())?
+            RollupSettings::from_config(c, |n| crate::model::Aggregator::by_name(n).is_some())?
                 .map(Arc::new);
         let mut store = store_options(c)?;
         if let Some(r) = &rollups {
@@ -209,6 +209,18 @@ impl DbOptions {
         let backend = Backend::from_config(c)?;
         if let Backend::ClickHouse(cluster) = &backend {
             write.shared_flush = Some(cluster.flush_interval);
+            // A cluster's flush writes every TSD's buffered points each
+            // tick, and several TSDs may write one series: recomputing
+            // rollups there would cost a ClickHouse read and write per
+            // series per tick and race between TSDs. Refused rather than
+            // silently not done (docs/rollups.md).
+            if write.rollups.as_deref().is_some_and(|r| r.auto) {
+                return Err(ConfigError::bad_value(
+                    crate::rollup::AUTO_KEY,
+                    "true",
+                    "tsd.rollups.auto is not supported with tsd.storage.backend = clickhouse; write rollups through /api/rollup instead",
+                ));
+            }
         }
         Ok(DbOptions {
             data_dir: c.data_dir(),
@@ -371,6 +383,23 @@ mod tests {
         assert_eq!(o.zk.basedir, "/rtsdb");
         assert_eq!(o.zk.quorum, "a:2181");
         assert_eq!(o.flush_interval, Duration::from_millis(1000));
+        // Rollups through /api/rollup, yes; computed ones are refused
+        // (docs/rollups.md).
+        c.set("tsd.rollups.enable", "true");
+        c.set(
+            "tsd.rollups.config",
+            r#"{"aggregationIds":{"sum":0,"count":1},"intervals":[
+            {"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
+            {"table":"r","preAggregationTable":"ra","interval":"1h","rowSpan":"1d"}]}"#,
+        );
+        assert!(DbOptions::from_config(&c).unwrap().write.rollups.is_some());
+        c.set("tsd.rollups.auto", "true");
+        let err = DbOptions::from_config(&c).unwrap_err().to_string();
+        assert!(
+            err.contains("tsd.rollups.auto is not supported with tsd.storage.backend = clickhouse"),
+            "{err}"
+        );
+        c.set("tsd.rollups.enable", "false");
         c.set("tsd.storage.clickhouse.endpoints", "a:1");
         assert!(DbOptions::from_config(&c).is_err());
         c.set("tsd.storage.backend", "hbase");

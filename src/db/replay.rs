@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
+use super::rollup::AutoRollups;
 use super::{DbError, Result};
 use crate::index::SeriesIndex;
 use crate::model::Tsuid;
@@ -38,6 +39,8 @@ pub(crate) struct ReplayReport {
     pub unstorable: u64,
     /// Segments moved to `wal/damaged/` because they lost something.
     pub segments_kept: u64,
+    /// Rollup cells computed for the hours replayed (`tsd.rollups.auto`).
+    pub rollup_cells: u64,
 }
 
 /// Why a record was skipped: one log line per kind, with a count.
@@ -104,11 +107,19 @@ fn is_environmental(e: &StoreError) -> bool {
 /// Replays every WAL segment in `dir` into the row store, syncs it, and
 /// deletes the segments (or moves those that lost anything aside).
 /// Returns the next segment number and what was replayed and skipped.
+///
+/// With `auto` (`tsd.rollups.auto`), the rollups of every hour a point
+/// is replayed into are computed again from the stored rows before the
+/// sync, so the log goes only once they are durable: a crash between a
+/// flush's raw rows and their rollups (the flusher lets the log go only
+/// after both) leaves no stale rollup once the store has opened again
+/// (docs/rollups.md).
 pub(super) fn replay(
     rows: &dyn RowStore,
     series: &SeriesCache,
     index: &SeriesIndex,
     dir: &Path,
+    auto: Option<&AutoRollups>,
 ) -> Result<(u64, ReplayReport)> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -142,7 +153,10 @@ pub(super) fn replay(
         }
         report.damaged_frames += damaged_frames;
         report.damaged_bytes += damaged_bytes;
-        report.points += replay_segment(rows, series, index, contents.records, &mut skips)?;
+        let (points, cells) =
+            replay_segment(rows, series, index, contents.records, auto, &mut skips)?;
+        report.points += points;
+        report.rollup_cells += cells;
         if damaged_frames > 0 || skips.total() > skipped_before {
             lossy.push(seg);
         }
@@ -174,14 +188,16 @@ pub(super) fn replay(
     Ok((last + 1, report))
 }
 
-/// Stores one segment's records; returns the points stored.
+/// Stores one segment's records; returns the points stored and the
+/// rollup cells computed for their hours.
 fn replay_segment(
     rows: &dyn RowStore,
     series: &SeriesCache,
     index: &SeriesIndex,
     records: Vec<wal::Record>,
+    auto: Option<&AutoRollups>,
     skips: &mut Skips,
-) -> Result<u64> {
+) -> Result<(u64, u64)> {
     let mut ids: HashMap<u32, Arc<Series>> = HashMap::new();
     // Declared, but the names could not be resolved: not orphans.
     let mut unresolved: HashMap<u32, String> = HashMap::new();
@@ -289,6 +305,7 @@ fn replay_segment(
         rows.delete_rows(&tsuids, first_hour, last_hour)?;
     }
     let mut stored = 0;
+    let mut cells = 0;
     for (id, pts) in points {
         let s = &ids[&id];
         // Later writes win: put_points merges in order, so keep the
@@ -303,6 +320,16 @@ fn replay_segment(
             index.add_at(&s.tsuid, latest)?;
         }
         stored += store_points(rows, s, &pts, skips)?;
+        if let Some(auto) = auto {
+            // Every hour the log held points of, stored or refused: its
+            // rollups follow what its row now holds.
+            let mut hours: Vec<u32> = pts
+                .iter()
+                .filter_map(|(ts, _)| ts.base_time().ok())
+                .collect();
+            hours.dedup();
+            cells += auto.roll_up_hours(&s.tsuid, &hours)?;
+        }
     }
     for (id, hs) in histograms {
         let s = &ids[&id];
@@ -319,7 +346,7 @@ fn replay_segment(
             }),
         }
     }
-    Ok(stored)
+    Ok((stored, cells))
 }
 
 /// Writes a series' points; if the row store refuses them (rather than

@@ -7,12 +7,17 @@ use std::collections::HashMap;
 use super::Db;
 use crate::codec::qualifier::{encode_value, point_qualifier};
 use crate::codec::row::Cell;
+use crate::codec::row_key::KeyLayout;
 use crate::model::java::java_tags;
 use crate::model::{Timestamp, Tsuid, Uid, Value};
 use crate::protocol::PointError;
+use crate::rollup::aggregates::{AUTO_AGGREGATES, Aggregates};
 use crate::rollup::codec::{self, RollupCell};
 use crate::rollup::{RollupInterval, RollupSettings};
 use crate::storage::Durability;
+use crate::store::StoreError;
+use crate::store::rollup_table::RollupTable;
+use crate::store::rows::RowStore;
 
 /// One point of `/api/rollup` or a telnet `rollup` line, parsed.
 #[derive(Debug, Clone)]
@@ -115,7 +120,7 @@ impl Db {
             }
         };
         if p.is_groupby {
-            if crate::query::Aggregator::by_name(&group_by.to_lowercase()).is_none() {
+            if crate::model::Aggregator::by_name(&group_by.to_lowercase()).is_none() {
                 return ill(format!(
                     "Invalid group by aggregator {group_by} with metric {} {}",
                     p.metric,
@@ -197,6 +202,9 @@ impl Db {
             .add(&series.tsuid)
             .map_err(|e| PointError::Storage(e.to_string()))?;
         self.epochs.bump_metric(series.tsuid.metric);
+        self.stats
+            .rollup_points_stored
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 }
@@ -312,56 +320,6 @@ impl RollupSource for Db {
     }
 }
 
-/// The four aggregates rtsdb computes for each interval
-/// (`tsd.rollups.auto`), by their configured names.
-const AUTO_AGGREGATES: [&str; 4] = ["sum", "count", "min", "max"];
-
-/// sum, count, min and max of the points of one interval.
-#[derive(Debug, Clone, Copy)]
-struct Aggregates {
-    sum: Value,
-    count: i64,
-    min: Value,
-    max: Value,
-}
-
-impl Aggregates {
-    fn new(v: Value) -> Aggregates {
-        Aggregates {
-            sum: v,
-            count: 1,
-            min: v,
-            max: v,
-        }
-    }
-
-    fn add(&mut self, v: Value) {
-        self.sum = match (self.sum, v) {
-            (Value::Int(a), Value::Int(b)) => a
-                .checked_add(b)
-                .map(Value::Int)
-                .unwrap_or(Value::Float(a as f64 + b as f64)),
-            (a, b) => Value::Float(a.as_f64() + b.as_f64()),
-        };
-        self.count += 1;
-        if v.as_f64() < self.min.as_f64() {
-            self.min = v;
-        }
-        if v.as_f64() > self.max.as_f64() {
-            self.max = v;
-        }
-    }
-
-    fn value(&self, name: &str) -> Value {
-        match name {
-            "sum" => self.sum,
-            "count" => Value::Int(self.count),
-            "min" => self.min,
-            _ => self.max,
-        }
-    }
-}
-
 /// The starts of the `iv`-second intervals overlapping the hour `hour`.
 fn intervals_of_hour(hour: u32, iv: u32) -> impl Iterator<Item = u32> {
     let first = hour - hour % iv;
@@ -372,20 +330,43 @@ fn intervals_of_hour(hour: u32, iv: u32) -> impl Iterator<Item = u32> {
         .map(|b| b as u32)
 }
 
-impl Db {
-    /// `tsd.rollups.auto`: recomputes, from the stored raw points, every
-    /// configured interval (but the default one) overlapping the hours
-    /// `hours` of `tsuid` just written, and stores their sum, count, min
-    /// and max in the interval's rollup table. Called by the flusher after
-    /// the hours' rows are written, so a late point (which seals its hour
-    /// again) recomputes its intervals too. docs/rollups.md.
-    pub(super) fn roll_up_hours(
+/// Why the rollups of written hours could not be computed
+/// (`tsd.rollups.auto`).
+#[derive(Debug, thiserror::Error)]
+pub enum AutoRollupError {
+    /// Reading the raw points or writing the rollup rows failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// An interval's cell cannot be addressed in its row.
+    #[error(transparent)]
+    Codec(#[from] codec::RollupCodecError),
+}
+
+/// What `tsd.rollups.auto` computes rollups with: the stored raw rows it
+/// reads and the rollup tables it writes. The flusher uses it after
+/// writing sealed hours, and WAL replay after writing replayed ones, so
+/// both follow one rule (docs/rollups.md).
+pub(crate) struct AutoRollups<'a> {
+    pub settings: &'a RollupSettings,
+    pub rows: &'a dyn RowStore,
+    pub table: &'a RollupTable,
+    pub layout: &'a KeyLayout,
+}
+
+impl AutoRollups<'_> {
+    /// Recomputes, from the stored raw points, every configured interval
+    /// (but the default one) overlapping the hours `hours` of `tsuid` just
+    /// written, and stores their sum, count, min and max in the
+    /// interval's rollup table (with `Durability::Process`: the caller
+    /// syncs before it lets the WAL holding these hours go). A late point
+    /// (which seals its hour again) recomputes its intervals too. Returns
+    /// the cells written.
+    pub(crate) fn roll_up_hours(
         &self,
-        settings: &RollupSettings,
         tsuid: &Tsuid,
         hours: &[u32],
-    ) -> Result<u64, String> {
-        let config = &settings.config;
+    ) -> Result<u64, AutoRollupError> {
+        let config = &self.settings.config;
         // (interval, its affected starts) and the union of their spans.
         let mut work: Vec<(&RollupInterval, Vec<u32>)> = Vec::new();
         let (mut lo, mut hi) = (u64::MAX, 0u64);
@@ -406,21 +387,18 @@ impl Db {
             return Ok(0);
         }
         let mut points: Vec<(u32, Value)> = Vec::new();
-        self.rows
-            .read_tsuids(
-                std::slice::from_ref(tsuid),
-                lo * 1000,
-                hi * 1000 + 999,
-                &mut |_, pts| {
-                    points.extend(
-                        pts.iter()
-                            .map(|p| ((p.timestamp_ms / 1000) as u32, p.value)),
-                    );
-                    true
-                },
-            )
-            .map_err(|e| e.to_string())?;
-        let layout = self.store.layout();
+        self.rows.read_tsuids(
+            std::slice::from_ref(tsuid),
+            lo * 1000,
+            hi * 1000 + 999,
+            &mut |_, pts| {
+                points.extend(
+                    pts.iter()
+                        .map(|p| ((p.timestamp_ms / 1000) as u32, p.value)),
+                );
+                true
+            },
+        )?;
         let mut written = 0;
         for (iv, starts) in work {
             // Cells per rollup row.
@@ -442,8 +420,7 @@ impl Db {
                         continue;
                     };
                     let v = encode_value(agg.value(name));
-                    let q = codec::qualifier(start, base, v.flags, id, iv)
-                        .map_err(|e| e.to_string())?;
+                    let q = codec::qualifier(start, base, v.flags, id, iv)?;
                     rows.entry(base)
                         .or_default()
                         .push(Cell::new(q.to_vec(), v.as_bytes().to_vec()));
@@ -451,16 +428,28 @@ impl Db {
             }
             for (base, cells) in rows {
                 written += cells.len() as u64;
-                self.rollup_table
-                    .put_cells(
-                        &iv.table,
-                        &layout.row_key(tsuid, base),
-                        cells,
-                        Durability::Process,
-                    )
-                    .map_err(|e| e.to_string())?;
+                self.table.put_cells(
+                    &iv.table,
+                    &self.layout.row_key(tsuid, base),
+                    cells,
+                    Durability::Process,
+                )?;
             }
         }
         Ok(written)
+    }
+}
+
+impl Db {
+    /// [`AutoRollups`] over this database's rows and rollup tables, when
+    /// `tsd.rollups.auto` is on.
+    pub(super) fn auto_rollups(&self) -> Option<AutoRollups<'_>> {
+        let settings = self.opts.rollups.as_deref().filter(|r| r.auto)?;
+        Some(AutoRollups {
+            settings,
+            rows: &*self.rows,
+            table: &self.rollup_table,
+            layout: self.store.layout(),
+        })
     }
 }

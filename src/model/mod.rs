@@ -1,6 +1,7 @@
 //! The data model: UIDs, names, series identities, data points. No I/O
 //! here.
 
+pub mod aggregator;
 pub mod annotation;
 pub(crate) mod hash;
 pub(crate) mod java;
@@ -11,6 +12,7 @@ pub mod time;
 pub mod tsuid;
 pub mod uid;
 
+pub use aggregator::Aggregator;
 pub use annotation::Annotation;
 pub use name::{InvalidName, NameRules};
 pub use point::{DataPoint, Tags, Timestamp, Value};

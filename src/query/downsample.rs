@@ -275,6 +275,75 @@ impl Bucketer {
     }
 }
 
+impl Bucketer {
+    /// Where 2.4.1's `HistogramDownsampler.seekInterval(query start)`
+    /// seeks: the query start rounded up to the next bucket boundary
+    /// (epoch-aligned for a fixed interval, on [`previous_interval`]'s
+    /// grid for a calendar one); histograms before it are not read.
+    pub(crate) fn histogram_seek(&self) -> i64 {
+        let start = self.query_start;
+        match self.interval {
+            Interval::Fixed(iv) => {
+                let iv = iv as i64;
+                let t = start + iv - 1;
+                t - t.rem_euclid(iv)
+            }
+            Interval::All => start,
+            Interval::Calendar { n, unit } => {
+                let local = self.local(start);
+                let prev = previous_interval(local, n, unit);
+                let seek = if local > prev {
+                    add_units(prev, n as i64, unit)
+                } else {
+                    prev
+                };
+                self.to_utc(seek)
+            }
+        }
+    }
+
+    /// This bucketer with its calendar buckets anchored as 2.4.1's
+    /// `HistogramDownsampler` anchors them: on the interval holding the
+    /// series' first histogram (`first`, ms) by [`previous_interval`],
+    /// stepping `n` units from there. Fixed and `all` buckets are as they
+    /// were.
+    pub(crate) fn anchored_on(&self, first: i64) -> Bucketer {
+        let mut b = self.clone();
+        if let Interval::Calendar { n, unit } = self.interval {
+            b.anchor = previous_interval(self.local(first), n, unit);
+        }
+        b
+    }
+}
+
+/// 2.4.1's `DateTime.previousInterval`: the start of the `n`-`unit`
+/// interval holding `t` (local time) on a grid of `n`-unit steps from the
+/// top of the next larger period when `n` divides it (`15m` from the top
+/// of the hour) and of the one above otherwise (`7m` from the top of the
+/// day, `2d` from the first of January). Weeks start on Sunday and step a
+/// week at a time whatever `n` (Java's lenient calendar resolves its
+/// "top of year" for weeks to a Sunday too).
+pub(crate) fn previous_interval(t: NaiveDateTime, n: u32, unit: CalendarUnit) -> NaiveDateTime {
+    use CalendarUnit::*;
+    let n = n.max(1);
+    let top = match unit {
+        Millis if 1000 % n == 0 => truncate(t, Seconds),
+        Millis => truncate(t, Minutes),
+        Seconds if 60 % n == 0 => truncate(t, Minutes),
+        Seconds => truncate(t, Hours),
+        Minutes if 60 % n == 0 => truncate(t, Hours),
+        Minutes => truncate(t, Days),
+        Hours if 24 % n == 0 => truncate(t, Days),
+        Hours => truncate(t, Months),
+        Days if n == 1 => truncate(t, Months),
+        Days => truncate(t, Years),
+        Weeks => return truncate(t, Weeks),
+        Months | Years => truncate(t, Years),
+    };
+    let k = units_between(top, t, unit).div_euclid(n as i64);
+    add_units(top, k * n as i64, unit)
+}
+
 fn truncate(t: NaiveDateTime, unit: CalendarUnit) -> NaiveDateTime {
     let d = t.date();
     let midnight = |d: NaiveDate| d.and_hms_opt(0, 0, 0).unwrap_or_default();

@@ -17,11 +17,11 @@ use super::options::QueryOptions;
 use super::output::{QueryResponse, QueryResult};
 use super::rate::Rate;
 use super::request::{TsQuery, ValidQuery, ValidSubQuery};
+use crate::db::RollupSource;
 use crate::index::SeriesIndex;
 use crate::model::Tsuid;
 use crate::model::row_span::{ROW_SPAN_MS, ROW_SPAN_SECS, hour_floor};
 use crate::model::{Annotation, Uid, UidKind, UidWidths, Value};
-use crate::rollup::RollupSource;
 use crate::store::read::{Point, ReadStats, SeriesSource};
 
 use super::output::RowRange;
@@ -740,11 +740,17 @@ fn run_sub(
         budget.check_time()?;
         return Ok((results, stats));
     }
-    if let Some(plan) = super::rollup::plan(ctx, q, sub)
-        && let Some(answer) = super::rollup::run(ctx, q, sub, budget, &plan)?
-    {
-        return Ok(answer);
-    }
+    let fallback;
+    let sub = match super::rollup::plan(ctx, q, sub) {
+        None => sub,
+        Some(plan) => match super::rollup::run(ctx, q, sub, budget, &plan)? {
+            super::rollup::RollupAnswer::Rolled(results, stats) => return Ok((results, stats)),
+            super::rollup::RollupAnswer::Raw(raw) => {
+                fallback = raw;
+                &*fallback
+            }
+        },
+    };
     if let Some(cu) = ctx.cache {
         match cache::Plan::new(ctx, q, sub) {
             Some(plan) => return cache::run(ctx, q, sub, budget, plan),

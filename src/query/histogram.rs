@@ -25,11 +25,20 @@ use crate::model::java::float_to_string;
 type Histos = Vec<(i64, SimpleHistogram)>;
 
 /// Sums the histograms of each downsampling bucket, stamped with the
-/// bucket's start (`HistogramDownsampler`); histograms outside the `all`
-/// bucket are dropped.
+/// bucket's start (`HistogramDownsampler`, 2.4.1): histograms before the
+/// query start rounded up to a bucket boundary are not read (its
+/// `seekInterval`), calendar buckets are anchored on the interval of the
+/// series' first histogram read (not on the query start, as points'
+/// buckets are), and histograms outside the `all` bucket are dropped.
 fn downsample(series: Histos, bucketer: &Bucketer) -> Histos {
+    let seek = bucketer.histogram_seek();
+    let from = series.partition_point(|(ts, _)| *ts < seek);
+    let Some(&(first, _)) = series.get(from) else {
+        return Vec::new();
+    };
+    let bucketer = bucketer.anchored_on(first);
     let mut out: Histos = Vec::new();
-    for (ts, h) in series {
+    for (ts, h) in series.into_iter().skip(from) {
         let Some(b) = bucketer.bucket(ts) else {
             continue;
         };
@@ -247,6 +256,135 @@ mod tests {
         assert_eq!(out[0].0, 0);
         assert_eq!(out[0].1.buckets.values().copied().collect::<Vec<_>>(), [3]);
         assert_eq!(out[1].0, 60_000);
+    }
+
+    /// (bucket start, total count) of `points` (ms, count) downsampled
+    /// with `spec` in `tz`, as 2.4.1's `TestHistogramDownsampler` builds
+    /// its downsamplers (query from 0, no end).
+    fn buckets(spec: &str, tz: chrono_tz::Tz, points: &[(i64, i64)]) -> Vec<(i64, i64)> {
+        let spec = DownsampleSpec::parse(spec, false).unwrap();
+        let b = Bucketer::new(&spec, tz, 0, i64::MAX);
+        let series = points.iter().map(|&(t, n)| (t, h(0.0, 1.0, n))).collect();
+        downsample(series, &b)
+            .iter()
+            .map(|(t, h)| (*t, h.buckets.values().sum()))
+            .collect()
+    }
+
+    const BASE_TIME: i64 = 1356998400000;
+    const DST_TS: i64 = 1450137600000;
+
+    /// `testDownsampler_calendarHour`: buckets start on the interval of
+    /// the first histogram (`DateTime.previousInterval`), 4 hours from
+    /// local midnight in Kabul (+4:30).
+    #[test]
+    fn calendar_hours_anchor_on_the_first_histogram() {
+        use chrono_tz::Asia::Kabul;
+        use chrono_tz::Pacific::Funafuti;
+        let points: Vec<(i64, i64)> = [0, 1800000, 3599000, 3600000, 5400000, 7199000]
+            .iter()
+            .zip(1..)
+            .map(|(d, n)| (BASE_TIME + d, n))
+            .collect();
+        assert_eq!(
+            buckets("1hc-sum", Funafuti, &points),
+            [(BASE_TIME, 6), (BASE_TIME + 3600000, 15)]
+        );
+        assert_eq!(
+            buckets("1hc-sum", Kabul, &points),
+            [
+                (1356996600000, 1),
+                (1356996600000 + 3600000, 9),
+                (1356996600000 + 7200000, 11)
+            ]
+        );
+        assert_eq!(buckets("4hc-sum", Kabul, &points), [(1356996600000, 21)]);
+    }
+
+    /// `testDownsampler_calendarDay`: `3dc` steps three days from the
+    /// first of January, so the bucket of 2015-12-15 starts that day.
+    #[test]
+    fn calendar_days_anchor_on_the_first_histogram() {
+        use chrono_tz::Asia::Kabul;
+        use chrono_tz::Pacific::Funafuti;
+        let points: Vec<(i64, i64)> = [0, 86399000, 126001000, 172799000, 172800000, 242999000]
+            .iter()
+            .zip(1..)
+            .map(|(d, n)| (DST_TS + d, n))
+            .collect();
+        assert_eq!(
+            buckets("1d-sum", chrono_tz::Tz::UTC, &points),
+            [
+                (DST_TS, 3),
+                (DST_TS + 86400000, 7),
+                (DST_TS + 172800000, 11)
+            ]
+        );
+        assert_eq!(
+            buckets("1dc-sum", Funafuti, &points),
+            [
+                (1450094400000, 1),
+                (1450094400000 + 86400000, 5),
+                (1450094400000 + 2 * 86400000, 9),
+                (1450094400000 + 3 * 86400000, 6)
+            ]
+        );
+        assert_eq!(buckets("3dc-sum", Kabul, &points), [(1450121400000, 21)]);
+    }
+
+    /// `testDownsampler_calendarWeek`: weeks start on Sunday; `2wc` steps
+    /// two weeks from the week of the first histogram.
+    #[test]
+    fn calendar_weeks_anchor_on_the_first_histogram() {
+        use chrono_tz::Asia::Kabul;
+        use chrono_tz::Pacific::Fiji;
+        let day = 86400000;
+        let points = [
+            (DST_TS, 1),
+            (DST_TS + 7 * day, 2),
+            (1451129400000, 3),
+            (DST_TS + 21 * day, 4),
+            (1452367799000, 5),
+        ];
+        assert_eq!(
+            buckets("1wc-sum", Fiji, &points),
+            (0..5)
+                .map(|k| (1449918000000 + k * 7 * day, k + 1))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            buckets("2wc-sum", Kabul, &points),
+            [(1449948600000, 6), (1451158200000, 9)]
+        );
+    }
+
+    /// `seekInterval`: histograms before the query start rounded up to a
+    /// bucket boundary are not read; the first one read anchors the rest.
+    #[test]
+    fn histograms_before_the_seek_point_are_not_read() {
+        let spec = DownsampleSpec::parse("3dc-sum", false).unwrap();
+        // Query from 2015-12-16 12:00 UTC: 3-day grid from January 1st
+        // (Dec 15, 18, ...), so the seek lands on Dec 18.
+        let b = Bucketer::new(&spec, chrono_tz::Tz::UTC, DST_TS + 36 * 3600000, i64::MAX);
+        let day = 86400000;
+        let got: Vec<(i64, i64)> = downsample(
+            vec![
+                (DST_TS + 2 * day, h(0.0, 1.0, 1)),
+                (DST_TS + 3 * day + 5, h(0.0, 1.0, 2)),
+                (DST_TS + 6 * day, h(0.0, 1.0, 4)),
+            ],
+            &b,
+        )
+        .iter()
+        .map(|(t, h)| (*t, h.buckets.values().sum()))
+        .collect();
+        assert_eq!(got, [(DST_TS + 3 * day, 2), (DST_TS + 6 * day, 4)]);
+        // Fixed intervals round the start up too.
+        let spec = DownsampleSpec::parse("1m-sum", false).unwrap();
+        let b = Bucketer::new(&spec, chrono_tz::Tz::UTC, 30_000, 600_000);
+        let got = downsample(vec![(40_000, h(0.0, 1.0, 1)), (70_000, h(0.0, 1.0, 2))], &b);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, 60_000);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! 2.4.1's semantics, as a library the HTTP layer wires up.
 //!
 //! - [`request`]: the `TSQuery` model, POST JSON and GET `m=`/`tsuid=`.
-//! - [`aggregator`]: every 2.4 aggregator and its interpolation.
+//! - [`aggregator`]: every 2.4 aggregator and its interpolation (kept in
+//!   the model, `crate::model::aggregator`, for the layers below).
 //! - [`downsample`]: downsampling specs, buckets and fill policies.
 //! - [`rate`]: rate of change with counter options.
 //! - [`filter`]: tag value filters and the legacy tag syntax.
@@ -23,7 +24,9 @@
 //! an error with [`QueryError::status`], [`QueryError::message`] and
 //! [`QueryError::details`] in OpenTSDB's error shape.
 
-pub(crate) mod aggregator;
+// The aggregators live in the model: rollups (below the query layer)
+// validate aggregator names and combine values with them too.
+pub(crate) use crate::model::aggregator;
 pub mod cache;
 pub(crate) mod downsample;
 pub(crate) mod engine;

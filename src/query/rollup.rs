@@ -21,6 +21,7 @@ use super::limits::Budget;
 use super::output::QueryResult;
 use super::request::{ValidQuery, ValidSubQuery};
 use crate::model::Value;
+use crate::rollup::aggregates::{add, pick};
 use crate::rollup::codec::RollupCell;
 use crate::rollup::{RollupInterval, RollupSettings};
 
@@ -128,16 +129,49 @@ pub(super) fn plan<'a>(
     })
 }
 
-/// Runs `sub` over rollups. `Ok(None)`: answer it from raw points instead
-/// (the fallback of `ROLLUP_FALLBACK_RAW`, or `ROLLUP_FALLBACK` down to
-/// the default interval).
+/// What reading rollups gave a sub-query.
+pub(super) enum RollupAnswer {
+    /// The sub-query's results, from a rollup table.
+    Rolled(Vec<QueryResult>, SubStats),
+    /// Answer this sub-query from raw points instead: the fallback of
+    /// `ROLLUP_FALLBACK_RAW`, or of `ROLLUP_FALLBACK` down to the default
+    /// interval, with its downsampler reset as 2.4.1 resets it.
+    Raw(Box<ValidSubQuery>),
+}
+
+/// `TsdbQuery.transformRollupQueryToDownSampler` (2.4.1): a sub-query
+/// falling back from the rollup interval `tried` to raw points is
+/// downsampled at that interval (not the one asked for: a `2h-avg` that
+/// found its `1h` rollups empty answers hourly averages of raw points)
+/// with the rollup aggregator (`zimsum` read as `sum`, `mimmin` as `min`,
+/// `mimmax` as `max`), keeping its fill policy; `DownsamplingSpecification`'s
+/// constructor used there drops the calendar flag and time zone, which
+/// fixed intervals do not use anyway.
+fn reset_to_rollup_interval(sub: &ValidSubQuery, tried: &RollupInterval) -> Box<ValidSubQuery> {
+    let mut raw = Box::new(sub.clone());
+    if let Some(d) = raw.downsample.as_mut() {
+        d.interval = Interval::Fixed(tried.interval_seconds as u64 * 1000);
+        let name = match d.function.name {
+            "zimsum" => "sum",
+            "mimmin" => "min",
+            "mimmax" => "max",
+            other => other,
+        };
+        if let Some(f) = Aggregator::by_name(name) {
+            d.function = f;
+        }
+    }
+    raw
+}
+
+/// Runs `sub` over rollups, or says how to answer it from raw points.
 pub(super) fn run(
     ctx: &QueryContext,
     q: &ValidQuery,
     sub: &ValidSubQuery,
     budget: &mut Budget,
     plan: &RollupPlan,
-) -> Result<Option<(Vec<QueryResult>, SubStats)>, QueryError> {
+) -> Result<RollupAnswer, QueryError> {
     let source = ctx.rollups.expect("planned with rollups");
     let mut stats = SubStats::default();
     let sel = select(ctx, sub)?;
@@ -201,11 +235,18 @@ pub(super) fn run(
         let seen: Vec<bool> = pipes.iter().map(|p| p.seen).collect();
         if !seen.contains(&true) {
             // `FallbackRollupOnEmptyResult`.
+            // The raw read starts over: what the rollup read counted is
+            // not part of its answer's stats (OpenTSDB runs the query
+            // again).
             match plan.usage {
-                RollupUsage::FallbackRaw => return Ok(None),
+                RollupUsage::FallbackRaw => {
+                    return Ok(RollupAnswer::Raw(reset_to_rollup_interval(sub, interval)));
+                }
                 RollupUsage::Fallback if n + 1 < plan.intervals.len() => continue,
-                RollupUsage::Fallback => return Ok(None),
-                _ => return Ok(Some((Vec::new(), stats))),
+                RollupUsage::Fallback => {
+                    return Ok(RollupAnswer::Raw(reset_to_rollup_interval(sub, interval)));
+                }
+                _ => return Ok(RollupAnswer::Rolled(Vec::new(), stats)),
             }
         }
         let mut scratch = Scratch::default();
@@ -216,29 +257,9 @@ pub(super) fn run(
         })?;
         budget.check_time()?;
         stats.aggregation_ms = (budget.elapsed() - t_agg).as_secs_f64() * 1000.0;
-        return Ok(Some((results, stats)));
+        return Ok(RollupAnswer::Rolled(results, stats));
     }
-    Ok(Some((Vec::new(), stats)))
-}
-
-/// Adds two values, as integers while both are.
-fn add(a: Value, b: Value) -> Value {
-    match (a, b) {
-        (Value::Int(x), Value::Int(y)) => x
-            .checked_add(y)
-            .map(Value::Int)
-            .unwrap_or(Value::Float(x as f64 + y as f64)),
-        (x, y) => Value::Float(x.as_f64() + y.as_f64()),
-    }
-}
-
-fn pick(a: Value, b: Value, max: bool) -> Value {
-    let (x, y) = (a.as_f64(), b.as_f64());
-    if (max && y > x) || (!max && y < x) {
-        b
-    } else {
-        a
-    }
+    Ok(RollupAnswer::Rolled(Vec::new(), stats))
 }
 
 /// One value per bucket from a series' time-sorted cells; `sum_id` is

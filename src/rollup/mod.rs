@@ -1,13 +1,13 @@
 //! Rollups and pre-aggregates (OpenTSDB 2.4's `net.opentsdb.rollup`):
 //! the `tsd.rollups.*` settings, the parsed `tsd.rollups.config`, and the
-//! byte layout of rollup rows (docs/format/rollup.md). Writing them is
-//! `Db::write_rollup`, reading them `Db::read_rollup`; rtsdb's own
+//! byte layout of rollup rows (docs/format/rollup.md), and how rollup
+//! values combine. Writing them is `Db::write_rollup` (a
+//! `db::RollupPoint`), reading them `db::RollupSource`; rtsdb's own
 //! computed rollups (`tsd.rollups.auto`) are described in docs/rollups.md.
 
+pub mod aggregates;
 pub mod codec;
 pub mod config;
-
-pub use crate::db::rollup::{RollupPoint, RollupSource};
 
 use std::path::Path;
 

@@ -22,6 +22,12 @@ pub(crate) struct ServerStats {
     pub rpc_http: AtomicU64,
     pub telnet_puts: AtomicU64,
     pub http_puts: AtomicU64,
+    /// Rollup and pre-aggregate points received (telnet `rollup` lines,
+    /// `/api/rollup` points): 2.4.1's `rollup_dps`.
+    pub rollup_points: AtomicU64,
+    /// Histogram points received (telnet `histogram` lines,
+    /// `/api/histogram` points): 2.4.1's `raw_histograms`.
+    pub histogram_points: AtomicU64,
     pub invalid_values: AtomicU64,
     pub illegal_arguments: AtomicU64,
     pub unknown_metrics: AtomicU64,
@@ -120,6 +126,18 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
         stat("rpc.received", g(&s.rpc_http), Some(("type", "http"))),
         stat("rpc.received", g(&s.telnet_puts), Some(("type", "put"))),
         stat("rpc.received", g(&s.http_puts), Some(("type", "http_put"))),
+        // 2.4.1 counts these points (`rollup_dps`, `raw_histograms`) but
+        // does not report them; rtsdb does, in the same shape.
+        stat(
+            "rpc.received",
+            g(&s.rollup_points),
+            Some(("type", "rollup")),
+        ),
+        stat(
+            "rpc.received",
+            g(&s.histogram_points),
+            Some(("type", "histogram")),
+        ),
         stat(
             "rpc.errors",
             g(&s.invalid_values),
@@ -190,6 +208,22 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
         stat("storage.rows_written", g(&w.rows_written), None),
         stat("storage.checkpoints", g(&w.checkpoints), None),
         stat("storage.flush_errors", g(&w.flush_errors), None),
+        stat(
+            "rollup.stored",
+            g(&w.rollup_points_stored),
+            Some(("type", "written")),
+        ),
+        stat(
+            "rollup.stored",
+            g(&w.rollup_cells_computed),
+            Some(("type", "computed")),
+        ),
+        stat(
+            "rollup.errors",
+            g(&w.rollup_errors),
+            Some(("type", "computed")),
+        ),
+        stat("histogram.stored", g(&w.histogram_points_stored), None),
         stat("wal.bytes_written", db.wal().bytes_written(), None),
         stat("wal.syncs", db.wal().syncs(), None),
         stat("wal.unsynced_bytes", db.wal().unsynced_bytes(), None),

@@ -14,12 +14,12 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::db::RollupPoint;
 use crate::model::Timestamp;
 use crate::protocol::PointError;
 use crate::protocol::telnet::{
     Words, decode_line, parse_known_point, parse_put, parse_rollup, split_lines,
 };
-use crate::rollup::RollupPoint;
 use crate::storage::Durability;
 use crate::write::{PendingPoint, SeriesMemo};
 
@@ -143,6 +143,7 @@ impl Conn<'_> {
     fn histogram(&mut self, words: &[&str]) {
         use rpc::histogram::TelnetHistogram;
         inc(&self.state.stats.telnet_puts);
+        inc(&self.state.stats.histogram_points);
         let line = match rpc::histogram::telnet(self.state, words, &mut self.key) {
             TelnetHistogram::Point(p) => match self.state.db.append_histograms(&[p]) {
                 Ok(_) => None,
@@ -181,6 +182,7 @@ impl Conn<'_> {
     /// A `rollup` line: checked, then written to its table at once.
     fn rollup(&mut self, words: &[&str]) {
         inc(&self.state.stats.telnet_puts);
+        inc(&self.state.stats.rollup_points);
         let r = parse_rollup(words).and_then(|l| {
             let point = RollupPoint {
                 metric: l.point.metric,

@@ -39,6 +39,7 @@ mod tsd_page;
 mod tsd_query;
 mod tsd_query_cache;
 mod tsd_rollup;
+mod tsd_rollup_crash;
 mod tsd_search;
 mod tsd_telnet;
 mod tsd_tree;

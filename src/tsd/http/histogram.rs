@@ -51,6 +51,10 @@ pub(super) async fn route(c: Call, body: Incoming) -> Reply {
         return Reply::error(400, "No datapoints found in content", "");
     }
     let state = &c.state;
+    state
+        .stats
+        .histogram_points
+        .fetch_add(points.len() as u64, std::sync::atomic::Ordering::Relaxed);
     let mut logged = Logged::default();
     logged.outcome.keep_errors = flags.details;
     let mut good = Vec::with_capacity(points.len());

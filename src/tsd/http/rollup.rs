@@ -14,9 +14,9 @@ use super::put::{
 };
 use super::routes::body_unless_get;
 use super::{Call, Reply, method_not_allowed};
+use crate::db::RollupPoint;
 use crate::protocol::parse_value;
 use crate::protocol::telnet::check_finite;
-use crate::rollup::RollupPoint;
 use crate::storage::Durability;
 
 /// One point of the body (`RollUpDataPoint`).
@@ -98,6 +98,7 @@ fn write_one(
     p: &JsonRollup,
     durability: Durability,
 ) -> Result<(), String> {
+    super::super::stats::inc(&state.stats.rollup_points);
     let value = value_text(p.value).map_err(|e| e.0)?;
     let metric = text(&p.metric).unwrap_or("");
     let tags: Vec<(&str, Option<&str>)> = p
