@@ -184,6 +184,9 @@ pub struct Db {
     /// while the flusher decides which WAL segments are still needed.
     gate: RwLock<()>,
     opts: WriteOptions,
+    /// Threads a query may read its series with
+    /// ([`SeriesSource::read_threads`](crate::store::read::SeriesSource::read_threads)).
+    read_threads: usize,
     stats: WriteStats,
     closed: AtomicBool,
     flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -275,6 +278,13 @@ impl Db {
         if matches!(opts.backend, Backend::ClickHouse(_)) {
             index = index.shared();
         }
+        // A query over many series reads them on every core of an
+        // embedded store; on a cluster ClickHouse spreads each read over
+        // its servers, and more concurrent statements would only queue.
+        let read_threads = match opts.backend {
+            Backend::Embedded => std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+            Backend::ClickHouse(_) => 1,
+        };
         Self::assemble(
             store.clone(),
             store.clone(),
@@ -287,6 +297,7 @@ impl Db {
             },
             &opts.data_dir,
             opts.write.clone(),
+            read_threads,
         )
     }
 
@@ -302,6 +313,7 @@ impl Db {
         }: Parts,
         data_dir: &Path,
         opts: WriteOptions,
+        read_threads: usize,
     ) -> Result<Arc<Db>> {
         let wal_dir = data_dir.join(WAL_DIR);
         let series = SeriesCache::new(uids, opts.max_tags)
@@ -339,6 +351,7 @@ impl Db {
             wal,
             gate: RwLock::new(()),
             opts,
+            read_threads,
             stats: WriteStats::default(),
             closed: AtomicBool::new(false),
             flusher: Mutex::new(None),

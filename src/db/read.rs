@@ -96,6 +96,10 @@ impl Db {
 }
 
 impl SeriesSource for Db {
+    fn read_threads(&self) -> usize {
+        self.read_threads
+    }
+
     /// Histogram points are written to the store as they arrive (never
     /// buffered), so the store has them all.
     fn read_histograms(

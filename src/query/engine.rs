@@ -20,6 +20,7 @@ use super::request::{TsQuery, ValidQuery, ValidSubQuery};
 use crate::db::RollupSource;
 use crate::index::SeriesIndex;
 use crate::model::Tsuid;
+use crate::model::hash::FastMap;
 use crate::model::row_span::{ROW_SPAN_MS, ROW_SPAN_SECS, hour_floor};
 use crate::model::{Annotation, Uid, UidKind, UidWidths, Value};
 use crate::store::read::{Point, ReadStats, SeriesSource};
@@ -237,7 +238,7 @@ pub(super) fn scan_range(q: &ValidQuery, sub: &ValidSubQuery) -> (u64, u64) {
 /// most of their tag values, so each distinct UID is looked up once.
 #[derive(Default)]
 struct NameCheck {
-    known: HashMap<(UidKind, Uid), bool>,
+    known: FastMap<(UidKind, Uid), bool>,
 }
 
 impl NameCheck {
@@ -549,6 +550,11 @@ pub(super) struct Cut {
 /// Reads `sel`'s points in `[start, end]` through `pipes`; charges the
 /// budget and fills `stats` with what was read. Returns the annotation
 /// cells met.
+///
+/// A read of many series is split into contiguous runs of them, one per
+/// thread the source offers ([`SeriesSource::read_threads`]): each run
+/// has its own pipelines, so the threads share nothing but the budget,
+/// and a series' points still arrive in time order.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn read_into(
     ctx: &QueryContext,
@@ -560,71 +566,162 @@ pub(super) fn read_into(
     budget: &mut Budget,
     stats: &mut SubStats,
 ) -> Result<Vec<(usize, Vec<u8>)>, QueryError> {
-    let mut failure: Option<QueryError> = None;
-    let tsuids = &sel.tsuids;
-    let read = {
-        let mut sink = |i: usize, pts: &[Point]| {
-            if let Err(e) = budget.charge(0, pts.len() as u64) {
-                failure = Some(e);
-                return false;
-            }
-            let p = &mut pipes[i];
-            if p.ds.is_none() {
-                p.out.reserve(pts.len());
-            }
-            match cut.settle_at {
-                None if cut.skip_before.is_none() => {
-                    p.seen = true;
-                    for pt in pts {
-                        p.push(pt.timestamp_ms as i64, pt.value);
-                    }
-                }
-                _ => {
-                    let skip = cut.skip_before.unwrap_or(i64::MIN);
-                    let settle = cut.settle_at.unwrap_or(i64::MAX);
-                    for pt in pts {
-                        let ts = pt.timestamp_ms as i64;
-                        if ts < skip {
-                            continue;
-                        }
-                        if ts >= settle && p.snap.is_none() {
-                            p.take_snapshot();
-                        }
-                        p.seen = true;
-                        p.push(ts, pt.value);
-                    }
-                }
-            }
-            true
-        };
-        let hours = (end.saturating_sub(start)) / ROW_SPAN_MS + 1;
-        let use_scan = tsuids.len() > 1
-            && (tsuids.len() * 2 >= sel.total
-                || hours.saturating_mul(tsuids.len() as u64) > 200_000);
-        if start > end {
-            // A cached run whose every row read is settled.
-            Ok(ReadStats::default())
-        } else if use_scan {
-            ctx.source
-                .scan_tsuids(sel.metric_uid, tsuids, start, end, &mut sink)
-        } else {
-            ctx.source.read_tsuids(tsuids, start, end, &mut sink)
-        }?
-    };
-    if let Some(e) = failure {
-        return Err(e);
+    if start > end {
+        // A cached run whose every row read is settled.
+        settle_unsnapped(pipes, cut);
+        return Ok(Vec::new());
     }
+    let tsuids = &sel.tsuids;
+    let hours = (end.saturating_sub(start)) / ROW_SPAN_MS + 1;
+    let use_scan = tsuids.len() > 1
+        && (tsuids.len() * 2 >= sel.total || hours.saturating_mul(tsuids.len() as u64) > 200_000);
+    let how = ReadPlan {
+        metric: sel.metric_uid,
+        start,
+        end,
+        cut,
+        use_scan,
+    };
+    let threads = ctx
+        .source
+        .read_threads()
+        .min(tsuids.len() / MIN_SERIES_PER_THREAD)
+        .max(1);
+    let budget: &Budget = budget;
+    let mut read = if threads == 1 {
+        read_run(ctx, &how, tsuids, pipes, budget)?
+    } else {
+        let per = tsuids.len().div_ceil(threads);
+        let results: Vec<Result<ReadStats, QueryError>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = tsuids
+                .chunks(per)
+                .zip(pipes.chunks_mut(per))
+                .enumerate()
+                .map(|(n, (run, run_pipes))| {
+                    let how = &how;
+                    scope.spawn(move || {
+                        let mut read = read_run(ctx, how, run, run_pipes, budget)?;
+                        for (i, _) in &mut read.annotations {
+                            *i += n * per;
+                        }
+                        Ok(read)
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        });
+        let mut total = ReadStats::default();
+        for r in results {
+            let r = r?;
+            total.rows += r.rows;
+            total.bytes += r.bytes;
+            total.points += r.points;
+            total.annotations.extend(r.annotations);
+        }
+        total
+    };
+    settle_unsnapped(pipes, cut);
+    stats.rows += read.rows;
+    stats.bytes += read.bytes;
+    stats.raw_points += read.points;
+    budget.charge(read.bytes, 0)?;
+    // Annotations in series order, as one thread would have met them.
+    read.annotations.sort_by_key(|(i, _)| *i);
+    Ok(read.annotations)
+}
+
+/// Fewest series a reading thread is given: below this a thread costs
+/// more to start than it saves.
+const MIN_SERIES_PER_THREAD: usize = 64;
+
+/// What every run of one read shares.
+struct ReadPlan {
+    metric: Uid,
+    start: u64,
+    end: u64,
+    cut: Cut,
+    use_scan: bool,
+}
+
+/// Snapshots, at the end of a read with a settle boundary, every pipeline
+/// that met no point at or after it.
+fn settle_unsnapped(pipes: &mut [Pipeline], cut: Cut) {
     if cut.settle_at.is_some() {
         for p in pipes.iter_mut().filter(|p| p.snap.is_none()) {
             p.take_snapshot();
         }
     }
-    stats.rows += read.rows;
-    stats.bytes += read.bytes;
-    stats.raw_points += read.points;
-    budget.charge(read.bytes, 0)?;
-    Ok(read.annotations)
 }
+
+/// Reads one run of series (`tsuids`, with `pipes` in the same order).
+fn read_run(
+    ctx: &QueryContext,
+    how: &ReadPlan,
+    tsuids: &[Tsuid],
+    pipes: &mut [Pipeline],
+    budget: &Budget,
+) -> Result<ReadStats, QueryError> {
+    let mut failure: Option<QueryError> = None;
+    let cut = how.cut;
+    // Points are charged to the shared budget a batch at a time: a limit
+    // is passed by at most a batch per thread before the read stops.
+    let mut uncharged = 0u64;
+    let mut sink = |i: usize, pts: &[Point]| {
+        uncharged += pts.len() as u64;
+        if uncharged >= CHARGE_EVERY_POINTS {
+            if let Err(e) = budget.charge(0, uncharged) {
+                failure = Some(e);
+                return false;
+            }
+            uncharged = 0;
+        }
+        let p = &mut pipes[i];
+        if p.ds.is_none() {
+            p.out.reserve(pts.len());
+        }
+        match cut.settle_at {
+            None if cut.skip_before.is_none() => {
+                p.seen = true;
+                for pt in pts {
+                    p.push(pt.timestamp_ms as i64, pt.value);
+                }
+            }
+            _ => {
+                let skip = cut.skip_before.unwrap_or(i64::MIN);
+                let settle = cut.settle_at.unwrap_or(i64::MAX);
+                for pt in pts {
+                    let ts = pt.timestamp_ms as i64;
+                    if ts < skip {
+                        continue;
+                    }
+                    if ts >= settle && p.snap.is_none() {
+                        p.take_snapshot();
+                    }
+                    p.seen = true;
+                    p.push(ts, pt.value);
+                }
+            }
+        }
+        true
+    };
+    let read = if how.use_scan {
+        ctx.source
+            .scan_tsuids(how.metric, tsuids, how.start, how.end, &mut sink)
+    } else {
+        ctx.source
+            .read_tsuids(tsuids, how.start, how.end, &mut sink)
+    }?;
+    match failure {
+        Some(e) => Err(e),
+        None => budget.charge(0, uncharged).map(|()| read),
+    }
+}
+
+/// Points a reading thread counts by itself before charging the budget.
+const CHARGE_EVERY_POINTS: u64 = 4096;
 
 /// Ends every pipeline (flushes open buckets, trailing fills).
 pub(super) fn finish_all(pipes: &mut [Pipeline]) {

@@ -1,6 +1,7 @@
 //! Query limits (`tsd.query.limits.*`, `tsd.query.timeout`) and the
 //! errors OpenTSDB answers with when one is hit.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::error::QueryError;
@@ -30,13 +31,14 @@ impl Default for QueryLimits {
     }
 }
 
-/// Tracks one query's use against its limits.
+/// Tracks one query's use against its limits. Shared by the threads that
+/// read one query's series in parallel, so the totals are atomic.
 #[derive(Debug)]
 pub(crate) struct Budget {
     limits: QueryLimits,
     started: Instant,
-    pub bytes: u64,
-    pub points: u64,
+    bytes: AtomicU64,
+    points: AtomicU64,
 }
 
 impl Budget {
@@ -44,8 +46,8 @@ impl Budget {
         Budget {
             limits,
             started: Instant::now(),
-            bytes: 0,
-            points: 0,
+            bytes: AtomicU64::new(0),
+            points: AtomicU64::new(0),
         }
     }
 
@@ -54,17 +56,17 @@ impl Budget {
     }
 
     /// Accounts for data read; the error to return if a limit is passed.
-    pub(crate) fn charge(&mut self, bytes: u64, points: u64) -> Result<(), QueryError> {
-        self.bytes += bytes;
-        self.points += points;
+    pub(crate) fn charge(&self, bytes: u64, points: u64) -> Result<(), QueryError> {
+        let bytes = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        let points = self.points.fetch_add(points, Ordering::Relaxed) + points;
         let l = &self.limits;
-        if l.max_data_points > 0 && self.points > l.max_data_points {
+        if l.max_data_points > 0 && points > l.max_data_points {
             return Err(QueryError::TooLarge(format!(
                 "Sorry, you have attempted to fetch more than our limit of {} data points. Please try filtering using more tags or decrease your time range.",
                 l.max_data_points
             )));
         }
-        if l.max_bytes > 0 && self.bytes > l.max_bytes {
+        if l.max_bytes > 0 && bytes > l.max_bytes {
             return Err(QueryError::TooLarge(format!(
                 "Sorry, you have attempted to fetch more than our maximum amount of {}MB from storage. Please try filtering using more tags or decrease your time range.",
                 l.max_bytes / 1024 / 1024
@@ -103,7 +105,7 @@ mod tests {
 
     #[test]
     fn limit_messages() {
-        let mut b = Budget::new(QueryLimits {
+        let b = Budget::new(QueryLimits {
             max_data_points: 10,
             ..Default::default()
         });
@@ -113,7 +115,7 @@ mod tests {
         assert!(e.message().starts_with(
             "Sorry, you have attempted to fetch more than our limit of 10 data points."
         ));
-        let mut b = Budget::new(QueryLimits {
+        let b = Budget::new(QueryLimits {
             max_bytes: 2 << 20,
             ..Default::default()
         });

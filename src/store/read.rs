@@ -2,13 +2,12 @@
 //! implemented by the store (rows on disk) and by the write path (rows on
 //! disk merged with points still buffered in memory).
 
-use std::collections::HashMap;
-
 use crate::codec::CellKind;
 use crate::codec::column;
 use crate::codec::row::RowCells;
 use crate::model::Tsuid;
 use crate::model::Uid;
+use crate::model::hash::FastMap;
 use crate::model::point::Value;
 use crate::model::row_span::{row_base_clamped, row_bases};
 use crate::storage::{ScanRange, Table, prefix_end};
@@ -74,6 +73,12 @@ pub trait SeriesSource: Send + Sync {
     ) -> Result<ReadStats> {
         let _ = metric;
         self.read_tsuids(tsuids, start_ms, end_ms, sink)
+    }
+
+    /// How many threads a query may read disjoint runs of its series with
+    /// at once (each run through its own `read_tsuids`/`scan_tsuids`).
+    fn read_threads(&self) -> usize {
+        1
     }
 
     /// Every series of `metric` with at least one point in
@@ -237,12 +242,19 @@ impl SeriesSource for Store {
         let layout = *self.layout();
         let mw = layout.widths.metric.bytes();
         // Row keys end with the TSUID's tag bytes: look series up by those.
-        let wanted: HashMap<Vec<u8>, usize> = tsuids
+        let wanted: FastMap<Vec<u8>, usize> = tsuids
             .iter()
             .enumerate()
             .filter(|(_, t)| t.metric == metric)
             .map(|(i, t)| (t.to_bytes(&layout.widths)[mw..].to_vec(), i))
             .collect();
+        // Rows sort by tags within an hour: the scan starts at the first
+        // hour's smallest wanted series and stops after the last hour's
+        // largest, so a run of a metric's series (a query read on several
+        // threads) reads little of the others'.
+        let (Some(low), Some(high)) = (wanted.keys().min(), wanted.keys().max()) else {
+            return Ok(stats);
+        };
         let buckets: Vec<Option<u32>> = if layout.salt.enabled() {
             (0..layout.salt.buckets).map(Some).collect()
         } else {
@@ -251,8 +263,11 @@ impl SeriesSource for Store {
         let prefix = layout.prefix_len();
         let mut buf = Vec::with_capacity(4096);
         for bucket in buckets {
-            let start = layout.scan_prefix(bucket, metric, start_base);
-            let stop = prefix_end(&layout.scan_prefix(bucket, metric, end_base));
+            let mut start = layout.scan_prefix(bucket, metric, start_base);
+            start.extend_from_slice(low);
+            let mut stop = layout.scan_prefix(bucket, metric, end_base);
+            stop.extend_from_slice(high);
+            let stop = prefix_end(&stop);
             for item in self.kv().scan(Table::Data, &ScanRange::new(start, stop)) {
                 let (key, value) = item?;
                 let Some(&i) = key.get(prefix..).and_then(|tags| wanted.get(tags)) else {

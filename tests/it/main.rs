@@ -19,6 +19,7 @@ mod never_panic;
 mod query_cache_props;
 mod query_props;
 mod query_semantics;
+mod query_threads;
 mod salvage;
 mod store_header;
 mod stored_format;
