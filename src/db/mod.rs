@@ -159,6 +159,8 @@ struct Parts {
     trees: Arc<dyn crate::tree::TreeStore>,
     /// The UID store in ZooKeeper, on a cluster.
     zk_uids: Option<Arc<ZkUidStore>>,
+    /// Threads a query may read its series with.
+    read_threads: usize,
 }
 
 /// An open database. Shared behind an `Arc`; [`Db::close`] flushes it.
@@ -294,10 +296,10 @@ impl Db {
                 meta,
                 trees: store.tree_store(),
                 zk_uids,
+                read_threads,
             },
             &opts.data_dir,
             opts.write.clone(),
-            read_threads,
         )
     }
 
@@ -310,10 +312,10 @@ impl Db {
             meta,
             trees,
             zk_uids,
+            read_threads,
         }: Parts,
         data_dir: &Path,
         opts: WriteOptions,
-        read_threads: usize,
     ) -> Result<Arc<Db>> {
         let wal_dir = data_dir.join(WAL_DIR);
         let series = SeriesCache::new(uids, opts.max_tags)

@@ -3,6 +3,7 @@
 //! downsample → rate, merge each group with the aggregator, and compute
 //! `tags`/`aggregateTags` as `SpanGroup.computeTags` does.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono_tz::Tz;
@@ -551,10 +552,11 @@ pub(super) struct Cut {
 /// budget and fills `stats` with what was read. Returns the annotation
 /// cells met.
 ///
-/// A read of many series is split into contiguous runs of them, one per
-/// thread the source offers ([`SeriesSource::read_threads`]): each run
-/// has its own pipelines, so the threads share nothing but the budget,
-/// and a series' points still arrive in time order.
+/// A read of many series is split into contiguous runs of them, read by
+/// as many threads as the source offers ([`SeriesSource::read_threads`]):
+/// each run has its own pipelines, so the threads share nothing but the
+/// budget and the queue of runs, and a series' points still arrive in
+/// time order.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn read_into(
     ctx: &QueryContext,
@@ -591,27 +593,52 @@ pub(super) fn read_into(
     let mut read = if threads == 1 {
         read_run(ctx, &how, tsuids, pipes, budget)?
     } else {
-        let per = tsuids.len().div_ceil(threads);
-        let results: Vec<Result<ReadStats, QueryError>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = tsuids
+        // More runs than threads, taken from a queue: a thread that drew
+        // cheap runs (or more of the core) takes more of them.
+        let runs = (threads * RUNS_PER_THREAD).min(tsuids.len() / MIN_SERIES_PER_THREAD);
+        let per = tsuids.len().div_ceil(runs.max(1));
+        let queue: Mutex<Vec<Run>> = Mutex::new(
+            tsuids
                 .chunks(per)
                 .zip(pipes.chunks_mut(per))
                 .enumerate()
-                .map(|(n, (run, run_pipes))| {
-                    let how = &how;
-                    scope.spawn(move || {
-                        let mut read = read_run(ctx, how, run, run_pipes, budget)?;
-                        for (i, _) in &mut read.annotations {
-                            *i += n * per;
-                        }
-                        Ok(read)
-                    })
+                .map(|(n, (tsuids, pipes))| Run {
+                    offset: n * per,
+                    tsuids,
+                    pipes,
                 })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-                .collect()
+                .rev()
+                .collect(),
+        );
+        let work = || -> Result<ReadStats, QueryError> {
+            let mut total = ReadStats::default();
+            loop {
+                let Some(Run {
+                    offset,
+                    tsuids,
+                    pipes,
+                }) = queue.lock().pop()
+                else {
+                    return Ok(total);
+                };
+                let read = read_run(ctx, &how, tsuids, pipes, budget)?;
+                total.rows += read.rows;
+                total.bytes += read.bytes;
+                total.points += read.points;
+                total
+                    .annotations
+                    .extend(read.annotations.into_iter().map(|(i, a)| (i + offset, a)));
+            }
+        };
+        let results: Vec<Result<ReadStats, QueryError>> = std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+            let mut results = vec![work()];
+            results.extend(
+                helpers
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+            );
+            results
         });
         let mut total = ReadStats::default();
         for r in results {
@@ -633,9 +660,20 @@ pub(super) fn read_into(
     Ok(read.annotations)
 }
 
-/// Fewest series a reading thread is given: below this a thread costs
-/// more to start than it saves.
+/// Fewest series a reading thread (and a run of a parallel read) is
+/// given: below this a thread costs more to start than it saves.
 const MIN_SERIES_PER_THREAD: usize = 64;
+
+/// Runs of series per reading thread in a parallel read.
+const RUNS_PER_THREAD: usize = 4;
+
+/// A run of a parallel read: consecutive series from `offset` in the
+/// read's list, with their pipelines.
+struct Run<'p, 'a> {
+    offset: usize,
+    tsuids: &'p [Tsuid],
+    pipes: &'p mut [Pipeline<'a>],
+}
 
 /// What every run of one read shares.
 struct ReadPlan {

@@ -295,6 +295,14 @@ pub trait KvStore: Send + Sync {
     /// A consistent view of every table as of now ([`KvSnapshot`]).
     fn snapshot(&self) -> Result<Box<dyn KvSnapshot>>;
 
+    /// Whether starting a scan costs about as little as reading a key
+    /// (an engine in this process), so that a reader may start one per
+    /// short range rather than read past keys it does not want. False for
+    /// an engine a round trip away.
+    fn seeks_are_cheap(&self) -> bool {
+        true
+    }
+
     /// Runs the engine's own full compaction, which also applies expiry
     /// filters (retention). A no-op for engines without one.
     fn compact(&self) -> Result<()> {

@@ -9,7 +9,7 @@ use crate::model::Tsuid;
 use crate::model::Uid;
 use crate::model::hash::FastMap;
 use crate::model::point::Value;
-use crate::model::row_span::{row_base_clamped, row_bases};
+use crate::model::row_span::{ROW_SPAN_SECS, row_base_clamped, row_bases};
 use crate::storage::{ScanRange, Table, prefix_end};
 
 use super::{Result, Store};
@@ -248,12 +248,21 @@ impl SeriesSource for Store {
             .filter(|(_, t)| t.metric == metric)
             .map(|(i, t)| (t.to_bytes(&layout.widths)[mw..].to_vec(), i))
             .collect();
-        // Rows sort by tags within an hour: the scan starts at the first
-        // hour's smallest wanted series and stops after the last hour's
-        // largest, so a run of a metric's series (a query read on several
-        // threads) reads little of the others'.
+        // Rows sort by tags within an hour: a scan runs from the smallest
+        // wanted series to the largest, so a run of a metric's series (a
+        // query read on several threads) reads little of the others'. On
+        // an engine where a scan is cheap to start that holds per hour, up
+        // to a month of hours (past that, starting a scan per hour of a
+        // mostly empty range would cost more than it saves); otherwise one
+        // scan spans the range.
         let (Some(low), Some(high)) = (wanted.keys().min(), wanted.keys().max()) else {
             return Ok(stats);
+        };
+        let hours = end_base.saturating_sub(start_base) / ROW_SPAN_SECS + 1;
+        let spans: Vec<(u32, u32)> = if self.kv().seeks_are_cheap() && hours <= MAX_HOURLY_SCANS {
+            row_bases(start_base, end_base).map(|b| (b, b)).collect()
+        } else {
+            vec![(start_base, end_base)]
         };
         let buckets: Vec<Option<u32>> = if layout.salt.enabled() {
             (0..layout.salt.buckets).map(Some).collect()
@@ -262,10 +271,13 @@ impl SeriesSource for Store {
         };
         let prefix = layout.prefix_len();
         let mut buf = Vec::with_capacity(4096);
-        for bucket in buckets {
-            let mut start = layout.scan_prefix(bucket, metric, start_base);
+        for (bucket, &(first, last)) in buckets
+            .iter()
+            .flat_map(|b| spans.iter().map(move |s| (*b, s)))
+        {
+            let mut start = layout.scan_prefix(bucket, metric, first);
             start.extend_from_slice(low);
-            let mut stop = layout.scan_prefix(bucket, metric, end_base);
+            let mut stop = layout.scan_prefix(bucket, metric, last);
             stop.extend_from_slice(high);
             let stop = prefix_end(&stop);
             for item in self.kv().scan(Table::Data, &ScanRange::new(start, stop)) {
@@ -289,6 +301,9 @@ impl SeriesSource for Store {
         Ok(stats)
     }
 }
+
+/// Longest range [`SeriesSource::scan_tsuids`] reads as one scan per hour.
+const MAX_HOURLY_SCANS: u32 = 31 * 24;
 
 /// Rows asked of the engine at once by [`SeriesSource::read_tsuids`]:
 /// large enough that a remote engine's round trip is paid rarely, small

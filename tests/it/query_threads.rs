@@ -91,7 +91,7 @@ fn loaded() -> Db {
             .step_by(10)
             .map(|s| {
                 let v = (h as u64 * 7 + s / 10) % 97;
-                if h % 2 == 0 {
+                if h.is_multiple_of(2) {
                     (s, Value::Int(v as i64 * (s as i64 / 10)))
                 } else {
                     (s, Value::Float(v as f64 / 3.0))
@@ -117,7 +117,7 @@ fn loaded() -> Db {
         let (host, dc) = series(h);
         let tags = [("host", host.as_str()), ("dc", dc.as_str())];
         db.put("m", &tags, &points(h, 7200, 10800));
-        if h % 7 == 0 {
+        if h.is_multiple_of(7) {
             // Late: overwrites and fills into the stored first hour.
             db.put(
                 "m",

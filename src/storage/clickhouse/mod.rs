@@ -473,6 +473,11 @@ impl Inner {
 }
 
 impl KvStore for ClickHouseStore {
+    /// Every scan is a statement: one long scan beats many short ones.
+    fn seeks_are_cheap(&self) -> bool {
+        false
+    }
+
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.get_with_ver(table, key)?.0)
     }
