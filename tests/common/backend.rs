@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use super::cluster::{as_pairs, cluster_settings};
+use super::cluster::{as_pairs, cluster_settings, drop_test_database};
 use super::server::TestServer;
 
 /// Where a test's TSDs keep their data.
@@ -232,20 +232,6 @@ impl ClusterDatabase {
 
 impl Drop for ClusterDatabase {
     fn drop(&mut self) {
-        let sql = format!(
-            "DROP DATABASE IF EXISTS {} ON CLUSTER {}",
-            self.database, self.cluster
-        );
-        // Best effort: the cluster itself goes at the end of the run.
-        if let Ok(mut s) = TcpStream::connect(&self.endpoint) {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
-            let _ = write!(
-                s,
-                "POST / HTTP/1.1\r\nHost: ch\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{sql}",
-                sql.len()
-            );
-            let mut out = Vec::new();
-            let _ = s.read_to_end(&mut out);
-        }
+        drop_test_database(&self.endpoint, &self.cluster, &self.database);
     }
 }

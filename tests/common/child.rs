@@ -97,14 +97,24 @@ impl Drop for ChildTsd {
 /// within 30 s (a TSD that starts serving fails the test, not hangs it);
 /// returns what it printed on stderr.
 pub fn tsd_refuses(store: &Path) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
+    tsd_refuses_with(None, store, Duration::from_secs(30))
+}
+
+/// [`tsd_refuses`] with a config file (`tsdb --config FILE tsd ...`) and
+/// a deadline of the caller's.
+pub fn tsd_refuses_with(config: Option<&Path>, store: &Path, deadline: Duration) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tsdb"));
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    let mut child = cmd
         .args(["tsd", "--port", "0", "--data-dir"])
         .arg(store)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + deadline;
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
@@ -112,11 +122,13 @@ pub fn tsd_refuses(store: &Path) -> String {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("the TSD started on a store it must refuse");
+            panic!(
+                "the TSD started on {} where it must refuse",
+                store.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(!status.success());
     let mut err = String::new();
     child
         .stderr
@@ -124,5 +136,6 @@ pub fn tsd_refuses(store: &Path) -> String {
         .unwrap()
         .read_to_string(&mut err)
         .unwrap();
+    assert!(!status.success(), "{err}");
     err
 }

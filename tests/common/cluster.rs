@@ -56,3 +56,21 @@ pub fn as_pairs(settings: &[(String, String)]) -> Vec<(&str, &str)> {
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect()
 }
+
+/// Drops a test's database on every server of the cluster, best effort
+/// (the cluster itself goes at the end of the run): `endpoint` is one
+/// ClickHouse HTTP `host:port`.
+pub fn drop_test_database(endpoint: &str, cluster: &str, database: &str) {
+    use std::io::{Read, Write};
+    let sql = format!("DROP DATABASE IF EXISTS {database} ON CLUSTER {cluster}");
+    if let Ok(mut s) = std::net::TcpStream::connect(endpoint) {
+        let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(60)));
+        let _ = write!(
+            s,
+            "POST / HTTP/1.1\r\nHost: ch\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{sql}",
+            sql.len()
+        );
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+    }
+}

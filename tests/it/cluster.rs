@@ -3,8 +3,6 @@
 //! (the conf file `scripts/cluster up` prints); without it each test says
 //! it was skipped and passes. Each test uses a database of its own.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -81,20 +79,7 @@ impl ClusterConf {
 
 impl Drop for ClusterConf {
     fn drop(&mut self) {
-        let sql = format!(
-            "DROP DATABASE IF EXISTS {} ON CLUSTER {}",
-            self.database, self.cluster
-        );
-        if let Ok(mut s) = TcpStream::connect(&self.endpoint) {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-            let _ = write!(
-                s,
-                "POST / HTTP/1.1\r\nHost: ch\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{sql}",
-                sql.len()
-            );
-            let mut out = Vec::new();
-            let _ = s.read_to_end(&mut out);
-        }
+        crate::common::cluster::drop_test_database(&self.endpoint, &self.cluster, &self.database);
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::common::child::{ChildOptions, ChildTsd};
+use crate::common::child::{ChildOptions, ChildTsd, tsd_refuses_with};
 use crate::common::cluster::CLUSTER_ENV;
 use crate::common::server::{HttpResponse, http, parse_response, post_put};
 
@@ -911,40 +911,6 @@ fn dead_port() -> u16 {
         .port()
 }
 
-/// Starts a TSD expected to refuse to start; its stderr.
-fn refused_start(conf: &Path, data: &Path) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tsdb"))
-        .arg("--config")
-        .arg(conf)
-        .args(["tsd", "--port", "0", "--data-dir"])
-        .arg(data)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + DEADLINE;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the TSD kept running with {}", conf.display());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(!status.success(), "{err}");
-    err
-}
-
 /// ClickHouse or ZooKeeper unreachable at start: the TSD does not start,
 /// and its error names what it could not reach. Kills nothing: the
 /// shared test cluster's ZooKeeper serves the ClickHouse case.
@@ -976,7 +942,7 @@ fn unreachable_engines_at_start_are_named() {
     let (p1, p2) = (dead_port(), dead_port());
     let zk = format!("127.0.0.1:{p1},127.0.0.1:{p2}");
     let conf = write_conf("no-zk.conf", ("tsd.storage.zk_quorum", zk.clone()));
-    let err = refused_start(&conf, &dir.path().join("d1"));
+    let err = tsd_refuses_with(Some(&conf), &dir.path().join("d1"), DEADLINE);
     assert!(
         err.contains(&format!(
             "cannot reach ZooKeeper at {zk} (tsd.storage.zk_quorum)"
@@ -991,7 +957,7 @@ fn unreachable_engines_at_start_are_named() {
         "no-ch.conf",
         ("tsd.storage.clickhouse.endpoints", endpoints.join(",")),
     );
-    let err = refused_start(&conf, &dir.path().join("d2"));
+    let err = tsd_refuses_with(Some(&conf), &dir.path().join("d2"), DEADLINE);
     assert!(
         err.contains("no ClickHouse endpoint could be reached"),
         "{err}"
