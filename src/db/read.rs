@@ -147,10 +147,7 @@ impl SeriesSource for Db {
                             stopped |= !go_on;
                             go_on
                         })?;
-                    stats.rows += got.rows;
-                    stats.points += got.points;
-                    stats.bytes += got.bytes;
-                    stats.annotations.extend(got.annotations);
+                    stats.add(got, 0);
                     if stopped {
                         break;
                     }

@@ -621,13 +621,7 @@ pub(super) fn read_into(
                 else {
                     return Ok(total);
                 };
-                let read = read_run(ctx, &how, tsuids, pipes, budget)?;
-                total.rows += read.rows;
-                total.bytes += read.bytes;
-                total.points += read.points;
-                total
-                    .annotations
-                    .extend(read.annotations.into_iter().map(|(i, a)| (i + offset, a)));
+                total.add(read_run(ctx, &how, tsuids, pipes, budget)?, offset);
             }
         };
         let results: Vec<Result<ReadStats, QueryError>> = std::thread::scope(|scope| {
@@ -642,11 +636,7 @@ pub(super) fn read_into(
         });
         let mut total = ReadStats::default();
         for r in results {
-            let r = r?;
-            total.rows += r.rows;
-            total.bytes += r.bytes;
-            total.points += r.points;
-            total.annotations.extend(r.annotations);
+            total.add(r?, 0);
         }
         total
     };

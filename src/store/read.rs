@@ -40,6 +40,22 @@ pub struct ReadStats {
     pub annotations: Vec<(usize, Vec<u8>)>,
 }
 
+impl ReadStats {
+    /// Adds the stats of a read of series listed from `offset` on in a
+    /// longer list (its annotations' series indexes move by `offset`).
+    pub fn add(&mut self, other: ReadStats, offset: usize) {
+        self.rows += other.rows;
+        self.points += other.points;
+        self.bytes += other.bytes;
+        self.annotations.extend(
+            other
+                .annotations
+                .into_iter()
+                .map(|(i, cell)| (i + offset, cell)),
+        );
+    }
+}
+
 /// Receives the points of series `i` (an index into the requested list),
 /// a row at a time and in time order for each series; returns false to
 /// stop the read (a limit or a timeout was hit).
