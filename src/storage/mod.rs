@@ -303,6 +303,25 @@ pub trait KvStore: Send + Sync {
         true
     }
 
+    /// Whether data rows are written with
+    /// [`append_rows`](Self::append_rows) rather than read, merged and put:
+    /// true for an engine whose reads may lag its writes (replicas), where
+    /// a row rebuilt from a read could hide cells only a lost replica had.
+    fn appends_rows(&self) -> bool {
+        false
+    }
+
+    /// Adds to each data row the cells of `value` (an encoded row holding
+    /// only new cells), later cells winning per timestamp as in a read's
+    /// merge, without reading the row. Only engines that
+    /// [`appends_rows`](Self::appends_rows) implement it.
+    fn append_rows(&self, rows: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let _ = rows;
+        Err(StorageError::Engine(
+            "this engine does not append rows; read, merge and write them".into(),
+        ))
+    }
+
     /// Runs the engine's own full compaction, which also applies expiry
     /// filters (retention). A no-op for engines without one.
     fn compact(&self) -> Result<()> {

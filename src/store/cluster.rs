@@ -105,13 +105,8 @@ impl DataRows for LayoutRows {
         (series, base)
     }
 
-    fn merge(&self, key: &[u8], versions: &[Vec<u8>]) -> Vec<u8> {
-        merge_versions(key, versions, self.encoding).unwrap_or_else(|| {
-            // A version that does not decode is left for fsck to see: the
-            // newest one is returned as stored.
-            tracing::warn!(key = ?key, "a version of a data row does not decode; reading the newest as it is");
-            versions.last().cloned().unwrap_or_default()
-        })
+    fn merge(&self, key: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>> {
+        merge_versions(key, versions, self.encoding)
     }
 }
 
@@ -119,7 +114,7 @@ impl DataRows for LayoutRows {
 /// replaces an earlier one at the same timestamp, a later annotation or
 /// other object the one with the same qualifier. `None` if one does not
 /// decode.
-fn merge_versions(key: &[u8], versions: &[Vec<u8>], encoding: RowEncoding) -> Option<Vec<u8>> {
+fn merge_versions(key: &[u8], versions: &[&[u8]], encoding: RowEncoding) -> Option<Vec<u8>> {
     let mut points = std::collections::BTreeMap::new();
     let mut annotations = std::collections::BTreeMap::new();
     let mut other = std::collections::BTreeMap::new();
@@ -272,7 +267,7 @@ mod tests {
         let key = [0u8; 13];
         let merged = merge_versions(
             &key,
-            &[row(&[(1, 10), (2, 20)]), row(&[(2, 21), (3, 30)])],
+            &[&row(&[(1, 10), (2, 20)]), &row(&[(2, 21), (3, 30)])],
             RowEncoding::Compressed,
         )
         .unwrap();

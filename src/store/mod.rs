@@ -580,6 +580,9 @@ impl Store {
         points: &[(Timestamp, Value)],
         durability: Durability,
     ) -> Result<()> {
+        if self.kv.appends_rows() {
+            return self.put_points_many(&[(tsuid.clone(), points.to_vec())], durability);
+        }
         let mut by_hour: std::collections::BTreeMap<u32, Vec<StoredPoint>> = Default::default();
         for &(ts, v) in points {
             let base = ts.base_time()?;
@@ -617,7 +620,9 @@ impl Store {
     /// read of every touched row ([`KvStore::get_many`]) and one write: a
     /// remote engine pays two round trips, not two per row. Rows are
     /// merged as `put_points` merges them (last write wins; the strict
-    /// policy writes single cells).
+    /// policy writes single cells). An engine that
+    /// [appends rows](KvStore::appends_rows) gets rows of the new points
+    /// alone, in one round trip.
     pub fn put_points_many(
         &self,
         series: &[(Tsuid, Vec<(Timestamp, Value)>)],
@@ -639,32 +644,46 @@ impl Store {
         let _g = self
             .row_locks
             .lock_all(0, rows.keys().map(|k| k.as_slice()));
-        let keys: Vec<&[u8]> = rows.keys().map(|k| k.as_slice()).collect();
-        let current = self.kv.get_many(Table::Data, &keys)?;
-        let mut b = WriteBatch::new();
-        b.durability = durability;
-        for ((key, new_points), stored) in rows.iter().zip(current) {
+        // An engine that appends rows folds the new points into the row
+        // itself: the row is built from them alone, never from a read.
+        let appends = self.kv.appends_rows();
+        let current = if appends {
+            vec![None; rows.len()]
+        } else {
+            let keys: Vec<&[u8]> = rows.keys().map(|k| k.as_slice()).collect();
+            self.kv.get_many(Table::Data, &keys)?
+        };
+        let mut written = Vec::with_capacity(rows.len());
+        for ((key, new_points), stored) in rows.into_iter().zip(current) {
             let mut row = match stored {
-                Some(v) => decode_cells(key, &v)?,
+                Some(v) => decode_cells(&key, &v)?,
                 None => RowCells::default(),
             };
             match self.duplicates {
                 DuplicatePolicy::LastWriteWins => {
                     // As in put_points: appended after the stored cells so
                     // decoding ranks the new points latest.
-                    let (q, v) = crate::codec::column::encode_append_column(new_points);
+                    let (q, v) = crate::codec::column::encode_append_column(&new_points);
                     row.cells.push(Cell::new(q, v));
-                    let decoded = row::decode_row(key, &row, DuplicatePolicy::LastWriteWins)
-                        .map_err(|source| bad_row(key, source))?;
+                    let decoded = row::decode_row(&key, &row, DuplicatePolicy::LastWriteWins)
+                        .map_err(|source| bad_row(&key, source))?;
                     row = row::compact(&decoded, self.encoding);
                 }
                 DuplicatePolicy::Strict => {
-                    for p in new_points {
+                    for p in &new_points {
                         row.put(Cell::new(p.qualifier(), p.value_bytes()));
                     }
                 }
             }
-            b.put(Table::Data, key.clone(), row.encode());
+            written.push((key, row.encode()));
+        }
+        if appends {
+            return Ok(self.kv.append_rows(&written)?);
+        }
+        let mut b = WriteBatch::new();
+        b.durability = durability;
+        for (key, value) in written {
+            b.put(Table::Data, key, value);
         }
         Ok(self.kv.write(b)?)
     }

@@ -537,15 +537,14 @@ fn a_clickhouse_replica_killed_mid_ingest() {
 
 /// The first replica of shard 1 killed: the one every TSD reads and
 /// writes first (`load_balancing = in_order`), and the TSD's first
-/// endpoint. Known to lose acknowledged points (2 runs of 9 here, 8 and 26
-/// of 1,260 and 1,840 points; docs/scale-out.md, "What happens on each fault"): a `sync` put is
-/// acknowledged once one replica has its rows, so rows the killed replica
-/// took just before dying exist nowhere else until it returns (the WAL
-/// segment is gone by then); meanwhile the flusher rewrites those rows
-/// from the other replica's older copy with a newer version, which hides
-/// the lost points once both replicas agree. Run it with `--ignored`.
+/// endpoint. A `sync` put is acknowledged once one replica has its rows,
+/// so rows the killed replica took just before dying are on it alone
+/// until it returns (the WAL segment is gone by then). This lost
+/// acknowledged points (2 runs of 9) while the flusher rebuilt a row from
+/// the other replica's older copy and wrote it as a newer version; rows
+/// are now written only from what the TSD itself wrote
+/// (src/storage/clickhouse/own_rows.rs).
 #[test]
-#[ignore = "known loss: docs/scale-out.md, a replica killed right after it alone took a sync put"]
 fn the_first_replica_killed_mid_ingest() {
     replica_killed_mid_ingest(
         "the_first_replica_killed_mid_ingest",

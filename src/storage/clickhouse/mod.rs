@@ -23,6 +23,7 @@
 //! they read, whatever the clocks say.
 
 mod http;
+mod own_rows;
 mod rowbinary;
 
 use std::sync::Arc;
@@ -67,8 +68,8 @@ pub(crate) trait DataRows: Send + Sync {
     /// hour (which decides its partition; 0 for a key that has none).
     fn place(&self, key: &[u8]) -> (Vec<u8>, u32);
     /// One row value from the live versions of `key` written by different
-    /// writers, oldest first (at least two).
-    fn merge(&self, key: &[u8], versions: &[Vec<u8>]) -> Vec<u8>;
+    /// writers, oldest first (at least two); `None` if one does not decode.
+    fn merge(&self, key: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>>;
 }
 
 /// Rows without structure: sharded by the whole key, newest version wins
@@ -81,8 +82,8 @@ impl DataRows for OpaqueRows {
     fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
         (key.to_vec(), 0)
     }
-    fn merge(&self, _key: &[u8], versions: &[Vec<u8>]) -> Vec<u8> {
-        versions.last().cloned().unwrap_or_default()
+    fn merge(&self, _key: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>> {
+        versions.last().map(|v| v.to_vec())
     }
 }
 
@@ -91,6 +92,11 @@ impl DataRows for OpaqueRows {
 /// each shard, so a row a TSD wrote is read back by any other TSD at once,
 /// not after replication (docs/scale-out.md, "Freshness").
 const COMMON: [(&str, &str); 1] = [("load_balancing", "in_order")];
+
+/// The coordinator generation every delete or replace of data rows
+/// moves, so that each TSD forgets the rows it holds to write again
+/// (own_rows.rs).
+const DELETES_GENERATION: &str = "data-deletes";
 
 /// The store: cheap to clone (snapshots hold a clone).
 #[derive(Clone)]
@@ -118,6 +124,9 @@ pub(crate) struct Inner {
     /// Serialises this process's read-modify-writes before the cluster
     /// lock, so threads queue here rather than in ZooKeeper.
     rmw: super::StripedLocks,
+    /// What this process wrote of recent data rows ([`own_rows`]); its
+    /// lock also orders this process's data-row writes and deletes.
+    own_rows: Mutex<own_rows::OwnRows>,
     _schema: Mutex<()>,
 }
 
@@ -202,6 +211,7 @@ impl ClickHouseStore {
             writer,
             last_ver: AtomicU64::new(0),
             rmw: super::StripedLocks::new(64),
+            own_rows: Mutex::new(own_rows::OwnRows::new()),
             _schema: Mutex::new(()),
         };
         store.create_schema()?;
@@ -344,8 +354,13 @@ impl Inner {
             [] => None,
             [one] => Some(one.value.clone()),
             many if table == Table::Data => {
-                let values: Vec<Vec<u8>> = many.iter().map(|v| v.value.clone()).collect();
-                Some(self.rows.merge(key, &values))
+                let values: Vec<&[u8]> = many.iter().map(|v| v.value.as_slice()).collect();
+                Some(self.rows.merge(key, &values).unwrap_or_else(|| {
+                    // A version that does not decode is left for fsck to
+                    // see: the newest one is returned as stored.
+                    tracing::warn!(key = ?key, "a version of a data row does not decode; reading the newest as it is");
+                    many.last().map(|v| v.value.clone()).unwrap_or_default()
+                }))
             }
             many => many.last().map(|v| v.value.clone()),
         }
@@ -472,7 +487,72 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// Forgets `keys` among this process's own rows and moves the
+    /// cluster's delete generation, before a delete or a replace of data
+    /// rows; the guard holds off this process's appends until the caller
+    /// has written its tombstones.
+    fn forget_own_rows(
+        &self,
+        keys: &[&[u8]],
+    ) -> Result<parking_lot::MutexGuard<'_, own_rows::OwnRows>> {
+        let mut own = self.own_rows.lock();
+        for k in keys {
+            own.forget(k);
+        }
+        self.coordinator.bump(DELETES_GENERATION)?;
+        Ok(own)
+    }
+}
+
 impl KvStore for ClickHouseStore {
+    /// A read may come from a replica that lags (own_rows.rs): rows are
+    /// written from what this process knows it wrote, never from a read.
+    fn appends_rows(&self) -> bool {
+        true
+    }
+
+    /// Each row goes in as a new version of the slot this process holds
+    /// for it, merged with what it wrote there before, or as the first
+    /// version of a new slot (one per call) when it holds none.
+    fn append_rows(&self, rows: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let mut own = self.own_rows.lock();
+        own.check_deletes(self.coordinator.generation(DELETES_GENERATION)?);
+        let mut new_slot: Option<std::sync::Arc<str>> = None;
+        let mut versions = Vec::with_capacity(rows.len());
+        for (key, cells) in rows {
+            let merged = own.get(key).and_then(|row| {
+                let value = self.rows.merge(key, &[&row.value, cells])?;
+                Some((row.slot.clone(), value))
+            });
+            let (slot, value) = merged.unwrap_or_else(|| {
+                // Not held (or what is held does not merge, which only a
+                // bug could cause): the cells start a slot of their own.
+                let slot = new_slot.get_or_insert_with(|| {
+                    std::sync::Arc::from(format!("{}@{:x}", self.writer, self.next_ver()))
+                });
+                (slot.clone(), cells.clone())
+            });
+            versions.push((key, slot, value));
+        }
+        let inserted: Vec<NewVersion<'_>> = versions
+            .iter()
+            .map(|(key, slot, value)| NewVersion {
+                key,
+                value: Some(value),
+                ver: self.next_ver(),
+                writer: Some(slot.as_bytes()),
+            })
+            .collect();
+        // On failure nothing is kept: the caller writes the same cells
+        // again, merged with what the slot held before.
+        self.insert(Table::Data, &inserted)?;
+        for (key, slot, value) in versions {
+            own.keep(key.clone(), slot, value);
+        }
+        Ok(())
+    }
+
     /// Every scan is a statement: one long scan beats many short ones.
     fn seeks_are_cheap(&self) -> bool {
         false
@@ -504,6 +584,15 @@ impl KvStore for ClickHouseStore {
                 _ => None,
             })
             .collect();
+        // Rows this process holds may be among the deleted: it forgets
+        // them, and the generation tells every other TSD to forget what
+        // it holds (`append_rows`). Bumped before the tombstones go in,
+        // so a TSD that writes after them has forgotten.
+        let _own = if deleted.is_empty() {
+            None
+        } else {
+            Some(self.forget_own_rows(&deleted)?)
+        };
         let writers = self.writers_of(&deleted)?;
         let own = self.writer.as_bytes();
         // One insert per table; a key written twice in one batch keeps
@@ -646,6 +735,7 @@ impl KvStore for ClickHouseStore {
             }
             return self.write(b);
         }
+        let _own = self.forget_own_rows(&[key]);
         let by_key = self.writers_of(&[key])?;
         let writers = by_key.get(key).map(Vec::as_slice).unwrap_or_default();
         let own = self.writer.as_bytes();
@@ -968,8 +1058,8 @@ mod tests {
             fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
                 (key.to_vec(), 0)
             }
-            fn merge(&self, _: &[u8], versions: &[Vec<u8>]) -> Vec<u8> {
-                versions.concat()
+            fn merge(&self, _: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>> {
+                Some(versions.concat())
             }
         }
         let Some(cfg) = test_cluster::config("versions") else {
@@ -1017,6 +1107,62 @@ mod tests {
         assert!(got[3].is_none());
         a.compact().unwrap();
         assert!(a.disk_space() > 0);
+        test_cluster::drop_database(&a);
+    }
+
+    /// Appended cells go into a slot of the process's own, written again
+    /// from what it holds, never from a read: a restarted process starts
+    /// another slot beside the old one, and a delete by another store is
+    /// not undone by the next append.
+    #[test]
+    fn appends_fill_own_slots_and_respect_deletes_elsewhere() {
+        struct Concat;
+        impl DataRows for Concat {
+            fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
+                (key.to_vec(), 0)
+            }
+            fn merge(&self, _: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>> {
+                Some(versions.concat())
+            }
+        }
+        let Some(cfg) = test_cluster::config("appends") else {
+            return;
+        };
+        let coord: Arc<dyn Coordinator> = Arc::new(LocalCoordinator::new());
+        let open = |writer: &str| {
+            ClickHouseStore::open(cfg.clone(), coord.clone(), Arc::new(Concat), writer.into())
+                .unwrap()
+        };
+        let append = |s: &ClickHouseStore, v: &[u8]| {
+            s.append_rows(&[(b"row".to_vec(), v.to_vec())]).unwrap();
+        };
+        let a = open("a");
+        assert!(a.appends_rows());
+        append(&a, b"1");
+        append(&a, b"2");
+        assert_eq!(a.get(Table::Data, b"row").unwrap(), Some(b"12".to_vec()));
+        let versions = a.versions(Table::Data, b"row").unwrap();
+        assert_eq!(versions.len(), 1, "one slot rewritten");
+        assert!(
+            versions[0].writer.starts_with("a@"),
+            "{}",
+            versions[0].writer
+        );
+
+        // The same TSD restarted: it holds nothing, so a slot of its own.
+        let restarted = open("a");
+        append(&restarted, b"3");
+        assert_eq!(a.get(Table::Data, b"row").unwrap(), Some(b"123".to_vec()));
+        assert_eq!(a.versions(Table::Data, b"row").unwrap().len(), 2);
+
+        let b = open("b");
+        let mut d = WriteBatch::new();
+        d.delete(Table::Data, b"row".to_vec());
+        b.write(d).unwrap();
+        assert_eq!(a.get(Table::Data, b"row").unwrap(), None);
+        // `a` still held "12": written again it would bring them back.
+        append(&a, b"4");
+        assert_eq!(b.get(Table::Data, b"row").unwrap(), Some(b"4".to_vec()));
         test_cluster::drop_database(&a);
     }
 }
