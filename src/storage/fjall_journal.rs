@@ -34,6 +34,11 @@ pub(crate) struct JournalFile {
     pub path: PathBuf,
     /// `(offset, length)` of every batch that verifies, in file order.
     pub batches: Vec<(usize, usize)>,
+    /// The sequence number of each of `batches`.
+    pub seqnos: Vec<u64>,
+    /// Batches of `batches` that verify but whose sequence number breaks
+    /// the journal's order ([`Misnumbered`]).
+    pub misnumbered: Vec<Misnumbered>,
     /// `(offset, length)` of each damaged stretch: bytes that hold no
     /// verified batch, followed by one, or holding a whole batch's end
     /// marker (a complete batch whose bytes changed): what fjall would
@@ -46,9 +51,75 @@ pub(crate) struct JournalFile {
     pub tail: usize,
 }
 
+/// A batch whose checksum verifies but whose sequence number, which the
+/// checksum does not cover, is not above the one before it in replay
+/// order, though fjall numbers batches in the order it writes them (under
+/// its journal lock): a header changed after it was written (its own, or
+/// an earlier batch's whose number rose). fjall would replay its entries
+/// out of order, or skip them as already in the tables, so it is damage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Misnumbered {
+    /// Its index in [`JournalFile::batches`].
+    pub batch: usize,
+    pub seqno: u64,
+    /// The number salvage writes instead: one above the batch before it
+    /// (as repaired), so replay follows the order the batches were
+    /// written in, and no number falls, which could make the engine skip
+    /// a batch as already in its tables. `None` past `u64::MAX`.
+    pub repair: Option<u64>,
+}
+
 impl JournalFile {
     pub(crate) fn is_damaged(&self) -> bool {
-        !self.damaged.is_empty()
+        !self.damaged.is_empty() || !self.misnumbered.is_empty()
+    }
+
+    /// What is wrong with a damaged file, for the error that refuses it.
+    pub(crate) fn describe_damage(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(&(offset, len)) = self.damaged.first() {
+            parts.push(format!(
+                "{} damaged stretch(es), the first {len} bytes at offset {offset}, followed by intact batches the engine would not replay",
+                self.damaged.len()
+            ));
+        }
+        if let Some(m) = self.misnumbered.first() {
+            let (offset, _) = self.batches[m.batch];
+            parts.push(format!(
+                "{} batch(es) whose sequence number is not above the one before, the first at offset {offset} ({}), which the engine would replay out of order",
+                self.misnumbered.len(),
+                m.seqno
+            ));
+        }
+        format!(
+            "journal {} has {}",
+            self.path.display(),
+            parts.join(" and ")
+        )
+    }
+}
+
+/// Finds the batches of `files` (in replay order) whose sequence number
+/// is not above the one before it, and what salvage writes instead. (A
+/// first batch whose number fell is not found: replayed first, its entries
+/// are ordered right among the journal's all the same.)
+fn mark_misnumbered(files: &mut [JournalFile]) {
+    let mut last: Option<u64> = None;
+    for file in files {
+        for (batch, &seqno) in file.seqnos.iter().enumerate() {
+            match last {
+                Some(before) if seqno <= before => {
+                    let repair = before.checked_add(1);
+                    file.misnumbered.push(Misnumbered {
+                        batch,
+                        seqno,
+                        repair,
+                    });
+                    last = repair.or(Some(before));
+                }
+                _ => last = Some(seqno),
+            }
+        }
     }
 }
 
@@ -72,13 +143,15 @@ pub(crate) fn read_dir(engine_dir: &Path) -> std::io::Result<Vec<JournalFile>> {
         }
     }
     files.sort();
-    files
+    let mut read = files
         .into_iter()
         .map(|(_, path)| {
             let bytes = fs::read(&path)?;
             Ok(read_journal(path, &bytes))
         })
-        .collect()
+        .collect::<std::io::Result<Vec<_>>>()?;
+    mark_misnumbered(&mut read);
+    Ok(read)
 }
 
 /// The damaged journal files of an engine directory, if any.
@@ -103,6 +176,11 @@ fn read_journal(path: PathBuf, bytes: &[u8]) -> JournalFile {
                 file.damaged.push((from, pos - from));
             }
             file.batches.push((pos, len));
+            file.seqnos.push(u64::from_le_bytes(
+                bytes[pos + 5..pos + START_LEN]
+                    .try_into()
+                    .unwrap_or_default(),
+            ));
             pos += len;
             continue;
         }
@@ -197,14 +275,30 @@ fn batch_shape_at(bytes: &[u8], pos: usize) -> Option<(usize, bool)> {
 }
 
 /// Rewrites a journal file (a salvage's working copy, never the original)
-/// with only its verified batches, so the engine replays all of them.
-pub(crate) fn rewrite_without_damage(file: &JournalFile) -> std::io::Result<()> {
+/// with only its verified batches, so the engine replays all of them; a
+/// misnumbered batch gets its repair number, or is left out without one.
+/// Returns the `(offset, length)` of the batches left out.
+pub(crate) fn rewrite_without_damage(file: &JournalFile) -> std::io::Result<Vec<(usize, usize)>> {
     let bytes = fs::read(&file.path)?;
     let mut out = Vec::with_capacity(bytes.len());
-    for &(off, len) in &file.batches {
-        out.extend_from_slice(&bytes[off..off + len]);
+    let mut left_out = Vec::new();
+    for (i, &(off, len)) in file.batches.iter().enumerate() {
+        let batch = &bytes[off..off + len];
+        match file.misnumbered.iter().find(|m| m.batch == i) {
+            None => out.extend_from_slice(batch),
+            Some(Misnumbered {
+                repair: Some(seqno),
+                ..
+            }) => {
+                out.extend_from_slice(&batch[..5]);
+                out.extend_from_slice(&seqno.to_le_bytes());
+                out.extend_from_slice(&batch[START_LEN..]);
+            }
+            Some(Misnumbered { repair: None, .. }) => left_out.push((off, len)),
+        }
     }
-    fs::write(&file.path, out)
+    fs::write(&file.path, out)?;
+    Ok(left_out)
 }
 
 #[cfg(test)]
@@ -285,6 +379,81 @@ mod tests {
             assert_eq!(j.damaged, vec![(a.len(), b.len())], "{back}");
             assert_eq!(j.tail, 0);
         }
+    }
+
+    /// Each file as `read_dir` sees it, for the order check.
+    fn read_all(files: &[Vec<u8>]) -> Vec<JournalFile> {
+        let mut read: Vec<JournalFile> = files
+            .iter()
+            .map(|b| read_journal(PathBuf::new(), b))
+            .collect();
+        mark_misnumbered(&mut read);
+        read
+    }
+
+    fn batches(seqnos: &[u64]) -> Vec<u8> {
+        seqnos
+            .iter()
+            .flat_map(|&s| batch(s, &[(b"k", b"v")]))
+            .collect()
+    }
+
+    #[test]
+    fn a_changed_sequence_number_is_found_and_numbers_after_it_rise() {
+        let found = |files: &[&[u64]]| -> Vec<Vec<(usize, u64, Option<u64>)>> {
+            let bytes: Vec<Vec<u8>> = files.iter().map(|s| batches(s)).collect();
+            read_all(&bytes)
+                .iter()
+                .map(|j| {
+                    j.misnumbered
+                        .iter()
+                        .map(|m| (m.batch, m.seqno, m.repair))
+                        .collect()
+                })
+                .collect()
+        };
+        // A number that fell in the middle and at the end of the journal.
+        assert_eq!(found(&[&[7, 8, 1, 10]]), vec![vec![(2, 1, Some(9))]]);
+        assert_eq!(found(&[&[7, 8, 1]]), vec![vec![(2, 1, Some(9))]]);
+        // One that rose: the batches after it rise above it.
+        let high = 9 | (1 << 40);
+        assert_eq!(
+            found(&[&[7, 8, high, 10, 11]]),
+            vec![vec![(3, 10, Some(high + 1)), (4, 11, Some(high + 2))]]
+        );
+        // Across two files.
+        assert_eq!(
+            found(&[&[1, 2, 3], &[4, 2, 6]]),
+            vec![vec![], vec![(1, 2, Some(5))]]
+        );
+        // In order, gaps and all: nothing found.
+        assert_eq!(found(&[&[3, 9, 10, 200]]), vec![Vec::new()]);
+        let read = read_all(&[batches(&[7, 8, 1])]);
+        assert!(read[0].is_damaged());
+        assert!(
+            read[0]
+                .describe_damage()
+                .contains("not above the one before")
+        );
+    }
+
+    #[test]
+    fn salvage_writes_the_repaired_numbers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.jnl");
+        fs::write(&path, batches(&[1, 2, 0, 4])).unwrap();
+        let read = read_dir(dir.path()).unwrap();
+        assert!(read[0].is_damaged());
+        assert!(rewrite_without_damage(&read[0]).unwrap().is_empty());
+        let after = &read_dir(dir.path()).unwrap()[0];
+        assert_eq!(after.seqnos, vec![1, 2, 3, 4]);
+        assert!(!after.is_damaged());
+        // No number above the one before: the batch is left out.
+        fs::write(&path, batches(&[1, u64::MAX, 3])).unwrap();
+        let read = read_dir(dir.path()).unwrap();
+        let (off, len) = read[0].batches[2];
+        assert_eq!(rewrite_without_damage(&read[0]).unwrap(), vec![(off, len)]);
+        assert_eq!(read_dir(dir.path()).unwrap()[0].seqnos, vec![1, u64::MAX]);
     }
 
     #[test]

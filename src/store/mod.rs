@@ -281,14 +281,9 @@ impl Store {
         }
         let damaged = crate::storage::fjall_journal::check_dir(&engine_dir)?;
         if let Some(j) = damaged.first() {
-            let (offset, len) = j.damaged[0];
             return Err(StoreError::Damaged {
                 dir: dir.display().to_string(),
-                cause: format!(
-                    "journal {} has {} damaged stretch(es), the first {len} bytes at offset {offset}, followed by intact batches the engine would not replay",
-                    j.path.display(),
-                    j.damaged.len()
-                ),
+                cause: j.describe_damage(),
             });
         }
         let kv: Arc<dyn KvStore> = match FjallStore::open(&engine_dir, &engine) {

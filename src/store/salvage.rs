@@ -79,6 +79,9 @@ pub struct SalvageReport {
     pub journal_damage: Vec<JournalDamage>,
     /// Bytes at a journal's end that held no complete batch.
     pub journal_tail_bytes: usize,
+    /// Batches whose sequence number was out of order and was replaced by
+    /// one that fits (nothing of them lost).
+    pub journal_renumbered: usize,
     /// Write-ahead log segments copied.
     pub wal_segments: usize,
 }
@@ -107,6 +110,13 @@ impl fmt::Display for SalvageReport {
             self.journal_damage.len(),
             self.journal_tail_bytes
         )?;
+        if self.journal_renumbered > 0 {
+            writeln!(
+                f,
+                "  renumbered: {} batches whose sequence number was out of order (their entries kept)",
+                self.journal_renumbered
+            )?;
+        }
         for d in &self.journal_damage {
             writeln!(
                 f,
@@ -171,22 +181,25 @@ pub fn salvage(src: &Path, dest: &Path) -> Result<SalvageReport> {
     let work_engine = work.join(ENGINE_DIR);
     copy_tree(&src.join(ENGINE_DIR), &work_engine)?;
     for journal in fjall_journal::read_dir(&work_engine)? {
-        report.journal_batches += journal.batches.len();
         report.journal_tail_bytes += journal.tail;
-        if journal.is_damaged() {
-            let original = src
-                .join(ENGINE_DIR)
-                .join(journal.path.file_name().unwrap_or_default());
-            for &(offset, bytes) in &journal.damaged {
-                report.journal_damage.push(JournalDamage {
-                    file: original.clone(),
-                    offset,
-                    bytes,
-                });
-            }
-        }
+        report.journal_renumbered += journal
+            .misnumbered
+            .iter()
+            .filter(|m| m.repair.is_some())
+            .count();
         // Also drops an unfinished tail, as the engine would.
-        fjall_journal::rewrite_without_damage(&journal)?;
+        let left_out = fjall_journal::rewrite_without_damage(&journal)?;
+        report.journal_batches += journal.batches.len() - left_out.len();
+        let original = src
+            .join(ENGINE_DIR)
+            .join(journal.path.file_name().unwrap_or_default());
+        for (offset, bytes) in journal.damaged.iter().copied().chain(left_out) {
+            report.journal_damage.push(JournalDamage {
+                file: original.clone(),
+                offset,
+                bytes,
+            });
+        }
     }
     let source: Arc<dyn KvStore> = match FjallStore::open(&work_engine, &FjallOptions::default()) {
         Ok(s) => Arc::new(s),

@@ -252,3 +252,53 @@ fn an_engine_that_cannot_open_is_named_damaged_and_salvage_says_what_to_do() {
         "the working copy is removed"
     );
 }
+
+/// A batch's sequence number lies outside its checksum: a changed one is
+/// found by the order fjall numbers batches in, the store is refused, and
+/// salvage renumbers the batch rather than cutting it out, so nothing is
+/// lost.
+#[test]
+fn a_changed_batch_number_is_refused_and_salvage_keeps_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let mut files = Vec::new();
+    files_under(&store.join("fjall"), &mut files);
+    // The journal that holds the most (the bytes past what fjall wrote
+    // are zeros).
+    let (used, journal) = files
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "jnl"))
+        .map(|p| {
+            let b = std::fs::read(&p).unwrap();
+            (b.len() - b.iter().rev().take_while(|b| **b == 0).count(), p)
+        })
+        .max()
+        .expect("a journal");
+    let mut bytes = std::fs::read(&journal).unwrap();
+    // A batch ends with the magic bytes "FJL" 3; the next starts with its
+    // tag (1), its entry count (4 bytes) and its sequence number (8).
+    let magic = b"FJL\x03";
+    let end = (used / 2..used)
+        .find(|&i| bytes[i..].starts_with(magic) && bytes.get(i + magic.len()) == Some(&1))
+        .expect("a batch after the first quarter of the journal");
+    let seqno = end + magic.len() + 5;
+    bytes[seqno..seqno + 8].copy_from_slice(&0u64.to_le_bytes());
+    std::fs::write(&journal, &bytes).unwrap();
+
+    let r = scan(&store, "sys.m0");
+    assert_ne!(r.code, 0, "a journal out of order was served");
+    assert!(
+        r.stderr.contains("not above the one before") && r.stderr.contains("--salvage NEW_DIR"),
+        "{}",
+        r.stderr
+    );
+    let new = dir.path().join("salvaged");
+    let r = salvage(&store, &new);
+    assert_eq!(
+        r.code, 0,
+        "nothing should be lost: {}{}",
+        r.stdout, r.stderr
+    );
+    assert!(r.stdout.contains("renumbered: 1 batches"), "{}", r.stdout);
+    assert_eq!(points_in(&new).len() as u64, POINTS);
+}
