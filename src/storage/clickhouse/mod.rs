@@ -1049,19 +1049,22 @@ mod tests {
         test_cluster::drop_database(&store);
     }
 
+    /// Data rows whose versions merge by concatenation, oldest first: what
+    /// a read merged is plain to see.
+    struct Concat;
+    impl DataRows for Concat {
+        fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
+            (key.to_vec(), 0)
+        }
+        fn merge(&self, _: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>> {
+            Some(versions.concat())
+        }
+    }
+
     /// Versions of one data row by two writers are merged; a tombstone
     /// hides every older version; scans page over many keys.
     #[test]
     fn versions_merge_and_tombstones_hide() {
-        struct Concat;
-        impl DataRows for Concat {
-            fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
-                (key.to_vec(), 0)
-            }
-            fn merge(&self, _: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>> {
-                Some(versions.concat())
-            }
-        }
         let Some(cfg) = test_cluster::config("versions") else {
             return;
         };
@@ -1116,15 +1119,6 @@ mod tests {
     /// not undone by the next append.
     #[test]
     fn appends_fill_own_slots_and_respect_deletes_elsewhere() {
-        struct Concat;
-        impl DataRows for Concat {
-            fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
-                (key.to_vec(), 0)
-            }
-            fn merge(&self, _: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>> {
-                Some(versions.concat())
-            }
-        }
         let Some(cfg) = test_cluster::config("appends") else {
             return;
         };
