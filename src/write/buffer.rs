@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use crate::model::Tsuid;
 use crate::model::Uid;
@@ -100,6 +100,12 @@ pub(crate) struct SealPolicy {
 
 pub(crate) struct Buffer {
     shards: Vec<Mutex<FastMap<u32, SeriesBuf>>>,
+    /// Every series ever buffered, by metric and id: a read visits its
+    /// metric's series, not every buffered one (a query of one series of
+    /// a million would otherwise walk them all). Entries are only added,
+    /// before the series' first point is readable, so a reader never
+    /// misses a buffered series; one no longer buffered is skipped.
+    by_metric: RwLock<FastMap<Uid, FastMap<u32, Arc<Series>>>>,
     points: AtomicUsize,
     clock_s: AtomicU32,
     in_flight: Mutex<HashMap<u64, Arc<Vec<SealedHour>>>>,
@@ -129,9 +135,11 @@ fn dedup_last_wins(mut pts: Vec<BufPoint>) -> Vec<BufPoint> {
     out
 }
 
-/// One point into its series' hour in a locked shard.
+/// One point into its series' hour in a locked shard; a series new to
+/// the shard is first entered in `by_metric`.
 fn insert_into(
     shard: &mut FastMap<u32, SeriesBuf>,
+    by_metric: &RwLock<FastMap<Uid, FastMap<u32, Arc<Series>>>>,
     series: &Arc<Series>,
     ts: Timestamp,
     value: Value,
@@ -141,11 +149,24 @@ fn insert_into(
     let base = ts
         .base_time()
         .expect("Db::append refuses points past the last row");
-    let sb = shard.entry(series.id).or_insert_with(|| SeriesBuf {
-        series: series.clone(),
-        hours: Vec::with_capacity(2),
-        newest_base: base,
-        last_insert_s: now,
+    let sb = shard.entry(series.id).or_insert_with(|| {
+        let known = by_metric
+            .read()
+            .get(&series.tsuid.metric)
+            .is_some_and(|m| m.contains_key(&series.id));
+        if !known {
+            by_metric
+                .write()
+                .entry(series.tsuid.metric)
+                .or_default()
+                .insert(series.id, series.clone());
+        }
+        SeriesBuf {
+            series: series.clone(),
+            hours: Vec::with_capacity(2),
+            newest_base: base,
+            last_insert_s: now,
+        }
     });
     sb.last_insert_s = now;
     sb.newest_base = sb.newest_base.max(base);
@@ -169,6 +190,7 @@ impl Buffer {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(FastMap::default()))
                 .collect(),
+            by_metric: RwLock::new(FastMap::default()),
             points: AtomicUsize::new(0),
             clock_s: AtomicU32::new(now_s()),
             in_flight: Mutex::new(HashMap::new()),
@@ -189,7 +211,7 @@ impl Buffer {
     pub(crate) fn insert(&self, series: &Arc<Series>, ts: Timestamp, value: Value, segment: u64) {
         let now = self.clock_s.load(Ordering::Relaxed);
         let mut shard = self.shards[series.id as usize % SHARDS].lock();
-        insert_into(&mut shard, series, ts, value, segment, now);
+        insert_into(&mut shard, &self.by_metric, series, ts, value, segment, now);
         drop(shard);
         self.points.fetch_add(1, Ordering::Relaxed);
     }
@@ -212,7 +234,15 @@ impl Buffer {
             let mut shard = self.shards[run[0].0 as usize].lock();
             for &(_, i) in run {
                 let p = &points[i as usize];
-                insert_into(&mut shard, &p.series, p.ts, p.value, segment, now);
+                insert_into(
+                    &mut shard,
+                    &self.by_metric,
+                    &p.series,
+                    p.ts,
+                    p.value,
+                    segment,
+                    now,
+                );
             }
         }
         self.points.fetch_add(points.len(), Ordering::Relaxed);
@@ -381,14 +411,15 @@ impl Buffer {
                 );
             }
         }
-        for shard in &self.shards {
-            for sb in shard.lock().values() {
-                if sb.series.tsuid.metric != metric
-                    || !sb.hours.iter().any(|h| hour_in_range(h.base))
-                {
-                    continue;
-                }
-                if !is_wanted(&sb.series) {
+        // The metric's series that are wanted, then each in its shard.
+        let members: Vec<Arc<Series>> = match self.by_metric.read().get(&metric) {
+            Some(m) => m.values().filter(|s| is_wanted(s)).cloned().collect(),
+            None => Vec::new(),
+        };
+        for series in members {
+            let shard = self.shards[series.id as usize % SHARDS].lock();
+            if let Some(sb) = shard.get(&series.id) {
+                if !sb.hours.iter().any(|h| hour_in_range(h.base)) {
                     continue;
                 }
                 let dst = &mut raw
@@ -509,6 +540,41 @@ mod tests {
             .collect();
         ids.sort_unstable();
         assert_eq!(ids, (1..=10).collect::<Vec<_>>());
+    }
+
+    /// A read visits its metric's series only, and finds a series again
+    /// once it is buffered anew after all its hours were written.
+    #[test]
+    fn reads_find_their_metrics_series_buffered_again_after_a_seal() {
+        let b = Buffer::new();
+        let s = series(1);
+        let other_metric = Series::for_test_of_metric(2, 2, "n");
+        let everything = SealPolicy {
+            everything: true,
+            ..policy()
+        };
+        b.insert(&s, Timestamp::Seconds(1356998400), Value::Int(1), 1);
+        b.insert(
+            &other_metric,
+            Timestamp::Seconds(1356998400),
+            Value::Int(9),
+            1,
+        );
+        let (id, _) = b.seal(everything, usize::MAX);
+        b.finish(id);
+        assert!(
+            b.read(s.tsuid.metric, 0, u64::MAX, &mut |_| true)
+                .is_empty()
+        );
+        b.insert(&s, Timestamp::Seconds(1356998410), Value::Int(2), 2);
+        let mut asked = Vec::new();
+        let read = b.read(s.tsuid.metric, 0, u64::MAX, &mut |t| {
+            asked.push(t.clone());
+            true
+        });
+        assert_eq!(read[&s.tsuid].len(), 1);
+        assert_eq!(read.len(), 1);
+        assert_eq!(asked, vec![s.tsuid.clone()], "only the metric's series");
     }
 
     #[test]

@@ -502,9 +502,15 @@ impl Series {
     /// buffer and the WAL).
     #[cfg(test)]
     pub(crate) fn for_test(id: u32, metric: &str) -> Arc<Series> {
+        Series::for_test_of_metric(id, 1, metric)
+    }
+
+    /// [`for_test`](Self::for_test) with the metric's UID given.
+    #[cfg(test)]
+    pub(crate) fn for_test_of_metric(id: u32, metric_uid: u64, metric: &str) -> Arc<Series> {
         use crate::model::{Uid, UidWidth};
         let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
-        let tsuid = Tsuid::new(u(1), vec![(u(1), u(id as u64))]).unwrap();
+        let tsuid = Tsuid::new(u(metric_uid), vec![(u(1), u(id as u64))]).unwrap();
         let mut key = String::new();
         series_key(metric, &[("host", &format!("h{id}"))], &mut key);
         Arc::new(Series::new(id, tsuid, &key))
