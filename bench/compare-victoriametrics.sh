@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Side-by-side comparison of rtsdb and VictoriaMetrics on the same
 # TSBS-like devops data, sent by the same loader as OpenTSDB telnet `put`
-# lines (or /api/put JSON) to both.
+# lines (or /api/put JSON, plain or gzipped) to both.
 #
 #   bash bench/compare-victoriametrics.sh                 # 1,000 hosts x 10 metrics, 1 h at 10 s
 #   ROUNDS=3 PROTO=http bash bench/compare-victoriametrics.sh
+#   PROTO=http-gzip ...      # /api/put JSON with Content-Encoding: gzip
+#   INGEST_ONLY=1 ...        # only the ingest rows (no queries, no disk after the load)
+#   TSDB=/path/to/tsdb ...   # that rtsdb binary instead of this checkout's
 #
 # For each database, ROUNDS times (interleaved: VM, rtsdb, VM, rtsdb, ...):
 #   - ingest: points/s while the loader drains, and the time from the
@@ -33,6 +36,7 @@ PROTO=${PROTO:-telnet}
 CONNS=${CONNS:-4}
 RUNS=${RUNS:-20}
 ROUNDS=${ROUNDS:-1}
+INGEST_ONLY=${INGEST_ONLY:-}
 AFTER=${AFTER:-60}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${WORK:-$(mktemp -d /tmp/rtsdb-vm.XXXXXX)}
@@ -43,7 +47,7 @@ POINTS=$((HOSTS * 10 * HOURS * 360))
 
 cd "$ROOT"
 cargo build --release --quiet --bin tsdb --example tsbs
-TSDB=$ROOT/target/release/tsdb
+TSDB=${TSDB:-$ROOT/target/release/tsdb}
 TSBS=$ROOT/target/release/examples/tsbs
 
 if ! command -v victoria-metrics >/dev/null; then
@@ -116,13 +120,14 @@ VM_Q4='sum(rate({__name__="cpu.interrupts"}[10s]))'
 run_vm() {
   rm -rf "$WORK/vm"; vm_start
   local c0 t0; c0=$(cpu_seconds $VPID); t0=$(now)
-  local port=$VTEL; [ "$PROTO" = http ] && port=$VPUT
+  local port=$VTEL; [ "$PROTO" != telnet ] && port=$VPUT
   add vm_load "$("$TSBS" load "127.0.0.1:$port" "$PROTO" "$HOSTS" "$HOURS" "$CONNS" | awk '{printf "%.2f", $6/1e6}')"
   wait_all_points "$VHTTP" vm
   local t1; t1=$(now)
   add vm_queryable "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')"
   add vm_cpu "$(awk -v a="$c0" -v b="$(cpu_seconds $VPID)" -v p="$POINTS" 'BEGIN{printf "%.2f", (b-a)*1e6/p}')"
   add vm_disk0 "$(bpp "$(disk_bytes "$WORK/vm")")"
+  if [ -n "$INGEST_ONLY" ]; then stop_pid TERM $VPID; return 0; fi
   for i in 1 2 3 4; do
     local q="VM_Q$i" off=50 step=60; [ "$i" = 4 ] && off=10 && step=10
     add "vm_q$i" "$(median_of "$VHTTP" "$(vq "${!q}" $off $step)&nocache=1")"
@@ -159,6 +164,7 @@ run_rtsdb() {
   add rt_queryable "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')"
   add rt_cpu "$(awk -v a="$c0" -v b="$(cpu_seconds $RPID)" -v p="$POINTS" 'BEGIN{printf "%.2f", (b-a)*1e6/p}')"
   add rt_disk0 "$(bpp "$(disk_bytes "$WORK/rtsdb")")"
+  if [ -n "$INGEST_ONLY" ]; then stop_pid TERM $RPID; return 0; fi
   for i in 1 2 3 4; do
     local q="RT_Q$i"
     add "rt_q$i" "$(median_of "$RPORT" "$(rq "${!q}")&nocache")"
@@ -211,6 +217,7 @@ row "ingest, M points/s, loader drained" load
 row "all points queryable after the load began, s" queryable
 row "server CPU per point, µs" cpu
 row "bytes/point on disk: all points just queryable" disk0
+if [ -n "$INGEST_ONLY" ]; then echo; echo "work dir: $WORK"; exit 0; fi
 row "… ${AFTER} s later, still running" disk60
 row "… after kill -9 and restart" diskkill
 row "… after a clean stop" diskstop

@@ -3,7 +3,7 @@
 //! that accepts them (InfluxDB's OpenTSDB input, OpenTSDB itself).
 //!
 //! ```text
-//! cargo run --release --example tsbs -- load  127.0.0.1:4242 [telnet|http] [hosts] [hours] [connections]
+//! cargo run --release --example tsbs -- load  127.0.0.1:4242 [telnet|http|http-gzip] [hosts] [hours] [connections]
 //! cargo run --release --example tsbs -- lines [hosts] [hours]        # the put lines, to stdout
 //! cargo run --release --example tsbs -- query 127.0.0.1:4242 '/api/query?...' [runs]
 //! ```
@@ -12,6 +12,11 @@
 //! 8 tags per series (hostname, region, datacenter, rack, os, arch, team,
 //! service); gauges with one decimal that wander, and two integer
 //! counters. Deterministic: every run sends the same bytes.
+//!
+//! `http` sends each step as one `/api/put` JSON list; `http-gzip` sends
+//! the same body gzipped (`Content-Encoding: gzip`, as collectors such as
+//! tcollector and Telegraf can), compressed once per request by the
+//! loader, so the server's share is the inflating and the parsing.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -134,7 +139,7 @@ fn main() {
         Some("query") => query(&args[1], &args[2], arg(&args, 3, 20)),
         _ => {
             eprintln!(
-                "usage: tsbs load ADDR [telnet|http] [hosts] [hours] [connections] | tsbs lines [hosts] [hours] | tsbs query ADDR PATH [runs]"
+                "usage: tsbs load ADDR [telnet|http|http-gzip] [hosts] [hours] [connections] | tsbs lines [hosts] [hours] | tsbs query ADDR PATH [runs]"
             );
             std::process::exit(2);
         }
@@ -186,15 +191,15 @@ fn load(addr: &str, protocol: &str, hosts: usize, hours: u64, connections: usize
                     for step in 0..hours * 360 {
                         let t = START + step * 10;
                         buf.clear();
-                        if protocol == "http" {
-                            http_put(&mut stream, &mut series, &host_tags, t, &mut rng);
+                        if let Some(body) = HttpBody::of(protocol) {
+                            http_put(&mut stream, &mut series, &host_tags, t, &mut rng, body);
                         } else {
                             step_lines(&mut series, &host_tags, t, &mut rng, &mut buf, true);
                             stream.write_all(&buf).expect("write");
                         }
                         sent += series.len() as u64;
                     }
-                    if protocol != "http" {
+                    if HttpBody::of(protocol).is_none() {
                         // Half-close, then wait for the server to close: it
                         // has read every line by then.
                         stream.shutdown(std::net::Shutdown::Write).ok();
@@ -215,6 +220,24 @@ fn load(addr: &str, protocol: &str, hosts: usize, hours: u64, connections: usize
     );
 }
 
+/// How an `/api/put` body is sent.
+#[derive(Clone, Copy, PartialEq)]
+enum HttpBody {
+    Plain,
+    Gzip,
+}
+
+impl HttpBody {
+    /// The body for a protocol argument; `None` for telnet.
+    fn of(protocol: &str) -> Option<HttpBody> {
+        match protocol {
+            "http" => Some(HttpBody::Plain),
+            "http-gzip" => Some(HttpBody::Gzip),
+            _ => None,
+        }
+    }
+}
+
 /// One step's points as a JSON array in one `/api/put` request.
 fn http_put(
     stream: &mut TcpStream,
@@ -222,6 +245,7 @@ fn http_put(
     host_tags: &[String],
     t: u64,
     rng: &mut Rng,
+    kind: HttpBody,
 ) {
     let mut lines = Vec::new();
     step_lines(series, host_tags, t, rng, &mut lines, false);
@@ -251,11 +275,21 @@ fn http_put(
         ));
     }
     body.push(']');
-    let req = format!(
-        "POST /api/put HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+    let (body, encoding) = match kind {
+        HttpBody::Plain => (body.into_bytes(), ""),
+        HttpBody::Gzip => {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            gz.write_all(body.as_bytes()).expect("gzip");
+            (gz.finish().expect("gzip"), "Content-Encoding: gzip\r\n")
+        }
+    };
+    let head = format!(
+        "POST /api/put HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n{encoding}Content-Length: {}\r\n\r\n",
         body.len()
     );
-    stream.write_all(req.as_bytes()).expect("write");
+    let mut req = head.into_bytes();
+    req.extend_from_slice(&body);
+    stream.write_all(&req).expect("write");
     let (status, _) = read_response(stream);
     assert!(status == 204 || status == 200, "/api/put answered {status}");
 }
