@@ -24,6 +24,26 @@ pub fn decode_line(bytes: &[u8]) -> Cow<'_, str> {
     }
 }
 
+/// The `lines` of a chunk (slices of `chunk`, as [`split_lines`] gives
+/// them), each decoded as [`decode_line`] decodes it. A chunk that is
+/// ASCII throughout, as nearly every one is, is checked once and its lines
+/// borrowed from it, instead of checking and converting line by line.
+pub fn decode_lines<'a>(
+    chunk: &'a [u8],
+    lines: &'a [&'a [u8]],
+) -> impl Iterator<Item = Cow<'a, str>> + 'a {
+    let text = chunk
+        .is_ascii()
+        .then(|| std::str::from_utf8(chunk).expect("ASCII is UTF-8"));
+    lines.iter().map(move |raw| match text {
+        Some(text) => {
+            let at = raw.as_ptr() as usize - chunk.as_ptr() as usize;
+            Cow::Borrowed(&text[at..at + raw.len()])
+        }
+        None => decode_line(raw),
+    })
+}
+
 /// Complete lines of `buf` (without `\n` / `\r\n`) and how many bytes
 /// they used. `Err(len)` if a line (or the unterminated rest) is longer
 /// than `max`.
@@ -203,6 +223,43 @@ fn parse_timestamp(word: &str) -> Result<i64, PointError> {
         )));
     }
     Ok(timestamp)
+}
+
+/// The first words of a `put` line and the text of its tag words, found
+/// without splitting the whole line: what a line naming a series it named
+/// before needs ([`parse_known_point`]). The words are those
+/// [`Words::split`] gives: `metric` is word 1, `timestamp` word 2,
+/// `value` word 3, and `tags_text` runs from the start of word 4 to the
+/// line's end.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PutHead<'a> {
+    pub metric: &'a str,
+    pub timestamp: &'a str,
+    pub value: &'a str,
+    pub tags_text: &'a str,
+}
+
+impl<'a> PutHead<'a> {
+    /// The head of `line` if its first word is `put` and it has at least
+    /// five words (else it goes through [`Words::split`] and
+    /// [`parse_put`], which say what is wrong).
+    pub fn of(line: &'a str) -> Option<PutHead<'a>> {
+        let rest = line.strip_prefix("put ")?;
+        // Four cuts at most: the tag words are never looked at one by one
+        // here, so a line costs a scan of its first words, not of its
+        // whole length. A space is one byte in UTF-8: every cut is at a
+        // char boundary.
+        let mut spaces = memchr::memchr_iter(b' ', rest.as_bytes());
+        let a = spaces.next()?;
+        let b = spaces.next()?;
+        let c = spaces.next()?;
+        Some(PutHead {
+            metric: &rest[..a],
+            timestamp: &rest[a + 1..b],
+            value: &rest[b + 1..c],
+            tags_text: &rest[c + 1..],
+        })
+    }
 }
 
 /// The timestamp and value of a point line (the words after the command
@@ -407,5 +464,58 @@ mod tests {
         let long = vec!["t=v"; 30].join(" ");
         assert_eq!(Words::split(&long).as_slice().len(), 30);
         assert_eq!(Words::split("").as_slice(), [""]);
+    }
+
+    #[test]
+    fn lines_of_a_chunk_decoded_as_each_line() {
+        for chunk in [
+            &b"put m 1 2 a=b\r\nversion\n\nput m 1 2 a=c\npar"[..],
+            &b"put m 1 2 a=\xe9\nput m 1 2 a=b\n"[..],
+            &b""[..],
+        ] {
+            let (lines, _) = split_lines(chunk, 1024).unwrap();
+            let each: Vec<Cow<str>> = lines.iter().map(|l| decode_line(l)).collect();
+            let whole: Vec<Cow<str>> = decode_lines(chunk, &lines).collect();
+            assert_eq!(whole, each);
+        }
+    }
+
+    #[test]
+    fn put_head_is_the_split_words() {
+        for line in [
+            "put m 1 2 a=b",
+            "put m 1356998400 42.5 host=web01 dc=lga",
+            "put m  1 2 a=b",
+            "put m 1 2 ",
+            "put m 1 2  a=b",
+            "put  m 1 2 a=b c",
+            "put \u{e9}t\u{e9} 1 2 a=\u{e9}",
+        ] {
+            let words = Words::split(line);
+            let words = words.as_slice();
+            let head = PutHead::of(line).unwrap_or_else(|| panic!("{line:?}"));
+            let at = words[4].as_ptr() as usize - line.as_ptr() as usize;
+            assert_eq!(
+                head,
+                PutHead {
+                    metric: words[1],
+                    timestamp: words[2],
+                    value: words[3],
+                    tags_text: &line[at..],
+                },
+                "{line:?}"
+            );
+        }
+        // Fewer than five words, or another command: the full parser's.
+        for line in [
+            "put m 1 2",
+            "put",
+            "put ",
+            "rollup m 1 2 a=b",
+            "putm 1 2 a=b",
+            "PUT m 1 2 a=b",
+        ] {
+            assert_eq!(PutHead::of(line), None, "{line:?}");
+        }
     }
 }

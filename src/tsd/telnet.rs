@@ -18,7 +18,7 @@ use crate::db::RollupPoint;
 use crate::model::Timestamp;
 use crate::protocol::PointError;
 use crate::protocol::telnet::{
-    Words, decode_line, parse_known_point, parse_put, parse_rollup, split_lines,
+    PutHead, Words, decode_lines, parse_known_point, parse_put, parse_rollup, split_lines,
 };
 use crate::storage::Durability;
 use crate::write::{PendingPoint, SeriesMemo};
@@ -86,6 +86,8 @@ fn help(state: &TsdState, out: &mut Vec<u8>) -> After {
 
 struct Conn<'s> {
     state: &'s TsdState,
+    /// Whether this TSD serves `put` (it does unless it is read-only).
+    puts_served: bool,
     batch: Vec<PendingPoint>,
     out: Vec<u8>,
     key: String,
@@ -102,6 +104,34 @@ impl Conn<'_> {
         self.out.push(b'\n');
     }
 
+    /// A `put` line naming a series the connection's memo knows, by its
+    /// metric and tag words as written: only its timestamp and value are
+    /// parsed, and the line is not split into words. False (nothing done)
+    /// for any other line, which then goes through [`Conn::line`]'s
+    /// dispatch and [`Conn::put`]'s full parse.
+    fn put_known(&mut self, line: &str) -> bool {
+        if !self.puts_served {
+            return false;
+        }
+        let Some(head) = PutHead::of(line) else {
+            return false;
+        };
+        if let Some(series) = self
+            .state
+            .db
+            .recall(&mut self.memo, head.metric, head.tags_text)
+            && let Some((raw_ts, value)) =
+                parse_known_point(&[head.metric, head.timestamp, head.value])
+            && let Ok(ts) = Timestamp::from_raw(raw_ts)
+        {
+            inc(&self.state.stats.rpc_telnet);
+            inc(&self.state.stats.telnet_puts);
+            self.batch.push(PendingPoint { series, ts, value });
+            return true;
+        }
+        false
+    }
+
     fn put(&mut self, line: &str, words: &[&str]) {
         inc(&self.state.stats.telnet_puts);
         // The tag words as written, from the first to the line's end: with
@@ -110,14 +140,6 @@ impl Conn<'_> {
             let at = first.as_ptr() as usize - line.as_ptr() as usize;
             &line[at..]
         });
-        if let Some(tags_text) = tags_text
-            && let Some(series) = self.state.db.recall(&mut self.memo, words[1], tags_text)
-            && let Some((raw_ts, value)) = parse_known_point(&words[1..])
-            && let Ok(ts) = Timestamp::from_raw(raw_ts)
-        {
-            self.batch.push(PendingPoint { series, ts, value });
-            return;
-        }
         let r = parse_put(words).and_then(|p| {
             let (series, ts) =
                 self.state
@@ -224,6 +246,9 @@ impl Conn<'_> {
     }
 
     fn line(&mut self, line: &str) -> After {
+        if self.put_known(line) {
+            return After::Continue;
+        }
         inc(&self.state.stats.rpc_telnet);
         let words = Words::split(line);
         let words = words.as_slice();
@@ -267,6 +292,9 @@ pub(crate) async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut conn = Conn {
         state: &state,
+        puts_served: COMMANDS
+            .iter()
+            .any(|(name, serve, _)| *name == "put" && serve.on(&state.options)),
         batch: Vec::with_capacity(1024),
         out: Vec::new(),
         key: String::new(),
@@ -309,8 +337,7 @@ pub(crate) async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
                 return;
             }
             Ok((lines, consumed)) => {
-                for raw in lines {
-                    let line = decode_line(raw);
+                for line in decode_lines(&buf[..consumed], &lines) {
                     after = conn.line(&line);
                     if after != After::Continue {
                         break;
