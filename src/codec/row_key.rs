@@ -132,6 +132,19 @@ impl KeyLayout {
         out
     }
 
+    /// The inverse of [`row_key_of_bytes`](Self::row_key_of_bytes): the
+    /// row's base time, with its series' TSUID bytes (metric then tags)
+    /// written into `tsuid`, without parsing the tags. None for a key too
+    /// short to hold a base time.
+    pub fn split_row_key(&self, key: &[u8], tsuid: &mut Vec<u8>) -> Option<u32> {
+        let (sw, mw) = (self.salt.width as usize, self.widths.metric.bytes());
+        let ts = key.get(sw + mw..sw + mw + 4)?;
+        tsuid.clear();
+        tsuid.extend_from_slice(&key[sw..sw + mw]);
+        tsuid.extend_from_slice(&key[sw + mw + 4..]);
+        Some(u32::from_be_bytes([ts[0], ts[1], ts[2], ts[3]]))
+    }
+
     /// Row key of the global-annotation row for an hour: metric UID all
     /// zeros, no tags, never salted (salt bytes stay zero).
     pub fn global_annotation_row(&self, base_time: u32) -> Vec<u8> {

@@ -23,7 +23,8 @@ impl Db {
     ///
     /// The delete is logged in the WAL and synced first, so a replay after
     /// a crash cannot resurrect points logged before it. The series stay
-    /// in the index.
+    /// in the index. With `tsd.rollups.auto`, their computed rollups are
+    /// recomputed without the deleted points (docs/rollups.md).
     pub fn delete_rows(&self, tsuids: &[Tsuid], start_ms: u64, end_ms: u64) -> Result<Deleted> {
         if tsuids.is_empty() || end_ms < start_ms {
             return Ok(Deleted::default());
@@ -44,6 +45,16 @@ impl Db {
         let buffered_points = self
             .buffer
             .remove_hours(&|t| doomed.contains(t), first, last);
+        // `tsd.rollups.auto`: the rollups lose the deleted points before
+        // the rows go, so no sync can make the delete durable while they
+        // still count them; a crash in between leaves the delete in the
+        // WAL, whose replay deletes the rows and recomputes these again.
+        if let Some(auto) = self.auto_rollups() {
+            let cells = auto.roll_up_deleted(tsuids, first, last)?;
+            self.stats
+                .rollup_cells_computed
+                .fetch_add(cells, std::sync::atomic::Ordering::Relaxed);
+        }
         let rows = self.rows.delete_rows(tsuids, first, last)?;
         // After the rows are gone: an answer cached meanwhile from the
         // old rows then carries an outdated epoch.

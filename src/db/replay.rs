@@ -301,11 +301,17 @@ fn replay_segment(
             }
         }
     }
+    let mut cells = 0;
     for ((first_hour, last_hour), tsuids) in deletes {
         rows.delete_rows(&tsuids, first_hour, last_hour)?;
+        // A crash may have come before the delete's rollups were
+        // recomputed (`Db::delete_rows`); points logged after the delete
+        // are rolled up again below.
+        if let Some(auto) = auto {
+            cells += auto.roll_up_deleted(&tsuids, first_hour, last_hour)?;
+        }
     }
     let mut stored = 0;
-    let mut cells = 0;
     for (id, pts) in points {
         let s = &ids[&id];
         // Later writes win: put_points merges in order, so keep the

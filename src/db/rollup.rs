@@ -213,10 +213,10 @@ impl Db {
 pub trait RollupSource: Sync {
     fn rollup_settings(&self) -> Option<&RollupSettings>;
 
-    /// Calls `f(i, cell)` for each cell of `table` (of `interval`) held by
-    /// `tsuids[i]` with an aggregator in `aggregator_ids`, from the row
-    /// holding `start_s` through the one holding `end_s`, in time order
-    /// per series. Returns the rows read.
+    /// Calls `f(i, cells)` once for each series `tsuids[i]` with the
+    /// cells of `table` (of `interval`) it holds with an aggregator in
+    /// `aggregator_ids`, from the row holding `start_s` through the one
+    /// holding `end_s`, in time order. Returns the rows read.
     #[allow(clippy::too_many_arguments)]
     fn read_rollups(
         &self,
@@ -227,7 +227,7 @@ pub trait RollupSource: Sync {
         aggregator_ids: &[u8],
         start_s: u32,
         end_s: u32,
-        f: &mut dyn FnMut(usize, RollupCell),
+        f: &mut dyn FnMut(usize, &[RollupCell]),
     ) -> Result<u64, String>;
 }
 
@@ -245,7 +245,7 @@ impl RollupSource for Db {
         aggregator_ids: &[u8],
         start_s: u32,
         end_s: u32,
-        f: &mut dyn FnMut(usize, RollupCell),
+        f: &mut dyn FnMut(usize, &[RollupCell]),
     ) -> Result<u64, String> {
         let layout = self.store.layout();
         let widths = layout.widths;
@@ -256,65 +256,94 @@ impl RollupSource for Db {
             .enumerate()
             .map(|(i, t)| (t.to_bytes(&widths), i))
             .collect();
-        let (sw, mw) = (layout.salt.width as usize, widths.metric.bytes());
         let first = codec::base_time(start_s, interval);
         let stop = codec::next_base_time(codec::base_time(end_s, interval), interval);
-        let buckets: Vec<Option<u32>> = if layout.salt.enabled() {
-            (0..layout.salt.buckets).map(Some).collect()
-        } else {
-            vec![None]
-        };
         // Reads start at the retained floor, as for raw rows: expired rows
         // wait for the engine's compactions to go.
         let start_s = start_s.max(self.store.retention_floor(metric));
+        // The rows are read by time slices, one per read thread (as the
+        // raw path reads runs of series on every core): a slice starts at
+        // a row's base time, so each row is in exactly one.
+        let mut cuts: Vec<u64> = (0..self.read_threads.max(1) as u64)
+            .map(|k| {
+                let at = first as u64 + (stop - first as u64) * k / self.read_threads.max(1) as u64;
+                codec::base_time(at.min(u32::MAX as u64) as u32, interval) as u64
+            })
+            .collect();
+        cuts.push(stop);
+        cuts.dedup();
+        let slice = |from: u64, to: u64| -> Result<(Vec<Vec<RollupCell>>, u64), String> {
+            let mut rows = 0;
+            let mut found: Vec<Vec<RollupCell>> = vec![Vec::new(); tsuids.len()];
+            let mut tsuid = Vec::new();
+            for (start, end) in scan_bounds(layout, metric, from as u32, to) {
+                for r in self.rollup_table.scan_raw(table, &start, &end) {
+                    let (key, value) = r.map_err(|e| e.to_string())?;
+                    rows += 1;
+                    let Some(base) = layout.split_row_key(&key, &mut tsuid) else {
+                        continue;
+                    };
+                    let Some(&i) = slot.get(tsuid.as_slice()) else {
+                        continue;
+                    };
+                    let out = &mut found[i];
+                    crate::codec::row::RowCells::for_each_borrowed(&value, |q, v| {
+                        // Other aggregators' cells are skipped undecoded; a
+                        // raw-qualified cell (pre-aggregate) or damage too.
+                        if q.len() != 3
+                            || !aggregator_ids.contains(&(q[0] & codec::AGGREGATOR_MASK))
+                        {
+                            return;
+                        }
+                        if let Ok(cell) = codec::decode_cell(q, v, base, interval)
+                            && cell.timestamp >= start_s
+                            && cell.timestamp <= end_s
+                        {
+                            out.push(cell);
+                        }
+                    })
+                    .map_err(|e| e.to_string())?;
+                }
+            }
+            Ok((found, rows))
+        };
+        let parts: Vec<Result<(Vec<Vec<RollupCell>>, u64), String>> = if cuts.len() <= 2 {
+            vec![slice(cuts[0], cuts[cuts.len() - 1])]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = cuts
+                    .windows(2)
+                    .map(|w| {
+                        let slice = &slice;
+                        s.spawn(move || slice(w[0], w[1]))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err("rollup read thread panicked".into())))
+                    .collect()
+            })
+        };
         let mut rows = 0;
-        // Cells per series, then sorted: salt buckets interleave rows.
         let mut found: Vec<Vec<RollupCell>> = vec![Vec::new(); tsuids.len()];
-        let mut tsuid = Vec::new();
-        for b in buckets {
-            let start = layout.scan_prefix(b, metric, first);
-            let end = if stop > u32::MAX as u64 {
-                let mut e = layout.scan_prefix(b, metric, u32::MAX);
-                e.push(0xFF);
-                e
-            } else {
-                layout.scan_prefix(b, metric, stop as u32)
-            };
-            for r in self.rollup_table.scan_raw(table, &start, &end) {
-                let (key, value) = r.map_err(|e| e.to_string())?;
-                rows += 1;
-                let Some(ts) = key.get(sw + mw..sw + mw + 4) else {
-                    continue;
-                };
-                let base = u32::from_be_bytes([ts[0], ts[1], ts[2], ts[3]]);
-                tsuid.clear();
-                tsuid.extend_from_slice(&key[sw..sw + mw]);
-                tsuid.extend_from_slice(&key[sw + mw + 4..]);
-                let Some(&i) = slot.get(tsuid.as_slice()) else {
-                    continue;
-                };
-                let out = &mut found[i];
-                crate::codec::row::RowCells::for_each_borrowed(&value, |q, v| {
-                    // Other aggregators' cells are skipped undecoded; a
-                    // raw-qualified cell (pre-aggregate) or damage too.
-                    if q.len() != 3 || !aggregator_ids.contains(&(q[0] & codec::AGGREGATOR_MASK)) {
-                        return;
-                    }
-                    if let Ok(cell) = codec::decode_cell(q, v, base, interval)
-                        && cell.timestamp >= start_s
-                        && cell.timestamp <= end_s
-                    {
-                        out.push(cell);
-                    }
-                })
-                .map_err(|e| e.to_string())?;
+        // Slices in time order: a series' cells stay in row order.
+        for part in parts {
+            let (cells, n) = part?;
+            rows += n;
+            for (all, mut more) in found.iter_mut().zip(cells) {
+                if all.is_empty() {
+                    *all = more;
+                } else {
+                    all.append(&mut more);
+                }
             }
         }
         for (i, mut cells) in found.into_iter().enumerate() {
+            // Stable: of two cells for one timestamp and aggregator (old
+            // flags left by an external writer), the later written stays
+            // last.
             cells.sort_by_key(|c| c.timestamp);
-            for c in cells {
-                f(i, c);
-            }
+            f(i, &cells);
         }
         Ok(rows)
     }
@@ -353,6 +382,9 @@ pub(crate) struct AutoRollups<'a> {
     pub layout: &'a KeyLayout,
 }
 
+/// Interval starts to compute, per configured (non-default) interval.
+type Work<'a> = Vec<(&'a RollupInterval, Vec<u32>)>;
+
 impl AutoRollups<'_> {
     /// Recomputes, from the stored raw points, every configured interval
     /// (but the default one) overlapping the hours `hours` of `tsuid` just
@@ -366,26 +398,138 @@ impl AutoRollups<'_> {
         tsuid: &Tsuid,
         hours: &[u32],
     ) -> Result<u64, AutoRollupError> {
-        let config = &self.settings.config;
-        // (interval, its affected starts) and the union of their spans.
-        let mut work: Vec<(&RollupInterval, Vec<u32>)> = Vec::new();
-        let (mut lo, mut hi) = (u64::MAX, 0u64);
-        for iv in config.intervals.iter().filter(|i| !i.default_interval) {
+        let mut work: Work = Vec::new();
+        for iv in self.intervals() {
             let mut starts: Vec<u32> = hours
                 .iter()
                 .flat_map(|h| intervals_of_hour(*h, iv.interval_seconds))
                 .collect();
             starts.sort_unstable();
             starts.dedup();
-            if let (Some(f), Some(l)) = (starts.first(), starts.last()) {
-                lo = lo.min(*f as u64);
-                hi = hi.max(*l as u64 + iv.interval_seconds as u64 - 1);
+            if !starts.is_empty() {
                 work.push((iv, starts));
             }
         }
-        if work.is_empty() {
+        self.recompute(tsuid, &work, None)
+    }
+
+    /// Recomputes the rollups of `tsuids` as they are once their raw rows
+    /// of the hours `first_hour..=last_hour` are deleted (what
+    /// [`Db::delete_rows`] removes): an interval lying within those hours
+    /// loses its cells, one straddling their edge keeps the aggregates of
+    /// its remaining points. Points in the deleted hours are left out
+    /// whether or not their rows are gone yet, so this may run before the
+    /// rows go (a delete, which thus never leaves rollups counting deleted
+    /// points durable without the delete) or after (WAL replay of the
+    /// delete). Only intervals holding cells are visited: the rollup rows
+    /// of the range are scanned, not every interval of it. Returns the
+    /// cells written.
+    pub(crate) fn roll_up_deleted(
+        &self,
+        tsuids: &[Tsuid],
+        first_hour: u32,
+        last_hour: u32,
+    ) -> Result<u64, AutoRollupError> {
+        let gone = (first_hour, last_hour.saturating_add(3599));
+        let widths = self.layout.widths;
+        let slot: HashMap<Vec<u8>, usize> = tsuids
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.to_bytes(&widths), i))
+            .collect();
+        let mut metrics: Vec<Uid> = tsuids.iter().map(|t| t.metric).collect();
+        metrics.sort_unstable();
+        metrics.dedup();
+        let ids = self.auto_ids();
+        let mut work: Vec<Work> = vec![Vec::new(); tsuids.len()];
+        let mut tsuid = Vec::new();
+        for iv in self.intervals() {
+            let mut starts: Vec<Vec<u32>> = vec![Vec::new(); tsuids.len()];
+            let first = codec::base_time(first_hour, iv);
+            let stop = codec::next_base_time(codec::base_time(gone.1, iv), iv);
+            for &metric in &metrics {
+                for (start, end) in scan_bounds(self.layout, metric, first, stop) {
+                    for r in self.table.scan_raw(&iv.table, &start, &end) {
+                        let (key, value) = r?;
+                        let Some(base) = self.layout.split_row_key(&key, &mut tsuid) else {
+                            continue;
+                        };
+                        let Some(&i) = slot.get(tsuid.as_slice()) else {
+                            continue;
+                        };
+                        // An unreadable row is left as it is: the
+                        // intervals it does hold are still read below.
+                        let _ = crate::codec::row::RowCells::for_each_borrowed(&value, |q, _| {
+                            let Some(p) = codec::QualifierParts::of(q) else {
+                                return;
+                            };
+                            if !ids.contains(&p.aggregator_id) {
+                                return;
+                            }
+                            let at = base as u64 + p.offset as u64 * iv.interval_seconds as u64;
+                            let end = at + iv.interval_seconds as u64;
+                            if at <= gone.1 as u64 && end > gone.0 as u64 {
+                                starts[i].push(at as u32);
+                            }
+                        });
+                    }
+                }
+            }
+            for (i, mut s) in starts.into_iter().enumerate() {
+                s.sort_unstable();
+                s.dedup();
+                if !s.is_empty() {
+                    work[i].push((iv, s));
+                }
+            }
+        }
+        let mut written = 0;
+        for (t, w) in tsuids.iter().zip(&work) {
+            written += self.recompute(t, w, Some(gone))?;
+        }
+        Ok(written)
+    }
+
+    /// The intervals rtsdb computes: every configured one but the
+    /// default (whose table is the raw data).
+    fn intervals(&self) -> impl Iterator<Item = &RollupInterval> {
+        self.settings
+            .config
+            .intervals
+            .iter()
+            .filter(|i| !i.default_interval)
+    }
+
+    /// The aggregation ids of the columns rtsdb computes.
+    fn auto_ids(&self) -> Vec<u8> {
+        AUTO_AGGREGATES
+            .iter()
+            .filter_map(|name| self.settings.config.aggregation_ids.get(*name).copied())
+            .collect()
+    }
+
+    /// Computes `work`'s intervals of `tsuid` from its stored raw points,
+    /// leaving out those within `excluded` (seconds, inclusive), and
+    /// rewrites their cells: each interval's computed columns replace the
+    /// old ones whatever their value flags, and an interval without
+    /// points loses them.
+    fn recompute(
+        &self,
+        tsuid: &Tsuid,
+        work: &Work,
+        excluded: Option<(u32, u32)>,
+    ) -> Result<u64, AutoRollupError> {
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        for (iv, starts) in work {
+            if let (Some(f), Some(l)) = (starts.first(), starts.last()) {
+                lo = lo.min(*f as u64);
+                hi = hi.max(*l as u64 + iv.interval_seconds as u64 - 1);
+            }
+        }
+        if lo > hi {
             return Ok(0);
         }
+        let kept = |ts: u32| excluded.is_none_or(|(a, b)| ts < a || ts > b);
         let mut points: Vec<(u32, Value)> = Vec::new();
         self.rows.read_tsuids(
             std::slice::from_ref(tsuid),
@@ -394,16 +538,23 @@ impl AutoRollups<'_> {
             &mut |_, pts| {
                 points.extend(
                     pts.iter()
-                        .map(|p| ((p.timestamp_ms / 1000) as u32, p.value)),
+                        .map(|p| ((p.timestamp_ms / 1000) as u32, p.value))
+                        .filter(|p| kept(p.0)),
                 );
                 true
             },
         )?;
+        let config = &self.settings.config;
+        let ids = self.auto_ids();
         let mut written = 0;
         for (iv, starts) in work {
-            // Cells per rollup row.
-            let mut rows: std::collections::BTreeMap<u32, Vec<Cell>> = Default::default();
-            for start in starts {
+            // Per rollup row: the offsets recomputed and their new cells.
+            let mut rows: std::collections::BTreeMap<u32, (Vec<u32>, Vec<Cell>)> =
+                Default::default();
+            for &start in starts {
+                let base = codec::base_time(start, iv);
+                let row = rows.entry(base).or_default();
+                row.0.push((start - base) / iv.interval_seconds);
                 let end = start as u64 + iv.interval_seconds as u64;
                 let from = points.partition_point(|p| p.0 < start);
                 let mut agg: Option<Aggregates> = None;
@@ -414,23 +565,27 @@ impl AutoRollups<'_> {
                     }
                 }
                 let Some(agg) = agg else { continue };
-                let base = codec::base_time(start, iv);
                 for name in AUTO_AGGREGATES {
                     let Some(&id) = config.aggregation_ids.get(name) else {
                         continue;
                     };
                     let v = encode_value(agg.value(name));
                     let q = codec::qualifier(start, base, v.flags, id, iv)?;
-                    rows.entry(base)
-                        .or_default()
+                    row.1
                         .push(Cell::new(q.to_vec(), v.as_bytes().to_vec()));
                 }
             }
-            for (base, cells) in rows {
+            for (base, (offsets, cells)) in rows {
                 written += cells.len() as u64;
-                self.table.put_cells(
+                let stale = |q: &[u8]| {
+                    codec::QualifierParts::of(q).is_some_and(|p| {
+                        ids.contains(&p.aggregator_id) && offsets.contains(&p.offset)
+                    })
+                };
+                self.table.rewrite_cells(
                     &iv.table,
                     &self.layout.row_key(tsuid, base),
+                    stale,
                     cells,
                     Durability::Process,
                 )?;
@@ -438,6 +593,30 @@ impl AutoRollups<'_> {
         }
         Ok(written)
     }
+}
+
+/// The engine key ranges holding `metric`'s rows from base time `first`
+/// up to (not including) `stop`, one per salt bucket.
+fn scan_bounds(layout: &KeyLayout, metric: Uid, first: u32, stop: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let buckets: Vec<Option<u32>> = if layout.salt.enabled() {
+        (0..layout.salt.buckets).map(Some).collect()
+    } else {
+        vec![None]
+    };
+    buckets
+        .into_iter()
+        .map(|b| {
+            let start = layout.scan_prefix(b, metric, first);
+            let end = if stop > u32::MAX as u64 {
+                let mut e = layout.scan_prefix(b, metric, u32::MAX);
+                e.push(0xFF);
+                e
+            } else {
+                layout.scan_prefix(b, metric, stop as u32)
+            };
+            (start, end)
+        })
+        .collect()
 }
 
 impl Db {

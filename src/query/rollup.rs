@@ -205,7 +205,11 @@ pub(super) fn run(
             &interval.table
         };
         let t_read = budget.elapsed();
-        let mut cells: Vec<Vec<RollupCell>> = vec![Vec::new(); sel.tsuids.len()];
+        // Each series' cells go through its pipeline as they are handed
+        // over, not buffered again.
+        let mut pipes = frame.pipes(&fed, sel.tsuids.len());
+        let mut points = 0u64;
+        let sum_id = ids("sum");
         let rows = source
             .read_rollups(
                 table,
@@ -215,20 +219,19 @@ pub(super) fn run(
                 &wanted,
                 start_s,
                 end_s,
-                &mut |i, c| cells[i].push(c),
+                &mut |i, cells| {
+                    points += cells.len() as u64;
+                    let p = &mut pipes[i];
+                    combine(cells, plan.column, sum_id, |ts| bucketer.bucket(ts), |ts, v| {
+                        p.seen = true;
+                        p.push_point(ts, v);
+                    });
+                },
             )
             .map_err(QueryError::Storage)?;
         stats.rows += rows;
-        let points: u64 = cells.iter().map(|c| c.len() as u64).sum();
         budget.charge(0, points)?;
         stats.raw_points += points;
-        let mut pipes = frame.pipes(&fed, sel.tsuids.len());
-        for (p, series) in pipes.iter_mut().zip(&cells) {
-            for (ts, v) in combine(series, plan, ids("sum"), |ts| bucketer.bucket(ts)) {
-                p.seen = true;
-                p.push_point(ts, v);
-            }
-        }
         finish_all(&mut pipes);
         let t_agg = budget.elapsed();
         stats.storage_ms += (t_agg - t_read).as_secs_f64() * 1000.0;
@@ -262,56 +265,61 @@ pub(super) fn run(
     Ok(RollupAnswer::Rolled(Vec::new(), stats))
 }
 
-/// One value per bucket from a series' time-sorted cells; `sum_id` is
-/// the id of the `sum` column (for `avg`).
+/// One value per bucket from a series' time-sorted cells, handed to
+/// `emit` in time order; `sum_id` is the id of the `sum` column (for
+/// `avg`).
 fn combine(
     cells: &[RollupCell],
-    plan: &RollupPlan,
+    column: Column,
     sum_id: Option<u8>,
     bucket: impl Fn(i64) -> Option<i64>,
-) -> Vec<(i64, Value)> {
-    // Per timestamp first: the column's value, or (for avg) the sum and
-    // the count, in whichever order their cells were written.
-    let avg = plan.column == Column::Avg;
-    let mut per_ts: Vec<(i64, Option<Value>, Option<Value>)> = Vec::new();
-    for c in cells {
-        let ts = c.timestamp as i64 * 1000;
-        let is_count = avg && Some(c.aggregator_id) != sum_id;
-        if per_ts.last().is_none_or(|l| l.0 != ts) {
-            per_ts.push((ts, None, None));
-        }
-        let last = per_ts.last_mut().expect("pushed");
-        if is_count {
-            last.2 = Some(c.value);
-        } else {
-            last.1 = Some(c.value);
-        }
-    }
-    let mut out: Vec<(i64, Value)> = Vec::new();
-    let mut acc: Option<(i64, Value, f64)> = None;
-    let flush = |acc: &mut Option<(i64, Value, f64)>, out: &mut Vec<(i64, Value)>| {
-        if let Some((b, v, count)) = acc.take() {
-            // OpenTSDB reads rollup values as doubles: its answers from
-            // rollups are never integers.
-            match plan.column {
-                Column::Avg if count > 0.0 => out.push((b, Value::Float(v.as_f64() / count))),
+    mut emit: impl FnMut(i64, Value),
+) {
+    let avg = column == Column::Avg;
+    // OpenTSDB reads rollup values as doubles: its answers from rollups
+    // are never integers.
+    let mut flush = |acc: Option<(i64, Value, f64)>| {
+        if let Some((b, v, count)) = acc {
+            match column {
+                Column::Avg if count > 0.0 => emit(b, Value::Float(v.as_f64() / count)),
                 Column::Avg => {}
-                _ => out.push((b, Value::Float(v.as_f64()))),
+                _ => emit(b, Value::Float(v.as_f64())),
             }
         }
     };
-    for (ts, v, count) in per_ts {
+    let mut acc: Option<(i64, Value, f64)> = None;
+    let mut rest = cells;
+    while let Some(first) = rest.first() {
+        // The cells of one timestamp: the column's value, or (for avg)
+        // the sum and the count, in whichever order they were written
+        // (the later of two for one column wins).
+        let n = rest
+            .iter()
+            .position(|c| c.timestamp != first.timestamp)
+            .unwrap_or(rest.len());
+        let (same, next) = rest.split_at(n);
+        rest = next;
+        let (mut v, mut count) = (None, None);
+        for c in same {
+            if avg && Some(c.aggregator_id) != sum_id {
+                count = Some(c.value);
+            } else {
+                v = Some(c.value);
+            }
+        }
         // A timestamp without its sum (or, for avg, its count) gives no
         // point.
         let Some(v) = v else { continue };
         if avg && count.is_none() {
             continue;
         }
-        let Some(b) = bucket(ts) else { continue };
+        let Some(b) = bucket(first.timestamp as i64 * 1000) else {
+            continue;
+        };
         let count = count.map_or(0.0, |c| c.as_f64());
         match &mut acc {
             Some((ab, av, ac)) if *ab == b => {
-                *av = match plan.column {
+                *av = match column {
                     Column::Min => pick(*av, v, false),
                     Column::Max => pick(*av, v, true),
                     _ => add(*av, v),
@@ -319,11 +327,10 @@ fn combine(
                 *ac += count;
             }
             _ => {
-                flush(&mut acc, &mut out);
+                flush(acc.take());
                 acc = Some((b, v, count));
             }
         }
     }
-    flush(&mut acc, &mut out);
-    out
+    flush(acc);
 }

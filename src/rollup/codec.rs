@@ -108,21 +108,42 @@ pub fn decode_cell(
     base: u32,
     interval: &RollupInterval,
 ) -> Result<RollupCell, RollupCodecError> {
-    if q.len() != 3 {
+    let Some(parts) = QualifierParts::of(q) else {
         return Err(RollupCodecError::BadQualifier(q.len()));
-    }
-    let packed = u16::from_be_bytes([q[1], q[2]]);
-    let flags = (packed as u8) & FLAGS_MASK;
-    let offset = (packed >> 4) as u32;
-    let value = decode_value(flags, v).map_err(|_| RollupCodecError::BadValue {
-        flags,
+    };
+    let value = decode_value(parts.flags, v).map_err(|_| RollupCodecError::BadValue {
+        flags: parts.flags,
         len: v.len(),
     })?;
     Ok(RollupCell {
-        aggregator_id: q[0] & AGGREGATOR_MASK,
-        timestamp: base + offset * interval.interval_seconds,
+        aggregator_id: parts.aggregator_id,
+        timestamp: base + parts.offset * interval.interval_seconds,
         value,
     })
+}
+
+/// The fields of a 3-byte rollup qualifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QualifierParts {
+    pub aggregator_id: u8,
+    /// Intervals from the row's base time.
+    pub offset: u32,
+    pub flags: u8,
+}
+
+impl QualifierParts {
+    /// None unless `q` is 3 bytes long.
+    pub fn of(q: &[u8]) -> Option<QualifierParts> {
+        let &[agg, hi, lo] = q else {
+            return None;
+        };
+        let packed = u16::from_be_bytes([hi, lo]);
+        Some(QualifierParts {
+            aggregator_id: agg & AGGREGATOR_MASK,
+            offset: (packed >> 4) as u32,
+            flags: (packed as u8) & FLAGS_MASK,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -71,18 +71,48 @@ impl RollupTable {
         cells: Vec<Cell>,
         durability: Durability,
     ) -> Result<(), StoreError> {
+        self.rewrite_cells(table, row_key, |_| false, cells, durability)
+    }
+
+    /// Removes a row's cells for which `stale(qualifier)` holds, then
+    /// writes `cells` as [`put_cells`](Self::put_cells) does, in one
+    /// read-modify-write. A row left without cells is deleted. Computed
+    /// rollups use it to replace an interval's cells whatever value
+    /// flags the old ones had (a qualifier carries them), or to drop them
+    /// when the interval no longer holds raw points.
+    pub fn rewrite_cells(
+        &self,
+        table: &str,
+        row_key: &[u8],
+        stale: impl Fn(&[u8]) -> bool,
+        cells: Vec<Cell>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
         let key = entry_key(table, row_key);
         let _g = self.locks.lock(0, &key);
-        let mut row = match self.kv.get(Table::Rollup, &key)? {
+        let old = self.kv.get(Table::Rollup, &key)?;
+        let mut row = match &old {
             None => RowCells::default(),
-            Some(v) => super::decode_cells(row_key, &v)?,
+            Some(v) => super::decode_cells(row_key, v)?,
         };
+        let before = row.cells.len();
+        row.cells.retain(|c| !stale(&c.qualifier));
+        if cells.is_empty() && row.cells.len() == before {
+            return Ok(());
+        }
         for c in cells {
             row.put(c);
         }
         let mut b = WriteBatch::new();
         b.durability = durability;
-        b.put(Table::Rollup, key, row.encode());
+        if row.cells.is_empty() {
+            if old.is_none() {
+                return Ok(());
+            }
+            b.delete(Table::Rollup, key);
+        } else {
+            b.put(Table::Rollup, key, row.encode());
+        }
         Ok(self.kv.write(b)?)
     }
 
