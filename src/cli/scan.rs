@@ -14,12 +14,12 @@ use crate::codec::compressed;
 use crate::codec::qualifier::{self, CellKind, FLAG_FLOAT, StoredPoint};
 use crate::codec::row::Cell;
 use crate::codec::row_key::RowKey;
+use crate::db::Db;
 use crate::model::java;
 use crate::model::row_span::row_base_clamped;
 use crate::model::uid::java_byte_array;
-use crate::model::{Uid, UidKind, Value};
+use crate::model::{Tsuid, Uid, UidKind, Value};
 use crate::store::Durability;
-use crate::store::Store;
 use crate::uid::UidTable;
 
 #[derive(Debug, Args)]
@@ -73,7 +73,7 @@ pub(crate) fn run(
         }
     };
     let db = ctx.open_db()?;
-    let (store, table) = (db.store(), db.uids());
+    let table = db.uids();
     let import = a.import || a.delete;
     let start_s = q.start_ms / 1000;
     let end_s = q.end_ms.unwrap_or_else(now_ms) / 1000;
@@ -121,7 +121,7 @@ pub(crate) fn run(
                 import,
                 out,
             )?,
-            None => dump(store, table, &filter, start_s, end_s, import, a.delete, out)?,
+            None => dump(&db, &filter, start_s, end_s, import, a.delete, out)?,
         }
     }
     Ok(0)
@@ -309,8 +309,7 @@ fn tag_pairs(table: &UidTable, key: &RowKey) -> Result<Vec<TagPair>, crate::uid:
 
 #[allow(clippy::too_many_arguments)]
 fn dump(
-    store: &Arc<Store>,
-    table: &UidTable,
+    db: &Db,
     filter: &RowFilter,
     start_s: u64,
     end_s: u64,
@@ -318,9 +317,11 @@ fn dump(
     delete: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
+    let (store, table) = (db.store(), &**db.uids());
     let (start_base, end_base) = (row_base_clamped(start_s), row_base_clamped(end_s));
     let layout = *store.layout();
     let mut to_delete = Vec::new();
+    let mut deleted_series: Vec<Tsuid> = Vec::new();
     let progress = super::row_progress("scan");
     for item in store.scan_metric_rows(filter.metric, start_base, end_base) {
         if let Some(pb) = &progress {
@@ -365,11 +366,17 @@ fn dump(
         }
         if delete {
             to_delete.push(raw_key);
+            deleted_series.push(key.tsuid);
         }
     }
     if let Some(pb) = progress {
         pb.finish_and_clear();
     }
+    // Every row of these series in the range goes: their computed
+    // rollups lose those hours first (docs/rollups.md).
+    deleted_series.sort();
+    deleted_series.dedup();
+    db.roll_up_deleted(&deleted_series, start_base, end_base)?;
     for key in to_delete {
         store.delete_row(&key, Durability::Process)?;
     }

@@ -49,12 +49,7 @@ impl Db {
         // the rows go, so no sync can make the delete durable while they
         // still count them; a crash in between leaves the delete in the
         // WAL, whose replay deletes the rows and recomputes these again.
-        if let Some(auto) = self.auto_rollups() {
-            let cells = auto.roll_up_deleted(tsuids, first, last)?;
-            self.stats
-                .rollup_cells_computed
-                .fetch_add(cells, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.roll_up_deleted(tsuids, first, last)?;
         let rows = self.rows.delete_rows(tsuids, first, last)?;
         // After the rows are gone: an answer cached meanwhile from the
         // old rows then carries an outdated epoch.
@@ -68,5 +63,20 @@ impl Db {
             rows,
             buffered_points,
         })
+    }
+
+    /// With `tsd.rollups.auto`, recomputes the rollups of `tsuids` as
+    /// they are without their raw rows of the hours
+    /// `first_hour..=last_hour` (docs/rollups.md): called before those
+    /// rows are deleted, by [`delete_rows`](Self::delete_rows) and by
+    /// `tsdb scan --delete`. Does nothing with auto rollups off.
+    pub fn roll_up_deleted(&self, tsuids: &[Tsuid], first_hour: u32, last_hour: u32) -> Result<()> {
+        if let Some(auto) = self.auto_rollups() {
+            let cells = auto.roll_up_deleted(tsuids, first_hour, last_hour)?;
+            self.stats
+                .rollup_cells_computed
+                .fetch_add(cells, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
     }
 }

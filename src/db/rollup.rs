@@ -320,7 +320,10 @@ impl RollupSource for Db {
                     .collect();
                 handles
                     .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err("rollup read thread panicked".into())))
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err("rollup read thread panicked".into()))
+                    })
                     .collect()
             })
         };
@@ -571,8 +574,7 @@ impl AutoRollups<'_> {
                     };
                     let v = encode_value(agg.value(name));
                     let q = codec::qualifier(start, base, v.flags, id, iv)?;
-                    row.1
-                        .push(Cell::new(q.to_vec(), v.as_bytes().to_vec()));
+                    row.1.push(Cell::new(q.to_vec(), v.as_bytes().to_vec()));
                 }
             }
             for (base, (offsets, cells)) in rows {

@@ -222,10 +222,16 @@ pub(super) fn run(
                 &mut |i, cells| {
                     points += cells.len() as u64;
                     let p = &mut pipes[i];
-                    combine(cells, plan.column, sum_id, |ts| bucketer.bucket(ts), |ts, v| {
-                        p.seen = true;
-                        p.push_point(ts, v);
-                    });
+                    combine(
+                        cells,
+                        plan.column,
+                        sum_id,
+                        |ts| bucketer.bucket(ts),
+                        |ts, v| {
+                            p.seen = true;
+                            p.push_point(ts, v);
+                        },
+                    );
                 },
             )
             .map_err(QueryError::Storage)?;

@@ -1,7 +1,8 @@
 //! `tsd.rollups.auto` across a SIGKILL: the rollups a restarted TSD
 //! answers with are those of the raw points it stored, whether the kill
 //! came before the flusher wrote an hour, between its raw row and its
-//! rollups, or after both (docs/rollups.md, "Crashes").
+//! rollups, or after both, or in the middle of a delete query
+//! (docs/rollups.md, "Crashes" and "Deletes").
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,7 +22,8 @@ fn conf(dir: &Path) -> std::path::PathBuf {
     std::fs::write(
         &path,
         format!(
-            "tsd.rollups.enable = true\ntsd.rollups.auto = true\ntsd.rollups.config = {CONFIG}\n"
+            "tsd.rollups.enable = true\ntsd.rollups.auto = true\ntsd.rollups.config = {CONFIG}\n\
+             tsd.http.query.allow_delete = true\n"
         ),
     )
     .unwrap();
@@ -182,6 +184,59 @@ fn rollups_match_raw_points_after_sigkill_mid_stream() {
             w.join().unwrap();
         }
     }
+    let tsd = spawn(&data, &conf, 200);
+    assert_rollups_match_raw(tsd.addr);
+    let status = tsd.terminate();
+    assert!(status.success(), "{status:?}");
+}
+
+/// Killed while delete queries remove hours of stored series (and points
+/// come back into them): wherever the kill lands in a delete (before its
+/// rollups were recomputed, between them and the rows going, after), the
+/// restarted TSD's rollups match its raw points.
+#[test]
+fn rollups_match_raw_points_after_sigkill_during_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = conf(dir.path());
+    let data = dir.path().join("data");
+    let tsd = spawn(&data, &conf, 100);
+    for k in 0..10 {
+        assert!(put(tsd.addr, k * 500, 500));
+    }
+    // Until the first hours are stored with their rollups (at most 30 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while stat(tsd.addr, "tsd.rollup.stored", "type=computed") == 0 {
+        assert!(std::time::Instant::now() < deadline, "nothing stored");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let addr = tsd.addr;
+    let deleter = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // One hour of one host (of the first four), then some of
+                // its points again.
+                let hour = START + (n % 4) as i64 * 3600;
+                let path = format!(
+                    "/api/query?start={hour}&end={}&m=sum:rollup.crash%7Bhost=h{}%7D&method_override=delete",
+                    hour + 1,
+                    n % 2
+                );
+                let ok = std::panic::catch_unwind(|| common::http(addr, "GET", &path, &[], b""))
+                    .is_ok_and(|r| r.status == 200);
+                if !ok || !put(addr, n * 97 % 4000, 100) {
+                    return;
+                }
+                n += 1;
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(900));
+    tsd.kill();
+    stop.store(true, Ordering::Relaxed);
+    deleter.join().unwrap();
     let tsd = spawn(&data, &conf, 200);
     assert_rollups_match_raw(tsd.addr);
     let status = tsd.terminate();
