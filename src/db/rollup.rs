@@ -209,6 +209,10 @@ impl Db {
     }
 }
 
+/// One time slice of a rollup read: each series' cells, and the rows
+/// read.
+type SliceRead = (Vec<Vec<RollupCell>>, u64);
+
 /// What a query reads from the rollup tables.
 pub trait RollupSource: Sync {
     fn rollup_settings(&self) -> Option<&RollupSettings>;
@@ -272,7 +276,7 @@ impl RollupSource for Db {
             .collect();
         cuts.push(stop);
         cuts.dedup();
-        let slice = |from: u64, to: u64| -> Result<(Vec<Vec<RollupCell>>, u64), String> {
+        let slice = |from: u64, to: u64| -> Result<SliceRead, String> {
             let mut rows = 0;
             let mut found: Vec<Vec<RollupCell>> = vec![Vec::new(); tsuids.len()];
             let mut tsuid = Vec::new();
@@ -307,7 +311,7 @@ impl RollupSource for Db {
             }
             Ok((found, rows))
         };
-        let parts: Vec<Result<(Vec<Vec<RollupCell>>, u64), String>> = if cuts.len() <= 2 {
+        let parts: Vec<Result<SliceRead, String>> = if cuts.len() <= 2 {
             vec![slice(cuts[0], cuts[cuts.len() - 1])]
         } else {
             std::thread::scope(|s| {
