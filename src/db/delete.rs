@@ -37,11 +37,14 @@ impl Db {
         let doomed: HashSet<&Tsuid> = tsuids.iter().collect();
         let widths = self.rows.widths();
         let logged: Vec<Vec<u8>> = tsuids.iter().map(|t| t.to_bytes(&widths)).collect();
+        // Held from before the record is logged: no sealed hour is in
+        // flight while it is held, so none can land in the store after its
+        // row was deleted, and the WAL is not truncated (`truncate_wal`)
+        // between the record and the rows' deletion, which would let a
+        // crash there bring the deleted points back.
+        let _f = self.flush_lock.lock();
         let a = self.wal.append_deletes(&logged, first, last)?;
         self.wal.wait_durable_blocking(a.seq)?;
-        // No sealed hour is in flight while this is held, so none can land
-        // in the store after its row was deleted.
-        let _f = self.flush_lock.lock();
         let buffered_points = self
             .buffer
             .remove_hours(&|t| doomed.contains(t), first, last);

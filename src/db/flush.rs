@@ -279,6 +279,11 @@ impl Db {
     /// it ever logged on disk until the segment filled up, at ten times
     /// what the same points cost as rows.
     fn truncate_wal(&self) {
+        // Under the flush lock: a delete holds it from before its WAL
+        // record is appended until its rows are deleted, so the segment
+        // holding the record cannot go (below) before the deletion is in
+        // the store, which is synced before any segment goes.
+        let _f = self.flush_lock.lock();
         // Read under the gate, so no append lands between the buffer's
         // pins and the log's position; walking the buffer is not cheap, so
         // it is read again only when the segment was closed meanwhile.
