@@ -24,7 +24,7 @@ pub const COMPRESSED_QUALIFIER: [u8; 3] = [COMPRESSED_PREFIX, 0, 0];
 const VERSION: u8 = 1;
 const FRAME: usize = 64;
 /// Largest decimal exponent tried when scaling floats to integers.
-const MAX_DECIMALS: u32 = 9;
+pub(crate) const MAX_DECIMALS: u32 = 9;
 
 const TS_SECONDS: u8 = 0;
 const TS_MILLIS: u8 = 1;
@@ -268,7 +268,9 @@ fn decode_offsets(
 
 /// The smallest number of decimals `e` such that every value is exactly
 /// `m / 10^e` for an integer `m` below 2^53, with the scaled integers.
-fn decimal_scale(values: &[f64]) -> Option<(u32, Vec<i64>)> {
+/// The WAL's columnar batches scale floats by the same rule
+/// (`write::wal::columns`).
+pub(crate) fn decimal_scale(values: &[f64]) -> Option<(u32, Vec<i64>)> {
     'exp: for e in 0..=MAX_DECIMALS {
         let scale = 10f64.powi(e as i32);
         let mut out = Vec::with_capacity(values.len());

@@ -177,7 +177,9 @@ impl Store {
         let record: LayoutRecord = serde_json::from_slice(&stored).map_err(|e| {
             StoreError::BadHeader(format!("the layout record of the {where_}: {e}"))
         })?;
-        if record.format_version != header::FORMAT_VERSION {
+        if !(header::OLDEST_CLUSTER_VERSION..=header::FORMAT_VERSION)
+            .contains(&record.format_version)
+        {
             return Err(StoreError::UnsupportedVersion {
                 dir: where_,
                 found: record.format_version,

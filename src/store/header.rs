@@ -18,11 +18,17 @@ pub const FORMAT_NAME: &str = "rtsdb";
 /// Version 2 added `checksum`; version 3 the `tsdb-tree` table (trees,
 /// docs/format/tree.md) and compressed WAL frames (docs/format/wal.md);
 /// version 4 the `tsdb-rollup` table (rollups and pre-aggregates,
-/// docs/format/rollup.md).
+/// docs/format/rollup.md); version 5 WAL frames laid out by series
+/// (record `07`, docs/format/wal.md).
 /// Older stores are read and upgraded in place by [`super::Store::open`]:
 /// the header is rewritten (with its checksum), the engine creates the
 /// new table empty, and their WAL is read as it is.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
+/// The oldest version a cluster's shared layout record may name: version
+/// 5 changed only the WAL, which each TSD of a cluster keeps in its own
+/// data directory, so a cluster made by a version 4 build is the same
+/// cluster to this one.
+pub const OLDEST_CLUSTER_VERSION: u32 = 4;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// Prefix of the `checksum` field: the algorithm, so that it can change.

@@ -6,10 +6,12 @@
 //!
 //! - `record`: records and their frames (length + CRC-32), encoded and
 //!   decoded; pure functions over bytes.
+//! - `columns`: the columnar body of a compressed batch of points.
 //! - `segment`: segment file names, listing them, reading one back.
 //! - `writer`: the [`Wal`] handle and its writer thread (group commit,
 //!   fdatasync, rotation, deleting segments the store no longer needs).
 
+mod columns;
 mod record;
 mod segment;
 mod writer;

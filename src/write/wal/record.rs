@@ -20,6 +20,10 @@ const REC_DELETE: u8 = 4;
 const REC_ZSTD: u8 = 5;
 /// A histogram point: its stored cell value (codec id and bytes).
 const REC_HISTOGRAM: u8 = 6;
+/// The rest of the payload is a batch of series definitions and points
+/// laid out by series ([`super::columns`]) and compressed with zstd: like
+/// `REC_ZSTD`, only ever a payload's first and only record.
+const REC_COLUMNS: u8 = 7;
 
 /// A run of frames shorter than this is written as it is: compressing a
 /// single `sync` put's frame saves nothing.
@@ -166,7 +170,11 @@ impl Cursor<'_> {
 /// Compresses what appenders framed into the frames the log writes.
 pub(super) struct FrameCompressor {
     zstd: zstd::bulk::Compressor<'static>,
+    /// The batch's records back to back, as the appenders encoded them.
     records: Vec<u8>,
+    /// The same, decoded, and laid out by series.
+    decoded: Vec<Record>,
+    columns: Vec<u8>,
     compressed: Vec<u8>,
 }
 
@@ -176,13 +184,18 @@ impl FrameCompressor {
             zstd: zstd::bulk::Compressor::new(ZSTD_LEVEL)
                 .expect("zstd takes its own fastest level"),
             records: Vec::new(),
+            decoded: Vec::new(),
+            columns: Vec::new(),
             compressed: Vec::new(),
         }
     }
 
     /// Rewrites `frames` (whole frames back to back, as [`finish_frame`]
     /// left them) as one frame holding all their records compressed,
-    /// when that is smaller; leaves them as they are otherwise.
+    /// when that is smaller; leaves them as they are otherwise. A batch
+    /// of series definitions and points is laid out by series first
+    /// (`REC_COLUMNS`); one with a delete or a histogram, whose order
+    /// among the points matters, is compressed as it is (`REC_ZSTD`).
     pub(super) fn compress(&mut self, frames: &mut Vec<u8>) {
         if frames.len() < COMPRESS_MIN {
             return;
@@ -200,20 +213,30 @@ impl FrameCompressor {
         if i != frames.len() || self.records.len() > MAX_FRAME {
             return;
         }
+        self.decoded.clear();
+        self.columns.clear();
+        let by_series = decode_records(&self.records, &mut self.decoded).is_some()
+            && super::columns::encode(&self.decoded, &mut self.columns)
+            && self.columns.len() <= MAX_FRAME;
+        let (tag, body) = if by_series {
+            (REC_COLUMNS, &self.columns)
+        } else {
+            (REC_ZSTD, &self.records)
+        };
         self.compressed.clear();
         self.compressed
-            .reserve(zstd::zstd_safe::compress_bound(self.records.len()));
+            .reserve(zstd::zstd_safe::compress_bound(body.len()));
         if self
             .zstd
-            .compress_to_buffer(&self.records, &mut self.compressed)
+            .compress_to_buffer(body.as_slice(), &mut self.compressed)
             .is_err()
         {
             return;
         }
         let mut frame = Vec::with_capacity(self.compressed.len() + FRAME_HEADER + 6);
         let start = start_frame(&mut frame);
-        frame.push(REC_ZSTD);
-        varint::put(self.records.len() as u64, &mut frame);
+        frame.push(tag);
+        varint::put(body.len() as u64, &mut frame);
         frame.extend_from_slice(&self.compressed);
         finish_frame(&mut frame, start);
         if frame.len() < frames.len() {
@@ -222,7 +245,8 @@ impl FrameCompressor {
     }
 }
 
-/// The records a `REC_ZSTD` payload holds, after its tag byte.
+/// The bytes a `REC_ZSTD` or `REC_COLUMNS` payload holds, after its tag
+/// byte.
 fn decompress(c: &mut Cursor<'_>) -> Option<Vec<u8>> {
     let raw_len = usize::try_from(c.varint()?).ok()?;
     if raw_len > MAX_FRAME {
@@ -234,16 +258,28 @@ fn decompress(c: &mut Cursor<'_>) -> Option<Vec<u8>> {
 }
 
 fn decode_payload(payload: &[u8], out: &mut Vec<Record>) -> Option<()> {
-    if payload.first() == Some(&REC_ZSTD) {
-        let mut c = Cursor { b: payload, i: 1 };
+    let mut c = Cursor { b: payload, i: 1 };
+    match payload.first() {
         // (Compressed records are never compressed again: a `REC_ZSTD`
-        // among them is undecodable.)
-        return decode_records(&decompress(&mut c)?, out);
+        // or `REC_COLUMNS` among them is undecodable.)
+        Some(&REC_ZSTD) => decode_records(&decompress(&mut c)?, out),
+        Some(&REC_COLUMNS) => super::columns::decode(&decompress(&mut c)?, out),
+        _ => decode_records(payload, out),
     }
-    decode_records(payload, out)
 }
 
-fn decode_records(payload: &[u8], out: &mut Vec<Record>) -> Option<()> {
+/// A point record as logged: its time as sent, checked here.
+pub(super) fn point_record(id: u32, raw_ts: u64, value: Value) -> Record {
+    // The record is whole: only its time is beyond what a row holds. It
+    // is kept (as such) so that one such point costs itself, not its
+    // frame.
+    match i64::try_from(raw_ts).map(Timestamp::from_raw) {
+        Ok(Ok(ts)) => Record::Point { id, ts, value },
+        _ => Record::UnstorablePoint { id, raw_ts, value },
+    }
+}
+
+pub(super) fn decode_records(payload: &[u8], out: &mut Vec<Record>) -> Option<()> {
     let mut c = Cursor { b: payload, i: 0 };
     while c.i < payload.len() {
         match c.byte()? {
@@ -267,13 +303,7 @@ fn decode_records(payload: &[u8], out: &mut Vec<Record>) -> Option<()> {
                     let b: [u8; 8] = c.bytes(8)?.try_into().ok()?;
                     Value::Float(f64::from_bits(u64::from_le_bytes(b)))
                 };
-                // The record is whole: only its time is beyond what a row
-                // holds. It is kept (as such) so that one such point costs
-                // itself, not its frame.
-                out.push(match i64::try_from(raw_ts).map(Timestamp::from_raw) {
-                    Ok(Ok(ts)) => Record::Point { id, ts, value },
-                    _ => Record::UnstorablePoint { id, raw_ts, value },
-                });
+                out.push(point_record(id, raw_ts, value));
             }
             REC_HISTOGRAM => {
                 let id = c.varint()? as u32;
@@ -358,7 +388,7 @@ fn plausible_start(bytes: &[u8]) -> Option<usize> {
     }
     match bytes.get(FRAME_HEADER) {
         _ if len == 0 => Some(0),
-        Some(tag) if (REC_SERIES..=REC_ZSTD).contains(tag) => Some(len),
+        Some(tag) if (REC_SERIES..=REC_COLUMNS).contains(tag) => Some(len),
         Some(_) => None,
         // Cut short: plausible as the torn last frame.
         None => Some(len),
@@ -732,47 +762,158 @@ pub(super) mod tests {
         bytes
     }
 
+    /// The records of a batch as replay reads them back from what the
+    /// writer wrote: laid out by series (definitions first, then each
+    /// series' points in the order logged, series in the order first
+    /// seen) when the batch went into one `REC_COLUMNS` frame, as logged
+    /// otherwise.
+    fn replayed(batch: &[Vec<Record>]) -> Vec<Record> {
+        let all = batch.concat();
+        if compressed(batch)[FRAME_HEADER] != REC_COLUMNS {
+            return all;
+        }
+        let mut out: Vec<Record> = all
+            .iter()
+            .filter(|r| matches!(r, Record::Series { .. }))
+            .cloned()
+            .collect();
+        let id = |r: &Record| match r {
+            Record::Point { id, .. } | Record::UnstorablePoint { id, .. } => Some(*id),
+            _ => None,
+        };
+        let mut seen = std::collections::HashSet::new();
+        for r in &all {
+            if let Some(i) = id(r).filter(|i| seen.insert(*i)) {
+                out.extend(all.iter().filter(|p| id(p) == Some(i)).cloned());
+            }
+        }
+        out
+    }
+
     /// Batches big enough to be compressed.
     fn batches() -> impl Strategy<Value = Vec<Vec<Vec<Record>>>> {
         let frame = prop::collection::vec(record(), 10..40);
-        prop::collection::vec(prop::collection::vec(frame, 1..4), 1..4)
+        // Half of them hold no delete, so they go into `REC_COLUMNS`.
+        let batch = prop_oneof![prop::collection::vec(frame, 1..4), point_batches()];
+        prop::collection::vec(batch, 1..4)
+    }
+
+    /// A devops-like batch: series 0..100 defined, then 20 steps of 10 s
+    /// with each series' value wandering (gauges in tenths, counters).
+    fn devops_batch() -> Vec<Vec<Record>> {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            rng >> 33
+        };
+        let mut values: Vec<i64> = (0..100).map(|_| (next() % 1000) as i64).collect();
+        let mut frames = vec![
+            (0..100)
+                .map(|id| Record::Series {
+                    id,
+                    metric: format!("cpu.m{}", id % 10),
+                    tags: vec![("host".into(), format!("host_{}", id / 10))],
+                })
+                .collect::<Vec<_>>(),
+        ];
+        for step in 0..20u32 {
+            frames.push(
+                (0..100u32)
+                    .map(|id| {
+                        let v = &mut values[id as usize];
+                        let value = if id % 10 >= 8 {
+                            *v += 1000 + (next() % 500) as i64;
+                            Value::Int(*v)
+                        } else {
+                            *v = (*v + (next() % 21) as i64 - 10).clamp(0, 1000);
+                            Value::Float(*v as f64 / 10.0)
+                        };
+                        Record::Point {
+                            id,
+                            ts: Timestamp::Seconds(1356998400 + step * 10),
+                            value,
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        frames
     }
 
     #[test]
-    fn a_batch_of_frames_is_written_as_one_compressed_frame() {
-        let frames: Vec<Vec<Record>> = (0..20)
-            .map(|step| {
-                (0..100)
-                    .map(|id| Record::Point {
-                        id,
-                        ts: Timestamp::Seconds(1356998400 + step * 10),
-                        value: Value::Float(f64::from(id * 7 % 1000) / 10.0),
-                    })
-                    .collect()
-            })
-            .collect();
+    fn a_batch_of_points_is_written_as_one_frame_laid_out_by_series() {
+        let frames = devops_batch();
         let raw = encode_frames(&frames);
         let bytes = compressed(&frames);
+        assert_eq!(bytes[FRAME_HEADER], REC_COLUMNS);
+        // Against the same records compressed as they are (`REC_ZSTD`,
+        // what format 4 wrote).
+        let records: Vec<u8> = frames
+            .iter()
+            .flat_map(|f| {
+                let mut out = Vec::new();
+                f.iter().for_each(|r| encode(r, &mut out));
+                out
+            })
+            .collect();
+        let as_is = zstd::bulk::compress(&records, ZSTD_LEVEL).unwrap().len();
         assert!(
-            bytes.len() * 3 < raw.len(),
-            "{} of {} bytes",
+            bytes.len() * 2 < as_is,
+            "{} bytes by series, {as_is} as logged, {} raw",
             bytes.len(),
             raw.len()
         );
-        assert_eq!(bytes[FRAME_HEADER], REC_ZSTD);
         let mut got = Vec::new();
         let scan = decode_frames(&bytes, &mut got);
         assert_eq!(scan.frames, 1);
-        assert_eq!(got, frames.concat());
+        assert_eq!(got, replayed(&frames));
+        assert_eq!(got.len(), frames.concat().len());
         // A lone small frame stays as it is.
-        let small = &frames[0][..2];
+        let small = &frames[1][..2];
         assert_eq!(
             compressed(&[small.to_vec()]),
             encode_frames(&[small.to_vec()])
         );
     }
 
+    #[test]
+    fn a_batch_with_a_delete_keeps_its_order() {
+        let mut frames = devops_batch();
+        frames.insert(
+            5,
+            vec![Record::Delete {
+                tsuid: vec![0, 0, 1, 0, 0, 1, 0, 0, 3],
+                first_hour: 1356998400,
+                last_hour: 1356998400,
+            }],
+        );
+        let bytes = compressed(&frames);
+        assert_eq!(bytes[FRAME_HEADER], REC_ZSTD);
+        let mut got = Vec::new();
+        decode_frames(&bytes, &mut got);
+        assert_eq!(got, frames.concat());
+    }
+
+    /// Batches of definitions and points only (what `REC_COLUMNS` holds).
+    fn point_batches() -> impl Strategy<Value = Vec<Vec<Record>>> {
+        let point = record().prop_filter("no delete", |r| !matches!(r, Record::Delete { .. }));
+        prop::collection::vec(prop::collection::vec(point, 10..40), 1..4)
+    }
+
     proptest! {
+        /// Every point (any time a record can hold, any value bit) comes
+        /// back from a batch laid out by series, with its series.
+        #[test]
+        fn a_batch_laid_out_by_series_round_trips(batch in point_batches()) {
+            let bytes = compressed(&batch);
+            let mut got = Vec::new();
+            let scan = decode_frames(&bytes, &mut got);
+            prop_assert_eq!(scan.damaged_frames, 0);
+            prop_assert_eq!(got, replayed(&batch));
+        }
+
         #[test]
         fn records_round_trip(frames in frames()) {
             let bytes = encode_frames(&frames);
@@ -815,7 +956,7 @@ pub(super) mod tests {
             at in any::<prop::sample::Index>(),
             flip in 1u8..=255,
         ) {
-            let all: Vec<Record> = batches.iter().flat_map(|b| b.concat()).collect();
+            let all: Vec<Record> = batches.iter().flat_map(|b| replayed(b)).collect();
             let bytes: Vec<u8> = batches.iter().flat_map(|b| compressed(b)).collect();
             let mut got = Vec::new();
             decode_frames(&bytes, &mut got);
@@ -825,7 +966,7 @@ pub(super) mod tests {
             // (A batch that does not compress is written as its frames,
             // each of which costs only itself: covered above.)
             let one = compressed(&batches[k]);
-            prop_assume!(one[FRAME_HEADER] == REC_ZSTD);
+            prop_assume!(one[FRAME_HEADER] == REC_ZSTD || one[FRAME_HEADER] == REC_COLUMNS);
             let mut bytes = Vec::new();
             for (i, b) in batches.iter().enumerate() {
                 let mut one = compressed(b);
@@ -841,7 +982,7 @@ pub(super) mod tests {
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| *i != k)
-                .flat_map(|(_, b)| b.concat())
+                .flat_map(|(_, b)| replayed(b))
                 .collect();
             prop_assert_eq!(got, want);
         }
