@@ -80,6 +80,20 @@ impl Cli {
         }
     }
 
+    /// Opens the database the commands run on, in this process, as the
+    /// commands open it (the conf on the cluster, the data directory on
+    /// both): to write what the commands are then to read. Drop it before
+    /// running a command, which takes the data directory's lock.
+    pub fn open_db(&self) -> std::sync::Arc<rtsdb::db::Db> {
+        let mut config = rtsdb::config::Config::load(self.conf.as_deref()).unwrap();
+        config.set(
+            rtsdb::config::DATA_DIR_KEY,
+            &self.dir.path().display().to_string(),
+        );
+        let opts = rtsdb::db::DbOptions::from_config(&config).unwrap();
+        rtsdb::db::Db::open(&opts).unwrap()
+    }
+
     /// Runs `tsdb [--config FILE] --data-dir DIR ARGS...`.
     pub fn tsdb(&self, args: &[&str]) -> Run {
         let mut all = self.config_args();

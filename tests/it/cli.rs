@@ -1,18 +1,23 @@
 //! The `tsdb` binary as users run it: uid, mkmetric and scan output must be
-//! OpenTSDB's, byte for byte.
+//! OpenTSDB's, byte for byte. The commands over stored data (scan, query,
+//! search, uid) run on both backends and print the same lines.
 
 use crate::common;
 
 use common::{Backend, Cli, on_both_backends, tsdb};
-use std::path::Path;
 
 use rtsdb::model::Tsuid;
-use rtsdb::model::{NameRules, Timestamp, UidKind, Value};
+use rtsdb::model::{Timestamp, UidKind, Value};
 use rtsdb::store::Durability;
 use rtsdb::store::{Store, StoreOptions};
-use rtsdb::uid::{AutoCreate, UidTable};
 
-on_both_backends!(uid_commands_print_opentsdb_lines);
+on_both_backends!(
+    uid_commands_print_opentsdb_lines,
+    scan_prints_rows_as_dumpseries,
+    scan_delete_removes_the_rows,
+    query_prints_opentsdb_lines_after_metasync,
+    search_lookup_metasync_and_metapurge,
+);
 
 /// On the cluster the names live in ZooKeeper; the lines are the same.
 fn uid_commands_print_opentsdb_lines(backend: Backend) {
@@ -129,19 +134,21 @@ fn uid_bad_input_is_an_error_not_a_panic() {
     );
 }
 
-fn write_sample(dir: &Path) {
-    let store = Store::open(dir, &StoreOptions::default()).unwrap();
-    let auto = AutoCreate {
-        metrics: true,
-        ..Default::default()
-    };
-    let t = UidTable::new(store.uid_store(), auto, NameRules::default());
-    let m = t.get_or_create_id(UidKind::Metric, "sys.cpu.user").unwrap();
-    let k = t.get_or_create_id(UidKind::TagKey, "host").unwrap();
-    let v = t.get_or_create_id(UidKind::TagValue, "web01").unwrap();
-    let v2 = t.get_or_create_id(UidKind::TagValue, "web02").unwrap();
+/// Two series of sys.cpu.user (web01: an integer and a float; web02: a
+/// millisecond point) written as rows only, without the series index (as
+/// OpenTSDB's rows written by another tool), through the database the
+/// commands open: on the cluster, the names go to ZooKeeper and the rows
+/// to ClickHouse.
+fn write_sample(cli: &Cli) {
+    let db = cli.open_db();
+    let uid = |kind, name| db.uids().assign(kind, name).unwrap().uid();
+    let m = uid(UidKind::Metric, "sys.cpu.user");
+    let k = uid(UidKind::TagKey, "host");
+    let v = uid(UidKind::TagValue, "web01");
+    let v2 = uid(UidKind::TagValue, "web02");
     let a = Tsuid::new(m, vec![(k, v)]).unwrap();
     let b = Tsuid::new(m, vec![(k, v2)]).unwrap();
+    let store = db.store();
     store
         .put_points(
             &a,
@@ -159,15 +166,15 @@ fn write_sample(dir: &Path) {
             Durability::Sync,
         )
         .unwrap();
+    db.close().unwrap();
 }
 
-#[test]
-fn scan_prints_rows_as_dumpseries() {
-    let dir = tempfile::tempdir().unwrap();
-    write_sample(dir.path());
-    let r = tsdb(
-        dir.path(),
-        &[
+fn scan_prints_rows_as_dumpseries(backend: Backend) {
+    let Some(cli) = Cli::new(backend) else {
+        return;
+    };
+    write_sample(&cli);
+    let r = cli.tsdb(&[
             "scan",
             "2013/01/01",
             "2013/01/01-01:00",
@@ -184,9 +191,7 @@ fn scan_prints_rows_as_dumpseries() {
          \x20   [0, 0]\t[42]\t0\tl\t1356998400\t(Tue Jan 01 00:00:00 UTC 2013)\n\
          \x20   [3, -53]\t[63, -64, 0, 0]\t60\tf\t1356998460\t(Tue Jan 01 00:01:00 UTC 2013)\n"
     );
-    let r = tsdb(
-        dir.path(),
-        &[
+    let r = cli.tsdb(&[
             "scan",
             "--import",
             "1356998400",
@@ -200,9 +205,7 @@ fn scan_prints_rows_as_dumpseries() {
         "sys.cpu.user 1356998400 42 host=web01\nsys.cpu.user 1356998460 1.5 host=web01\nsys.cpu.user 1356998400500 -7 host=web02\n"
     );
     // A single millisecond cell is printed as one line with its ms offset.
-    let r = tsdb(
-        dir.path(),
-        &["scan", "1356998400", "sum", "sys.cpu.user", "host=web02"],
+    let r = cli.tsdb(&["scan", "1356998400", "sum", "sys.cpu.user", "host=web02"],
     );
     assert!(
         r.stdout.ends_with(
@@ -212,21 +215,20 @@ fn scan_prints_rows_as_dumpseries() {
         r.stdout
     );
     // Unknown names are errors.
-    let r = tsdb(dir.path(), &["scan", "1356998400", "sum", "nope"]);
+    let r = cli.tsdb(&["scan", "1356998400", "sum", "nope"]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("No such name for 'metrics': 'nope'"));
-    let r = tsdb(dir.path(), &["scan", "1356998400", "bogus", "sys.cpu.user"]);
+    let r = cli.tsdb(&["scan", "1356998400", "bogus", "sys.cpu.user"]);
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("No such aggregation function: bogus"));
 }
 
-#[test]
-fn scan_delete_removes_the_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    write_sample(dir.path());
-    let r = tsdb(
-        dir.path(),
-        &[
+fn scan_delete_removes_the_rows(backend: Backend) {
+    let Some(cli) = Cli::new(backend) else {
+        return;
+    };
+    write_sample(&cli);
+    let r = cli.tsdb(&[
             "scan",
             "--delete",
             "1356998400",
@@ -236,9 +238,7 @@ fn scan_delete_removes_the_rows() {
         ],
     );
     assert_eq!(r.stdout, "sys.cpu.user 1356998400500 -7 host=web02\n");
-    let r = tsdb(
-        dir.path(),
-        &["scan", "--import", "1356998400", "sum", "sys.cpu.user"],
+    let r = cli.tsdb(&["scan", "--import", "1356998400", "sum", "sys.cpu.user"],
     );
     assert_eq!(
         r.stdout,
@@ -246,16 +246,15 @@ fn scan_delete_removes_the_rows() {
     );
 }
 
-#[test]
-fn query_prints_opentsdb_lines_after_metasync() {
-    let dir = tempfile::tempdir().unwrap();
-    write_sample(dir.path());
+fn query_prints_opentsdb_lines_after_metasync(backend: Backend) {
+    let Some(cli) = Cli::new(backend) else {
+        return;
+    };
+    write_sample(&cli);
     // Rows written without the series index: metasync rebuilds it.
-    let r = tsdb(dir.path(), &["uid", "metasync"]);
+    let r = cli.tsdb(&["uid", "metasync"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let r = tsdb(
-        dir.path(),
-        &[
+    let r = cli.tsdb(&[
             "query",
             "1356998400",
             "1356999999",
@@ -271,9 +270,7 @@ fn query_prints_opentsdb_lines_after_metasync() {
         r.stdout,
         "sys.cpu.user 1356998400000 42.000000 {host=web01}\nsys.cpu.user 1356998460000 1.500000 {host=web01}\n"
     );
-    let r = tsdb(
-        dir.path(),
-        &[
+    let r = cli.tsdb(&[
             "query",
             "1356998400",
             "1356999999",
@@ -283,9 +280,7 @@ fn query_prints_opentsdb_lines_after_metasync() {
         ],
     );
     assert_eq!(r.stdout, "sys.cpu.user 1356998400500 -7 {host=web02}\n");
-    let r = tsdb(
-        dir.path(),
-        &["query", "1356998400", "1356999999", "sum", "nope"],
+    let r = cli.tsdb(&["query", "1356998400", "1356999999", "sum", "nope"],
     );
     assert_eq!(r.code, 1);
     assert!(
@@ -295,12 +290,12 @@ fn query_prints_opentsdb_lines_after_metasync() {
     );
 }
 
-#[test]
-fn search_lookup_metasync_and_metapurge() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    write_sample(d);
-    let r = tsdb(d, &["uid", "metasync"]);
+fn search_lookup_metasync_and_metapurge(backend: Backend) {
+    let Some(cli) = Cli::new(backend) else {
+        return;
+    };
+    write_sample(&cli);
+    let r = cli.tsdb(&["uid", "metasync"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     // Two series; their metric, tag key and two tag values get the time of
     // their oldest data as `created`.
@@ -312,7 +307,7 @@ fn search_lookup_metasync_and_metapurge() {
         r.stdout
     );
     // Running it again changes nothing.
-    let r = tsdb(d, &["uid", "metasync"]);
+    let r = cli.tsdb(&["uid", "metasync"]);
     assert!(
         r.stdout.contains(
             "Created 0 TSMeta objects, set the created time of 0 TSMeta and 0 UIDMeta objects\n"
@@ -321,49 +316,45 @@ fn search_lookup_metasync_and_metapurge() {
         r.stdout
     );
     let all = "000001000001000001 sys.cpu.user {host=web01}\n000001000001000002 sys.cpu.user {host=web02}\n";
-    assert_eq!(tsdb(d, &["search", "lookup", "sys.cpu.user"]).stdout, all);
-    assert_eq!(tsdb(d, &["search", "sys.cpu.user{host=*}"]).stdout, all);
+    assert_eq!(cli.tsdb(&["search", "lookup", "sys.cpu.user"]).stdout, all);
+    assert_eq!(cli.tsdb(&["search", "sys.cpu.user{host=*}"]).stdout, all);
     assert_eq!(
-        tsdb(d, &["search", "lookup", "sys.cpu.user", "host=web02"]).stdout,
+        cli.tsdb(&["search", "lookup", "sys.cpu.user", "host=web02"]).stdout,
         "000001000001000002 sys.cpu.user {host=web02}\n"
     );
-    let r = tsdb(d, &["search", "lookup", "*=web01"]);
+    let r = cli.tsdb(&["search", "lookup", "*=web01"]);
     assert_eq!(
         r.stdout, "000001000001000001 sys.cpu.user {host=web01}\n",
         "{}",
         r.stderr
     );
     assert_eq!(
-        tsdb(d, &["search", "lookup", "--limit", "1", "sys.cpu.user"]).stdout,
+        cli.tsdb(&["search", "lookup", "--limit", "1", "sys.cpu.user"]).stdout,
         "000001000001000001 sys.cpu.user {host=web01}\n"
     );
-    let r = tsdb(d, &["search", "lookup", "nope"]);
+    let r = cli.tsdb(&["search", "lookup", "nope"]);
     assert_eq!(
         (r.code, r.stderr.as_str()),
         (1, "No such name for 'metrics': 'nope'\n")
     );
-    let r = tsdb(d, &["search", "lookup", "sys.cpu.user", "host"]);
+    let r = cli.tsdb(&["search", "lookup", "sys.cpu.user", "host"]);
     assert_eq!((r.code, r.stderr.as_str()), (2, "Invalid tag: host\n"));
-    assert_eq!(tsdb(d, &["search", "lookup", "m{host"]).code, 2);
+    assert_eq!(cli.tsdb(&["search", "lookup", "m{host"]).code, 2);
     // A UIDMeta cell, then purge everything meta.
     {
-        let store = Store::open(d, &StoreOptions::default()).unwrap();
-        let t = UidTable::new(
-            store.uid_store(),
-            AutoCreate::default(),
-            NameRules::default(),
-        );
-        let uid = t.get_id(UidKind::Metric, "sys.cpu.user").unwrap();
+        let db = cli.open_db();
+        let uid = db.uids().get_id(UidKind::Metric, "sys.cpu.user").unwrap();
         let f = rtsdb::meta::UidMetaFields {
             description: "cpu".into(),
             ..Default::default()
         };
-        store
+        db.store()
             .meta_store()
             .put_uid_meta(UidKind::Metric, uid, &f)
             .unwrap();
+        db.close().unwrap();
     }
-    let r = tsdb(d, &["uid", "metapurge"]);
+    let r = cli.tsdb(&["uid", "metapurge"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
         r.stdout
@@ -372,13 +363,13 @@ fn search_lookup_metasync_and_metapurge() {
         "{}",
         r.stdout
     );
-    let r = tsdb(d, &["uid", "metapurge"]);
+    let r = cli.tsdb(&["uid", "metapurge"]);
     assert!(
         r.stdout
             .starts_with("Deleted 0 UIDMeta cells and 0 TSMeta rows\n")
     );
     // Names and data are untouched.
-    assert_eq!(tsdb(d, &["search", "lookup", "sys.cpu.user"]).stdout, all);
+    assert_eq!(cli.tsdb(&["search", "lookup", "sys.cpu.user"]).stdout, all);
 }
 
 /// An error prints its cause once: messages that carry their cause do not

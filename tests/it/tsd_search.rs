@@ -1,22 +1,44 @@
 //! `/api/search/{tsmeta,tsmeta_summary,tsuids,uidmeta,annotation}`, which
 //! OpenTSDB serves only through a search plugin, answered from rtsdb's own
-//! index, UIDs, meta and annotations in `SearchQuery`'s shape.
+//! index, UIDs, meta and annotations in `SearchQuery`'s shape. On the
+//! cluster the data goes in through one TSD and every search is asked of
+//! another, with the same answers.
 
-use crate::common::{TestServer, err, get, post_put, req};
+use crate::common::{Backend, Tsds, err, on_both_backends, post_put};
 use serde_json::{Value, json};
 
-fn server() -> TestServer {
-    let srv = TestServer::start(&[("tsd.core.auto_create_metrics", "true")]);
+on_both_backends!(
+    series_searches_by_metric_tag_and_wildcard_with_paging,
+    tsmeta_searches_stored_tsmeta_objects,
+    uidmeta_and_annotation_searches,
+    bad_search_requests,
+);
+
+/// The test's TSDs with three series written through the writer; `None`
+/// when the backend is not there.
+fn server(backend: Backend) -> Option<Tsds> {
+    let tsds = Tsds::start(backend, &[("tsd.core.auto_create_metrics", "true")])?;
+    let srv = tsds.writer();
     let pts = json!([
         {"metric":"sys.cpu.user","timestamp":1356998400,"value":1,"tags":{"host":"web01","dc":"lga"}},
         {"metric":"sys.cpu.user","timestamp":1356998400,"value":2,"tags":{"host":"web02","dc":"lga"}},
         {"metric":"sys.mem.free","timestamp":1356998400,"value":3,"tags":{"host":"web01"}},
     ]);
     assert_eq!(post_put(srv.addr, "?sync", &pts.to_string()).status, 204);
-    srv
+    Some(tsds)
 }
 
-fn search(srv: &TestServer, path: &str) -> Value {
+/// Status and body of a request, sent where [`Tsds::route`] says: reads
+/// to the reader, changes to the writer.
+fn req(srv: &Tsds, method: &str, path: &str, body: &str) -> (u16, String) {
+    srv.req(method, path, body)
+}
+
+fn get(srv: &Tsds, path: &str) -> (u16, String) {
+    srv.req("GET", path, "")
+}
+
+fn search(srv: &Tsds, path: &str) -> Value {
     let (s, t) = get(srv, path);
     assert_eq!(s, 200, "{path}: {t}");
     let mut v: Value = serde_json::from_str(&t).unwrap();
@@ -31,9 +53,10 @@ const CPU1: &str = "000001000001000001000002000002";
 const CPU2: &str = "000001000001000003000002000002";
 const MEM: &str = "000002000001000001";
 
-#[test]
-fn series_searches_by_metric_tag_and_wildcard_with_paging() {
-    let srv = server();
+fn series_searches_by_metric_tag_and_wildcard_with_paging(backend: Backend) {
+    let Some(srv) = server(backend) else {
+        return;
+    };
     let v = search(&srv, "/api/search/tsmeta_summary?query=host:web01");
     assert_eq!(
         v,
@@ -90,9 +113,10 @@ fn series_searches_by_metric_tag_and_wildcard_with_paging() {
     );
 }
 
-#[test]
-fn tsmeta_searches_stored_tsmeta_objects() {
-    let srv = server();
+fn tsmeta_searches_stored_tsmeta_objects(backend: Backend) {
+    let Some(srv) = server(backend) else {
+        return;
+    };
     // No TSMeta stored yet (real-time meta is off): nothing to find.
     let v = search(&srv, "/api/search/tsmeta?query=*");
     assert_eq!(v["totalResults"], 0);
@@ -115,9 +139,10 @@ fn tsmeta_searches_stored_tsmeta_objects() {
     assert_eq!(meta, &direct);
 }
 
-#[test]
-fn uidmeta_and_annotation_searches() {
-    let srv = server();
+fn uidmeta_and_annotation_searches(backend: Backend) {
+    let Some(srv) = server(backend) else {
+        return;
+    };
     let v = search(
         &srv,
         "/api/search/uidmeta?query=type:TAGV%20AND%20name:web*",
@@ -154,9 +179,10 @@ fn uidmeta_and_annotation_searches() {
     assert_eq!(v["totalResults"], 2);
 }
 
-#[test]
-fn bad_search_requests() {
-    let srv = server();
+fn bad_search_requests(backend: Backend) {
+    let Some(srv) = server(backend) else {
+        return;
+    };
     assert_eq!(
         get(&srv, "/api/search/tsuids?query=a%20AND"),
         (
