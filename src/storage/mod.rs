@@ -252,6 +252,16 @@ pub struct KeyVersion {
     pub value: Vec<u8>,
 }
 
+/// One key as [`KvStore::read_versions`] reads it: every writer's live
+/// version, and the value a read returns (their merge).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRead {
+    /// Oldest first; empty when the key is absent or deleted.
+    pub versions: Vec<KeyVersion>,
+    /// What [`KvStore::get`] returns for the key.
+    pub value: Option<Vec<u8>>,
+}
+
 /// The storage engine interface. Implementations must be safe to share
 /// between threads; `increment` and `compare_and_set` must be atomic
 /// against every other operation on the same store.
@@ -328,16 +338,24 @@ pub trait KvStore: Send + Sync {
         Ok(())
     }
 
-    /// The versions of `key` a read merges into its value, oldest first:
-    /// more than one only where several writers keep a version each (a
+    /// For each of `keys`, in the order asked: the versions a read merges
+    /// into its value, oldest first, and that value ([`KeyRead`]). More
+    /// than one version only where several writers keep a version each (a
     /// cluster's data table, docs/scale-out.md "The merge rule"). The
-    /// default is the one value.
-    fn versions(&self, table: Table, key: &[u8]) -> Result<Vec<KeyVersion>> {
+    /// default reads each key's one value; a remote engine answers many
+    /// keys per round trip (fsck reads every row this way).
+    fn read_versions(&self, table: Table, keys: &[&[u8]]) -> Result<Vec<KeyRead>> {
         Ok(self
-            .get(table, key)?
+            .get_many(table, keys)?
             .into_iter()
-            .map(|value| KeyVersion {
-                writer: String::new(),
+            .map(|value| KeyRead {
+                versions: value
+                    .iter()
+                    .map(|v| KeyVersion {
+                        writer: String::new(),
+                        value: v.clone(),
+                    })
+                    .collect(),
                 value,
             })
             .collect())

@@ -514,11 +514,15 @@ impl Store {
         Ok(self.kv.write(b)?)
     }
 
-    /// The versions of one data row a read merges, oldest first, with
-    /// who wrote each: more than one only on a cluster, where several TSDs
-    /// wrote the row (fsck).
-    pub(crate) fn row_versions(&self, key: &[u8]) -> Result<Vec<crate::storage::KeyVersion>> {
-        Ok(self.kv.versions(Table::Data, key)?)
+    /// Data rows as fsck reads them, in the order asked: each row's
+    /// versions (oldest first, with who wrote each: more than one only on
+    /// a cluster, where several TSDs wrote the row) and the undecoded
+    /// value reads return. A cluster answers many rows per statement.
+    pub(crate) fn read_row_versions(
+        &self,
+        keys: &[&[u8]],
+    ) -> Result<Vec<crate::storage::KeyRead>> {
+        Ok(self.kv.read_versions(Table::Data, keys)?)
     }
 
     /// Makes `row` the only version of a data row (no cells: removes it),
@@ -529,12 +533,6 @@ impl Store {
         let _g = self.row_locks.lock(0, key);
         let value = (!row.cells.is_empty()).then(|| row.encode());
         Ok(self.kv.replace(Table::Data, key, value.as_deref())?)
-    }
-
-    /// The stored bytes of one data row, undecoded (fsck looks at rows
-    /// that may not decode).
-    pub fn raw_row(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.kv.get(Table::Data, key)?)
     }
 
     /// The raw cells of the embedded `tsdb-uid` table whose engine key

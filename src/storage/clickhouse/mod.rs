@@ -33,7 +33,7 @@ use parking_lot::Mutex;
 
 use super::coordinator::Coordinator;
 use super::{
-    Durability, KeyValue, KeyVersion, KvSnapshot, KvStore, Mutation, Result, ScanIter, ScanRange,
+    Durability, KeyRead, KeyValue, KeyVersion, KvSnapshot, KvStore, Mutation, Result, ScanIter, ScanRange,
     StorageError, Table, WriteBatch, counter_value,
 };
 pub(crate) use http::Endpoint;
@@ -174,6 +174,7 @@ struct NewVersion<'a> {
 }
 
 /// One stored version of a key.
+#[derive(Clone)]
 struct Version {
     key: Vec<u8>,
     value: Vec<u8>,
@@ -345,11 +346,7 @@ impl Inner {
 
     /// Folds the versions of one key (in version order) into its value.
     fn resolve(&self, table: Table, key: &[u8], versions: &[Version]) -> Option<Vec<u8>> {
-        let live_from = versions
-            .iter()
-            .rposition(|v| v.deleted)
-            .map_or(0, |i| i + 1);
-        let live = &versions[live_from..];
+        let live = &versions[Self::live_from(versions)..];
         match live {
             [] => None,
             [one] => Some(one.value.clone()),
@@ -364,6 +361,15 @@ impl Inner {
             }
             many => many.last().map(|v| v.value.clone()),
         }
+    }
+
+    /// Where the live versions of one key (in version order) start: past
+    /// the newest tombstone, which hides every older version.
+    fn live_from(versions: &[Version]) -> usize {
+        versions
+            .iter()
+            .rposition(|v| v.deleted)
+            .map_or(0, |i| i + 1)
     }
 
     /// Groups `versions` (key order) per key and resolves each.
@@ -697,28 +703,56 @@ impl KvStore for ClickHouseStore {
         Ok(true)
     }
 
-    fn versions(&self, table: Table, key: &[u8]) -> Result<Vec<KeyVersion>> {
+    /// One statement per [`KEYS_PER_READ`] keys: each (key, writer)'s
+    /// newest version, folded per key as [`Inner::resolve`] folds them.
+    fn read_versions(&self, table: Table, keys: &[&[u8]]) -> Result<Vec<KeyRead>> {
         let db = &self.config.database;
-        let body = self.exec(&format!(
-            "SELECT writer, argMax(value, ver), max(ver) AS v, argMax(deleted, ver) \
-             FROM {db}.{} WHERE {} GROUP BY writer ORDER BY v FORMAT RowBinary",
-            table_name(table),
-            Inner::key_list(&[key])
-        ))?;
-        let mut r = Reader::new(&body);
-        let mut out = Vec::new();
-        while !r.done() {
-            let writer = String::from_utf8_lossy(&r.string()?).into_owned();
-            let value = r.string()?;
-            self.saw_ver(r.u64()?);
-            if r.u8()? != 0 {
-                // A tombstone hides every older version, of every writer.
-                out.clear();
-            } else {
-                out.push(KeyVersion { writer, value });
+        let mut found: std::collections::HashMap<Vec<u8>, Vec<(String, Version)>> =
+            Default::default();
+        for chunk in keys.chunks(KEYS_PER_READ) {
+            let body = self.exec(&format!(
+                "SELECT key, writer, argMax(value, ver), max(ver) AS v, argMax(deleted, ver) \
+                 FROM {db}.{} WHERE {} GROUP BY key, writer ORDER BY key, v FORMAT RowBinary",
+                table_name(table),
+                Inner::key_list(chunk)
+            ))?;
+            let mut r = Reader::new(&body);
+            while !r.done() {
+                let key = r.string()?;
+                let writer = String::from_utf8_lossy(&r.string()?).into_owned();
+                let value = r.string()?;
+                let ver = r.u64()?;
+                let deleted = r.u8()? != 0;
+                self.saw_ver(ver);
+                found.entry(key.clone()).or_default().push((
+                    writer,
+                    Version {
+                        key,
+                        value,
+                        ver,
+                        deleted,
+                    },
+                ));
             }
         }
-        Ok(out)
+        Ok(keys
+            .iter()
+            .map(|key| {
+                let versions = found.get(*key).map(Vec::as_slice).unwrap_or_default();
+                let plain: Vec<Version> = versions.iter().map(|(_, v)| v.clone()).collect();
+                KeyRead {
+                    value: self.resolve(table, key, &plain),
+                    // A tombstone hides every older version, of every writer.
+                    versions: versions[Inner::live_from(&plain)..]
+                        .iter()
+                        .map(|(writer, v)| KeyVersion {
+                            writer: writer.clone(),
+                            value: v.value.clone(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect())
     }
 
     /// Tombstones over every other writer's version (theirs, under their
@@ -1088,6 +1122,40 @@ mod tests {
         put(&a, b"4");
         assert_eq!(b.get(Table::Data, b"row").unwrap(), Some(b"4".to_vec()));
 
+        // Many rows' versions in one read (fsck): the tombstone hid b's
+        // and a's older versions; a row by both writers has both, oldest
+        // first, beside their merge; an absent row has none.
+        let mut w = WriteBatch::new();
+        w.put(Table::Data, b"two".to_vec(), b"x".to_vec());
+        a.write(w).unwrap();
+        let mut w = WriteBatch::new();
+        w.put(Table::Data, b"two".to_vec(), b"y".to_vec());
+        b.write(w).unwrap();
+        let reads = b
+            .read_versions(Table::Data, &[b"row", b"absent", b"two"])
+            .unwrap();
+        let version = |writer: &str, value: &[u8]| KeyVersion {
+            writer: writer.into(),
+            value: value.to_vec(),
+        };
+        assert_eq!(
+            reads,
+            vec![
+                KeyRead {
+                    versions: vec![version("a", b"4")],
+                    value: Some(b"4".to_vec()),
+                },
+                KeyRead {
+                    versions: vec![],
+                    value: None,
+                },
+                KeyRead {
+                    versions: vec![version("a", b"x"), version("b", b"y")],
+                    value: Some(b"xy".to_vec()),
+                },
+            ]
+        );
+
         let mut many = WriteBatch::new();
         for i in 0..(SCAN_PAGE as u32 + 10) {
             many.put(Table::Meta, i.to_be_bytes().to_vec(), b"v".to_vec());
@@ -1135,7 +1203,11 @@ mod tests {
         append(&a, b"1");
         append(&a, b"2");
         assert_eq!(a.get(Table::Data, b"row").unwrap(), Some(b"12".to_vec()));
-        let versions = a.versions(Table::Data, b"row").unwrap();
+        let versions = a
+            .read_versions(Table::Data, &[b"row"])
+            .unwrap()
+            .remove(0)
+            .versions;
         assert_eq!(versions.len(), 1, "one slot rewritten");
         assert!(
             versions[0].writer.starts_with("a@"),
@@ -1147,7 +1219,8 @@ mod tests {
         let restarted = open("a");
         append(&restarted, b"3");
         assert_eq!(a.get(Table::Data, b"row").unwrap(), Some(b"123".to_vec()));
-        assert_eq!(a.versions(Table::Data, b"row").unwrap().len(), 2);
+        let read = a.read_versions(Table::Data, &[b"row"]).unwrap();
+        assert_eq!(read[0].versions.len(), 2);
 
         let b = open("b");
         let mut d = WriteBatch::new();
