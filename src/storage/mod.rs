@@ -374,14 +374,14 @@ pub trait KvStore: Send + Sync {
         self.write(b)
     }
 
-    /// Drops, whole, the stretches of the data table (partitions) whose
-    /// rows all have a base hour below `floor`, and returns how many went.
-    /// Only for engines partitioned by row time (a cluster's weekly
-    /// partitions, docs/scale-out.md "Retention"); the default drops
-    /// nothing, as the embedded engine expires rows one by one in its
-    /// compaction filter.
-    fn drop_data_before(&self, floor: u32) -> Result<u64> {
-        let _ = floor;
+    /// Drops, whole, the stretches of `table` (partitions) whose rows all
+    /// have a base time below `floor`, and returns how many went. Only for
+    /// engines partitioned by row time (a cluster's weekly partitions of
+    /// the data and rollup tables, docs/scale-out.md "Retention"); the
+    /// default drops nothing, as the embedded engine expires rows one by
+    /// one in its compaction filter.
+    fn drop_partitions_before(&self, table: Table, floor: u32) -> Result<u64> {
+        let _ = (table, floor);
         Ok(0)
     }
 

@@ -105,6 +105,11 @@ impl DataRows for LayoutRows {
         (series, base)
     }
 
+    fn rollup_base(&self, key: &[u8]) -> u32 {
+        // The row key in a rollup entry has the data table's layout.
+        super::rollup_table::split_key(key).map_or(0, |(_, row_key)| self.place(row_key).1)
+    }
+
     fn merge(&self, key: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>> {
         merge_versions(key, versions, self.encoding)
     }

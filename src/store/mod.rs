@@ -445,15 +445,21 @@ impl Store {
         Ok(self.kv.compact()?)
     }
 
-    /// Drops the stretches of data rows that every metric's retention has
-    /// passed (`tsd.storage.ttl`), where the engine keeps rows by time (a
-    /// cluster's weekly partitions); returns how many went. The embedded
-    /// engine drops nothing here: its compaction filter expires rows.
+    /// Drops the stretches of data and rollup rows that every metric's
+    /// retention has passed (`tsd.storage.ttl`; a rollup row once its
+    /// whole span has), where the engine keeps rows by time (a cluster's
+    /// weekly partitions); returns how many went. The embedded engine
+    /// drops nothing here: its compaction filter expires rows.
     pub fn drop_expired_partitions(&self) -> Result<u64> {
-        match self.retention.floor_for_all(retention::now_s()) {
-            None => Ok(0),
-            Some(floor) => Ok(self.kv.drop_data_before(floor)?),
+        let now = retention::now_s();
+        let mut dropped = 0;
+        if let Some(floor) = self.retention.floor_for_all(now) {
+            dropped += self.kv.drop_partitions_before(Table::Data, floor)?;
         }
+        if let Some(floor) = self.retention.rollup_floor_for_all(now) {
+            dropped += self.kv.drop_partitions_before(Table::Rollup, floor)?;
+        }
+        Ok(dropped)
     }
 
     pub fn dir(&self) -> Option<&Path> {
@@ -518,10 +524,7 @@ impl Store {
     /// versions (oldest first, with who wrote each: more than one only on
     /// a cluster, where several TSDs wrote the row) and the undecoded
     /// value reads return. A cluster answers many rows per statement.
-    pub(crate) fn read_row_versions(
-        &self,
-        keys: &[&[u8]],
-    ) -> Result<Vec<crate::storage::KeyRead>> {
+    pub(crate) fn read_row_versions(&self, keys: &[&[u8]]) -> Result<Vec<crate::storage::KeyRead>> {
         Ok(self.kv.read_versions(Table::Data, keys)?)
     }
 

@@ -165,6 +165,24 @@ impl Retention {
         Some(row_base_clamped(now_s.saturating_sub(longest)))
     }
 
+    /// The base time below which every rollup row of every metric is
+    /// expired at `now_s`: [`floor_for_all`](Self::floor_for_all) less the
+    /// longest row span of the rollup tables configured (a year when none
+    /// is), as a row holds points up to its base time plus its span. What
+    /// a cluster drops whole weekly partitions of the rollup table by; a
+    /// table no longer configured is taken to have had that longest span
+    /// (its rows cannot be read without its configuration).
+    pub fn rollup_floor_for_all(&self, now_s: u64) -> Option<u32> {
+        let floor = self.floor_for_all(now_s)?;
+        let span = self
+            .rollup_spans
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(UNKNOWN_ROLLUP_SPAN_S);
+        Some(u64::from(floor).saturating_sub(span) as u32)
+    }
+
     /// Is the data row `key` entirely older than its metric's TTL?
     pub fn expired(&self, layout: &KeyLayout, key: &[u8], now_s: u64) -> bool {
         if !self.is_enabled() {
@@ -233,6 +251,12 @@ mod tests {
         let per_metric_only =
             Retention::from_entries([("tsd.storage.ttl.sys.cpu.user", "60")].into_iter()).unwrap();
         assert_eq!(per_metric_only.floor_for_all(now), None);
+        assert_eq!(per_metric_only.rollup_floor_for_all(now), None);
+        // Rollup rows: a day's span below that floor (the only table).
+        assert_eq!(
+            r.rollup_floor_for_all(now),
+            Some(r.floor(u(7), now) - 86_400)
+        );
         assert!(Retention::from_entries([("tsd.storage.ttl", "3x")].into_iter()).is_err());
         assert!(
             !Retention::from_entries([("tsd.storage.ttl", "0")].into_iter())

@@ -175,14 +175,13 @@ fn scan_prints_rows_as_dumpseries(backend: Backend) {
     };
     write_sample(&cli);
     let r = cli.tsdb(&[
-            "scan",
-            "2013/01/01",
-            "2013/01/01-01:00",
-            "sum",
-            "sys.cpu.user",
-            "host=web01",
-        ],
-    );
+        "scan",
+        "2013/01/01",
+        "2013/01/01-01:00",
+        "sum",
+        "sys.cpu.user",
+        "host=web01",
+    ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(
         r.stdout,
@@ -192,21 +191,19 @@ fn scan_prints_rows_as_dumpseries(backend: Backend) {
          \x20   [3, -53]\t[63, -64, 0, 0]\t60\tf\t1356998460\t(Tue Jan 01 00:01:00 UTC 2013)\n"
     );
     let r = cli.tsdb(&[
-            "scan",
-            "--import",
-            "1356998400",
-            "1356999999",
-            "sum",
-            "sys.cpu.user",
-        ],
-    );
+        "scan",
+        "--import",
+        "1356998400",
+        "1356999999",
+        "sum",
+        "sys.cpu.user",
+    ]);
     assert_eq!(
         r.stdout,
         "sys.cpu.user 1356998400 42 host=web01\nsys.cpu.user 1356998460 1.5 host=web01\nsys.cpu.user 1356998400500 -7 host=web02\n"
     );
     // A single millisecond cell is printed as one line with its ms offset.
-    let r = cli.tsdb(&["scan", "1356998400", "sum", "sys.cpu.user", "host=web02"],
-    );
+    let r = cli.tsdb(&["scan", "1356998400", "sum", "sys.cpu.user", "host=web02"]);
     assert!(
         r.stdout.ends_with(
             "  [-16, 0, 125, 0]\t[-7]\t500\tl\t1356998400500\t(Tue Jan 01 00:00:00 UTC 2013)\n"
@@ -229,17 +226,15 @@ fn scan_delete_removes_the_rows(backend: Backend) {
     };
     write_sample(&cli);
     let r = cli.tsdb(&[
-            "scan",
-            "--delete",
-            "1356998400",
-            "sum",
-            "sys.cpu.user",
-            "host=web02",
-        ],
-    );
+        "scan",
+        "--delete",
+        "1356998400",
+        "sum",
+        "sys.cpu.user",
+        "host=web02",
+    ]);
     assert_eq!(r.stdout, "sys.cpu.user 1356998400500 -7 host=web02\n");
-    let r = cli.tsdb(&["scan", "--import", "1356998400", "sum", "sys.cpu.user"],
-    );
+    let r = cli.tsdb(&["scan", "--import", "1356998400", "sum", "sys.cpu.user"]);
     assert_eq!(
         r.stdout,
         "sys.cpu.user 1356998400 42 host=web01\nsys.cpu.user 1356998460 1.5 host=web01\n"
@@ -255,14 +250,13 @@ fn query_prints_opentsdb_lines_after_metasync(backend: Backend) {
     let r = cli.tsdb(&["uid", "metasync"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let r = cli.tsdb(&[
-            "query",
-            "1356998400",
-            "1356999999",
-            "sum",
-            "sys.cpu.user",
-            "host=web01",
-        ],
-    );
+        "query",
+        "1356998400",
+        "1356999999",
+        "sum",
+        "sys.cpu.user",
+        "host=web01",
+    ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     // The next value is a float, so OpenTSDB's aggregation runs in double
     // math at the first timestamp too and prints it with %f.
@@ -271,17 +265,15 @@ fn query_prints_opentsdb_lines_after_metasync(backend: Backend) {
         "sys.cpu.user 1356998400000 42.000000 {host=web01}\nsys.cpu.user 1356998460000 1.500000 {host=web01}\n"
     );
     let r = cli.tsdb(&[
-            "query",
-            "1356998400",
-            "1356999999",
-            "sum",
-            "sys.cpu.user",
-            "host=web02",
-        ],
-    );
+        "query",
+        "1356998400",
+        "1356999999",
+        "sum",
+        "sys.cpu.user",
+        "host=web02",
+    ]);
     assert_eq!(r.stdout, "sys.cpu.user 1356998400500 -7 {host=web02}\n");
-    let r = cli.tsdb(&["query", "1356998400", "1356999999", "sum", "nope"],
-    );
+    let r = cli.tsdb(&["query", "1356998400", "1356999999", "sum", "nope"]);
     assert_eq!(r.code, 1);
     assert!(
         r.stderr.contains("No such name for 'metrics': 'nope'"),
@@ -319,7 +311,8 @@ fn search_lookup_metasync_and_metapurge(backend: Backend) {
     assert_eq!(cli.tsdb(&["search", "lookup", "sys.cpu.user"]).stdout, all);
     assert_eq!(cli.tsdb(&["search", "sys.cpu.user{host=*}"]).stdout, all);
     assert_eq!(
-        cli.tsdb(&["search", "lookup", "sys.cpu.user", "host=web02"]).stdout,
+        cli.tsdb(&["search", "lookup", "sys.cpu.user", "host=web02"])
+            .stdout,
         "000001000001000002 sys.cpu.user {host=web02}\n"
     );
     let r = cli.tsdb(&["search", "lookup", "*=web01"]);
@@ -329,7 +322,8 @@ fn search_lookup_metasync_and_metapurge(backend: Backend) {
         r.stderr
     );
     assert_eq!(
-        cli.tsdb(&["search", "lookup", "--limit", "1", "sys.cpu.user"]).stdout,
+        cli.tsdb(&["search", "lookup", "--limit", "1", "sys.cpu.user"])
+            .stdout,
         "000001000001000001 sys.cpu.user {host=web01}\n"
     );
     let r = cli.tsdb(&["search", "lookup", "nope"]);

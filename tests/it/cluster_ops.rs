@@ -108,6 +108,11 @@ impl OnCluster {
 
     /// The partitions of the data table on any server.
     fn data_partitions(&self) -> BTreeSet<u64> {
+        self.partitions("data_local")
+    }
+
+    /// The partitions of one local table on any server.
+    fn partitions(&self, local: &str) -> BTreeSet<u64> {
         self.endpoints
             .iter()
             .flat_map(|e| {
@@ -115,7 +120,7 @@ impl OnCluster {
                     e,
                     &format!(
                         "SELECT DISTINCT partition FROM system.parts \
-                         WHERE active AND database = '{}' AND table = 'data_local'",
+                         WHERE active AND database = '{}' AND table = '{local}'",
                         self.database
                     ),
                 )
@@ -213,6 +218,128 @@ fn retention_drops_whole_expired_weeks_and_keeps_the_current_one() {
     assert!(body.contains(&format!(r#""{current}":2"#)), "{body}");
     // Nothing in retention is ever dropped: a second run finds nothing.
     assert_eq!(srv.state.db().store().drop_expired_partitions().unwrap(), 0);
+}
+
+/// Rollups of one interval (an hour, in rows of a day) beside the default
+/// one, for the rollup retention tests.
+const ROLLUPS: &str = r#"{"aggregationIds":{"sum":0},"intervals":[
+ {"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
+ {"table":"tsdb-rollup-1h","preAggregationTable":"tsdb-rollup-agg-1h","interval":"1h","rowSpan":"1d"}]}"#;
+
+/// An hourly `sum` rollup of `r.m{host=a}` through `/api/rollup`.
+fn put_rollup(srv: &TestServer, ts: u64, value: i64) {
+    let (status, body) = req(
+        srv,
+        "POST",
+        "/api/rollup?sync",
+        &format!(
+            r#"{{"metric":"r.m","timestamp":{ts},"value":{value},"interval":"1h","aggregator":"sum","tags":{{"host":"a"}}}}"#
+        ),
+    );
+    assert_eq!(status, 204, "{body}");
+}
+
+/// The hourly sums a query reads from the rollup table, from `start` on.
+fn rollup_sums(srv: &TestServer, start: u64) -> String {
+    let (status, body) = get(srv, &format!("/api/query?start={start}&m=sum:1h-sum:r.m"));
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[test]
+fn retention_drops_expired_weeks_of_rollups_too() {
+    let Some(c) = OnCluster::new(
+        "rollup_retention",
+        &[
+            ("tsd.storage.ttl", "30d"),
+            ("tsd.core.auto_create_metrics", "true"),
+            ("tsd.rollups.enable", "true"),
+            ("tsd.rollups.config", ROLLUPS),
+        ],
+    ) else {
+        return;
+    };
+    let srv = c.server();
+    let now = now_s();
+    let (old, current) = (now - 60 * 86_400, now - 3600);
+    put_rollup(&srv, old, 5);
+    put_rollup(&srv, current, 7);
+    // A rollup row starts at its day (its row span); a partition is a
+    // week of row starts, as in the data table.
+    let week = |ts: u64| ts / 86_400 * 86_400 / 604_800;
+    let before = c.partitions("rollup_local");
+    assert!(
+        before.contains(&week(old)) && before.contains(&week(current)),
+        "{before:?}"
+    );
+
+    // What the flusher runs every hour: no data rows, one rollup week.
+    let dropped = srv.state.db().store().drop_expired_partitions().unwrap();
+    assert_eq!(dropped, 1);
+    eventually("the expired rollup week dropped on every replica", || {
+        !c.partitions("rollup_local").contains(&week(old))
+    });
+    assert!(c.partitions("rollup_local").contains(&week(current)));
+    let hour = current / 3600 * 3600;
+    let body = rollup_sums(&srv, current - 7200);
+    assert!(body.contains(&format!(r#""{hour}":7"#)), "{body}");
+    assert_eq!(srv.state.db().store().drop_expired_partitions().unwrap(), 0);
+}
+
+/// A database whose tables an rtsdb before partitioned rollups created
+/// (the rollup table without `base`, one partition; the statements that
+/// version ran) still opens: rollups are written and read as before, and
+/// retention drops data weeks while leaving that rollup table alone.
+#[test]
+fn a_database_made_before_rollups_were_partitioned_still_opens() {
+    let Some(c) = OnCluster::new(
+        "rollup_schema_1",
+        &[
+            ("tsd.storage.ttl", "30d"),
+            ("tsd.core.auto_create_metrics", "true"),
+            ("tsd.rollups.enable", "true"),
+            ("tsd.rollups.config", ROLLUPS),
+        ],
+    ) else {
+        return;
+    };
+    let (db, cluster) = (&c.database, c.value("tsd.storage.clickhouse.cluster"));
+    c.sql(&format!(
+        "CREATE DATABASE IF NOT EXISTS {db} ON CLUSTER {cluster}"
+    ));
+    for name in ["data", "uid", "meta", "idx", "tree", "rollup"] {
+        let (base, partition) = if name == "data" {
+            ("base UInt32, ", "PARTITION BY intDiv(base, 604800) ")
+        } else {
+            ("", "")
+        };
+        c.sql(&format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{name}_local ON CLUSTER {cluster} \
+             (key String, series String, {base}writer String, ver UInt64, deleted UInt8, value String) \
+             ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{{shard}}/{db}/{name}', '{{replica}}', ver) \
+             {partition}ORDER BY (key, writer)"
+        ));
+        c.sql(&format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{name} ON CLUSTER {cluster} AS {db}.{name}_local \
+             ENGINE = Distributed({cluster}, {db}, {name}_local, sipHash64(series))"
+        ));
+    }
+    let srv = c.server();
+    let now = now_s();
+    let current = now - 3600;
+    put_rollup(&srv, now - 60 * 86_400, 5);
+    put_rollup(&srv, current, 7);
+    put_sync(&srv, "old.m", now - 60 * 86_400, 1, "a");
+    let hour = current / 3600 * 3600;
+    let body = rollup_sums(&srv, current - 7200);
+    assert!(body.contains(&format!(r#""{hour}":7"#)), "{body}");
+    // The old data week goes; the unpartitioned rollup table stays whole.
+    assert_eq!(srv.state.db().store().drop_expired_partitions().unwrap(), 1);
+    assert_eq!(
+        c.sql(&format!("SELECT uniqExact(key) FROM {db}.rollup"))
+            .trim(),
+        "2"
+    );
 }
 
 #[test]

@@ -33,8 +33,8 @@ use parking_lot::Mutex;
 
 use super::coordinator::Coordinator;
 use super::{
-    Durability, KeyRead, KeyValue, KeyVersion, KvSnapshot, KvStore, Mutation, Result, ScanIter, ScanRange,
-    StorageError, Table, WriteBatch, counter_value,
+    Durability, KeyRead, KeyValue, KeyVersion, KvSnapshot, KvStore, Mutation, Result, ScanIter,
+    ScanRange, StorageError, Table, WriteBatch, counter_value,
 };
 pub(crate) use http::Endpoint;
 use http::Http;
@@ -46,8 +46,9 @@ use rowbinary::{Reader, put_string};
 const KEYS_PER_READ: usize = 1000;
 /// (key, writer) groups fetched per scan page.
 const SCAN_PAGE: usize = 20_000;
-/// The span of row time one partition of the data table holds: a week of
-/// base hours, so retention drops whole weeks (`drop_data_before`).
+/// The span of row time one partition of the data and rollup tables
+/// holds: a week of base times, so retention drops whole weeks
+/// (`drop_partitions_before`).
 const PARTITION_SECONDS: u32 = 604_800;
 
 /// Where a store lives: `tsd.storage.clickhouse.*`.
@@ -67,6 +68,10 @@ pub(crate) trait DataRows: Send + Sync {
     /// its base hour, so a series' rows stay on one shard) and the base
     /// hour (which decides its partition; 0 for a key that has none).
     fn place(&self, key: &[u8]) -> (Vec<u8>, u32);
+    /// The base time of a rollup table's row key (the start of the row's
+    /// span, docs/format/rollup.md), which decides its partition; 0 for a
+    /// key that has none.
+    fn rollup_base(&self, key: &[u8]) -> u32;
     /// One row value from the live versions of `key` written by different
     /// writers, oldest first (at least two); `None` if one does not decode.
     fn merge(&self, key: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>>;
@@ -81,6 +86,9 @@ pub(crate) struct OpaqueRows;
 impl DataRows for OpaqueRows {
     fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
         (key.to_vec(), 0)
+    }
+    fn rollup_base(&self, _key: &[u8]) -> u32 {
+        0
     }
     fn merge(&self, _key: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>> {
         versions.last().map(|v| v.to_vec())
@@ -128,6 +136,11 @@ pub(crate) struct Inner {
     /// lock also orders this process's data-row writes and deletes.
     own_rows: Mutex<own_rows::OwnRows>,
     _schema: Mutex<()>,
+    /// Whether the rollup table has a `base` column and is partitioned by
+    /// week of it, as the data table: true for a database created since
+    /// rollups were partitioned, false for an older one, which is used as
+    /// it is (docs/format/clickhouse.md "Schema versions").
+    rollups_by_time: bool,
 }
 
 fn table_name(t: Table) -> &'static str {
@@ -214,8 +227,10 @@ impl ClickHouseStore {
             rmw: super::StripedLocks::new(64),
             own_rows: Mutex::new(own_rows::OwnRows::new()),
             _schema: Mutex::new(()),
+            rollups_by_time: false,
         };
-        store.create_schema()?;
+        let mut store = store;
+        store.rollups_by_time = store.create_schema()?;
         Ok(ClickHouseStore {
             inner: Arc::new(store),
         })
@@ -233,7 +248,9 @@ impl Inner {
         self.http.post("", &COMMON, sql.as_bytes())
     }
 
-    fn create_schema(&self) -> Result<()> {
+    /// Creates the database and tables when absent; returns whether the
+    /// rollup table is partitioned by time ([`Inner::rollups_by_time`]).
+    fn create_schema(&self) -> Result<bool> {
         let (db, cluster) = (&self.config.database, &self.config.cluster);
         // Distributed DDL takes a ZooKeeper round and every server's reply
         // per statement (~0.1 s each): skip it when the tables are there.
@@ -253,7 +270,7 @@ impl Inner {
         if let Ok(n) = present
             && String::from_utf8_lossy(&n).trim() == names.len().to_string()
         {
-            return Ok(());
+            return self.rollup_table_has_base();
         }
         // The first statement also proves some endpoint answers; name them
         // all if none does.
@@ -267,10 +284,10 @@ impl Inner {
             })?;
         for t in Table::ALL {
             let name = table_name(t);
-            // Data rows are partitioned by week of their base hour, so
-            // retention can drop whole partitions; other tables have no
-            // time and one partition.
-            let (base, partition) = if t == Table::Data {
+            // Data and rollup rows are partitioned by week of their base
+            // time, so retention can drop whole partitions; other tables
+            // have no time and one partition.
+            let (base, partition) = if matches!(t, Table::Data | Table::Rollup) {
                 (
                     "base UInt32, ".to_string(),
                     format!("PARTITION BY intDiv(base, {PARTITION_SECONDS}) "),
@@ -289,7 +306,30 @@ impl Inner {
                  ENGINE = Distributed({cluster}, {db}, {name}_local, sipHash64(series))"
             ))?;
         }
-        Ok(())
+        // `IF NOT EXISTS` kept a rollup table an older rtsdb created.
+        self.rollup_table_has_base()
+    }
+
+    /// Whether this database's rollup table has the `base` column (created
+    /// by this version) or not (by a version before rollups were
+    /// partitioned).
+    fn rollup_table_has_base(&self) -> Result<bool> {
+        let answer = self.exec(&format!(
+            "SELECT count() FROM system.columns WHERE database = '{}' \
+             AND table = '{}_local' AND name = 'base'",
+            self.config.database,
+            table_name(Table::Rollup)
+        ))?;
+        Ok(String::from_utf8_lossy(&answer).trim() == "1")
+    }
+
+    /// Whether `table` has the `base` column and weekly partitions.
+    fn by_time(&self, table: Table) -> bool {
+        match table {
+            Table::Data => true,
+            Table::Rollup => self.rollups_by_time,
+            _ => false,
+        }
     }
 
     /// A version above every one handed out or seen by this process.
@@ -466,12 +506,18 @@ impl Inner {
         {
             let writer = writer.unwrap_or(own);
             put_string(&mut body, key);
-            if table == Table::Data {
-                let (series, base) = self.rows.place(key);
-                put_string(&mut body, &series);
-                body.extend_from_slice(&base.to_le_bytes());
-            } else {
-                put_string(&mut body, key);
+            match table {
+                Table::Data => {
+                    let (series, base) = self.rows.place(key);
+                    put_string(&mut body, &series);
+                    body.extend_from_slice(&base.to_le_bytes());
+                }
+                // Rollup rows stay sharded by their whole key.
+                Table::Rollup if self.rollups_by_time => {
+                    put_string(&mut body, key);
+                    body.extend_from_slice(&self.rows.rollup_base(key).to_le_bytes());
+                }
+                _ => put_string(&mut body, key),
             }
             put_string(&mut body, writer);
             body.extend_from_slice(&ver.to_le_bytes());
@@ -480,7 +526,7 @@ impl Inner {
         }
         let db = &self.config.database;
         let name = table_name(table);
-        let columns = if table == Table::Data {
+        let columns = if self.by_time(table) {
             "key, series, base, writer, ver, deleted, value"
         } else {
             "key, series, writer, ver, deleted, value"
@@ -837,14 +883,19 @@ impl KvStore for ClickHouseStore {
         }
     }
 
-    /// Each server is asked for its partitions of `data_local` and drops
-    /// those wholly below `floor`. `ALTER ... ON CLUSTER` would wait for
+    /// Each server is asked for its partitions of the table's local table
+    /// and drops those wholly below `floor` (nothing for a table without
+    /// partitions by time: a rollup table an older rtsdb created). `ALTER ... ON CLUSTER` would wait for
     /// every server, failing while one is down; asking each replica instead
     /// drops on those up (a replicated drop also reaches the replica's
     /// peers through the replication log), and a shard whose replicas were
     /// all down keeps its partitions until the next run.
-    fn drop_data_before(&self, floor: u32) -> Result<u64> {
+    fn drop_partitions_before(&self, table: Table, floor: u32) -> Result<u64> {
+        if !self.by_time(table) {
+            return Ok(0);
+        }
         let db = &self.config.database;
+        let local = format!("{}_local", table_name(table));
         let mut dropped = std::collections::BTreeSet::new();
         let mut errors = Vec::new();
         let mut answered = 0;
@@ -853,7 +904,7 @@ impl KvStore for ClickHouseStore {
                 ep,
                 &format!(
                     "SELECT DISTINCT partition FROM system.parts \
-                     WHERE active AND database = '{db}' AND table = 'data_local'"
+                     WHERE active AND database = '{db}' AND table = '{local}'"
                 ),
             ) {
                 Ok(p) => p,
@@ -874,10 +925,10 @@ impl KvStore for ClickHouseStore {
                 }
                 match self.http.post_to(
                     ep,
-                    &format!("ALTER TABLE {db}.data_local DROP PARTITION {week}"),
+                    &format!("ALTER TABLE {db}.{local} DROP PARTITION {week}"),
                 ) {
                     Ok(_) => {
-                        tracing::info!(endpoint = %ep.url, week, "dropped an expired partition");
+                        tracing::info!(endpoint = %ep.url, table = %local, week, "dropped an expired partition");
                         dropped.insert(week);
                     }
                     Err(e) => errors.push(e),
@@ -1089,6 +1140,9 @@ mod tests {
     impl DataRows for Concat {
         fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
             (key.to_vec(), 0)
+        }
+        fn rollup_base(&self, _: &[u8]) -> u32 {
+            0
         }
         fn merge(&self, _: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>> {
             Some(versions.concat())
