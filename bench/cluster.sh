@@ -13,7 +13,10 @@
 # `fsck --full-scan --compact`); the median latency of the four comparison
 # queries; and the INSERT statements per second the cluster received
 # during the one-TSD load (system.events InsertQuery, summed over servers:
-# a Distributed insert counts once where it arrives and once per shard).
+# a Distributed insert counts once where it arrives and once per shard);
+# and, with two TSDs running, the time from a point's acknowledgement by
+# one TSD to its first appearance in a query on the other (p50/p99/max of
+# FRESH_PUTS=600 points, one every FRESH_EVERY_MS=50 ms; `tsbs freshness`).
 set -euo pipefail
 
 CONF=${1:?usage: bench/cluster.sh CLUSTER_CONF}
@@ -133,6 +136,9 @@ send "$pb" "$WORK/half.ab" & sb=$!
 wait $sa $sb
 t1=$(date +%s.%N)
 R[ch2_rate]=$(awk -v p="$POINTS" -v s="$t0" -v e="$t1" 'BEGIN{printf "%.0f", p/(e-s)}')
+# Freshness: points acknowledged by A (plain /api/put), polled on B.
+sleep "${SETTLE:-15}"
+R[fresh]=$("$TSBS" freshness "127.0.0.1:$pa" "127.0.0.1:$pb" "${FRESH_PUTS:-600}" "${FRESH_EVERY_MS:-50}")
 ch "${ENDPOINTS%% *}" "DROP DATABASE $DB2 ON CLUSTER $CLUSTER" >/dev/null || true
 
 echo
@@ -148,5 +154,7 @@ echo "| avg 1m-avg, one host, ms | ${R[emb_q2]} | ${R[ch_q2]} |"
 echo "| avg 1m-avg by region, ms | ${R[emb_q3]} | ${R[ch_q3]} |"
 echo "| sum of rate, all hosts, ms | ${R[emb_q4]} | ${R[ch_q4]} |"
 echo "| ClickHouse INSERTs per second during the load | | ${R[ch_inserts]} |"
+echo
+echo "A point acknowledged by TSD A, returned by a query on TSD B: ${R[fresh]}"
 echo
 echo "work dir: $WORK"

@@ -6,7 +6,14 @@
 //! cargo run --release --example tsbs -- load  127.0.0.1:4242 [telnet|http|http-gzip] [hosts] [hours] [connections]
 //! cargo run --release --example tsbs -- lines [hosts] [hours]        # the put lines, to stdout
 //! cargo run --release --example tsbs -- query 127.0.0.1:4242 '/api/query?...' [runs]
+//! cargo run --release --example tsbs -- freshness A_ADDR B_ADDR [puts] [every_ms]
 //! ```
+//!
+//! `freshness`: puts one point every `every_ms` (default 50) through TSD
+//! A's `/api/put` (acknowledged once logged, without `sync`), `puts`
+//! times (default 600), while polling TSD B with `/api/query` as fast as
+//! it answers; prints the time from each point's acknowledgement by A to
+//! the first answer of B that returns it (p50, p99, max).
 //!
 //! Data: `hosts` hosts × 10 cpu metrics every 10 s from 2016-01-01T00:00Z,
 //! 8 tags per series (hostname, region, datacenter, rack, os, arch, team,
@@ -137,9 +144,10 @@ fn main() {
             arg(&args, 5, 4),
         ),
         Some("query") => query(&args[1], &args[2], arg(&args, 3, 20)),
+        Some("freshness") => freshness(&args[1], &args[2], arg(&args, 3, 600), arg(&args, 4, 50)),
         _ => {
             eprintln!(
-                "usage: tsbs load ADDR [telnet|http|http-gzip] [hosts] [hours] [connections] | tsbs lines [hosts] [hours] | tsbs query ADDR PATH [runs]"
+                "usage: tsbs load ADDR [telnet|http|http-gzip] [hosts] [hours] [connections] | tsbs lines [hosts] [hours] | tsbs query ADDR PATH [runs] | tsbs freshness A_ADDR B_ADDR [puts] [every_ms]"
             );
             std::process::exit(2);
         }
@@ -363,5 +371,122 @@ fn query(addr: &str, path: &str, runs: usize) {
         "median {:.3} ms  p90 {:.3} ms  ({size} bytes)",
         times[runs / 2].as_secs_f64() * 1000.0,
         times[runs * 9 / 10].as_secs_f64() * 1000.0
+    );
+}
+
+/// One HTTP request over a keep-alive connection: status and body.
+fn exchange(stream: &mut TcpStream, method: &str, path: &str, body: &str) -> (u16, Vec<u8>) {
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).expect("write");
+    read_response(stream)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Time from "TSD A acknowledged a point" to "TSD B returns it" (issue
+/// 12: within 5 s, aim for 1 s), over `puts` points of one series put
+/// `every_ms` apart; see the module doc.
+fn freshness(a: &str, b: &str, puts: usize, every_ms: u64) {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+    // A series of this run only: its timestamps are the moments of the
+    // puts (milliseconds, one apart at least).
+    let run = format!("{}_{}", std::process::id(), now_ms());
+    let metric = "bench.freshness";
+    // Timestamp (ms) -> when A acknowledged it.
+    let acked: Arc<Mutex<BTreeMap<u64, Instant>>> = Arc::default();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let first_ts = now_ms();
+    let writer = {
+        let (acked, done, run, a) = (acked.clone(), done.clone(), run.clone(), a.to_string());
+        std::thread::spawn(move || {
+            let mut stream = TcpStream::connect(&a).unwrap_or_else(|e| panic!("connect {a}: {e}"));
+            stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
+            let mut last = 0;
+            for i in 0..puts {
+                let ts = now_ms().max(last + 1);
+                last = ts;
+                let body = format!(
+                    r#"{{"metric":"{metric}","timestamp":{ts},"value":{i},"tags":{{"run":"{run}"}}}}"#
+                );
+                let (status, answer) = exchange(&mut stream, "POST", "/api/put", &body);
+                assert_eq!(status, 204, "{}", String::from_utf8_lossy(&answer));
+                acked.lock().unwrap().insert(ts, Instant::now());
+                std::thread::sleep(Duration::from_millis(every_ms));
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        })
+    };
+    let mut stream = TcpStream::connect(b).unwrap_or_else(|e| panic!("connect {b}: {e}"));
+    stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
+    let mut latencies: Vec<Duration> = Vec::with_capacity(puts);
+    let mut polls = 0u64;
+    let deadline_after_last = Duration::from_secs(60);
+    let mut all_put_at: Option<Instant> = None;
+    while latencies.len() < puts {
+        let path = format!(
+            "/api/query?start={first_ts}&end={}&ms=true&nocache=true&m=sum:{metric}%7Brun={run}%7D",
+            now_ms() + 1000
+        );
+        let (status, body) = exchange(&mut stream, "GET", &path, "");
+        let seen_at = Instant::now();
+        polls += 1;
+        // 400 "No such name": B does not know the run's names yet (A has
+        // not assigned them, or not acknowledged a point), so nothing to
+        // see.
+        assert!(
+            status == 200 || status == 400,
+            "{}",
+            String::from_utf8_lossy(&body)
+        );
+        let v: serde_json::Value = if status == 200 {
+            serde_json::from_slice(&body).expect("query JSON")
+        } else {
+            serde_json::Value::Null
+        };
+        let seen: Vec<u64> = v
+            .get(0)
+            .and_then(|r| r.get("dps"))
+            .and_then(|d| d.as_object())
+            .map(|d| d.keys().filter_map(|k| k.parse().ok()).collect())
+            .unwrap_or_default();
+        let mut acked = acked.lock().unwrap();
+        for ts in seen {
+            // Seen before A's answer reached us (A's flusher ran first):
+            // zero, as freshness cannot be negative.
+            if let Some(at) = acked.remove(&ts) {
+                latencies.push(seen_at.saturating_duration_since(at));
+            }
+        }
+        drop(acked);
+        if done.load(std::sync::atomic::Ordering::Acquire) {
+            let at = *all_put_at.get_or_insert_with(Instant::now);
+            if at.elapsed() > deadline_after_last {
+                eprintln!(
+                    "{} of {puts} points never seen on B within {deadline_after_last:?} of the last put",
+                    puts - latencies.len()
+                );
+                break;
+            }
+        }
+    }
+    writer.join().expect("the writer");
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let pick = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    println!(
+        "freshness over {} points, one every {every_ms} ms ({polls} queries of B): p50 {:.0} ms  p99 {:.0} ms  max {:.0} ms",
+        latencies.len(),
+        ms(pick(0.5)),
+        ms(pick(0.99)),
+        ms(*latencies.last().expect("at least one point seen"))
     );
 }
