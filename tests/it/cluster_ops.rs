@@ -72,6 +72,16 @@ impl OnCluster {
         TestServer::start(&as_pairs(&self.settings))
     }
 
+    /// A TSD that keeps 30 days (`tsd.storage.ttl`): its flusher drops
+    /// the weeks past them at its first tick. The tests write old rows
+    /// through a TSD without a TTL first, so that no drop can run before
+    /// they are seen stored.
+    fn server_keeping_30_days(&self) -> TestServer {
+        let mut settings = as_pairs(&self.settings);
+        settings.push(("tsd.storage.ttl", "30d"));
+        TestServer::start(&settings)
+    }
+
     /// `tsdb --config CONF --data-dir DIR/cli ARGS...`
     fn tsdb(&self, args: &[&str]) -> Run {
         let mut all = vec!["--config", self.conf.to_str().unwrap()];
@@ -181,20 +191,16 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn retention_drops_whole_expired_weeks_and_keeps_the_current_one() {
-    let Some(c) = OnCluster::new(
-        "retention",
-        &[
-            ("tsd.storage.ttl", "30d"),
-            ("tsd.core.auto_create_metrics", "true"),
-        ],
-    ) else {
+    let Some(c) = OnCluster::new("retention", &[("tsd.core.auto_create_metrics", "true")]) else {
         return;
     };
-    let srv = c.server();
     let now = now_s();
     let (old, current) = (now - 60 * 86_400, now - 60);
-    put_sync(&srv, "old.m", old, 1, "a");
-    put_sync(&srv, "cur.m", current, 2, "a");
+    {
+        let writer = c.server();
+        put_sync(&writer, "old.m", old, 1, "a");
+        put_sync(&writer, "cur.m", current, 2, "a");
+    }
     // A partition is a week of base hours.
     let week = |ts: u64| ts / 3600 * 3600 / 604_800;
     let before = c.data_partitions();
@@ -203,9 +209,9 @@ fn retention_drops_whole_expired_weeks_and_keeps_the_current_one() {
         "{before:?}"
     );
 
-    // What the flusher runs every hour (and at its first tick).
-    let dropped = srv.state.db().store().drop_expired_partitions().unwrap();
-    assert_eq!(dropped, 1);
+    // The flusher drops what is past retention at its first tick (and
+    // then every hour).
+    let srv = c.server_keeping_30_days();
     eventually("the expired week dropped on every replica", || {
         !c.data_partitions().contains(&week(old))
     });
@@ -216,7 +222,7 @@ fn retention_drops_whole_expired_weeks_and_keeps_the_current_one() {
     );
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(&format!(r#""{current}":2"#)), "{body}");
-    // Nothing in retention is ever dropped: a second run finds nothing.
+    // Nothing in retention is ever dropped: another run finds nothing.
     assert_eq!(srv.state.db().store().drop_expired_partitions().unwrap(), 0);
 }
 
@@ -251,7 +257,6 @@ fn retention_drops_expired_weeks_of_rollups_too() {
     let Some(c) = OnCluster::new(
         "rollup_retention",
         &[
-            ("tsd.storage.ttl", "30d"),
             ("tsd.core.auto_create_metrics", "true"),
             ("tsd.rollups.enable", "true"),
             ("tsd.rollups.config", ROLLUPS),
@@ -259,11 +264,13 @@ fn retention_drops_expired_weeks_of_rollups_too() {
     ) else {
         return;
     };
-    let srv = c.server();
     let now = now_s();
     let (old, current) = (now - 60 * 86_400, now - 3600);
-    put_rollup(&srv, old, 5);
-    put_rollup(&srv, current, 7);
+    {
+        let writer = c.server();
+        put_rollup(&writer, old, 5);
+        put_rollup(&writer, current, 7);
+    }
     // A rollup row starts at its day (its row span); a partition is a
     // week of row starts, as in the data table.
     let week = |ts: u64| ts / 86_400 * 86_400 / 604_800;
@@ -273,9 +280,8 @@ fn retention_drops_expired_weeks_of_rollups_too() {
         "{before:?}"
     );
 
-    // What the flusher runs every hour: no data rows, one rollup week.
-    let dropped = srv.state.db().store().drop_expired_partitions().unwrap();
-    assert_eq!(dropped, 1);
+    // The flusher's first tick: no data rows, one expired rollup week.
+    let srv = c.server_keeping_30_days();
     eventually("the expired rollup week dropped on every replica", || {
         !c.partitions("rollup_local").contains(&week(old))
     });
@@ -295,7 +301,6 @@ fn a_database_made_before_rollups_were_partitioned_still_opens() {
     let Some(c) = OnCluster::new(
         "rollup_schema_1",
         &[
-            ("tsd.storage.ttl", "30d"),
             ("tsd.core.auto_create_metrics", "true"),
             ("tsd.rollups.enable", "true"),
             ("tsd.rollups.config", ROLLUPS),
@@ -324,17 +329,25 @@ fn a_database_made_before_rollups_were_partitioned_still_opens() {
              ENGINE = Distributed({cluster}, {db}, {name}_local, sipHash64(series))"
         ));
     }
-    let srv = c.server();
     let now = now_s();
-    let current = now - 3600;
-    put_rollup(&srv, now - 60 * 86_400, 5);
-    put_rollup(&srv, current, 7);
-    put_sync(&srv, "old.m", now - 60 * 86_400, 1, "a");
+    let (old, current) = (now - 60 * 86_400, now - 3600);
+    {
+        let writer = c.server();
+        put_rollup(&writer, old, 5);
+        put_rollup(&writer, current, 7);
+        put_sync(&writer, "old.m", old, 1, "a");
+    }
+    let week = |ts: u64| ts / 3600 * 3600 / 604_800;
+    assert!(c.data_partitions().contains(&week(old)));
+    let srv = c.server_keeping_30_days();
     let hour = current / 3600 * 3600;
     let body = rollup_sums(&srv, current - 7200);
     assert!(body.contains(&format!(r#""{hour}":7"#)), "{body}");
     // The old data week goes; the unpartitioned rollup table stays whole.
-    assert_eq!(srv.state.db().store().drop_expired_partitions().unwrap(), 1);
+    eventually("the expired data week dropped on every replica", || {
+        !c.data_partitions().contains(&week(old))
+    });
+    assert_eq!(srv.state.db().store().drop_expired_partitions().unwrap(), 0);
     assert_eq!(
         c.sql(&format!("SELECT uniqExact(key) FROM {db}.rollup"))
             .trim(),
