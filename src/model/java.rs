@@ -386,22 +386,17 @@ mod tests {
         }
     }
 
+    /// Up to 18 digits take the fast path; the edges past it are in
+    /// `parse_long_like_tags`.
     #[test]
     fn parse_long_fast_and_slow_agree() {
         for s in ["0", "7", "1356998400", "000012", "999999999999999999"] {
             assert_eq!(parse_long(s), s.parse::<i64>().map_err(|e| e.to_string()));
         }
-        assert_eq!(parse_long("9223372036854775807"), Ok(i64::MAX));
-        assert_eq!(parse_long("-9223372036854775808"), Ok(i64::MIN));
-        assert_eq!(
-            parse_long("9223372036854775808").unwrap_err(),
-            "Overflow in 9223372036854775808"
-        );
         assert_eq!(
             parse_long("12a").unwrap_err(),
             "Invalid character 'a' in 12a"
         );
-        assert_eq!(parse_long("").unwrap_err(), "Empty string");
     }
 
     #[test]
