@@ -695,8 +695,13 @@ fn append(db: &rtsdb::db::Db, host: &str, points: &[(i64, rtsdb::model::Value)])
 fn run(db: &rtsdb::db::Db, qs: &str) -> Vec<Vec<(String, f64)>> {
     let ctx = rtsdb::query::QueryContext::new(db, db.uids(), db.index()).with_rollups(db);
     let q = rtsdb::query::parse_get(qs).unwrap();
-    let json = rtsdb::query::execute(&ctx, &q).unwrap().to_json();
-    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    dps_of(&rtsdb::query::execute(&ctx, &q).unwrap().to_json())
+}
+
+/// `(timestamp, value)` of every result of a query's JSON answer, in
+/// result order (a value that is not a number as NaN).
+fn dps_of(json: &str) -> Vec<Vec<(String, f64)>> {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
     v.as_array()
         .unwrap()
         .iter()
@@ -852,19 +857,7 @@ fn a_delete_query_recomputes_the_auto_rollups_of_what_it_deleted() {
     let answer = |m: &str| -> Vec<Vec<(String, f64)>> {
         let (s, t) = get(&srv, &format!("/api/query?start={START}&end={end}&m={m}"));
         assert_eq!(s, 200, "{t}");
-        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                r["dps"]
-                    .as_object()
-                    .unwrap()
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.as_f64().unwrap()))
-                    .collect()
-            })
-            .collect()
+        dps_of(&t)
     };
     let agree = |what: &str| {
         for iv in ["10m", "1h", "2h", "1d"] {
