@@ -69,17 +69,22 @@ fn sigkill_loses_nothing_acknowledged() {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
+    let (first_ack, writing) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut acked = Vec::new();
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             if let Some(n) = line.strip_prefix("ack ") {
                 acked.push(n.parse::<u64>().unwrap());
+                let _ = first_ack.send(());
             }
         }
         acked
     });
-    // Let it write for a while, then kill it without warning.
+    // Once it writes (a loaded machine may take seconds to start it: a
+    // kill while it still creates the store tests nothing acknowledged),
+    // let it write for a while, then kill it without warning.
+    let _ = writing.recv_timeout(Duration::from_secs(120));
     let start = Instant::now();
     std::thread::sleep(Duration::from_millis(1500));
     child.kill().unwrap();
