@@ -279,6 +279,7 @@ impl Store {
                 retention.rollup_expired(&layout, key, retention::now_s())
             }));
         }
+        create_engine_whole(&engine_dir, &engine)?;
         let damaged = crate::storage::fjall_journal::check_dir(&engine_dir)?;
         if let Some(j) = damaged.first() {
             return Err(StoreError::Damaged {
@@ -739,6 +740,64 @@ impl Store {
 
 /// Takes the store directory's lock, retrying for up to `wait`; the lock
 /// lasts as long as the returned file is open.
+/// The marker fjall writes once its directory is created: without it,
+/// nothing was ever written to the engine.
+const ENGINE_CREATED_MARKER: &str = "version";
+
+/// Creates the engine at `engine_dir` if it is not there whole: in a
+/// sibling directory first, renamed into place once every table exists.
+/// fjall's own creation, cut by a crash, leaves a directory it cannot
+/// open ("File exists" for a journal without the version marker, "No such
+/// file or directory" for a keyspace without its manifest), and nothing
+/// was written to such an engine, so a cut creation is started again. An
+/// engine with its marker is left as it is.
+fn create_engine_whole(engine_dir: &Path, opts: &FjallOptions) -> Result<()> {
+    if engine_dir.join(ENGINE_CREATED_MARKER).exists() {
+        return Ok(());
+    }
+    if engine_dir.exists() {
+        if !engine_holds_nothing(engine_dir)? {
+            // A lost marker beside written data is damage, not a cut
+            // creation: fjall's own error says so below.
+            return Ok(());
+        }
+        tracing::warn!(dir = %engine_dir.display(), "the engine's creation was cut short (no version marker, nothing written); creating it again");
+        fs::remove_dir_all(engine_dir)?;
+    }
+    let new = engine_dir.with_extension("new");
+    if new.exists() {
+        fs::remove_dir_all(&new)?;
+    }
+    drop(FjallStore::open(&new, opts)?);
+    fs::rename(&new, engine_dir)?;
+    if let Some(parent) = engine_dir.parent() {
+        File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Whether an engine directory holds no journal batch and no table file.
+fn engine_holds_nothing(engine_dir: &Path) -> Result<bool> {
+    let journals = crate::storage::fjall_journal::read_dir(engine_dir)?;
+    if journals
+        .iter()
+        .any(|j| !j.batches.is_empty() || j.is_damaged())
+    {
+        return Ok(false);
+    }
+    let keyspaces = engine_dir.join("keyspaces");
+    let Ok(entries) = fs::read_dir(&keyspaces) else {
+        return Ok(true);
+    };
+    for ks in entries {
+        let tables = ks?.path().join("tables");
+        if tables.is_dir() && fs::read_dir(&tables)?.next().is_some() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 fn lock_dir(dir: &Path, wait: std::time::Duration) -> Result<File> {
     let lock = File::options()
         .create(true)
@@ -771,6 +830,38 @@ fn decode_cells(key: &[u8], value: &[u8]) -> Result<RowCells> {
 
 #[cfg(test)]
 mod tests {
+    /// A creation cut by a crash (fjall's directory without its version
+    /// marker, an unfinished sibling) is started again; an engine that
+    /// lost its marker but holds data is not wiped.
+    #[test]
+    fn a_cut_engine_creation_is_started_again_but_data_is_never_wiped() {
+        use crate::storage::{Table, WriteBatch};
+        let dir = tempfile::tempdir().unwrap();
+        let store = super::Store::open(dir.path(), &super::StoreOptions::default()).unwrap();
+        drop(store);
+        // As fjall leaves it when killed before its marker: a lock file,
+        // the keyspaces folder and a preallocated, empty journal.
+        let engine = dir.path().join(super::ENGINE_DIR);
+        std::fs::remove_dir_all(&engine).unwrap();
+        std::fs::create_dir_all(engine.join("keyspaces")).unwrap();
+        std::fs::write(engine.join("lock"), b"").unwrap();
+        std::fs::write(engine.join("0.jnl"), vec![0u8; 4096]).unwrap();
+        std::fs::create_dir_all(engine.with_extension("new").join("keyspaces")).unwrap();
+        let store = super::Store::open(dir.path(), &super::StoreOptions::default()).unwrap();
+        let mut b = WriteBatch::new();
+        b.put(Table::Meta, b"k".to_vec(), b"v".to_vec());
+        b.durability = crate::storage::Durability::Sync;
+        store.kv().write(b).unwrap();
+        drop(store);
+        assert!(!engine.with_extension("new").exists());
+
+        std::fs::remove_file(engine.join(super::ENGINE_CREATED_MARKER)).unwrap();
+        assert!(!super::engine_holds_nothing(&engine).unwrap());
+        // Not wiped: fjall's own error stands.
+        assert!(super::Store::open(dir.path(), &super::StoreOptions::default()).is_err());
+        assert!(std::fs::read_dir(&engine).unwrap().count() > 1);
+    }
+
     use super::*;
     use crate::model::row_span::{ROW_SPAN_SECS, row_base};
     use crate::model::{Uid, UidWidth};
