@@ -139,6 +139,13 @@ fn uid_bad_input_is_an_error_not_a_panic() {
 /// OpenTSDB's rows written by another tool), through the database the
 /// commands open: on the cluster, the names go to ZooKeeper and the rows
 /// to ClickHouse.
+/// A CLI on `backend` whose store holds the sample ([`write_sample`]).
+fn cli_with_sample(backend: Backend) -> Option<Cli> {
+    let cli = Cli::new(backend)?;
+    write_sample(&cli);
+    Some(cli)
+}
+
 fn write_sample(cli: &Cli) {
     let db = cli.open_db();
     let uid = |kind, name| db.uids().assign(kind, name).unwrap().uid();
@@ -170,10 +177,9 @@ fn write_sample(cli: &Cli) {
 }
 
 fn scan_prints_rows_as_dumpseries(backend: Backend) {
-    let Some(cli) = Cli::new(backend) else {
+    let Some(cli) = cli_with_sample(backend) else {
         return;
     };
-    write_sample(&cli);
     let r = cli.tsdb(&[
         "scan",
         "2013/01/01",
@@ -221,10 +227,9 @@ fn scan_prints_rows_as_dumpseries(backend: Backend) {
 }
 
 fn scan_delete_removes_the_rows(backend: Backend) {
-    let Some(cli) = Cli::new(backend) else {
+    let Some(cli) = cli_with_sample(backend) else {
         return;
     };
-    write_sample(&cli);
     let r = cli.tsdb(&[
         "scan",
         "--delete",
@@ -242,10 +247,9 @@ fn scan_delete_removes_the_rows(backend: Backend) {
 }
 
 fn query_prints_opentsdb_lines_after_metasync(backend: Backend) {
-    let Some(cli) = Cli::new(backend) else {
+    let Some(cli) = cli_with_sample(backend) else {
         return;
     };
-    write_sample(&cli);
     // Rows written without the series index: metasync rebuilds it.
     let r = cli.tsdb(&["uid", "metasync"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -283,10 +287,9 @@ fn query_prints_opentsdb_lines_after_metasync(backend: Backend) {
 }
 
 fn search_lookup_metasync_and_metapurge(backend: Backend) {
-    let Some(cli) = Cli::new(backend) else {
+    let Some(cli) = cli_with_sample(backend) else {
         return;
     };
-    write_sample(&cli);
     let r = cli.tsdb(&["uid", "metasync"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     // Two series; their metric, tag key and two tag values get the time of
