@@ -1042,26 +1042,10 @@ impl KvSnapshot for Snapshot {
         // Small helper scan: versions at or before `upto`, all at once per
         // page as for a scan.
         let filter = format!("ver <= {}", self.upto);
-        let store = &self.store;
-        let result = (|| -> Result<Vec<KeyValue>> {
-            let db = &store.config.database;
-            let name = table_name(table);
-            let body = store.exec(&format!(
-                "SELECT key, argMax(value, ver), max(ver) AS v, argMax(deleted, ver) \
-                 FROM {db}.{name} WHERE {filter} GROUP BY key, writer ORDER BY key, v FORMAT RowBinary"
-            ))?;
-            let mut r = Reader::new(&body);
-            let mut versions = Vec::new();
-            while !r.done() {
-                versions.push(Version {
-                    key: r.string()?,
-                    value: r.string()?,
-                    ver: r.u64()?,
-                    deleted: r.u8()? != 0,
-                });
-            }
-            Ok(store.resolve_all(table, &versions))
-        })();
+        let result = self
+            .store
+            .select(table, &filter, None)
+            .map(|versions| self.store.resolve_all(table, &versions));
         match result {
             Ok(kvs) => Box::new(kvs.into_iter().map(Ok)),
             Err(e) => Box::new(std::iter::once(Err(e))),
