@@ -444,4 +444,113 @@ mod tests {
         );
         assert_eq!(t.scan_reverse(UidKind::Metric).unwrap().len(), 5);
     }
+
+    /// A shared engine's UID store: `moved` stands for its change counter
+    /// (a reconnect to ZooKeeper moves it), `down` for a lost quorum.
+    struct Flaky {
+        inner: std::sync::Arc<dyn crate::uid::UidStore>,
+        moved: std::sync::atomic::AtomicU64,
+        down: std::sync::atomic::AtomicBool,
+    }
+
+    impl Flaky {
+        fn check(&self) -> crate::uid::Result<()> {
+            if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(crate::storage::StorageError::Engine("quorum lost".into()).into());
+            }
+            Ok(())
+        }
+    }
+
+    impl crate::uid::UidStore for Flaky {
+        fn widths(&self) -> UidWidths {
+            self.inner.widths()
+        }
+        fn forward(&self, kind: UidKind, name: &str) -> crate::uid::Result<Option<Uid>> {
+            self.check()?;
+            self.inner.forward(kind, name)
+        }
+        fn reverse(&self, kind: UidKind, uid: Uid) -> crate::uid::Result<Option<String>> {
+            self.check()?;
+            self.inner.reverse(kind, uid)
+        }
+        fn max_id(&self, kind: UidKind) -> crate::uid::Result<u64> {
+            self.check()?;
+            self.inner.max_id(kind)
+        }
+        fn allocate(&self, kind: UidKind, name: &str) -> crate::uid::Result<Assigned> {
+            self.check()?;
+            self.inner.allocate(kind, name)
+        }
+        fn rename(&self, kind: UidKind, old: &str, new: &str) -> crate::uid::Result<Uid> {
+            self.check()?;
+            self.inner.rename(kind, old, new)
+        }
+        fn delete(&self, kind: UidKind, name: &str) -> crate::uid::Result<Uid> {
+            self.check()?;
+            self.inner.delete(kind, name)
+        }
+        fn scan_forward<'a>(&'a self, kind: UidKind, prefix: &[u8]) -> crate::uid::ForwardScan<'a> {
+            self.inner.scan_forward(kind, prefix)
+        }
+        fn scan_reverse(&self, kind: UidKind) -> crate::uid::Result<Vec<(Uid, String)>> {
+            self.inner.scan_reverse(kind)
+        }
+        fn sync(&self) -> crate::uid::Result<()> {
+            self.inner.sync()
+        }
+        fn remote_changes(&self, _kind: UidKind) -> u64 {
+            self.moved.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    #[test]
+    fn known_names_are_served_while_storage_is_away_after_a_possible_change() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        let flaky = std::sync::Arc::new(Flaky {
+            inner: store.uid_store(),
+            moved: 0.into(),
+            down: false.into(),
+        });
+        let t = UidTable::new(flaky.clone(), AutoCreate::default(), NameRules::default());
+        let k = UidKind::TagKey;
+        let host = t.assign(k, "host").unwrap().uid();
+        let dc = t.assign(k, "dc").unwrap().uid();
+        assert_eq!(t.get_id(k, "host").unwrap(), host);
+
+        // A reconnect (the counter moves), then the quorum goes: the
+        // names known before are still answered, both ways; new ones fail.
+        flaky.moved.fetch_add(1, SeqCst);
+        flaky.down.store(true, SeqCst);
+        assert_eq!(t.get_id(k, "host").unwrap(), host);
+        assert_eq!(&*t.get_name(k, dc).unwrap(), "dc");
+        assert!(matches!(
+            t.get_or_create_id(k, "rack"),
+            Err(UidTableError::Storage(_))
+        ));
+        assert_eq!(
+            t.cache_size(k),
+            0,
+            "nothing unverified is cached as verified"
+        );
+
+        // Storage back: it decides. A name deleted meanwhile is gone,
+        // the others are confirmed.
+        flaky.down.store(false, SeqCst);
+        store.uid_store().delete(k, "dc").unwrap();
+        assert_eq!(t.lookup_id(k, "dc").unwrap(), None);
+        assert_eq!(t.get_id(k, "host").unwrap(), host);
+        flaky.down.store(true, SeqCst);
+        assert_eq!(t.get_id(k, "host").unwrap(), host);
+        assert!(matches!(t.get_id(k, "dc"), Err(UidTableError::Storage(_))));
+        assert!(matches!(t.get_name(k, dc), Err(UidTableError::Storage(_))));
+
+        // `dropcaches` forgets the unverified mappings too.
+        t.drop_caches();
+        assert!(matches!(
+            t.get_id(k, "host"),
+            Err(UidTableError::Storage(_))
+        ));
+    }
 }

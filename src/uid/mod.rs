@@ -124,6 +124,51 @@ struct KindCache {
     /// mapping from storage only caches it if the generation did not move
     /// meanwhile, so a lookup racing a rename cannot re-insert the old name.
     generation: u64,
+    /// Mappings dropped because another process may have changed names
+    /// ([`UidStore::remote_changes`] moved), kept until storage confirms
+    /// or contradicts each one. A lookup whose storage read fails falls
+    /// back to them: the engine moves that counter on every reconnect to
+    /// ZooKeeper (watch events are lost while disconnected), and without
+    /// this a TSD that reconnected once during a quorum loss could no
+    /// longer write even the series it knew. A name can only have changed
+    /// through ZooKeeper, so the fallback is wrong only for a rename or
+    /// delete made in the moments the TSD was disconnected.
+    unverified: Unverified,
+}
+
+/// Cached mappings awaiting confirmation from storage (see
+/// [`KindCache::unverified`]).
+#[derive(Default)]
+struct Unverified {
+    by_name: HashMap<Arc<str>, Uid>,
+    by_id: FastMap<Uid, Arc<str>>,
+}
+
+impl KindCache {
+    /// Forgets every mapping, verified or not (`dropcaches`).
+    fn clear(&mut self) {
+        self.by_name.clear();
+        self.by_id.clear();
+        self.unverified.by_name.clear();
+        self.unverified.by_id.clear();
+        self.generation += 1;
+    }
+
+    /// Moves every cached mapping to [`KindCache::unverified`].
+    fn unverify(&mut self) {
+        self.unverified.by_name.extend(self.by_name.drain());
+        self.unverified.by_id.extend(self.by_id.drain());
+        self.generation += 1;
+    }
+
+    /// Forgets `name` and `uid` after this process renamed or deleted them.
+    fn forget(&mut self, name: &str, uid: Uid) {
+        self.by_name.remove(name);
+        self.by_id.remove(&uid);
+        self.unverified.by_name.remove(name);
+        self.unverified.by_id.remove(&uid);
+        self.generation += 1;
+    }
 }
 
 struct Kind {
@@ -209,10 +254,7 @@ impl UidTable {
     /// Forgets every cached mapping (`dropcaches`).
     pub fn drop_caches(&self) {
         for k in &self.kinds {
-            let mut c = k.cache.write();
-            c.by_name.clear();
-            c.by_id.clear();
-            c.generation += 1;
+            k.cache.write().clear();
         }
     }
 
@@ -226,10 +268,8 @@ impl UidTable {
         let mut c = k.cache.write();
         // Under the cache lock: one thread drops the cache per change.
         if k.remote_seen.swap(now, Ordering::AcqRel) != now {
-            c.by_name.clear();
-            c.by_id.clear();
-            c.generation += 1;
-            tracing::debug!(%kind, "UID cache dropped: names changed on another TSD");
+            c.unverify();
+            tracing::debug!(%kind, "UID cache unverified: names may have changed on another TSD");
         }
     }
 
@@ -248,8 +288,43 @@ impl UidTable {
         let mut c = k.cache.write();
         if c.generation == generation {
             let name: Arc<str> = name.into();
+            if let Some(old) = c.unverified.by_name.remove(&name) {
+                c.unverified.by_id.remove(&old);
+            }
+            if let Some(old) = c.unverified.by_id.remove(&uid) {
+                c.unverified.by_name.remove(&old);
+            }
             c.by_name.insert(name.clone(), uid);
             c.by_id.insert(uid, name);
+        }
+    }
+
+    /// Storage answered that `name` has no UID: an unverified mapping of
+    /// it is wrong.
+    fn cache_absent_name(&self, k: &Kind, name: &str) {
+        let mut c = k.cache.write();
+        if let Some(uid) = c.unverified.by_name.remove(name) {
+            c.unverified.by_id.remove(&uid);
+        }
+    }
+
+    /// Storage answered that `uid` has no name.
+    fn cache_absent_id(&self, k: &Kind, uid: Uid) {
+        let mut c = k.cache.write();
+        if let Some(name) = c.unverified.by_id.remove(&uid) {
+            c.unverified.by_name.remove(&name);
+        }
+    }
+
+    /// Storage could not be read: the unverified mapping of `name` if
+    /// there is one (see [`KindCache::unverified`]), else the error.
+    fn unverified_id(&self, kind: UidKind, k: &Kind, name: &str, e: UidTableError) -> Result<Uid> {
+        match k.cache.read().unverified.by_name.get(name) {
+            Some(uid) if matches!(e, UidTableError::Storage(_)) => {
+                tracing::debug!(%kind, name, error = %e, "storage unreadable: an unverified UID used");
+                Ok(*uid)
+            }
+            _ => Err(e),
         }
     }
 
@@ -275,9 +350,13 @@ impl UidTable {
             c.generation
         };
         k.stats.misses.fetch_add(1, Ordering::Relaxed);
-        let found = self.backend.forward(kind, name)?;
-        if let Some(uid) = found {
-            self.cache_insert(k, generation, name, uid);
+        let found = match self.backend.forward(kind, name) {
+            Ok(found) => found,
+            Err(e) => return self.unverified_id(kind, k, name, e).map(Some),
+        };
+        match found {
+            Some(uid) => self.cache_insert(k, generation, name, uid),
+            None => self.cache_absent_name(k, name),
         }
         Ok(found)
     }
@@ -295,13 +374,23 @@ impl UidTable {
             c.generation
         };
         k.stats.misses.fetch_add(1, Ordering::Relaxed);
-        let name = self
-            .backend
-            .reverse(kind, uid)?
-            .ok_or_else(|| UidTableError::NoSuchId {
-                kind,
-                bytes: uid.to_bytes(k.width),
-            })?;
+        let name = match self.backend.reverse(kind, uid) {
+            Ok(Some(name)) => name,
+            Ok(None) => {
+                self.cache_absent_id(k, uid);
+                return Err(UidTableError::NoSuchId {
+                    kind,
+                    bytes: uid.to_bytes(k.width),
+                });
+            }
+            Err(e) => {
+                let c = k.cache.read();
+                return match c.unverified.by_id.get(&uid) {
+                    Some(name) if matches!(e, UidTableError::Storage(_)) => Ok(name.clone()),
+                    _ => Err(e),
+                };
+            }
+        };
         self.cache_insert(k, generation, &name, uid);
         Ok(name.into())
     }
@@ -375,9 +464,7 @@ impl UidTable {
         // the old mapping between the write and the purge.
         let mut c = k.cache.write();
         let uid = self.backend.rename(kind, old, new)?;
-        c.by_name.remove(old);
-        c.by_id.remove(&uid);
-        c.generation += 1;
+        c.forget(old, uid);
         Ok(uid)
     }
 
@@ -388,9 +475,7 @@ impl UidTable {
         let _w = k.write_lock.lock();
         let mut c = k.cache.write();
         let uid = self.backend.delete(kind, name)?;
-        c.by_name.remove(name);
-        c.by_id.remove(&uid);
-        c.generation += 1;
+        c.forget(name, uid);
         Ok(uid)
     }
 
