@@ -379,7 +379,10 @@ impl Answer {
             .map(|r| {
                 std::mem::size_of::<QueryResult>()
                     + r.dps.capacity() * std::mem::size_of::<(i64, Value)>()
-                    + r.tags.iter().map(|(k, v)| 64 + k.len() + v.len()).sum::<usize>()
+                    + r.tags
+                        .iter()
+                        .map(|(k, v)| 64 + k.len() + v.len())
+                        .sum::<usize>()
                     + r.aggregate_tags.iter().map(|t| 24 + t.len()).sum::<usize>()
                     + r.tsuids.iter().map(|t| 24 + t.len()).sum::<usize>()
                     + r.metric.len()

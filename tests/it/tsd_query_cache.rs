@@ -361,6 +361,9 @@ fn settled_window_answered_again(m: &str) {
     let (status, body) = req(&srv, "POST", "/api/uid/rename?tagv=b&name=b-renamed", "");
     assert_eq!(status, 200, "{body}");
     let renamed = cached(&srv, &qs);
-    assert!(renamed.contains("\"b-renamed\"") && !renamed.contains("\"b\""), "{renamed}");
+    assert!(
+        renamed.contains("\"b-renamed\"") && !renamed.contains("\"b\""),
+        "{renamed}"
+    );
     assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (3, 3));
 }
