@@ -22,8 +22,8 @@
 #   - the median of RUNS runs of four queries over the hour: 1-min avg of
 #     one metric over all hosts, the same for one host, the same grouped
 #     by region, and the sum of the rate of a counter over all hosts;
-#     uncached (`nocache`) and from each one's result cache (rtsdb's
-#     does not cache queries without a downsampler, such as the rate). VictoriaMetrics' windows are aligned to OpenTSDB's buckets
+#     uncached (`nocache`) and from each one's result cache.
+#     VictoriaMetrics' windows are aligned to OpenTSDB's buckets
 #     (shared/docs/victoriametrics.md) and its answers to the 1-min avg
 #     queries are checked against rtsdb's (largest relative difference).
 # Prints one markdown table with the range over rounds. Needs root the

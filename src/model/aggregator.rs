@@ -171,26 +171,6 @@ impl Aggregator {
         }
         let non_nan = || values.iter().copied().filter(|v| !v.is_nan());
         match self.function {
-            F::Sum | F::None => {
-                let mut n = 0usize;
-                let mut sum = 0.0;
-                for v in non_nan() {
-                    sum += v;
-                    n += 1;
-                }
-                if n == 0 { f64::NAN } else { sum }
-            }
-            F::Min => non_nan().fold(f64::NAN, |a, v| if a.is_nan() || v < a { v } else { a }),
-            F::Max => non_nan().fold(f64::NAN, |a, v| if a.is_nan() || v > a { v } else { a }),
-            F::Avg => {
-                let mut n = 0usize;
-                let mut sum = 0.0;
-                for v in non_nan() {
-                    sum += v;
-                    n += 1;
-                }
-                if n == 0 { f64::NAN } else { sum / n as f64 }
-            }
             F::Dev => {
                 if non_nan().next().is_none() {
                     f64::NAN
@@ -198,7 +178,6 @@ impl Aggregator {
                     dev(non_nan())
                 }
             }
-            F::Count => non_nan().count() as f64,
             F::First => values[0],
             F::Last => values[values.len() - 1],
             F::Mult => values[1..].iter().fold(values[0], |a, &v| a * v),
@@ -212,20 +191,98 @@ impl Aggregator {
                 v[v.len() / 2]
             }
             F::Diff => values[values.len() - 1] - values[0],
-            F::SquareSum => {
-                let mut n = 0usize;
-                let mut sum = 0.0;
-                for v in non_nan() {
-                    sum += v * v;
-                    n += 1;
-                }
-                if n == 0 { f64::NAN } else { sum }
-            }
             // 2.4.1 ignores the estimation type for doubles (a bug we keep).
             F::Percentile(p, _) => {
                 let n = partition_nan(values);
                 percentile(&mut values[..n], p, Legacy)
             }
+            F::Sum | F::None | F::Min | F::Max | F::Avg | F::Count | F::SquareSum => {
+                let mut fold = Fold::start(self.function);
+                for &v in values.iter() {
+                    fold.add(v);
+                }
+                fold.result()
+            }
+        }
+    }
+}
+
+/// A float function that needs no more than a running value and a count
+/// (sum, min, max, avg, count, squareSum): folded one value at a time, so
+/// a downsampler keeps no bucket of values for it. [`Aggregator::run_double`]
+/// computes these through it too: one definition of each.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fold {
+    function: Function,
+    /// Non-NaN values added.
+    n: u64,
+    /// The sum (of squares for squareSum), or the min or max so far (NaN
+    /// before the first value).
+    acc: f64,
+}
+
+impl Fold {
+    /// A fold for `function`, if it is one of those it computes.
+    pub fn new(function: Function) -> Option<Fold> {
+        match function {
+            F::Sum | F::None | F::Avg | F::Count | F::SquareSum | F::Min | F::Max => {
+                Some(Fold::start(function))
+            }
+            _ => None,
+        }
+    }
+
+    /// An empty fold (for one of the functions [`Fold::new`] takes).
+    fn start(function: Function) -> Fold {
+        let acc = match function {
+            F::Min | F::Max => f64::NAN,
+            _ => 0.0,
+        };
+        Fold {
+            function,
+            n: 0,
+            acc,
+        }
+    }
+
+    /// Adds a value; NaN is skipped, as 2.4 skips it.
+    #[inline]
+    pub fn add(&mut self, v: f64) {
+        if v.is_nan() {
+            return;
+        }
+        self.n += 1;
+        match self.function {
+            F::SquareSum => self.acc += v * v,
+            F::Min => {
+                if self.acc.is_nan() || v < self.acc {
+                    self.acc = v
+                }
+            }
+            F::Max => {
+                if self.acc.is_nan() || v > self.acc {
+                    self.acc = v
+                }
+            }
+            _ => self.acc += v,
+        }
+    }
+
+    /// The function's value over the values added (NaN when none was a
+    /// number, except count: 0); the fold starts over.
+    pub fn take(&mut self) -> f64 {
+        let v = self.result();
+        *self = Fold::start(self.function);
+        v
+    }
+
+    fn result(&self) -> f64 {
+        match self.function {
+            F::Count => self.n as f64,
+            F::Min | F::Max => self.acc,
+            _ if self.n == 0 => f64::NAN,
+            F::Avg => self.acc / self.n as f64,
+            _ => self.acc,
         }
     }
 }

@@ -221,9 +221,9 @@ pub(super) struct Plan<'a> {
 
 impl<'a> Plan<'a> {
     /// The plan for `sub`, or `None` when the cache stays out: off,
-    /// `nocache`, or an answer it cannot reproduce exactly (no fixed
-    /// downsampling interval, `padding`, a delete, timings asked for,
-    /// byte or point limits that depend on what is read).
+    /// `nocache`, or an answer it cannot reproduce exactly (a calendar or
+    /// `all` downsampling interval, `padding`, a delete, timings asked
+    /// for, byte or point limits that depend on what is read).
     pub(super) fn new(
         ctx: &QueryContext<'a>,
         q: &ValidQuery,
@@ -235,7 +235,11 @@ impl<'a> Plan<'a> {
         }
         let o = &q.original;
         let limits = ctx.limits;
+        // Settled boundaries fall on bucket starts; without a downsampler
+        // every point is its own output (a rate's needs only the point
+        // before it, which the pipeline state keeps), so any ms will do.
         let iv = match sub.downsample.as_ref().map(|d| d.interval) {
+            None => 1,
             Some(Interval::Fixed(iv)) if iv > 0 => iv as i64,
             _ => None?,
         };
@@ -312,6 +316,80 @@ struct Entry {
     states: Vec<PipeState>,
     /// Per group: aggregated points up to its frontier, if any.
     prefixes: Vec<Option<Prefix>>,
+    /// The whole answer of the last run, when everything it read was
+    /// settled: a run of the same frame with nothing to read gives it
+    /// again, so it is handed out as it is.
+    answer: Option<Answer>,
+}
+
+/// A sub-query's results as a run over `frame` left them.
+struct Answer {
+    frame: AnswerFrame,
+    results: Vec<QueryResult>,
+}
+
+/// Everything besides the entry's data that a run's results depend on:
+/// the output range, the fill range (it ends with the query), the rows
+/// read, and the query-level flags written into each result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AnswerFrame {
+    from: i64,
+    to: i64,
+    fill_range: (i64, i64),
+    read_end: u64,
+    index: usize,
+    show_query: bool,
+    show_tsuids: bool,
+}
+
+impl AnswerFrame {
+    fn of(q: &ValidQuery, sub: &ValidSubQuery, frame: &Frame) -> AnswerFrame {
+        AnswerFrame {
+            from: frame.from,
+            to: frame.to,
+            fill_range: frame.fill_range,
+            read_end: frame.read_end,
+            index: sub.index,
+            show_query: q.original.show_query,
+            show_tsuids: q.original.show_tsuids,
+        }
+    }
+}
+
+/// The answer to keep from a run whose settled boundary is `settle`:
+/// only when every point it read lies before it (a later run with the
+/// same frame then reads nothing and computes the same results).
+fn settled_answer(
+    q: &ValidQuery,
+    sub: &ValidSubQuery,
+    frame: &Frame,
+    settle: i64,
+    results: &[QueryResult],
+) -> Option<Answer> {
+    (settle > frame.read_end as i64).then(|| Answer {
+        frame: AnswerFrame::of(q, sub, frame),
+        results: results.to_vec(),
+    })
+}
+
+impl Answer {
+    fn heap_bytes(&self) -> usize {
+        self.results
+            .iter()
+            .map(|r| {
+                std::mem::size_of::<QueryResult>()
+                    + r.dps.capacity() * std::mem::size_of::<(i64, Value)>()
+                    + r.tags
+                        .iter()
+                        .map(|(k, v)| 64 + k.len() + v.len())
+                        .sum::<usize>()
+                    + r.aggregate_tags.iter().map(|t| 24 + t.len()).sum::<usize>()
+                    + r.tsuids.iter().map(|t| 24 + t.len()).sum::<usize>()
+                    + r.metric.len()
+                    + r.query.as_ref().map_or(0, |q| q.to_string().len() * 4)
+            })
+            .sum()
+    }
 }
 
 /// A group's aggregated points in `[from, frontier]`.
@@ -323,7 +401,8 @@ struct Prefix {
 
 impl Entry {
     fn heap_bytes(&self) -> usize {
-        let outs: usize = self.outs.iter().map(|o| 24 + o.capacity() * 16).sum();
+        const POINT: usize = std::mem::size_of::<(i64, Value)>();
+        let outs: usize = self.outs.iter().map(|o| 24 + o.capacity() * POINT).sum();
         let states: usize = self
             .states
             .iter()
@@ -332,9 +411,10 @@ impl Entry {
         let prefixes: usize = self
             .prefixes
             .iter()
-            .map(|p| 48 + p.as_ref().map_or(0, |p| p.dps.capacity() * 16))
+            .map(|p| 48 + p.as_ref().map_or(0, |p| p.dps.capacity() * POINT))
             .sum();
-        self.sel.heap_bytes() + outs + states + prefixes
+        let answer = self.answer.as_ref().map_or(0, Answer::heap_bytes);
+        self.sel.heap_bytes() + outs + states + prefixes + answer
     }
 }
 
@@ -489,6 +569,7 @@ fn miss(
             outs,
             states,
             prefixes,
+            answer: settled_answer(q, sub, &frame, plan.settle, &results),
         };
         plan.cache.put(plan.key.clone(), entry);
     }
@@ -522,6 +603,20 @@ fn hit(
     };
     let n = e.sel.tsuids.len();
     let frame = Frame::new(q, sub, budget, n)?;
+    let start = (e.settled.max(0) as u64).max(frame.read_start);
+    if start > frame.read_end
+        && let Some(a) = e
+            .answer
+            .as_ref()
+            .filter(|a| a.frame == AnswerFrame::of(q, sub, &frame))
+    {
+        // Nothing to read and the same frame as the run that kept this
+        // answer: the same results (docs/query-cache.md).
+        let results = a.results.clone();
+        stats.output_points = results.iter().map(|r| r.dps.len() as u64).sum();
+        plan.cache.put(plan.key.clone(), e);
+        return Ok((results, stats));
+    }
     let mut pipes: Vec<Pipeline> = e
         .states
         .iter()
@@ -531,7 +626,6 @@ fn hit(
         skip_before: Some(e.settled),
         settle_at: Some(plan.settle),
     };
-    let start = (e.settled.max(0) as u64).max(frame.read_start);
     let cells = read_into(
         ctx,
         &e.sel,
@@ -626,6 +720,7 @@ fn hit(
         e.states = states;
         e.settled = plan.settle;
         e.prefixes = prefixes;
+        e.answer = settled_answer(q, sub, &frame, plan.settle, &results);
         plan.cache.put(plan.key.clone(), e);
     }
     Ok((results, stats))

@@ -8,6 +8,7 @@ use chrono_tz::Tz;
 
 use super::aggregator::Aggregator;
 use crate::model::Value;
+use crate::model::aggregator::Fold;
 use crate::model::time::parse_duration;
 
 /// What to emit for an empty bucket between the query's start and end.
@@ -410,7 +411,15 @@ pub(crate) struct Downsampler<'a> {
     /// Where `current` ends (exclusive): a point before it, in time order,
     /// joins the current bucket without the bucketer's division.
     current_end: i64,
+    /// The fixed interval, ms: a point in the bucket right after the
+    /// current one (the usual case, in time order) needs no division.
+    step: Option<i64>,
+    /// The current bucket's values, for functions that need them all
+    /// (median, percentiles, dev...).
     values: Vec<f64>,
+    /// The current bucket folded so far, for functions that need only a
+    /// running value ([`Fold`]): then `values` stays empty.
+    fold: Option<Fold>,
     /// Fill range (inclusive bucket starts), when the policy fills.
     fill: Option<(i64, i64)>,
     /// Next bucket start still owed a fill value.
@@ -426,34 +435,65 @@ impl<'a> Downsampler<'a> {
         fill_range: (i64, i64),
     ) -> Downsampler<'a> {
         let fill = spec.fill.value().map(|_| fill_range);
+        let fold = Fold::new(spec.function.function);
         Downsampler {
             spec,
             bucketer,
             current: None,
             current_end: i64::MIN,
-            values: Vec::with_capacity(16),
+            step: match spec.interval {
+                Interval::Fixed(iv) if iv > 0 => Some(iv as i64),
+                _ => None,
+            },
+            values: if fold.is_some() {
+                Vec::new()
+            } else {
+                Vec::with_capacity(16)
+            },
+            fold,
             fill,
             next_fill: fill_range.0,
         }
     }
 
+    #[inline]
+    fn add(&mut self, v: Value) {
+        match &mut self.fold {
+            Some(f) => f.add(v.as_f64()),
+            None => self.values.push(v.as_f64()),
+        }
+    }
+
+    #[inline]
     pub(crate) fn push(&mut self, ts: i64, v: Value, out: &mut Vec<(i64, Value)>) {
         if let Some(b) = self.current
             && ts >= b
             && ts < self.current_end
         {
-            self.values.push(v.as_f64());
+            self.add(v);
             return;
         }
-        let Some(b) = self.bucketer.bucket(ts) else {
-            return;
+        let b = match self.step {
+            // The next bucket: no division (the bucketer's own rule,
+            // epoch-aligned steps of the interval).
+            Some(step)
+                if self.current.is_some()
+                    && ts >= self.current_end
+                    && ts - self.current_end < step =>
+            {
+                self.current_end
+            }
+            _ => match self.bucketer.bucket(ts) {
+                Some(b) => b,
+                None => return,
+            },
         };
         if self.current != Some(b) {
             self.flush(out);
             self.current = Some(b);
             self.current_end = self.bucketer.end_of(b);
         }
-        self.values.push(v.as_f64());
+        self.add(v);
     }
 
     fn flush(&mut self, out: &mut Vec<(i64, Value)>) {
@@ -461,8 +501,14 @@ impl<'a> Downsampler<'a> {
             return;
         };
         self.fill_until(b, out);
-        let v = self.spec.function.run_double(&mut self.values);
-        self.values.clear();
+        let v = match &mut self.fold {
+            Some(f) => f.take(),
+            None => {
+                let v = self.spec.function.run_double(&mut self.values);
+                self.values.clear();
+                v
+            }
+        };
         out.push((b, Value::Float(v)));
         if self.fill.is_some() && b >= self.next_fill {
             self.next_fill = self.bucketer.next(b);
@@ -491,6 +537,7 @@ impl<'a> Downsampler<'a> {
         DownsamplerState {
             current: self.current,
             values: self.values.clone(),
+            fold: self.fold,
             next_fill: self.next_fill,
         }
     }
@@ -508,6 +555,7 @@ impl<'a> Downsampler<'a> {
         d.current = state.current;
         d.current_end = state.current.map_or(i64::MIN, |b| bucketer.end_of(b));
         d.values.clone_from(&state.values);
+        d.fold = state.fold;
         d.next_fill = state.next_fill;
         d
     }
@@ -519,6 +567,7 @@ impl<'a> Downsampler<'a> {
 pub(crate) struct DownsamplerState {
     current: Option<i64>,
     values: Vec<f64>,
+    fold: Option<Fold>,
     next_fill: i64,
 }
 

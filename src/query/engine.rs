@@ -344,6 +344,28 @@ impl<'a> Pipeline<'a> {
         self.push(ts, v)
     }
 
+    /// Feeds a row's points: the stages are picked once per row, not per
+    /// point.
+    fn push_all(&mut self, pts: &[Point]) {
+        match (&mut self.ds, &mut self.rate) {
+            (Some(d), None) => {
+                for pt in pts {
+                    d.push(pt.timestamp_ms as i64, pt.value, &mut self.out);
+                }
+            }
+            (None, Some(r)) => {
+                for pt in pts {
+                    r.push(pt.timestamp_ms as i64, pt.value, &mut self.out);
+                }
+            }
+            _ => {
+                for pt in pts {
+                    self.push(pt.timestamp_ms as i64, pt.value);
+                }
+            }
+        }
+    }
+
     fn push(&mut self, ts: i64, v: Value) {
         match (&mut self.ds, &mut self.rate) {
             (None, None) => self.out.push((ts, v)),
@@ -535,7 +557,22 @@ impl Frame {
     }
 
     pub(super) fn pipes<'a>(&'a self, sub: &'a ValidSubQuery, n: usize) -> Vec<Pipeline<'a>> {
-        (0..n).map(|_| Pipeline::new(sub, self)).collect()
+        // Downsampled outputs: room for the buckets read up front (up to a
+        // bound: a long window of a sparse series must not reserve much),
+        // rather than growing each series' list step by step.
+        let buckets = match sub.downsample.as_ref().map(|d| d.interval) {
+            Some(Interval::Fixed(iv)) if iv > 0 => {
+                ((self.read_end.saturating_sub(self.read_start)) / iv + 1).min(256) as usize
+            }
+            _ => 0,
+        };
+        (0..n)
+            .map(|_| {
+                let mut p = Pipeline::new(sub, self);
+                p.out.reserve(buckets);
+                p
+            })
+            .collect()
     }
 }
 
@@ -713,9 +750,7 @@ fn read_run(
         match cut.settle_at {
             None if cut.skip_before.is_none() => {
                 p.seen = true;
-                for pt in pts {
-                    p.push(pt.timestamp_ms as i64, pt.value);
-                }
+                p.push_all(pts);
             }
             _ => {
                 let skip = cut.skip_before.unwrap_or(i64::MIN);

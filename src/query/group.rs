@@ -257,21 +257,36 @@ fn accumulate(
 
 /// The sorted union of the series' timestamps; true if every series has
 /// exactly these timestamps. Downsampled series usually share one grid:
-/// that case costs one comparison pass.
+/// that case costs one comparison pass. Series whose timestamps all lie on
+/// the first one's (a series missing a few points, a rate without its
+/// first point) cost one pass each too; only the others are sorted in.
 fn union_times(series: &[&Points], out: &mut Vec<i64>) -> bool {
     out.clear();
     let first = series[0];
-    let same = series[1..]
-        .iter()
-        .all(|s| s.len() == first.len() && s.iter().zip(first.iter()).all(|(a, b)| a.0 == b.0));
-    if same {
-        out.extend(first.iter().map(|p| p.0));
-        return true;
+    let mut same = true;
+    let mut others: Vec<&Points> = Vec::new();
+    for s in &series[1..] {
+        if s.len() == first.len() && s.iter().zip(first.iter()).all(|(a, b)| a.0 == b.0) {
+            continue;
+        }
+        same = false;
+        if !within(s, first) {
+            others.push(s);
+        }
     }
-    out.extend(series.iter().flat_map(|s| s.iter().map(|p| p.0)));
-    out.sort_unstable();
-    out.dedup();
-    false
+    out.extend(first.iter().map(|p| p.0));
+    if !others.is_empty() {
+        out.extend(others.iter().flat_map(|s| s.iter().map(|p| p.0)));
+        out.sort_unstable();
+        out.dedup();
+    }
+    same
+}
+
+/// Whether every timestamp of sorted `s` is one of sorted `grid`'s.
+fn within(s: &Points, grid: &Points) -> bool {
+    let mut g = grid.iter().map(|p| p.0);
+    s.iter().all(|p| g.any(|t| t == p.0))
 }
 
 #[cfg(test)]
@@ -295,6 +310,33 @@ mod tests {
 
     fn ints(p: &[(i64, i64)]) -> Vec<(i64, Value)> {
         p.iter().map(|&(t, v)| (t * 1000, Value::Int(v))).collect()
+    }
+
+    #[test]
+    fn union_of_timestamps_whatever_the_overlap() {
+        let pts = |ts: &[i64]| ts.iter().map(|&t| (t, Value::Int(1))).collect::<Vec<_>>();
+        let union = |series: &[Vec<(i64, Value)>]| {
+            let refs: Vec<&Points> = series.iter().map(|s| s.as_slice()).collect();
+            let mut out = Vec::new();
+            let same = union_times(&refs, &mut out);
+            (out, same)
+        };
+        let grid = pts(&[1, 2, 3, 4]);
+        assert_eq!(
+            union(&[grid.clone(), grid.clone()]),
+            (vec![1, 2, 3, 4], true)
+        );
+        // A series missing points of the first: the first's grid.
+        assert_eq!(
+            union(&[grid.clone(), pts(&[2, 4]), pts(&[1])]),
+            (vec![1, 2, 3, 4], false)
+        );
+        // Points off the first's grid, before, between and after it.
+        assert_eq!(
+            union(&[grid.clone(), pts(&[0, 2, 5]), pts(&[3]), pts(&[2, 6])]),
+            (vec![0, 1, 2, 3, 4, 5, 6], false)
+        );
+        assert_eq!(union(&[pts(&[3]), grid]), (vec![1, 2, 3, 4], false));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Randomized: the result cache's answer is byte-identical to the
 //! uncached one while a dashboard's window slides, the tail is written,
 //! late points land in cached buckets, rows are deleted and new series
-//! appear; over random aggregators, downsamplers, fill policies, rate
-//! options, group-bys, `none`, `showTSUIDs` and ms resolution.
+//! appear; over random aggregators, downsamplers (or none: raw points and
+//! their rates), fill policies, rate options, group-bys, `none`,
+//! `showTSUIDs` and ms resolution.
 
 use crate::common;
 
@@ -92,7 +93,8 @@ fn cached_answers_equal_uncached_ones() {
             let last = if s.alive { now } else { now - rng.below(3000) };
             write(&db, &mut rng, s, first, last.max(first + 1));
         }
-        let iv = rng.pick(&["1m", "5m", "7m", "2m"]);
+        // "": no downsampler (raw points, or the rate of each).
+        let iv = rng.pick(&["1m", "5m", "7m", "2m", "", ""]);
         let f = rng.pick(&["avg", "sum", "max", "min", "count"]);
         let fill = rng.pick(&["", "", "-zero", "-nan", "-null"]);
         let agg = rng.pick(&[
@@ -165,7 +167,12 @@ fn cached_answers_equal_uncached_ones() {
                 Some(back) => format!("&end={}", T + now - back),
                 None => String::new(),
             };
-            let qs = format!("start={window}{end}&m={agg}:{rate}{iv}-{f}{fill}:m{filter}{flags}");
+            let ds = if iv.is_empty() {
+                String::new()
+            } else {
+                format!("{iv}-{f}{fill}:")
+            };
+            let qs = format!("start={window}{end}&m={agg}:{rate}{ds}m{filter}{flags}");
             let q = query::parse_get(&qs).unwrap();
             let plain = query::execute(&ctx(&db, now), &q).map(|r| r.to_json());
             let before = cache.stats().hits;

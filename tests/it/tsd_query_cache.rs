@@ -92,6 +92,15 @@ fn window(start: u64, end: u64, m: &str) -> String {
 
 #[test]
 fn a_repeat_is_a_hit_and_a_sliding_window_reuses_the_entry() {
+    repeat_and_slide("sum:1m-avg:cache.m{dc=*}");
+}
+
+#[test]
+fn a_rate_is_cached_too() {
+    repeat_and_slide("sum:rate{counter}:cache.m{dc=*}");
+}
+
+fn repeat_and_slide(m: &str) {
     // Data up to 30 s ago: the new points land after the settled part
     // (tsd.query.cache.settle_ms, 60 s), as a live feed's do.
     // The window must not cross an hour as it slides (its scan would
@@ -102,7 +111,6 @@ fn a_repeat_is_a_hit_and_a_sliding_window_reuses_the_entry() {
         end += 3600 - (end - 3600) % 3600 + 10;
     }
     let Setup { srv, end } = setup_at(&[], end);
-    let m = "sum:1m-avg:cache.m{dc=*}";
     let first = cached(&srv, &window(end - 3600, end, m));
     assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (0, 1));
     assert_eq!(cached(&srv, &window(end - 3600, end, m)), first);
@@ -115,10 +123,22 @@ fn a_repeat_is_a_hit_and_a_sliding_window_reuses_the_entry() {
     assert!(stat(&srv, "entries") >= 1 && stat(&srv, "bytes") > 0);
 }
 
+/// A counter's rate without a downsampler: cached point by point, each
+/// rate resuming from the last point before the settled boundary.
+const RATE: &str = "sum:rate{counter}:cache.m";
+
 #[test]
 fn a_late_point_invalidates() {
+    late_point_invalidates("sum:1m-avg:cache.m");
+}
+
+#[test]
+fn a_late_point_invalidates_a_rate() {
+    late_point_invalidates(RATE);
+}
+
+fn late_point_invalidates(m: &str) {
     let Setup { srv, end } = setup(&[]);
-    let m = "sum:1m-avg:cache.m";
     let qs = window(end - 3600, end, m);
     let before = cached(&srv, &qs);
     cached(&srv, &qs);
@@ -133,8 +153,17 @@ fn a_late_point_invalidates() {
 
 #[test]
 fn a_delete_invalidates() {
+    delete_invalidates("sum:1m-avg:cache.m");
+}
+
+#[test]
+fn a_delete_invalidates_a_rate() {
+    delete_invalidates(RATE);
+}
+
+fn delete_invalidates(m: &str) {
     let Setup { srv, end } = setup(&[("tsd.http.query.allow_delete", "true")]);
-    let qs = window(end - 3600, end, "sum:1m-avg:cache.m");
+    let qs = window(end - 3600, end, m);
     let before = cached(&srv, &qs);
     cached(&srv, &qs);
     let (status, body) = req(
@@ -155,8 +184,17 @@ fn a_delete_invalidates() {
 
 #[test]
 fn a_rename_invalidates() {
+    rename_invalidates("sum:1m-avg:cache.m{host=*}");
+}
+
+#[test]
+fn a_rename_invalidates_a_rate() {
+    rename_invalidates("sum:rate{counter}:cache.m{host=*}");
+}
+
+fn rename_invalidates(m: &str) {
     let Setup { srv, end } = setup(&[]);
-    let qs = window(end - 3600, end, "sum:1m-avg:cache.m{host=*}");
+    let qs = window(end - 3600, end, m);
     cached(&srv, &qs);
     cached(&srv, &qs);
     let (status, body) = req(&srv, "POST", "/api/uid/rename?tagv=h7&name=h7-renamed", "");
@@ -295,4 +333,37 @@ fn an_annotation_invalidates() {
         "{after}"
     );
     assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (1, 2));
+}
+
+#[test]
+fn a_settled_window_is_answered_again_until_a_late_point() {
+    settled_window_answered_again("sum:1m-avg:cache.m{dc=*}");
+    settled_window_answered_again("sum:rate{counter}:cache.m{dc=*}");
+}
+
+/// A window whose rows all lie before the settled boundary: a repeat
+/// reads nothing and hands out the kept answer, until a late point
+/// inside it or a rename.
+fn settled_window_answered_again(m: &str) {
+    let Setup { srv, end } = setup(&[]);
+    let qs = window(end - 7200 + 60, end - 3600 - 300, m);
+    let first = cached(&srv, &qs);
+    assert_eq!(cached(&srv, &qs), first);
+    assert_eq!(cached(&srv, &qs), first);
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (2, 1));
+    let late = serde_json::json!({"metric": "cache.m", "timestamp": end - 5000,
+        "value": 1_000_000, "tags": {"host": "h3", "dc": "b"}});
+    assert_eq!(req(&srv, "POST", "/api/put?sync", &late.to_string()).0, 204);
+    let after = cached(&srv, &qs);
+    assert_ne!(after, first, "the late point is in the answer");
+    assert_eq!(cached(&srv, &qs), after);
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (3, 2));
+    let (status, body) = req(&srv, "POST", "/api/uid/rename?tagv=b&name=b-renamed", "");
+    assert_eq!(status, 200, "{body}");
+    let renamed = cached(&srv, &qs);
+    assert!(
+        renamed.contains("\"b-renamed\"") && !renamed.contains("\"b\""),
+        "{renamed}"
+    );
+    assert_eq!((stat(&srv, "hits"), stat(&srv, "misses")), (3, 3));
 }
