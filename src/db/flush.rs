@@ -12,12 +12,14 @@ use crate::meta::Counting;
 use crate::write::buffer::{self, SealPolicy, SealedHour};
 use crate::write::{Series, wal};
 
-/// Once nothing is buffered, the engine's journal is moved into its
-/// tables when it holds this much (`KvStore::checkpoint`): by then the
-/// WAL is gone and the journal is most of what is on disk, at about
-/// twice the bytes the same rows take in tables (and more when rows were
-/// written again with late points).
-pub(super) const JOURNAL_CHECKPOINT_BYTES: u64 = 4 << 20;
+/// Once nothing is buffered, or a flush round let WAL segments go, the
+/// engine's journal is moved into its tables when it holds this much
+/// (`KvStore::checkpoint`): by then that WAL is gone and the journal is
+/// most of what is on disk, at about 1.3 times the bytes the same rows
+/// take in tables (LZ4-compressed blocks), and more when rows were
+/// written again with late points or after a flush under memory
+/// pressure.
+pub(super) const JOURNAL_CHECKPOINT_BYTES: u64 = 1 << 20;
 
 /// Hours sealed and written per batch of a flush: large enough that a
 /// batch's write is one efficient pass, small enough that sealing a
@@ -308,16 +310,21 @@ impl Db {
         let oldest = wal::list_segments(self.wal.dir())
             .ok()
             .and_then(|s| s.first().copied());
+        let mut deleted = false;
         if oldest.is_some_and(|o| o < below) {
             if let Err(e) = self.rows.sync() {
                 tracing::error!(error = %e, "store sync failed; WAL kept");
                 return;
             }
-            if let Err(e) = self.wal.delete_below(below) {
-                tracing::error!(error = %e, "deleting WAL segments failed");
+            match self.wal.delete_below(below) {
+                Ok(n) => deleted = n > 0,
+                Err(e) => tracing::error!(error = %e, "deleting WAL segments failed"),
             }
         }
-        if min_pinned.is_none() {
+        // While a load goes on, the journal is moved only when the log it
+        // stands for went (after a full flush, above): not at every round,
+        // as the move holds the engine briefly.
+        if min_pinned.is_none() || deleted {
             self.checkpoint_engine(JOURNAL_CHECKPOINT_BYTES);
         }
     }
@@ -338,6 +345,24 @@ impl Db {
         }
     }
 
+    /// A flush of everything buffered (memory pressure, a WAL past
+    /// `tsd.storage.wal.max_bytes`) writes every point logged so far as
+    /// rows, so it is also a checkpoint of the WAL: the segment being
+    /// written is closed first, and once the flush stored what was
+    /// buffered, [`truncate_wal`](Self::truncate_wal) lets every segment
+    /// before it go. Without the rotation the points of the open hours
+    /// would stay on disk twice (log and rows) until that segment filled
+    /// up to 64 MiB. A failed rotation only keeps the log longer.
+    pub(super) fn flush_everything(&self, policy: SealPolicy) {
+        if let Err(e) = self.wal.rotate() {
+            tracing::warn!(error = %e, "closing the WAL segment before a full flush failed; it is kept");
+        }
+        self.flush(SealPolicy {
+            everything: true,
+            ..policy
+        });
+    }
+
     pub(super) fn tick(&self, everything: bool) {
         // An engine that failed (a full disk) is reopened once the disk
         // takes writes again; until then nothing can be flushed, and the
@@ -352,21 +377,22 @@ impl Db {
             grace_s: self.opts.seal_grace.as_secs() as u32,
             idle_s: 5,
             pressure: false,
-            everything: everything
-                || self.opts.shared_flush.is_some()
-                || self.wal.disk_bytes() > self.opts.wal_max_bytes,
+            // On a cluster every tick writes everything, and the WAL goes
+            // by the usual rule (its segments are closed as they fill).
+            everything: everything || self.opts.shared_flush.is_some(),
         };
-        self.flush(policy);
+        if self.opts.shared_flush.is_none() && self.wal.disk_bytes() > self.opts.wal_max_bytes {
+            self.flush_everything(policy);
+        } else {
+            self.flush(policy);
+        }
         if self.buffer.points() > self.opts.max_buffered_points {
             self.flush(SealPolicy {
                 pressure: true,
                 ..policy
             });
             if self.buffer.points() > self.opts.max_buffered_points / 2 {
-                self.flush(SealPolicy {
-                    everything: true,
-                    ..policy
-                });
+                self.flush_everything(policy);
             }
         }
         self.truncate_wal();

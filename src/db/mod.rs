@@ -642,6 +642,43 @@ mod tests {
         assert_eq!(read_all(&w)[0].points.len(), 1001);
     }
 
+    #[test]
+    fn a_full_flush_lets_the_wal_before_it_go_while_the_hour_stays_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = open(dir.path());
+        for i in 0..1500 {
+            put(&w, 1356998400 + i, Value::Int(i), "a");
+        }
+        let first = w.wal.active_segment().number;
+        w.flush_everything(crate::write::buffer::SealPolicy {
+            now_s: crate::write::buffer::now_s(),
+            grace_s: 600,
+            idle_s: 5,
+            pressure: false,
+            everything: false,
+        });
+        assert_eq!(w.buffered_points(), 0);
+        // The same hour goes on in the new segment, which it pins.
+        for i in 1500..1510 {
+            put(&w, 1356998400 + i, Value::Int(i), "a");
+        }
+        assert!(w.wal.active_segment().number > first);
+        w.tick(false);
+        let wal_dir = dir.path().join(WAL_DIR);
+        let left = wal::list_segments(&wal_dir).unwrap();
+        assert!(left.iter().all(|&s| s > first), "{left:?}");
+        assert_eq!(left, vec![w.wal.active_segment().number]);
+        assert_eq!(w.buffered_points(), 10);
+        assert_eq!(read_all(&w)[0].points.len(), 1510);
+        // Stored rows and the new segment's points survive a restart.
+        w.close().unwrap();
+        drop(w);
+        let w = open(dir.path());
+        let got = read_all(&w);
+        assert_eq!(got[0].points.len(), 1510);
+        assert_eq!(got[0].points[1509].value, Value::Int(1509));
+    }
+
     #[tokio::test]
     async fn reads_merge_buffer_and_store_and_wal_replays() {
         let dir = tempfile::tempdir().unwrap();
