@@ -3,6 +3,11 @@
 
 use clap::Parser;
 
+/// See Cargo.toml: glibc's allocator kept freed memory per thread arena,
+/// so a TSD's RSS grew with the data it had written.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     let cli = rtsdb::cli::Cli::parse();
     // The engine logs every recovery step at info; keep that out of the way.
