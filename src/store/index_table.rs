@@ -152,7 +152,18 @@ impl IndexStore for KvIndexStore {
 
     fn generation(&self) -> index::Result<Option<u64>> {
         match &self.coordinator {
-            Some(c) => Ok(Some(c.generation(INDEX_GENERATION)?)),
+            Some(c) => {
+                // A round trip on every cluster query: its cost is logged
+                // beside the ClickHouse statements' (`debug`).
+                let started = std::time::Instant::now();
+                let generation = c.generation(INDEX_GENERATION)?;
+                tracing::debug!(
+                    micros = started.elapsed().as_micros() as u64,
+                    generation,
+                    "series index generation read"
+                );
+                Ok(Some(generation))
+            }
             None => Ok(None),
         }
     }

@@ -25,6 +25,7 @@
 mod http;
 mod own_rows;
 mod rowbinary;
+mod shards;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +40,7 @@ use super::{
 pub(crate) use http::Endpoint;
 use http::Http;
 use rowbinary::{Reader, put_string};
+use shards::Shards;
 
 /// Keys per `IN (...)` list of a multi-key read: one statement per this
 /// many keys keeps the statement text (hex keys) well under ClickHouse's
@@ -136,6 +138,11 @@ pub(crate) struct Inner {
     /// lock also orders this process's data-row writes and deletes.
     own_rows: Mutex<own_rows::OwnRows>,
     _schema: Mutex<()>,
+    /// Which shard holds a key and which endpoints are its replicas, so
+    /// key reads ask that shard alone; `None` when the cluster's shards
+    /// could not be matched to the endpoints (reads go through the
+    /// `Distributed` tables).
+    shards: Option<Shards>,
     /// Whether the rollup table has a `base` column and is partitioned by
     /// week of it, as the data table: true for a database created since
     /// rollups were partitioned, false for an older one, which is used as
@@ -227,10 +234,12 @@ impl ClickHouseStore {
             rmw: super::StripedLocks::new(64),
             own_rows: Mutex::new(own_rows::OwnRows::new()),
             _schema: Mutex::new(()),
+            shards: None,
             rollups_by_time: false,
         };
         let mut store = store;
         store.rollups_by_time = store.create_schema()?;
+        store.shards = Shards::discover(&store.http, &store.config.cluster);
         Ok(ClickHouseStore {
             inner: Arc::new(store),
         })
@@ -356,17 +365,27 @@ impl Inner {
     }
 
     /// Newest version per (key, writer) of the keys `filter` selects, in
-    /// key order then version order.
+    /// key order then version order, through the `Distributed` table.
     fn select(&self, table: Table, filter: &str, limit: Option<usize>) -> Result<Vec<Version>> {
-        let db = &self.config.database;
-        let name = table_name(table);
-        let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
-        let sql = format!(
-            "SELECT key, argMax(value, ver), max(ver) AS v, argMax(deleted, ver) \
-             FROM {db}.{name} WHERE {filter} GROUP BY key, writer ORDER BY key, v{limit} FORMAT RowBinary"
+        let sql = self.select_sql(
+            &format!("{}.{}", self.config.database, table_name(table)),
+            filter,
+            limit,
         );
-        let body = self.exec(&sql)?;
-        let mut r = Reader::new(&body);
+        self.versions_of(&self.exec(&sql)?)
+    }
+
+    fn select_sql(&self, from: &str, filter: &str, limit: Option<usize>) -> String {
+        let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+        format!(
+            "SELECT key, argMax(value, ver), max(ver) AS v, argMax(deleted, ver) \
+             FROM {from} WHERE {filter} GROUP BY key, writer ORDER BY key, v{limit} FORMAT RowBinary"
+        )
+    }
+
+    /// Decodes what [`select_sql`](Self::select_sql) answered.
+    fn versions_of(&self, body: &[u8]) -> Result<Vec<Version>> {
+        let mut r = Reader::new(body);
         let mut out = Vec::new();
         while !r.done() {
             let key = r.string()?;
@@ -381,6 +400,70 @@ impl Inner {
                 deleted,
             });
         }
+        Ok(out)
+    }
+
+    /// The input of the sharding expression (the `series` column) for
+    /// `key` of `table`.
+    fn series_of(&self, table: Table, key: &[u8]) -> Vec<u8> {
+        match table {
+            Table::Data => self.rows.place(key).0,
+            _ => key.to_vec(),
+        }
+    }
+
+    /// [`select`](Self::select) of `keys` (at most [`KEYS_PER_READ`]),
+    /// asking each shard that holds some of them its local table directly
+    /// (shards.rs says why and which replica), the shards at once; keys of
+    /// a shard that cannot be read so go through the `Distributed` table.
+    /// Versions come grouped by key, each key's in version order.
+    fn select_keys(&self, table: Table, keys: &[&[u8]]) -> Result<Vec<Version>> {
+        let Some(shards) = &self.shards else {
+            return self.select(table, &Self::key_list(keys), None);
+        };
+        let mut by_shard: std::collections::BTreeMap<usize, Vec<&[u8]>> = Default::default();
+        for key in keys {
+            by_shard
+                .entry(shards.shard_of(&self.series_of(table, key)))
+                .or_default()
+                .push(key);
+        }
+        let preferred = self.http.preferred();
+        let local = format!("{}.{}_local", self.config.database, table_name(table));
+        let read_shard = |shard: usize, keys: &[&[u8]]| -> Result<Vec<Version>> {
+            let filter = Self::key_list(keys);
+            let Some(order) = shards.read_order(shard, preferred) else {
+                return self.select(table, &filter, None);
+            };
+            let sql = self.select_sql(&local, &filter, None);
+            match self.http.post_first(&order, "", &COMMON, sql.as_bytes()) {
+                Ok((_, body)) => self.versions_of(&body),
+                // No replica of the shard answers: the `Distributed`
+                // table says so (or finds a way this TSD does not know).
+                Err(http::Failure::Unreachable(_)) => self.select(table, &filter, None),
+                Err(e) => Err(e.into()),
+            }
+        };
+        let mut answers: Vec<Result<Vec<Version>>> = if by_shard.len() == 1 {
+            by_shard.iter().map(|(s, k)| read_shard(*s, k)).collect()
+        } else {
+            std::thread::scope(|scope| {
+                let running: Vec<_> = by_shard
+                    .iter()
+                    .map(|(s, k)| scope.spawn(|| read_shard(*s, k)))
+                    .collect();
+                running
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
+            })
+        };
+        let mut out = Vec::new();
+        for answer in answers.drain(..) {
+            out.extend(answer?);
+        }
+        // Each shard's answer is in key order; callers group by key.
+        out.sort_by(|a, b| a.key.cmp(&b.key).then(a.ver.cmp(&b.ver)));
         Ok(out)
     }
 
@@ -450,7 +533,7 @@ impl Inner {
     ) -> Result<std::collections::HashMap<Vec<u8>, Vec<u8>>> {
         let mut found = std::collections::HashMap::new();
         for chunk in keys.chunks(KEYS_PER_READ) {
-            let versions = self.select(table, &Self::key_list(chunk), None)?;
+            let versions = self.select_keys(table, chunk)?;
             found.extend(self.resolve_all(table, &versions));
         }
         Ok(found)
@@ -458,7 +541,7 @@ impl Inner {
 
     /// The newest live version of one key and its `ver` (0 if none).
     fn get_with_ver(&self, table: Table, key: &[u8]) -> Result<(Option<Vec<u8>>, u64)> {
-        let versions = self.select(table, &Self::key_list(&[key]), None)?;
+        let versions = self.select_keys(table, &[key])?;
         let top = versions.iter().map(|v| v.ver).max().unwrap_or(0);
         Ok((self.resolve(table, key, &versions), top))
     }
@@ -1106,6 +1189,52 @@ mod tests {
     fn open(test: &str, writer: &str, coord: Arc<dyn Coordinator>) -> Option<ClickHouseStore> {
         let cfg = test_cluster::config(test)?;
         Some(ClickHouseStore::open(cfg, coord, Arc::new(OpaqueRows), writer.into()).unwrap())
+    }
+
+    /// A key is read from the local table of the shard [`Shards`] names
+    /// (ClickHouse's `sipHash64` over the weights): it must be the shard
+    /// the `Distributed` table put it in, or the read finds nothing.
+    #[test]
+    fn keys_are_read_from_the_shard_the_distributed_table_put_them_in() {
+        let Some(store) = open("direct_shard", "a", Arc::new(LocalCoordinator::new())) else {
+            return;
+        };
+        let shards = store
+            .shards
+            .as_ref()
+            .expect("the test cluster's shards match its endpoints");
+        let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("key-{i}").into_bytes()).collect();
+        let mut w = WriteBatch::new();
+        for k in &keys {
+            w.put(Table::Meta, k.clone(), k.clone());
+        }
+        store.write(w).unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, ep) in store.http.endpoints().iter().enumerate() {
+            let sql = format!(
+                "SELECT key FROM {}.meta_local FORMAT TabSeparated",
+                store.config.database
+            );
+            let body = store.http.post_to(ep, &sql).unwrap();
+            for key in String::from_utf8(body).unwrap().lines() {
+                assert_eq!(
+                    shards.shard_of_endpoint(i),
+                    Some(shards.shard_of(key.as_bytes())),
+                    "{key} on {}",
+                    ep.url
+                );
+                seen.insert(key.as_bytes().to_vec());
+            }
+        }
+        // Inserts return once a replica of each shard has the rows.
+        assert_eq!(seen, keys.iter().cloned().collect());
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let read = store.get_many(Table::Meta, &refs).unwrap();
+        assert_eq!(
+            read,
+            keys.iter().map(|k| Some(k.clone())).collect::<Vec<_>>()
+        );
+        test_cluster::drop_database(&store);
     }
 
     #[test]
