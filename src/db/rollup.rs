@@ -209,9 +209,15 @@ impl Db {
     }
 }
 
-/// One time slice of a rollup read: each series' slots, and what was
-/// read.
-type SliceRead = (Vec<Vec<RollupSlot>>, RollupReadStats);
+/// One time slice of a rollup read, in row order: every row's slots in
+/// one vector (no vector per series to grow), each row's series and end
+/// in it, and what was read.
+#[derive(Default)]
+struct SliceRead {
+    slots: Vec<RollupSlot>,
+    rows: Vec<(usize, usize)>,
+    read: RollupReadStats,
+}
 
 /// What a rollup read went through.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -228,8 +234,8 @@ pub trait RollupSource: Sync {
     /// Hands over the cells of `columns` that `table` (of `interval`)
     /// holds for the series `tsuids`, from the row holding `start_s`
     /// through the one holding `end_s`: `f(i, slots)` gets slots of
-    /// `tsuids[i]` in time order, possibly in several calls (one per time
-    /// slice read), each later than the one before.
+    /// `tsuids[i]` in time order, in several calls (one per row read),
+    /// each later than the one before for that series.
     #[allow(clippy::too_many_arguments)]
     fn read_rollups(
         &self,
@@ -286,14 +292,13 @@ impl RollupSource for Db {
         cuts.push(stop);
         cuts.dedup();
         let slice = |from: u64, to: u64| -> Result<SliceRead, String> {
-            let mut read = RollupReadStats::default();
-            let mut found: Vec<Vec<RollupSlot>> = vec![Vec::new(); tsuids.len()];
+            let mut out = SliceRead::default();
             let mut tsuid = Vec::new();
             let mut reader = SlotReader::new(columns, interval);
             for (start, end) in scan_bounds(layout, metric, from as u32, to) {
                 for r in self.rollup_table.scan_raw(table, &start, &end) {
                     let (key, value) = r.map_err(|e| e.to_string())?;
-                    read.rows += 1;
+                    out.read.rows += 1;
                     let Some(base) = layout.split_row_key(&key, &mut tsuid) else {
                         continue;
                     };
@@ -302,12 +307,13 @@ impl RollupSource for Db {
                     };
                     // A series' rows come in time order (its salt bucket
                     // is one range of the key order).
-                    read.cells += reader
-                        .read_row(&value, base, start_s, end_s, &mut found[i])
+                    out.read.cells += reader
+                        .read_row(&value, base, start_s, end_s, &mut out.slots)
                         .map_err(|e| e.to_string())?;
+                    out.rows.push((i, out.slots.len()));
                 }
             }
-            Ok((found, read))
+            Ok(out)
         };
         let parts: Vec<Result<SliceRead, String>> = if cuts.len() <= 2 {
             vec![slice(cuts[0], cuts[cuts.len() - 1])]
@@ -332,17 +338,20 @@ impl RollupSource for Db {
         let mut total = RollupReadStats::default();
         let mut slices = Vec::with_capacity(parts.len());
         for part in parts {
-            let (found, read) = part?;
-            total.rows += read.rows;
-            total.cells += read.cells;
-            slices.push(found);
+            let part = part?;
+            total.rows += part.read.rows;
+            total.cells += part.read.cells;
+            slices.push(part);
         }
-        // Slices in time order: each series' slots arrive in time order.
-        for i in 0..tsuids.len() {
-            for found in &slices {
-                if !found[i].is_empty() {
-                    f(i, &found[i]);
+        // Slices in time order, each row by row: each series' slots
+        // arrive in time order.
+        for part in &slices {
+            let mut at = 0;
+            for &(i, end) in &part.rows {
+                if end > at {
+                    f(i, &part.slots[at..end]);
                 }
+                at = end;
             }
         }
         Ok(total)

@@ -313,9 +313,7 @@ impl<'a> Feed<'a> {
             Feed::Pipeline => p.push_point(ts, v),
             // The downsampler's own arithmetic on the bucket's one value
             // (`sum` of -0.0 is 0.0, for one).
-            Feed::Straight(f) => p
-                .out
-                .push((ts, Value::Float(f.run_double(&mut [v.as_f64()])))),
+            Feed::Straight(f) => p.out.push((ts, Value::Float(f.run_double_one(v.as_f64())))),
         }
     }
 }

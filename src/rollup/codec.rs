@@ -170,7 +170,7 @@ impl SlotReader {
     /// encoded value `row`) with timestamps in `[start_s, end_s]`, and
     /// returns how many cells of the two columns it read there. Cells of
     /// other aggregators, raw-qualified cells (pre-aggregates) and cells
-    /// whose value does not match its flags are skipped.
+    /// whose value has no valid length are skipped.
     pub fn read_row(
         &mut self,
         row: &[u8],
@@ -355,8 +355,8 @@ mod tests {
         // Written out of time order, as recomputed intervals leave them:
         // sum (0) and count (1) of 02:00, then of 00:00; max (3) is not
         // read; 01:00 has its sum twice (an old 1-byte cell then a float,
-        // the later wins) and no count; 03:00 a count alone; a cell whose
-        // value does not match its flags is skipped.
+        // the later wins) and no count; 03:00 a count alone; a 04:00 cell
+        // whose value has no valid length (3 bytes) is skipped.
         let row = RowCells {
             cells: vec![
                 cell(base + 7200, 0, 0, &[5]),
@@ -367,7 +367,7 @@ mod tests {
                 cell(base + 3600, 0, 0, &[7]),
                 cell(base + 3600, 0, 0xB, &1.5f32.to_bits().to_be_bytes()),
                 cell(base + 10800, 1, 0, &[3]),
-                cell(base + 14400, 0, 1, &[3]),
+                cell(base + 14400, 0, 1, &[0, 0, 3]),
                 Cell::new(vec![0, 0], vec![1]),
             ],
         }
