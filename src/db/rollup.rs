@@ -209,6 +209,9 @@ impl Db {
     }
 }
 
+/// Most slots a rollup read thread reserves room for up front (40 MB).
+const MAX_RESERVED_SLOTS: u64 = 1 << 20;
+
 /// One time slice of a rollup read, in row order: every row's slots in
 /// one vector (no vector per series to grow), each row's series and end
 /// in it, and what was read.
@@ -293,6 +296,11 @@ impl RollupSource for Db {
         cuts.dedup();
         let slice = |from: u64, to: u64| -> Result<SliceRead, String> {
             let mut out = SliceRead::default();
+            // At most a slot per interval of the slice per series: reserved
+            // up to a bound, so the vector is rarely copied as it grows.
+            let intervals = (to - from) / interval.interval_seconds.max(1) as u64;
+            let bound = (tsuids.len() as u64).saturating_mul(intervals);
+            out.slots.reserve(bound.min(MAX_RESERVED_SLOTS) as usize);
             let mut tsuid = Vec::new();
             let mut reader = SlotReader::new(columns, interval);
             for (start, end) in scan_bounds(layout, metric, from as u32, to) {

@@ -11,7 +11,7 @@
 //! fill policies, rate and the group-by merge are the raw path's own.
 
 use super::aggregator::Aggregator;
-use super::downsample::{FillPolicy, Interval};
+use super::downsample::{Bucketer, FillPolicy, Interval};
 use super::engine::{
     Frame, Pipeline, QueryContext, SubStats, build_results, finish_all, group_points, select,
 };
@@ -236,13 +236,9 @@ pub(super) fn run(
                 end_s,
                 &mut |i, slots| {
                     let p = &mut pipes[i];
-                    combine(
-                        slots,
-                        plan.column,
-                        &mut open[i],
-                        |ts| bucketer.bucket(ts),
-                        |ts, v| feed.push(p, ts, v),
-                    );
+                    combine(slots, plan.column, &mut open[i], bucketer, |ts, v| {
+                        feed.push(p, ts, v)
+                    });
                 },
             )
             .map_err(QueryError::Storage)?;
@@ -318,11 +314,13 @@ impl<'a> Feed<'a> {
     }
 }
 
-/// A downsampling bucket being combined from rollup slots: its start
-/// (ms), the combined value, and (for `avg`) the combined count.
+/// A downsampling bucket being combined from rollup slots: its start and
+/// end (ms, the next bucket's start), the combined value, and (for `avg`)
+/// the combined count.
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     start: i64,
+    end: i64,
     value: Value,
     count: f64,
 }
@@ -350,7 +348,7 @@ fn combine(
     slots: &[RollupSlot],
     column: Column,
     open: &mut Option<Bucket>,
-    bucket: impl Fn(i64) -> Option<i64>,
+    bucketer: &Bucketer,
     mut emit: impl FnMut(i64, Value),
 ) {
     let avg = column == Column::Avg;
@@ -361,8 +359,18 @@ fn combine(
         if avg && s.count.is_none() {
             continue;
         }
-        let Some(b) = bucket(s.timestamp as i64 * 1000) else {
-            continue;
+        let ts = s.timestamp as i64 * 1000;
+        // Slots come in time order: a slot mostly falls in the open
+        // bucket or the one after it (the plan's buckets are fixed
+        // intervals), found without the division a lookup costs (one per
+        // slot at 1h over 1h rollups).
+        let b = match open {
+            Some(acc) if ts >= acc.start && ts < acc.end => acc.start,
+            Some(acc) if ts >= acc.end && ts < bucketer.next(acc.end) => acc.end,
+            _ => match bucketer.bucket(ts) {
+                Some(b) => b,
+                None => continue,
+            },
         };
         let count = s.count.map_or(0.0, |c| c.as_f64());
         match open {
@@ -380,6 +388,7 @@ fn combine(
                 }
                 *open = Some(Bucket {
                     start: b,
+                    end: bucketer.next(b),
                     value: v,
                     count,
                 });
