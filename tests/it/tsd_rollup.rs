@@ -1002,9 +1002,10 @@ mod props {
 /// `D/step-<STEP>/store` as closed (the rewritten rollup rows not merged
 /// yet) and `D/step-<STEP>/settled` compacted, both made by the first run;
 /// later runs copy each into a temporary directory, open the copy and time
-/// the queries (`RTSDB_BENCH_STATE=reopened` or `settled`: that one only). `RTSDB_BENCH_ROUNDS` (default 5) sets the timed
-/// runs of each query, raw and rollup alternating, whose medians are
-/// printed; `RTSDB_BENCH_ONLY=rollup` (or `raw`) runs that side alone, and
+/// the queries (`RTSDB_BENCH_STATE=reopened` or `settled`: that one
+/// only). `RTSDB_BENCH_ROUNDS` (default 5) sets the timed runs of each
+/// query, raw and rollup alternating, whose medians are printed;
+/// `RTSDB_BENCH_ONLY=rollup` (or `raw`) runs that side alone, and
 /// `RTSDB_BENCH_QUERY=flat` (or `host`) that query alone, for a profiler.
 #[test]
 #[ignore]
