@@ -45,8 +45,17 @@ pub struct RowCells {
 }
 
 /// One length-prefixed field (a qualifier or a value) at `*pos`.
+#[inline]
 fn take_field<'a>(buf: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
-    let len = usize::try_from(varint::get(buf, pos)?).ok()?;
+    // Qualifiers and values are short: their length is one varint byte,
+    // read here without the general loop (rows are walked cell by cell).
+    let len = match buf.get(*pos) {
+        Some(&b) if b < 0x80 => {
+            *pos += 1;
+            b as usize
+        }
+        _ => usize::try_from(varint::get(buf, pos)?).ok()?,
+    };
     let end = pos.checked_add(len)?;
     let bytes = buf.get(*pos..end)?;
     *pos = end;

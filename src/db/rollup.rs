@@ -12,7 +12,7 @@ use crate::model::java::java_tags;
 use crate::model::{Timestamp, Tsuid, Uid, Value};
 use crate::protocol::PointError;
 use crate::rollup::aggregates::{AUTO_AGGREGATES, Aggregates};
-use crate::rollup::codec::{self, RollupCell};
+use crate::rollup::codec::{self, RollupColumns, RollupSlot, SlotReader};
 use crate::rollup::{RollupInterval, RollupSettings};
 use crate::storage::Durability;
 use crate::store::StoreError;
@@ -209,18 +209,36 @@ impl Db {
     }
 }
 
-/// One time slice of a rollup read: each series' cells, and the rows
-/// read.
-type SliceRead = (Vec<Vec<RollupCell>>, u64);
+/// Most slots a rollup read thread reserves room for up front (40 MB).
+const MAX_RESERVED_SLOTS: u64 = 1 << 20;
+
+/// One time slice of a rollup read, in row order: every row's slots in
+/// one vector (no vector per series to grow), each row's series and end
+/// in it, and what was read.
+#[derive(Default)]
+struct SliceRead {
+    slots: Vec<RollupSlot>,
+    rows: Vec<(usize, usize)>,
+    read: RollupReadStats,
+}
+
+/// What a rollup read went through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RollupReadStats {
+    pub rows: u64,
+    /// Cells of the columns read, in the time range.
+    pub cells: u64,
+}
 
 /// What a query reads from the rollup tables.
 pub trait RollupSource: Sync {
     fn rollup_settings(&self) -> Option<&RollupSettings>;
 
-    /// Calls `f(i, cells)` once for each series `tsuids[i]` with the
-    /// cells of `table` (of `interval`) it holds with an aggregator in
-    /// `aggregator_ids`, from the row holding `start_s` through the one
-    /// holding `end_s`, in time order. Returns the rows read.
+    /// Hands over the cells of `columns` that `table` (of `interval`)
+    /// holds for the series `tsuids`, from the row holding `start_s`
+    /// through the one holding `end_s`: `f(i, slots)` gets slots of
+    /// `tsuids[i]` in time order, in several calls (one per row read),
+    /// each later than the one before for that series.
     #[allow(clippy::too_many_arguments)]
     fn read_rollups(
         &self,
@@ -228,11 +246,11 @@ pub trait RollupSource: Sync {
         interval: &RollupInterval,
         metric: Uid,
         tsuids: &[Tsuid],
-        aggregator_ids: &[u8],
+        columns: RollupColumns,
         start_s: u32,
         end_s: u32,
-        f: &mut dyn FnMut(usize, &[RollupCell]),
-    ) -> Result<u64, String>;
+        f: &mut dyn FnMut(usize, &[RollupSlot]),
+    ) -> Result<RollupReadStats, String>;
 }
 
 impl RollupSource for Db {
@@ -246,11 +264,11 @@ impl RollupSource for Db {
         interval: &RollupInterval,
         metric: Uid,
         tsuids: &[Tsuid],
-        aggregator_ids: &[u8],
+        columns: RollupColumns,
         start_s: u32,
         end_s: u32,
-        f: &mut dyn FnMut(usize, &[RollupCell]),
-    ) -> Result<u64, String> {
+        f: &mut dyn FnMut(usize, &[RollupSlot]),
+    ) -> Result<RollupReadStats, String> {
         let layout = self.store.layout();
         let widths = layout.widths;
         // Series by the bytes of their TSUID (metric then tags), which a
@@ -277,39 +295,33 @@ impl RollupSource for Db {
         cuts.push(stop);
         cuts.dedup();
         let slice = |from: u64, to: u64| -> Result<SliceRead, String> {
-            let mut rows = 0;
-            let mut found: Vec<Vec<RollupCell>> = vec![Vec::new(); tsuids.len()];
+            let mut out = SliceRead::default();
+            // At most a slot per interval of the slice per series: reserved
+            // up to a bound, so the vector is rarely copied as it grows.
+            let intervals = (to - from) / interval.interval_seconds.max(1) as u64;
+            let bound = (tsuids.len() as u64).saturating_mul(intervals);
+            out.slots.reserve(bound.min(MAX_RESERVED_SLOTS) as usize);
             let mut tsuid = Vec::new();
+            let mut reader = SlotReader::new(columns, interval);
             for (start, end) in scan_bounds(layout, metric, from as u32, to) {
                 for r in self.rollup_table.scan_raw(table, &start, &end) {
                     let (key, value) = r.map_err(|e| e.to_string())?;
-                    rows += 1;
+                    out.read.rows += 1;
                     let Some(base) = layout.split_row_key(&key, &mut tsuid) else {
                         continue;
                     };
                     let Some(&i) = slot.get(tsuid.as_slice()) else {
                         continue;
                     };
-                    let out = &mut found[i];
-                    crate::codec::row::RowCells::for_each_borrowed(&value, |q, v| {
-                        // Other aggregators' cells are skipped undecoded; a
-                        // raw-qualified cell (pre-aggregate) or damage too.
-                        if q.len() != 3
-                            || !aggregator_ids.contains(&(q[0] & codec::AGGREGATOR_MASK))
-                        {
-                            return;
-                        }
-                        if let Ok(cell) = codec::decode_cell(q, v, base, interval)
-                            && cell.timestamp >= start_s
-                            && cell.timestamp <= end_s
-                        {
-                            out.push(cell);
-                        }
-                    })
-                    .map_err(|e| e.to_string())?;
+                    // A series' rows come in time order (its salt bucket
+                    // is one range of the key order).
+                    out.read.cells += reader
+                        .read_row(&value, base, start_s, end_s, &mut out.slots)
+                        .map_err(|e| e.to_string())?;
+                    out.rows.push((i, out.slots.len()));
                 }
             }
-            Ok((found, rows))
+            Ok(out)
         };
         let parts: Vec<Result<SliceRead, String>> = if cuts.len() <= 2 {
             vec![slice(cuts[0], cuts[cuts.len() - 1])]
@@ -331,28 +343,26 @@ impl RollupSource for Db {
                     .collect()
             })
         };
-        let mut rows = 0;
-        let mut found: Vec<Vec<RollupCell>> = vec![Vec::new(); tsuids.len()];
-        // Slices in time order: a series' cells stay in row order.
+        let mut total = RollupReadStats::default();
+        let mut slices = Vec::with_capacity(parts.len());
         for part in parts {
-            let (cells, n) = part?;
-            rows += n;
-            for (all, mut more) in found.iter_mut().zip(cells) {
-                if all.is_empty() {
-                    *all = more;
-                } else {
-                    all.append(&mut more);
+            let part = part?;
+            total.rows += part.read.rows;
+            total.cells += part.read.cells;
+            slices.push(part);
+        }
+        // Slices in time order, each row by row: each series' slots
+        // arrive in time order.
+        for part in &slices {
+            let mut at = 0;
+            for &(i, end) in &part.rows {
+                if end > at {
+                    f(i, &part.slots[at..end]);
                 }
+                at = end;
             }
         }
-        for (i, mut cells) in found.into_iter().enumerate() {
-            // Stable: of two cells for one timestamp and aggregator (old
-            // flags left by an external writer), the later written stays
-            // last.
-            cells.sort_by_key(|c| c.timestamp);
-            f(i, &cells);
-        }
-        Ok(rows)
+        Ok(total)
     }
 }
 

@@ -287,6 +287,28 @@ impl Fold {
     }
 }
 
+impl Aggregator {
+    /// [`run_double`](Self::run_double) over the single value `v`,
+    /// without the slice walk: a downsampler bucket holding one value (a
+    /// rollup cell standing for its whole bucket) is reduced by it.
+    pub fn run_double_one(&self, v: f64) -> f64 {
+        match self.function {
+            // `0.0 + v`: the sum starts at +0.0, so -0.0 comes out +0.0.
+            F::Sum | F::None | F::Avg | F::Dev if v.is_nan() => f64::NAN,
+            F::Sum | F::None | F::Avg => 0.0 + v,
+            F::Min | F::Max | F::First | F::Last | F::Mult => v,
+            F::Count => {
+                if v.is_nan() {
+                    0.0
+                } else {
+                    1.0
+                }
+            }
+            _ => self.run_double(&mut [v]),
+        }
+    }
+}
+
 /// Moves the non-NaN values to the front; returns how many there are.
 fn partition_nan(values: &mut [f64]) -> usize {
     let mut n = 0;
@@ -393,6 +415,29 @@ mod tests {
         assert!(Aggregator::by_name("squareSum").is_some());
         assert_eq!(a("mimmax").interpolation, Interpolation::Min);
         assert_eq!(a("pfsum").interpolation, Interpolation::Prev);
+    }
+
+    #[test]
+    fn one_value_is_reduced_as_a_slice_of_it_is() {
+        for agg in AGGREGATORS {
+            for v in [
+                0.0,
+                -0.0,
+                1.5,
+                -3.25,
+                f64::NAN,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                1e300,
+            ] {
+                let (one, slice) = (agg.run_double_one(v), agg.run_double(&mut [v]));
+                assert!(
+                    one.to_bits() == slice.to_bits() || (one.is_nan() && slice.is_nan()),
+                    "{} of {v}: {one} vs {slice}",
+                    agg.name
+                );
+            }
+        }
     }
 
     #[test]

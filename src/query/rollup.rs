@@ -11,9 +11,9 @@
 //! fill policies, rate and the group-by merge are the raw path's own.
 
 use super::aggregator::Aggregator;
-use super::downsample::Interval;
+use super::downsample::{Bucketer, FillPolicy, Interval};
 use super::engine::{
-    Frame, QueryContext, SubStats, build_results, finish_all, group_points, select,
+    Frame, Pipeline, QueryContext, SubStats, build_results, finish_all, group_points, select,
 };
 use super::error::QueryError;
 use super::group::Scratch;
@@ -22,7 +22,7 @@ use super::output::QueryResult;
 use super::request::{ValidQuery, ValidSubQuery};
 use crate::model::Value;
 use crate::rollup::aggregates::{add, pick};
-use crate::rollup::codec::RollupCell;
+use crate::rollup::codec::{RollupColumns, RollupSlot};
 use crate::rollup::{RollupInterval, RollupSettings};
 
 /// `TsdbQuery.ROLLUP_USAGE`.
@@ -187,13 +187,29 @@ pub(super) fn run(
     }
     let frame = Frame::new(q, &fed, budget, sel.tsuids.len())?;
     let bucketer = frame.bucketer.as_ref().expect("downsampled");
+    let feed = Feed::of(&fed);
     let ids = |name: &str| plan.settings.config.aggregation_ids.get(name).copied();
-    let wanted: Vec<u8> = match plan.column {
-        Column::Sum => ids("sum").into_iter().collect(),
-        Column::Count => ids("count").into_iter().collect(),
-        Column::Min => ids("min").into_iter().collect(),
-        Column::Max => ids("max").into_iter().collect(),
-        Column::Avg => ids("sum").into_iter().chain(ids("count")).collect(),
+    let columns = match plan.column {
+        Column::Sum => RollupColumns {
+            value: ids("sum"),
+            count: None,
+        },
+        Column::Count => RollupColumns {
+            value: ids("count"),
+            count: None,
+        },
+        Column::Min => RollupColumns {
+            value: ids("min"),
+            count: None,
+        },
+        Column::Max => RollupColumns {
+            value: ids("max"),
+            count: None,
+        },
+        Column::Avg => RollupColumns {
+            value: ids("sum"),
+            count: ids("count"),
+        },
     };
     let start_ms = bucketer.bucket(q.start_ms).unwrap_or(q.start_ms).max(0);
     let start_s = (start_ms / 1000).min(u32::MAX as i64) as u32;
@@ -205,36 +221,33 @@ pub(super) fn run(
             &interval.table
         };
         let t_read = budget.elapsed();
-        // Each series' cells go through its pipeline as they are handed
-        // over, not buffered again.
+        // Each series' slots go through its pipeline as they are handed
+        // over, not buffered again; a bucket may span two hand-overs.
         let mut pipes = frame.pipes(&fed, sel.tsuids.len());
-        let mut points = 0u64;
-        let sum_id = ids("sum");
-        let rows = source
+        let mut open: Vec<Option<Bucket>> = vec![None; sel.tsuids.len()];
+        let read = source
             .read_rollups(
                 table,
                 interval,
                 sel.metric_uid,
                 &sel.tsuids,
-                &wanted,
+                columns,
                 start_s,
                 end_s,
-                &mut |i, cells| {
-                    points += cells.len() as u64;
+                &mut |i, slots| {
                     let p = &mut pipes[i];
-                    combine(
-                        cells,
-                        plan.column,
-                        sum_id,
-                        |ts| bucketer.bucket(ts),
-                        |ts, v| {
-                            p.seen = true;
-                            p.push_point(ts, v);
-                        },
-                    );
+                    combine(slots, plan.column, &mut open[i], bucketer, |ts, v| {
+                        feed.push(p, ts, v)
+                    });
                 },
             )
             .map_err(QueryError::Storage)?;
+        for (p, b) in pipes.iter_mut().zip(&mut open) {
+            if let Some(b) = b.take() {
+                b.emit(plan.column, |ts, v| feed.push(p, ts, v));
+            }
+        }
+        let (rows, points) = (read.rows, read.cells);
         stats.rows += rows;
         budget.charge(0, points)?;
         stats.raw_points += points;
@@ -271,72 +284,115 @@ pub(super) fn run(
     Ok(RollupAnswer::Rolled(Vec::new(), stats))
 }
 
-/// One value per bucket from a series' time-sorted cells, handed to
-/// `emit` in time order; `sum_id` is the id of the `sum` column (for
-/// `avg`).
+/// Where a sub-query's combined buckets go: through its pipeline, or
+/// straight to the pipeline's output when the downsampler would only hand
+/// each one back as its function of that one value (no fill policy, no
+/// rate): the bucket is then not looked up again, nor held open.
+enum Feed<'a> {
+    Pipeline,
+    Straight(&'a Aggregator),
+}
+
+impl<'a> Feed<'a> {
+    fn of(fed: &'a ValidSubQuery) -> Feed<'a> {
+        match &fed.downsample {
+            Some(d) if d.fill == FillPolicy::None && fed.rate.is_none() => {
+                Feed::Straight(&d.function)
+            }
+            _ => Feed::Pipeline,
+        }
+    }
+
+    fn push(&self, p: &mut Pipeline, ts: i64, v: Value) {
+        p.seen = true;
+        match self {
+            Feed::Pipeline => p.push_point(ts, v),
+            // The downsampler's own arithmetic on the bucket's one value
+            // (`sum` of -0.0 is 0.0, for one).
+            Feed::Straight(f) => p.out.push((ts, Value::Float(f.run_double_one(v.as_f64())))),
+        }
+    }
+}
+
+/// A downsampling bucket being combined from rollup slots: its start and
+/// end (ms, the next bucket's start), the combined value, and (for `avg`)
+/// the combined count.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    start: i64,
+    end: i64,
+    value: Value,
+    count: f64,
+}
+
+impl Bucket {
+    /// Hands the bucket's value to `emit`: the column's value as a double
+    /// (OpenTSDB reads rollup values as doubles: its answers from rollups
+    /// are never integers), or for `avg` the sum over the count.
+    fn emit(self, column: Column, mut emit: impl FnMut(i64, Value)) {
+        match column {
+            Column::Avg if self.count > 0.0 => {
+                emit(self.start, Value::Float(self.value.as_f64() / self.count))
+            }
+            Column::Avg => {}
+            _ => emit(self.start, Value::Float(self.value.as_f64())),
+        }
+    }
+}
+
+/// Combines a series' time-sorted slots into one value per bucket,
+/// handed to `emit` in time order as each bucket closes; `open` is the
+/// bucket still open from the series' previous slots, and is left open
+/// for the next ones (the caller emits it at the end).
 fn combine(
-    cells: &[RollupCell],
+    slots: &[RollupSlot],
     column: Column,
-    sum_id: Option<u8>,
-    bucket: impl Fn(i64) -> Option<i64>,
+    open: &mut Option<Bucket>,
+    bucketer: &Bucketer,
     mut emit: impl FnMut(i64, Value),
 ) {
     let avg = column == Column::Avg;
-    // OpenTSDB reads rollup values as doubles: its answers from rollups
-    // are never integers.
-    let mut flush = |acc: Option<(i64, Value, f64)>| {
-        if let Some((b, v, count)) = acc {
-            match column {
-                Column::Avg if count > 0.0 => emit(b, Value::Float(v.as_f64() / count)),
-                Column::Avg => {}
-                _ => emit(b, Value::Float(v.as_f64())),
-            }
-        }
-    };
-    let mut acc: Option<(i64, Value, f64)> = None;
-    let mut rest = cells;
-    while let Some(first) = rest.first() {
-        // The cells of one timestamp: the column's value, or (for avg)
-        // the sum and the count, in whichever order they were written
-        // (the later of two for one column wins).
-        let n = rest
-            .iter()
-            .position(|c| c.timestamp != first.timestamp)
-            .unwrap_or(rest.len());
-        let (same, next) = rest.split_at(n);
-        rest = next;
-        let (mut v, mut count) = (None, None);
-        for c in same {
-            if avg && Some(c.aggregator_id) != sum_id {
-                count = Some(c.value);
-            } else {
-                v = Some(c.value);
-            }
-        }
-        // A timestamp without its sum (or, for avg, its count) gives no
+    for s in slots {
+        // A timestamp without its value (or, for avg, its count) gives no
         // point.
-        let Some(v) = v else { continue };
-        if avg && count.is_none() {
+        let Some(v) = s.value else { continue };
+        if avg && s.count.is_none() {
             continue;
         }
-        let Some(b) = bucket(first.timestamp as i64 * 1000) else {
-            continue;
+        let ts = s.timestamp as i64 * 1000;
+        // Slots come in time order: a slot mostly falls in the open
+        // bucket or the one after it (the plan's buckets are fixed
+        // intervals), found without the division a lookup costs (one per
+        // slot at 1h over 1h rollups).
+        let b = match open {
+            Some(acc) if ts >= acc.start && ts < acc.end => acc.start,
+            Some(acc) if ts >= acc.end && ts < bucketer.next(acc.end) => acc.end,
+            _ => match bucketer.bucket(ts) {
+                Some(b) => b,
+                None => continue,
+            },
         };
-        let count = count.map_or(0.0, |c| c.as_f64());
-        match &mut acc {
-            Some((ab, av, ac)) if *ab == b => {
-                *av = match column {
-                    Column::Min => pick(*av, v, false),
-                    Column::Max => pick(*av, v, true),
-                    _ => add(*av, v),
+        let count = s.count.map_or(0.0, |c| c.as_f64());
+        match open {
+            Some(acc) if acc.start == b => {
+                acc.value = match column {
+                    Column::Min => pick(acc.value, v, false),
+                    Column::Max => pick(acc.value, v, true),
+                    _ => add(acc.value, v),
                 };
-                *ac += count;
+                acc.count += count;
             }
             _ => {
-                flush(acc.take());
-                acc = Some((b, v, count));
+                if let Some(done) = open.take() {
+                    done.emit(column, &mut emit);
+                }
+                *open = Some(Bucket {
+                    start: b,
+                    end: bucketer.next(b),
+                    value: v,
+                    count,
+                });
             }
         }
     }
-    flush(acc);
 }

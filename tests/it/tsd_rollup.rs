@@ -996,6 +996,17 @@ mod props {
 /// rounding), and the bytes the rollups add on disk per raw point.
 /// `RTSDB_BENCH_STEP` sets the seconds between raw points (default 60).
 /// `cargo test --release --test it -- --ignored rollup_bench --nocapture`
+///
+/// Query-only mode, to time queries again without loading again:
+/// `RTSDB_BENCH_DIR=D` keeps the loaded store (auto rollups on) in
+/// `D/step-<STEP>/store` as closed (the rewritten rollup rows not merged
+/// yet) and `D/step-<STEP>/settled` compacted, both made by the first run;
+/// later runs copy each into a temporary directory, open the copy and time
+/// the queries (`RTSDB_BENCH_STATE=reopened` or `settled`: that one
+/// only). `RTSDB_BENCH_ROUNDS` (default 5) sets the timed runs of each
+/// query, raw and rollup alternating, whose medians are printed;
+/// `RTSDB_BENCH_ONLY=rollup` (or `raw`) runs that side alone, and
+/// `RTSDB_BENCH_QUERY=flat` (or `host`) that query alone, for a profiler.
 #[test]
 #[ignore]
 fn rollup_bench_30_days_of_1000_series_at_1h_avg() {
@@ -1003,10 +1014,17 @@ fn rollup_bench_30_days_of_1000_series_at_1h_avg() {
     use std::time::Instant;
     const SERIES: usize = 1000;
     const DAYS: i64 = 30;
-    let step: i64 = std::env::var("RTSDB_BENCH_STEP")
-        .ok()
+    let env = |k: &str| std::env::var(k).ok().filter(|s| !s.is_empty());
+    let step: i64 = env("RTSDB_BENCH_STEP")
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
+    let rounds: usize = env("RTSDB_BENCH_ROUNDS")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5)
+        .max(1);
+    let only = env("RTSDB_BENCH_ONLY");
+    let kept =
+        env("RTSDB_BENCH_DIR").map(|d| std::path::PathBuf::from(d).join(format!("step-{step}")));
     let config = r#"{"aggregationIds":{"sum":0,"count":1,"max":2,"min":3},
      "intervals":[
       {"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
@@ -1072,17 +1090,110 @@ fn rollup_bench_30_days_of_1000_series_at_1h_avg() {
     );
     let per_host = qs.replace("bench.cpu", "bench.cpu%7Bhost=*%7D");
     let raw_of = |q: &str| q.replace("1h-avg:", "1h-avg:rollup_raw:");
-    let median = |f: &dyn Fn() -> Vec<Vec<(String, f64)>>| {
-        let mut t: Vec<f64> = (0..5)
-            .map(|_| {
-                let t0 = Instant::now();
-                std::hint::black_box(f());
-                t0.elapsed().as_secs_f64() * 1000.0
-            })
-            .collect();
-        t.sort_by(f64::total_cmp);
-        t[t.len() / 2]
+    let time = |db: &rtsdb::db::Db, q: &str| {
+        let t0 = Instant::now();
+        std::hint::black_box(run(db, q));
+        t0.elapsed().as_secs_f64() * 1000.0
     };
+    let median = |mut t: Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        t.get(t.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    // Raw and rollup runs of one query alternate, so a change of the
+    // machine's load falls on both alike.
+    let pair = |db: &rtsdb::db::Db, q: &str| -> (f64, f64) {
+        let (mut raw, mut rolled) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            if only.as_deref() != Some("rollup") {
+                raw.push(time(db, &raw_of(q)));
+            }
+            if only.as_deref() != Some("raw") {
+                rolled.push(time(db, q));
+            }
+        }
+        (median(raw), median(rolled))
+    };
+    let which = env("RTSDB_BENCH_QUERY");
+    let timings = |db: &rtsdb::db::Db| {
+        let nothing = (f64::NAN, f64::NAN);
+        let (raw, rollup) = match which.as_deref() {
+            Some("host") => nothing,
+            _ => pair(db, &qs),
+        };
+        let (host_raw, host_rollup) = match which.as_deref() {
+            Some("flat") => nothing,
+            _ => pair(db, &per_host),
+        };
+        (raw, rollup, host_raw, host_rollup)
+    };
+    let check = |db: &rtsdb::db::Db| {
+        let rolled = run(db, &per_host);
+        let raw = run(db, &raw_of(&per_host));
+        assert_eq!(rolled.len(), SERIES);
+        assert_eq!(rolled[0].len(), (DAYS * 24) as usize);
+        assert_close(&rolled, &raw, "30 days 1h-avg per host");
+        assert_close(&run(db, &qs), &run(db, &raw_of(&qs)), "30 days 1h-avg");
+    };
+    let report = |what: &str, (raw, rollup, host_raw, host_rollup): (f64, f64, f64, f64)| {
+        println!(
+            "{what}:\n  \
+             30-day sum:1h-avg over {SERIES} series: raw {raw:.1} ms, rollup {rollup:.1} ms: {:.1}x faster\n  \
+             the same grouped by host ({SERIES} series out): raw {host_raw:.1} ms, rollup {host_rollup:.1} ms: {:.1}x",
+            raw / rollup,
+            host_raw / host_rollup,
+        );
+    };
+    if let Some(kept) = kept {
+        let (as_closed, settled) = (kept.join("store"), kept.join("settled"));
+        if !kept.join("loaded").exists() {
+            std::fs::create_dir_all(&as_closed).unwrap();
+            let db = open(&as_closed, true);
+            let (points, s) = ingest(&db);
+            db.close().unwrap();
+            drop(db);
+            std::fs::create_dir_all(&settled).unwrap();
+            copy_dir(&as_closed, &settled);
+            let db = open(&settled, true);
+            db.store().compact().unwrap();
+            db.close().unwrap();
+            drop(db);
+            std::fs::write(kept.join("loaded"), format!("{points}\n")).unwrap();
+            println!(
+                "loaded {points} raw points into {} in {s:.1} s",
+                kept.display()
+            );
+        }
+        println!(
+            "rollup bench (query-only, {}): {SERIES} series x {DAYS} days, a point every {step}s, \
+             medians of {rounds} runs",
+            kept.display()
+        );
+        let state = env("RTSDB_BENCH_STATE");
+        for (name, what) in [
+            ("reopened", "reopened (rows as the close left them)"),
+            ("settled", "settled (compacted)"),
+        ] {
+            if state.as_deref().is_some_and(|s| s != name) {
+                continue;
+            }
+            let copy = tempfile::tempdir().unwrap();
+            copy_dir(
+                &kept.join(if name == "settled" {
+                    "settled"
+                } else {
+                    "store"
+                }),
+                copy.path(),
+            );
+            let db = open(copy.path(), true);
+            if only.is_none() {
+                check(&db);
+            }
+            report(what, timings(&db));
+            db.close().unwrap();
+        }
+        return;
+    }
     // Auto off: raw points only, for the bytes rollups add.
     let off_dir = tempfile::tempdir().unwrap();
     let off = open(off_dir.path(), false);
@@ -1110,31 +1221,18 @@ fn rollup_bench_30_days_of_1000_series_at_1h_avg() {
             (k.len() + v.len()) as u64
         })
         .sum();
-    let rolled = run(&db, &per_host);
-    let raw = run(&db, &raw_of(&per_host));
-    assert_eq!(rolled.len(), SERIES);
-    assert_eq!(rolled[0].len(), (DAYS * 24) as usize);
-    assert_close(&rolled, &raw, "30 days 1h-avg per host");
-    assert_close(&run(&db, &qs), &run(&db, &raw_of(&qs)), "30 days 1h-avg");
-    let timings = || {
-        (
-            median(&|| run(&db, &raw_of(&qs))),
-            median(&|| run(&db, &qs)),
-            median(&|| run(&db, &raw_of(&per_host))),
-            median(&|| run(&db, &per_host)),
-        )
-    };
+    check(&db);
     // As ingested: recent rows still in the engine's memtables, a rollup
     // row there once per hour it was rewritten in (24 versions of a day's
     // row, each read past).
-    let fresh = timings();
+    let fresh = timings(&db);
     // Settled, as benches/query.rs measures: every table merged, as the
     // engine's own compactions leave rows once they are older than what
     // it is writing now (a 30-day dashboard reads mostly such rows).
     let t0 = Instant::now();
     db.store().compact().unwrap();
     let compact_s = t0.elapsed().as_secs_f64();
-    let settled = timings();
+    let settled = timings(&db);
     db.close().unwrap();
     drop(db);
     let on_bytes = dir_bytes(dir.path());
@@ -1142,25 +1240,31 @@ fn rollup_bench_30_days_of_1000_series_at_1h_avg() {
         "rollup bench: {SERIES} series x {DAYS} days, a point every {step}s: {points} raw points\n\
          ingest + flush: {off_s:.1} s with auto rollups off, {on_s:.1} s on"
     );
-    for (what, (raw, rollup, host_raw, host_rollup)) in [
-        ("as ingested", fresh),
-        ("settled (after a {compact_s:.1} s compaction)", settled),
-    ] {
-        let what = what.replace("{compact_s:.1}", &format!("{compact_s:.1}"));
-        println!(
-            "{what}:\n  \
-             30-day sum:1h-avg over {SERIES} series: raw {raw:.1} ms, rollup {rollup:.1} ms: {:.1}x faster\n  \
-             the same grouped by host ({SERIES} series out): raw {host_raw:.1} ms, rollup {host_rollup:.1} ms: {:.1}x",
-            raw / rollup,
-            host_raw / host_rollup,
-        );
-    }
+    report("as ingested", fresh);
+    report(
+        &format!("settled (after a {compact_s:.1} s compaction)"),
+        settled,
+    );
     println!(
         "rollup cells {rollup_cells} ({logical} bytes as keys + values, {:.3} per raw point)\n\
          data dir after close: {off_bytes} bytes auto off, {on_bytes} bytes auto on: {:.3} extra bytes per raw point",
         logical as f64 / points as f64,
         (on_bytes as f64 - off_bytes as f64) / points as f64,
     );
+}
+
+/// Copies the directory tree `from` into the existing directory `to`.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
 }
 
 #[test]
