@@ -144,26 +144,40 @@ impl ZkUidStore {
             .map_err(to_uid_err)
     }
 
-    /// [`UidStore::forward`] as of now: the member this TSD reads from
-    /// first catches up with the leader (ZooKeeper's `sync`), so a mapping
-    /// another TSD just wrote is seen.
-    fn forward_synced(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
-        let path = self.layout.forward(kind, name);
-        let found = self
-            .zk
+    /// Data of `path` as of now: the member this TSD reads from first
+    /// catches up with the leader (ZooKeeper's `sync`), so a node another
+    /// TSD just wrote is seen. `None` if it does not exist.
+    fn get_synced(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        let p = path.to_string();
+        self.zk
             .run(&format!("sync and read {path}"), |c| {
-                let path = path.clone();
+                let p = p.clone();
                 async move {
-                    c.sync(&path).await?;
-                    match c.get_data(&path).await {
+                    c.sync(&p).await?;
+                    match c.get_data(&p).await {
                         Ok((data, _)) => Ok(Some(data)),
                         Err(zk::Error::NoNode) => Ok(None),
                         Err(e) => Err(e),
                     }
                 }
             })
-            .map_err(to_uid_err)?;
-        found
+            .map_err(to_uid_err)
+    }
+
+    /// Data of `path`, read again as of now ([`ZkUidStore::get_synced`])
+    /// when the member read first does not have it: a mapping another
+    /// TSD just assigned is found (a query on TSD B right after a put on
+    /// TSD A), while a mapping that exists costs one read.
+    fn get_fresh(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        match self.get(path)? {
+            Some((data, _)) => Ok(Some(data)),
+            None => self.get_synced(path),
+        }
+    }
+
+    /// [`UidStore::forward`] as of now ([`ZkUidStore::get_synced`]).
+    fn forward_synced(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
+        self.get_synced(&self.layout.forward(kind, name))?
             .map(|data| self.decode_uid(kind, name, &data))
             .transpose()
     }
@@ -420,16 +434,15 @@ impl UidStore for ZkUidStore {
     }
 
     fn forward(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
-        match self.get(&self.layout.forward(kind, name))? {
-            Some((data, _)) => Ok(Some(self.decode_uid(kind, name, &data)?)),
-            None => Ok(None),
-        }
+        self.get_fresh(&self.layout.forward(kind, name))?
+            .map(|data| self.decode_uid(kind, name, &data))
+            .transpose()
     }
 
     fn reverse(&self, kind: UidKind, uid: Uid) -> Result<Option<String>> {
         let path = self.layout.reverse(kind, uid, self.k(kind).width);
-        match self.get(&path)? {
-            Some((data, _)) => String::from_utf8(data)
+        match self.get_fresh(&path)? {
+            Some(data) => String::from_utf8(data)
                 .map(Some)
                 .map_err(|_| Self::corrupt(kind, &path, "the name is not UTF-8")),
             None => Ok(None),
