@@ -175,6 +175,19 @@ impl ZkUidStore {
         }
     }
 
+    /// The name a reverse mapping at `path` holds.
+    fn decode_name(
+        &self,
+        kind: UidKind,
+        path: &str,
+        data: Option<Vec<u8>>,
+    ) -> Result<Option<String>> {
+        data.map(|d| {
+            String::from_utf8(d).map_err(|_| Self::corrupt(kind, path, "the name is not UTF-8"))
+        })
+        .transpose()
+    }
+
     /// [`UidStore::forward`] as of now ([`ZkUidStore::get_synced`]).
     fn forward_synced(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
         self.get_synced(&self.layout.forward(kind, name))?
@@ -441,12 +454,21 @@ impl UidStore for ZkUidStore {
 
     fn reverse(&self, kind: UidKind, uid: Uid) -> Result<Option<String>> {
         let path = self.layout.reverse(kind, uid, self.k(kind).width);
-        match self.get_fresh(&path)? {
-            Some(data) => String::from_utf8(data)
-                .map(Some)
-                .map_err(|_| Self::corrupt(kind, &path, "the name is not UTF-8")),
-            None => Ok(None),
-        }
+        let found = self.get_fresh(&path)?;
+        self.decode_name(kind, &path, found)
+    }
+
+    /// After a change another TSD made, the member this TSD reads from
+    /// may not have it yet (a reconnect can land on a lagging member): the
+    /// read follows a `sync`.
+    fn forward_latest(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
+        self.forward_synced(kind, name)
+    }
+
+    fn reverse_latest(&self, kind: UidKind, uid: Uid) -> Result<Option<String>> {
+        let path = self.layout.reverse(kind, uid, self.k(kind).width);
+        let found = self.get_synced(&path)?;
+        self.decode_name(kind, &path, found)
     }
 
     /// The kind's counter: the highest UID handed out or reserved by a

@@ -57,6 +57,19 @@ pub trait UidStore: Send + Sync {
     /// The name `uid` maps to, if any (`Corrupt` if it is not UTF-8).
     fn reverse(&self, kind: UidKind, uid: Uid) -> Result<Option<String>>;
 
+    /// [`UidStore::forward`] as of the latest change anywhere, for a
+    /// mapping that may have changed ([`UidStore::remote_changes`] moved):
+    /// a shared engine whose members may lag reads from an up-to-date one.
+    fn forward_latest(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
+        self.forward(kind, name)
+    }
+
+    /// [`UidStore::reverse`] as of the latest change anywhere (see
+    /// [`UidStore::forward_latest`]).
+    fn reverse_latest(&self, kind: UidKind, uid: Uid) -> Result<Option<String>> {
+        self.reverse(kind, uid)
+    }
+
     /// The highest UID handed out for `kind` so far (0 before the first).
     /// An engine that reserves UIDs in blocks for each process counts the
     /// reserved ones too; either way the counter only grows.

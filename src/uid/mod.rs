@@ -341,16 +341,21 @@ impl UidTable {
     pub fn lookup_id(&self, kind: UidKind, name: &str) -> Result<Option<Uid>> {
         let k = self.k(kind);
         self.check_remote(kind, k);
-        let generation = {
+        let (generation, changed) = {
             let c = k.cache.read();
             if let Some(uid) = c.by_name.get(name) {
                 k.stats.hits.fetch_add(1, Ordering::Relaxed);
                 return Ok(Some(*uid));
             }
-            c.generation
+            (c.generation, c.unverified.by_name.contains_key(name))
         };
         k.stats.misses.fetch_add(1, Ordering::Relaxed);
-        let found = match self.backend.forward(kind, name) {
+        let read = if changed {
+            self.backend.forward_latest(kind, name)
+        } else {
+            self.backend.forward(kind, name)
+        };
+        let found = match read {
             Ok(found) => found,
             Err(e) => return self.unverified_id(kind, k, name, e).map(Some),
         };
@@ -365,16 +370,21 @@ impl UidTable {
     pub fn get_name(&self, kind: UidKind, uid: Uid) -> Result<Arc<str>> {
         let k = self.k(kind);
         self.check_remote(kind, k);
-        let generation = {
+        let (generation, changed) = {
             let c = k.cache.read();
             if let Some(name) = c.by_id.get(&uid) {
                 k.stats.hits.fetch_add(1, Ordering::Relaxed);
                 return Ok(name.clone());
             }
-            c.generation
+            (c.generation, c.unverified.by_id.contains_key(&uid))
         };
         k.stats.misses.fetch_add(1, Ordering::Relaxed);
-        let name = match self.backend.reverse(kind, uid) {
+        let read = if changed {
+            self.backend.reverse_latest(kind, uid)
+        } else {
+            self.backend.reverse(kind, uid)
+        };
+        let name = match read {
             Ok(Some(name)) => name,
             Ok(None) => {
                 self.cache_absent_id(k, uid);
