@@ -189,27 +189,18 @@ pub(super) fn run(
     let bucketer = frame.bucketer.as_ref().expect("downsampled");
     let feed = Feed::of(&fed);
     let ids = |name: &str| plan.settings.config.aggregation_ids.get(name).copied();
-    let columns = match plan.column {
-        Column::Sum => RollupColumns {
-            value: ids("sum"),
-            count: None,
-        },
-        Column::Count => RollupColumns {
-            value: ids("count"),
-            count: None,
-        },
-        Column::Min => RollupColumns {
-            value: ids("min"),
-            count: None,
-        },
-        Column::Max => RollupColumns {
-            value: ids("max"),
-            count: None,
-        },
-        Column::Avg => RollupColumns {
-            value: ids("sum"),
-            count: ids("count"),
-        },
+    // The aggregation whose cells hold the values read, and for `avg` the
+    // count each sum is divided by.
+    let (value, count) = match plan.column {
+        Column::Sum => ("sum", None),
+        Column::Count => ("count", None),
+        Column::Min => ("min", None),
+        Column::Max => ("max", None),
+        Column::Avg => ("sum", Some("count")),
+    };
+    let columns = RollupColumns {
+        value: ids(value),
+        count: count.and_then(ids),
     };
     let start_ms = bucketer.bucket(q.start_ms).unwrap_or(q.start_ms).max(0);
     let start_s = (start_ms / 1000).min(u32::MAX as i64) as u32;
