@@ -371,34 +371,52 @@ impl Inner {
             &format!("{}.{}", self.config.database, table_name(table)),
             filter,
             limit,
+            false,
         );
         self.versions_of(&self.exec(&sql)?)
     }
 
-    fn select_sql(&self, from: &str, filter: &str, limit: Option<usize>) -> String {
+    /// The newest version per (key, writer) of the keys `filter` selects
+    /// from `from`, in key then version order: `key`, the writer's name if
+    /// `with_writer`, then what [`version_rest`](Self::version_rest) reads.
+    fn select_sql(
+        &self,
+        from: &str,
+        filter: &str,
+        limit: Option<usize>,
+        with_writer: bool,
+    ) -> String {
         let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+        let writer = if with_writer { "writer, " } else { "" };
         format!(
-            "SELECT key, argMax(value, ver), max(ver) AS v, argMax(deleted, ver) \
+            "SELECT key, {writer}argMax(value, ver), max(ver) AS v, argMax(deleted, ver) \
              FROM {from} WHERE {filter} GROUP BY key, writer ORDER BY key, v{limit} FORMAT RowBinary"
         )
     }
 
-    /// Decodes what [`select_sql`](Self::select_sql) answered.
+    /// The rest of a version [`select_sql`](Self::select_sql) answered,
+    /// after its key (and writer).
+    fn version_rest(&self, key: Vec<u8>, r: &mut Reader) -> Result<Version> {
+        let value = r.string()?;
+        let ver = r.u64()?;
+        let deleted = r.u8()? != 0;
+        self.saw_ver(ver);
+        Ok(Version {
+            key,
+            value,
+            ver,
+            deleted,
+        })
+    }
+
+    /// Decodes what [`select_sql`](Self::select_sql) answered without
+    /// writers.
     fn versions_of(&self, body: &[u8]) -> Result<Vec<Version>> {
         let mut r = Reader::new(body);
         let mut out = Vec::new();
         while !r.done() {
             let key = r.string()?;
-            let value = r.string()?;
-            let ver = r.u64()?;
-            let deleted = r.u8()? != 0;
-            self.saw_ver(ver);
-            out.push(Version {
-                key,
-                value,
-                ver,
-                deleted,
-            });
+            out.push(self.version_rest(key, &mut r)?);
         }
         Ok(out)
     }
@@ -435,7 +453,7 @@ impl Inner {
             let Some(order) = shards.read_order(shard, preferred) else {
                 return self.select(table, &filter, None);
             };
-            let sql = self.select_sql(&local, &filter, None);
+            let sql = self.select_sql(&local, &filter, None, false);
             match self.http.post_first(&order, "", &COMMON, sql.as_bytes()) {
                 Ok((_, body)) => self.versions_of(&body),
                 // No replica of the shard answers: the `Distributed`
@@ -835,33 +853,18 @@ impl KvStore for ClickHouseStore {
     /// One statement per [`KEYS_PER_READ`] keys: each (key, writer)'s
     /// newest version, folded per key as [`Inner::resolve`] folds them.
     fn read_versions(&self, table: Table, keys: &[&[u8]]) -> Result<Vec<KeyRead>> {
-        let db = &self.config.database;
+        let from = format!("{}.{}", self.config.database, table_name(table));
         let mut found: std::collections::HashMap<Vec<u8>, Vec<(String, Version)>> =
             Default::default();
         for chunk in keys.chunks(KEYS_PER_READ) {
-            let body = self.exec(&format!(
-                "SELECT key, writer, argMax(value, ver), max(ver) AS v, argMax(deleted, ver) \
-                 FROM {db}.{} WHERE {} GROUP BY key, writer ORDER BY key, v FORMAT RowBinary",
-                table_name(table),
-                Inner::key_list(chunk)
-            ))?;
+            let sql = self.select_sql(&from, &Inner::key_list(chunk), None, true);
+            let body = self.exec(&sql)?;
             let mut r = Reader::new(&body);
             while !r.done() {
                 let key = r.string()?;
                 let writer = String::from_utf8_lossy(&r.string()?).into_owned();
-                let value = r.string()?;
-                let ver = r.u64()?;
-                let deleted = r.u8()? != 0;
-                self.saw_ver(ver);
-                found.entry(key.clone()).or_default().push((
-                    writer,
-                    Version {
-                        key,
-                        value,
-                        ver,
-                        deleted,
-                    },
-                ));
+                let version = self.version_rest(key.clone(), &mut r)?;
+                found.entry(key).or_default().push((writer, version));
             }
         }
         Ok(keys
