@@ -200,16 +200,7 @@ impl Importer {
     fn rollup(&self, line: &str) -> Result<(), String> {
         let words = Words::split(line);
         let l = parse_rollup(words.as_slice()).map_err(|e| line_error(&e))?;
-        let point = crate::db::RollupPoint {
-            metric: l.point.metric,
-            timestamp: l.point.timestamp,
-            value: l.point.value,
-            tags: l.point.tags,
-            interval: l.interval,
-            aggregator: l.aggregator,
-            group_by: l.group_by,
-            is_groupby: l.group_by.is_some(),
-        };
+        let point = crate::db::RollupPoint::from(l);
         self.db
             .write_rollup(&point, crate::store::Durability::Process)
             .map_err(|e| line_error(&e))

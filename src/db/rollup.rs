@@ -38,6 +38,23 @@ pub struct RollupPoint<'a> {
     pub is_groupby: bool,
 }
 
+/// A telnet or `tsdb import` `rollup` line is a pre-aggregate whenever
+/// its spec names a group-by aggregator.
+impl<'a> From<crate::protocol::telnet::RollupLine<'a>> for RollupPoint<'a> {
+    fn from(l: crate::protocol::telnet::RollupLine<'a>) -> RollupPoint<'a> {
+        RollupPoint {
+            metric: l.point.metric,
+            timestamp: l.point.timestamp,
+            value: l.point.value,
+            tags: l.point.tags,
+            interval: l.interval,
+            aggregator: l.aggregator,
+            group_by: l.group_by,
+            is_groupby: l.group_by.is_some(),
+        }
+    }
+}
+
 /// `Arrays.toString(byte[])/flags` as OpenTSDB's timestamp message shows
 /// the value.
 fn java_value(v: Value) -> String {

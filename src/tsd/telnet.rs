@@ -206,16 +206,7 @@ impl Conn<'_> {
         inc(&self.state.stats.telnet_puts);
         inc(&self.state.stats.rollup_points);
         let r = parse_rollup(words).and_then(|l| {
-            let point = RollupPoint {
-                metric: l.point.metric,
-                timestamp: l.point.timestamp,
-                value: l.point.value,
-                tags: l.point.tags,
-                interval: l.interval,
-                aggregator: l.aggregator,
-                group_by: l.group_by,
-                is_groupby: l.group_by.is_some(),
-            };
+            let point = RollupPoint::from(l);
             self.state.db.write_rollup(&point, Durability::Process)
         });
         if let Err(e) = r {
