@@ -76,7 +76,9 @@ pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
 pub use epochs::{CacheEpochs, Epoch};
 pub use options::{Backend, ClusterOptions, DbOptions, WriteOptions};
-pub use rollup::{AutoRollupError, RollupPoint, RollupReadStats, RollupSource};
+pub use rollup::{
+    AutoRollupError, RollupPoint, RollupReadStats, RollupRowSink, RollupSlice, RollupSource,
+};
 pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
 pub use tree::{TreeTest, TreesSynced};
 pub use wal::WalError;

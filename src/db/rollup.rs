@@ -226,19 +226,6 @@ impl Db {
     }
 }
 
-/// Most slots a rollup read thread reserves room for up front (40 MB).
-const MAX_RESERVED_SLOTS: u64 = 1 << 20;
-
-/// One time slice of a rollup read, in row order: every row's slots in
-/// one vector (no vector per series to grow), each row's series and end
-/// in it, and what was read.
-#[derive(Default)]
-struct SliceRead {
-    slots: Vec<RollupSlot>,
-    rows: Vec<(usize, usize)>,
-    read: RollupReadStats,
-}
-
 /// What a rollup read went through.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RollupReadStats {
@@ -247,9 +234,48 @@ pub struct RollupReadStats {
     pub cells: u64,
 }
 
+/// One time slice of a rollup read: the rows whose base time lies in
+/// `[from, to)` (seconds), read by one thread. A slice starts at a row's
+/// base time, so each row is in exactly one slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RollupSlice {
+    pub from: u64,
+    pub to: u64,
+}
+
+/// Takes the rows of one [`RollupSlice`], on the thread reading it.
+pub trait RollupRowSink: Send {
+    /// The slots of one row of `tsuids[i]`, in time order; a series'
+    /// rows come in time order.
+    fn row(&mut self, i: usize, slots: &[RollupSlot]);
+}
+
 /// What a query reads from the rollup tables.
 pub trait RollupSource: Sync {
     fn rollup_settings(&self) -> Option<&RollupSettings>;
+
+    /// The time slices a read of `interval`'s rows from the one holding
+    /// `start_s` through the one holding `end_s` is cut into, in time
+    /// order: one per read thread (as the raw path reads runs of series
+    /// on every core).
+    fn rollup_slices(&self, interval: &RollupInterval, start_s: u32, end_s: u32) -> Vec<RollupSlice>;
+
+    /// Reads the cells of `columns` that `table` (of `interval`) holds for
+    /// the series `tsuids` with timestamps in `[start_s, end_s]`: the rows
+    /// of `slices[k]` go to `sinks[k]`, each slice on its own thread.
+    #[allow(clippy::too_many_arguments)]
+    fn read_rollup_slices(
+        &self,
+        table: &str,
+        interval: &RollupInterval,
+        metric: Uid,
+        tsuids: &[Tsuid],
+        columns: RollupColumns,
+        start_s: u32,
+        end_s: u32,
+        slices: &[RollupSlice],
+        sinks: &mut [&mut dyn RollupRowSink],
+    ) -> Result<RollupReadStats, String>;
 
     /// Hands over the cells of `columns` that `table` (of `interval`)
     /// holds for the series `tsuids`, from the row holding `start_s`
@@ -267,7 +293,45 @@ pub trait RollupSource: Sync {
         start_s: u32,
         end_s: u32,
         f: &mut dyn FnMut(usize, &[RollupSlot]),
-    ) -> Result<RollupReadStats, String>;
+    ) -> Result<RollupReadStats, String> {
+        let slices = self.rollup_slices(interval, start_s, end_s);
+        let mut parts: Vec<SliceRows> = slices.iter().map(|_| SliceRows::default()).collect();
+        let mut sinks: Vec<&mut dyn RollupRowSink> = parts
+            .iter_mut()
+            .map(|p| p as &mut dyn RollupRowSink)
+            .collect();
+        let read = self.read_rollup_slices(
+            table, interval, metric, tsuids, columns, start_s, end_s, &slices, &mut sinks,
+        )?;
+        // Slices in time order, each row by row: each series' slots
+        // arrive in time order.
+        for part in &parts {
+            let mut at = 0;
+            for &(i, end) in &part.rows {
+                if end > at {
+                    f(i, &part.slots[at..end]);
+                }
+                at = end;
+            }
+        }
+        Ok(read)
+    }
+}
+
+/// One slice's rows as [`RollupSource::read_rollups`] keeps them until
+/// the read ends: every row's slots in one vector (no vector per series
+/// to grow), each row's series and end in it.
+#[derive(Default)]
+struct SliceRows {
+    slots: Vec<RollupSlot>,
+    rows: Vec<(usize, usize)>,
+}
+
+impl RollupRowSink for SliceRows {
+    fn row(&mut self, i: usize, slots: &[RollupSlot]) {
+        self.slots.extend_from_slice(slots);
+        self.rows.push((i, self.slots.len()));
+    }
 }
 
 impl RollupSource for Db {
@@ -275,7 +339,27 @@ impl RollupSource for Db {
         Db::rollup_settings(self)
     }
 
-    fn read_rollups(
+    fn rollup_slices(&self, interval: &RollupInterval, start_s: u32, end_s: u32) -> Vec<RollupSlice> {
+        let first = codec::base_time(start_s, interval);
+        let stop = codec::next_base_time(codec::base_time(end_s, interval), interval);
+        let threads = self.read_threads.max(1) as u64;
+        let mut cuts: Vec<u64> = (0..threads)
+            .map(|k| {
+                let at = first as u64 + (stop - first as u64) * k / threads;
+                codec::base_time(at.min(u32::MAX as u64) as u32, interval) as u64
+            })
+            .collect();
+        cuts.push(stop);
+        cuts.dedup();
+        cuts.windows(2)
+            .map(|w| RollupSlice {
+                from: w[0],
+                to: w[1],
+            })
+            .collect()
+    }
+
+    fn read_rollup_slices(
         &self,
         table: &str,
         interval: &RollupInterval,
@@ -284,7 +368,8 @@ impl RollupSource for Db {
         columns: RollupColumns,
         start_s: u32,
         end_s: u32,
-        f: &mut dyn FnMut(usize, &[RollupSlot]),
+        slices: &[RollupSlice],
+        sinks: &mut [&mut dyn RollupRowSink],
     ) -> Result<RollupReadStats, String> {
         let layout = self.store.layout();
         let widths = layout.widths;
@@ -295,35 +380,18 @@ impl RollupSource for Db {
             .enumerate()
             .map(|(i, t)| (t.to_bytes(&widths), i))
             .collect();
-        let first = codec::base_time(start_s, interval);
-        let stop = codec::next_base_time(codec::base_time(end_s, interval), interval);
         // Reads start at the retained floor, as for raw rows: expired rows
         // wait for the engine's compactions to go.
         let start_s = start_s.max(self.store.retention_floor(metric));
-        // The rows are read by time slices, one per read thread (as the
-        // raw path reads runs of series on every core): a slice starts at
-        // a row's base time, so each row is in exactly one.
-        let mut cuts: Vec<u64> = (0..self.read_threads.max(1) as u64)
-            .map(|k| {
-                let at = first as u64 + (stop - first as u64) * k / self.read_threads.max(1) as u64;
-                codec::base_time(at.min(u32::MAX as u64) as u32, interval) as u64
-            })
-            .collect();
-        cuts.push(stop);
-        cuts.dedup();
-        let slice = |from: u64, to: u64| -> Result<SliceRead, String> {
-            let mut out = SliceRead::default();
-            // At most a slot per interval of the slice per series: reserved
-            // up to a bound, so the vector is rarely copied as it grows.
-            let intervals = (to - from) / interval.interval_seconds.max(1) as u64;
-            let bound = (tsuids.len() as u64).saturating_mul(intervals);
-            out.slots.reserve(bound.min(MAX_RESERVED_SLOTS) as usize);
+        let slice = |s: RollupSlice, sink: &mut dyn RollupRowSink| -> Result<RollupReadStats, String> {
+            let mut read = RollupReadStats::default();
             let mut tsuid = Vec::new();
+            let mut slots = Vec::new();
             let mut reader = SlotReader::new(columns, interval);
-            for (start, end) in scan_bounds(layout, metric, from as u32, to) {
+            for (start, end) in scan_bounds(layout, metric, s.from.min(u32::MAX as u64) as u32, s.to) {
                 for r in self.rollup_table.scan_raw(table, &start, &end) {
                     let (key, value) = r.map_err(|e| e.to_string())?;
-                    out.read.rows += 1;
+                    read.rows += 1;
                     let Some(base) = layout.split_row_key(&key, &mut tsuid) else {
                         continue;
                     };
@@ -332,23 +400,32 @@ impl RollupSource for Db {
                     };
                     // A series' rows come in time order (its salt bucket
                     // is one range of the key order).
-                    out.read.cells += reader
-                        .read_row(&value, base, start_s, end_s, &mut out.slots)
+                    slots.clear();
+                    read.cells += reader
+                        .read_row(&value, base, start_s, end_s, &mut slots)
                         .map_err(|e| e.to_string())?;
-                    out.rows.push((i, out.slots.len()));
+                    if !slots.is_empty() {
+                        sink.row(i, &slots);
+                    }
                 }
             }
-            Ok(out)
+            Ok(read)
         };
-        let parts: Vec<Result<SliceRead, String>> = if cuts.len() <= 2 {
-            vec![slice(cuts[0], cuts[cuts.len() - 1])]
+        assert_eq!(slices.len(), sinks.len(), "one sink per rollup slice");
+        let parts: Vec<Result<RollupReadStats, String>> = if slices.len() <= 1 {
+            slices
+                .iter()
+                .zip(sinks.iter_mut())
+                .map(|(s, sink)| slice(*s, &mut **sink))
+                .collect()
         } else {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = cuts
-                    .windows(2)
-                    .map(|w| {
+            std::thread::scope(|sc| {
+                let handles: Vec<_> = slices
+                    .iter()
+                    .zip(sinks.iter_mut())
+                    .map(|(s, sink)| {
                         let slice = &slice;
-                        s.spawn(move || slice(w[0], w[1]))
+                        sc.spawn(move || slice(*s, &mut **sink))
                     })
                     .collect();
                 handles
@@ -361,23 +438,10 @@ impl RollupSource for Db {
             })
         };
         let mut total = RollupReadStats::default();
-        let mut slices = Vec::with_capacity(parts.len());
         for part in parts {
             let part = part?;
-            total.rows += part.read.rows;
-            total.cells += part.read.cells;
-            slices.push(part);
-        }
-        // Slices in time order, each row by row: each series' slots
-        // arrive in time order.
-        for part in &slices {
-            let mut at = 0;
-            for &(i, end) in &part.rows {
-                if end > at {
-                    f(i, &part.slots[at..end]);
-                }
-                at = end;
-            }
+            total.rows += part.rows;
+            total.cells += part.cells;
         }
         Ok(total)
     }

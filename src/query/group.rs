@@ -195,64 +195,76 @@ fn accumulate(
     scratch: &mut Scratch,
     out: &mut Vec<(i64, Value)>,
 ) -> bool {
-    use super::aggregator::Function as F;
-    if !matches!(agg.function, F::Sum | F::Avg | F::Min | F::Max | F::Count) {
+    if !folds(agg) {
         return false;
     }
     if !rate && !series.iter().all(|s| s.iter().all(|p| p.1.is_float())) {
         return false;
     }
     let n = scratch.times.len();
-    let (acc, counts) = (&mut scratch.doubles, &mut scratch.longs);
-    acc.clear();
-    acc.resize(n, f64::NAN);
-    counts.clear();
-    counts.resize(n, 0);
+    let mut cells = vec![GridCell::default(); n];
     for s in series {
-        for ((a, c), p) in acc.iter_mut().zip(counts.iter_mut()).zip(s.iter()) {
-            let v = p.1.as_f64();
-            if v.is_nan() {
-                continue;
-            }
-            *a = match agg.function {
-                F::Sum | F::Avg | F::Count => {
-                    if *c == 0 {
-                        0.0 + v
-                    } else {
-                        *a + v
-                    }
-                }
-                F::Min => {
-                    if *c == 0 || v < *a {
-                        v
-                    } else {
-                        *a
-                    }
-                }
-                _ => {
-                    if *c == 0 || v > *a {
-                        v
-                    } else {
-                        *a
-                    }
-                }
-            };
-            *c += 1;
+        for (c, p) in cells.iter_mut().zip(s.iter()) {
+            c.add(agg, p.1.as_f64());
         }
     }
-    for ((&t, &a), &c) in scratch.times.iter().zip(acc.iter()).zip(counts.iter()) {
+    for (&t, c) in scratch.times.iter().zip(&cells) {
         if t < from || t > to {
             continue;
         }
-        let v = match agg.function {
-            F::Count => c as f64,
-            _ if c == 0 => f64::NAN,
-            F::Avg => a / c as f64,
-            _ => a,
-        };
-        out.push((t, Value::Float(v)));
+        out.push((t, Value::Float(c.value(agg))));
     }
     true
+}
+
+/// The aggregators [`GridCell`] folds: those whose value at a timestamp
+/// is a running fold of the series' values there.
+pub(crate) fn folds(agg: &Aggregator) -> bool {
+    use super::aggregator::Function as F;
+    matches!(agg.function, F::Sum | F::Avg | F::Min | F::Max | F::Count)
+}
+
+/// One timestamp of the same-grid fast path: the series' values there
+/// folded one by one (in series order for the general path's exact
+/// additions). NaN values are left out; the timestamp still has a point
+/// (NaN, or 0 for `count`). Rollup reads fold combined buckets into these
+/// in their read threads (`query::rollup`), so both follow this rule.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GridCell {
+    acc: f64,
+    n: u32,
+}
+
+impl GridCell {
+    /// Folds in one series' value with `agg` (one that [`folds`]).
+    #[inline]
+    pub(crate) fn add(&mut self, agg: &Aggregator, v: f64) {
+        use super::aggregator::Function as F;
+        if v.is_nan() {
+            return;
+        }
+        let first = self.n == 0;
+        self.acc = match agg.function {
+            // `0.0 + v`: a sum starts at +0.0.
+            F::Sum | F::Avg | F::Count if first => 0.0 + v,
+            F::Sum | F::Avg | F::Count => self.acc + v,
+            F::Min if first || v < self.acc => v,
+            F::Max if first || v > self.acc => v,
+            _ => self.acc,
+        };
+        self.n += 1;
+    }
+
+    /// The aggregated value of the timestamp.
+    pub(crate) fn value(&self, agg: &Aggregator) -> f64 {
+        use super::aggregator::Function as F;
+        match agg.function {
+            F::Count => self.n as f64,
+            _ if self.n == 0 => f64::NAN,
+            F::Avg => self.acc / self.n as f64,
+            _ => self.acc,
+        }
+    }
 }
 
 /// The sorted union of the series' timestamps; true if every series has

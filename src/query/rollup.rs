@@ -13,13 +13,15 @@
 use super::aggregator::Aggregator;
 use super::downsample::{Bucketer, FillPolicy, Interval};
 use super::engine::{
-    Frame, Pipeline, QueryContext, SubStats, build_results, finish_all, group_points, select,
+    Frame, Pipeline, QueryContext, Selected, SubStats, build_results, finish_all, group_points,
+    select,
 };
 use super::error::QueryError;
-use super::group::Scratch;
+use super::group::{GridCell, Scratch, folds};
 use super::limits::Budget;
 use super::output::QueryResult;
 use super::request::{ValidQuery, ValidSubQuery};
+use crate::db::{RollupReadStats, RollupRowSink, RollupSource};
 use crate::model::Value;
 use crate::rollup::aggregates::{add, pick};
 use crate::rollup::codec::{RollupColumns, RollupSlot};
@@ -212,40 +214,58 @@ pub(super) fn run(
             &interval.table
         };
         let t_read = budget.elapsed();
-        // Each series' slots go through its pipeline as they are handed
-        // over, not buffered again; a bucket may span two hand-overs.
-        let mut pipes = frame.pipes(&fed, sel.tsuids.len());
-        let mut open: Vec<Option<Bucket>> = vec![None; sel.tsuids.len()];
-        let read = source
-            .read_rollups(
-                table,
-                interval,
-                sel.metric_uid,
-                &sel.tsuids,
-                columns,
-                start_s,
-                end_s,
-                &mut |i, slots| {
+        let read = |columns, f: &mut dyn FnMut(usize, &[RollupSlot])| {
+            source
+                .read_rollups(
+                    table,
+                    interval,
+                    sel.metric_uid,
+                    &sel.tsuids,
+                    columns,
+                    start_s,
+                    end_s,
+                    f,
+                )
+                .map_err(QueryError::Storage)
+        };
+        // The dashboard query (no fill, no rate, a group aggregator that
+        // folds) is folded into its groups' points by the read threads;
+        // anything else, or a group whose series do not share their
+        // timestamps, goes through each series' pipeline.
+        let folded = match FoldPlan::new(q, &fed, &sel, plan.column, bucketer, frame.from, frame.to) {
+            Some(fold) => fold.read(source, table, interval, &sel, columns, start_s, end_s)?,
+            None => None,
+        };
+        let (read, seen, outs) = match folded {
+            Some(f) => (f.read, f.seen, Outs::Groups(f.groups)),
+            None => {
+                // Each series' slots go through its pipeline as they are
+                // handed over, not buffered again; a bucket may span two
+                // hand-overs.
+                let mut pipes = frame.pipes(&fed, sel.tsuids.len());
+                let mut open: Vec<Option<Bucket>> = vec![None; sel.tsuids.len()];
+                let read = read(columns, &mut |i, slots| {
                     let p = &mut pipes[i];
-                    combine(slots, plan.column, &mut open[i], bucketer, |ts, v| {
-                        feed.push(p, ts, v)
+                    combine(slots, plan.column, &mut open[i], bucketer, |b| {
+                        b.emit(plan.column, |ts, v| feed.push(p, ts, v))
                     });
-                },
-            )
-            .map_err(QueryError::Storage)?;
-        for (p, b) in pipes.iter_mut().zip(&mut open) {
-            if let Some(b) = b.take() {
-                b.emit(plan.column, |ts, v| feed.push(p, ts, v));
+                })?;
+                for (p, b) in pipes.iter_mut().zip(&mut open) {
+                    if let Some(b) = b.take() {
+                        b.emit(plan.column, |ts, v| feed.push(p, ts, v));
+                    }
+                }
+                finish_all(&mut pipes);
+                let seen: Vec<bool> = pipes.iter().map(|p| p.seen).collect();
+                (read, seen, Outs::Pipes(pipes))
             }
-        }
+        };
         let (rows, points) = (read.rows, read.cells);
         stats.rows += rows;
         budget.charge(0, points)?;
         stats.raw_points += points;
-        finish_all(&mut pipes);
         let t_agg = budget.elapsed();
         stats.storage_ms += (t_agg - t_read).as_secs_f64() * 1000.0;
-        let seen: Vec<bool> = pipes.iter().map(|p| p.seen).collect();
         if !seen.contains(&true) {
             // `FallbackRollupOnEmptyResult`.
             // The raw read starts over: what the rollup read counted is
@@ -263,11 +283,20 @@ pub(super) fn run(
             }
         }
         let mut scratch = Scratch::default();
-        let results = build_results(ctx, q, &fed, &sel, &seen, &[], &mut stats, |_, present| {
-            let outs: Vec<&[(i64, Value)]> =
-                present.iter().map(|&p| pipes[p].out.as_slice()).collect();
-            group_points(&fed, &outs, frame.from, frame.to, &mut scratch)
-        })?;
+        let results = match outs {
+            Outs::Pipes(pipes) => {
+                build_results(ctx, q, &fed, &sel, &seen, &[], &mut stats, |_, present| {
+                    let outs: Vec<&[(i64, Value)]> =
+                        present.iter().map(|&p| pipes[p].out.as_slice()).collect();
+                    group_points(&fed, &outs, frame.from, frame.to, &mut scratch)
+                })?
+            }
+            Outs::Groups(mut groups) => {
+                build_results(ctx, q, &fed, &sel, &seen, &[], &mut stats, |g, _| {
+                    std::mem::take(&mut groups[g])
+                })?
+            }
+        };
         budget.check_time()?;
         stats.aggregation_ms = (budget.elapsed() - t_agg).as_secs_f64() * 1000.0;
         return Ok(RollupAnswer::Rolled(results, stats));
@@ -317,6 +346,17 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// Adds `later`, a later part of the same bucket: sums and counts
+    /// added, the min of mins, the max of maxes.
+    fn merge(&mut self, later: Bucket, column: Column) {
+        self.value = match column {
+            Column::Min => pick(self.value, later.value, false),
+            Column::Max => pick(self.value, later.value, true),
+            _ => add(self.value, later.value),
+        };
+        self.count += later.count;
+    }
+
     /// Hands the bucket's value to `emit`: the column's value as a double
     /// (OpenTSDB reads rollup values as doubles: its answers from rollups
     /// are never integers), or for `avg` the sum over the count.
@@ -331,16 +371,16 @@ impl Bucket {
     }
 }
 
-/// Combines a series' time-sorted slots into one value per bucket,
-/// handed to `emit` in time order as each bucket closes; `open` is the
+/// Combines a series' time-sorted slots into one bucket per downsampling
+/// bucket, handed to `close` in time order as each closes; `open` is the
 /// bucket still open from the series' previous slots, and is left open
-/// for the next ones (the caller emits it at the end).
+/// for the next ones (the caller closes it at the end).
 fn combine(
     slots: &[RollupSlot],
     column: Column,
     open: &mut Option<Bucket>,
     bucketer: &Bucketer,
-    mut emit: impl FnMut(i64, Value),
+    mut close: impl FnMut(Bucket),
 ) {
     let avg = column == Column::Avg;
     for s in slots {
@@ -363,27 +403,298 @@ fn combine(
                 None => continue,
             },
         };
-        let count = s.count.map_or(0.0, |c| c.as_f64());
+        let part = Bucket {
+            start: b,
+            end: 0,
+            value: v,
+            count: s.count.map_or(0.0, |c| c.as_f64()),
+        };
         match open {
-            Some(acc) if acc.start == b => {
-                acc.value = match column {
-                    Column::Min => pick(acc.value, v, false),
-                    Column::Max => pick(acc.value, v, true),
-                    _ => add(acc.value, v),
-                };
-                acc.count += count;
-            }
+            Some(acc) if acc.start == b => acc.merge(part, column),
             _ => {
                 if let Some(done) = open.take() {
-                    done.emit(column, &mut emit);
+                    close(done);
                 }
                 *open = Some(Bucket {
-                    start: b,
                     end: bucketer.next(b),
-                    value: v,
-                    count,
+                    ..part
                 });
             }
         }
+    }
+}
+
+/// The points a rollup read gave: per series, through their pipelines,
+/// or already folded into each group's points.
+enum Outs<'a> {
+    Pipes(Vec<Pipeline<'a>>),
+    /// By group (in `Selected::groups` order).
+    Groups(Vec<Vec<(i64, Value)>>),
+}
+
+/// Most grid cells (groups × buckets) one read thread folds into (20
+/// bytes each: 80 MiB); a larger read goes through each series' pipeline.
+const MAX_FOLD_CELLS: u64 = 4 << 20;
+
+/// A series in no group.
+const NO_GROUP: u32 = u32::MAX;
+
+/// How the read threads fold each series' combined buckets straight into
+/// its group's points: what each bucket's pipeline would output (no fill
+/// policy, no rate: the downsampling function of the bucket's one value),
+/// folded as `group::aggregate`'s same-grid fast path folds it
+/// ([`GridCell`]), so no per-series point list is built or merged. That
+/// fast path applies when every series of a group has a point at every
+/// timestamp any of them has; a read finding otherwise is thrown away and
+/// the sub-query read again through the pipelines (which interpolate).
+/// Within a thread a bucket's series are folded in row order, which is
+/// the series order unless the table is salted or a bucket spans rows:
+/// sums may then differ from the pipelines' in float rounding only.
+struct FoldPlan<'a> {
+    column: Column,
+    /// The downsampling function.
+    ds: &'a Aggregator,
+    /// The group aggregator, one that [`folds`].
+    agg: &'a Aggregator,
+    bucketer: &'a Bucketer,
+    /// Bucket width, ms.
+    width: i64,
+    /// The output range `[from, to]` (ms).
+    from: i64,
+    to: i64,
+    /// `Selected::groups` index of each series.
+    group_of: Vec<u32>,
+    groups: usize,
+}
+
+/// What a folded read gave.
+struct Folded {
+    read: RollupReadStats,
+    seen: Vec<bool>,
+    groups: Vec<Vec<(i64, Value)>>,
+}
+
+impl<'a> FoldPlan<'a> {
+    /// The plan, when `fed` can be folded.
+    fn new(
+        q: &ValidQuery,
+        fed: &'a ValidSubQuery,
+        sel: &Selected,
+        column: Column,
+        bucketer: &'a Bucketer,
+        from: i64,
+        to: i64,
+    ) -> Option<FoldPlan<'a>> {
+        let ds = fed.downsample.as_ref()?;
+        let Interval::Fixed(width) = ds.interval else {
+            return None;
+        };
+        if ds.fill != FillPolicy::None
+            || fed.rate.is_some()
+            || q.original.padding
+            || !folds(&fed.aggregator)
+            || width == 0
+        {
+            return None;
+        }
+        let mut group_of = vec![NO_GROUP; sel.tsuids.len()];
+        for (g, members) in sel.groups.iter().enumerate() {
+            for &m in members {
+                group_of[m] = g as u32;
+            }
+        }
+        Some(FoldPlan {
+            column,
+            ds: &ds.function,
+            agg: &fed.aggregator,
+            bucketer,
+            width: width as i64,
+            from,
+            to,
+            group_of,
+            groups: sel.groups.len(),
+        })
+    }
+
+    /// Reads and folds; None when the grid would be too large or a group's
+    /// series turned out not to share their timestamps.
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &self,
+        source: &dyn RollupSource,
+        table: &str,
+        interval: &RollupInterval,
+        sel: &Selected,
+        columns: RollupColumns,
+        start_s: u32,
+        end_s: u32,
+    ) -> Result<Option<Folded>, QueryError> {
+        let slices = source.rollup_slices(interval, start_s, end_s);
+        let Some(first) = slices.first() else {
+            return Ok(None);
+        };
+        let first = self.bucket_of(first.from as i64 * 1000);
+        let mut folds = Vec::with_capacity(slices.len());
+        for s in &slices {
+            let (from, to) = (s.from as i64 * 1000, s.to as i64 * 1000);
+            let lo = ((self.bucket_of(from) - first) / self.width) as usize;
+            let len = ((self.bucket_of(to - 1) - first) / self.width) as usize + 1 - lo;
+            if (len as u64).saturating_mul(self.groups as u64) > MAX_FOLD_CELLS {
+                return Ok(None);
+            }
+            folds.push(SliceFold {
+                plan: self,
+                first,
+                from,
+                to,
+                lo,
+                len,
+                open: vec![None; sel.tsuids.len()],
+                grid: vec![GridCell::default(); len * self.groups],
+                points: vec![0; len * self.groups],
+                edges: Vec::new(),
+                seen: vec![false; sel.tsuids.len()],
+            });
+        }
+        let mut sinks: Vec<&mut dyn RollupRowSink> = folds
+            .iter_mut()
+            .map(|f| f as &mut dyn RollupRowSink)
+            .collect();
+        let read = source
+            .read_rollup_slices(
+                table,
+                interval,
+                sel.metric_uid,
+                &sel.tsuids,
+                columns,
+                start_s,
+                end_s,
+                &slices,
+                &mut sinks,
+            )
+            .map_err(QueryError::Storage)?;
+        // Buckets still open at a slice's end, then those spanning two
+        // slices or more: their parts (in slice order) are merged, and
+        // folded where they start.
+        let mut edges = Vec::new();
+        for f in &mut folds {
+            for i in 0..f.open.len() {
+                if let Some(b) = f.open[i].take() {
+                    f.close(i, b);
+                }
+            }
+            edges.append(&mut f.edges);
+        }
+        edges.sort_by_key(|&(i, b)| (i, b.start));
+        let mut merged: Vec<(usize, Bucket)> = Vec::new();
+        for (i, b) in edges {
+            match merged.last_mut() {
+                Some((j, acc)) if *j == i && acc.start == b.start => acc.merge(b, self.column),
+                _ => merged.push((i, b)),
+            }
+        }
+        for (i, b) in merged {
+            let at = folds
+                .iter()
+                .rposition(|f| b.start >= f.from)
+                .unwrap_or(0);
+            folds[at].fold(i, b);
+        }
+        let mut seen = vec![false; sel.tsuids.len()];
+        for f in &folds {
+            for (s, &v) in seen.iter_mut().zip(&f.seen) {
+                *s |= v;
+            }
+        }
+        let mut groups = Vec::with_capacity(self.groups);
+        for (g, members) in sel.groups.iter().enumerate() {
+            let present = members.iter().filter(|&&m| seen[m]).count() as u32;
+            let mut out = Vec::new();
+            for f in &folds {
+                let at = g * f.len;
+                for (k, (c, &n)) in f.grid[at..at + f.len]
+                    .iter()
+                    .zip(&f.points[at..at + f.len])
+                    .enumerate()
+                {
+                    if n == 0 {
+                        continue;
+                    }
+                    if n != present {
+                        // Not one grid: interpolation is the pipelines'.
+                        return Ok(None);
+                    }
+                    let t = first + (f.lo + k) as i64 * self.width;
+                    if t >= self.from && t <= self.to {
+                        out.push((t, Value::Float(c.value(self.agg))));
+                    }
+                }
+            }
+            groups.push(out);
+        }
+        Ok(Some(Folded { read, seen, groups }))
+    }
+
+    fn bucket_of(&self, ts: i64) -> i64 {
+        self.bucketer.bucket(ts).unwrap_or(ts)
+    }
+}
+
+/// One read thread's fold: the grid of its slice's buckets (by group,
+/// then bucket), the series' open buckets, and the buckets reaching out
+/// of the slice, left for the merge.
+struct SliceFold<'a> {
+    plan: &'a FoldPlan<'a>,
+    /// Start of bucket 0 (ms).
+    first: i64,
+    /// The slice (ms).
+    from: i64,
+    to: i64,
+    /// The slice's first bucket, and how many it has.
+    lo: usize,
+    len: usize,
+    open: Vec<Option<Bucket>>,
+    grid: Vec<GridCell>,
+    /// Series with a point in each grid cell.
+    points: Vec<u32>,
+    edges: Vec<(usize, Bucket)>,
+    seen: Vec<bool>,
+}
+
+impl SliceFold<'_> {
+    /// A closed bucket of series `i`: folded, or kept for the merge when
+    /// it reaches out of the slice.
+    fn close(&mut self, i: usize, b: Bucket) {
+        if b.start < self.from || b.end > self.to {
+            self.edges.push((i, b));
+        } else {
+            self.fold(i, b);
+        }
+    }
+
+    /// Folds a whole bucket of series `i` (one starting in this slice).
+    fn fold(&mut self, i: usize, b: Bucket) {
+        let plan = self.plan;
+        b.emit(plan.column, |ts, v| {
+            self.seen[i] = true;
+            let g = plan.group_of[i];
+            if g == NO_GROUP {
+                return;
+            }
+            let at = g as usize * self.len + ((ts - self.first) / plan.width) as usize - self.lo;
+            self.points[at] += 1;
+            // The pipeline's output for the bucket: the downsampling
+            // function of its one value (`Feed::Straight`).
+            self.grid[at].add(plan.agg, plan.ds.run_double_one(v.as_f64()));
+        });
+    }
+}
+
+impl RollupRowSink for SliceFold<'_> {
+    fn row(&mut self, i: usize, slots: &[RollupSlot]) {
+        let mut open = self.open[i].take();
+        let (column, bucketer) = (self.plan.column, self.plan.bucketer);
+        combine(slots, column, &mut open, bucketer, |b| self.close(i, b));
+        self.open[i] = open;
     }
 }
