@@ -258,7 +258,12 @@ pub trait RollupSource: Sync {
     /// `start_s` through the one holding `end_s` is cut into, in time
     /// order: one per read thread (as the raw path reads runs of series
     /// on every core).
-    fn rollup_slices(&self, interval: &RollupInterval, start_s: u32, end_s: u32) -> Vec<RollupSlice>;
+    fn rollup_slices(
+        &self,
+        interval: &RollupInterval,
+        start_s: u32,
+        end_s: u32,
+    ) -> Vec<RollupSlice>;
 
     /// Reads the cells of `columns` that `table` (of `interval`) holds for
     /// the series `tsuids` with timestamps in `[start_s, end_s]`: the rows
@@ -339,7 +344,12 @@ impl RollupSource for Db {
         Db::rollup_settings(self)
     }
 
-    fn rollup_slices(&self, interval: &RollupInterval, start_s: u32, end_s: u32) -> Vec<RollupSlice> {
+    fn rollup_slices(
+        &self,
+        interval: &RollupInterval,
+        start_s: u32,
+        end_s: u32,
+    ) -> Vec<RollupSlice> {
         let first = codec::base_time(start_s, interval);
         let stop = codec::next_base_time(codec::base_time(end_s, interval), interval);
         let threads = self.read_threads.max(1) as u64;
@@ -383,34 +393,37 @@ impl RollupSource for Db {
         // Reads start at the retained floor, as for raw rows: expired rows
         // wait for the engine's compactions to go.
         let start_s = start_s.max(self.store.retention_floor(metric));
-        let slice = |s: RollupSlice, sink: &mut dyn RollupRowSink| -> Result<RollupReadStats, String> {
-            let mut read = RollupReadStats::default();
-            let mut tsuid = Vec::new();
-            let mut slots = Vec::new();
-            let mut reader = SlotReader::new(columns, interval);
-            for (start, end) in scan_bounds(layout, metric, s.from.min(u32::MAX as u64) as u32, s.to) {
-                for r in self.rollup_table.scan_raw(table, &start, &end) {
-                    let (key, value) = r.map_err(|e| e.to_string())?;
-                    read.rows += 1;
-                    let Some(base) = layout.split_row_key(&key, &mut tsuid) else {
-                        continue;
-                    };
-                    let Some(&i) = slot.get(tsuid.as_slice()) else {
-                        continue;
-                    };
-                    // A series' rows come in time order (its salt bucket
-                    // is one range of the key order).
-                    slots.clear();
-                    read.cells += reader
-                        .read_row(&value, base, start_s, end_s, &mut slots)
-                        .map_err(|e| e.to_string())?;
-                    if !slots.is_empty() {
-                        sink.row(i, &slots);
+        let slice =
+            |s: RollupSlice, sink: &mut dyn RollupRowSink| -> Result<RollupReadStats, String> {
+                let mut read = RollupReadStats::default();
+                let mut tsuid = Vec::new();
+                let mut slots = Vec::new();
+                let mut reader = SlotReader::new(columns, interval);
+                for (start, end) in
+                    scan_bounds(layout, metric, s.from.min(u32::MAX as u64) as u32, s.to)
+                {
+                    for r in self.rollup_table.scan_raw(table, &start, &end) {
+                        let (key, value) = r.map_err(|e| e.to_string())?;
+                        read.rows += 1;
+                        let Some(base) = layout.split_row_key(&key, &mut tsuid) else {
+                            continue;
+                        };
+                        let Some(&i) = slot.get(tsuid.as_slice()) else {
+                            continue;
+                        };
+                        // A series' rows come in time order (its salt bucket
+                        // is one range of the key order).
+                        slots.clear();
+                        read.cells += reader
+                            .read_row(&value, base, start_s, end_s, &mut slots)
+                            .map_err(|e| e.to_string())?;
+                        if !slots.is_empty() {
+                            sink.row(i, &slots);
+                        }
                     }
                 }
-            }
-            Ok(read)
-        };
+                Ok(read)
+            };
         assert_eq!(slices.len(), sinks.len(), "one sink per rollup slice");
         let parts: Vec<Result<RollupReadStats, String>> = if slices.len() <= 1 {
             slices

@@ -232,7 +232,8 @@ pub(super) fn run(
         // folds) is folded into its groups' points by the read threads;
         // anything else, or a group whose series do not share their
         // timestamps, goes through each series' pipeline.
-        let folded = match FoldPlan::new(q, &fed, &sel, plan.column, bucketer, frame.from, frame.to) {
+        let folded = match FoldPlan::new(q, &fed, &sel, plan.column, bucketer, frame.from, frame.to)
+        {
             Some(fold) => fold.read(source, table, interval, &sel, columns, start_s, end_s)?,
             None => None,
         };
@@ -594,10 +595,7 @@ impl<'a> FoldPlan<'a> {
             }
         }
         for (i, b) in merged {
-            let at = folds
-                .iter()
-                .rposition(|f| b.start >= f.from)
-                .unwrap_or(0);
+            let at = folds.iter().rposition(|f| b.start >= f.from).unwrap_or(0);
             folds[at].fold(i, b);
         }
         let mut seen = vec![false; sel.tsuids.len()];

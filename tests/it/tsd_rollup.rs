@@ -823,6 +823,66 @@ fn auto_rollups_are_stored_as_hours_are_sealed_and_queries_read_them() {
     db.close().unwrap();
 }
 
+/// Rollup queries merging several series answer as the same queries over
+/// raw points: with every series on one grid (folded by the read threads,
+/// buckets of 5 h and 7 h reaching across the read threads' day-aligned
+/// slices) and with a series missing hours (read through the pipelines,
+/// which interpolate).
+#[test]
+fn grouped_rollup_queries_answer_as_raw_points() {
+    use rtsdb::model::Value;
+    let dir = tempfile::tempdir().unwrap();
+    let db = auto_db(dir.path());
+    const DAYS: i64 = 6;
+    for (h, host) in ["a", "b", "c"].iter().enumerate() {
+        let points: Vec<(i64, Value)> = (0..DAYS * 24 * 6)
+            .map(|k| (START + k * 600, k))
+            .filter(|&(ts, _)| {
+                // Host c has no points for three hours of day 2 and one of day 4.
+                *host != "c"
+                    || !((START + 2 * 86_400 + 3600..START + 2 * 86_400 + 4 * 3600).contains(&ts)
+                        || (START + 4 * 86_400..START + 4 * 86_400 + 3600).contains(&ts))
+            })
+            .map(|(ts, k)| {
+                (
+                    ts,
+                    Value::Float(((k * 7 + h as i64 * 13) % 31) as f64 * 0.25 - 3.0),
+                )
+            })
+            .collect();
+        append(&db, host, &points);
+    }
+    db.flush_all().unwrap();
+    let end = START + DAYS * 86_400 - 1;
+    for m in [
+        "sum:1h-avg:m{host=a|b}",
+        "sum:5h-avg:m{host=a|b}",
+        "avg:7h-sum:m{host=a|b}",
+        "max:5h-min:m{host=a|b}",
+        "min:5h-max:m{host=a|b}",
+        "count:7h-count:m{host=a|b}",
+        "sum:5h-sum:m{host=*}",
+        // Host c's missing hours: the group is not on one grid.
+        "sum:1h-avg:m",
+        "avg:5h-sum:m",
+        "max:1h-max:m",
+    ] {
+        let qs = format!("start={START}&end={end}&m={m}");
+        let rolled = run(&db, &qs);
+        let raw = run(
+            &db,
+            &qs.replace("-avg:m", "-avg:rollup_raw:m")
+                .replace("-sum:m", "-sum:rollup_raw:m")
+                .replace("-min:m", "-min:rollup_raw:m")
+                .replace("-max:m", "-max:rollup_raw:m")
+                .replace("-count:m", "-count:rollup_raw:m"),
+        );
+        assert!(!rolled.is_empty() && !rolled[0].is_empty(), "{m}");
+        assert_close(&rolled, &raw, &m);
+    }
+    db.close().unwrap();
+}
+
 /// `tsd.rollups.auto` and delete queries through `/api/query`: after a
 /// delete, every rollup query answers as the same query over the raw
 /// points left, for intervals inside the deleted hours (gone) and across
