@@ -108,6 +108,8 @@ const DEFAULTS: &[(&str, &str)] = &[
     // rtsdb: rollups computed from raw points as hours are sealed
     // (docs/rollups.md).
     ("tsd.rollups.auto", "false"),
+    // rtsdb: block cache added for the rollup tables, MiB (docs/rollups.md).
+    (crate::rollup::CACHE_KEY, "32"),
     // rtsdb: where rows live: `embedded` or `clickhouse` (a ClickHouse
     // cluster coordinated by ZooKeeper; docs/scale-out.md).
     ("tsd.storage.backend", "embedded"),

@@ -194,6 +194,8 @@ impl DbOptions {
                 .map(Arc::new);
         let mut store = store_options(c)?;
         if let Some(r) = &rollups {
+            let mb = c.get_int::<u64>(crate::rollup::CACHE_KEY)?.unwrap_or(0);
+            store.engine.rollup_cache_bytes = mb.saturating_mul(1 << 20);
             // Retention drops a rollup row once its whole span is past.
             let spans = r.config.intervals.iter().flat_map(|i| {
                 let span = i.max_row_span_s();

@@ -263,6 +263,7 @@ impl Bucketer {
     }
 
     /// The bucket after `bucket`.
+    #[inline]
     pub(crate) fn next(&self, bucket: i64) -> i64 {
         match self.interval {
             Interval::Fixed(iv) => bucket + iv as i64,

@@ -679,7 +679,9 @@ impl SliceFold<'_> {
             if g == NO_GROUP {
                 return;
             }
-            let at = g as usize * self.len + ((ts - self.first) / plan.width) as usize - self.lo;
+            // Unsigned: a bucket of the slice starts at or after `first`.
+            let k = (ts - self.first) as u64 / plan.width as u64;
+            let at = g as usize * self.len + k as usize - self.lo;
             self.points[at] += 1;
             // The pipeline's output for the bucket: the downsampling
             // function of its one value (`Feed::Straight`).

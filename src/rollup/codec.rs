@@ -158,11 +158,14 @@ pub struct SlotReader {
 
 impl SlotReader {
     pub fn new(columns: RollupColumns, interval: &RollupInterval) -> SlotReader {
+        // Every offset a qualifier's 12 bits can hold: no cell needs the
+        // scratch to grow.
+        let offsets = (u16::MAX >> 4) as usize + 1;
         SlotReader {
             columns,
             interval_seconds: interval.interval_seconds,
-            value: Vec::new(),
-            count: Vec::new(),
+            value: vec![None; offsets],
+            count: vec![None; offsets],
         }
     }
 
@@ -181,38 +184,41 @@ impl SlotReader {
     ) -> Result<u64, crate::codec::row::RowError> {
         let (mut lo, mut hi) = (usize::MAX, 0usize);
         let mut cells = 0u64;
-        let RollupColumns { value, count } = self.columns;
-        let step = self.interval_seconds as u64;
-        let (start, end) = (start_s as u64, end_s as u64);
+        // The aggregator id of each column, compared with each cell's
+        // masked first byte (at most 0x7F: no column is 0x80 and up).
+        let none = COMPACTED_MASK;
+        let value_id = self.columns.value.unwrap_or(none);
+        let count_id = self.columns.count.unwrap_or(none);
+        let step = self.interval_seconds.max(1) as u64;
+        // The offsets whose timestamps `base + offset * step` lie in the
+        // range, compared as each cell is read.
+        let b = base as u64;
+        // A row starting after the range has none (its cells are still
+        // walked: an unreadable row is an error wherever it lies).
+        let (first, last) = match (end_s as u64).checked_sub(b) {
+            Some(d) => ((start_s as u64).saturating_sub(b).div_ceil(step), d / step),
+            None => (1, 0),
+        };
+        let (value, count) = (&mut self.value, &mut self.count);
         crate::codec::row::RowCells::for_each_borrowed(row, |q, v| {
-            let Some(parts) = QualifierParts::of(q) else {
+            let &[agg, q1, q2] = q else {
                 return;
             };
-            let id = Some(parts.aggregator_id);
-            let is_value = if id == value {
-                true
-            } else if id == count {
-                false
+            let id = agg & AGGREGATOR_MASK;
+            let column = if id == value_id {
+                &mut *value
+            } else if id == count_id {
+                &mut *count
             } else {
                 return;
             };
-            let ts = base as u64 + parts.offset as u64 * step;
-            if ts < start || ts > end {
+            let packed = u16::from_be_bytes([q1, q2]);
+            let at = (packed >> 4) as usize;
+            if (at as u64) < first || (at as u64) > last {
                 return;
             }
-            let Ok(v) = decode_value(parts.flags, v) else {
+            let Ok(v) = decode_value(packed as u8 & FLAGS_MASK, v) else {
                 return;
-            };
-            // Below 4096: the offset has 12 bits.
-            let at = parts.offset as usize;
-            if at >= self.value.len() {
-                self.value.resize(at + 1, None);
-                self.count.resize(at + 1, None);
-            }
-            let column = if is_value {
-                &mut self.value
-            } else {
-                &mut self.count
             };
             column[at] = Some(v);
             cells += 1;
@@ -225,7 +231,7 @@ impl SlotReader {
                 if v.is_some() || c.is_some() {
                     out.push(RollupSlot {
                         // In range: checked above.
-                        timestamp: (base as u64 + at as u64 * step) as u32,
+                        timestamp: (b + at as u64 * step) as u32,
                         value: v,
                         count: c,
                     });

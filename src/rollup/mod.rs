@@ -18,6 +18,9 @@ use crate::config::{Config, ConfigError};
 pub const ENABLE_KEY: &str = "tsd.rollups.enable";
 pub const CONFIG_KEY: &str = "tsd.rollups.config";
 pub const AUTO_KEY: &str = "tsd.rollups.auto";
+/// rtsdb's own: MiB of block cache added for the rollup tables when
+/// rollups are on (docs/rollups.md).
+pub const CACHE_KEY: &str = "tsd.rollups.cache_mb";
 
 /// Everything `tsd.rollups.*` sets, when rollups are enabled.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -125,7 +125,7 @@ impl Engine {
         // memtables into tables; everything in it is also in rtsdb's own
         // WAL or already in rows, so the smallest bound it allows is kept.
         let mut builder = Database::builder(path)
-            .cache_size(opts.cache_bytes)
+            .cache_size(opts.cache_bytes.saturating_add(opts.rollup_cache_bytes))
             .max_journaling_size(JOURNAL_MAX_BYTES);
         let factory = |expiry: &Option<ExpiryFilter>| {
             expiry.as_ref().map(|e| {
@@ -229,6 +229,11 @@ pub(crate) type ExpiryFilter = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 pub struct FjallOptions {
     /// Block cache shared by all tables, bytes.
     pub cache_bytes: u64,
+    /// Block cache added for the rollup tables, bytes
+    /// (`tsd.rollups.cache_mb` when rollups are on). fjall keeps one cache
+    /// for every keyspace, so this enlarges it: a long raw read then
+    /// leaves room for the rollup blocks dashboards read again and again.
+    pub rollup_cache_bytes: u64,
     /// Drops expired data rows in the engine's compactions.
     pub data_expiry: Option<ExpiryFilter>,
     /// The same for rollup rows (`tsdb-rollup`).
@@ -239,6 +244,7 @@ impl std::fmt::Debug for FjallOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FjallOptions")
             .field("cache_bytes", &self.cache_bytes)
+            .field("rollup_cache_bytes", &self.rollup_cache_bytes)
             .field("data_expiry", &self.data_expiry.is_some())
             .field("rollup_expiry", &self.rollup_expiry.is_some())
             .finish()
@@ -277,6 +283,7 @@ impl Default for FjallOptions {
     fn default() -> Self {
         FjallOptions {
             cache_bytes: 64 << 20,
+            rollup_cache_bytes: 0,
             data_expiry: None,
             rollup_expiry: None,
         }

@@ -1066,7 +1066,8 @@ mod props {
 /// only). `RTSDB_BENCH_ROUNDS` (default 5) sets the timed runs of each
 /// query, raw and rollup alternating, whose medians are printed;
 /// `RTSDB_BENCH_ONLY=rollup` (or `raw`) runs that side alone, and
-/// `RTSDB_BENCH_QUERY=flat` (or `host`) that query alone, for a profiler.
+/// `RTSDB_BENCH_QUERY=flat` (or `host`) that query alone, for a profiler;
+/// `RTSDB_BENCH_ROLLUP_CACHE_MB` sets `tsd.rollups.cache_mb`.
 #[test]
 #[ignore]
 fn rollup_bench_30_days_of_1000_series_at_1h_avg() {
@@ -1096,6 +1097,9 @@ fn rollup_bench_30_days_of_1000_series_at_1h_avg() {
         c.set("tsd.rollups.enable", "true");
         c.set("tsd.rollups.auto", if auto { "true" } else { "false" });
         c.set("tsd.rollups.config", config);
+        if let Some(mb) = env("RTSDB_BENCH_ROLLUP_CACHE_MB") {
+            c.set("tsd.rollups.cache_mb", &mb);
+        }
         rtsdb::db::Db::open(&rtsdb::db::DbOptions::from_config(&c).unwrap()).unwrap()
     };
     let dir_bytes = |dir: &std::path::Path| -> u64 {
