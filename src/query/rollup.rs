@@ -458,8 +458,9 @@ struct FoldPlan<'a> {
     /// The group aggregator, one that [`folds`].
     agg: &'a Aggregator,
     bucketer: &'a Bucketer,
-    /// Bucket width, ms.
+    /// Bucket width, ms, and its inverse.
     width: i64,
+    per_ms: f64,
     /// The output range `[from, to]` (ms).
     from: i64,
     to: i64,
@@ -510,6 +511,7 @@ impl<'a> FoldPlan<'a> {
             agg: &fed.aggregator,
             bucketer,
             width: width as i64,
+            per_ms: 1.0 / width as f64,
             from,
             to,
             group_of,
@@ -679,9 +681,11 @@ impl SliceFold<'_> {
             if g == NO_GROUP {
                 return;
             }
-            // Unsigned: a bucket of the slice starts at or after `first`.
-            let k = (ts - self.first) as u64 / plan.width as u64;
-            let at = g as usize * self.len + k as usize - self.lo;
+            // A whole number of widths past `first` (a bucket of the
+            // slice starts there or later): a product rounded, exact
+            // below 2^52 buckets, rather than a division per bucket.
+            let k = ((ts - self.first) as f64 * plan.per_ms).round() as usize;
+            let at = g as usize * self.len + k - self.lo;
             self.points[at] += 1;
             // The pipeline's output for the bucket: the downsampling
             // function of its one value (`Feed::Straight`).

@@ -409,6 +409,16 @@ fn a_bad_rollup_config_is_refused_at_start() {
     std::fs::write(&file, CONFIG).unwrap();
     let o = rtsdb::db::DbOptions::from_config(&c).unwrap();
     assert_eq!(o.write.rollups.unwrap().config.intervals.len(), 3);
+    // The rollup tables' block cache budget is added to the engine's.
+    assert_eq!(o.store.engine.rollup_cache_bytes, 64 << 20);
+    c.set("tsd.rollups.cache_mb", "lots");
+    let e = rtsdb::db::DbOptions::from_config(&c)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("tsd.rollups.cache_mb"), "{e}");
+    c.set("tsd.rollups.cache_mb", "0");
+    let o = rtsdb::db::DbOptions::from_config(&c).unwrap();
+    assert_eq!(o.store.engine.rollup_cache_bytes, 0);
     // /api/config lists the keys.
     let srv = server(&[]);
     let (_, t) = get(&srv, "/api/config");
@@ -416,6 +426,7 @@ fn a_bad_rollup_config_is_refused_at_start() {
     assert_eq!(v["tsd.rollups.enable"], "true");
     assert_eq!(v["tsd.rollups.agg_tag_key"], "_aggregate");
     assert_eq!(v["tsd.rollups.auto"], "false");
+    assert_eq!(v["tsd.rollups.cache_mb"], "64");
 }
 
 /// `TestTsdbQueryRollup`'s intervals, with a default one added (rtsdb, as
