@@ -889,7 +889,7 @@ fn grouped_rollup_queries_answer_as_raw_points() {
                 .replace("-count:m", "-count:rollup_raw:m"),
         );
         assert!(!rolled.is_empty() && !rolled[0].is_empty(), "{m}");
-        assert_close(&rolled, &raw, &m);
+        assert_close(&rolled, &raw, m);
     }
     db.close().unwrap();
 }
