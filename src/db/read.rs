@@ -1,7 +1,7 @@
 //! Reading: stored rows merged with the points still buffered in memory,
 //! served to queries as a [`SeriesSource`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::Db;
 use crate::model::Tsuid;
@@ -23,30 +23,10 @@ impl Db {
         read: impl FnOnce(&mut PointSink<'_>) -> store::Result<ReadStats>,
     ) -> store::Result<ReadStats> {
         // Buffer first: a point sealed meanwhile is then found in the store.
-        let mut buffered: HashMap<Tsuid, Vec<Point>> = HashMap::new();
-        let mut metrics: Vec<Uid> = tsuids.iter().map(|t| t.metric).collect();
-        metrics.sort_unstable();
-        metrics.dedup();
-        // The set of asked series is built only if the buffer holds a series
-        // of these metrics in range: settled data (the common case for
-        // dashboards over past hours) then costs no hashing per series.
-        let mut asked: Option<HashSet<&Tsuid>> = None;
-        for m in metrics {
-            buffered.extend(self.buffer.read(m, start_ms, end_ms, &mut |t| {
-                asked
-                    .get_or_insert_with(|| tsuids.iter().collect())
-                    .contains(t)
-            }));
-        }
-        let pending: HashMap<usize, Vec<Point>> = if buffered.is_empty() {
-            HashMap::new()
-        } else {
-            tsuids
-                .iter()
-                .enumerate()
-                .filter_map(|(i, t)| buffered.remove(t).map(|p| (i, p)))
-                .collect()
-        };
+        // Each listed series is looked up in the buffer: settled data (the
+        // common case for dashboards over past hours) and a query of a few
+        // series of a large metric cost no walk of the metric's series.
+        let pending = self.buffer.read_listed(tsuids, start_ms, end_ms);
         let mut stored: HashMap<usize, Vec<Point>> = HashMap::new();
         let mut stopped = false;
         let mut stats = read(&mut |i, points: &[Point]| {

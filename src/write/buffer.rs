@@ -15,6 +15,7 @@
 //! them.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -27,7 +28,7 @@ use crate::model::row_span::ROW_SPAN_SECS;
 use crate::store::read::Point;
 
 use super::series::Series;
-use crate::model::hash::FastMap;
+use crate::model::hash::{FastBuild, FastMap};
 
 const SHARDS: usize = 64;
 /// Bit of a buffered timestamp meaning "written in seconds".
@@ -105,7 +106,7 @@ pub(crate) struct Buffer {
     /// a million would otherwise walk them all). Entries are only added,
     /// before the series' first point is readable, so a reader never
     /// misses a buffered series; one no longer buffered is skipped.
-    by_metric: RwLock<FastMap<Uid, FastMap<u32, Arc<Series>>>>,
+    by_metric: RwLock<FastMap<Uid, MetricSeries>>,
     points: AtomicUsize,
     clock_s: AtomicU32,
     in_flight: Mutex<HashMap<u64, Arc<Vec<SealedHour>>>>,
@@ -135,11 +136,42 @@ fn dedup_last_wins(mut pts: Vec<BufPoint>) -> Vec<BufPoint> {
     out
 }
 
+/// A metric's series ever buffered, found by TSUID: a query of a few of a
+/// metric's many series looks each up rather than walking them all.
+#[derive(Default)]
+struct MetricSeries(hashbrown::HashTable<Arc<Series>>);
+
+impl MetricSeries {
+    fn hash(tsuid: &Tsuid) -> u64 {
+        FastBuild::default().hash_one(tsuid)
+    }
+
+    fn contains(&self, series: &Series) -> bool {
+        self.0
+            .find(Self::hash(&series.tsuid), |s| s.id == series.id)
+            .is_some()
+    }
+
+    fn insert(&mut self, series: Arc<Series>) {
+        self.0
+            .insert_unique(Self::hash(&series.tsuid), series, |s| Self::hash(&s.tsuid));
+    }
+
+    /// The series with this TSUID: usually one, but a series forgotten by
+    /// the series cache (`dropcaches`) and seen again comes back under a
+    /// new id while the old one may still hold points.
+    fn with_tsuid<'a>(&'a self, tsuid: &'a Tsuid) -> impl Iterator<Item = &'a Arc<Series>> + 'a {
+        self.0
+            .iter_hash(Self::hash(tsuid))
+            .filter(move |s| s.tsuid == *tsuid)
+    }
+}
+
 /// One point into its series' hour in a locked shard; a series new to
 /// the shard is first entered in `by_metric`.
 fn insert_into(
     shard: &mut FastMap<u32, SeriesBuf>,
-    by_metric: &RwLock<FastMap<Uid, FastMap<u32, Arc<Series>>>>,
+    by_metric: &RwLock<FastMap<Uid, MetricSeries>>,
     series: &Arc<Series>,
     ts: Timestamp,
     value: Value,
@@ -153,13 +185,16 @@ fn insert_into(
         let known = by_metric
             .read()
             .get(&series.tsuid.metric)
-            .is_some_and(|m| m.contains_key(&series.id));
+            .is_some_and(|m| m.contains(series));
         if !known {
-            by_metric
-                .write()
-                .entry(series.tsuid.metric)
-                .or_default()
-                .insert(series.id, series.clone());
+            let mut by_metric = by_metric.write();
+            let m = by_metric.entry(series.tsuid.metric).or_default();
+            // Checked again under the write lock: another shard's writer
+            // cannot add this series (it lives in this locked shard), but
+            // the check costs nothing and keeps entries unique.
+            if !m.contains(series) {
+                m.insert(series.clone());
+            }
         }
         SeriesBuf {
             series: series.clone(),
@@ -373,9 +408,86 @@ impl Buffer {
         end_ms: u64,
         want: &mut dyn FnMut(&Tsuid) -> bool,
     ) -> HashMap<Tsuid, Vec<Point>> {
-        let mut raw: FastMap<u32, (Arc<Series>, Vec<BufPoint>)> = FastMap::default();
         let mut wanted: FastMap<u32, bool> = FastMap::default();
-        let mut is_wanted = |s: &Series| *wanted.entry(s.id).or_insert_with(|| want(&s.tsuid));
+        let mut is_wanted = |s: &Series| {
+            wanted
+                .entry(s.id)
+                .or_insert_with(|| want(&s.tsuid))
+                .then_some(s.id)
+        };
+        let members = |m: &MetricSeries, keep: &mut dyn FnMut(&Series) -> Option<u32>| {
+            m.0.iter()
+                .filter_map(|s| keep(s).map(|k| (s.clone(), k)))
+                .collect()
+        };
+        self.collect(metric, start_ms, end_ms, &mut is_wanted, members)
+            .into_values()
+            .map(|(series, pts)| (series.tsuid.clone(), pts))
+            .collect()
+    }
+
+    /// Buffered and in-flight points of the listed series (of any
+    /// metrics) in `[start_ms, end_ms]`, by position in `tsuids`, sorted,
+    /// one per timestamp (newest write wins). Each listed series is looked
+    /// up, so the cost follows the list, not how many series its metrics
+    /// have.
+    pub(crate) fn read_listed(
+        &self,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+    ) -> FastMap<usize, Vec<Point>> {
+        let mut metrics: Vec<Uid> = tsuids.iter().map(|t| t.metric).collect();
+        metrics.sort_unstable();
+        metrics.dedup();
+        let mut out = FastMap::default();
+        for metric in metrics {
+            // Built only if an in-flight hour of the metric is in range.
+            let mut positions: Option<FastMap<&Tsuid, usize>> = None;
+            let mut is_listed = |s: &Series| {
+                positions
+                    .get_or_insert_with(|| {
+                        tsuids
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, t)| t.metric == metric)
+                            .map(|(i, t)| (t, i))
+                            .collect()
+                    })
+                    .get(&s.tsuid)
+                    .copied()
+            };
+            let members = |m: &MetricSeries, _: &mut dyn FnMut(&Series) -> Option<usize>| {
+                tsuids
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| t.metric == metric)
+                    .flat_map(|(i, t)| m.with_tsuid(t).map(move |s| (s.clone(), i)))
+                    .collect()
+            };
+            for (i, (_, pts)) in self.collect(metric, start_ms, end_ms, &mut is_listed, members) {
+                out.insert(i, pts);
+            }
+        }
+        out
+    }
+
+    /// The points of `metric`'s series in `[start_ms, end_ms]`, buffered
+    /// or in flight, under the key `key` gives a series (`None`: not
+    /// read); `members` picks, with the same keys, the buffered series to
+    /// visit. Series with no point in range are left out.
+    fn collect<K: std::hash::Hash + Eq + Copy>(
+        &self,
+        metric: Uid,
+        start_ms: u64,
+        end_ms: u64,
+        key: &mut dyn FnMut(&Series) -> Option<K>,
+        members: impl FnOnce(
+            &MetricSeries,
+            &mut dyn FnMut(&Series) -> Option<K>,
+        ) -> Vec<(Arc<Series>, K)>,
+    ) -> FastMap<K, (Arc<Series>, Vec<Point>)> {
+        let mut raw: FastMap<K, (Arc<Series>, Vec<BufPoint>)> = FastMap::default();
         let keep = |p: &BufPoint| (start_ms..=end_ms).contains(&p.ms());
         // Rows whose hour overlaps the range: bases from one span before
         // the start.
@@ -393,14 +505,12 @@ impl Buffer {
         batches.sort_by_key(|b| b.0);
         for (_, batch) in batches {
             for h in batch.iter() {
-                if h.series.tsuid.metric != metric
-                    || !hour_in_range(h.base)
-                    || !is_wanted(&h.series)
-                {
+                if h.series.tsuid.metric != metric || !hour_in_range(h.base) {
                     continue;
                 }
+                let Some(k) = key(&h.series) else { continue };
                 let dst = &mut raw
-                    .entry(h.series.id)
+                    .entry(k)
                     .or_insert_with(|| (h.series.clone(), Vec::new()))
                     .1;
                 dst.extend(
@@ -412,18 +522,18 @@ impl Buffer {
             }
         }
         // The metric's series that are wanted, then each in its shard.
-        let members: Vec<Arc<Series>> = match self.by_metric.read().get(&metric) {
-            Some(m) => m.values().filter(|s| is_wanted(s)).cloned().collect(),
+        let members: Vec<(Arc<Series>, K)> = match self.by_metric.read().get(&metric) {
+            Some(m) => members(m, key),
             None => Vec::new(),
         };
-        for series in members {
+        for (series, k) in members {
             let shard = self.shards[series.id as usize % SHARDS].lock();
             if let Some(sb) = shard.get(&series.id) {
                 if !sb.hours.iter().any(|h| hour_in_range(h.base)) {
                     continue;
                 }
                 let dst = &mut raw
-                    .entry(sb.series.id)
+                    .entry(k)
                     .or_insert_with(|| (sb.series.clone(), Vec::new()))
                     .1;
                 let mut hours: Vec<&HourBuf> =
@@ -435,9 +545,9 @@ impl Buffer {
             }
         }
         drop(in_flight);
-        raw.into_values()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(series, v)| {
+        raw.into_iter()
+            .filter(|(_, (_, v))| !v.is_empty())
+            .map(|(k, (series, v))| {
                 let pts = dedup_last_wins(v)
                     .into_iter()
                     .map(|p| Point {
@@ -445,7 +555,7 @@ impl Buffer {
                         value: p.value,
                     })
                     .collect();
-                (series.tsuid.clone(), pts)
+                (k, (series, pts))
             })
             .collect()
     }
@@ -575,6 +685,70 @@ mod tests {
         assert_eq!(read[&s.tsuid].len(), 1);
         assert_eq!(read.len(), 1);
         assert_eq!(asked, vec![s.tsuid.clone()], "only the metric's series");
+    }
+
+    /// A listed read finds each listed series, in flight or buffered, by
+    /// its position in the list, and nothing else of its metric; a series
+    /// buffered under two ids (forgotten by the series cache, then seen
+    /// again) is read under both.
+    #[test]
+    fn listed_reads_find_exactly_the_listed_series() {
+        let b = Buffer::new();
+        let all: Vec<_> = (1..=50).map(series).collect();
+        for s in &all {
+            b.insert(
+                s,
+                Timestamp::Seconds(1356998400),
+                Value::Int(s.id as i64),
+                1,
+            );
+        }
+        // Series 7's hour goes in flight; then it gets a newer point.
+        let (_, sealed) = b.seal(
+            SealPolicy {
+                everything: true,
+                ..policy()
+            },
+            usize::MAX,
+        );
+        assert_eq!(sealed.len(), 50);
+        b.insert(&all[6], Timestamp::Seconds(1356998410), Value::Int(70), 2);
+        // Series 9 under a second id.
+        let again = Series::for_test_as(900, all[8].tsuid.clone());
+        b.insert(&again, Timestamp::Seconds(1356998420), Value::Int(90), 2);
+        let other = Series::for_test_of_metric(3, 2, "n");
+        b.insert(&other, Timestamp::Seconds(1356998400), Value::Int(3), 2);
+        let missing = Series::for_test(77, "m").tsuid.clone();
+        let asked = [
+            all[8].tsuid.clone(),
+            missing,
+            all[6].tsuid.clone(),
+            other.tsuid.clone(),
+        ];
+        let got = b.read_listed(&asked, 0, u64::MAX);
+        let ts = |i: usize| -> Vec<(u64, Value)> {
+            got[&i].iter().map(|p| (p.timestamp_ms, p.value)).collect()
+        };
+        assert_eq!(got.len(), 3);
+        assert_eq!(
+            ts(0),
+            vec![
+                (1356998400000, Value::Int(9)),
+                (1356998420000, Value::Int(90))
+            ]
+        );
+        assert_eq!(
+            ts(2),
+            vec![
+                (1356998400000, Value::Int(7)),
+                (1356998410000, Value::Int(70))
+            ]
+        );
+        assert_eq!(ts(3), vec![(1356998400000, Value::Int(3))]);
+        // The range applies.
+        let got = b.read_listed(&asked, 1356998405000, 1356998415000);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[&2].len(), 1);
     }
 
     #[test]

@@ -516,6 +516,13 @@ impl Series {
         Arc::new(Series::new(id, tsuid, &key))
     }
 
+    /// A test series numbered `id` for `tsuid` (two numbers for one TSUID
+    /// happen when the series cache forgets a series).
+    #[cfg(test)]
+    pub(crate) fn for_test_as(id: u32, tsuid: Tsuid) -> Arc<Series> {
+        Arc::new(Series::new(id, tsuid, "m{host=h}"))
+    }
+
     pub fn metric(&self) -> &str {
         let end = self.name.find(TAG_START).unwrap_or(self.name.len());
         &self.name[..end]
