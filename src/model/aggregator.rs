@@ -268,6 +268,44 @@ impl Fold {
         }
     }
 
+    /// Adds values one after another, as [`add`](Self::add) each: the
+    /// function is matched once for them all.
+    #[inline]
+    pub fn add_all(&mut self, values: impl Iterator<Item = f64>) {
+        let (mut n, mut acc) = (self.n, self.acc);
+        match self.function {
+            F::SquareSum => {
+                for v in values.filter(|v| !v.is_nan()) {
+                    n += 1;
+                    acc += v * v;
+                }
+            }
+            F::Min => {
+                for v in values.filter(|v| !v.is_nan()) {
+                    n += 1;
+                    if acc.is_nan() || v < acc {
+                        acc = v
+                    }
+                }
+            }
+            F::Max => {
+                for v in values.filter(|v| !v.is_nan()) {
+                    n += 1;
+                    if acc.is_nan() || v > acc {
+                        acc = v
+                    }
+                }
+            }
+            _ => {
+                for v in values.filter(|v| !v.is_nan()) {
+                    n += 1;
+                    acc += v;
+                }
+            }
+        }
+        (self.n, self.acc) = (n, acc);
+    }
+
     /// The function's value over the values added (NaN when none was a
     /// number, except count: 0); the fold starts over.
     pub fn take(&mut self) -> f64 {

@@ -348,16 +348,8 @@ impl<'a> Pipeline<'a> {
     /// point.
     fn push_all(&mut self, pts: &[Point]) {
         match (&mut self.ds, &mut self.rate) {
-            (Some(d), None) => {
-                for pt in pts {
-                    d.push(pt.timestamp_ms as i64, pt.value, &mut self.out);
-                }
-            }
-            (None, Some(r)) => {
-                for pt in pts {
-                    r.push(pt.timestamp_ms as i64, pt.value, &mut self.out);
-                }
-            }
+            (Some(d), None) => d.push_points(pts, &mut self.out),
+            (None, Some(r)) => r.push_points(pts, &mut self.out),
             _ => {
                 for pt in pts {
                     self.push(pt.timestamp_ms as i64, pt.value);

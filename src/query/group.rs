@@ -17,6 +17,7 @@ pub(crate) struct Scratch {
     longs: Vec<i64>,
     doubles: Vec<f64>,
     sort: Vec<f64>,
+    cells: Vec<GridCell>,
 }
 
 /// Merges `series` and appends the aggregated points with timestamps in
@@ -38,10 +39,10 @@ pub(crate) fn aggregate(
     if series.is_empty() {
         return;
     }
-    let same_grid = union_times(&series, &mut scratch.times);
-    if same_grid && accumulate(&series, agg, rate, from, to, scratch, out) {
+    if accumulate(&series, agg, rate, from, to, scratch, out) {
         return;
     }
+    union_times(&series, &mut scratch.times);
     let interp = if rate {
         Interpolation::Prev
     } else {
@@ -185,7 +186,9 @@ fn merge_at_times(
 /// an exact point at every timestamp, so no interpolation happens, and
 /// sum/avg/min/max/count are accumulated series by series in sequential
 /// memory order. Additions happen in the same order as the general path,
-/// so results are bit-identical. Returns false if not applicable.
+/// so results are bit-identical. Whether the series share the first one's
+/// grid (and hold doubles) is checked in the same pass, not in one of its
+/// own. Returns false, having appended nothing, if not applicable.
 fn accumulate(
     series: &[&Points],
     agg: &Aggregator,
@@ -195,24 +198,50 @@ fn accumulate(
     scratch: &mut Scratch,
     out: &mut Vec<(i64, Value)>,
 ) -> bool {
+    use super::aggregator::Function as F;
     if !folds(agg) {
         return false;
     }
-    if !rate && !series.iter().all(|s| s.iter().all(|p| p.1.is_float())) {
+    let grid = series[0];
+    if series.iter().any(|s| s.len() != grid.len()) {
         return false;
     }
-    let n = scratch.times.len();
-    let mut cells = vec![GridCell::default(); n];
-    for s in series {
-        for (c, p) in cells.iter_mut().zip(s.iter()) {
-            c.add(agg, p.1.as_f64());
-        }
+    let cells = &mut scratch.cells;
+    cells.clear();
+    cells.resize(grid.len(), GridCell::default());
+    // The function is picked once, not per point: each rule is its own
+    // loop.
+    let folded = match agg.function {
+        F::Sum | F::Avg | F::Count => fold_series::<SumRule>(series, rate, cells),
+        F::Min => fold_series::<MinRule>(series, rate, cells),
+        _ => fold_series::<MaxRule>(series, rate, cells),
+    };
+    if !folded {
+        return false;
     }
-    for (&t, c) in scratch.times.iter().zip(&cells) {
+    for (&(t, _), c) in grid.iter().zip(cells.iter()) {
         if t < from || t > to {
             continue;
         }
         out.push((t, Value::Float(c.value(agg))));
+    }
+    true
+}
+
+/// Folds every series' values, position by position, into `cells` with
+/// rule `R`. False as soon as a series' timestamp is not the first
+/// series' at the same position, or (unless `rate`, whose values are all
+/// doubles) a value is an integer.
+#[inline(always)]
+fn fold_series<R: FoldRule>(series: &[&Points], rate: bool, cells: &mut [GridCell]) -> bool {
+    let grid = series[0];
+    for s in series {
+        for ((c, p), g) in cells.iter_mut().zip(s.iter()).zip(grid) {
+            if p.0 != g.0 || (!rate && !p.1.is_float()) {
+                return false;
+            }
+            c.add_by::<R>(p.1.as_f64());
+        }
     }
     true
 }
@@ -222,6 +251,50 @@ fn accumulate(
 pub(crate) fn folds(agg: &Aggregator) -> bool {
     use super::aggregator::Function as F;
     matches!(agg.function, F::Sum | F::Avg | F::Min | F::Max | F::Count)
+}
+
+/// How a [`GridCell`] takes a timestamp's first value and each one after.
+trait FoldRule {
+    fn first(v: f64) -> f64;
+    fn then(acc: f64, v: f64) -> f64;
+}
+
+/// sum, avg and count add; a sum starts at `0.0 + v` (+0.0, never -0.0).
+struct SumRule;
+struct MinRule;
+struct MaxRule;
+
+impl FoldRule for SumRule {
+    #[inline(always)]
+    fn first(v: f64) -> f64 {
+        0.0 + v
+    }
+    #[inline(always)]
+    fn then(acc: f64, v: f64) -> f64 {
+        acc + v
+    }
+}
+
+impl FoldRule for MinRule {
+    #[inline(always)]
+    fn first(v: f64) -> f64 {
+        v
+    }
+    #[inline(always)]
+    fn then(acc: f64, v: f64) -> f64 {
+        if v < acc { v } else { acc }
+    }
+}
+
+impl FoldRule for MaxRule {
+    #[inline(always)]
+    fn first(v: f64) -> f64 {
+        v
+    }
+    #[inline(always)]
+    fn then(acc: f64, v: f64) -> f64 {
+        if v > acc { v } else { acc }
+    }
 }
 
 /// One timestamp of the same-grid fast path: the series' values there
@@ -240,17 +313,22 @@ impl GridCell {
     #[inline]
     pub(crate) fn add(&mut self, agg: &Aggregator, v: f64) {
         use super::aggregator::Function as F;
+        match agg.function {
+            F::Sum | F::Avg | F::Count => self.add_by::<SumRule>(v),
+            F::Min => self.add_by::<MinRule>(v),
+            _ => self.add_by::<MaxRule>(v),
+        }
+    }
+
+    #[inline(always)]
+    fn add_by<R: FoldRule>(&mut self, v: f64) {
         if v.is_nan() {
             return;
         }
-        let first = self.n == 0;
-        self.acc = match agg.function {
-            // `0.0 + v`: a sum starts at +0.0.
-            F::Sum | F::Avg | F::Count if first => 0.0 + v,
-            F::Sum | F::Avg | F::Count => self.acc + v,
-            F::Min if first || v < self.acc => v,
-            F::Max if first || v > self.acc => v,
-            _ => self.acc,
+        self.acc = if self.n == 0 {
+            R::first(v)
+        } else {
+            R::then(self.acc, v)
         };
         self.n += 1;
     }
@@ -304,6 +382,7 @@ fn within(s: &Points, grid: &Points) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
 
     fn run(name: &str, series: &[Vec<(i64, Value)>]) -> Vec<(i64, Value)> {
         let refs: Vec<&Points> = series.iter().map(|s| s.as_slice()).collect();
@@ -412,5 +491,80 @@ mod tests {
         let a = ints(&[(0, 0), (30, 1)]);
         let b = ints(&[(10, 0)]);
         assert_eq!(run("sum", &[a, b])[1], (10_000, Value::Int(0)));
+    }
+
+    /// The general merge alone, as `aggregate` runs it past its fast path.
+    fn merged(series: &[&Points], agg: &Aggregator, rate: bool) -> Vec<(i64, Value)> {
+        let mut scratch = Scratch::default();
+        let series: Vec<&Points> = series.iter().copied().filter(|s| !s.is_empty()).collect();
+        let mut out = Vec::new();
+        if series.is_empty() {
+            return out;
+        }
+        union_times(&series, &mut scratch.times);
+        let interp = if rate {
+            Interpolation::Prev
+        } else {
+            agg.interpolation
+        };
+        merge_at_times(
+            &series,
+            interp,
+            rate,
+            i64::MIN,
+            i64::MAX,
+            &mut scratch,
+            |t, values| {
+                out.push(match values {
+                    Merged::Longs(v) => (t, Value::Int(agg.run_long(v, &mut Vec::new()))),
+                    Merged::Doubles(v) => (t, Value::Float(agg.run_double(v))),
+                })
+            },
+        );
+        out
+    }
+
+    proptest::proptest! {
+        /// The fast path answers what the general merge answers, bit for
+        /// bit, whether or not the series share a grid or hold integers.
+        #[test]
+        fn the_grid_fast_path_agrees_with_the_merge(
+            rows in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::prop_oneof![
+                        (-1e6f64..1e6).prop_map(Value::Float),
+                        proptest::strategy::Just(Value::Float(f64::NAN)),
+                        (-100i64..100).prop_map(Value::Int),
+                    ],
+                    0..12,
+                ),
+                1..6,
+            ),
+            shift in 0usize..3,
+            name in proptest::sample::select(vec!["sum", "avg", "min", "max", "count", "zimsum"]),
+            rate in proptest::bool::ANY,
+        ) {
+            // Most series on one grid; with `shift`, one series is moved.
+            let series: Vec<Vec<(i64, Value)>> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, vals)| {
+                    let off = if shift > 0 && i == 1 { shift as i64 * 1000 } else { 0 };
+                    vals.iter()
+                        .enumerate()
+                        .map(|(k, v)| (k as i64 * 60_000 + off, if rate { Value::Float(v.as_f64()) } else { *v }))
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&Points> = series.iter().map(|s| s.as_slice()).collect();
+            let agg = Aggregator::by_name(name).unwrap();
+            let mut fast = Vec::new();
+            aggregate(&refs, &agg, rate, i64::MIN, i64::MAX, &mut Scratch::default(), &mut fast);
+            let slow = merged(&refs, &agg, rate);
+            let bits = |o: &[(i64, Value)]| -> Vec<(i64, bool, u64)> {
+                o.iter().map(|(t, v)| (*t, v.is_float(), v.as_f64().to_bits())).collect()
+            };
+            proptest::prop_assert_eq!(bits(&fast), bits(&slow));
+        }
     }
 }
