@@ -14,6 +14,7 @@ mod logs;
 mod metrics;
 pub(crate) mod put;
 mod put_body;
+mod put_scan;
 mod query;
 mod rollup;
 mod routes;

@@ -17,7 +17,6 @@
 //! and trailing whitespace (`str::trim`), the bare `NaN`/`Infinity`
 //! tokens Jackson accepts quoted.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::io::{self, Read};
 
@@ -26,6 +25,7 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 
 use super::body::{BodyFault, Metered, into_fault};
 use super::put::{BadBody, JsonPoint, value_text};
+use super::put_scan::{self, Handover, Scanned};
 
 /// Bytes read from the body at a time.
 const READ_CHUNK: usize = 64 << 10;
@@ -57,13 +57,29 @@ pub(crate) enum BodyError {
 pub(crate) fn parse<R: Read>(src: &mut Metered<'_, R>) -> Result<DecodedPoints, BodyError> {
     let mut points = DecodedPoints::default();
     let mut bad = None;
+    let (rest, at) = match put_scan::scan(&mut *src, &mut points) {
+        Err(e) => return Err(BodyError::Fault(into_fault(e))),
+        Ok(Scanned::Done) if points.is_empty() => return Err(BodyError::NoPoints),
+        Ok(Scanned::Done) => return Ok(points),
+        Ok(Scanned::Resume { rest, at }) => (rest, at),
+    };
     let parsed = {
-        let mut text = PutText::new(&mut *src);
-        match text.peek() {
-            Ok(None) => return Err(BodyError::Empty),
-            Ok(Some(b'[')) => read_list(&mut text, &mut points, &mut bad),
-            Ok(Some(first)) => read_whole(&mut text, first, &mut points, &mut bad),
-            Err(e) => Err(Failed::Io(e)),
+        let mut text = PutText::new(io::Cursor::new(rest).chain(&mut *src));
+        match at {
+            Handover::Start => match text.peek() {
+                Ok(None) => return Err(BodyError::Empty),
+                Ok(Some(b'[')) => read_list(&mut text, &mut points, &mut bad),
+                Ok(Some(first)) => read_whole(&mut text, first, &mut points, &mut bad),
+                Err(e) => Err(Failed::Io(e)),
+            },
+            Handover::InList { first, at } => {
+                text.resume_at(at);
+                read_list_from(&mut text, first, &mut points, &mut bad)
+            }
+            Handover::AfterList { at } => {
+                text.resume_at(at);
+                after_list(&mut text)
+            }
         }
     };
     match parsed {
@@ -129,8 +145,18 @@ fn read_list<R: Read>(
     bad: &mut Option<BadBody>,
 ) -> Result<(), Failed> {
     text.advance(1);
+    read_list_from(text, true, points, bad)
+}
+
+/// [`read_list`] from after its `[` and the points before (`first`:
+/// none), before the comma or `]` that follows them.
+fn read_list_from<R: Read>(
+    text: &mut PutText<R>,
+    mut first: bool,
+    points: &mut DecodedPoints,
+    bad: &mut Option<BadBody>,
+) -> Result<(), Failed> {
     let mut element = Vec::new();
-    let mut first = true;
     loop {
         let next = match text.skip_whitespace()? {
             Some(b']') => break,
@@ -154,6 +180,11 @@ fn read_list<R: Read>(
         read_element(&element, at, points, bad)?;
     }
     text.advance(1);
+    after_list(text)
+}
+
+/// After a list's `]`: nothing but whitespace may follow.
+fn after_list<R: Read>(text: &mut PutText<R>) -> Result<(), Failed> {
     match text.skip_whitespace()? {
         None => Ok(()),
         Some(_) => Err(syntax("trailing characters", text.peek_position())),
@@ -299,6 +330,14 @@ impl<R: Read> PutText<R> {
             line: 1,
             column: 0,
         }
+    }
+
+    /// Goes on from where [`put_scan::scan`] stopped: past the start of
+    /// the text, at serde's place `(line, column)` in it.
+    fn resume_at(&mut self, (line, column): (usize, usize)) {
+        self.started = true;
+        self.line = line;
+        self.column = column;
     }
 
     /// The text not yet taken from the last read; empty only at the end.
@@ -629,6 +668,9 @@ pub(crate) struct DecodedPoints {
     last_timestamp: i64,
     last_metric: Option<(usize, usize)>,
     last_set: Option<usize>,
+    /// The text of the tags of the last point that had tags, as written,
+    /// if it was read with it (see [`DecodedPoints::push_fields`]).
+    last_written_set: Vec<u8>,
     recent_text: Recent,
     recent_sets: Recent,
     scratch: Vec<u8>,
@@ -715,6 +757,7 @@ impl DecodedPoints {
             + self.sets.capacity()
             + self.records.capacity()
             + self.scratch.capacity()
+            + self.last_written_set.capacity()
             + self.recent_text.heap_bytes()
             + self.recent_sets.heap_bytes()
     }
@@ -733,11 +776,34 @@ impl DecodedPoints {
                 return;
             }
         };
-        let ts = p.timestamp.0;
-        let delta = ts.wrapping_sub(self.last_timestamp);
-        self.last_timestamp = ts;
+        let metric = p.metric.as_ref().and_then(|m| m.0.as_deref());
+        let tags = p.tags.as_ref().map(|t| {
+            let tags = t.0.iter().map(|(k, v)| (k.as_ref(), v.as_deref()));
+            (None, tags)
+        });
+        self.push_fields(metric, p.timestamp.0, value.as_deref(), tags);
+    }
+
+    /// Keeps a point given by its fields as read: its tags (null or
+    /// absent: `None`) in the order written with unique keys, with their
+    /// text as written if the reader has it (an object with no escapes:
+    /// the same text names the same tags, so a point whose tags are
+    /// written as the previous one's are is given that one's set without
+    /// looking at each name).
+    pub(super) fn push_fields<'t>(
+        &mut self,
+        metric: Option<&str>,
+        timestamp: i64,
+        value: Option<&str>,
+        tags: Option<(
+            Option<&[u8]>,
+            impl ExactSizeIterator<Item = (&'t str, Option<&'t str>)>,
+        )>,
+    ) {
+        let delta = timestamp.wrapping_sub(self.last_timestamp);
+        self.last_timestamp = timestamp;
         put_varint(&mut self.records, ((delta << 1) ^ (delta >> 63)) as u64);
-        match p.metric.as_ref().and_then(|m| m.0.as_deref()) {
+        match metric {
             None => self.records.push(ABSENT),
             Some(m) => {
                 let at = self.add_text(m);
@@ -756,13 +822,22 @@ impl DecodedPoints {
             Some(v) => {
                 self.records.push(NEW);
                 put_varint(&mut self.records, v.len() as u64);
-                self.values.push_str(&v);
+                self.values.push_str(v);
             }
         }
-        match &p.tags {
+        match tags {
             None => self.records.push(ABSENT),
-            Some(tags) => {
-                let set = self.add_set(&tags.0);
+            Some((written, tags)) => {
+                let set = match (written, self.last_set) {
+                    (Some(w), Some(last)) if !w.is_empty() && w == self.last_written_set => last,
+                    _ => {
+                        let set = self.add_set(tags);
+                        self.last_written_set.clear();
+                        self.last_written_set
+                            .extend_from_slice(written.unwrap_or_default());
+                        set
+                    }
+                };
                 if self.last_set == Some(set) {
                     self.records.push(SAME);
                 } else {
@@ -789,7 +864,10 @@ impl DecodedPoints {
     }
 
     /// Where the tag set is in `sets`: a recent copy, or a new one.
-    fn add_set(&mut self, tags: &[(Cow<'_, str>, Option<Cow<'_, str>>)]) -> usize {
+    fn add_set<'t>(
+        &mut self,
+        tags: impl ExactSizeIterator<Item = (&'t str, Option<&'t str>)>,
+    ) -> usize {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         put_varint(&mut scratch, tags.len() as u64);
@@ -1126,8 +1204,39 @@ mod tests {
         r#""timestamp":99999999999999999999"#,
         r#""timestamp":-5"#,
         r#""timestamp":1e5"#,
+        // The forms the one-pass scanner (put_scan.rs) reads, and their
+        // near misses, which it leaves to the full reader.
+        r#""tags":{"host":"a" , "dc" : "b"}"#,
+        r#""tags":{"h\u00e9":"x"}"#,
+        r#""tags":{"h":"é","h":null}"#,
+        r#""tags":{"h":1}"#,
+        r#""tags":{"h":"a",}"#,
+        r#""tags":{"h":"a" "b":"c"}"#,
+        r#""tags":{"h":nul}"#,
+        r#""value":"12""#,
+        r#""value":-0"#,
+        r#""value":-1.5e-3"#,
+        r#""value":1E+2"#,
+        r#""value":-"#,
+        r#""value":1."#,
+        r#""value":"a\"b""#,
+        r#""value":true"#,
+        r#""timestamp":"0012""#,
+        r#""timestamp":0"#,
+        r#""timestamp":00"#,
+        r#""timestamp":"  12""#,
+        r#""timestamp":null"#,
+        r#""timestamp":"123456789012345678901""#,
+        r#""timestamp":1234567890123456789"#,
+        r#""metric" : "m""#,
+        "\"metric\":\"m\u{7f}\"",
+        "\"metric\":\"\u{1F600}\"",
+        r#""metric":"sys.cpu","metric":"x""#,
+        r#""unknown":"x""#,
     ];
     const SEPARATORS: &[&str] = &[",", " , ", "\n", "", ",,", "\u{a0}", ":"];
+    /// Between the points of a list.
+    const ELEMENT_SEPARATORS: &[&str] = &[",", ",\n", " ,\r\n  ", "\n,", ",,", "", ",\u{a0}"];
 
     proptest::proptest! {
         /// No body, however broken, makes the reader panic, and every one
@@ -1146,11 +1255,12 @@ mod tests {
             single in proptest::bool::ANY,
             cut in proptest::option::of(0usize..400),
             pad in "[ \n\t]{0,3}",
+            between in 0..ELEMENT_SEPARATORS.len(),
         ) {
             let mut body = pad.clone();
             body.push(if single { '{' } else { '[' });
             for (i, fields) in points.iter().enumerate() {
-                if i > 0 { body.push(','); }
+                if i > 0 { body.push_str(ELEMENT_SEPARATORS[between]); }
                 body.push('{');
                 for (j, (f, sep)) in fields.iter().enumerate() {
                     if j > 0 { body.push_str(SEPARATORS[*sep]); }
