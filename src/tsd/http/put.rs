@@ -319,6 +319,7 @@ pub(crate) fn check_points(
     let mut good = Vec::with_capacity(batch.points.len());
     let mut key = String::new();
     let mut tags: Vec<(&str, &str)> = Vec::with_capacity(8);
+    let mut built_for = None;
     for p in &batch.points {
         let tag_list = batch.tags(p);
         let fail = |msg: String, outcome: &mut PutOutcome| {
@@ -335,15 +336,20 @@ pub(crate) fn check_points(
                 continue;
             }
         };
-        tags.clear();
-        for (k, v) in tag_list {
-            // A null tag value fails name validation like an empty one.
-            tags.push((k, v.unwrap_or("")));
-        }
-        if let Some((hk, hv)) = header_tag
-            && !tags.iter().any(|t| t.0 == hk)
-        {
-            tags.push((hk, hv));
+        // Points that share their tag set (written alike in a row) share
+        // the list built for the first of them.
+        if built_for.is_none() || built_for != p.tag_set() {
+            tags.clear();
+            for (k, v) in tag_list {
+                // A null tag value fails name validation like an empty one.
+                tags.push((k, v.unwrap_or("")));
+            }
+            if let Some((hk, hv)) = header_tag
+                && !tags.iter().any(|t| t.0 == hk)
+            {
+                tags.push((hk, hv));
+            }
+            built_for = p.tag_set();
         }
         let r = parse_value(v).and_then(|value| {
             check_finite(metric, p.timestamp, value)?;

@@ -624,6 +624,14 @@ pub(crate) struct Batch<'a> {
     tags: Vec<TagView<'a>>,
 }
 
+impl PointView<'_> {
+    /// Where its tags are in its batch: points of a batch with the same
+    /// place have the same tags (`None`: no tags).
+    pub(crate) fn tag_set(&self) -> Option<(usize, usize)> {
+        self.tags
+    }
+}
+
 impl<'a> Batch<'a> {
     /// The tags of `p`, a point of this batch, in the order written.
     pub(crate) fn tags(&self, p: &PointView<'a>) -> Option<&[TagView<'a>]> {
@@ -908,6 +916,7 @@ impl DecodedPoints {
     ) -> bool {
         out.points.clear();
         out.tags.clear();
+        let mut last_tags = None;
         let r = &self.records[..];
         while out.points.len() < max && at.record < r.len() {
             let z = get_varint(r, &mut at.record);
@@ -945,9 +954,17 @@ impl DecodedPoints {
                     if kind == NEW {
                         at.set = get_usize(r, &mut at.record);
                     }
-                    let from = out.tags.len();
-                    self.read_set(at.set, &mut out.tags);
-                    Some((from, out.tags.len()))
+                    match last_tags {
+                        // The set of the batch's last point with tags:
+                        // its tags are in the batch already.
+                        Some(span) if kind == SAME => Some(span),
+                        _ => {
+                            let from = out.tags.len();
+                            self.read_set(at.set, &mut out.tags);
+                            last_tags = Some((from, out.tags.len()));
+                            last_tags
+                        }
+                    }
                 }
             };
             out.points.push(PointView {

@@ -144,8 +144,11 @@ struct Fields {
     /// The tags object as written, `{` to `}`; `None`: null or absent.
     tags: Option<Span>,
     /// Its tags in the order written, a repeated key keeping its first
-    /// place and last value (as `TagList`).
+    /// place and last value (as `TagList`), placed from the object's `{`.
     tag_list: Vec<(Span, Option<Span>)>,
+    /// The text of the tags object `tag_list` was read from (empty: none
+    /// whole): the same text again is the same tags, not read again.
+    tags_text: Vec<u8>,
 }
 
 impl Fields {
@@ -154,7 +157,11 @@ impl Fields {
     fn keep(&self, text: &str, start: usize, points: &mut DecodedPoints) {
         let at = |(from, to): Span| &text[from - start..to - start];
         let tags = self.tags.map(|written| {
-            let list = self.tag_list.iter().map(move |(k, v)| (at(*k), v.map(at)));
+            let from_tags = move |(from, to): Span| at((written.0 + from, written.0 + to));
+            let list = self
+                .tag_list
+                .iter()
+                .map(move |(k, v)| (from_tags(*k), v.map(from_tags)));
             (Some(at(written).as_bytes()), list)
         });
         points.push_fields(
@@ -462,6 +469,14 @@ fn tags(b: &[u8], i: usize, f: &mut Fields) -> Step<usize> {
     if b[i] != b'{' {
         return Err(Stop::Other);
     }
+    let known = f.tags_text.len();
+    if known > 0 && b.len() >= i + known && b[i..i + known] == f.tags_text[..] {
+        f.tags = Some((i, i + known));
+        return Ok(i + known);
+    }
+    f.tags_text.clear();
+    f.tag_list.clear();
+    let rel = |(from, to): Span| (from - i, to - i);
     let mut k = ws(b, i + 1)?;
     if b[k] != b'}' {
         loop {
@@ -487,13 +502,14 @@ fn tags(b: &[u8], i: usize, f: &mut Fields) -> Step<usize> {
                 _ => return Err(Stop::Other),
             };
             let name = &b[key.0..key.1];
+            let value = value.map(rel);
             match f
                 .tag_list
                 .iter_mut()
-                .find(|(seen, _)| &b[seen.0..seen.1] == name)
+                .find(|(seen, _)| &b[i + seen.0..i + seen.1] == name)
             {
                 Some(tag) => tag.1 = value,
-                None => f.tag_list.push((key, value)),
+                None => f.tag_list.push((rel(key), value)),
             }
             k = ws(b, k)?;
             match b[k] {
@@ -504,6 +520,7 @@ fn tags(b: &[u8], i: usize, f: &mut Fields) -> Step<usize> {
         }
     }
     f.tags = Some((i, k + 1));
+    f.tags_text.extend_from_slice(&b[i..k + 1]);
     Ok(k + 1)
 }
 
@@ -515,7 +532,6 @@ fn point(b: &[u8], i: usize, f: &mut Fields) -> Step<usize> {
     f.timestamp = 0;
     f.value = None;
     f.tags = None;
-    f.tag_list.clear();
     let mut k = ws(b, i + 1)?;
     if b[k] == b'}' {
         return Ok(k + 1);
