@@ -14,6 +14,7 @@
 #
 #   bash bench/million-series.sh
 #   HOSTS=1000 AFTER=30 bash bench/million-series.sh     # a smaller run
+#   TSDB=/path/to/tsdb ...   # that rtsdb binary instead of this checkout's
 set -euo pipefail
 
 HOSTS=${HOSTS:-10000}
@@ -31,7 +32,7 @@ POINTS=$((SERIES * 3))
 
 cd "$ROOT"
 cargo build --release --quiet --bin tsdb
-TSDB=$ROOT/target/release/tsdb
+TSDB=${TSDB:-$ROOT/target/release/tsdb}
 if ! command -v victoria-metrics >/dev/null; then
   if [ "$(id -u)" = 0 ]; then apt-get install -y victoria-metrics >/dev/null; else sudo apt-get install -y victoria-metrics >/dev/null; fi
 fi
