@@ -10,6 +10,10 @@
 //! the usual bodies, the names of a series stored once) keeps that, where
 //! appending batches while reading could not.
 //!
+//! The usual body is read by the one-pass scanner of `put_scan.rs`; this
+//! reader goes on from the first point the scanner does not take (or
+//! reads the whole body if it is not a list or object of the usual form).
+//!
 //! The text parsed is the one the former whole-body parser saw, so every
 //! answer, a parser error's position included, is the same (a test reads
 //! bodies both ways and compares): the bytes
