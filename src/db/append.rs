@@ -11,7 +11,7 @@ use crate::model::{Timestamp, Value};
 use crate::protocol::PointError;
 use crate::write::buffer;
 use crate::write::series::CellValue;
-use crate::write::{Series, SeriesMemo};
+use crate::write::{Series, SeriesMemo, TagsKey};
 
 pub use crate::write::wal::{Appended, PendingHistogram, PendingPoint};
 
@@ -29,9 +29,30 @@ impl Db {
         tags: &[(&str, &str)],
         key_buf: &mut String,
     ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        self.resolve_keyed(metric, raw_ts, value, tags, None, key_buf)
+    }
+
+    /// [`Db::resolve`] with the tags' part of the series key built once
+    /// for points that share their tags ([`TagsKey`] of these `tags`).
+    pub fn resolve_keyed(
+        &self,
+        metric: &str,
+        raw_ts: i64,
+        value: Value,
+        tags: &[(&str, &str)],
+        tags_key: Option<&TagsKey>,
+        key_buf: &mut String,
+    ) -> Result<(Arc<Series>, Timestamp), PointError> {
         self.forget_names_renamed_elsewhere();
         self.series
-            .resolve(metric, raw_ts, value, tags, key_buf)
+            .resolve_keyed(
+                metric,
+                raw_ts,
+                CellValue::Point(value),
+                tags,
+                tags_key,
+                key_buf,
+            )
             .map_err(|e| match e {
                 // A UID that could not be created because the store is
                 // down says why, not just that storage failed.

@@ -15,4 +15,5 @@ pub(crate) mod wal;
 pub use series::Series;
 pub(crate) use series::SeriesCache;
 pub(crate) use series::SeriesMemo;
+pub(crate) use series::TagsKey;
 pub(crate) use wal::{Appended, PendingPoint};

@@ -170,6 +170,19 @@ const TAG_VALUE: char = '\u{1}';
 fn series_key(metric: &str, tags: &[(&str, &str)], out: &mut String) -> bool {
     out.clear();
     out.push_str(metric);
+    let tags_ok = sorted_tags_into(tags, out);
+    tags_ok && !has_separator(metric)
+}
+
+/// Whether a name holds a series key's separator.
+fn has_separator(name: &str) -> bool {
+    name.bytes().any(|b| b <= 1)
+}
+
+/// Appends the tags part of a series key (see [`series_key`]) to `out`;
+/// false if a name holds a separator.
+fn sorted_tags_into(tags: &[(&str, &str)], out: &mut String) -> bool {
+    let from = out.len();
     let mut sorted: [(&str, &str); 16] = [("", ""); 16];
     if tags.len() <= sorted.len() {
         sorted[..tags.len()].copy_from_slice(tags);
@@ -192,7 +205,33 @@ fn series_key(metric: &str, tags: &[(&str, &str)], out: &mut String) -> bool {
         }
     }
     let separators = 2 * tags.len();
-    out.bytes().filter(|b| *b <= 1).count() == separators
+    out[from..].bytes().filter(|b| *b <= 1).count() == separators
+}
+
+/// The tags part of a series key, sorted once for the points that share
+/// their tags (the points of an `/api/put` body written with the same
+/// tags): their keys are then the metric and this text.
+#[derive(Debug, Default)]
+pub struct TagsKey {
+    text: String,
+    /// No name holds a separator.
+    valid: bool,
+}
+
+impl TagsKey {
+    /// The key part of `tags` (arrival order, unique keys).
+    pub fn set(&mut self, tags: &[(&str, &str)]) {
+        self.text.clear();
+        self.valid = sorted_tags_into(tags, &mut self.text);
+    }
+
+    /// [`series_key`] of `metric` and these tags.
+    fn series_key(&self, metric: &str, out: &mut String) -> bool {
+        out.clear();
+        out.push_str(metric);
+        out.push_str(&self.text);
+        self.valid && !has_separator(metric)
+    }
 }
 
 /// The tags of a series key, in key order.
@@ -373,10 +412,26 @@ impl SeriesCache {
         tags: &[(&str, &str)],
         key_buf: &mut String,
     ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        self.resolve_keyed(metric, raw_ts, value, tags, None, key_buf)
+    }
+
+    /// [`resolve_cell`](Self::resolve_cell) with the tags' part of the
+    /// series key built already (`tags_key`, of these `tags`), if it was.
+    pub fn resolve_keyed(
+        &self,
+        metric: &str,
+        raw_ts: i64,
+        value: CellValue<'_>,
+        tags: &[(&str, &str)],
+        tags_key: Option<&TagsKey>,
+        key_buf: &mut String,
+    ) -> Result<(Arc<Series>, Timestamp), PointError> {
         let ts = Timestamp::from_raw(raw_ts).map_err(|e| bad_timestamp(e, metric, value, tags))?;
-        if series_key(metric, tags, key_buf)
-            && let Some(s) = self.shard(key_buf).read().get(key_buf.as_str())
-        {
+        let keyed = match tags_key {
+            Some(k) => k.series_key(metric, key_buf),
+            None => series_key(metric, tags, key_buf),
+        };
+        if keyed && let Some(s) = self.shard(key_buf).read().get(key_buf.as_str()) {
             return Ok((s.0.clone(), ts));
         }
         self.check_names(metric, tags)?;
@@ -705,6 +760,34 @@ mod tests {
             .resolve("m", 1, Value::Int(1), &[("host", "b")], &mut buf)
             .unwrap();
         assert_ne!(d.id, a.id);
+    }
+
+    /// A key built from a [`TagsKey`] is the one [`series_key`] builds,
+    /// and refused alike when a name holds a separator.
+    #[test]
+    fn tags_keys_build_the_series_key() {
+        let cases: [(&str, &[(&str, &str)]); 5] = [
+            ("m", &[("host", "a"), ("dc", "x"), ("cpu", "0")]),
+            ("m", &[]),
+            ("m\u{1}", &[("host", "a")]),
+            ("m", &[("ho\0st", "a")]),
+            ("m", &[("host", "a\u{1}b")]),
+        ];
+        let (mut want, mut got, mut k) = (String::new(), String::new(), TagsKey::default());
+        for (metric, tags) in cases {
+            let ok = series_key(metric, tags, &mut want);
+            k.set(tags);
+            assert_eq!(k.series_key(metric, &mut got), ok, "{metric:?} {tags:?}");
+            assert_eq!(got, want);
+        }
+        let many: Vec<(String, String)> = (0..20)
+            .map(|i| (format!("k{}", 19 - i), i.to_string()))
+            .collect();
+        let many: Vec<(&str, &str)> = many.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        assert!(series_key("m", &many, &mut want));
+        k.set(&many);
+        assert!(k.series_key("m", &mut got));
+        assert_eq!(got, want);
     }
 
     /// A memo answers for the names exactly as written, and forgets all

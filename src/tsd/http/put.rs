@@ -15,7 +15,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::protocol::{PointError, parse_value};
-use crate::write::PendingPoint;
+use crate::write::{PendingPoint, TagsKey};
 
 use super::super::TsdState;
 use super::body::{
@@ -320,6 +320,7 @@ pub(crate) fn check_points(
     let mut key = String::new();
     let mut tags: Vec<(&str, &str)> = Vec::with_capacity(8);
     let mut built_for = None;
+    let mut tags_key = TagsKey::default();
     for p in &batch.points {
         let tag_list = batch.tags(p);
         let fail = |msg: String, outcome: &mut PutOutcome| {
@@ -349,13 +350,19 @@ pub(crate) fn check_points(
             {
                 tags.push((hk, hv));
             }
+            tags_key.set(&tags);
             built_for = p.tag_set();
         }
         let r = parse_value(v).and_then(|value| {
             check_finite(metric, p.timestamp, value)?;
-            let (series, ts) = state
-                .db
-                .resolve(metric, p.timestamp, value, &tags, &mut key)?;
+            let (series, ts) = state.db.resolve_keyed(
+                metric,
+                p.timestamp,
+                value,
+                &tags,
+                Some(&tags_key),
+                &mut key,
+            )?;
             Ok(PendingPoint { series, ts, value })
         });
         match r {

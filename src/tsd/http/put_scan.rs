@@ -187,8 +187,11 @@ struct Scanner<R> {
 }
 
 impl<R: Read> Scanner<R> {
-    /// Reads more of the body after what is not yet taken; false at its
-    /// end.
+    /// Reads more of the body after what is not yet taken, until the
+    /// buffer is full or the body ends; false if nothing more came. Full
+    /// buffers, and a buffer twice as large when one piece of text fills
+    /// it: a piece read again after each read costs at most twice its
+    /// size, however small the reads.
     fn fill(&mut self) -> io::Result<bool> {
         if self.eof {
             return Ok(false);
@@ -199,23 +202,21 @@ impl<R: Read> Scanner<R> {
             self.pos = 0;
         }
         if self.buf.len() - self.end < READ_CHUNK / 4 {
-            // One point larger than what is read at a time.
             self.buf.resize(self.buf.len() * 2, 0);
         }
-        loop {
+        let before = self.end;
+        while self.end < self.buf.len() {
             match self.src.read(&mut self.buf[self.end..]) {
                 Ok(0) => {
                     self.eof = true;
-                    return Ok(false);
+                    break;
                 }
-                Ok(n) => {
-                    self.end += n;
-                    return Ok(true);
-                }
+                Ok(n) => self.end += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
         }
+        Ok(self.end > before)
     }
 
     /// Takes the bytes up to `to` (absolute in the buffer).
