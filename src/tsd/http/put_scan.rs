@@ -406,32 +406,29 @@ fn digits_value(d: &[u8]) -> i64 {
 /// `timestamp` at `i`: a plain integer, or a string of digits
 /// (`JsonTimestamp`: a string is parsed as a `long`); the place after it.
 fn timestamp(b: &[u8], i: usize, out: &mut i64) -> Step<usize> {
-    match b[i] {
+    let (d, next) = match b[i] {
         b'"' => {
             let ((from, to), next) = string(b, i + 1)?;
-            let d = &b[from..to];
-            if d.is_empty() || d.len() > SAFE_DIGITS || !d.iter().all(u8::is_ascii_digit) {
-                return Err(Stop::Other);
-            }
-            *out = digits_value(d);
-            Ok(next)
+            (&b[from..to], next)
         }
         b'0'..=b'9' => {
             let end = number(b, i)?;
-            let d = &b[i..end];
-            // A fraction or exponent is read as a double by serde.
-            if d.len() > SAFE_DIGITS || !d.iter().all(u8::is_ascii_digit) {
-                return Err(Stop::Other);
-            }
-            *out = digits_value(d);
-            Ok(end)
+            (&b[i..end], end)
         }
-        _ => Err(Stop::Other),
+        _ => return Err(Stop::Other),
+    };
+    // A fraction or exponent is read as a double by serde; an empty string
+    // is refused by the full reader.
+    if d.is_empty() || d.len() > SAFE_DIGITS || !d.iter().all(u8::is_ascii_digit) {
+        return Err(Stop::Other);
     }
+    *out = digits_value(d);
+    Ok(next)
 }
 
-/// `metric` at `i`: a string or null.
-fn metric(b: &[u8], i: usize, out: &mut Option<Span>) -> Step<usize> {
+/// A string (its contents, into `out`) or null (`out` left as it is) at
+/// `i`: a `metric`, a tag value, or a `value` that is not a number.
+fn string_or_null(b: &[u8], i: usize, out: &mut Option<Span>) -> Step<usize> {
     match b[i] {
         b'"' => {
             let (s, next) = string(b, i + 1)?;
@@ -446,20 +443,12 @@ fn metric(b: &[u8], i: usize, out: &mut Option<Span>) -> Step<usize> {
 /// `value` at `i`: a string (its contents), a number (its text, as the
 /// former reader kept the raw number), or null.
 fn value(b: &[u8], i: usize, out: &mut Option<Span>) -> Step<usize> {
-    match b[i] {
-        b'"' => {
-            let (s, next) = string(b, i + 1)?;
-            *out = Some(s);
-            Ok(next)
-        }
-        b'-' | b'0'..=b'9' => {
-            let end = number(b, i)?;
-            *out = Some((i, end));
-            Ok(end)
-        }
-        b'n' => null(b, i),
-        _ => Err(Stop::Other),
+    if let b'-' | b'0'..=b'9' = b[i] {
+        let end = number(b, i)?;
+        *out = Some((i, end));
+        return Ok(end);
     }
+    string_or_null(b, i, out)
 }
 
 /// `tags` at `i`: null, or an object of strings to strings or nulls.
@@ -490,18 +479,8 @@ fn tags(b: &[u8], i: usize, f: &mut Fields) -> Step<usize> {
                 return Err(Stop::Other);
             }
             k = ws(b, k + 1)?;
-            let value = match b[k] {
-                b'"' => {
-                    let (v, next) = string(b, k + 1)?;
-                    k = next;
-                    Some(v)
-                }
-                b'n' => {
-                    k = null(b, k)?;
-                    None
-                }
-                _ => return Err(Stop::Other),
-            };
+            let mut value = None;
+            k = string_or_null(b, k, &mut value)?;
             let name = &b[key.0..key.1];
             let value = value.map(rel);
             match f
@@ -560,7 +539,7 @@ fn point(b: &[u8], i: usize, f: &mut Fields) -> Step<usize> {
         }
         f.seen |= 1 << field;
         k = match field {
-            0 => metric(b, k, &mut f.metric)?,
+            0 => string_or_null(b, k, &mut f.metric)?,
             1 => timestamp(b, k, &mut f.timestamp)?,
             2 => value(b, k, &mut f.value)?,
             _ => tags(b, k, f)?,
