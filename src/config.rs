@@ -117,6 +117,9 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.storage.clickhouse.cluster", ""),
     ("tsd.storage.clickhouse.database", "rtsdb"),
     ("tsd.storage.clickhouse.flush_ms", "1000"),
+    // rtsdb: MB of data rows a cluster TSD keeps after reading them, kept
+    // coherent through ZooKeeper (docs/scale-out.md "The read cache").
+    ("tsd.storage.clickhouse.read_cache_mb", "128"),
     ("tsd.storage.zk_quorum", ""),
     ("tsd.storage.zk_basedir", "/rtsdb"),
     // rtsdb: ZooKeeper timeouts (ms) and UIDs reserved per counter update

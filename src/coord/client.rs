@@ -326,6 +326,115 @@ impl ZkClient {
     }
 }
 
+/// What a recursive watch on a tree of change counters has seen, read
+/// without a round trip ([`ZkClient::watch_tree`]).
+///
+/// A counter's value moves on every change of its znode the watch
+/// delivered and on every (re)connection of the session (ZooKeeper does
+/// not redeliver what was missed while disconnected); while the session
+/// is disconnected, or before the watch is first set, there is no value:
+/// nothing vouches that the counter did not move.
+#[derive(Default)]
+pub struct TreeWatch {
+    /// A watch is set on the live, connected session.
+    live: std::sync::atomic::AtomicBool,
+    /// Moves on each (re)connection and each [`forget`](Self::forget):
+    /// every value changes.
+    epoch: AtomicU64,
+    /// Changes delivered per znode path.
+    moved: Mutex<std::collections::HashMap<String, u64>>,
+}
+
+/// Set in every [`TreeWatch::value`], so that no value of a watch equals
+/// a counter read from ZooKeeper (a znode version + 1, below 2^31).
+const WATCHED_BIT: u64 = 1 << 63;
+
+impl TreeWatch {
+    /// The value of the counter at `path` as this process knows it now,
+    /// `None` while no watch vouches for it. Two values are equal only if
+    /// no change of the znode was delivered between them.
+    pub fn value(&self, path: &str) -> Option<u64> {
+        if !self.live.load(Ordering::SeqCst) {
+            return None;
+        }
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        let moved = self.moved.lock().get(path).copied().unwrap_or(0);
+        Some(WATCHED_BIT | ((epoch & 0x7f_ffff) << 40) | (moved & ((1 << 40) - 1)))
+    }
+
+    /// Changes every value, as a reconnection does: what was read under
+    /// an older value is not trusted any more.
+    pub fn forget(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn connected(&self) {
+        // The epoch first: a reader that sees `live` sees the new epoch.
+        self.forget();
+        self.live.store(true, Ordering::SeqCst);
+    }
+
+    fn disconnected(&self) {
+        self.live.store(false, Ordering::SeqCst);
+    }
+
+    fn changed(&self, path: String) {
+        *self.moved.lock().entry(path).or_default() += 1;
+    }
+}
+
+impl ZkClient {
+    /// Keeps a persistent recursive watch on `path` and every znode under
+    /// it for as long as the client lives, recording in `seen` every
+    /// change delivered, every disconnection and every reconnection
+    /// ([`TreeWatch`]). `path` need not exist yet.
+    pub fn watch_tree(&self, path: String, seen: Arc<TreeWatch>) {
+        let mut sessions = self.sessions.subscribe();
+        self.spawn(async move {
+            loop {
+                let client = sessions.borrow_and_update().clone();
+                match client
+                    .watch(&path, zk::AddWatchMode::PersistentRecursive)
+                    .await
+                {
+                    Ok(mut watcher) => {
+                        seen.connected();
+                        loop {
+                            let event = watcher.changed().await;
+                            match (event.event_type, event.session_state) {
+                                (zk::EventType::Session, zk::SessionState::SyncConnected) => {
+                                    seen.connected();
+                                }
+                                (zk::EventType::Session, s) if s.is_terminated() => {
+                                    seen.disconnected();
+                                    break;
+                                }
+                                // Disconnected, or connected read-only
+                                // (not told of every change).
+                                (zk::EventType::Session, _) => seen.disconnected(),
+                                _ => seen.changed(event.path),
+                            }
+                        }
+                    }
+                    Err(e) if client.state().is_terminated() => {
+                        seen.disconnected();
+                        tracing::debug!(path, error = %e, "watch waits for a new session");
+                    }
+                    Err(e) => {
+                        seen.disconnected();
+                        tracing::warn!(path, error = %e, "cannot watch; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                }
+                if sessions.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
 /// Pause before sending a request again after its connection broke.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use zookeeper_client as zk;
 
-use super::client::ZkClient;
+use super::client::{TreeWatch, ZkClient};
 use super::names::Layout;
 use super::uid::create_with_parents;
 use crate::storage::Result;
@@ -23,12 +23,23 @@ use crate::storage::coordinator::Coordinator;
 pub struct ZkCoordinator {
     zk: Arc<ZkClient>,
     layout: Layout,
+    /// Every change counter as the watch on their directory saw them
+    /// ([`Coordinator::watched`]).
+    watched: Arc<TreeWatch>,
 }
 
 impl ZkCoordinator {
+    /// Starts watching the change counters at once, so that by a TSD's
+    /// first query the watch is usually set.
     pub fn new(zk: Arc<ZkClient>) -> ZkCoordinator {
         let layout = Layout::new(&zk.options().basedir);
-        ZkCoordinator { zk, layout }
+        let watched = Arc::new(TreeWatch::default());
+        zk.watch_tree(layout.generations(), watched.clone());
+        ZkCoordinator {
+            zk,
+            layout,
+            watched,
+        }
     }
 }
 
@@ -120,6 +131,46 @@ impl Coordinator for ZkCoordinator {
             // The first bump of the name anywhere: create it, then write.
             create_with_parents(&self.zk, path.clone(), Vec::new())?;
         }
+    }
+
+    fn bump_all(&self, names: &[String]) -> Result<()> {
+        let paths: Arc<Vec<String>> =
+            Arc::new(names.iter().map(|n| self.layout.generation(n)).collect());
+        loop {
+            let p = paths.clone();
+            let missing = self.zk.run("bump change counters", |c| {
+                let p = p.clone();
+                async move {
+                    let mut m = c.new_multi_writer();
+                    for path in p.iter() {
+                        m.add_set_data(path, b"", None)?;
+                    }
+                    match m.commit().await {
+                        Ok(_) => Ok(None),
+                        Err(zk::MultiWriteError::OperationFailed {
+                            index,
+                            source: zk::Error::NoNode,
+                        }) => Ok(Some(index)),
+                        Err(zk::MultiWriteError::OperationFailed { source, .. })
+                        | Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
+                    }
+                }
+            })?;
+            match missing {
+                None => return Ok(()),
+                // A counter's first bump anywhere: create it, then write
+                // them all (nothing of a failed transaction was applied).
+                Some(i) => create_with_parents(&self.zk, paths[i].clone(), Vec::new())?,
+            }
+        }
+    }
+
+    fn watched(&self, name: &str) -> Option<u64> {
+        self.watched.value(&self.layout.generation(name))
+    }
+
+    fn forget_watched(&self) {
+        self.watched.forget();
     }
 
     fn generation(&self, name: &str) -> Result<u64> {

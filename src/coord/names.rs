@@ -107,7 +107,12 @@ impl Layout {
     /// A change counter ([`crate::storage::coordinator::Coordinator::bump`]):
     /// its data version is the count.
     pub fn generation(&self, name: &str) -> String {
-        format!("{}/generations/{}", self.base, escape(name))
+        format!("{}/{}", self.generations(), escape(name))
+    }
+
+    /// The parent of every change counter: what each TSD watches.
+    pub fn generations(&self) -> String {
+        format!("{}/generations", self.base)
     }
 
     /// A write-once record ([`crate::storage::coordinator::Coordinator::get_or_create`]).

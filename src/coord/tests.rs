@@ -455,6 +455,67 @@ fn a_lost_quorum_fails_new_names_clearly_and_keeps_known_ones() {
     assert_eq!(t.get_id(k, "known").unwrap(), known);
 }
 
+/// Another TSD's bumps reach this one's watched counters, each counter
+/// on its own; while disconnected nothing vouches for any counter, and a
+/// reconnection (or `forget_watched`) changes them all: events missed
+/// meanwhile are not redelivered, so what was read under the old values
+/// must be read again.
+#[test]
+fn watched_counters_follow_bumps_and_reconnections() {
+    let Some(mut o) = cluster("watched") else {
+        return;
+    };
+    let writer = ZkCoordinator::new(ZkClient::connect(&o).unwrap());
+    o.request_timeout = Duration::from_secs(2);
+    // Through a relay to a member that is up (another test may have
+    // killed one for a moment).
+    let (relay, client) = o
+        .quorum
+        .clone()
+        .split(',')
+        .find_map(|member| {
+            let relay = Relay::start(member.to_string());
+            o.quorum = format!("127.0.0.1:{}", relay.port);
+            ZkClient::connect(&o).ok().map(|c| (relay, c))
+        })
+        .expect("a member of the ensemble answers");
+    let reader = ZkCoordinator::new(client);
+    eventually("the watch is set", || reader.watched("a").is_some());
+    let (a0, b0) = (reader.watched("a"), reader.watched("b"));
+    assert_eq!(reader.watched("a"), a0, "nothing moved");
+
+    // The first bump of a counter creates it.
+    writer.bump_all(&["a".to_string()]).unwrap();
+    eventually("a's bump is seen", || reader.watched("a") != a0);
+    assert_eq!(reader.watched("b"), b0);
+    let a1 = reader.watched("a");
+    writer
+        .bump_all(&["a".to_string(), "b".to_string()])
+        .unwrap();
+    eventually("both bumps are seen", || {
+        reader.watched("a") != a1 && reader.watched("b") != b0
+    });
+
+    let before = (reader.watched("a"), reader.watched("b"));
+    relay.cut();
+    eventually("the disconnection is seen", || {
+        reader.watched("a").is_none()
+    });
+    relay.restore();
+    eventually("the watch is set again", || {
+        // A session the ensemble expired meanwhile is replaced by the
+        // next request, and the watch follows it.
+        let _ = reader.generation("a");
+        reader.watched("a").is_some()
+    });
+    assert_ne!(reader.watched("a"), before.0);
+    assert_ne!(reader.watched("b"), before.1);
+
+    let now = reader.watched("b");
+    reader.forget_watched();
+    assert_ne!(reader.watched("b"), now);
+}
+
 /// A ZooKeeper member of the test cluster, from the state directory
 /// `scripts/cluster` keeps beside the conf.
 struct Member {

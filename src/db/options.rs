@@ -93,11 +93,15 @@ impl Backend {
                     .get_int::<u64>("tsd.storage.clickhouse.flush_ms")?
                     .unwrap_or(1000)
                     .max(10);
+                let read_cache_mb = c
+                    .get_int::<usize>("tsd.storage.clickhouse.read_cache_mb")?
+                    .unwrap_or(128);
                 Ok(Backend::ClickHouse(ClusterOptions {
                     clickhouse: crate::storage::clickhouse::ClickHouseConfig {
                         endpoints,
                         cluster: required("tsd.storage.clickhouse.cluster")?,
                         database,
+                        read_cache_bytes: read_cache_mb.saturating_mul(1 << 20),
                     },
                     zk: match crate::coord::ZkOptions::from_config(c)? {
                         Some(zk) => zk,

@@ -22,6 +22,26 @@ pub trait Coordinator: Send + Sync {
     /// The change counter `name` as of now (0 before its first bump): a
     /// bump any TSD saw acknowledged before this call began is counted.
     fn generation(&self, name: &str) -> Result<u64>;
+    /// Moves every counter of `names` at once (one ZooKeeper transaction):
+    /// a TSD that saw none of them move before sees all of them after.
+    fn bump_all(&self, names: &[String]) -> Result<()> {
+        names.iter().try_for_each(|n| self.bump(n))
+    }
+    /// The counter `name` as this process's watch last saw it, without
+    /// asking anyone: `None` while no watch vouches for it (disconnected,
+    /// not watching). Another TSD's bump shows here one notification after
+    /// it was acknowledged, so a value may lag [`generation`](Self::generation)
+    /// by that delivery. A value equals one of `generation` only if both
+    /// count the same bumps; values compare only for equality.
+    fn watched(&self, name: &str) -> Option<u64> {
+        let _ = name;
+        None
+    }
+    /// Changes every later [`watched`](Self::watched) value, as a
+    /// reconnection does: whatever was read under an earlier value is read
+    /// again, so bumps whose notifications are still on their way are
+    /// caught up with.
+    fn forget_watched(&self) {}
 }
 
 /// A [`Coordinator`] whose locks and records live in this process only:
@@ -100,6 +120,11 @@ impl Coordinator for LocalCoordinator {
             .get(name)
             .copied()
             .unwrap_or(0))
+    }
+
+    /// In one process every bump is seen at once: the counter itself.
+    fn watched(&self, name: &str) -> Option<u64> {
+        self.generation(name).ok()
     }
 }
 

@@ -230,9 +230,18 @@ impl Store {
         // One INSERT per new series would cost more than its points: the
         // flusher writes the index entries of a tick together, and tells
         // the other TSDs through the coordinator.
+        // With the read cache on, a query answers from memory when no
+        // TSD wrote since: the index's generation is the watched one too,
+        // or its round trip would be most of such a query's time.
+        let freshness = if config.read_cache_bytes > 0 {
+            super::index_table::IndexFreshness::Watched
+        } else {
+            super::index_table::IndexFreshness::Asked
+        };
         store.index = Arc::new(super::index_table::KvIndexStore::deferred(
             store.kv.clone(),
             coordinator,
+            freshness,
         ));
         Ok(store)
     }

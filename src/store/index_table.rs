@@ -37,6 +37,22 @@ pub(crate) struct KvIndexStore {
     pending: Option<parking_lot::Mutex<HashMap<Vec<u8>, u32>>>,
     /// Shared with other processes (a cluster): told of every flush.
     coordinator: Option<Arc<dyn Coordinator>>,
+    /// How a query learns whether the entries moved.
+    freshness: IndexFreshness,
+}
+
+/// How a shared index's [generation](IndexStore::generation) is read
+/// before a query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IndexFreshness {
+    /// Asked of the coordinator (a ZooKeeper round trip per query): a
+    /// flush any TSD had acknowledged before the query is seen.
+    Asked,
+    /// As the coordinator's watch last saw it, without a round trip (and
+    /// asked while no watch vouches for it): another TSD's flush is seen
+    /// one notification after it was acknowledged, as the data rows of
+    /// the cluster's read cache are.
+    Watched,
 }
 
 impl KvIndexStore {
@@ -45,6 +61,7 @@ impl KvIndexStore {
             kv,
             pending: None,
             coordinator: None,
+            freshness: IndexFreshness::Asked,
         }
     }
 
@@ -56,11 +73,13 @@ impl KvIndexStore {
     pub(crate) fn deferred(
         kv: Arc<dyn KvStore>,
         coordinator: Arc<dyn Coordinator>,
+        freshness: IndexFreshness,
     ) -> KvIndexStore {
         KvIndexStore {
             kv,
             pending: Some(Default::default()),
             coordinator: Some(coordinator),
+            freshness,
         }
     }
 
@@ -153,8 +172,15 @@ impl IndexStore for KvIndexStore {
     fn generation(&self) -> index::Result<Option<u64>> {
         match &self.coordinator {
             Some(c) => {
-                // A round trip on every cluster query: its cost is logged
-                // beside the ClickHouse statements' (`debug`).
+                let watched = match self.freshness {
+                    IndexFreshness::Watched => c.watched(INDEX_GENERATION),
+                    IndexFreshness::Asked => None,
+                };
+                if let Some(generation) = watched {
+                    return Ok(Some(generation));
+                }
+                // A round trip: its cost is logged beside the ClickHouse
+                // statements' (`debug`).
                 let started = std::time::Instant::now();
                 let generation = c.generation(INDEX_GENERATION)?;
                 tracing::debug!(

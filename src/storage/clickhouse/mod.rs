@@ -24,6 +24,7 @@
 
 mod http;
 mod own_rows;
+mod read_cache;
 mod rowbinary;
 mod shards;
 
@@ -62,6 +63,9 @@ pub struct ClickHouseConfig {
     pub cluster: String,
     /// The database holding rtsdb's tables (created if absent).
     pub database: String,
+    /// Bytes of data rows kept after a read, answered again while no TSD
+    /// changed them (`tsd.storage.clickhouse.read_cache_mb`; 0: none).
+    pub read_cache_bytes: usize,
 }
 
 /// What the store layer knows about data rows that the engine needs.
@@ -137,6 +141,9 @@ pub(crate) struct Inner {
     /// What this process wrote of recent data rows ([`own_rows`]); its
     /// lock also orders this process's data-row writes and deletes.
     own_rows: Mutex<own_rows::OwnRows>,
+    /// Data rows read lately, kept coherent through the coordinator's
+    /// `rows-NN` change counters ([`read_cache`]).
+    cache: read_cache::ReadCache,
     _schema: Mutex<()>,
     /// Which shard holds a key and which endpoints are its replicas, so
     /// key reads ask that shard alone; `None` when the cluster's shards
@@ -225,6 +232,7 @@ impl ClickHouseStore {
             .map(|e| Endpoint::parse(e).map_err(StorageError::Engine))
             .collect::<Result<Vec<_>>>()?;
         let store = Inner {
+            cache: read_cache::ReadCache::new(config.read_cache_bytes),
             http: Http::new(endpoints),
             config,
             coordinator,
@@ -549,11 +557,64 @@ impl Inner {
         table: Table,
         keys: &[&[u8]],
     ) -> Result<std::collections::HashMap<Vec<u8>, Vec<u8>>> {
+        if table == Table::Data && self.cache.enabled() {
+            return self.get_data_rows(keys);
+        }
         let mut found = std::collections::HashMap::new();
         for chunk in keys.chunks(KEYS_PER_READ) {
             let versions = self.select_keys(table, chunk)?;
             found.extend(self.resolve_all(table, &versions));
         }
+        Ok(found)
+    }
+
+    /// [`get_many_map`](Self::get_many_map) of data rows through the read
+    /// cache: rows cached under their bucket's current stamp are answered
+    /// from memory, the others read and kept under the stamp taken before
+    /// the read (read_cache.rs says why that order).
+    fn get_data_rows(&self, keys: &[&[u8]]) -> Result<std::collections::HashMap<Vec<u8>, Vec<u8>>> {
+        let started = std::time::Instant::now();
+        let mut stamps: std::collections::HashMap<usize, Option<read_cache::Stamp>> =
+            Default::default();
+        let mut found = std::collections::HashMap::new();
+        let mut missed: Vec<(&[u8], Option<read_cache::Stamp>)> = Vec::new();
+        for key in keys {
+            let bucket = read_cache::bucket_of(key);
+            let stamp = *stamps
+                .entry(bucket)
+                .or_insert_with(|| self.cache.stamp(&*self.coordinator, bucket));
+            match stamp.and_then(|s| self.cache.get(key, s)) {
+                Some(Some(value)) => {
+                    found.insert(key.to_vec(), value);
+                }
+                Some(None) => {}
+                None => missed.push((key, stamp)),
+            }
+        }
+        let hits = keys.len() - missed.len();
+        for chunk in missed.chunks(KEYS_PER_READ) {
+            let wanted: Vec<&[u8]> = chunk.iter().map(|(k, _)| *k).collect();
+            let versions = self.select_keys(Table::Data, &wanted)?;
+            let read: std::collections::HashMap<Vec<u8>, Vec<u8>> = self
+                .resolve_all(Table::Data, &versions)
+                .into_iter()
+                .collect();
+            for (key, stamp) in chunk {
+                let value = read.get(*key).cloned();
+                if let Some(stamp) = stamp {
+                    self.cache.put(key, value.clone(), *stamp);
+                }
+                if let Some(value) = value {
+                    found.insert(key.to_vec(), value);
+                }
+            }
+        }
+        tracing::debug!(
+            keys = keys.len(),
+            hits,
+            micros = started.elapsed().as_micros() as u64,
+            "data rows read through the read cache"
+        );
         Ok(found)
     }
 
@@ -635,7 +696,41 @@ impl Inner {
         let query = format!("INSERT INTO {db}.{name} ({columns}) FORMAT RowBinary");
         let mut params = COMMON.to_vec();
         params.push(("insert_distributed_sync", "1"));
-        self.http.post(&query, &params, &body)?;
+        let inserted = self.http.post(&query, &params, &body);
+        if table == Table::Data {
+            let mut buckets: Vec<usize> =
+                rows.iter().map(|r| read_cache::bucket_of(r.key)).collect();
+            buckets.sort_unstable();
+            buckets.dedup();
+            let told = self.rows_changed(&buckets);
+            // Told only after the insert returned, so a TSD that reads
+            // again on the news reads the new versions. A failed insert may
+            // have landed all the same: told as well, its error returned.
+            inserted?;
+            return told;
+        }
+        inserted?;
+        Ok(())
+    }
+
+    /// Data rows of `buckets` changed: this process's cached rows of them
+    /// go stale at once, every other TSD's once the coordinator's
+    /// counters moved (read_cache.rs). An error means other TSDs may keep
+    /// serving what they cached: the caller's write is reported failed
+    /// (a flush keeps its points in the WAL and tries again).
+    fn rows_changed(&self, buckets: &[usize]) -> Result<()> {
+        self.cache.wrote(buckets);
+        let names: Vec<String> = buckets
+            .iter()
+            .map(|b| read_cache::counter_name(*b))
+            .collect();
+        let started = std::time::Instant::now();
+        self.coordinator.bump_all(&names)?;
+        tracing::debug!(
+            buckets = buckets.len(),
+            micros = started.elapsed().as_micros() as u64,
+            "told other TSDs of changed data rows"
+        );
         Ok(())
     }
 }
@@ -928,6 +1023,14 @@ impl KvStore for ClickHouseStore {
         self.insert(table, &rows)
     }
 
+    /// Rows another TSD wrote are seen by the read cache one watch
+    /// notification after that TSD was acknowledged; forgetting what the
+    /// watch saw makes every cached row, and the series index, be read
+    /// again.
+    fn catch_up(&self) {
+        self.coordinator.forget_watched();
+    }
+
     /// Every write returned after its insert was acknowledged by a replica
     /// of each shard it touched: nothing is left to flush.
     fn sync(&self) -> Result<()> {
@@ -1019,6 +1122,13 @@ impl KvStore for ClickHouseStore {
                     }
                     Err(e) => errors.push(e),
                 }
+            }
+        }
+        if !dropped.is_empty() && table == Table::Data {
+            // Rows went without a version saying so: every bucket.
+            let all: Vec<usize> = (0..read_cache::BUCKETS).collect();
+            if let Err(e) = self.rows_changed(&all) {
+                errors.push(e);
             }
         }
         if answered == 0
@@ -1169,6 +1279,7 @@ pub(crate) mod test_cluster {
                 .get_string("tsd.storage.clickhouse.cluster")
                 .to_string(),
             database: format!("t_{test}_{}_{nanos}", std::process::id()),
+            read_cache_bytes: 16 << 20,
         })
     }
 

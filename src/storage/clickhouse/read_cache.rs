@@ -1,0 +1,262 @@
+//! Data rows this TSD read from ClickHouse lately, answered again without
+//! a round trip while no TSD can have changed them (docs/scale-out.md,
+//! "The read cache").
+//!
+//! Keys are spread over [`BUCKETS`] change counters in the coordinator
+//! (`rows-NN`). Whoever inserts data rows (a flush, a delete's
+//! tombstones, an fsck repair) bumps the counters of the rows' buckets
+//! once the insert returned, so once ClickHouse serves the new versions;
+//! every TSD watches the counters ([`Coordinator::watched`]). A cached
+//! row is stamped with its bucket's watched value taken *before* the read
+//! that filled it, and served only while the stamp is still the current
+//! one: a bump delivered during or after the read makes it stale. With no
+//! watched value (the session is disconnected, the watch not yet set)
+//! nothing is served or kept, and a reconnection changes every value.
+//!
+//! This process's own inserts move a local counter of their buckets at
+//! once, since its own notification comes a moment later.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::storage::coordinator::Coordinator;
+
+/// Change counters the data rows are spread over: a bump makes every
+/// TSD read again the cached rows of its bucket only. More buckets mean
+/// fewer rows read again per bump and a longer ZooKeeper transaction per
+/// flush (one `setData` per bucket a flush touched).
+pub(super) const BUCKETS: usize = 64;
+
+/// Bytes counted per entry beyond its key and value (map and order
+/// entries, the stamp).
+const ENTRY_OVERHEAD: usize = 96;
+
+/// The bucket of a data row key.
+pub(super) fn bucket_of(key: &[u8]) -> usize {
+    (crate::model::hash::hash_bytes(0x7277_6361_6368_6531, key) % BUCKETS as u64) as usize
+}
+
+/// The coordinator's change counter of `bucket`.
+pub(super) fn counter_name(bucket: usize) -> String {
+    format!("rows-{bucket:02}")
+}
+
+/// What a cached row was read under: equal to the current stamp of its
+/// bucket only if no insert into the bucket is known since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Stamp {
+    watched: u64,
+    local: u64,
+}
+
+struct Entry {
+    /// `None`: the row does not exist (a query asks for every hour of
+    /// its range, most of them empty for a sparse series).
+    value: Option<Vec<u8>>,
+    stamp: Stamp,
+    /// Its place in [`Entries::order`].
+    used: u64,
+}
+
+#[derive(Default)]
+struct Entries {
+    map: HashMap<Vec<u8>, Entry>,
+    /// Keys by last use, least recent first.
+    order: BTreeMap<u64, Vec<u8>>,
+    next_use: u64,
+    bytes: usize,
+}
+
+impl Entries {
+    fn size(key: &[u8], value: &Option<Vec<u8>>) -> usize {
+        key.len() * 2 + value.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if let Some(e) = self.map.remove(key) {
+            self.order.remove(&e.used);
+            self.bytes -= Self::size(key, &e.value);
+        }
+    }
+}
+
+pub(super) struct ReadCache {
+    budget: usize,
+    entries: Mutex<Entries>,
+    /// Moved by this process's own inserts, per bucket.
+    local: Vec<AtomicU64>,
+}
+
+impl ReadCache {
+    /// A cache of at most `budget` bytes; 0 keeps nothing.
+    pub(super) fn new(budget: usize) -> ReadCache {
+        ReadCache {
+            budget,
+            entries: Mutex::new(Entries::default()),
+            local: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    pub(super) fn enabled(&self) -> bool {
+        self.budget > 0
+    }
+
+    /// The current stamp of `bucket`; `None` when nothing vouches for
+    /// its rows (no watch).
+    pub(super) fn stamp(&self, coordinator: &dyn Coordinator, bucket: usize) -> Option<Stamp> {
+        if !self.enabled() {
+            return None;
+        }
+        // The local counter first: an own insert that lands between the
+        // two reads still changes the stamp taken after it.
+        let local = self.local[bucket].load(Ordering::SeqCst);
+        let watched = coordinator.watched(&counter_name(bucket))?;
+        Some(Stamp { watched, local })
+    }
+
+    /// The cached row of `key` if it was read under `stamp` (the current
+    /// one): `Some(None)` for a row known not to exist.
+    pub(super) fn get(&self, key: &[u8], stamp: Stamp) -> Option<Option<Vec<u8>>> {
+        let mut e = self.entries.lock();
+        let Entries {
+            map,
+            order,
+            next_use,
+            ..
+        } = &mut *e;
+        let entry = map.get_mut(key)?;
+        if entry.stamp != stamp {
+            return None;
+        }
+        order.remove(&entry.used);
+        *next_use += 1;
+        entry.used = *next_use;
+        order.insert(entry.used, key.to_vec());
+        Some(entry.value.clone())
+    }
+
+    /// Keeps what a read that began under `stamp` found for `key`,
+    /// evicting the least recently used rows beyond the budget.
+    pub(super) fn put(&self, key: &[u8], value: Option<Vec<u8>>, stamp: Stamp) {
+        let size = Entries::size(key, &value);
+        if size > self.budget {
+            return;
+        }
+        let mut e = self.entries.lock();
+        e.remove(key);
+        while e.bytes + size > self.budget {
+            let Some((_, oldest)) = e.order.pop_first() else {
+                break;
+            };
+            e.remove(&oldest);
+        }
+        e.next_use += 1;
+        let used = e.next_use;
+        e.order.insert(used, key.to_vec());
+        e.bytes += size;
+        e.map.insert(key.to_vec(), Entry { value, stamp, used });
+    }
+
+    /// This process inserted rows into `buckets`: what it cached of them
+    /// is stale from now on, whether or not the insert went through.
+    pub(super) fn wrote(&self, buckets: &[usize]) {
+        for b in buckets {
+            self.local[*b].fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        self.entries.lock().bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::coordinator::LocalCoordinator;
+
+    /// A coordinator without a watch (the trait's default `watched`), as
+    /// a TSD whose ZooKeeper session is disconnected.
+    struct Unwatched(LocalCoordinator);
+    impl Coordinator for Unwatched {
+        fn lock(&self, name: &str) -> crate::storage::Result<Box<dyn std::any::Any + Send>> {
+            self.0.lock(name)
+        }
+        fn get_or_create(&self, name: &str, init: &[u8]) -> crate::storage::Result<Vec<u8>> {
+            self.0.get_or_create(name, init)
+        }
+        fn bump(&self, name: &str) -> crate::storage::Result<()> {
+            self.0.bump(name)
+        }
+        fn generation(&self, name: &str) -> crate::storage::Result<u64> {
+            self.0.generation(name)
+        }
+    }
+
+    #[test]
+    fn a_bump_of_the_bucket_or_an_own_insert_makes_a_row_stale() {
+        let coord = LocalCoordinator::new();
+        let cache = ReadCache::new(1 << 20);
+        let key = b"row".as_slice();
+        let b = bucket_of(key);
+        let before = cache.stamp(&coord, b).unwrap();
+        cache.put(key, Some(b"v1".to_vec()), before);
+        assert_eq!(cache.get(key, before), Some(Some(b"v1".to_vec())));
+        assert_eq!(cache.stamp(&coord, b), Some(before));
+
+        // Another TSD's insert, seen through the coordinator.
+        coord.bump(&counter_name(b)).unwrap();
+        let after = cache.stamp(&coord, b).unwrap();
+        assert_ne!(after, before);
+        assert_eq!(cache.get(key, after), None);
+
+        // This process's own insert.
+        cache.put(key, None, after);
+        assert_eq!(cache.get(key, after), Some(None));
+        cache.wrote(&[b]);
+        let own = cache.stamp(&coord, b).unwrap();
+        assert_eq!(cache.get(key, own), None);
+
+        // Another bucket's bump leaves the row alone.
+        cache.put(key, Some(b"v2".to_vec()), own);
+        coord.bump(&counter_name((b + 1) % BUCKETS)).unwrap();
+        assert_eq!(
+            cache.get(key, cache.stamp(&coord, b).unwrap()),
+            Some(Some(b"v2".to_vec()))
+        );
+    }
+
+    #[test]
+    fn without_a_watch_or_a_budget_nothing_is_stamped() {
+        let unwatched = Unwatched(LocalCoordinator::new());
+        assert_eq!(ReadCache::new(1 << 20).stamp(&unwatched, 0), None);
+        assert_eq!(ReadCache::new(0).stamp(&LocalCoordinator::new(), 0), None);
+    }
+
+    #[test]
+    fn the_least_recently_used_rows_go_beyond_the_budget() {
+        let coord = LocalCoordinator::new();
+        let one = Entries::size(b"k0", &Some(vec![0; 100]));
+        let cache = ReadCache::new(one * 3);
+        let keys: Vec<Vec<u8>> = (0..4).map(|i| format!("k{i}").into_bytes()).collect();
+        let stamp = |k: &[u8]| cache.stamp(&coord, bucket_of(k)).unwrap();
+        for k in &keys[..3] {
+            cache.put(k, Some(vec![0; 100]), stamp(k));
+        }
+        // k0 used again: k1 is now the least recently used.
+        assert!(cache.get(&keys[0], stamp(&keys[0])).is_some());
+        cache.put(&keys[3], Some(vec![0; 100]), stamp(&keys[3]));
+        assert!(cache.get(&keys[1], stamp(&keys[1])).is_none());
+        for k in [&keys[0], &keys[2], &keys[3]] {
+            assert!(cache.get(k, stamp(k)).is_some());
+        }
+        assert_eq!(cache.bytes(), one * 3);
+        // A row bigger than the whole budget is not kept.
+        cache.put(b"big", Some(vec![0; one * 3]), stamp(b"big"));
+        assert!(cache.get(b"big", stamp(b"big")).is_none());
+        assert_eq!(cache.bytes(), one * 3);
+    }
+}
