@@ -330,24 +330,28 @@ impl ZkClient {
 /// without a round trip ([`ZkClient::watch_tree`]).
 ///
 /// A counter's value moves on every change of its znode the watch
-/// delivered and on every (re)connection of the session (ZooKeeper does
-/// not redeliver what was missed while disconnected); while the session
-/// is disconnected, or before the watch is first set, there is no value:
-/// nothing vouches that the counter did not move.
-#[derive(Default)]
+/// delivered and on every (re)connection of the session (events missed
+/// while disconnected are not all redelivered: ZOOKEEPER-4698); while the
+/// session is disconnected, or before the watch is first set, there is no
+/// value: nothing vouches that the counter did not move.
 pub struct TreeWatch {
     /// A watch is set on the live, connected session.
     live: std::sync::atomic::AtomicBool,
-    /// Moves on each (re)connection and each [`forget`](Self::forget):
-    /// every value changes.
+    /// Moves on each (re)connection: every value changes.
     epoch: AtomicU64,
     /// Changes delivered per znode path.
     moved: Mutex<std::collections::HashMap<String, u64>>,
+    /// Asks the watching task to apply every event already received and
+    /// answer whether the watch is live ([`ZkClient::fence`]).
+    drains: tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<bool>>,
 }
 
 /// Set in every [`TreeWatch::value`], so that no value of a watch equals
 /// a counter read from ZooKeeper (a znode version + 1, below 2^31).
 const WATCHED_BIT: u64 = 1 << 63;
+
+/// A request of [`ZkClient::fence`] to the watching task.
+type Drain = tokio::sync::oneshot::Sender<bool>;
 
 impl TreeWatch {
     /// The value of the counter at `path` as this process knows it now,
@@ -362,15 +366,14 @@ impl TreeWatch {
         Some(WATCHED_BIT | ((epoch & 0x7f_ffff) << 40) | (moved & ((1 << 40) - 1)))
     }
 
-    /// Changes every value, as a reconnection does: what was read under
-    /// an older value is not trusted any more.
-    pub fn forget(&self) {
-        self.epoch.fetch_add(1, Ordering::SeqCst);
+    /// A watch is set on the live, connected session.
+    pub fn is_live(&self) -> bool {
+        self.live.load(Ordering::SeqCst)
     }
 
     fn connected(&self) {
         // The epoch first: a reader that sees `live` sees the new epoch.
-        self.forget();
+        self.epoch.fetch_add(1, Ordering::SeqCst);
         self.live.store(true, Ordering::SeqCst);
     }
 
@@ -381,38 +384,80 @@ impl TreeWatch {
     fn changed(&self, path: String) {
         *self.moved.lock().entry(path).or_default() += 1;
     }
+
+    /// Applies one event of the watcher; `false` once its session ended.
+    fn apply(&self, event: zk::WatchedEvent) -> bool {
+        match (event.event_type, event.session_state) {
+            (zk::EventType::Session, zk::SessionState::SyncConnected) => self.connected(),
+            (zk::EventType::Session, s) if s.is_terminated() => {
+                self.disconnected();
+                return false;
+            }
+            // Disconnected, or connected read-only (not told of every
+            // change).
+            (zk::EventType::Session, _) => self.disconnected(),
+            _ => self.changed(event.path),
+        }
+        true
+    }
+}
+
+/// Answers `drains` with `false` (no live watch) until `until` is ready.
+async fn refuse_drains<T>(
+    drains: &mut tokio::sync::mpsc::UnboundedReceiver<Drain>,
+    until: impl Future<Output = T>,
+) -> T {
+    tokio::pin!(until);
+    loop {
+        tokio::select! {
+            v = &mut until => return v,
+            Some(d) = drains.recv() => {
+                let _ = d.send(false);
+            }
+        }
+    }
 }
 
 impl ZkClient {
     /// Keeps a persistent recursive watch on `path` and every znode under
-    /// it for as long as the client lives, recording in `seen` every
-    /// change delivered, every disconnection and every reconnection
-    /// ([`TreeWatch`]). `path` need not exist yet.
-    pub fn watch_tree(&self, path: String, seen: Arc<TreeWatch>) {
+    /// it for as long as the client lives, recording every change
+    /// delivered, every disconnection and every reconnection in the
+    /// returned [`TreeWatch`]. `path` need not exist yet.
+    pub fn watch_tree(&self, path: String) -> Arc<TreeWatch> {
+        let (drains, mut drain_requests) = tokio::sync::mpsc::unbounded_channel::<Drain>();
+        let seen = Arc::new(TreeWatch {
+            live: Default::default(),
+            epoch: Default::default(),
+            moved: Default::default(),
+            drains,
+        });
+        let watch = seen.clone();
         let mut sessions = self.sessions.subscribe();
         self.spawn(async move {
+            let seen = watch;
             loop {
                 let client = sessions.borrow_and_update().clone();
-                match client
-                    .watch(&path, zk::AddWatchMode::PersistentRecursive)
-                    .await
-                {
+                let set = refuse_drains(
+                    &mut drain_requests,
+                    client.watch(&path, zk::AddWatchMode::PersistentRecursive),
+                )
+                .await;
+                match set {
                     Ok(mut watcher) => {
                         seen.connected();
                         loop {
-                            let event = watcher.changed().await;
-                            match (event.event_type, event.session_state) {
-                                (zk::EventType::Session, zk::SessionState::SyncConnected) => {
-                                    seen.connected();
+                            // Events first: a drain is answered only once
+                            // every event already received was applied.
+                            tokio::select! {
+                                biased;
+                                event = watcher.changed() => {
+                                    if !seen.apply(event) {
+                                        break;
+                                    }
                                 }
-                                (zk::EventType::Session, s) if s.is_terminated() => {
-                                    seen.disconnected();
-                                    break;
+                                Some(d) = drain_requests.recv() => {
+                                    let _ = d.send(seen.live.load(Ordering::SeqCst));
                                 }
-                                // Disconnected, or connected read-only
-                                // (not told of every change).
-                                (zk::EventType::Session, _) => seen.disconnected(),
-                                _ => seen.changed(event.path),
                             }
                         }
                     }
@@ -423,15 +468,66 @@ impl ZkClient {
                     Err(e) => {
                         seen.disconnected();
                         tracing::warn!(path, error = %e, "cannot watch; retrying");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        refuse_drains(
+                            &mut drain_requests,
+                            tokio::time::sleep(Duration::from_secs(1)),
+                        )
+                        .await;
                         continue;
                     }
                 }
-                if sessions.changed().await.is_err() {
+                if refuse_drains(&mut drain_requests, sessions.changed())
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
         });
+        seen
+    }
+
+    /// Makes `watch` current: once this returns `true`, every change of a
+    /// watched znode that ZooKeeper committed before the call began is
+    /// applied in `watch`. `false` when no watch is live (disconnected,
+    /// not set yet, or ZooKeeper did not answer): nothing vouches for the
+    /// watched values then.
+    ///
+    /// One round trip: a `sync` on this process's session (its member
+    /// catches up with the leader as of the `sync`), whose answer comes
+    /// after every notification that member sent before it (ZooKeeper
+    /// sends a session's notifications and replies in order on one
+    /// connection, and a member notifies as it applies each change), and
+    /// the client queues each notification to the watcher before it
+    /// completes a later reply (`zookeeper-client`'s session loop); then
+    /// the watching task applies whatever it has received before it
+    /// answers the drain request.
+    pub fn fence(&self, watch: &TreeWatch, path: &str) -> bool {
+        if !watch.live.load(Ordering::SeqCst) {
+            return false;
+        }
+        let p = path.to_string();
+        let synced = self.run(&format!("sync {path}"), |c| {
+            let p = p.clone();
+            async move { c.sync(&p).await }
+        });
+        if let Err(e) = synced {
+            tracing::debug!(error = %e, "fence: ZooKeeper sync failed");
+            return false;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if watch.drains.send(tx).is_err() {
+            return false;
+        }
+        let limit = self.options.request_timeout;
+        let (done, answered) = std::sync::mpsc::sync_channel(1);
+        self.handle.spawn(async move {
+            let _ = done.send(matches!(
+                tokio::time::timeout(limit, rx).await,
+                Ok(Ok(true))
+            ));
+        });
+        answered.recv().unwrap_or(false)
     }
 }
 

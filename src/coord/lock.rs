@@ -10,7 +10,9 @@
 //! writes to it.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use zookeeper_client as zk;
 
 use super::client::{TreeWatch, ZkClient};
@@ -26,20 +28,40 @@ pub struct ZkCoordinator {
     /// Every change counter as the watch on their directory saw them
     /// ([`Coordinator::watched`]).
     watched: Arc<TreeWatch>,
+    /// When the last fence that succeeded began; its lock is held while
+    /// fencing, so queries arriving together share one round trip.
+    fenced: Mutex<Option<Instant>>,
+    /// When this process's last bump returned ([`Coordinator::settle`]).
+    bumped: Mutex<Option<Instant>>,
 }
+
+/// How long a process holds the acknowledgement of a write after the
+/// bumps that announce it ([`Coordinator::settle`]).
+pub const SETTLE: Duration = Duration::from_millis(25);
+/// How long a fence vouches for the watched counters
+/// ([`Coordinator::fence`]): below [`SETTLE`], with a fifth to spare for
+/// two machines' monotonic clocks running at different rates
+/// (docs/scale-out.md "The read cache" has the argument).
+pub const LEASE: Duration = Duration::from_millis(20);
 
 impl ZkCoordinator {
     /// Starts watching the change counters at once, so that by a TSD's
     /// first query the watch is usually set.
     pub fn new(zk: Arc<ZkClient>) -> ZkCoordinator {
         let layout = Layout::new(&zk.options().basedir);
-        let watched = Arc::new(TreeWatch::default());
-        zk.watch_tree(layout.generations(), watched.clone());
+        let watched = zk.watch_tree(layout.generations());
         ZkCoordinator {
             zk,
             layout,
             watched,
+            fenced: Mutex::new(None),
+            bumped: Mutex::new(None),
         }
+    }
+
+    /// A bump returned (or failed, and may have been applied all the same).
+    fn bumped_now(&self) {
+        *self.bumped.lock() = Some(Instant::now());
     }
 }
 
@@ -124,8 +146,9 @@ impl Coordinator for ZkCoordinator {
                         Err(e) => Err(e),
                     }
                 }
-            })?;
-            if written {
+            });
+            self.bumped_now();
+            if written? {
                 return Ok(());
             }
             // The first bump of the name anywhere: create it, then write.
@@ -155,8 +178,9 @@ impl Coordinator for ZkCoordinator {
                         | Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
                     }
                 }
-            })?;
-            match missing {
+            });
+            self.bumped_now();
+            match missing? {
                 None => return Ok(()),
                 // A counter's first bump anywhere: create it, then write
                 // them all (nothing of a failed transaction was applied).
@@ -169,8 +193,37 @@ impl Coordinator for ZkCoordinator {
         self.watched.value(&self.layout.generation(name))
     }
 
-    fn forget_watched(&self) {
-        self.watched.forget();
+    /// A lease: a fence begun less than [`LEASE`] ago vouches for the
+    /// watched values, since every other process holds a write's
+    /// acknowledgement [`SETTLE`] (longer) after its bump. Say B's last
+    /// fence began at f and a query on B begins at q < f + LEASE, after
+    /// A acknowledged at a: A's bump returned at c <= a - SETTLE, so
+    /// c < q - LEASE < f, and the fence, begun after the bump committed,
+    /// counts it.
+    fn fence(&self) -> bool {
+        let mut fenced = self.fenced.lock();
+        if fenced.is_some_and(|f| f.elapsed() < LEASE) {
+            return self.watched.is_live();
+        }
+        let began = Instant::now();
+        let ok = self.zk.fence(&self.watched, &self.layout.generations());
+        tracing::debug!(
+            micros = began.elapsed().as_micros() as u64,
+            ok,
+            "fenced the watched change counters"
+        );
+        *fenced = ok.then_some(began);
+        ok
+    }
+
+    fn settle(&self) {
+        let Some(bumped) = *self.bumped.lock() else {
+            return;
+        };
+        let left = SETTLE.saturating_sub(bumped.elapsed());
+        if !left.is_zero() {
+            std::thread::sleep(left);
+        }
     }
 
     fn generation(&self, name: &str) -> Result<u64> {

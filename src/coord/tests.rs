@@ -456,12 +456,13 @@ fn a_lost_quorum_fails_new_names_clearly_and_keeps_known_ones() {
 }
 
 /// Another TSD's bumps reach this one's watched counters, each counter
-/// on its own; while disconnected nothing vouches for any counter, and a
-/// reconnection (or `forget_watched`) changes them all: events missed
-/// meanwhile are not redelivered, so what was read under the old values
-/// must be read again.
+/// on its own, and a fence after the writer settled counts them at once
+/// (no waiting for the notification); while disconnected nothing vouches
+/// for any counter and a fence says so, and a reconnection changes them
+/// all: events missed meanwhile are not all redelivered, so what was read
+/// under the old values must be read again.
 #[test]
-fn watched_counters_follow_bumps_and_reconnections() {
+fn watched_counters_follow_bumps_fences_and_reconnections() {
     let Some(mut o) = cluster("watched") else {
         return;
     };
@@ -480,40 +481,44 @@ fn watched_counters_follow_bumps_and_reconnections() {
         })
         .expect("a member of the ensemble answers");
     let reader = ZkCoordinator::new(client);
-    eventually("the watch is set", || reader.watched("a").is_some());
+    eventually("the watch is set", || reader.fence());
     let (a0, b0) = (reader.watched("a"), reader.watched("b"));
+    assert!(a0.is_some());
     assert_eq!(reader.watched("a"), a0, "nothing moved");
 
-    // The first bump of a counter creates it.
-    writer.bump_all(&["a".to_string()]).unwrap();
-    eventually("a's bump is seen", || reader.watched("a") != a0);
-    assert_eq!(reader.watched("b"), b0);
+    // The first bump of a counter creates it. Acknowledged (settled) by
+    // the writer, it is counted by the reader's next fence.
+    for round in 0..20 {
+        let before = (reader.watched("a"), reader.watched("b"));
+        writer.bump_all(&["a".to_string()]).unwrap();
+        writer.settle();
+        assert!(reader.fence());
+        assert_ne!(reader.watched("a"), before.0, "round {round}");
+        assert_eq!(reader.watched("b"), before.1, "round {round}");
+    }
     let a1 = reader.watched("a");
     writer
         .bump_all(&["a".to_string(), "b".to_string()])
         .unwrap();
-    eventually("both bumps are seen", || {
-        reader.watched("a") != a1 && reader.watched("b") != b0
-    });
+    writer.settle();
+    assert!(reader.fence());
+    assert!(reader.watched("a") != a1 && reader.watched("b") != b0);
 
     let before = (reader.watched("a"), reader.watched("b"));
     relay.cut();
     eventually("the disconnection is seen", || {
         reader.watched("a").is_none()
     });
+    assert!(!reader.fence(), "no fence while disconnected");
     relay.restore();
     eventually("the watch is set again", || {
         // A session the ensemble expired meanwhile is replaced by the
         // next request, and the watch follows it.
         let _ = reader.generation("a");
-        reader.watched("a").is_some()
+        reader.fence()
     });
     assert_ne!(reader.watched("a"), before.0);
     assert_ne!(reader.watched("b"), before.1);
-
-    let now = reader.watched("b");
-    reader.forget_watched();
-    assert_ne!(reader.watched("b"), now);
 }
 
 /// A ZooKeeper member of the test cluster, from the state directory

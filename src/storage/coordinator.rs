@@ -30,18 +30,26 @@ pub trait Coordinator: Send + Sync {
     /// The counter `name` as this process's watch last saw it, without
     /// asking anyone: `None` while no watch vouches for it (disconnected,
     /// not watching). Another TSD's bump shows here one notification after
-    /// it was acknowledged, so a value may lag [`generation`](Self::generation)
-    /// by that delivery. A value equals one of `generation` only if both
-    /// count the same bumps; values compare only for equality.
+    /// it was acknowledged; after a [`fence`](Self::fence) that returned
+    /// `true`, every bump acknowledged before the fence (and
+    /// [`settle`](Self::settle)d) does. Values compare only for equality.
     fn watched(&self, name: &str) -> Option<u64> {
         let _ = name;
         None
     }
-    /// Changes every later [`watched`](Self::watched) value, as a
-    /// reconnection does: whatever was read under an earlier value is read
-    /// again, so bumps whose notifications are still on their way are
-    /// caught up with.
-    fn forget_watched(&self) {}
+    /// Makes [`watched`](Self::watched) count every bump another process
+    /// acknowledged, after its [`settle`](Self::settle), before this call
+    /// began; `false` when it cannot (no watch): `watched` values must not
+    /// be relied on then. May reuse a fence begun within a short lease
+    /// instead of asking ZooKeeper (docs/scale-out.md "The read cache").
+    fn fence(&self) -> bool {
+        false
+    }
+    /// Waits, before this process acknowledges a write whose bumps it just
+    /// made, until every other process's next [`fence`](Self::fence)
+    /// counts them (the lease a fence may be reused for). Returns at once
+    /// when this process bumped nothing lately.
+    fn settle(&self) {}
 }
 
 /// A [`Coordinator`] whose locks and records live in this process only:
@@ -125,6 +133,10 @@ impl Coordinator for LocalCoordinator {
     /// In one process every bump is seen at once: the counter itself.
     fn watched(&self, name: &str) -> Option<u64> {
         self.generation(name).ok()
+    }
+
+    fn fence(&self) -> bool {
+        true
     }
 }
 

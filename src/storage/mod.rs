@@ -302,12 +302,6 @@ pub trait KvStore: Send + Sync {
     /// Makes everything written so far durable on stable storage.
     fn sync(&self) -> Result<()>;
 
-    /// Makes this process's next reads see every write another process
-    /// had acknowledged before this call. Reads of the embedded engine
-    /// always do; the cluster's read cache learns of other TSDs' writes
-    /// one notification later, and this drops what it holds instead.
-    fn catch_up(&self) {}
-
     /// A consistent view of every table as of now ([`KvSnapshot`]).
     fn snapshot(&self) -> Result<Box<dyn KvSnapshot>>;
 

@@ -95,14 +95,19 @@ pub(crate) struct LayoutRows {
 
 impl DataRows for LayoutRows {
     fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
-        let end = self.layout.prefix_len();
-        let Some(base) = key.get(end.saturating_sub(4)..end).filter(|_| end >= 4) else {
+        let Some((at, base)) = self.hour(key) else {
             return (key.to_vec(), 0);
         };
-        let base = u32::from_be_bytes([base[0], base[1], base[2], base[3]]);
-        let mut series = key[..end - 4].to_vec();
-        series.extend_from_slice(&key[end..]);
+        let mut series = key[..at].to_vec();
+        series.extend_from_slice(&key[at + 4..]);
         (series, base)
+    }
+
+    fn hour(&self, key: &[u8]) -> Option<(usize, u32)> {
+        let end = self.layout.prefix_len();
+        let at = end.checked_sub(4)?;
+        let base = key.get(at..end)?;
+        Some((at, u32::from_be_bytes([base[0], base[1], base[2], base[3]])))
     }
 
     fn rollup_base(&self, key: &[u8]) -> u32 {

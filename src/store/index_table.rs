@@ -48,10 +48,11 @@ pub(crate) enum IndexFreshness {
     /// Asked of the coordinator (a ZooKeeper round trip per query): a
     /// flush any TSD had acknowledged before the query is seen.
     Asked,
-    /// As the coordinator's watch last saw it, without a round trip (and
-    /// asked while no watch vouches for it): another TSD's flush is seen
-    /// one notification after it was acknowledged, as the data rows of
-    /// the cluster's read cache are.
+    /// As the coordinator's watch saw it after a fence
+    /// ([`Coordinator::fence`]: a round trip at most once per lease, shared
+    /// with the cluster's read cache), and asked while no watch vouches
+    /// for it: a flush any TSD had acknowledged before the query is seen
+    /// all the same.
     Watched,
 }
 
@@ -173,8 +174,8 @@ impl IndexStore for KvIndexStore {
         match &self.coordinator {
             Some(c) => {
                 let watched = match self.freshness {
-                    IndexFreshness::Watched => c.watched(INDEX_GENERATION),
-                    IndexFreshness::Asked => None,
+                    IndexFreshness::Watched if c.fence() => c.watched(INDEX_GENERATION),
+                    _ => None,
                 };
                 if let Some(generation) = watched {
                     return Ok(Some(generation));

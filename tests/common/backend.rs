@@ -93,17 +93,13 @@ impl Tsds {
     /// On the cluster, writes out what the writer holds in memory, so a
     /// read on the reader sees everything the writer acknowledged: the
     /// buffered points (what its flusher writes every tick) and the
-    /// per-series counters (every 10 s), done now. The reader's read cache
-    /// learns of those writes one ZooKeeper notification later
-    /// (docs/scale-out.md "The read cache"): it catches up now instead of
-    /// racing the notification. Nothing to do on the embedded store: its
-    /// reads merge what is in memory.
+    /// per-series counters (every 10 s), done now. Nothing to do on the
+    /// embedded store: its reads merge what is in memory.
     pub fn settle(&self) {
-        if let Some(reader) = &self.reader {
+        if self.reader.is_some() {
             let db = self.writer().state.db();
             db.flush_all().unwrap();
             db.persist_counters().unwrap();
-            reader.state.db().store().kv().catch_up();
         }
     }
 

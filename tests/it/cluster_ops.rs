@@ -554,3 +554,94 @@ fn uid_deletes_take_the_uidmeta_with_them_on_the_cluster() {
     assert_eq!(deleted.code, 0, "{}", deleted.stderr);
     assert!(db.meta().uid_meta(UidKind::Metric, gone).unwrap().is_none());
 }
+
+/// The `dps` of `m{host=HOST}` in the two hours from the one of `ts`
+/// on (read by key: what the read cache keeps), as `srv` answers them.
+fn dps_of(srv: &TestServer, ts: u64, m: &str, host: &str) -> String {
+    let start = ts / 3600 * 3600;
+    let (status, body) = get(
+        srv,
+        &format!(
+            "/api/query?start={start}&end={}&m=sum:{m}%7Bhost={host}%7D",
+            start + 7199
+        ),
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v.get(0).map_or("{}".to_string(), |s| s["dps"].to_string())
+}
+
+/// A TSD keeps the rows of hours long past it read (docs/scale-out.md
+/// "The read cache"); an fsck repair made by another process is in its
+/// next answer. The row is broken behind every TSD's back (SQL), so the
+/// TSD's cached answer is the one before the break; the repair writes
+/// what reads of the broken row return (the later version wins), and
+/// tells every TSD.
+#[test]
+fn an_fsck_repair_reaches_rows_a_tsd_cached() {
+    let Some(c) = OnCluster::new("fsck_cached", &[("tsd.core.auto_create_metrics", "true")]) else {
+        return;
+    };
+    let srv = c.server();
+    let ts = 1_356_998_400;
+    put_sync(&srv, "sys.cpu", ts, 2, "a");
+    put_sync(&srv, "sys.cpu", ts, 5, "b");
+    assert_eq!(dps_of(&srv, ts, "sys.cpu", "a"), r#"{"1356998400":2}"#);
+    let db = &c.database;
+    let row_of = |host_uid: &str| {
+        let line = c.sql(&format!(
+            "SELECT hex(key), hex(series), any(base), hex(argMax(value, ver)) FROM {db}.data \
+             WHERE endsWith(hex(key), '{host_uid}') GROUP BY key, series FORMAT TabSeparated"
+        ));
+        let f: Vec<String> = line.trim().split('\t').map(str::to_string).collect();
+        assert_eq!(f.len(), 4, "{line}");
+        f
+    };
+    // host=a is tag value 1, host=b 2: another writer's version of a's
+    // row holding b's value (5) at the same timestamp, newer.
+    let (a, b) = (row_of("000001"), row_of("000002"));
+    c.sql(&format!(
+        "INSERT INTO {db}.data (key, series, base, writer, ver, deleted, value) VALUES \
+         (unhex('{}'), unhex('{}'), {}, 'other-tsd', {}, 0, unhex('{}'))",
+        a[0],
+        a[1],
+        a[2],
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+        b[3]
+    ));
+    let fixed = c.tsdb(&["fsck", "--full-scan", "--fix-all"]);
+    assert!(
+        fixed.stdout.contains("Duplicate Datapoints Resolved: 1"),
+        "{}{}",
+        fixed.stdout,
+        fixed.stderr
+    );
+    assert_eq!(dps_of(&srv, ts, "sys.cpu", "a"), r#"{"1356998400":5}"#);
+}
+
+/// A TSD keeps the rows of hours long past it read; once another TSD's
+/// retention run dropped their week, it answers without them. The run is
+/// no acknowledged write (the flusher makes it on its own): polled.
+#[test]
+fn a_retention_drop_reaches_rows_a_tsd_cached() {
+    let Some(c) = OnCluster::new(
+        "retention_cached",
+        &[("tsd.core.auto_create_metrics", "true")],
+    ) else {
+        return;
+    };
+    let old = now_s() - 60 * 86_400;
+    let reader = c.server();
+    put_sync(&reader, "old.m", old, 1, "a");
+    let kept = dps_of(&reader, old, "old.m", "a");
+    assert_eq!(kept, format!(r#"{{"{old}":1}}"#));
+    assert_eq!(dps_of(&reader, old, "old.m", "a"), kept);
+
+    let _dropping = c.server_keeping_30_days();
+    eventually("the reader answers without the dropped week", || {
+        dps_of(&reader, old, "old.m", "a") == "{}"
+    });
+}

@@ -74,6 +74,9 @@ pub(crate) trait DataRows: Send + Sync {
     /// its base hour, so a series' rows stay on one shard) and the base
     /// hour (which decides its partition; 0 for a key that has none).
     fn place(&self, key: &[u8]) -> (Vec<u8>, u32);
+    /// Where a data row key's base hour sits (the length of the salt and
+    /// metric before it) and the hour; `None` for a key that has none.
+    fn hour(&self, key: &[u8]) -> Option<(usize, u32)>;
     /// The base time of a rollup table's row key (the start of the row's
     /// span, docs/format/rollup.md), which decides its partition; 0 for a
     /// key that has none.
@@ -92,6 +95,11 @@ pub(crate) struct OpaqueRows;
 impl DataRows for OpaqueRows {
     fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
         (key.to_vec(), 0)
+    }
+    /// Every row of hour 0, long past: kept by the read cache, and every
+    /// write of it announced (the cache's rules run in the engine's tests).
+    fn hour(&self, _key: &[u8]) -> Option<(usize, u32)> {
+        Some((0, 0))
     }
     fn rollup_base(&self, _key: &[u8]) -> u32 {
         0
@@ -569,20 +577,34 @@ impl Inner {
     }
 
     /// [`get_many_map`](Self::get_many_map) of data rows through the read
-    /// cache: rows cached under their bucket's current stamp are answered
-    /// from memory, the others read and kept under the stamp taken before
-    /// the read (read_cache.rs says why that order).
+    /// cache: rows of hours safely past cached under their bucket's
+    /// current stamp are answered from memory, once the coordinator's
+    /// counters are fenced; the others are read, and those of hours past
+    /// kept under the stamp taken before the read (read_cache.rs says why
+    /// that order).
     fn get_data_rows(&self, keys: &[&[u8]]) -> Result<std::collections::HashMap<Vec<u8>, Vec<u8>>> {
         let started = std::time::Instant::now();
+        let now = read_cache::now_s();
+        let buckets: Vec<Option<usize>> = keys
+            .iter()
+            .map(|key| {
+                let (at, base) = self.rows.hour(key)?;
+                read_cache::cacheable(base, now).then(|| read_cache::bucket_of(&key[..at], base))
+            })
+            .collect();
+        // Only a query that would use cached rows pays for the fence.
+        let fenced = buckets.iter().any(Option::is_some) && self.coordinator.fence();
         let mut stamps: std::collections::HashMap<usize, Option<read_cache::Stamp>> =
             Default::default();
         let mut found = std::collections::HashMap::new();
         let mut missed: Vec<(&[u8], Option<read_cache::Stamp>)> = Vec::new();
-        for key in keys {
-            let bucket = read_cache::bucket_of(key);
-            let stamp = *stamps
-                .entry(bucket)
-                .or_insert_with(|| self.cache.stamp(&*self.coordinator, bucket));
+        for (key, bucket) in keys.iter().zip(&buckets) {
+            let stamp = match bucket {
+                Some(b) if fenced => *stamps
+                    .entry(*b)
+                    .or_insert_with(|| self.cache.stamp(&*self.coordinator, *b)),
+                _ => None,
+            };
             match stamp.and_then(|s| self.cache.get(key, s)) {
                 Some(Some(value)) => {
                     found.insert(key.to_vec(), value);
@@ -612,6 +634,7 @@ impl Inner {
         tracing::debug!(
             keys = keys.len(),
             hits,
+            fenced,
             micros = started.elapsed().as_micros() as u64,
             "data rows read through the read cache"
         );
@@ -698,16 +721,32 @@ impl Inner {
         params.push(("insert_distributed_sync", "1"));
         let inserted = self.http.post(&query, &params, &body);
         if table == Table::Data {
-            let mut buckets: Vec<usize> =
-                rows.iter().map(|r| read_cache::bucket_of(r.key)).collect();
+            // Read once the insert returned: a later clock announces more.
+            let now = read_cache::now_s();
+            let mut buckets: Vec<usize> = rows
+                .iter()
+                .filter_map(|r| {
+                    let (at, base) = self.rows.hour(r.key)?;
+                    read_cache::late(base, now).then(|| read_cache::bucket_of(&r.key[..at], base))
+                })
+                .collect();
             buckets.sort_unstable();
             buckets.dedup();
-            let told = self.rows_changed(&buckets);
             // Told only after the insert returned, so a TSD that reads
             // again on the news reads the new versions. A failed insert may
             // have landed all the same: told as well, its error returned.
+            let told = if buckets.is_empty() {
+                Ok(())
+            } else {
+                self.rows_changed(&buckets)
+            };
             inserted?;
-            return told;
+            told?;
+            // Held until every TSD's next fence counts this flush's bumps
+            // (these, and the series index's before the rows): a `sync`
+            // put or a delete is acknowledged after this returns.
+            self.coordinator.settle();
+            return Ok(());
         }
         inserted?;
         Ok(())
@@ -1023,14 +1062,6 @@ impl KvStore for ClickHouseStore {
         self.insert(table, &rows)
     }
 
-    /// Rows another TSD wrote are seen by the read cache one watch
-    /// notification after that TSD was acknowledged; forgetting what the
-    /// watch saw makes every cached row, and the series index, be read
-    /// again.
-    fn catch_up(&self) {
-        self.coordinator.forget_watched();
-    }
-
     /// Every write returned after its insert was acknowledged by a replica
     /// of each shard it touched: nothing is left to flush.
     fn sync(&self) -> Result<()> {
@@ -1127,8 +1158,9 @@ impl KvStore for ClickHouseStore {
         if !dropped.is_empty() && table == Table::Data {
             // Rows went without a version saying so: every bucket.
             let all: Vec<usize> = (0..read_cache::BUCKETS).collect();
-            if let Err(e) = self.rows_changed(&all) {
-                errors.push(e);
+            match self.rows_changed(&all) {
+                Ok(()) => self.coordinator.settle(),
+                Err(e) => errors.push(e),
             }
         }
         if answered == 0
@@ -1367,6 +1399,9 @@ mod tests {
     impl DataRows for Concat {
         fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
             (key.to_vec(), 0)
+        }
+        fn hour(&self, _: &[u8]) -> Option<(usize, u32)> {
+            Some((0, 0))
         }
         fn rollup_base(&self, _: &[u8]) -> u32 {
             0

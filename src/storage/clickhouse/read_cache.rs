@@ -2,14 +2,22 @@
 //! a round trip while no TSD can have changed them (docs/scale-out.md,
 //! "The read cache").
 //!
-//! Keys are spread over [`BUCKETS`] change counters in the coordinator
-//! (`rows-NN`). Whoever inserts data rows (a flush, a delete's
-//! tombstones, an fsck repair) bumps the counters of the rows' buckets
-//! once the insert returned, so once ClickHouse serves the new versions;
-//! every TSD watches the counters ([`Coordinator::watched`]). A cached
+//! Only rows of hours safely past are kept: a row whose base hour lies
+//! more than [`CACHED_AFTER_S`] before this TSD's clock. Rows of recent
+//! hours, which steady ingest rewrites every flush, are always read from
+//! ClickHouse. Whoever inserts a row of an hour more than
+//! [`LATE_AFTER_S`] old by its own clock (a late point, a delete's
+//! tombstone, an fsck repair, an import of old data) bumps, once the
+//! insert returned, the change counter of the row's bucket in the
+//! coordinator (`rows-NN`, by metric and hour); so does a retention run
+//! that dropped a partition, for every bucket. The gap between the two
+//! ages is the clock skew tolerated between TSDs (one hour).
+//!
+//! Every TSD watches the counters ([`Coordinator::watched`]) and fences
+//! them ([`Coordinator::fence`]) before it serves a cached row. A cached
 //! row is stamped with its bucket's watched value taken *before* the read
 //! that filled it, and served only while the stamp is still the current
-//! one: a bump delivered during or after the read makes it stale. With no
+//! one: a bump seen during or after the read makes it stale. With no
 //! watched value (the session is disconnected, the watch not yet set)
 //! nothing is served or kept, and a reconnection changes every value.
 //!
@@ -26,16 +34,48 @@ use crate::storage::coordinator::Coordinator;
 /// Change counters the data rows are spread over: a bump makes every
 /// TSD read again the cached rows of its bucket only. More buckets mean
 /// fewer rows read again per bump and a longer ZooKeeper transaction per
-/// flush (one `setData` per bucket a flush touched).
+/// flush of late rows (one `setData` per bucket a flush touched).
 pub(super) const BUCKETS: usize = 64;
+
+/// A row is kept only if its base hour is more than this many seconds
+/// before the reading TSD's clock.
+pub(super) const CACHED_AFTER_S: u32 = 2 * 3600;
+/// An insert of a row whose base hour is more than this many seconds
+/// before the writing TSD's clock (read once the insert returned) bumps
+/// its bucket. Below [`CACHED_AFTER_S`] by the clock skew tolerated.
+pub(super) const LATE_AFTER_S: u32 = 3600;
 
 /// Bytes counted per entry beyond its key and value (map and order
 /// entries, the stamp).
 const ENTRY_OVERHEAD: usize = 96;
 
-/// The bucket of a data row key.
-pub(super) fn bucket_of(key: &[u8]) -> usize {
-    (crate::model::hash::hash_bytes(0x7277_6361_6368_6531, key) % BUCKETS as u64) as usize
+/// Seconds since the epoch by this machine's clock.
+pub(super) fn now_s() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs().min(u64::from(u32::MAX)) as u32)
+        .unwrap_or(0)
+}
+
+/// Whether a reader at `now_s` may keep a row of base hour `base`.
+pub(super) fn cacheable(base: u32, now_s: u32) -> bool {
+    u64::from(base) + u64::from(CACHED_AFTER_S) < u64::from(now_s)
+}
+
+/// Whether a writer whose insert of a row of base hour `base` returned at
+/// `now_s` must bump the row's bucket.
+pub(super) fn late(base: u32, now_s: u32) -> bool {
+    u64::from(base) + u64::from(LATE_AFTER_S) < u64::from(now_s)
+}
+
+/// The bucket of a data row: `metric` is the key before its base hour
+/// (salt and metric UID), so one metric's hours spread over the buckets
+/// and a late write into one hour leaves the metric's other hours cached.
+pub(super) fn bucket_of(metric: &[u8], base: u32) -> usize {
+    let mut bytes = Vec::with_capacity(metric.len() + 4);
+    bytes.extend_from_slice(metric);
+    bytes.extend_from_slice(&base.to_be_bytes());
+    (crate::model::hash::hash_bytes(0x7277_6361_6368_6531, &bytes) % BUCKETS as u64) as usize
 }
 
 /// The coordinator's change counter of `bucket`.
@@ -201,7 +241,7 @@ mod tests {
         let coord = LocalCoordinator::new();
         let cache = ReadCache::new(1 << 20);
         let key = b"row".as_slice();
-        let b = bucket_of(key);
+        let b = bucket_of(key, 0);
         let before = cache.stamp(&coord, b).unwrap();
         cache.put(key, Some(b"v1".to_vec()), before);
         assert_eq!(cache.get(key, before), Some(Some(b"v1".to_vec())));
@@ -229,6 +269,30 @@ mod tests {
         );
     }
 
+    /// A row is kept only two hours past, a write announced one hour
+    /// past: a writer whose clock lags the reader's by up to an hour still
+    /// announces every write into an hour the reader may keep.
+    #[test]
+    fn only_hours_safely_past_are_kept_and_writes_into_them_announced() {
+        let hour = 1_356_998_400;
+        assert!(!cacheable(hour, hour + 2 * 3600));
+        assert!(cacheable(hour, hour + 2 * 3600 + 1));
+        assert!(!late(hour, hour + 3600));
+        assert!(late(hour, hour + 3600 + 1));
+        for skew in [0, 1, 1800, 3599] {
+            for reader_now in hour..hour + 4 * 3600 {
+                if cacheable(hour, reader_now) {
+                    assert!(late(hour, reader_now - skew), "{skew} {reader_now}");
+                }
+            }
+        }
+        // One metric's hours spread over the buckets.
+        let buckets: std::collections::HashSet<usize> = (0..24)
+            .map(|h| bucket_of(b"\0\0\x01", hour + h * 3600))
+            .collect();
+        assert!(buckets.len() > 12, "{buckets:?}");
+    }
+
     #[test]
     fn without_a_watch_or_a_budget_nothing_is_stamped() {
         let unwatched = Unwatched(LocalCoordinator::new());
@@ -242,7 +306,7 @@ mod tests {
         let one = Entries::size(b"k0", &Some(vec![0; 100]));
         let cache = ReadCache::new(one * 3);
         let keys: Vec<Vec<u8>> = (0..4).map(|i| format!("k{i}").into_bytes()).collect();
-        let stamp = |k: &[u8]| cache.stamp(&coord, bucket_of(k)).unwrap();
+        let stamp = |k: &[u8]| cache.stamp(&coord, bucket_of(k, 0)).unwrap();
         for k in &keys[..3] {
             cache.put(k, Some(vec![0; 100]), stamp(k));
         }
