@@ -2,12 +2,11 @@
 //! `TSDB.addAggregatePoint` does, and reading them back for queries
 //! ([`RollupSource`]). Layout: docs/format/rollup.md.
 
-use std::collections::HashMap;
-
 use super::Db;
 use crate::codec::qualifier::{encode_value, point_qualifier};
 use crate::codec::row::Cell;
 use crate::codec::row_key::KeyLayout;
+use crate::model::hash::FastMap;
 use crate::model::java::java_tags;
 use crate::model::{Timestamp, Tsuid, Uid, Value};
 use crate::protocol::PointError;
@@ -245,9 +244,10 @@ pub struct RollupSlice {
 
 /// Takes the rows of one [`RollupSlice`], on the thread reading it.
 pub trait RollupRowSink: Send {
-    /// The slots of one row of `tsuids[i]`, in time order; a series'
-    /// rows come in time order.
-    fn row(&mut self, i: usize, slots: &[RollupSlot]);
+    /// One row of `tsuids[i]`, laid out in `row` (not empty): its slots,
+    /// in time order, are taken with [`SlotReader::drain`] (those left
+    /// are dropped). A series' rows come in time order.
+    fn row(&mut self, i: usize, row: &mut SlotReader);
 }
 
 /// What a query reads from the rollup tables.
@@ -333,8 +333,8 @@ struct SliceRows {
 }
 
 impl RollupRowSink for SliceRows {
-    fn row(&mut self, i: usize, slots: &[RollupSlot]) {
-        self.slots.extend_from_slice(slots);
+    fn row(&mut self, i: usize, row: &mut SlotReader) {
+        row.drain(|_, s| self.slots.push(s));
         self.rows.push((i, self.slots.len()));
     }
 }
@@ -385,7 +385,7 @@ impl RollupSource for Db {
         let widths = layout.widths;
         // Series by the bytes of their TSUID (metric then tags), which a
         // row key holds around its base time: no key is parsed per row.
-        let slot: HashMap<Vec<u8>, usize> = tsuids
+        let slot: FastMap<Vec<u8>, usize> = tsuids
             .iter()
             .enumerate()
             .map(|(i, t)| (t.to_bytes(&widths), i))
@@ -397,7 +397,6 @@ impl RollupSource for Db {
             |s: RollupSlice, sink: &mut dyn RollupRowSink| -> Result<RollupReadStats, String> {
                 let mut read = RollupReadStats::default();
                 let mut tsuid = Vec::new();
-                let mut slots = Vec::new();
                 let mut reader = SlotReader::new(columns, interval);
                 for (start, end) in
                     scan_bounds(layout, metric, s.from.min(u32::MAX as u64) as u32, s.to)
@@ -413,12 +412,11 @@ impl RollupSource for Db {
                         };
                         // A series' rows come in time order (its salt bucket
                         // is one range of the key order).
-                        slots.clear();
                         read.cells += reader
-                            .read_row(&value, base, start_s, end_s, &mut slots)
+                            .lay_out(&value, base, start_s, end_s)
                             .map_err(|e| e.to_string())?;
-                        if !slots.is_empty() {
-                            sink.row(i, &slots);
+                        if !reader.is_empty() {
+                            sink.row(i, &mut reader);
                         }
                     }
                 }
@@ -543,7 +541,7 @@ impl AutoRollups<'_> {
     ) -> Result<u64, AutoRollupError> {
         let gone = (first_hour, last_hour.saturating_add(3599));
         let widths = self.layout.widths;
-        let slot: HashMap<Vec<u8>, usize> = tsuids
+        let slot: FastMap<Vec<u8>, usize> = tsuids
             .iter()
             .enumerate()
             .map(|(i, t)| (t.to_bytes(&widths), i))

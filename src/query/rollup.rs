@@ -24,7 +24,7 @@ use super::request::{ValidQuery, ValidSubQuery};
 use crate::db::{RollupReadStats, RollupRowSink, RollupSource};
 use crate::model::Value;
 use crate::rollup::aggregates::{add, pick};
-use crate::rollup::codec::{RollupColumns, RollupSlot};
+use crate::rollup::codec::{self, RollupColumns, RollupSlot, SlotReader};
 use crate::rollup::{RollupInterval, RollupSettings};
 
 /// `TsdbQuery.ROLLUP_USAGE`.
@@ -537,6 +537,15 @@ impl<'a> FoldPlan<'a> {
             return Ok(None);
         };
         let first = self.bucket_of(first.from as i64 * 1000);
+        // Rows start on bucket boundaries and hold whole buckets when
+        // their grain is a whole number of buckets: each row's slots are
+        // then combined bucket by bucket as they come, none left open. The
+        // plan's width is a whole number of rollup intervals.
+        let step = interval.interval_seconds as i64 * 1000;
+        let grain = codec::row_grain_seconds(interval) as i64 * 1000;
+        let per_bucket = (step > 0 && grain % self.width == 0 && self.width % step == 0)
+            .then(|| u32::try_from(self.width / step).ok())
+            .flatten();
         let mut folds = Vec::with_capacity(slices.len());
         for s in &slices {
             let (from, to) = (s.from as i64 * 1000, s.to as i64 * 1000);
@@ -552,6 +561,8 @@ impl<'a> FoldPlan<'a> {
                 to,
                 lo,
                 len,
+                per_bucket,
+                slots: Vec::new(),
                 open: vec![None; sel.tsuids.len()],
                 grid: vec![GridCell::default(); len * self.groups],
                 points: vec![0; len * self.groups],
@@ -653,6 +664,11 @@ struct SliceFold<'a> {
     /// The slice's first bucket, and how many it has.
     lo: usize,
     len: usize,
+    /// Rollup intervals per bucket when every bucket lies within one row
+    /// (folded row by row), else None (buckets may span rows and slices).
+    per_bucket: Option<u32>,
+    /// A row's slots, when buckets may span rows.
+    slots: Vec<RollupSlot>,
     open: Vec<Option<Bucket>>,
     grid: Vec<GridCell>,
     /// Series with a point in each grid cell.
@@ -674,18 +690,24 @@ impl SliceFold<'_> {
 
     /// Folds a whole bucket of series `i` (one starting in this slice).
     fn fold(&mut self, i: usize, b: Bucket) {
+        // A whole number of widths past `first` (a bucket of the slice
+        // starts there or later): a product rounded, exact below 2^52
+        // buckets, rather than a division per bucket.
+        let k = ((b.start - self.first) as f64 * self.plan.per_ms).round() as usize;
+        self.fold_at(i, k - self.lo, b);
+    }
+
+    /// Folds a whole bucket of series `i`, the slice's `k`th.
+    #[inline]
+    fn fold_at(&mut self, i: usize, k: usize, b: Bucket) {
         let plan = self.plan;
-        b.emit(plan.column, |ts, v| {
+        b.emit(plan.column, |_, v| {
             self.seen[i] = true;
             let g = plan.group_of[i];
             if g == NO_GROUP {
                 return;
             }
-            // A whole number of widths past `first` (a bucket of the
-            // slice starts there or later): a product rounded, exact
-            // below 2^52 buckets, rather than a division per bucket.
-            let k = ((ts - self.first) as f64 * plan.per_ms).round() as usize;
-            let at = g as usize * self.len + k - self.lo;
+            let at = g as usize * self.len + k;
             self.points[at] += 1;
             // The pipeline's output for the bucket: the downsampling
             // function of its one value (`Feed::Straight`).
@@ -694,11 +716,72 @@ impl SliceFold<'_> {
     }
 }
 
+impl SliceFold<'_> {
+    /// A row of series `i` holding whole buckets of `per_bucket` rollup
+    /// intervals each: its slots combined as [`combine`] combines them,
+    /// without looking buckets up (the row's first bucket is found once).
+    fn row_of_buckets(&mut self, i: usize, row: &mut SlotReader, per_bucket: u32) {
+        let plan = self.plan;
+        let (column, width) = (plan.column, plan.width);
+        let avg = column == Column::Avg;
+        let start = row.base() as i64 * 1000;
+        // The row starts on a bucket of the slice.
+        let k0 = (start - self.first) / width - self.lo as i64;
+        let mut open: Option<(u32, Bucket)> = None;
+        row.drain(|at, s| {
+            // A timestamp without its value (or, for avg, its count) gives
+            // no point.
+            let Some(value) = s.value else { return };
+            let count = match s.count {
+                Some(c) => c.as_f64(),
+                None if avg => return,
+                None => 0.0,
+            };
+            let k = if per_bucket == 1 { at } else { at / per_bucket };
+            let b = start + k as i64 * width;
+            let part = Bucket {
+                start: b,
+                end: b + width,
+                value,
+                count,
+            };
+            match &mut open {
+                Some((j, acc)) if *j == k => acc.merge(part, column),
+                _ => {
+                    if let Some((j, done)) = open.replace((k, part)) {
+                        self.fold_row_bucket(i, k0 + j as i64, done);
+                    }
+                }
+            }
+        });
+        if let Some((j, done)) = open {
+            self.fold_row_bucket(i, k0 + j as i64, done);
+        }
+    }
+
+    /// Folds bucket `k` of the slice, one a row held whole.
+    fn fold_row_bucket(&mut self, i: usize, k: i64, b: Bucket) {
+        match usize::try_from(k) {
+            Ok(k) if k < self.len => self.fold_at(i, k, b),
+            // Not one of the slice's buckets (no row reaches out of its
+            // slice): the general way.
+            _ => self.close(i, b),
+        }
+    }
+}
+
 impl RollupRowSink for SliceFold<'_> {
-    fn row(&mut self, i: usize, slots: &[RollupSlot]) {
+    fn row(&mut self, i: usize, row: &mut SlotReader) {
+        if let Some(per_bucket) = self.per_bucket {
+            return self.row_of_buckets(i, row, per_bucket);
+        }
+        let mut slots = std::mem::take(&mut self.slots);
+        slots.clear();
+        row.drain(|_, s| slots.push(s));
         let mut open = self.open[i].take();
         let (column, bucketer) = (self.plan.column, self.plan.bucketer);
-        combine(slots, column, &mut open, bucketer, |b| self.close(i, b));
+        combine(&slots, column, &mut open, bucketer, |b| self.close(i, b));
         self.open[i] = open;
+        self.slots = slots;
     }
 }

@@ -40,6 +40,16 @@ pub fn base_time(ts_s: u32, interval: &RollupInterval) -> u32 {
     }
 }
 
+/// Seconds every row of `interval` starts on a multiple of and spans a
+/// whole number of ([`base_time`]): its span for hourly spans; a day for
+/// days, months and years, which start at 00:00 UTC.
+pub fn row_grain_seconds(interval: &RollupInterval) -> u64 {
+    match interval.span_unit {
+        SpanUnit::Hour => 3600 * interval.span_multiplier as u64,
+        _ => 86_400,
+    }
+}
+
 /// The start of the row after the one starting at `base`.
 pub fn next_base_time(base: u32, interval: &RollupInterval) -> u64 {
     match interval.span_unit {
@@ -144,16 +154,23 @@ pub struct RollupSlot {
 /// Reads rollup rows into [`RollupSlot`]s in time order, straight from
 /// their encoded cells. A row's cells are in write order, not time order
 /// (docs/format/data-row.md), so each row is first laid out by interval
-/// offset in a scratch reused from row to row: no sort, and of two cells
-/// for one offset and aggregator (an old one with other value flags left
-/// by an external writer) the later written wins, as HBase's newest cell
-/// does.
+/// offset in a scratch reused from row to row ([`lay_out`](Self::lay_out)):
+/// no sort, and of two cells for one offset and aggregator (an old one
+/// with other value flags left by an external writer) the later written
+/// wins, as HBase's newest cell does. The laid-out row is then handed
+/// over slot by slot ([`drain`](Self::drain)), which leaves the scratch
+/// clean for the next row.
 pub struct SlotReader {
     columns: RollupColumns,
     interval_seconds: u32,
     /// By offset: the value and count cells of the row being read.
     value: Vec<Option<Value>>,
     count: Vec<Option<Value>>,
+    /// The row laid out: its base time and the offsets it filled
+    /// (`lo > hi` when none).
+    base: u32,
+    lo: usize,
+    hi: usize,
 }
 
 impl SlotReader {
@@ -166,14 +183,16 @@ impl SlotReader {
             interval_seconds: interval.interval_seconds,
             value: vec![None; offsets],
             count: vec![None; offsets],
+            base: 0,
+            lo: usize::MAX,
+            hi: 0,
         }
     }
 
     /// Appends to `out` the slots of the row starting at `base` (its
     /// encoded value `row`) with timestamps in `[start_s, end_s]`, and
-    /// returns how many cells of the two columns it read there. Cells of
-    /// other aggregators, raw-qualified cells (pre-aggregates) and cells
-    /// whose value has no valid length are skipped.
+    /// returns how many cells of the two columns it read there
+    /// ([`lay_out`](Self::lay_out) then [`drain`](Self::drain)).
     pub fn read_row(
         &mut self,
         row: &[u8],
@@ -182,63 +201,194 @@ impl SlotReader {
         end_s: u32,
         out: &mut Vec<RollupSlot>,
     ) -> Result<u64, crate::codec::row::RowError> {
-        let (mut lo, mut hi) = (usize::MAX, 0usize);
-        let mut cells = 0u64;
-        // The aggregator id of each column, compared with each cell's
-        // masked first byte (at most 0x7F: no column is 0x80 and up).
-        let none = COMPACTED_MASK;
-        let value_id = self.columns.value.unwrap_or(none);
-        let count_id = self.columns.count.unwrap_or(none);
+        let cells = self.lay_out(row, base, start_s, end_s)?;
+        self.drain(|_, s| out.push(s));
+        Ok(cells)
+    }
+
+    /// Lays out by offset the cells of the two columns that the row
+    /// starting at `base` (its encoded value `row`) holds with timestamps
+    /// in `[start_s, end_s]`, replacing any row laid out before, and
+    /// returns how many it read. Cells of other aggregators, raw-qualified
+    /// cells (pre-aggregates) and cells whose value has no valid length are
+    /// skipped; a row that cannot be walked is an error wherever it lies.
+    pub fn lay_out(
+        &mut self,
+        row: &[u8],
+        base: u32,
+        start_s: u32,
+        end_s: u32,
+    ) -> Result<u64, crate::codec::row::RowError> {
+        self.clear();
+        self.base = base;
         let step = self.interval_seconds.max(1) as u64;
-        // The offsets whose timestamps `base + offset * step` lie in the
-        // range, compared as each cell is read.
         let b = base as u64;
-        // A row starting after the range has none (its cells are still
-        // walked: an unreadable row is an error wherever it lies).
+        // The offsets whose timestamps `base + offset * step` lie in the
+        // range, compared as each cell is read. A row starting after the
+        // range has none (its cells are still walked).
         let (first, last) = match (end_s as u64).checked_sub(b) {
             Some(d) => ((start_s as u64).saturating_sub(b).div_ceil(step), d / step),
             None => (1, 0),
         };
-        let (value, count) = (&mut self.value, &mut self.count);
-        crate::codec::row::RowCells::for_each_borrowed(row, |q, v| {
-            let &[agg, q1, q2] = q else {
-                return;
-            };
-            let id = agg & AGGREGATOR_MASK;
-            let column = if id == value_id {
-                &mut *value
-            } else if id == count_id {
-                &mut *count
-            } else {
-                return;
-            };
-            let packed = u16::from_be_bytes([q1, q2]);
-            let at = (packed >> 4) as usize;
-            if (at as u64) < first || (at as u64) > last {
-                return;
-            }
-            let Ok(v) = decode_value(packed as u8 & FLAGS_MASK, v) else {
-                return;
-            };
-            column[at] = Some(v);
-            cells += 1;
-            lo = lo.min(at);
-            hi = hi.max(at);
-        })?;
-        if lo <= hi {
-            for at in lo..=hi {
-                let (v, c) = (self.value[at].take(), self.count[at].take());
-                if v.is_some() || c.is_some() {
-                    out.push(RollupSlot {
-                        // In range: checked above.
+        let mut put = Placer {
+            // The aggregator id of each column, compared with each cell's
+            // masked first byte (at most 0x7F: no column is 0x80 and up).
+            value_id: self.columns.value.unwrap_or(COMPACTED_MASK),
+            count_id: self.columns.count.unwrap_or(COMPACTED_MASK),
+            first,
+            last,
+            value: &mut self.value,
+            count: &mut self.count,
+            cells: 0,
+            lo: usize::MAX,
+            hi: 0,
+        };
+        let walked = if put.usual_row(row) {
+            Ok(())
+        } else {
+            // A cell of another shape (or a row that does not read): the
+            // general walk, from a clean scratch, reports what is wrong.
+            put.reset();
+            crate::codec::row::RowCells::for_each_borrowed(row, |q, v| {
+                if let &[agg, q1, q2] = q {
+                    put.cell(agg, u16::from_be_bytes([q1, q2]), v);
+                }
+            })
+        };
+        // What was placed, even before an error: the next row clears it.
+        let (cells, lo, hi) = (put.cells, put.lo, put.hi);
+        self.lo = lo;
+        self.hi = hi;
+        walked.map(|()| cells)
+    }
+
+    /// The base time of the row laid out.
+    pub fn base(&self) -> u32 {
+        self.base
+    }
+
+    /// Whether the row laid out has no slot.
+    pub fn is_empty(&self) -> bool {
+        self.lo > self.hi
+    }
+
+    /// Hands over the slots of the row laid out, in time order, each with
+    /// its offset in the row, and clears them.
+    pub fn drain(&mut self, mut f: impl FnMut(u32, RollupSlot)) {
+        if self.lo > self.hi {
+            return;
+        }
+        let (b, step) = (self.base as u64, self.interval_seconds.max(1) as u64);
+        let (value, count) = (
+            &mut self.value[self.lo..=self.hi],
+            &mut self.count[self.lo..=self.hi],
+        );
+        for (k, (v, c)) in value.iter_mut().zip(count.iter_mut()).enumerate() {
+            let (v, c) = (v.take(), c.take());
+            if v.is_some() || c.is_some() {
+                let at = self.lo + k;
+                f(
+                    at as u32,
+                    RollupSlot {
+                        // In range: checked as the row was laid out.
                         timestamp: (b + at as u64 * step) as u32,
                         value: v,
                         count: c,
-                    });
-                }
+                    },
+                );
             }
         }
-        Ok(cells)
+        self.lo = usize::MAX;
+        self.hi = 0;
+    }
+
+    /// Drops the row laid out.
+    fn clear(&mut self) {
+        if self.lo <= self.hi {
+            self.value[self.lo..=self.hi].fill(None);
+            self.count[self.lo..=self.hi].fill(None);
+        }
+        self.lo = usize::MAX;
+        self.hi = 0;
+    }
+}
+
+/// Places one row's cells of the two columns read into a [`SlotReader`]'s
+/// scratch.
+struct Placer<'a> {
+    value_id: u8,
+    count_id: u8,
+    /// The offsets in the query's range.
+    first: u64,
+    last: u64,
+    value: &'a mut [Option<Value>],
+    count: &'a mut [Option<Value>],
+    cells: u64,
+    /// The offsets filled (`lo > hi` when none).
+    lo: usize,
+    hi: usize,
+}
+
+impl Placer<'_> {
+    /// One cell with a 3-byte qualifier `agg`, `packed`.
+    #[inline(always)]
+    fn cell(&mut self, agg: u8, packed: u16, v: &[u8]) {
+        let id = agg & AGGREGATOR_MASK;
+        let column = if id == self.value_id {
+            &mut *self.value
+        } else if id == self.count_id {
+            &mut *self.count
+        } else {
+            return;
+        };
+        let at = (packed >> 4) as usize;
+        if (at as u64) < self.first || (at as u64) > self.last {
+            return;
+        }
+        let Ok(v) = decode_value(packed as u8 & FLAGS_MASK, v) else {
+            return;
+        };
+        // 12 bits: within the scratch.
+        column[at] = Some(v);
+        self.cells += 1;
+        self.lo = self.lo.min(at);
+        self.hi = self.hi.max(at);
+    }
+
+    /// Walks a row whose every cell has the usual shape (a 3-byte
+    /// qualifier and a value shorter than 128 bytes, each length one
+    /// byte, docs/format/data-row.md) without the general walk's length
+    /// decoding; false, leaving the scratch partly filled, when it meets
+    /// anything else.
+    #[inline(always)]
+    fn usual_row(&mut self, row: &[u8]) -> bool {
+        if row.first() != Some(&crate::codec::row::ROW_FORMAT_V1) {
+            return false;
+        }
+        let mut pos = 1;
+        while pos < row.len() {
+            let Some(&[3, agg, q1, q2, vlen]) = row.get(pos..pos + 5) else {
+                return false;
+            };
+            let (from, to) = (pos + 5, pos + 5 + vlen as usize);
+            if vlen >= 0x80 || to > row.len() {
+                return false;
+            }
+            self.cell(agg, u16::from_be_bytes([q1, q2]), &row[from..to]);
+            pos = to;
+        }
+        true
+    }
+
+    /// Empties the scratch filled so far.
+    fn reset(&mut self) {
+        if self.lo <= self.hi {
+            self.value[self.lo..=self.hi].fill(None);
+            self.count[self.lo..=self.hi].fill(None);
+        }
+        self.cells = 0;
+        self.lo = usize::MAX;
+        self.hi = 0;
     }
 }
 
@@ -416,5 +566,89 @@ mod tests {
                 slot(2, Some(Int(5)), Some(Int(2))),
             ]
         );
+    }
+
+    #[test]
+    fn usual_rows_read_as_the_general_walk_reads_them() {
+        use crate::codec::row::{Cell, RowCells, RowError};
+        let c = config();
+        let h = c.interval("1h").unwrap();
+        let base = 1356998400;
+        let cell = |ts: u32, id: u8, flags: u8, v: &[u8]| {
+            Cell::new(
+                qualifier(ts, base, flags, id, h).unwrap().to_vec(),
+                v.to_vec(),
+            )
+        };
+        let f = |x: f64| x.to_bits().to_be_bytes();
+        // Every cell 3-byte qualified with a short value: the walk
+        // without length decoding. A compacted column's id (0x80 | id)
+        // reads as its id; later cells win (each one read is counted);
+        // max (3) is not read.
+        let usual = vec![
+            cell(base + 3600, 0, 0xF, &f(2.5)),
+            cell(base + 3600, 1, 0, &[4]),
+            cell(base, 3, 0, &[9]),
+            cell(base, 0, 0, &[1, 0]),
+            Cell::new(vec![0x81, 0x00, 0x00], vec![2]),
+            cell(base, 0, 0, &[7]),
+        ];
+        let columns = RollupColumns {
+            value: Some(0),
+            count: Some(1),
+        };
+        let read = |cells: &[Cell]| {
+            let mut r = SlotReader::new(columns, h);
+            let mut out = Vec::new();
+            let n = r.read_row(
+                &RowCells {
+                    cells: cells.to_vec(),
+                }
+                .encode(),
+                base,
+                base,
+                base + 86_399,
+                &mut out,
+            );
+            (n, out)
+        };
+        let (n, out) = read(&usual);
+        assert_eq!(n, Ok(5));
+        use Value::{Float, Int};
+        let slot = |h: u32, v: Option<Value>, c: Option<Value>| RollupSlot {
+            timestamp: base + h * 3600,
+            value: v,
+            count: c,
+        };
+        let expected = vec![
+            slot(0, Some(Int(7)), Some(Int(2))),
+            slot(1, Some(Float(2.5)), Some(Int(4))),
+        ];
+        assert_eq!(out, expected);
+        // The same row with a raw-qualified cell ahead: the general walk,
+        // from a clean scratch, reads the same.
+        let mut mixed = vec![Cell::new(vec![0, 0], vec![1])];
+        mixed.extend(usual.iter().cloned());
+        assert_eq!(read(&mixed), (Ok(5), expected.clone()));
+        // A value of 128 bytes or more (a 2-byte length) is walked too.
+        let mut long = usual.clone();
+        long.push(cell(base + 7200, 3, 0, &[0; 200]));
+        assert_eq!(read(&long), (Ok(5), expected));
+        // A truncated row is the general walk's error, and leaves the
+        // scratch clean for the next row.
+        let mut r = SlotReader::new(columns, h);
+        let row = RowCells {
+            cells: usual.clone(),
+        }
+        .encode();
+        assert!(matches!(
+            r.lay_out(&row[..row.len() - 3], base, base, base + 86_399),
+            Err(RowError::Truncated(_))
+        ));
+        assert_eq!(r.lay_out(&[], base, base, base), Err(RowError::Empty));
+        let mut out = Vec::new();
+        r.read_row(&[1], base, base, base + 86_399, &mut out)
+            .unwrap();
+        assert!(out.is_empty());
     }
 }

@@ -835,10 +835,11 @@ fn auto_rollups_are_stored_as_hours_are_sealed_and_queries_read_them() {
 }
 
 /// Rollup queries merging several series answer as the same queries over
-/// raw points: with every series on one grid (folded by the read threads,
-/// buckets of 5 h and 7 h reaching across the read threads' day-aligned
-/// slices) and with a series missing hours (read through the pipelines,
-/// which interpolate).
+/// raw points: with every series on one grid (folded by the read threads:
+/// buckets of 5 h and 7 h reaching across rows and the read threads'
+/// day-aligned slices; buckets of 1 h, 2 h, 3 h, 30 min and 1 d, whole
+/// buckets within rows, folded row by row) and with a series missing
+/// hours (read through the pipelines, which interpolate).
 #[test]
 fn grouped_rollup_queries_answer_as_raw_points() {
     use rtsdb::model::Value;
@@ -873,8 +874,14 @@ fn grouped_rollup_queries_answer_as_raw_points() {
         "min:5h-max:m{host=a|b}",
         "count:7h-count:m{host=a|b}",
         "sum:5h-sum:m{host=*}",
+        "sum:2h-avg:m{host=a|b}",
+        "count:3h-count:m{host=a|b}",
+        "avg:30m-sum:m{host=a|b}",
+        "max:1d-min:m{host=a|b}",
+        "min:2h-max:m{host=*}",
         // Host c's missing hours: the group is not on one grid.
         "sum:1h-avg:m",
+        "sum:2h-avg:m",
         "avg:5h-sum:m",
         "max:1h-max:m",
     ] {
