@@ -77,7 +77,8 @@ pub use delete::Deleted;
 pub use epochs::{CacheEpochs, Epoch};
 pub use options::{Backend, ClusterOptions, DbOptions, WriteOptions};
 pub use rollup::{
-    AutoRollupError, RollupPoint, RollupReadStats, RollupRowSink, RollupSlice, RollupSource,
+    AutoRollupError, RollupPoint, RollupReadStats, RollupRow, RollupRowSink, RollupSlice,
+    RollupSource,
 };
 pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
 pub use tree::{TreeTest, TreesSynced};

@@ -4,7 +4,7 @@
 
 use super::Db;
 use crate::codec::qualifier::{encode_value, point_qualifier};
-use crate::codec::row::Cell;
+use crate::codec::row::{Cell, RowError};
 use crate::codec::row_key::KeyLayout;
 use crate::model::hash::FastMap;
 use crate::model::java::java_tags;
@@ -242,12 +242,28 @@ pub struct RollupSlice {
     pub to: u64,
 }
 
-/// Takes the rows of one [`RollupSlice`], on the thread reading it.
+/// One rollup row read from its table: its base time (seconds) and its
+/// encoded cells (docs/format/rollup.md).
+#[derive(Debug, Clone, Copy)]
+pub struct RollupRow<'a> {
+    pub base: u32,
+    pub cells: &'a [u8],
+}
+
+/// Takes the rows of one [`RollupSlice`], on the thread reading it, and
+/// reads their cells (with a [`SlotReader`] or a
+/// [`DenseReader`](crate::rollup::codec::DenseReader)).
 pub trait RollupRowSink: Send {
-    /// One row of `tsuids[i]`, laid out in `row` (not empty): its slots,
-    /// in time order, are taken with [`SlotReader::drain`] (those left
-    /// are dropped). A series' rows come in time order.
-    fn row(&mut self, i: usize, row: &mut SlotReader);
+    /// One row of `tsuids[i]` (a series' rows come in time order): reads
+    /// its cells of the columns the sink reads with timestamps in
+    /// `[start_s, end_s]`, and returns how many it read.
+    fn row(
+        &mut self,
+        i: usize,
+        row: RollupRow<'_>,
+        start_s: u32,
+        end_s: u32,
+    ) -> Result<u64, RowError>;
 }
 
 /// What a query reads from the rollup tables.
@@ -265,17 +281,16 @@ pub trait RollupSource: Sync {
         end_s: u32,
     ) -> Vec<RollupSlice>;
 
-    /// Reads the cells of `columns` that `table` (of `interval`) holds for
-    /// the series `tsuids` with timestamps in `[start_s, end_s]`: the rows
-    /// of `slices[k]` go to `sinks[k]`, each slice on its own thread.
+    /// Reads the rows that `table` holds for the series `tsuids` with
+    /// timestamps in `[start_s, end_s]`: the rows of `slices[k]` (of
+    /// [`rollup_slices`](Self::rollup_slices)) go to `sinks[k]`, each
+    /// slice on its own thread.
     #[allow(clippy::too_many_arguments)]
     fn read_rollup_slices(
         &self,
         table: &str,
-        interval: &RollupInterval,
         metric: Uid,
         tsuids: &[Tsuid],
-        columns: RollupColumns,
         start_s: u32,
         end_s: u32,
         slices: &[RollupSlice],
@@ -300,14 +315,20 @@ pub trait RollupSource: Sync {
         f: &mut dyn FnMut(usize, &[RollupSlot]),
     ) -> Result<RollupReadStats, String> {
         let slices = self.rollup_slices(interval, start_s, end_s);
-        let mut parts: Vec<SliceRows> = slices.iter().map(|_| SliceRows::default()).collect();
+        let mut parts: Vec<SliceRows> = slices
+            .iter()
+            .map(|_| SliceRows {
+                reader: SlotReader::new(columns, interval),
+                slots: Vec::new(),
+                rows: Vec::new(),
+            })
+            .collect();
         let mut sinks: Vec<&mut dyn RollupRowSink> = parts
             .iter_mut()
             .map(|p| p as &mut dyn RollupRowSink)
             .collect();
-        let read = self.read_rollup_slices(
-            table, interval, metric, tsuids, columns, start_s, end_s, &slices, &mut sinks,
-        )?;
+        let read =
+            self.read_rollup_slices(table, metric, tsuids, start_s, end_s, &slices, &mut sinks)?;
         // Slices in time order, each row by row: each series' slots
         // arrive in time order.
         for part in &parts {
@@ -326,16 +347,24 @@ pub trait RollupSource: Sync {
 /// One slice's rows as [`RollupSource::read_rollups`] keeps them until
 /// the read ends: every row's slots in one vector (no vector per series
 /// to grow), each row's series and end in it.
-#[derive(Default)]
 struct SliceRows {
+    reader: SlotReader,
     slots: Vec<RollupSlot>,
     rows: Vec<(usize, usize)>,
 }
 
 impl RollupRowSink for SliceRows {
-    fn row(&mut self, i: usize, row: &mut SlotReader) {
-        row.drain(|_, s| self.slots.push(s));
+    fn row(
+        &mut self,
+        i: usize,
+        row: RollupRow<'_>,
+        start_s: u32,
+        end_s: u32,
+    ) -> Result<u64, RowError> {
+        let cells = self.reader.lay_out(row.cells, row.base, start_s, end_s)?;
+        self.reader.drain(|_, s| self.slots.push(s));
         self.rows.push((i, self.slots.len()));
+        Ok(cells)
     }
 }
 
@@ -372,10 +401,8 @@ impl RollupSource for Db {
     fn read_rollup_slices(
         &self,
         table: &str,
-        interval: &RollupInterval,
         metric: Uid,
         tsuids: &[Tsuid],
-        columns: RollupColumns,
         start_s: u32,
         end_s: u32,
         slices: &[RollupSlice],
@@ -397,7 +424,6 @@ impl RollupSource for Db {
             |s: RollupSlice, sink: &mut dyn RollupRowSink| -> Result<RollupReadStats, String> {
                 let mut read = RollupReadStats::default();
                 let mut tsuid = Vec::new();
-                let mut reader = SlotReader::new(columns, interval);
                 for (start, end) in
                     scan_bounds(layout, metric, s.from.min(u32::MAX as u64) as u32, s.to)
                 {
@@ -412,12 +438,13 @@ impl RollupSource for Db {
                         };
                         // A series' rows come in time order (its salt bucket
                         // is one range of the key order).
-                        read.cells += reader
-                            .lay_out(&value, base, start_s, end_s)
+                        let row = RollupRow {
+                            base,
+                            cells: &value,
+                        };
+                        read.cells += sink
+                            .row(i, row, start_s, end_s)
                             .map_err(|e| e.to_string())?;
-                        if !reader.is_empty() {
-                            sink.row(i, &mut reader);
-                        }
                     }
                 }
                 Ok(read)

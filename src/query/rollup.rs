@@ -21,10 +21,11 @@ use super::group::{GridCell, Scratch, folds};
 use super::limits::Budget;
 use super::output::QueryResult;
 use super::request::{ValidQuery, ValidSubQuery};
-use crate::db::{RollupReadStats, RollupRowSink, RollupSource};
+use crate::codec::row::RowError;
+use crate::db::{RollupReadStats, RollupRow, RollupRowSink, RollupSource};
 use crate::model::Value;
 use crate::rollup::aggregates::{add, pick};
-use crate::rollup::codec::{self, RollupColumns, RollupSlot, SlotReader};
+use crate::rollup::codec::{self, DenseReader, RollupColumns, RollupSlot, SlotReader};
 use crate::rollup::{RollupInterval, RollupSettings};
 
 /// `TsdbQuery.ROLLUP_USAGE`.
@@ -537,15 +538,6 @@ impl<'a> FoldPlan<'a> {
             return Ok(None);
         };
         let first = self.bucket_of(first.from as i64 * 1000);
-        // Rows start on bucket boundaries and hold whole buckets when
-        // their grain is a whole number of buckets: each row's slots are
-        // then combined bucket by bucket as they come, none left open. The
-        // plan's width is a whole number of rollup intervals.
-        let step = interval.interval_seconds as i64 * 1000;
-        let grain = codec::row_grain_seconds(interval) as i64 * 1000;
-        let per_bucket = (step > 0 && grain % self.width == 0 && self.width % step == 0)
-            .then(|| u32::try_from(self.width / step).ok())
-            .flatten();
         let mut folds = Vec::with_capacity(slices.len());
         for s in &slices {
             let (from, to) = (s.from as i64 * 1000, s.to as i64 * 1000);
@@ -561,8 +553,6 @@ impl<'a> FoldPlan<'a> {
                 to,
                 lo,
                 len,
-                per_bucket,
-                slots: Vec::new(),
                 open: vec![None; sel.tsuids.len()],
                 grid: vec![GridCell::default(); len * self.groups],
                 points: vec![0; len * self.groups],
@@ -570,23 +560,30 @@ impl<'a> FoldPlan<'a> {
                 seen: vec![false; sel.tsuids.len()],
             });
         }
-        let mut sinks: Vec<&mut dyn RollupRowSink> = folds
+        let mut readers: Vec<SliceRows> = folds
             .iter_mut()
-            .map(|f| f as &mut dyn RollupRowSink)
+            .map(|fold| SliceRows {
+                rows: RowFold::new(columns, interval, self.width),
+                fold,
+            })
+            .collect();
+        let mut sinks: Vec<&mut dyn RollupRowSink> = readers
+            .iter_mut()
+            .map(|r| r as &mut dyn RollupRowSink)
             .collect();
         let read = source
             .read_rollup_slices(
                 table,
-                interval,
                 sel.metric_uid,
                 &sel.tsuids,
-                columns,
                 start_s,
                 end_s,
                 &slices,
                 &mut sinks,
             )
             .map_err(QueryError::Storage)?;
+        drop(sinks);
+        drop(readers);
         // Buckets still open at a slice's end, then those spanning two
         // slices or more: their parts (in slice order) are merged, and
         // folded where they start.
@@ -664,11 +661,6 @@ struct SliceFold<'a> {
     /// The slice's first bucket, and how many it has.
     lo: usize,
     len: usize,
-    /// Rollup intervals per bucket when every bucket lies within one row
-    /// (folded row by row), else None (buckets may span rows and slices).
-    per_bucket: Option<u32>,
-    /// A row's slots, when buckets may span rows.
-    slots: Vec<RollupSlot>,
     open: Vec<Option<Bucket>>,
     grid: Vec<GridCell>,
     /// Series with a point in each grid cell.
@@ -700,26 +692,114 @@ impl SliceFold<'_> {
     /// Folds a whole bucket of series `i`, the slice's `k`th.
     #[inline]
     fn fold_at(&mut self, i: usize, k: usize, b: Bucket) {
-        let plan = self.plan;
-        b.emit(plan.column, |_, v| {
+        b.emit(self.plan.column, |_, v| {
             self.seen[i] = true;
-            let g = plan.group_of[i];
-            if g == NO_GROUP {
-                return;
-            }
-            let at = g as usize * self.len + k;
-            self.points[at] += 1;
-            // The pipeline's output for the bucket: the downsampling
-            // function of its one value (`Feed::Straight`).
-            self.grid[at].add(plan.agg, plan.ds.run_double_one(v.as_f64()));
+            self.fold_value(self.plan.group_of[i], k, v.as_f64());
         });
+    }
+
+    /// Folds the value of a bucket of a series of group `g` (if any), the
+    /// slice's `k`th.
+    #[inline(always)]
+    fn fold_value(&mut self, g: u32, k: usize, v: f64) {
+        if g == NO_GROUP {
+            return;
+        }
+        let plan = self.plan;
+        let at = g as usize * self.len + k;
+        self.points[at] += 1;
+        // The pipeline's output for the bucket: the downsampling function
+        // of its one value (`Feed::Straight`).
+        self.grid[at].add(plan.agg, plan.ds.run_double_one(v));
     }
 }
 
+/// How a slice's rows are read and folded, by how the plan's buckets lie
+/// in the rows. Rows start on bucket boundaries and hold whole buckets
+/// when their grain ([`codec::row_grain_seconds`]) is a whole number of
+/// buckets; the plan's bucket is a whole number of rollup intervals.
+enum RowFold {
+    /// A bucket per rollup interval, within rows: each cell is read as a
+    /// double and folded where it lies.
+    Dense(DenseReader),
+    /// Buckets of several intervals within rows: each row's slots are
+    /// combined bucket by bucket as they come (the row's first bucket
+    /// found once), none left open.
+    Whole(SlotReader, u32),
+    /// Buckets that may span rows and slices: [`combine`] with each
+    /// series' open bucket.
+    Spanning(SlotReader, Vec<RollupSlot>),
+}
+
+impl RowFold {
+    fn new(columns: RollupColumns, interval: &RollupInterval, width: i64) -> RowFold {
+        let step = interval.interval_seconds as i64 * 1000;
+        let grain = codec::row_grain_seconds(interval) as i64 * 1000;
+        let per_bucket = (step > 0 && grain % width == 0 && width % step == 0)
+            .then(|| u32::try_from(width / step).ok())
+            .flatten();
+        match per_bucket {
+            Some(1) => RowFold::Dense(DenseReader::new(columns, interval)),
+            Some(n) => RowFold::Whole(SlotReader::new(columns, interval), n),
+            None => RowFold::Spanning(SlotReader::new(columns, interval), Vec::new()),
+        }
+    }
+}
+
+/// A read thread's sink: reads each row of its slice and folds it.
+struct SliceRows<'f, 'a> {
+    rows: RowFold,
+    fold: &'f mut SliceFold<'a>,
+}
+
 impl SliceFold<'_> {
-    /// A row of series `i` holding whole buckets of `per_bucket` rollup
-    /// intervals each: its slots combined as [`combine`] combines them,
-    /// without looking buckets up (the row's first bucket is found once).
+    /// A row of series `i` (laid out in `row`, starting at `base`) with a
+    /// bucket per rollup interval, within the row: each cell folded at the
+    /// slice's bucket found once for the row plus its offset, as
+    /// [`Bucket::emit`] would fold the bucket of that one cell.
+    fn dense_row(&mut self, i: usize, base: u32, row: &mut DenseReader) {
+        let plan = self.plan;
+        let (avg, width) = (plan.column == Column::Avg, plan.width);
+        let start = base as i64 * 1000;
+        // The row starts on a bucket of the slice.
+        let k0 = (start - self.first) / width - self.lo as i64;
+        let g = plan.group_of[i];
+        row.drain(|at, value, count| {
+            // A timestamp without its value (or, for avg, a positive
+            // count) gives no point.
+            let Some(value) = value else { return };
+            let v = match count {
+                Some(c) if avg && c > 0.0 => value / c,
+                _ if avg => return,
+                _ => value,
+            };
+            match usize::try_from(k0 + at as i64) {
+                Ok(k) if k < self.len => {
+                    self.seen[i] = true;
+                    self.fold_value(g, k, v);
+                }
+                // Not one of the slice's buckets (no row reaches out of
+                // its slice): the general way.
+                _ => {
+                    let b = start + at as i64 * width;
+                    self.close(
+                        i,
+                        Bucket {
+                            start: b,
+                            end: b + width,
+                            value: Value::Float(value),
+                            count: count.unwrap_or(0.0),
+                        },
+                    );
+                }
+            }
+        });
+    }
+
+    /// A row of series `i` (laid out in `row`) holding whole buckets of
+    /// `per_bucket` rollup intervals each: its slots combined as
+    /// [`combine`] combines them, without looking buckets up (the row's
+    /// first bucket is found once).
     fn row_of_buckets(&mut self, i: usize, row: &mut SlotReader, per_bucket: u32) {
         let plan = self.plan;
         let (column, width) = (plan.column, plan.width);
@@ -737,7 +817,7 @@ impl SliceFold<'_> {
                 None if avg => return,
                 None => 0.0,
             };
-            let k = if per_bucket == 1 { at } else { at / per_bucket };
+            let k = at / per_bucket;
             let b = start + k as i64 * width;
             let part = Bucket {
                 start: b,
@@ -770,18 +850,37 @@ impl SliceFold<'_> {
     }
 }
 
-impl RollupRowSink for SliceFold<'_> {
-    fn row(&mut self, i: usize, row: &mut SlotReader) {
-        if let Some(per_bucket) = self.per_bucket {
-            return self.row_of_buckets(i, row, per_bucket);
-        }
-        let mut slots = std::mem::take(&mut self.slots);
-        slots.clear();
-        row.drain(|_, s| slots.push(s));
-        let mut open = self.open[i].take();
-        let (column, bucketer) = (self.plan.column, self.plan.bucketer);
-        combine(&slots, column, &mut open, bucketer, |b| self.close(i, b));
-        self.open[i] = open;
-        self.slots = slots;
+impl RollupRowSink for SliceRows<'_, '_> {
+    fn row(
+        &mut self,
+        i: usize,
+        row: RollupRow<'_>,
+        start_s: u32,
+        end_s: u32,
+    ) -> Result<u64, RowError> {
+        let fold = &mut *self.fold;
+        let cells = match &mut self.rows {
+            RowFold::Dense(r) => {
+                let cells = r.lay_out(row.cells, row.base, start_s, end_s)?;
+                fold.dense_row(i, row.base, r);
+                cells
+            }
+            RowFold::Whole(r, per_bucket) => {
+                let cells = r.lay_out(row.cells, row.base, start_s, end_s)?;
+                fold.row_of_buckets(i, r, *per_bucket);
+                cells
+            }
+            RowFold::Spanning(r, slots) => {
+                let cells = r.lay_out(row.cells, row.base, start_s, end_s)?;
+                slots.clear();
+                r.drain(|_, s| slots.push(s));
+                let mut open = fold.open[i].take();
+                let (column, bucketer) = (fold.plan.column, fold.plan.bucketer);
+                combine(slots, column, &mut open, bucketer, |b| fold.close(i, b));
+                fold.open[i] = open;
+                cells
+            }
+        };
+        Ok(cells)
     }
 }

@@ -7,6 +7,7 @@ use chrono::{Datelike, TimeZone, Utc};
 
 use super::config::{RollupInterval, SpanUnit};
 use crate::codec::qualifier::{FLAGS_MASK, decode_value};
+use crate::codec::row::RowError;
 use crate::model::Value;
 
 /// Bit of the aggregator byte marking a compacted rollup column (OpenTSDB
@@ -175,14 +176,11 @@ pub struct SlotReader {
 
 impl SlotReader {
     pub fn new(columns: RollupColumns, interval: &RollupInterval) -> SlotReader {
-        // Every offset a qualifier's 12 bits can hold: no cell needs the
-        // scratch to grow.
-        let offsets = (u16::MAX >> 4) as usize + 1;
         SlotReader {
             columns,
             interval_seconds: interval.interval_seconds,
-            value: vec![None; offsets],
-            count: vec![None; offsets],
+            value: vec![None; OFFSETS],
+            count: vec![None; OFFSETS],
             base: 0,
             lo: usize::MAX,
             hi: 0,
@@ -200,7 +198,7 @@ impl SlotReader {
         start_s: u32,
         end_s: u32,
         out: &mut Vec<RollupSlot>,
-    ) -> Result<u64, crate::codec::row::RowError> {
+    ) -> Result<u64, RowError> {
         let cells = self.lay_out(row, base, start_s, end_s)?;
         self.drain(|_, s| out.push(s));
         Ok(cells)
@@ -209,54 +207,27 @@ impl SlotReader {
     /// Lays out by offset the cells of the two columns that the row
     /// starting at `base` (its encoded value `row`) holds with timestamps
     /// in `[start_s, end_s]`, replacing any row laid out before, and
-    /// returns how many it read. Cells of other aggregators, raw-qualified
-    /// cells (pre-aggregates) and cells whose value has no valid length are
-    /// skipped; a row that cannot be walked is an error wherever it lies.
+    /// returns how many it read ([`walk_row`]).
     pub fn lay_out(
         &mut self,
         row: &[u8],
         base: u32,
         start_s: u32,
         end_s: u32,
-    ) -> Result<u64, crate::codec::row::RowError> {
+    ) -> Result<u64, RowError> {
         self.clear();
         self.base = base;
-        let step = self.interval_seconds.max(1) as u64;
-        let b = base as u64;
-        // The offsets whose timestamps `base + offset * step` lie in the
-        // range, compared as each cell is read. A row starting after the
-        // range has none (its cells are still walked).
-        let (first, last) = match (end_s as u64).checked_sub(b) {
-            Some(d) => ((start_s as u64).saturating_sub(b).div_ceil(step), d / step),
-            None => (1, 0),
-        };
-        let mut put = Placer {
-            // The aggregator id of each column, compared with each cell's
-            // masked first byte (at most 0x7F: no column is 0x80 and up).
-            value_id: self.columns.value.unwrap_or(COMPACTED_MASK),
-            count_id: self.columns.count.unwrap_or(COMPACTED_MASK),
-            first,
-            last,
+        let walk = Walk::new(self.columns, self.interval_seconds, base, start_s, end_s);
+        let mut place = SlotPlace {
             value: &mut self.value,
             count: &mut self.count,
             cells: 0,
             lo: usize::MAX,
             hi: 0,
         };
-        let walked = if put.usual_row(row) {
-            Ok(())
-        } else {
-            // A cell of another shape (or a row that does not read): the
-            // general walk, from a clean scratch, reports what is wrong.
-            put.reset();
-            crate::codec::row::RowCells::for_each_borrowed(row, |q, v| {
-                if let &[agg, q1, q2] = q {
-                    put.cell(agg, u16::from_be_bytes([q1, q2]), v);
-                }
-            })
-        };
+        let walked = walk_row(&walk, row, &mut place);
         // What was placed, even before an error: the next row clears it.
-        let (cells, lo, hi) = (put.cells, put.lo, put.hi);
+        let (cells, lo, hi) = (place.cells, place.lo, place.hi);
         self.lo = lo;
         self.hi = hi;
         walked.map(|()| cells)
@@ -265,11 +236,6 @@ impl SlotReader {
     /// The base time of the row laid out.
     pub fn base(&self) -> u32 {
         self.base
-    }
-
-    /// Whether the row laid out has no slot.
-    pub fn is_empty(&self) -> bool {
-        self.lo > self.hi
     }
 
     /// Hands over the slots of the row laid out, in time order, each with
@@ -304,23 +270,216 @@ impl SlotReader {
 
     /// Drops the row laid out.
     fn clear(&mut self) {
-        if self.lo <= self.hi {
-            self.value[self.lo..=self.hi].fill(None);
-            self.count[self.lo..=self.hi].fill(None);
+        SlotPlace {
+            value: &mut self.value,
+            count: &mut self.count,
+            cells: 0,
+            lo: self.lo,
+            hi: self.hi,
         }
+        .reset();
         self.lo = usize::MAX;
         self.hi = 0;
     }
 }
 
-/// Places one row's cells of the two columns read into a [`SlotReader`]'s
-/// scratch.
-struct Placer<'a> {
+/// Reads rollup rows as [`SlotReader`] does, each cell's value as a
+/// double: for readers that need nothing else of a cell (one downsampling
+/// bucket per rollup interval, whose value is the cell's as a double, or
+/// the sum's over the count's), so a row is laid out in two arrays of
+/// doubles and a bitmap of the offsets each column holds, and handed over
+/// by walking the bitmap.
+pub struct DenseReader {
+    columns: RollupColumns,
+    interval_seconds: u32,
+    value: Vec<f64>,
+    count: Vec<f64>,
+    /// Bit `at % 64` of word `at / 64`: the column holds offset `at`.
+    has_value: Vec<u64>,
+    has_count: Vec<u64>,
+    /// Words of the bitmaps the row laid out may have set.
+    words: usize,
+}
+
+impl DenseReader {
+    pub fn new(columns: RollupColumns, interval: &RollupInterval) -> DenseReader {
+        DenseReader {
+            columns,
+            interval_seconds: interval.interval_seconds,
+            value: vec![0.0; OFFSETS],
+            count: vec![0.0; OFFSETS],
+            has_value: vec![0; OFFSETS / 64],
+            has_count: vec![0; OFFSETS / 64],
+            words: 0,
+        }
+    }
+
+    /// [`SlotReader::lay_out`], values as doubles.
+    pub fn lay_out(
+        &mut self,
+        row: &[u8],
+        base: u32,
+        start_s: u32,
+        end_s: u32,
+    ) -> Result<u64, RowError> {
+        self.clear();
+        let walk = Walk::new(self.columns, self.interval_seconds, base, start_s, end_s);
+        let mut place = DensePlace {
+            value: &mut self.value,
+            count: &mut self.count,
+            has_value: &mut self.has_value,
+            has_count: &mut self.has_count,
+            cells: 0,
+            words: 0,
+        };
+        let walked = walk_row(&walk, row, &mut place);
+        let (cells, words) = (place.cells, place.words);
+        self.words = words;
+        walked.map(|()| cells)
+    }
+
+    /// Hands over, in offset order, each offset of the row laid out where
+    /// a column has a cell: `f(offset, value, count)`; and clears them.
+    pub fn drain(&mut self, mut f: impl FnMut(u32, Option<f64>, Option<f64>)) {
+        for w in 0..self.words {
+            let (hv, hc) = (self.has_value[w], self.has_count[w]);
+            let mut bits = hv | hc;
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                let at = w * 64 + b as usize;
+                let v = (hv >> b & 1 != 0).then(|| self.value[at]);
+                let c = (hc >> b & 1 != 0).then(|| self.count[at]);
+                f(at as u32, v, c);
+            }
+            self.has_value[w] = 0;
+            self.has_count[w] = 0;
+        }
+        self.words = 0;
+    }
+
+    fn clear(&mut self) {
+        self.has_value[..self.words].fill(0);
+        self.has_count[..self.words].fill(0);
+        self.words = 0;
+    }
+}
+
+/// Offsets a qualifier's 12 bits can hold: no cell needs a scratch to
+/// grow.
+const OFFSETS: usize = (u16::MAX >> 4) as usize + 1;
+
+/// What a row walk reads: the ids of the two columns, and the offsets in
+/// the query's range.
+struct Walk {
+    /// The aggregator id of each column, compared with each cell's masked
+    /// first byte (at most 0x7F: no column is 0x80 and up).
     value_id: u8,
     count_id: u8,
-    /// The offsets in the query's range.
     first: u64,
     last: u64,
+}
+
+impl Walk {
+    fn new(
+        columns: RollupColumns,
+        interval_seconds: u32,
+        base: u32,
+        start_s: u32,
+        end_s: u32,
+    ) -> Walk {
+        let step = interval_seconds.max(1) as u64;
+        let b = base as u64;
+        // The offsets whose timestamps `base + offset * step` lie in the
+        // range. A row starting after the range has none (its cells are
+        // still walked).
+        let (first, last) = match (end_s as u64).checked_sub(b) {
+            Some(d) => ((start_s as u64).saturating_sub(b).div_ceil(step), d / step),
+            None => (1, 0),
+        };
+        Walk {
+            value_id: columns.value.unwrap_or(COMPACTED_MASK),
+            count_id: columns.count.unwrap_or(COMPACTED_MASK),
+            first,
+            last,
+        }
+    }
+
+    /// One cell with a 3-byte qualifier `agg`, `packed`: placed when it
+    /// is of a column read and in range.
+    #[inline(always)]
+    fn cell(&self, agg: u8, packed: u16, v: &[u8], place: &mut impl Place) {
+        let id = agg & AGGREGATOR_MASK;
+        let count = if id == self.value_id {
+            false
+        } else if id == self.count_id {
+            true
+        } else {
+            return;
+        };
+        let at = (packed >> 4) as usize;
+        if (at as u64) < self.first || (at as u64) > self.last {
+            return;
+        }
+        place.put(count, at, packed as u8 & FLAGS_MASK, v);
+    }
+}
+
+/// A scratch a row walk lays cells out in.
+trait Place {
+    /// The cell of the value column (or the count column) at offset `at`
+    /// (below [`OFFSETS`]), its flags and value bytes; a value without a
+    /// valid length is skipped.
+    fn put(&mut self, count: bool, at: usize, flags: u8, v: &[u8]);
+    /// Empties what was placed.
+    fn reset(&mut self);
+}
+
+/// Walks a rollup row's cells into `place`: those of the columns read
+/// with offsets in range. Cells of other aggregators, raw-qualified cells
+/// (pre-aggregates) and cells whose value has no valid length are
+/// skipped; a row that cannot be walked is an error wherever it lies
+/// (what was placed before stays, for the caller to clear).
+fn walk_row(walk: &Walk, row: &[u8], place: &mut impl Place) -> Result<(), RowError> {
+    if usual_row(walk, row, place) {
+        return Ok(());
+    }
+    // A cell of another shape (or a row that does not read): the general
+    // walk, from a clean scratch, reports what is wrong.
+    place.reset();
+    crate::codec::row::RowCells::for_each_borrowed(row, |q, v| {
+        if let &[agg, q1, q2] = q {
+            walk.cell(agg, u16::from_be_bytes([q1, q2]), v, place);
+        }
+    })
+}
+
+/// Walks a row whose every cell has the usual shape (a 3-byte qualifier
+/// and a value shorter than 128 bytes, each length one byte,
+/// docs/format/data-row.md) without the general walk's length decoding;
+/// false, leaving `place` partly filled, when it meets anything else.
+#[inline(always)]
+fn usual_row(walk: &Walk, row: &[u8], place: &mut impl Place) -> bool {
+    if row.first() != Some(&crate::codec::row::ROW_FORMAT_V1) {
+        return false;
+    }
+    let mut pos = 1;
+    while pos < row.len() {
+        let Some(&[3, agg, q1, q2, vlen]) = row.get(pos..pos + 5) else {
+            return false;
+        };
+        let (from, to) = (pos + 5, pos + 5 + vlen as usize);
+        if vlen >= 0x80 || to > row.len() {
+            return false;
+        }
+        walk.cell(agg, u16::from_be_bytes([q1, q2]), &row[from..to], place);
+        pos = to;
+    }
+    true
+}
+
+/// [`SlotReader`]'s scratch.
+struct SlotPlace<'a> {
     value: &'a mut [Option<Value>],
     count: &'a mut [Option<Value>],
     cells: u64,
@@ -329,58 +488,23 @@ struct Placer<'a> {
     hi: usize,
 }
 
-impl Placer<'_> {
-    /// One cell with a 3-byte qualifier `agg`, `packed`.
+impl Place for SlotPlace<'_> {
     #[inline(always)]
-    fn cell(&mut self, agg: u8, packed: u16, v: &[u8]) {
-        let id = agg & AGGREGATOR_MASK;
-        let column = if id == self.value_id {
-            &mut *self.value
-        } else if id == self.count_id {
+    fn put(&mut self, count: bool, at: usize, flags: u8, v: &[u8]) {
+        let Ok(v) = decode_value(flags, v) else {
+            return;
+        };
+        let column = if count {
             &mut *self.count
         } else {
-            return;
+            &mut *self.value
         };
-        let at = (packed >> 4) as usize;
-        if (at as u64) < self.first || (at as u64) > self.last {
-            return;
-        }
-        let Ok(v) = decode_value(packed as u8 & FLAGS_MASK, v) else {
-            return;
-        };
-        // 12 bits: within the scratch.
         column[at] = Some(v);
         self.cells += 1;
         self.lo = self.lo.min(at);
         self.hi = self.hi.max(at);
     }
 
-    /// Walks a row whose every cell has the usual shape (a 3-byte
-    /// qualifier and a value shorter than 128 bytes, each length one
-    /// byte, docs/format/data-row.md) without the general walk's length
-    /// decoding; false, leaving the scratch partly filled, when it meets
-    /// anything else.
-    #[inline(always)]
-    fn usual_row(&mut self, row: &[u8]) -> bool {
-        if row.first() != Some(&crate::codec::row::ROW_FORMAT_V1) {
-            return false;
-        }
-        let mut pos = 1;
-        while pos < row.len() {
-            let Some(&[3, agg, q1, q2, vlen]) = row.get(pos..pos + 5) else {
-                return false;
-            };
-            let (from, to) = (pos + 5, pos + 5 + vlen as usize);
-            if vlen >= 0x80 || to > row.len() {
-                return false;
-            }
-            self.cell(agg, u16::from_be_bytes([q1, q2]), &row[from..to]);
-            pos = to;
-        }
-        true
-    }
-
-    /// Empties the scratch filled so far.
     fn reset(&mut self) {
         if self.lo <= self.hi {
             self.value[self.lo..=self.hi].fill(None);
@@ -389,6 +513,42 @@ impl Placer<'_> {
         self.cells = 0;
         self.lo = usize::MAX;
         self.hi = 0;
+    }
+}
+
+/// [`DenseReader`]'s scratch.
+struct DensePlace<'a> {
+    value: &'a mut [f64],
+    count: &'a mut [f64],
+    has_value: &'a mut [u64],
+    has_count: &'a mut [u64],
+    cells: u64,
+    /// Words of the bitmaps set so far: every one below.
+    words: usize,
+}
+
+impl Place for DensePlace<'_> {
+    #[inline(always)]
+    fn put(&mut self, count: bool, at: usize, flags: u8, v: &[u8]) {
+        let Ok(v) = decode_value(flags, v) else {
+            return;
+        };
+        let (column, has) = if count {
+            (&mut *self.count, &mut *self.has_count)
+        } else {
+            (&mut *self.value, &mut *self.has_value)
+        };
+        column[at] = v.as_f64();
+        has[at / 64] |= 1 << (at % 64);
+        self.cells += 1;
+        self.words = self.words.max(at / 64 + 1);
+    }
+
+    fn reset(&mut self) {
+        self.has_value[..self.words].fill(0);
+        self.has_count[..self.words].fill(0);
+        self.cells = 0;
+        self.words = 0;
     }
 }
 
@@ -650,5 +810,74 @@ mod tests {
         r.read_row(&[1], base, base, base + 86_399, &mut out)
             .unwrap();
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn dense_rows_read_as_slot_rows_as_doubles() {
+        use crate::codec::row::{Cell, RowCells};
+        let c = config();
+        let h = c.interval("1h").unwrap();
+        let base = 1356998400;
+        let cell = |ts: u32, id: u8, flags: u8, v: &[u8]| {
+            Cell::new(
+                qualifier(ts, base, flags, id, h).unwrap().to_vec(),
+                v.to_vec(),
+            )
+        };
+        let columns = RollupColumns {
+            value: Some(0),
+            count: Some(1),
+        };
+        // An offset past the first bitmap word (a 1h interval in a month
+        // row).
+        let far = |id: u8, flags: u8, v: &[u8]| {
+            let packed = (100u16 << 4) | flags as u16;
+            let [a, b] = packed.to_be_bytes();
+            Cell::new(vec![id, a, b], v.to_vec())
+        };
+        // Out of time order, a value or a count alone, a rewritten cell, a
+        // far offset, and (second row) a raw-qualified cell: the general
+        // walk.
+        let cells = vec![
+            far(0, 0xB, &2.5f32.to_bits().to_be_bytes()),
+            far(1, 0, &[2]),
+            cell(base + 3600, 0, 0, &[7]),
+            cell(base, 1, 1, &[1, 0]),
+            cell(base, 0, 0, &[9]),
+            cell(base, 0, 0, &[0xFE]),
+            cell(base + 2 * 3600, 3, 0, &[1]),
+        ];
+        let mut odd = vec![Cell::new(vec![0, 0], vec![1])];
+        odd.extend(cells.iter().cloned());
+        let mut slots = SlotReader::new(columns, h);
+        let mut dense = DenseReader::new(columns, h);
+        for row in [cells, odd] {
+            let row = RowCells { cells: row }.encode();
+            for (from, to) in [(base, base + 200 * 3600), (base + 3600, base + 3600)] {
+                let mut want = Vec::new();
+                let n = slots.read_row(&row, base, from, to, &mut want).unwrap();
+                let want: Vec<(u32, Option<f64>, Option<f64>)> = want
+                    .iter()
+                    .map(|s| {
+                        (
+                            (s.timestamp - base) / 3600,
+                            s.value.map(|v| v.as_f64()),
+                            s.count.map(|v| v.as_f64()),
+                        )
+                    })
+                    .collect();
+                assert_eq!(dense.lay_out(&row, base, from, to), Ok(n));
+                let mut got = Vec::new();
+                dense.drain(|at, v, c| got.push((at, v, c)));
+                assert_eq!(got, want);
+            }
+        }
+        let mut got = Vec::new();
+        dense.drain(|at, v, c| got.push((at, v, c)));
+        assert!(got.is_empty(), "drained");
+        assert_eq!(
+            dense.lay_out(&[1, 3, 0], base, base, base + 3600),
+            Err(crate::codec::row::RowError::Truncated(1))
+        );
     }
 }
