@@ -27,21 +27,41 @@ impl Db {
         // common case for dashboards over past hours) and a query of a few
         // series of a large metric cost no walk of the metric's series.
         let pending = self.buffer.read_listed(tsuids, start_ms, end_ms);
+        // A series' stored rows come in time order. Those wholly before its
+        // first buffered point (the usual case: the hour's start was
+        // written as rows, its tail is still buffered) stream straight
+        // through; from the first row that reaches it on, they are held
+        // and merged with the buffered points.
         let mut stored: HashMap<usize, Vec<Point>> = HashMap::new();
+        let mut streamed_ahead = 0u64;
         let mut stopped = false;
         let mut stats = read(&mut |i, points: &[Point]| {
-            if pending.contains_key(&i) {
-                stored.entry(i).or_default().extend_from_slice(points);
-                true
-            } else {
-                let go_on = sink(i, points);
-                stopped |= !go_on;
-                go_on
+            if let Some(newer) = pending.get(&i) {
+                let held = stored.get_mut(&i);
+                let ahead = held.is_none()
+                    && points.last().map(|p| p.timestamp_ms)
+                        < newer.first().map(|p| p.timestamp_ms);
+                if !ahead {
+                    match held {
+                        Some(h) => h.extend_from_slice(points),
+                        None => {
+                            stored.insert(i, points.to_vec());
+                        }
+                    }
+                    return true;
+                }
+                streamed_ahead += points.len() as u64;
             }
+            let go_on = sink(i, points);
+            stopped |= !go_on;
+            go_on
         })?;
         if stopped {
             return Ok(stats);
         }
+        // Points are counted as the whole merged series always were:
+        // those streamed ahead of the buffered ones too.
+        stats.points += streamed_ahead;
         for (i, newer) in pending {
             let merged = match stored.remove(&i) {
                 Some(older) if !older.is_empty() => merge_last_wins(older, newer),
@@ -181,7 +201,12 @@ impl SeriesSource for Db {
 }
 
 /// Merges two sorted point lists; on equal timestamps `newer` wins.
-fn merge_last_wins(older: Vec<Point>, newer: Vec<Point>) -> Vec<Point> {
+fn merge_last_wins(mut older: Vec<Point>, newer: Vec<Point>) -> Vec<Point> {
+    // Wholly apart (the older points all before the newer ones): one copy.
+    if older.last().map(|p| p.timestamp_ms) < newer.first().map(|p| p.timestamp_ms) {
+        older.extend_from_slice(&newer);
+        return older;
+    }
     let mut out = Vec::with_capacity(older.len() + newer.len());
     let (mut a, mut b) = (older.into_iter().peekable(), newer.into_iter().peekable());
     loop {
@@ -199,6 +224,131 @@ fn merge_last_wins(older: Vec<Point>, newer: Vec<Point>) -> Vec<Point> {
             (Some(_), None) => out.push(a.next().expect("peeked")),
             (None, Some(_)) => out.push(b.next().expect("peeked")),
             (None, None) => return out,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::{Arc, OnceLock};
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::db::{Db, DbOptions};
+    use crate::model::{UidKind, Value};
+    use crate::uid::AutoCreate;
+    use crate::write::wal::PendingPoint;
+
+    const BASE: i64 = 1_356_998_400;
+
+    /// One database for every case (opening one per case is slow); each
+    /// case writes its own metric.
+    fn db() -> &'static (tempfile::TempDir, Arc<Db>) {
+        static DB: OnceLock<(tempfile::TempDir, Arc<Db>)> = OnceLock::new();
+        DB.get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut opts = DbOptions::new(dir.path());
+            opts.auto_create = AutoCreate {
+                metrics: true,
+                ..Default::default()
+            };
+            let db = Db::open(&opts).unwrap();
+            (dir, db)
+        })
+    }
+
+    /// Writes `(host, second offset, value)` points of `metric`, in order.
+    fn put(db: &Db, metric: &str, pts: &[(u8, i64, i64)]) {
+        let mut key = String::new();
+        let batch: Vec<PendingPoint> = pts
+            .iter()
+            .map(|&(h, off, v)| {
+                let host = format!("h{h}");
+                let (series, ts) = db
+                    .resolve(
+                        metric,
+                        BASE + off,
+                        Value::Int(v),
+                        &[("host", &host)],
+                        &mut key,
+                    )
+                    .unwrap();
+                PendingPoint {
+                    series,
+                    ts,
+                    value: Value::Int(v),
+                }
+            })
+            .collect();
+        if !batch.is_empty() {
+            db.append(&batch).unwrap();
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        /// Stored rows merged with buffered points, whether the stored ones
+        /// come wholly before the buffered ones (streamed straight through)
+        /// or overlap them (merged): every series' points in time order,
+        /// the last write of a timestamp winning, through both reads.
+        #[test]
+        fn stored_and_buffered_points_merge_as_written(
+            stored in proptest::collection::vec((0u8..3, 0i64..3 * 3600, -50i64..50), 1..60),
+            later in proptest::collection::vec((0u8..3, 0i64..3 * 3600, -50i64..50), 0..60),
+            tail_only in proptest::bool::ANY,
+            from in 0i64..3 * 3600,
+        ) {
+            static CASE: AtomicU32 = AtomicU32::new(0);
+            let metric = format!("m{}", CASE.fetch_add(1, Ordering::Relaxed));
+            let db = &*db().1;
+            put(db, &metric, &stored);
+            db.flush_all().unwrap();
+            // Buffered points after every stored one, or anywhere.
+            let shift = if tail_only { 3 * 3600 } else { 0 };
+            let later: Vec<_> = later.iter().map(|&(h, t, v)| (h, t + shift, v)).collect();
+            put(db, &metric, &later);
+            let start_ms = ((BASE + from) * 1000) as u64;
+            let mut want: BTreeMap<u8, BTreeMap<u64, Value>> = BTreeMap::new();
+            for &(h, t, v) in stored.iter().chain(&later) {
+                let ms = ((BASE + t) * 1000) as u64;
+                if ms >= start_ms {
+                    want.entry(h).or_default().insert(ms, Value::Int(v));
+                }
+            }
+            let want: BTreeMap<u8, Vec<(u64, Value)>> = want
+                .into_iter()
+                .map(|(h, pts)| (h, pts.into_iter().collect()))
+                .collect();
+            let m = db.uids().get_id(UidKind::Metric, &metric).unwrap();
+            let all: Vec<Tsuid> = db
+                .read_series(m, 0, u64::MAX, &mut |_| true)
+                .unwrap()
+                .into_iter()
+                .map(|s| s.tsuid)
+                .collect();
+            let host = |t: &Tsuid| -> u8 {
+                let v = db.uids().get_name(UidKind::TagValue, t.tags[0].1).unwrap();
+                v[1..].parse().unwrap()
+            };
+            for scan in [false, true] {
+                let mut got: BTreeMap<u8, Vec<(u64, Value)>> = BTreeMap::new();
+                let mut sink = |i: usize, pts: &[Point]| {
+                    got.entry(host(&all[i]))
+                        .or_default()
+                        .extend(pts.iter().map(|p| (p.timestamp_ms, p.value)));
+                    true
+                };
+                let end_ms = ((BASE + 7 * 3600) * 1000) as u64;
+                if scan {
+                    db.scan_tsuids(m, &all, start_ms, end_ms, &mut sink).unwrap();
+                } else {
+                    db.read_tsuids(&all, start_ms, end_ms, &mut sink).unwrap();
+                }
+                prop_assert_eq!(&got, &want);
+            }
         }
     }
 }
