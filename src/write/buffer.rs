@@ -120,16 +120,16 @@ impl Default for Buffer {
 }
 
 /// Sorts by time and keeps the last written point of each timestamp.
-fn dedup_last_wins(mut pts: Vec<BufPoint>) -> Vec<BufPoint> {
+fn dedup_last_wins<P: Copy>(mut pts: Vec<P>, ms: impl Fn(&P) -> u64) -> Vec<P> {
     // Points usually arrive in time order: nothing to do then.
-    if pts.windows(2).all(|w| w[0].ms() < w[1].ms()) {
+    if pts.windows(2).all(|w| ms(&w[0]) < ms(&w[1])) {
         return pts;
     }
-    pts.sort_by_key(|p| p.ms()); // stable: arrival order kept per timestamp
-    let mut out: Vec<BufPoint> = Vec::with_capacity(pts.len());
+    pts.sort_by_key(&ms); // stable: arrival order kept per timestamp
+    let mut out: Vec<P> = Vec::with_capacity(pts.len());
     for p in pts {
         match out.last_mut() {
-            Some(last) if last.ms() == p.ms() => *last = p,
+            Some(last) if ms(last) == ms(&p) => *last = p,
             _ => out.push(p),
         }
     }
@@ -317,7 +317,7 @@ impl Buffer {
                             series: sb.series.clone(),
                             base: h.base,
                             min_segment: h.min_segment,
-                            points: dedup_last_wins(h.points)
+                            points: dedup_last_wins(h.points, |p| p.ms())
                                 .into_iter()
                                 .map(|p| (p.timestamp(), p.value))
                                 .collect(),
@@ -487,8 +487,17 @@ impl Buffer {
             &mut dyn FnMut(&Series) -> Option<K>,
         ) -> Vec<(Arc<Series>, K)>,
     ) -> FastMap<K, (Arc<Series>, Vec<Point>)> {
-        let mut raw: FastMap<K, (Arc<Series>, Vec<BufPoint>)> = FastMap::default();
-        let keep = |p: &BufPoint| (start_ms..=end_ms).contains(&p.ms());
+        // Points are read out as query points (in range) in one pass.
+        let mut raw: FastMap<K, (Arc<Series>, Vec<Point>)> = FastMap::default();
+        let in_range = |p: &BufPoint| {
+            let timestamp_ms = p.ms();
+            (start_ms..=end_ms)
+                .contains(&timestamp_ms)
+                .then_some(Point {
+                    timestamp_ms,
+                    value: p.value,
+                })
+        };
         // Rows whose hour overlaps the range: bases from one span before
         // the start.
         let (first_hour, last_hour) = (
@@ -516,8 +525,7 @@ impl Buffer {
                 dst.extend(
                     h.points
                         .iter()
-                        .map(|(t, v)| BufPoint::new(*t, *v))
-                        .filter(keep),
+                        .filter_map(|(t, v)| in_range(&BufPoint::new(*t, *v))),
                 );
             }
         }
@@ -540,23 +548,14 @@ impl Buffer {
                     sb.hours.iter().filter(|h| hour_in_range(h.base)).collect();
                 hours.sort_by_key(|h| h.base);
                 for h in hours {
-                    dst.extend(h.points.iter().copied().filter(keep));
+                    dst.extend(h.points.iter().filter_map(in_range));
                 }
             }
         }
         drop(in_flight);
         raw.into_iter()
             .filter(|(_, (_, v))| !v.is_empty())
-            .map(|(k, (series, v))| {
-                let pts = dedup_last_wins(v)
-                    .into_iter()
-                    .map(|p| Point {
-                        timestamp_ms: p.ms(),
-                        value: p.value,
-                    })
-                    .collect();
-                (k, (series, pts))
-            })
+            .map(|(k, (series, v))| (k, (series, dedup_last_wins(v, |p| p.timestamp_ms))))
             .collect()
     }
 }
