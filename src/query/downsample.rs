@@ -503,6 +503,10 @@ impl<'a> Downsampler<'a> {
     /// folding function is added in one tight loop, the fold kept in a
     /// local and its function picked once per run, not once per point.
     pub(crate) fn push_points(&mut self, pts: &[Point], out: &mut Vec<(i64, Value)>) {
+        if let (Some(step), Some(_)) = (self.step, self.fold) {
+            self.fold_fixed(step, pts, out);
+            return;
+        }
         let mut rest = pts;
         while let Some((first, tail)) = rest.split_first() {
             self.push(first.timestamp_ms as i64, first.value, out);
@@ -520,6 +524,53 @@ impl<'a> Downsampler<'a> {
                 .count();
             fold.add_all(rest[..run].iter().map(|p| p.value.as_f64()));
             rest = &rest[run..];
+        }
+    }
+
+    /// [`push_points`](Self::push_points) for a folding function over
+    /// fixed buckets of `step` ms (the usual dashboard downsampler): a
+    /// bucket's points are found and folded in one pass, and the next
+    /// bucket is computed as [`push`](Self::push) computes it.
+    #[inline]
+    fn fold_fixed(&mut self, step: i64, pts: &[Point], out: &mut Vec<(i64, Value)>) {
+        let mut rest = pts;
+        while let Some(p) = rest.first() {
+            let ts = p.timestamp_ms as i64;
+            let inside = matches!(self.current, Some(b) if ts >= b && ts < self.current_end);
+            if !inside {
+                // `push`'s rule: the bucket right after the current one
+                // without a division, else the epoch-aligned one.
+                let b = match self.current {
+                    Some(_) if ts >= self.current_end && ts - self.current_end < step => {
+                        self.current_end
+                    }
+                    _ => ts - ts.rem_euclid(step),
+                };
+                match (self.current, self.fill, self.fold.as_mut()) {
+                    // Without fill values the closed bucket is its value
+                    // alone: what `flush` writes then, without its
+                    // general steps.
+                    (Some(closed), None, Some(fold)) => {
+                        out.push((closed, Value::Float(fold.take())));
+                    }
+                    _ => self.flush(out),
+                }
+                self.current = Some(b);
+                self.current_end = b + step;
+            }
+            let (end, Some(fold)) = (self.current_end, self.fold.as_mut()) else {
+                return;
+            };
+            let begin = end - step;
+            let mut taken = 0;
+            fold.add_all(rest.iter().map_while(|p| {
+                let t = p.timestamp_ms as i64;
+                (t >= begin && t < end).then(|| {
+                    taken += 1;
+                    p.value.as_f64()
+                })
+            }));
+            rest = &rest[taken..];
         }
     }
 
