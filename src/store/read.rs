@@ -381,11 +381,24 @@ impl Store {
                     thread_local! {
                         static SCRATCH: std::cell::RefCell<crate::codec::compressed::Scratch> = Default::default();
                     }
+                    // The range as offsets from the row's base: a point at
+                    // offset `o` is kept if `base_ms + o` is in range.
+                    let from = start_ms.saturating_sub(base_ms).min(u32::MAX as u64 + 1) as i64;
+                    let to = match end_ms.checked_sub(base_ms) {
+                        Some(d) => d.min(u32::MAX as u64) as i64,
+                        None => -1,
+                    };
                     let ok = SCRATCH.with(|scratch| {
-                        crate::codec::compressed::decode_values_with(
+                        crate::codec::compressed::decode_values_in(
                             v,
                             &mut scratch.borrow_mut(),
-                            &mut push,
+                            from,
+                            to,
+                            buf,
+                            |offset_ms, value| Point {
+                                timestamp_ms: base_ms + offset_ms as u64,
+                                value,
+                            },
                         )
                         .is_ok()
                     });
