@@ -89,34 +89,48 @@ impl Rate {
     /// locals and divides the interval once for a run of equal steps;
     /// anything else goes through `push`.
     pub(crate) fn push_points(&mut self, pts: &[Point], out: &mut Vec<(i64, Value)>) {
-        out.reserve(pts.len());
         let mut rest = pts;
         // The last interval (ms) and its length in seconds, as `push`
         // computes it.
         let mut step = (0i64, 0f64);
         while let Some((p, tail)) = rest.split_first() {
-            let (ts, v) = (p.timestamp_ms as i64, p.value);
-            let Some((t0, v0)) = self.prev else {
-                self.push(ts, v, out);
+            let Some((mut t0, mut v0)) = self.prev else {
+                self.push(p.timestamp_ms as i64, p.value, out);
                 rest = tail;
                 continue;
             };
-            let diff = match (v0, v) {
-                (Value::Int(a), Value::Int(b)) => b.wrapping_sub(a) as f64,
-                _ => v.as_f64() - v0.as_f64(),
-            };
-            if ts <= t0 || (self.opts.counter && diff < 0.0) {
-                self.push(ts, v, out);
+            // A run of ordinary steps, written into room made for the
+            // whole rest of the row (cut back to the run after): the loop
+            // keeps the previous point and the output's length in locals.
+            let base = out.len();
+            out.resize(base + rest.len(), (0, Value::Int(0)));
+            let mut run = 0;
+            for (slot, p) in out[base..].iter_mut().zip(rest) {
+                let (ts, v) = (p.timestamp_ms as i64, p.value);
+                let diff = match (v0, v) {
+                    (Value::Int(a), Value::Int(b)) => b.wrapping_sub(a) as f64,
+                    _ => v.as_f64() - v0.as_f64(),
+                };
+                if ts <= t0 || (self.opts.counter && diff < 0.0) {
+                    break;
+                }
+                let dt = ts - t0;
+                if step.0 != dt {
+                    step = (dt, dt as f64 / 1000.0);
+                }
+                *slot = (ts, Value::Float(diff / step.1));
+                (t0, v0) = (ts, v);
+                run += 1;
+            }
+            out.truncate(base + run);
+            self.prev = Some((t0, v0));
+            rest = &rest[run..];
+            // The point that ended the run (a step back, a counter reset)
+            // goes the general way.
+            if let Some((p, tail)) = rest.split_first() {
+                self.push(p.timestamp_ms as i64, p.value, out);
                 rest = tail;
-                continue;
             }
-            let dt = ts - t0;
-            if step.0 != dt {
-                step = (dt, dt as f64 / 1000.0);
-            }
-            out.push((ts, Value::Float(diff / step.1)));
-            self.prev = Some((ts, v));
-            rest = tail;
         }
     }
 
