@@ -7,8 +7,26 @@ use chrono::{DateTime, Utc};
 /// `Double.toString(d)`: shortest round-trip digits, plain notation for
 /// 1e-3 <= |d| < 1e7 (always with a fractional part), else `d.dddE±n`.
 pub(crate) fn double_to_string(d: f64) -> String {
+    let mut s = String::new();
+    write_double(&mut s, d);
+    s
+}
+
+/// Appends `Double.toString(d)` to `out`: a query's answer writes many
+/// values, each without a string of its own in the usual (plain) case.
+pub(crate) fn write_double(out: &mut String, d: f64) {
+    use std::fmt::Write as _;
     let class = JavaClass::of(d.is_nan(), d.is_infinite(), d == 0.0, d.is_sign_negative());
-    java_to_string(d, class, (1e-3..1e7).contains(&d.abs()))
+    let plain = (1e-3..1e7).contains(&d.abs());
+    if plain && matches!(class, JavaClass::Finite) {
+        let start = out.len();
+        let _ = write!(out, "{d}");
+        if !out[start..].contains('.') {
+            out.push_str(".0");
+        }
+    } else {
+        out.push_str(&java_to_string(d, class, plain));
+    }
 }
 
 /// `Float.toString(f)`: as [`double_to_string`], with the shortest

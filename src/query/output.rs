@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::model::Tsuid;
-use crate::model::java::double_to_string;
+use crate::model::java::write_double;
 use crate::model::{Annotation, Value};
 
 /// One output series (a group of a sub-query).
@@ -84,7 +84,7 @@ pub(crate) fn write_value(out: &mut String, v: Value, nan_as_null: bool) {
         } else {
             "\"-Infinity\""
         }),
-        Value::Float(f) => out.push_str(&double_to_string(f)),
+        Value::Float(f) => write_double(out, f),
     }
 }
 
