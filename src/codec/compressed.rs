@@ -271,9 +271,16 @@ fn decode_offsets(
 /// The WAL's columnar batches scale floats by the same rule
 /// (`write::wal::columns`).
 pub(crate) fn decimal_scale(values: &[f64]) -> Option<(u32, Vec<i64>)> {
+    let mut out = Vec::with_capacity(values.len());
+    decimal_scale_into(values, &mut out).map(|e| (e, out))
+}
+
+/// [`decimal_scale`] into `out` (emptied first), for callers that keep
+/// the vector from one call to the next: the decimals `e`, or `None`.
+pub(crate) fn decimal_scale_into(values: &[f64], out: &mut Vec<i64>) -> Option<u32> {
     'exp: for e in 0..=MAX_DECIMALS {
         let scale = 10f64.powi(e as i32);
-        let mut out = Vec::with_capacity(values.len());
+        out.clear();
         for &v in values {
             let m = (v * scale).round();
             if !m.is_finite() || m.abs() >= (1u64 << 53) as f64 {
@@ -287,7 +294,7 @@ pub(crate) fn decimal_scale(values: &[f64]) -> Option<(u32, Vec<i64>)> {
             }
             out.push(m);
         }
-        return Some((e, out));
+        return Some(e);
     }
     None
 }

@@ -5,11 +5,10 @@
 //! costs about a quarter of what the same records cost compressed as they
 //! are (`05`). Pure functions over bytes, like [`super::record`].
 
-use std::collections::HashMap;
-
-use super::record::{Record, decode_records, encode_series, point_record};
-use crate::codec::compressed::{MAX_DECIMALS, decimal_scale};
+use super::record::{Record, RecordRef, decode_records, point_record, walk_records};
+use crate::codec::compressed::{MAX_DECIMALS, decimal_scale_into};
 use crate::codec::varint::{self, unzigzag, zigzag};
+use crate::model::hash::FastMap;
 use crate::model::point::Value;
 
 /// A series' values are all integers: zigzag deltas follow.
@@ -22,63 +21,121 @@ const VALUES_MIXED: u8 = 2;
 const MIXED_INT: u8 = 0;
 const MIXED_FLOAT: u8 = 1;
 
-/// One series' points in a batch, in the order they were logged.
-struct Group {
-    id: u32,
+/// Lays batches out by series, keeping its scratch space from one batch
+/// to the next: the WAL writer lays out every batch it writes, so a
+/// vector per series or per batch (and a map of series that forgets its
+/// size) would cost more than the layout itself.
+#[derive(Default)]
+pub(super) struct Layout {
+    /// The series definitions, as logged.
+    series: Vec<u8>,
+    /// Group of each point (series, in the order first seen), its time
+    /// as logged and value, in log order.
+    group_of: Vec<u32>,
     raw_ts: Vec<u64>,
     values: Vec<Value>,
+    /// Per group: the series id and its number of points.
+    groups: Vec<(u32, u32)>,
+    group_by_id: FastMap<u32, u32>,
+    /// The points again, grouped: each group's in log order.
+    grouped_ts: Vec<u64>,
+    grouped_values: Vec<Value>,
+    /// Where each group's next point goes in the grouped arrays.
+    next: Vec<u32>,
+    heads: Vec<u8>,
+    times: Vec<u8>,
+    value_bytes: Vec<u8>,
+    floats: Vec<f64>,
+    mantissas: Vec<i64>,
 }
 
-/// Appends the columnar body of `records` to `out`. `false` (with `out`
-/// as it was) when a record cannot be laid out by series: a delete or a
-/// histogram, whose place among the points replay depends on.
-pub(super) fn encode(records: &[Record], out: &mut Vec<u8>) -> bool {
-    let start = out.len();
-    let mut series = Vec::new();
-    let mut groups: Vec<Group> = Vec::new();
-    let mut index: HashMap<u32, usize> = HashMap::new();
-    for r in records {
-        let (id, raw_ts, value) = match r {
-            Record::Series { id, metric, tags } => {
-                encode_series(&mut series, *id, metric, tags.iter().map(|(k, v)| (k, v)));
-                continue;
+impl Layout {
+    /// Appends the columnar body of the records in `payload` (plain
+    /// records back to back, as appenders encode them) to `out`. `false`
+    /// (with `out` as it was) when a record does not decode, or cannot be
+    /// laid out by series: a delete or a histogram, whose place among the
+    /// points replay depends on.
+    pub(super) fn encode(&mut self, payload: &[u8], out: &mut Vec<u8>) -> bool {
+        self.series.clear();
+        self.group_of.clear();
+        self.raw_ts.clear();
+        self.values.clear();
+        self.groups.clear();
+        self.group_by_id.clear();
+        let mut by_series = true;
+        let decoded = walk_records(payload, |r| match r {
+            RecordRef::Series { bytes, .. } => self.series.extend_from_slice(bytes),
+            RecordRef::Point { id, raw_ts, value } => {
+                let groups = &mut self.groups;
+                let g = *self.group_by_id.entry(id).or_insert_with(|| {
+                    groups.push((id, 0));
+                    groups.len() as u32 - 1
+                });
+                self.groups[g as usize].1 += 1;
+                self.group_of.push(g);
+                self.raw_ts.push(raw_ts);
+                self.values.push(value);
             }
-            Record::Point { id, ts, value } => (*id, ts.raw(), *value),
-            Record::UnstorablePoint { id, raw_ts, value } => (*id, *raw_ts, *value),
-            Record::Histogram { .. } | Record::Delete { .. } => {
-                out.truncate(start);
-                return false;
-            }
-        };
-        let g = *index.entry(id).or_insert_with(|| {
-            groups.push(Group {
-                id,
-                raw_ts: Vec::new(),
-                values: Vec::new(),
-            });
-            groups.len() - 1
+            RecordRef::Histogram { .. } | RecordRef::Delete { .. } => by_series = false,
         });
-        groups[g].raw_ts.push(raw_ts);
-        groups[g].values.push(value);
+        if decoded.is_none() || !by_series {
+            return false;
+        }
+        // Each group's points, in log order, one group after another.
+        self.next.clear();
+        let mut at = 0u32;
+        for &(_, n) in &self.groups {
+            self.next.push(at);
+            at += n;
+        }
+        self.grouped_ts.clear();
+        self.grouped_ts.resize(self.raw_ts.len(), 0);
+        self.grouped_values.clear();
+        self.grouped_values.resize(self.values.len(), Value::Int(0));
+        for (i, &g) in self.group_of.iter().enumerate() {
+            let to = &mut self.next[g as usize];
+            self.grouped_ts[*to as usize] = self.raw_ts[i];
+            self.grouped_values[*to as usize] = self.values[i];
+            *to += 1;
+        }
+        let base = self.raw_ts.first().copied().unwrap_or(0);
+        self.heads.clear();
+        self.times.clear();
+        self.value_bytes.clear();
+        let mut prev_id = 0i64;
+        let mut from = 0usize;
+        for &(id, n) in &self.groups {
+            let to = from + n as usize;
+            varint::put(zigzag(i64::from(id) - prev_id), &mut self.heads);
+            prev_id = i64::from(id);
+            varint::put(u64::from(n), &mut self.heads);
+            encode_times(&self.grouped_ts[from..to], base, &mut self.times);
+            encode_values(
+                &self.grouped_values[from..to],
+                &mut self.floats,
+                &mut self.mantissas,
+                &mut self.value_bytes,
+            );
+            from = to;
+        }
+        put_section(out, &self.series);
+        varint::put(self.groups.len() as u64, out);
+        varint::put(base, out);
+        put_section(out, &self.heads);
+        put_section(out, &self.times);
+        put_section(out, &self.value_bytes);
+        if self.raw_ts.capacity() > KEEP_POINTS {
+            // A rare huge batch (a backlog written at once) does not pin
+            // its scratch space for the life of the log.
+            *self = Layout::default();
+        }
+        true
     }
-    let base = groups.first().map_or(0, |g| g.raw_ts[0]);
-    let (mut heads, mut times, mut values) = (Vec::new(), Vec::new(), Vec::new());
-    let mut prev_id = 0i64;
-    for g in &groups {
-        varint::put(zigzag(i64::from(g.id) - prev_id), &mut heads);
-        prev_id = i64::from(g.id);
-        varint::put(g.raw_ts.len() as u64, &mut heads);
-        encode_times(&g.raw_ts, base, &mut times);
-        encode_values(&g.values, &mut values);
-    }
-    put_section(out, &series);
-    varint::put(groups.len() as u64, out);
-    varint::put(base, out);
-    put_section(out, &heads);
-    put_section(out, &times);
-    put_section(out, &values);
-    true
 }
+
+/// The points a [`Layout`] keeps room for between batches: several
+/// times a batch the writer wakes for (1 MiB of log).
+const KEEP_POINTS: usize = 256 << 10;
 
 fn put_section(out: &mut Vec<u8>, section: &[u8]) {
     varint::put(section.len() as u64, out);
@@ -102,30 +159,34 @@ fn encode_times(raw: &[u64], base: u64, out: &mut Vec<u8>) {
     // which costs a byte or two once per series and batch.
 }
 
-fn encode_values(values: &[Value], out: &mut Vec<u8>) {
-    let ints: Option<Vec<i64>> = values
-        .iter()
-        .map(|v| match v {
-            Value::Int(i) => Some(*i),
-            Value::Float(_) => None,
-        })
-        .collect();
-    if let Some(ints) = ints {
+/// One series' values: all integers, all decimals of one scale, or
+/// mixed. `floats` and `mantissas` are scratch space.
+fn encode_values(
+    values: &[Value],
+    floats: &mut Vec<f64>,
+    mantissas: &mut Vec<i64>,
+    out: &mut Vec<u8>,
+) {
+    let int = |v: &Value| match v {
+        Value::Int(i) => Some(*i),
+        Value::Float(_) => None,
+    };
+    if values.iter().all(|v| int(v).is_some()) {
         out.push(VALUES_INT);
-        put_deltas(&ints, out);
+        put_deltas(values.iter().filter_map(int), out);
         return;
     }
-    let floats: Option<Vec<f64>> = values
-        .iter()
-        .map(|v| match v {
-            Value::Float(f) => Some(*f),
-            Value::Int(_) => None,
-        })
-        .collect();
-    if let Some((e, mantissas)) = floats.as_deref().and_then(decimal_scale) {
+    floats.clear();
+    floats.extend(values.iter().map_while(|v| match v {
+        Value::Float(f) => Some(*f),
+        Value::Int(_) => None,
+    }));
+    if floats.len() == values.len()
+        && let Some(e) = decimal_scale_into(floats, mantissas)
+    {
         out.push(VALUES_DECIMAL);
         out.push(e as u8);
-        put_deltas(&mantissas, out);
+        put_deltas(mantissas.iter().copied(), out);
         return;
     }
     out.push(VALUES_MIXED);
@@ -143,9 +204,9 @@ fn encode_values(values: &[Value], out: &mut Vec<u8>) {
     }
 }
 
-fn put_deltas(ints: &[i64], out: &mut Vec<u8>) {
+fn put_deltas(ints: impl Iterator<Item = i64>, out: &mut Vec<u8>) {
     let mut prev = 0i64;
-    for &i in ints {
+    for i in ints {
         varint::put(zigzag(i.wrapping_sub(prev)), out);
         prev = i;
     }

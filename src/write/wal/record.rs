@@ -144,7 +144,7 @@ struct Cursor<'a> {
     i: usize,
 }
 
-impl Cursor<'_> {
+impl<'a> Cursor<'a> {
     fn byte(&mut self) -> Option<u8> {
         let v = *self.b.get(self.i)?;
         self.i += 1;
@@ -155,15 +155,15 @@ impl Cursor<'_> {
         varint::get(self.b, &mut self.i)
     }
 
-    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
         let s = self.b.get(self.i..self.i.checked_add(n)?)?;
         self.i += n;
         Some(s)
     }
 
-    fn string(&mut self) -> Option<String> {
+    fn str(&mut self) -> Option<&'a str> {
         let n = self.varint()? as usize;
-        String::from_utf8(self.bytes(n)?.to_vec()).ok()
+        std::str::from_utf8(self.bytes(n)?).ok()
     }
 }
 
@@ -172,8 +172,8 @@ pub(super) struct FrameCompressor {
     zstd: zstd::bulk::Compressor<'static>,
     /// The batch's records back to back, as the appenders encoded them.
     records: Vec<u8>,
-    /// The same, decoded, and laid out by series.
-    decoded: Vec<Record>,
+    /// The same laid out by series, and its scratch space.
+    layout: super::columns::Layout,
     columns: Vec<u8>,
     compressed: Vec<u8>,
 }
@@ -184,7 +184,7 @@ impl FrameCompressor {
             zstd: zstd::bulk::Compressor::new(ZSTD_LEVEL)
                 .expect("zstd takes its own fastest level"),
             records: Vec::new(),
-            decoded: Vec::new(),
+            layout: super::columns::Layout::default(),
             columns: Vec::new(),
             compressed: Vec::new(),
         }
@@ -213,11 +213,9 @@ impl FrameCompressor {
         if i != frames.len() || self.records.len() > MAX_FRAME {
             return;
         }
-        self.decoded.clear();
         self.columns.clear();
-        let by_series = decode_records(&self.records, &mut self.decoded).is_some()
-            && super::columns::encode(&self.decoded, &mut self.columns)
-            && self.columns.len() <= MAX_FRAME;
+        let by_series =
+            self.layout.encode(&self.records, &mut self.columns) && self.columns.len() <= MAX_FRAME;
         let (tag, body) = if by_series {
             (REC_COLUMNS, &self.columns)
         } else {
@@ -279,20 +277,85 @@ pub(super) fn point_record(id: u32, raw_ts: u64, value: Value) -> Record {
     }
 }
 
-pub(super) fn decode_records(payload: &[u8], out: &mut Vec<Record>) -> Option<()> {
+/// One record of a payload, borrowed from its bytes.
+pub(super) enum RecordRef<'a> {
+    /// A series definition; `bytes` is the whole record as encoded.
+    Series {
+        bytes: &'a [u8],
+        id: u32,
+        metric: &'a str,
+        tags: Vec<(&'a str, &'a str)>,
+    },
+    /// A point, with its time as logged (checked by [`point_record`]).
+    Point { id: u32, raw_ts: u64, value: Value },
+    Histogram {
+        id: u32,
+        raw_ts: u64,
+        value: &'a [u8],
+    },
+    Delete {
+        tsuid: &'a [u8],
+        first_hour: u32,
+        last_hour: u32,
+    },
+}
+
+impl RecordRef<'_> {
+    fn to_record(&self) -> Record {
+        match self {
+            RecordRef::Series {
+                id, metric, tags, ..
+            } => Record::Series {
+                id: *id,
+                metric: (*metric).to_string(),
+                tags: tags
+                    .iter()
+                    .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                    .collect(),
+            },
+            RecordRef::Point { id, raw_ts, value } => point_record(*id, *raw_ts, *value),
+            RecordRef::Histogram { id, raw_ts, value } => Record::Histogram {
+                id: *id,
+                raw_ts: *raw_ts,
+                value: value.to_vec(),
+            },
+            RecordRef::Delete {
+                tsuid,
+                first_hour,
+                last_hour,
+            } => Record::Delete {
+                tsuid: tsuid.to_vec(),
+                first_hour: *first_hour,
+                last_hour: *last_hour,
+            },
+        }
+    }
+}
+
+/// Hands each record of `payload` to `f`, in order, without copying
+/// it; `None` once a byte is out of place (after the records before it).
+/// The one reader of plain records: [`decode_records`] and the columnar
+/// layout of a batch (`super::columns`) both read through it.
+pub(super) fn walk_records<'a>(payload: &'a [u8], mut f: impl FnMut(RecordRef<'a>)) -> Option<()> {
     let mut c = Cursor { b: payload, i: 0 };
     while c.i < payload.len() {
+        let start = c.i;
         match c.byte()? {
             REC_SERIES => {
                 let id = c.varint()? as u32;
-                let metric = c.string()?;
+                let metric = c.str()?;
                 let n = c.varint()? as usize;
                 // A corrupt count must not reserve gigabytes.
                 let mut tags = Vec::with_capacity(n.min(64));
                 for _ in 0..n {
-                    tags.push((c.string()?, c.string()?));
+                    tags.push((c.str()?, c.str()?));
                 }
-                out.push(Record::Series { id, metric, tags });
+                f(RecordRef::Series {
+                    bytes: &payload[start..c.i],
+                    id,
+                    metric,
+                    tags,
+                });
             }
             kind @ (REC_INT | REC_FLOAT) => {
                 let id = c.varint()? as u32;
@@ -303,21 +366,21 @@ pub(super) fn decode_records(payload: &[u8], out: &mut Vec<Record>) -> Option<()
                     let b: [u8; 8] = c.bytes(8)?.try_into().ok()?;
                     Value::Float(f64::from_bits(u64::from_le_bytes(b)))
                 };
-                out.push(point_record(id, raw_ts, value));
+                f(RecordRef::Point { id, raw_ts, value });
             }
             REC_HISTOGRAM => {
                 let id = c.varint()? as u32;
                 let raw_ts = c.varint()?;
                 let n = c.varint()? as usize;
-                let value = c.bytes(n)?.to_vec();
-                out.push(Record::Histogram { id, raw_ts, value });
+                let value = c.bytes(n)?;
+                f(RecordRef::Histogram { id, raw_ts, value });
             }
             REC_DELETE => {
                 let n = c.varint()? as usize;
-                let tsuid = c.bytes(n)?.to_vec();
+                let tsuid = c.bytes(n)?;
                 let first_hour = u32::try_from(c.varint()?).ok()?;
                 let last_hour = u32::try_from(c.varint()?).ok()?;
-                out.push(Record::Delete {
+                f(RecordRef::Delete {
                     tsuid,
                     first_hour,
                     last_hour,
@@ -327,6 +390,10 @@ pub(super) fn decode_records(payload: &[u8], out: &mut Vec<Record>) -> Option<()
         }
     }
     Some(())
+}
+
+pub(super) fn decode_records(payload: &[u8], out: &mut Vec<Record>) -> Option<()> {
+    walk_records(payload, |r| out.push(r.to_record()))
 }
 
 /// Decodes the frame at the start of `bytes` onto `out` and returns its
@@ -876,6 +943,73 @@ pub(super) mod tests {
             compressed(&[small.to_vec()]),
             encode_frames(&[small.to_vec()])
         );
+    }
+
+    /// Series interleaved, definitions between points, and values of
+    /// every kind a group can hold: integers, decimals, other floats
+    /// (NaN, -0.0, a third), and times in seconds, in milliseconds and
+    /// past the last row.
+    fn mixed_batch() -> Vec<Vec<Record>> {
+        let series = |id: u32| Record::Series {
+            id,
+            metric: format!("m{id}"),
+            tags: vec![("host".into(), format!("h{}", id % 3))],
+        };
+        let point = |id: u32, raw_ts: u64, value| point_record(id, raw_ts, value);
+        let values = [
+            Value::Int(-7),
+            Value::Float(0.25),
+            Value::Float(f64::NAN),
+            Value::Float(-0.0),
+            Value::Float(1.0 / 3.0),
+            Value::Int(i64::MAX),
+            Value::Float(12.5),
+        ];
+        let mut frames = vec![vec![series(9), series(2)]];
+        for step in 0..12u64 {
+            let mut f = Vec::new();
+            if step == 4 {
+                f.push(series(40_000));
+            }
+            for id in [9u32, 2, 40_000, 7] {
+                if id == 40_000 && step < 4 {
+                    continue;
+                }
+                let raw_ts = match (id, step % 3) {
+                    (7, 0) => 9_999_999_999_999,
+                    (7, _) => 1_356_998_400_000 + step * 250,
+                    _ => 1_356_998_400 + step * 10,
+                };
+                let value = match id {
+                    9 => Value::Int(step as i64 * 1000 - 3),
+                    2 => Value::Float(step as f64 / 10.0),
+                    _ => values[(step as usize + id as usize) % values.len()],
+                };
+                f.push(point(id, raw_ts, value));
+            }
+            frames.push(f);
+        }
+        frames
+    }
+
+    /// The columnar layout of the devops and mixed batches, checked by
+    /// CRC-32 and length against what the first layout (3ebaab5, store
+    /// format 5) wrote: its bytes are a stored format.
+    #[test]
+    fn batches_are_laid_out_as_format_5_lays_them_out() {
+        for (frames, want) in [
+            (devops_batch(), (0x8f7f_e854, 7065)),
+            (mixed_batch(), (0xb13d_d9af, 388)),
+        ] {
+            let bytes = compressed(&frames);
+            assert_eq!(bytes[FRAME_HEADER], REC_COLUMNS);
+            let mut c = Cursor {
+                b: &bytes[FRAME_HEADER..],
+                i: 1,
+            };
+            let body = decompress(&mut c).unwrap();
+            assert_eq!((crc32fast::hash(&body), body.len()), want);
+        }
     }
 
     #[test]
