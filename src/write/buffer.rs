@@ -257,17 +257,35 @@ impl Buffer {
     /// cost more than the insert itself.
     pub(crate) fn insert_batch(&self, points: &[super::wal::PendingPoint], segment: u64) {
         let now = self.clock_s.load(Ordering::Relaxed);
-        let mut order: Vec<(u8, u32)> = points
-            .iter()
-            .enumerate()
-            .map(|(i, p)| ((p.series.id as usize % SHARDS) as u8, i as u32))
-            .collect();
-        // Stable: a series' points keep their order (the last write of a
-        // timestamp wins).
-        order.sort_by_key(|&(shard, _)| shard);
-        for run in order.chunk_by(|a, b| a.0 == b.0) {
-            let mut shard = self.shards[run[0].0 as usize].lock();
-            for &(_, i) in run {
+        // The points by shard, counted out (one pass each way, no sort):
+        // in each shard in the order given, so a series' points keep
+        // their order (the last write of a timestamp wins).
+        let shard_of = |p: &super::wal::PendingPoint| p.series.id as usize % SHARDS;
+        let mut ends = [0u32; SHARDS];
+        for p in points {
+            ends[shard_of(p)] += 1;
+        }
+        let mut at = 0;
+        for end in ends.iter_mut() {
+            at += *end;
+            *end = at;
+        }
+        let mut order = vec![0u32; points.len()];
+        let mut next = ends;
+        for (i, p) in points.iter().enumerate().rev() {
+            let slot = &mut next[shard_of(p)];
+            *slot -= 1;
+            order[*slot as usize] = i as u32;
+        }
+        let mut from = 0;
+        for (shard, &end) in ends.iter().enumerate() {
+            let run = &order[from as usize..end as usize];
+            from = end;
+            if run.is_empty() {
+                continue;
+            }
+            let mut shard = self.shards[shard].lock();
+            for &i in run {
                 let p = &points[i as usize];
                 insert_into(
                     &mut shard,
