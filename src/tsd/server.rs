@@ -212,7 +212,11 @@ async fn serve_http(state: Arc<TsdState>, stream: TcpStream) {
         epoch,
     });
     let st = state.clone();
-    let svc = service_fn(move |req| super::http::serve_request(st.clone(), req));
+    let memo = super::http::ConnMemo::default();
+    let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(memo.clone());
+        super::http::serve_request(st.clone(), req)
+    });
     let mut builder = http1::Builder::new();
     builder.keep_alive(true).timer(TokioTimer::new());
     let timeout = state.options.socket_timeout;

@@ -63,74 +63,118 @@ pub struct Series {
     pub(crate) last_received: AtomicU64,
 }
 
-/// One connection's memo of the series its lines named, keyed by the
-/// names as written: the metric and the tag words in arrival order. A line
-/// that names a series the same way again skips parsing its tags, sorting
-/// them into the series key and the shared cache's lookup (together about
-/// a quarter of a telnet put's CPU with 8 tags). Bounded by
-/// [`SeriesMemo::MAX`] entries (emptied when full), and emptied when the
-/// shared cache forgets names ([`SeriesCache::recall`]).
+/// One connection's memo of the series its points named, keyed by their
+/// names as the connection wrote them: the metric, and a text standing
+/// for the tags (telnet: the tag words in arrival order; `/api/put`: the
+/// tags' part of the series key, [`TagsKey`]). A point that names a
+/// series the same way again skips parsing its tags, building its series
+/// key and the shared cache's lookup (together about a quarter of a
+/// telnet put's CPU with 8 tags).
+///
+/// Two levels: the tag texts, each stored once and numbered, then the
+/// series by tag text number and metric. Collectors send a host's metrics
+/// one after another, so the tag text is usually the last one's,
+/// compared in place with no hash of it, and a series' entry holds only
+/// its metric. Bounded by [`SeriesMemo::MAX`] series (emptied when
+/// full), and emptied when the shared cache forgets names
+/// ([`SeriesCache::recall`]).
 #[derive(Default)]
 pub struct SeriesMemo {
-    /// `metric`, a space, then the tag words as written.
-    table: hashbrown::HashTable<(Box<str>, Arc<Series>)>,
+    /// The tag texts, by number.
+    tag_texts: Vec<Box<str>>,
+    /// Numbers in `tag_texts`, found by the text's hash.
+    by_text: hashbrown::HashTable<u32>,
+    /// (tag text number, metric, series).
+    series: hashbrown::HashTable<(u32, Box<str>, Arc<Series>)>,
+    /// The tag text of the last lookup or entry.
+    last_text: Option<u32>,
     generation: u64,
 }
 
 impl SeriesMemo {
-    /// Entries kept per connection: a few MB at most, and more than the
+    /// Series kept per connection: a few MB at most, and more than the
     /// series one collector connection usually sends.
     pub const MAX: usize = 16 * 1024;
 
-    fn hash(metric: &str, tags_text: &str) -> u64 {
-        hash_bytes(
-            hash_bytes(0x6d656d6f, metric.as_bytes()),
-            tags_text.as_bytes(),
-        )
+    fn text_hash(text: &str) -> u64 {
+        hash_bytes(0x6d656d6f, text.as_bytes())
     }
 
-    fn matches(key: &str, metric: &str, tags_text: &str) -> bool {
-        key.len() == metric.len() + 1 + tags_text.len()
-            && key.starts_with(metric)
-            && key.as_bytes()[metric.len()] == b' '
-            && key.ends_with(tags_text)
+    fn series_hash(text: u32, metric: &str) -> u64 {
+        hash_bytes(u64::from(text), metric.as_bytes())
     }
 
-    fn get(&self, metric: &str, tags_text: &str) -> Option<&Arc<Series>> {
-        self.table
-            .find(Self::hash(metric, tags_text), |(k, _)| {
-                Self::matches(k, metric, tags_text)
+    /// The number of `tags_text`, if stored.
+    fn text_number(&mut self, tags_text: &str) -> Option<u32> {
+        if let Some(n) = self.last_text
+            && *self.tag_texts[n as usize] == *tags_text
+        {
+            return Some(n);
+        }
+        let texts = &self.tag_texts;
+        let n = *self.by_text.find(Self::text_hash(tags_text), |&n| {
+            *texts[n as usize] == *tags_text
+        })?;
+        self.last_text = Some(n);
+        Some(n)
+    }
+
+    fn get(&mut self, metric: &str, tags_text: &str) -> Option<&Arc<Series>> {
+        let text = self.text_number(tags_text)?;
+        self.series
+            .find(Self::series_hash(text, metric), |(t, m, _)| {
+                *t == text && **m == *metric
             })
-            .map(|(_, s)| s)
+            .map(|(_, _, s)| s)
     }
 
     /// Remembers that `metric` with `tags_text` named `series` (whose
     /// names were checked).
     pub fn remember(&mut self, metric: &str, tags_text: &str, series: Arc<Series>) {
-        if self.table.len() >= Self::MAX {
-            self.table.clear();
+        if self.series.len() >= Self::MAX {
+            self.clear();
         }
-        let hash = Self::hash(metric, tags_text);
+        let text = match self.text_number(tags_text) {
+            Some(n) => n,
+            None => {
+                let n = self.tag_texts.len() as u32;
+                self.tag_texts.push(tags_text.into());
+                let texts = &self.tag_texts;
+                self.by_text
+                    .insert_unique(Self::text_hash(tags_text), n, |&n| {
+                        Self::text_hash(&texts[n as usize])
+                    });
+                self.last_text = Some(n);
+                n
+            }
+        };
+        let hash = Self::series_hash(text, metric);
         if self
-            .table
-            .find(hash, |(k, _)| Self::matches(k, metric, tags_text))
+            .series
+            .find(hash, |(t, m, _)| *t == text && **m == *metric)
             .is_some()
         {
             return;
         }
-        let key: Box<str> = format!("{metric} {tags_text}").into();
-        self.table.insert_unique(hash, (key, series), |(k, _)| {
-            let (m, t) = k.split_once(' ').expect("a memo key");
-            Self::hash(m, t)
-        });
+        self.series
+            .insert_unique(hash, (text, metric.into(), series), |(t, m, _)| {
+                Self::series_hash(*t, m)
+            });
+    }
+
+    fn clear(&mut self) {
+        self.tag_texts.clear();
+        self.by_text.clear();
+        self.series.clear();
+        self.last_text = None;
     }
 
     pub fn len(&self) -> usize {
-        self.table.len()
+        self.series.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+        self.series.is_empty()
     }
 }
 
@@ -223,6 +267,12 @@ impl TagsKey {
     pub fn set(&mut self, tags: &[(&str, &str)]) {
         self.text.clear();
         self.valid = sorted_tags_into(tags, &mut self.text);
+    }
+
+    /// The text a [`SeriesMemo`] knows these tags by; `None` if a name
+    /// holds a separator (such names are refused, never remembered).
+    pub fn memo_text(&self) -> Option<&str> {
+        self.valid.then_some(self.text.as_str())
     }
 
     /// [`series_key`] of `metric` and these tags.
@@ -351,7 +401,7 @@ impl SeriesCache {
     ) -> Option<Arc<Series>> {
         let generation = self.generation.load(Ordering::Acquire);
         if memo.generation != generation {
-            memo.table.clear();
+            memo.clear();
             memo.generation = generation;
             return None;
         }
@@ -820,6 +870,41 @@ mod tests {
         c.forget_names();
         assert!(c.recall(&mut memo, "m", "host=a dc=x").is_none());
         assert!(memo.is_empty());
+    }
+
+    /// Series that share a metric or a tag text are told apart, whichever
+    /// order they are asked for in.
+    #[test]
+    fn a_memo_tells_series_apart_by_metric_and_tags() {
+        let c = cache(true);
+        let mut buf = String::new();
+        let names = [
+            ("m1", "host=a"),
+            ("m2", "host=a"),
+            ("m1", "host=b"),
+            ("m2", "host=ab"),
+        ];
+        let mut memo = SeriesMemo::default();
+        let mut series = Vec::new();
+        for (m, t) in names {
+            let host = t.strip_prefix("host=").unwrap();
+            let (s, _) = c
+                .resolve(m, 1, Value::Int(1), &[("host", host)], &mut buf)
+                .unwrap();
+            memo.remember(m, t, s.clone());
+            series.push(s);
+        }
+        assert_eq!(memo.len(), 4);
+        for order in [[0, 1, 2, 3], [3, 2, 1, 0], [0, 2, 1, 3], [1, 1, 3, 0]] {
+            for i in order {
+                let (m, t) = names[i];
+                let got = c.recall(&mut memo, m, t).unwrap();
+                assert!(Arc::ptr_eq(&got, &series[i]), "{m} {t}");
+            }
+        }
+        assert!(c.recall(&mut memo, "m3", "host=a").is_none());
+        assert!(c.recall(&mut memo, "m1", "host=ab").is_none());
+        assert!(c.recall(&mut memo, "m1", "host=").is_none());
     }
 
     #[test]

@@ -128,3 +128,97 @@ fn body_limits() {
         200
     );
 }
+
+on_both_backends!(a_keep_alive_connection_sees_a_rename_made_elsewhere_at_once);
+
+/// One `/api/put` request on a kept-alive connection `s`: (status, body).
+fn put_on(s: &mut std::net::TcpStream, body: &str) -> (u16, String) {
+    use std::io::Read;
+    write!(
+        s,
+        "POST /api/put?details HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let (head_end, len) = loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed: {got:?}");
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .unwrap_or(0);
+            break (end + 4, len);
+        }
+    };
+    while got.len() < head_end + len {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed: {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let status = text[9..12].parse().unwrap();
+    (status, text[head_end..head_end + len].to_string())
+}
+
+/// A connection remembers the series its put bodies named (as telnet
+/// connections do), but a rename on another connection is seen by its
+/// very next put: the old name gets a new UID as in OpenTSDB, and a bad
+/// timestamp on a remembered series still gets OpenTSDB's message.
+fn a_keep_alive_connection_sees_a_rename_made_elsewhere_at_once(backend: Backend) {
+    let Some(t) = Tsds::start(backend, &[("tsd.core.auto_create_metrics", "true")]) else {
+        return;
+    };
+    let a = t.writer().addr;
+    let mut s = std::net::TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let tags = r#"{"host":"a","dc":"x"}"#;
+    let p = |ts: i64, v: i64| {
+        format!(r#"{{"metric":"memo.h","timestamp":{ts},"value":{v},"tags":{tags}}}"#)
+    };
+    let (status, body) = put_on(
+        &mut s,
+        &format!("[{},{}]", p(1356998400, 1), p(1356998401, 2)),
+    );
+    assert_eq!(
+        (status, body.as_str()),
+        (200, r#"{"errors":[],"failed":0,"success":2}"#)
+    );
+    let r = http(
+        a,
+        "POST",
+        "/api/uid/rename?metric=memo.h&name=memo.renamed",
+        &[],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (status, body) = put_on(
+        &mut s,
+        &format!("[{},{}]", p(1356998410, 3), p(99999999999999, 3)),
+    );
+    assert_eq!(status, 400, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (answer["success"].as_u64(), answer["failed"].as_u64()),
+        (Some(1), Some(1)),
+        "{body}"
+    );
+    let error = answer["errors"][0]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(
+            "bad timestamp=99999999999999 when trying to add value=[3]/0 to metric=memo.h, tags={"
+        ),
+        "{error}"
+    );
+    assert_eq!(t.reader().point_count("memo.renamed"), 2);
+    assert_eq!(t.reader().point_count("memo.h"), 1);
+}

@@ -28,6 +28,7 @@ mod uid;
 pub(crate) use body::BodyBudget;
 pub use graph::GraphOptions;
 pub(crate) use graph::{GraphCache, new_cache as new_graph_cache};
+pub(crate) use put::ConnMemo;
 pub(crate) use routes::{Call, allow};
 
 use crate::query::request::query_pairs;

@@ -14,8 +14,9 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use crate::model::Timestamp;
 use crate::protocol::{PointError, parse_value};
-use crate::write::{PendingPoint, TagsKey};
+use crate::write::{PendingPoint, SeriesMemo, TagsKey};
 
 use super::super::TsdState;
 use super::body::{
@@ -314,6 +315,7 @@ pub(crate) fn check_points(
     state: &TsdState,
     batch: &Batch,
     header_tag: Option<(&str, &str)>,
+    memo: &mut SeriesMemo,
     outcome: &mut PutOutcome,
 ) -> Vec<PendingPoint> {
     let mut good = Vec::with_capacity(batch.points.len());
@@ -355,6 +357,15 @@ pub(crate) fn check_points(
         }
         let r = parse_value(v).and_then(|value| {
             check_finite(metric, p.timestamp, value)?;
+            let memo_text = tags_key.memo_text();
+            // A series this connection named before: its names were
+            // checked then, and only the time is left to check.
+            if let Some(text) = memo_text
+                && let Ok(ts) = Timestamp::from_raw(p.timestamp)
+                && let Some(series) = state.db.recall(memo, metric, text)
+            {
+                return Ok(PendingPoint { series, ts, value });
+            }
             let (series, ts) = state.db.resolve_keyed(
                 metric,
                 p.timestamp,
@@ -363,6 +374,9 @@ pub(crate) fn check_points(
                 Some(&tags_key),
                 &mut key,
             )?;
+            if let Some(text) = memo_text {
+                memo.remember(metric, text, series.clone());
+            }
             Ok(PendingPoint { series, ts, value })
         });
         match r {
@@ -392,6 +406,7 @@ pub(crate) fn log_points(
     state: &TsdState,
     points: &DecodedPoints,
     header_tag: Option<(&str, &str)>,
+    memo: &mut SeriesMemo,
     keep_errors: bool,
     throttle: &mut dyn FnMut(Appended),
 ) -> Logged {
@@ -400,7 +415,7 @@ pub(crate) fn log_points(
     let mut at = Cursor::default();
     let mut batch = Batch::default();
     while points.read_batch(&mut at, APPEND_BATCH, &mut batch) {
-        let good = check_points(state, &batch, header_tag, &mut logged.outcome);
+        let good = check_points(state, &batch, header_tag, memo, &mut logged.outcome);
         if good.is_empty() {
             continue;
         }
@@ -551,11 +566,19 @@ fn errors_json(o: &PutOutcome) -> String {
     s
 }
 
+/// The series memo of one HTTP connection ([`SeriesMemo`]): a client's
+/// put bodies usually name the series its previous ones named. The
+/// server puts it in each request's extensions; a connection's requests
+/// are served one at a time, so its lock is not waited on.
+#[derive(Clone, Default)]
+pub(crate) struct ConnMemo(Arc<parking_lot::Mutex<SeriesMemo>>);
+
 /// What reading and logging a put body needs, on whichever thread.
 struct PutJob {
     state: Arc<TsdState>,
     header_tag: Option<(String, String)>,
     keep_errors: bool,
+    memo: ConnMemo,
 }
 
 impl PutJob {
@@ -593,10 +616,16 @@ impl PutJob {
             .header_tag
             .as_ref()
             .map(|(k, v)| (k.as_str(), v.as_str()));
+        // (Were the lock ever held, by a job its client gave up on, this
+        // body goes without a memo rather than wait.)
+        let mut own = SeriesMemo::default();
+        let mut held = self.memo.0.try_lock();
+        let memo = held.as_deref_mut().unwrap_or(&mut own);
         Ok(log_points(
             &self.state,
             &points,
             ht,
+            memo,
             self.keep_errors,
             throttle,
         ))
@@ -663,6 +692,12 @@ pub(super) async fn route(c: Call, mut body: Incoming) -> Reply {
         state: state.clone(),
         header_tag,
         keep_errors: flags.details,
+        memo: c
+            .head
+            .extensions
+            .get::<ConnMemo>()
+            .cloned()
+            .unwrap_or_default(),
     };
     let decoder = match Encoding::of(&c.head) {
         Encoding::Unsupported(name) => {
