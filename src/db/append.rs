@@ -9,7 +9,6 @@ use super::Db;
 use crate::model::row_span::LAST_ROW_BASE;
 use crate::model::{Timestamp, Value};
 use crate::protocol::PointError;
-use crate::write::buffer;
 use crate::write::series::CellValue;
 use crate::write::{Series, SeriesMemo, TagsKey};
 
@@ -172,7 +171,7 @@ impl Db {
                 .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
             any = true;
         }
-        let now = buffer::now_s() as u64;
+        let now = crate::model::time::now_s() as u64;
         for (series, ts) in points {
             self.note_point(series, ts, now)?;
         }

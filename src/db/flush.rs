@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::Db;
 use crate::meta::Counting;
-use crate::write::buffer::{self, SealPolicy, SealedHour};
+use crate::write::buffer::{SealPolicy, SealedHour};
 use crate::write::{Series, wal};
 
 /// Once nothing is buffered, or a flush round let WAL segments go, the
@@ -208,7 +208,7 @@ impl Db {
     /// names why a point buffered before the call is not written.
     pub(super) fn flush_all_now(&self) -> Result<(), String> {
         let policy = SealPolicy {
-            now_s: buffer::now_s(),
+            now_s: crate::model::time::now_s(),
             grace_s: self.opts.seal_grace.as_secs() as u32,
             idle_s: 5,
             pressure: false,
@@ -370,7 +370,7 @@ impl Db {
         if self.store.kv().unavailable().is_some() && self.store.kv().recover().is_err() {
             return;
         }
-        let now = buffer::now_s();
+        let now = crate::model::time::now_s();
         self.buffer.tick(now);
         let policy = SealPolicy {
             now_s: now,

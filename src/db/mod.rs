@@ -63,10 +63,10 @@ use crate::storage::coordinator::Coordinator;
 use crate::store::rows::RowStore;
 use crate::store::{Store, StoreError};
 use crate::uid::UidTable;
+use crate::write::SeriesCache;
 use crate::write::buffer::{Buffer, SealPolicy};
 use crate::write::limits::SeriesLimiter;
 use crate::write::wal::{self, Wal};
-use crate::write::{SeriesCache, buffer};
 
 pub use crate::write::Series;
 pub use crate::write::limits::SeriesLimits;
@@ -485,7 +485,7 @@ impl Db {
         // A last chance for an engine that failed while the disk was full.
         let _ = self.store.kv().recover();
         self.flush(SealPolicy {
-            now_s: buffer::now_s(),
+            now_s: crate::model::time::now_s(),
             grace_s: 0,
             idle_s: 0,
             pressure: false,
@@ -654,7 +654,7 @@ mod tests {
         }
         let first = w.wal.active_segment().number;
         w.flush_everything(crate::write::buffer::SealPolicy {
-            now_s: crate::write::buffer::now_s(),
+            now_s: crate::model::time::now_s(),
             grace_s: 600,
             idle_s: 5,
             pressure: false,

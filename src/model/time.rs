@@ -5,6 +5,15 @@
 use chrono::{NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
 use thiserror::Error;
 
+/// Seconds since the epoch by this machine's clock, as the `u32` a row
+/// key's base hour is (clamped; 0 for a clock before 1970).
+pub fn now_s() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs().min(u64::from(u32::MAX)) as u32)
+        .unwrap_or(0)
+}
+
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum TimeError {
     #[error("Invalid time: {0}")]

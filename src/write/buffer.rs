@@ -227,7 +227,7 @@ impl Buffer {
                 .collect(),
             by_metric: RwLock::new(FastMap::default()),
             points: AtomicUsize::new(0),
-            clock_s: AtomicU32::new(now_s()),
+            clock_s: AtomicU32::new(crate::model::time::now_s()),
             in_flight: Mutex::new(HashMap::new()),
             next_batch: AtomicU64::new(1),
         }
@@ -576,13 +576,6 @@ impl Buffer {
             .map(|(k, (series, v))| (k, (series, dedup_last_wins(v, |p| p.timestamp_ms))))
             .collect()
     }
-}
-
-pub(crate) fn now_s() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs().min(u32::MAX as u64) as u32)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -490,7 +490,7 @@ impl SeriesCache {
                 .known_tsuid(metric, tags)
                 .is_some_and(|t| limiter.is_known(&t))
         {
-            limiter.admit(super::buffer::now_s() as u64, || {
+            limiter.admit(crate::model::time::now_s() as u64, || {
                 format!("metric={metric}, tags={}", java_tags(tags))
             })?;
         }

@@ -584,7 +584,7 @@ impl Inner {
     /// that order).
     fn get_data_rows(&self, keys: &[&[u8]]) -> Result<std::collections::HashMap<Vec<u8>, Vec<u8>>> {
         let started = std::time::Instant::now();
-        let now = read_cache::now_s();
+        let now = crate::model::time::now_s();
         let buckets: Vec<Option<usize>> = keys
             .iter()
             .map(|key| {
@@ -722,7 +722,7 @@ impl Inner {
         let inserted = self.http.post(&query, &params, &body);
         if table == Table::Data {
             // Read once the insert returned: a later clock announces more.
-            let now = read_cache::now_s();
+            let now = crate::model::time::now_s();
             let mut buckets: Vec<usize> = rows
                 .iter()
                 .filter_map(|r| {

@@ -49,14 +49,6 @@ pub(super) const LATE_AFTER_S: u32 = 3600;
 /// entries, the stamp).
 const ENTRY_OVERHEAD: usize = 96;
 
-/// Seconds since the epoch by this machine's clock.
-pub(super) fn now_s() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs().min(u64::from(u32::MAX)) as u32)
-        .unwrap_or(0)
-}
-
 /// Whether a reader at `now_s` may keep a row of base hour `base`.
 pub(super) fn cacheable(base: u32, now_s: u32) -> bool {
     u64::from(base) + u64::from(CACHED_AFTER_S) < u64::from(now_s)
