@@ -470,17 +470,9 @@ fn tags(b: &[u8], i: usize, f: &mut Fields) -> Step<usize> {
     let mut k = ws(b, i + 1)?;
     if b[k] != b'}' {
         loop {
-            if b[k] != b'"' {
-                return Err(Stop::Other);
-            }
-            let (key, next) = string(b, k + 1)?;
-            k = ws(b, next)?;
-            if b[k] != b':' {
-                return Err(Stop::Other);
-            }
-            k = ws(b, k + 1)?;
+            let (key, at) = member_name(b, k)?;
             let mut value = None;
-            k = string_or_null(b, k, &mut value)?;
+            k = string_or_null(b, at, &mut value)?;
             let name = &b[key.0..key.1];
             let value = value.map(rel);
             match f
@@ -504,6 +496,20 @@ fn tags(b: &[u8], i: usize, f: &mut Fields) -> Step<usize> {
     Ok(k + 1)
 }
 
+/// An object member's name whose opening quote is at `k`: its span, and
+/// the place of its value (past the `:` and any blanks).
+fn member_name(b: &[u8], k: usize) -> Step<(Span, usize)> {
+    if b[k] != b'"' {
+        return Err(Stop::Other);
+    }
+    let (key, next) = string(b, k + 1)?;
+    let k = ws(b, next)?;
+    if b[k] != b':' {
+        return Err(Stop::Other);
+    }
+    Ok((key, ws(b, k + 1)?))
+}
+
 /// A point object whose `{` is at `i`, read into `f`: the place after
 /// its `}`.
 fn point(b: &[u8], i: usize, f: &mut Fields) -> Step<usize> {
@@ -517,15 +523,8 @@ fn point(b: &[u8], i: usize, f: &mut Fields) -> Step<usize> {
         return Ok(k + 1);
     }
     loop {
-        if b[k] != b'"' {
-            return Err(Stop::Other);
-        }
-        let (key, next) = string(b, k + 1)?;
-        k = ws(b, next)?;
-        if b[k] != b':' {
-            return Err(Stop::Other);
-        }
-        k = ws(b, k + 1)?;
+        let key;
+        (key, k) = member_name(b, k)?;
         let field = match &b[key.0..key.1] {
             b"metric" => 0,
             b"timestamp" => 1,
