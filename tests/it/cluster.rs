@@ -348,3 +348,82 @@ fn writes_acknowledged_by_one_tsd_reach_hours_another_one_cached_at_once() {
     a.terminate();
     b.terminate();
 }
+
+/// B keeps the whole hours long past that a scan read (a query over
+/// every series of a metric, docs/scale-out.md "The read cache");
+/// whatever A acknowledged since is in B's very next scan all the same:
+/// a late point into an hour B holds, one into an hour B knows empty, a
+/// new series in an hour B holds, a delete. No polling: the order is
+/// strict.
+#[test]
+fn writes_acknowledged_by_one_tsd_reach_hours_another_one_scanned_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(conf) = ClusterConf::new("scan_cache", dir.path()) else {
+        return;
+    };
+    let mut text = std::fs::read_to_string(&conf.path).unwrap();
+    text.push_str("tsd.http.query.allow_delete = true\n");
+    std::fs::write(&conf.path, text).unwrap();
+    let a = tsd(&conf, &dir.path().join("a"));
+    let b = tsd(&conf, &dir.path().join("b"));
+    let put = |ts: u32, v: u32, host: &str| {
+        let body = format!(
+            r#"{{"metric":"sys.net","timestamp":{ts},"value":{v},"tags":{{"host":"{host}"}}}}"#
+        );
+        let r = post_put(a.addr, "?sync", &body);
+        assert_eq!(r.status, 204, "{}", r.text());
+    };
+    let point = |ts: &str, v: f64| (ts.to_string(), v);
+    // Every series of the metric: read by scanning its rows.
+    let q = "start=1356998000&end=1357005600&m=sum:sys.net";
+    put(1356998400, 1, "h1");
+    put(1356998400, 10, "h2");
+    // B scans the hour (and the next, empty one) twice: the second time
+    // from the whole hours it kept.
+    for _ in 0..2 {
+        assert_eq!(dps(&b, q), vec![point("1356998400", 11.0)]);
+    }
+
+    // A late point into the hour B holds, then one into the hour B knows
+    // empty: each in B's next scan.
+    put(1356999000, 2, "h1");
+    put(1356999000, 20, "h2");
+    assert_eq!(
+        dps(&b, q),
+        vec![point("1356998400", 11.0), point("1356999000", 22.0)]
+    );
+    put(1357002000, 3, "h1");
+    put(1357002000, 30, "h2");
+    let before_new = vec![
+        point("1356998400", 11.0),
+        point("1356999000", 22.0),
+        point("1357002000", 33.0),
+    ];
+    assert_eq!(dps(&b, q), before_new);
+    assert_eq!(dps(&b, q), before_new);
+
+    // A series A creates in an hour B holds.
+    put(1357002000, 100, "h3");
+    assert_eq!(
+        dps(&b, q),
+        vec![
+            point("1356998400", 11.0),
+            point("1356999000", 22.0),
+            point("1357002000", 133.0),
+        ]
+    );
+
+    // A deletes the first hour's points of h1 and h2.
+    for host in ["h1", "h2"] {
+        let r = json_http(
+            a.addr,
+            "DELETE",
+            &format!("/api/query?start=1356998000&end=1357000000&m=sum:sys.net%7Bhost={host}%7D"),
+            "",
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(dps(&b, q), vec![point("1357002000", 133.0)]);
+    a.terminate();
+    b.terminate();
+}

@@ -571,6 +571,20 @@ fn dps_of(srv: &TestServer, ts: u64, m: &str, host: &str) -> String {
     v.get(0).map_or("{}".to_string(), |s| s["dps"].to_string())
 }
 
+/// The `dps` of `sum:m` over every series, in the two hours from the
+/// one of `ts` on (read by a scan of the metric's rows: the read cache
+/// keeps the whole hours), as `srv` answers them.
+fn scanned_dps_of(srv: &TestServer, ts: u64, m: &str) -> String {
+    let start = ts / 3600 * 3600;
+    let (status, body) = get(
+        srv,
+        &format!("/api/query?start={start}&end={}&m=sum:{m}", start + 7199),
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v.get(0).map_or("{}".to_string(), |s| s["dps"].to_string())
+}
+
 /// A TSD keeps the rows of hours long past it read (docs/scale-out.md
 /// "The read cache"); an fsck repair made by another process is in its
 /// next answer. The row is broken behind every TSD's back (SQL), so the
@@ -587,6 +601,10 @@ fn an_fsck_repair_reaches_rows_a_tsd_cached() {
     put_sync(&srv, "sys.cpu", ts, 2, "a");
     put_sync(&srv, "sys.cpu", ts, 5, "b");
     assert_eq!(dps_of(&srv, ts, "sys.cpu", "a"), r#"{"1356998400":2}"#);
+    // Twice: the second answer comes from the hours the scan kept.
+    for _ in 0..2 {
+        assert_eq!(scanned_dps_of(&srv, ts, "sys.cpu"), r#"{"1356998400":7}"#);
+    }
     let db = &c.database;
     let row_of = |host_uid: &str| {
         let line = c.sql(&format!(
@@ -620,6 +638,7 @@ fn an_fsck_repair_reaches_rows_a_tsd_cached() {
         fixed.stderr
     );
     assert_eq!(dps_of(&srv, ts, "sys.cpu", "a"), r#"{"1356998400":5}"#);
+    assert_eq!(scanned_dps_of(&srv, ts, "sys.cpu"), r#"{"1356998400":10}"#);
 }
 
 /// A TSD keeps the rows of hours long past it read; once another TSD's
@@ -636,12 +655,17 @@ fn a_retention_drop_reaches_rows_a_tsd_cached() {
     let old = now_s() - 60 * 86_400;
     let reader = c.server();
     put_sync(&reader, "old.m", old, 1, "a");
+    put_sync(&reader, "old.m", old, 2, "b");
     let kept = dps_of(&reader, old, "old.m", "a");
     assert_eq!(kept, format!(r#"{{"{old}":1}}"#));
     assert_eq!(dps_of(&reader, old, "old.m", "a"), kept);
+    // The whole hours a scan read, kept too.
+    let scanned = scanned_dps_of(&reader, old, "old.m");
+    assert_eq!(scanned, format!(r#"{{"{old}":3}}"#));
+    assert_eq!(scanned_dps_of(&reader, old, "old.m"), scanned);
 
     let _dropping = c.server_keeping_30_days();
     eventually("the reader answers without the dropped week", || {
-        dps_of(&reader, old, "old.m", "a") == "{}"
+        dps_of(&reader, old, "old.m", "a") == "{}" && scanned_dps_of(&reader, old, "old.m") == "{}"
     });
 }

@@ -22,6 +22,7 @@
 //! cluster-wide [`Coordinator`] lock, and write a version above the one
 //! they read, whatever the clocks say.
 
+mod hour_scan;
 mod http;
 mod own_rows;
 mod read_cache;
@@ -924,14 +925,13 @@ impl KvStore for ClickHouseStore {
     }
 
     fn scan<'a>(&'a self, table: Table, range: &ScanRange) -> ScanIter<'a> {
-        Box::new(Scan {
-            store: self,
-            table,
-            next_start: Some(range.start.clone()),
-            stop: range.stop.clone(),
-            left: range.limit.unwrap_or(usize::MAX),
-            buffered: Vec::new().into_iter(),
-        })
+        if table == Table::Data
+            && range.limit.is_none()
+            && let Some(hours) = self.scan_hours(range)
+        {
+            return Box::new(hour_scan::HourScan::new(self, hours, range));
+        }
+        Box::new(Scan::new(self, table, range.start.clone(), range.stop.clone()).limit(range.limit))
     }
 
     fn increment(&self, table: Table, key: &[u8], delta: i64, _: Durability) -> Result<i64> {
@@ -1209,7 +1209,26 @@ struct Scan<'a> {
     buffered: std::vec::IntoIter<KeyValue>,
 }
 
-impl Scan<'_> {
+impl<'a> Scan<'a> {
+    /// The rows of `table` from `start` (inclusive) to `stop` (exclusive;
+    /// empty: the end of the table).
+    fn new(store: &'a Inner, table: Table, start: Vec<u8>, stop: Vec<u8>) -> Scan<'a> {
+        Scan {
+            store,
+            table,
+            next_start: Some(start),
+            stop,
+            left: usize::MAX,
+            buffered: Vec::new().into_iter(),
+        }
+    }
+
+    /// At most `limit` rows.
+    fn limit(mut self, limit: Option<usize>) -> Scan<'a> {
+        self.left = limit.unwrap_or(usize::MAX);
+        self
+    }
+
     fn fill(&mut self) -> Result<()> {
         let Some(start) = self.next_start.take() else {
             return Ok(());

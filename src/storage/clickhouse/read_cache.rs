@@ -25,10 +25,12 @@
 //! once, since its own notification comes a moment later.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use crate::storage::KeyValue;
 use crate::storage::coordinator::Coordinator;
 
 /// Change counters the data rows are spread over: a bump makes every
@@ -48,6 +50,9 @@ pub(super) const LATE_AFTER_S: u32 = 3600;
 /// Bytes counted per entry beyond its key and value (map and order
 /// entries, the stamp).
 const ENTRY_OVERHEAD: usize = 96;
+/// Bytes counted per row of a cached hour beyond its key and value (the
+/// two vectors' headers).
+const ROW_OVERHEAD: usize = 48;
 
 /// Whether a reader at `now_s` may keep a row of base hour `base`.
 pub(super) fn cacheable(base: u32, now_s: u32) -> bool {
@@ -83,10 +88,46 @@ pub(super) struct Stamp {
     local: u64,
 }
 
+/// What is kept under one key.
+enum Cached {
+    /// One data row; `None`: the row does not exist (a query asks for
+    /// every hour of its range, most of them empty for a sparse series).
+    Row(Option<Vec<u8>>),
+    /// Every row of one metric's hour, in key order (empty: the hour has
+    /// none), as a scan of the whole hour found them.
+    Hour(Arc<Vec<KeyValue>>),
+}
+
+impl Cached {
+    fn bytes(&self) -> usize {
+        match self {
+            Cached::Row(v) => v.as_ref().map_or(0, Vec::len),
+            Cached::Hour(rows) => rows
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + ROW_OVERHEAD)
+                .sum(),
+        }
+    }
+}
+
+/// What an entry is kept under: rows by their key, hours by the row key
+/// prefix of the hour (salt, metric, base hour), apart.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum CacheKey {
+    Row(Vec<u8>),
+    Hour(Vec<u8>),
+}
+
+impl CacheKey {
+    fn len(&self) -> usize {
+        match self {
+            CacheKey::Row(k) | CacheKey::Hour(k) => k.len(),
+        }
+    }
+}
+
 struct Entry {
-    /// `None`: the row does not exist (a query asks for every hour of
-    /// its range, most of them empty for a sparse series).
-    value: Option<Vec<u8>>,
+    value: Cached,
     stamp: Stamp,
     /// Its place in [`Entries::order`].
     used: u64,
@@ -94,23 +135,42 @@ struct Entry {
 
 #[derive(Default)]
 struct Entries {
-    map: HashMap<Vec<u8>, Entry>,
+    map: HashMap<CacheKey, Entry>,
     /// Keys by last use, least recent first.
-    order: BTreeMap<u64, Vec<u8>>,
+    order: BTreeMap<u64, CacheKey>,
     next_use: u64,
     bytes: usize,
 }
 
 impl Entries {
-    fn size(key: &[u8], value: &Option<Vec<u8>>) -> usize {
-        key.len() * 2 + value.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD
+    fn size(key: &CacheKey, value: &Cached) -> usize {
+        key.len() * 2 + value.bytes() + ENTRY_OVERHEAD
     }
 
-    fn remove(&mut self, key: &[u8]) {
+    fn remove(&mut self, key: &CacheKey) {
         if let Some(e) = self.map.remove(key) {
             self.order.remove(&e.used);
             self.bytes -= Self::size(key, &e.value);
         }
+    }
+
+    /// The entry of `key` if it was kept under `stamp`, marked used now.
+    fn use_fresh(&mut self, key: &CacheKey, stamp: Stamp) -> Option<&Cached> {
+        let Entries {
+            map,
+            order,
+            next_use,
+            ..
+        } = self;
+        let entry = map.get_mut(key)?;
+        if entry.stamp != stamp {
+            return None;
+        }
+        order.remove(&entry.used);
+        *next_use += 1;
+        entry.used = *next_use;
+        order.insert(entry.used, key.clone());
+        Some(&entry.value)
     }
 }
 
@@ -151,33 +211,60 @@ impl ReadCache {
     /// The cached row of `key` if it was read under `stamp` (the current
     /// one): `Some(None)` for a row known not to exist.
     pub(super) fn get(&self, key: &[u8], stamp: Stamp) -> Option<Option<Vec<u8>>> {
-        let mut e = self.entries.lock();
-        let Entries {
-            map,
-            order,
-            next_use,
-            ..
-        } = &mut *e;
-        let entry = map.get_mut(key)?;
-        if entry.stamp != stamp {
-            return None;
+        match self
+            .entries
+            .lock()
+            .use_fresh(&CacheKey::Row(key.to_vec()), stamp)?
+        {
+            Cached::Row(value) => Some(value.clone()),
+            Cached::Hour(_) => None,
         }
-        order.remove(&entry.used);
-        *next_use += 1;
-        entry.used = *next_use;
-        order.insert(entry.used, key.to_vec());
-        Some(entry.value.clone())
     }
 
     /// Keeps what a read that began under `stamp` found for `key`,
-    /// evicting the least recently used rows beyond the budget.
+    /// evicting the least recently used entries beyond the budget.
     pub(super) fn put(&self, key: &[u8], value: Option<Vec<u8>>, stamp: Stamp) {
-        let size = Entries::size(key, &value);
+        self.keep(CacheKey::Row(key.to_vec()), Cached::Row(value), stamp);
+    }
+
+    /// Every row of the hour whose row keys begin with `hour` (salt,
+    /// metric, base hour), in key order, if a scan of the whole hour that
+    /// began under `stamp` (the current one) found them.
+    pub(super) fn get_hour(&self, hour: &[u8], stamp: Stamp) -> Option<Arc<Vec<KeyValue>>> {
+        match self
+            .entries
+            .lock()
+            .use_fresh(&CacheKey::Hour(hour.to_vec()), stamp)?
+        {
+            Cached::Hour(rows) => Some(rows.clone()),
+            Cached::Row(_) => None,
+        }
+    }
+
+    /// Keeps every row (key order) a scan of the whole hour `hour` that
+    /// began under `stamp` found; an hour bigger than the budget is not
+    /// kept.
+    pub(super) fn put_hour(&self, hour: &[u8], rows: Vec<KeyValue>, stamp: Stamp) {
+        self.keep(
+            CacheKey::Hour(hour.to_vec()),
+            Cached::Hour(Arc::new(rows)),
+            stamp,
+        );
+    }
+
+    /// Whether an hour of rows of `bytes` (keys and values) could be
+    /// kept at all: a scan stops gathering an hour for the cache past it.
+    pub(super) fn could_keep_hour(&self, bytes: usize, rows: usize) -> bool {
+        bytes + rows * ROW_OVERHEAD + ENTRY_OVERHEAD <= self.budget
+    }
+
+    fn keep(&self, key: CacheKey, value: Cached, stamp: Stamp) {
+        let size = Entries::size(&key, &value);
         if size > self.budget {
             return;
         }
         let mut e = self.entries.lock();
-        e.remove(key);
+        e.remove(&key);
         while e.bytes + size > self.budget {
             let Some((_, oldest)) = e.order.pop_first() else {
                 break;
@@ -186,9 +273,9 @@ impl ReadCache {
         }
         e.next_use += 1;
         let used = e.next_use;
-        e.order.insert(used, key.to_vec());
+        e.order.insert(used, key.clone());
         e.bytes += size;
-        e.map.insert(key.to_vec(), Entry { value, stamp, used });
+        e.map.insert(key, Entry { value, stamp, used });
     }
 
     /// This process inserted rows into `buckets`: what it cached of them
@@ -295,7 +382,10 @@ mod tests {
     #[test]
     fn the_least_recently_used_rows_go_beyond_the_budget() {
         let coord = LocalCoordinator::new();
-        let one = Entries::size(b"k0", &Some(vec![0; 100]));
+        let one = Entries::size(
+            &CacheKey::Row(b"k0".to_vec()),
+            &Cached::Row(Some(vec![0; 100])),
+        );
         let cache = ReadCache::new(one * 3);
         let keys: Vec<Vec<u8>> = (0..4).map(|i| format!("k{i}").into_bytes()).collect();
         let stamp = |k: &[u8]| cache.stamp(&coord, bucket_of(k, 0)).unwrap();
