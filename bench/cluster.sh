@@ -5,6 +5,7 @@
 #
 #   bash bench/cluster.sh CONF            # CONF: what `scripts/cluster up` printed
 #   HOSTS=100 bash bench/cluster.sh CONF  # a smaller load
+#   TSDB=BIN TSBS=BIN bash bench/cluster.sh CONF  # given release builds
 #
 # Prints, for each: ingest points/s with one TSD; for the cluster also
 # with two TSDs (each loads half the hosts' points into one database);
@@ -14,6 +15,9 @@
 # queries; and the INSERT statements per second the cluster received
 # during the one-TSD load (system.events InsertQuery, summed over servers:
 # a Distributed insert counts once where it arrives and once per shard);
+# the same four queries on a TSD with the read cache off (every query reads
+# its rows from ClickHouse, as a first query does: the data is of 2016,
+# hours long past, which the cache answers after the warm-up runs);
 # and, with two TSDs running, the time from a point's acknowledgement by
 # one TSD to its first appearance in a query on the other (p50/p99/max of
 # FRESH_PUTS=600 points, one every FRESH_EVERY_MS=50 ms; `tsbs freshness`).
@@ -31,9 +35,13 @@ END=$((START + 3600))
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 
 cd "$ROOT"
-cargo build --release --quiet --bin tsdb --example tsbs
-TSDB=$TARGET/release/tsdb
-TSBS=$TARGET/release/examples/tsbs
+# TSDB=<tsdb> TSBS=<tsbs>: compare given builds (alternate them: a shared
+# machine's load moves) instead of building this checkout.
+if [[ -z ${TSDB:-} || -z ${TSBS:-} ]]; then
+  cargo build --release --quiet --bin tsdb --example tsbs
+  TSDB=$TARGET/release/tsdb
+  TSBS=$TARGET/release/examples/tsbs
+fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 1 300); do (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
@@ -97,6 +105,14 @@ R[ch_inserts]=$(awk -v a="$i0" -v b="$i1" -v s="$t0" -v e="$t1" 'BEGIN{printf "%
 sleep "${SETTLE:-15}"
 queries "$port" ch
 kill -TERM "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+# The same queries with the read cache off: the data (of 2016) lies in
+# hours long past, which the cache answers after the warm-up runs; here
+# every query reads its rows from ClickHouse, as a first query does.
+cp "$WORK/cluster.conf" "$WORK/cluster-nocache.conf"
+echo "tsd.storage.clickhouse.read_cache_mb = 0" >> "$WORK/cluster-nocache.conf"
+start_tsd "$WORK/cluster-nocache.conf" "$WORK/c1"; port=$PORT
+queries "$port" chnc
+kill -TERM "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
 for e in $ENDPOINTS; do
   for t in data uid meta idx tree; do ch "$e" "OPTIMIZE TABLE $DB.${t}_local FINAL" >/dev/null || true; done
 done
@@ -144,15 +160,15 @@ ch "${ENDPOINTS%% *}" "DROP DATABASE $DB2 ON CLUSTER $CLUSTER" >/dev/null || tru
 echo
 echo "$(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r); $HOSTS hosts x 10 metrics x 1 h at 10 s = $POINTS points, telnet, $CONNS connections"
 echo
-echo "| | embedded | ClickHouse cluster (2 shards x 2 replicas) |"
-echo "|---|---|---|"
+echo "| | embedded | ClickHouse cluster (2 shards x 2 replicas) | cluster, read cache off |"
+echo "|---|---|---|---|"
 echo "| ingest, points/s, one TSD | $(rate "${R[emb_load]}") | $(rate "${R[ch_load]}") |"
 echo "| ingest, points/s, two TSDs (lines sent, each half) | | ${R[ch2_rate]} |"
 echo "| bytes per point at rest (cluster: per replica, after OPTIMIZE FINAL) | ${R[emb_bpp]} | ${R[ch_bpp]} |"
-echo "| avg 1m-avg, all hosts, ms | ${R[emb_q1]} | ${R[ch_q1]} |"
-echo "| avg 1m-avg, one host, ms | ${R[emb_q2]} | ${R[ch_q2]} |"
-echo "| avg 1m-avg by region, ms | ${R[emb_q3]} | ${R[ch_q3]} |"
-echo "| sum of rate, all hosts, ms | ${R[emb_q4]} | ${R[ch_q4]} |"
+echo "| avg 1m-avg, all hosts, ms | ${R[emb_q1]} | ${R[ch_q1]} | ${R[chnc_q1]} |"
+echo "| avg 1m-avg, one host, ms | ${R[emb_q2]} | ${R[ch_q2]} | ${R[chnc_q2]} |"
+echo "| avg 1m-avg by region, ms | ${R[emb_q3]} | ${R[ch_q3]} | ${R[chnc_q3]} |"
+echo "| sum of rate, all hosts, ms | ${R[emb_q4]} | ${R[ch_q4]} | ${R[chnc_q4]} |"
 echo "| ClickHouse INSERTs per second during the load | | ${R[ch_inserts]} |"
 echo
 echo "A point acknowledged by TSD A, returned by a query on TSD B: ${R[fresh]}"

@@ -23,6 +23,9 @@
 //!
 //! This process's own inserts move a local counter of their buckets at
 //! once, since its own notification comes a moment later.
+//!
+//! Besides rows, it keeps whole hours of a metric's rows that scans read
+//! (hour_scan.rs), under the bucket every row of the hour has.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -370,6 +373,41 @@ mod tests {
             .map(|h| bucket_of(b"\0\0\x01", hour + h * 3600))
             .collect();
         assert!(buckets.len() > 12, "{buckets:?}");
+    }
+
+    /// A whole hour is kept apart from a row under the same bytes, goes
+    /// stale with its bucket as a row does, and counts against the same
+    /// budget.
+    #[test]
+    fn a_whole_hour_is_stamped_and_budgeted_as_a_row() {
+        let coord = LocalCoordinator::new();
+        let hour = b"\0\0\x01\x50\xe2\x18\xf0".as_slice();
+        let rows: Vec<KeyValue> = (0u8..3)
+            .map(|i| ([hour, &[i]].concat(), vec![i; 10]))
+            .collect();
+        let b = bucket_of(&hour[..3], 1_356_994_800);
+        let cache = ReadCache::new(1 << 20);
+        let before = cache.stamp(&coord, b).unwrap();
+        cache.put_hour(hour, rows.clone(), before);
+        assert_eq!(cache.get_hour(hour, before).as_deref(), Some(&rows));
+        // Not a row, and a row under the same bytes is not the hour.
+        assert_eq!(cache.get(hour, before), None);
+        cache.put(hour, None, before);
+        assert_eq!(cache.get(hour, before), Some(None));
+        assert_eq!(cache.get_hour(hour, before).as_deref(), Some(&rows));
+
+        coord.bump(&counter_name(b)).unwrap();
+        let after = cache.stamp(&coord, b).unwrap();
+        assert_eq!(cache.get_hour(hour, after), None);
+
+        // An empty hour is kept too; one past the budget is not.
+        cache.put_hour(hour, Vec::new(), after);
+        assert_eq!(cache.get_hour(hour, after).as_deref(), Some(&Vec::new()));
+        let small = ReadCache::new(200);
+        assert!(!small.could_keep_hour(300, 1));
+        small.put_hour(hour, rows.clone(), small.stamp(&coord, b).unwrap());
+        assert_eq!(small.get_hour(hour, small.stamp(&coord, b).unwrap()), None);
+        assert_eq!(small.bytes(), 0);
     }
 
     #[test]
