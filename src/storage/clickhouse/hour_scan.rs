@@ -12,7 +12,7 @@
 //! ClickHouse as before.
 
 use super::read_cache::{self, Stamp};
-use super::{Inner, Scan};
+use super::{DataRows, Inner, Scan};
 use crate::model::row_span::ROW_SPAN_SECS;
 use crate::storage::{KeyValue, Result, ScanRange, Table};
 
@@ -38,43 +38,49 @@ impl Inner {
         if !self.cache.enabled() {
             return None;
         }
-        let (at, first) = self.rows.hour(&range.start)?;
-        let stop = &range.stop;
-        if stop.len() < at + 4 || stop[..at] != range.start[..at] {
-            return None;
-        }
-        let stop_hour = u32::from_be_bytes(stop[at..at + 4].try_into().ok()?);
-        // A stop that is exactly an hour's prefix ends before that hour.
-        let last = if stop.len() == at + 4 {
-            stop_hour.checked_sub(ROW_SPAN_SECS)?
-        } else {
-            stop_hour
-        };
-        // Row base times only, and the hour after `last` must exist: a
-        // whole hour's scan stops at the next one's prefix.
-        if first % ROW_SPAN_SECS != 0
-            || last % ROW_SPAN_SECS != 0
-            || last < first
-            || last > u32::MAX - ROW_SPAN_SECS
-            || (last - first) / ROW_SPAN_SECS >= MAX_CACHED_SCAN_HOURS
-        {
-            return None;
-        }
-        let prefix = &range.start[..at];
-        // The layout must place the hour where it was read from, for the
-        // first hour and the one after the last (a key without one, or
-        // rows without hours, read as a plain scan).
-        for hour in [first, last + ROW_SPAN_SECS] {
-            if self.rows.hour(&hour_key(prefix, hour)) != Some((at, hour)) {
-                return None;
-            }
-        }
-        Some(ScanHours {
-            prefix: prefix.to_vec(),
-            first,
-            last,
-        })
+        hours_of(&*self.rows, range)
     }
+}
+
+/// The hours `range` spans when it lies within one metric's rows, as
+/// `rows` places hours in keys.
+fn hours_of(rows: &dyn DataRows, range: &ScanRange) -> Option<ScanHours> {
+    let (at, first) = rows.hour(&range.start)?;
+    let stop = &range.stop;
+    if stop.len() < at + 4 || stop[..at] != range.start[..at] {
+        return None;
+    }
+    let stop_hour = u32::from_be_bytes(stop[at..at + 4].try_into().ok()?);
+    // A stop that is exactly an hour's prefix ends before that hour.
+    let last = if stop.len() == at + 4 {
+        stop_hour.checked_sub(ROW_SPAN_SECS)?
+    } else {
+        stop_hour
+    };
+    // Row base times only, and the hour after `last` must exist: a
+    // whole hour's scan stops at the next one's prefix.
+    if first % ROW_SPAN_SECS != 0
+        || last % ROW_SPAN_SECS != 0
+        || last < first
+        || last > u32::MAX - ROW_SPAN_SECS
+        || (last - first) / ROW_SPAN_SECS >= MAX_CACHED_SCAN_HOURS
+    {
+        return None;
+    }
+    let prefix = &range.start[..at];
+    // The layout must place the hour where it was read from, for the
+    // first hour and the one after the last (a key without one, or
+    // rows without hours, read as a plain scan).
+    for hour in [first, last + ROW_SPAN_SECS] {
+        if rows.hour(&hour_key(prefix, hour)) != Some((at, hour)) {
+            return None;
+        }
+    }
+    Some(ScanHours {
+        prefix: prefix.to_vec(),
+        first,
+        last,
+    })
 }
 
 /// The row key prefix of `hour`'s rows of the metric `prefix`.
@@ -342,5 +348,69 @@ impl Iterator for HourScan<'_> {
             }
             self.start_next();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys of one metric byte, a base hour, then tags.
+    struct OneByteMetric;
+    impl DataRows for OneByteMetric {
+        fn place(&self, key: &[u8]) -> (Vec<u8>, u32) {
+            (key.to_vec(), self.hour(key).map_or(0, |h| h.1))
+        }
+        fn hour(&self, key: &[u8]) -> Option<(usize, u32)> {
+            let b = key.get(1..5)?;
+            Some((1, u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
+        }
+        fn rollup_base(&self, _: &[u8]) -> u32 {
+            0
+        }
+        fn merge(&self, _: &[u8], versions: &[&[u8]]) -> Option<Vec<u8>> {
+            versions.last().map(|v| v.to_vec())
+        }
+    }
+
+    fn key(metric: u8, hour: u32, tags: &[u8]) -> Vec<u8> {
+        [&[metric][..], &hour.to_be_bytes(), tags].concat()
+    }
+
+    fn hours(start: Vec<u8>, stop: Vec<u8>) -> Option<(Vec<u8>, u32, u32)> {
+        hours_of(&OneByteMetric, &ScanRange::new(start, stop)).map(|h| (h.prefix, h.first, h.last))
+    }
+
+    /// What a query's scan of listed series asks (from the first hour and
+    /// lowest series to past the last hour's highest) is read hour by
+    /// hour; anything else as a plain scan.
+    #[test]
+    fn only_one_metrics_whole_hours_are_read_through_the_cache() {
+        let h = 1_356_998_400;
+        assert_eq!(
+            hours(key(7, h, &[1]), key(7, h + 7200, &[9])),
+            Some((vec![7], h, h + 7200))
+        );
+        // A stop at an hour's very prefix ends before that hour.
+        assert_eq!(
+            hours(key(7, h, &[]), key(7, h + 3600, &[])),
+            Some((vec![7], h, h))
+        );
+        // Two metrics, a stop before the start, no stop, a time that is
+        // no row base, more than 31 days of hours, the last hour there is.
+        assert_eq!(hours(key(7, h, &[1]), key(8, h, &[1])), None);
+        assert_eq!(hours(key(7, h + 3600, &[1]), key(7, h, &[1])), None);
+        assert_eq!(hours(key(7, h, &[1]), Vec::new()), None);
+        assert_eq!(hours(key(7, h + 1, &[1]), key(7, h + 3600, &[1])), None);
+        assert_eq!(
+            hours(key(7, h, &[1]), key(7, h + 31 * 24 * 3600, &[1])),
+            None
+        );
+        assert!(hours(key(7, h, &[1]), key(7, h + (31 * 24 - 1) * 3600, &[1])).is_some());
+        let top = u32::MAX - u32::MAX % 3600;
+        assert_eq!(hours(key(7, top, &[1]), key(7, top, &[9])), None);
+        // Keys too short to hold an hour.
+        assert_eq!(hours(vec![7, 0], key(7, h, &[1])), None);
+        assert_eq!(hours(key(7, h, &[1]), vec![7, 0x50]), None);
     }
 }
