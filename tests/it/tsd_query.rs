@@ -44,7 +44,13 @@ fn delete_query_removes_whole_rows_and_returns_the_data(backend: Backend) {
         h + 3630,
         h + 7200
     ));
-    assert!(srv.state.db().buffered_points() > 0);
+    // The embedded store keeps these points buffered until their hours are
+    // sealed; a cluster TSD writes its buffer to ClickHouse every flush tick,
+    // which a loaded machine can reach before this line, so there the delete
+    // may meet them buffered or stored: it must remove them either way.
+    if backend == Backend::Embedded {
+        assert!(srv.state.db().buffered_points() > 0);
+    }
     // The range starts after the first point: it is not returned, but its
     // row goes all the same.
     let r = http(
