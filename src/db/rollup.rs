@@ -427,24 +427,35 @@ impl RollupSource for Db {
                 for (start, end) in
                     scan_bounds(layout, metric, s.from.min(u32::MAX as u64) as u32, s.to)
                 {
-                    for r in self.rollup_table.scan_raw(table, &start, &end) {
-                        let (key, value) = r.map_err(|e| e.to_string())?;
-                        read.rows += 1;
-                        let Some(base) = layout.split_row_key(&key, &mut tsuid) else {
-                            continue;
-                        };
-                        let Some(&i) = slot.get(tsuid.as_slice()) else {
-                            continue;
-                        };
-                        // A series' rows come in time order (its salt bucket
-                        // is one range of the key order).
-                        let row = RollupRow {
-                            base,
-                            cells: &value,
-                        };
-                        read.cells += sink
-                            .row(i, row, start_s, end_s)
-                            .map_err(|e| e.to_string())?;
+                    // Rows are lent by the engine, not copied out: each is
+                    // read once, where it lies.
+                    let mut failed = None;
+                    self.rollup_table
+                        .visit_raw(table, &start, &end, &mut |key, value| {
+                            read.rows += 1;
+                            let Some(base) = layout.split_row_key(key, &mut tsuid) else {
+                                return true;
+                            };
+                            let Some(&i) = slot.get(tsuid.as_slice()) else {
+                                return true;
+                            };
+                            // A series' rows come in time order (its salt
+                            // bucket is one range of the key order).
+                            let row = RollupRow { base, cells: value };
+                            match sink.row(i, row, start_s, end_s) {
+                                Ok(cells) => {
+                                    read.cells += cells;
+                                    true
+                                }
+                                Err(e) => {
+                                    failed = Some(e);
+                                    false
+                                }
+                            }
+                        })
+                        .map_err(|e| e.to_string())?;
+                    if let Some(e) = failed {
+                        return Err(e.to_string());
                     }
                 }
                 Ok(read)

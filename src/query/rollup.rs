@@ -25,7 +25,7 @@ use crate::codec::row::RowError;
 use crate::db::{RollupReadStats, RollupRow, RollupRowSink, RollupSource};
 use crate::model::Value;
 use crate::rollup::aggregates::{add, pick};
-use crate::rollup::codec::{self, DenseReader, RollupColumns, RollupSlot, SlotReader};
+use crate::rollup::codec::{self, DenseReader, RollupColumns, RollupSlot, ShortRow, SlotReader};
 use crate::rollup::{RollupInterval, RollupSettings};
 
 /// `TsdbQuery.ROLLUP_USAGE`.
@@ -720,8 +720,9 @@ impl SliceFold<'_> {
 /// buckets; the plan's bucket is a whole number of rollup intervals.
 enum RowFold {
     /// A bucket per rollup interval, within rows: each cell is read as a
-    /// double and folded where it lies.
-    Dense(DenseReader),
+    /// double and folded where it lies; rows of at most
+    /// [`codec::SHORT_OFFSETS`] offsets are laid out in a [`ShortRow`].
+    Dense(DenseReader, Box<ShortRow>),
     /// Buckets of several intervals within rows: each row's slots are
     /// combined bucket by bucket as they come (the row's first bucket
     /// found once), none left open.
@@ -739,10 +740,30 @@ impl RowFold {
             .then(|| u32::try_from(width / step).ok())
             .flatten();
         match per_bucket {
-            Some(1) => RowFold::Dense(DenseReader::new(columns, interval)),
+            Some(1) => RowFold::Dense(DenseReader::new(columns, interval), Box::default()),
             Some(n) => RowFold::Whole(SlotReader::new(columns, interval), n),
             None => RowFold::Spanning(SlotReader::new(columns, interval), Vec::new()),
         }
+    }
+}
+
+/// A row laid out by offset with its cells as doubles, handed over
+/// offset by offset ([`DenseReader::drain`]).
+trait DenseCells {
+    fn drain_cells(&mut self, f: impl FnMut(u32, Option<f64>, Option<f64>));
+}
+
+impl DenseCells for DenseReader {
+    #[inline(always)]
+    fn drain_cells(&mut self, f: impl FnMut(u32, Option<f64>, Option<f64>)) {
+        self.drain(f)
+    }
+}
+
+impl DenseCells for &ShortRow {
+    #[inline(always)]
+    fn drain_cells(&mut self, f: impl FnMut(u32, Option<f64>, Option<f64>)) {
+        self.drain(f)
     }
 }
 
@@ -757,14 +778,15 @@ impl SliceFold<'_> {
     /// bucket per rollup interval, within the row: each cell folded at the
     /// slice's bucket found once for the row plus its offset, as
     /// [`Bucket::emit`] would fold the bucket of that one cell.
-    fn dense_row(&mut self, i: usize, base: u32, row: &mut DenseReader) {
+    #[inline(always)]
+    fn dense_row(&mut self, i: usize, base: u32, row: &mut impl DenseCells) {
         let plan = self.plan;
         let (avg, width) = (plan.column == Column::Avg, plan.width);
         let start = base as i64 * 1000;
         // The row starts on a bucket of the slice.
         let k0 = (start - self.first) / width - self.lo as i64;
         let g = plan.group_of[i];
-        row.drain(|at, value, count| {
+        row.drain_cells(|at, value, count| {
             // A timestamp without its value (or, for avg, a positive
             // count) gives no point.
             let Some(value) = value else { return };
@@ -860,10 +882,15 @@ impl RollupRowSink for SliceRows<'_, '_> {
     ) -> Result<u64, RowError> {
         let fold = &mut *self.fold;
         let cells = match &mut self.rows {
-            RowFold::Dense(r) => {
-                let cells = r.lay_out(row.cells, row.base, start_s, end_s)?;
-                fold.dense_row(i, row.base, r);
-                cells
+            RowFold::Dense(r, short) => {
+                if r.lay_out_short(row.cells, row.base, start_s, end_s, short) {
+                    fold.dense_row(i, row.base, &mut &**short);
+                    short.cells()
+                } else {
+                    let cells = r.lay_out(row.cells, row.base, start_s, end_s)?;
+                    fold.dense_row(i, row.base, r);
+                    cells
+                }
             }
             RowFold::Whole(r, per_bucket) => {
                 let cells = r.lay_out(row.cells, row.base, start_s, end_s)?;

@@ -338,6 +338,42 @@ impl DenseReader {
         walked.map(|()| cells)
     }
 
+    /// [`lay_out`](Self::lay_out) into `out`, for a row whose every cell
+    /// has the usual shape ([`usual_row`]) and whose cells read lie at
+    /// offsets below [`SHORT_OFFSETS`]: false (`out` then holds nothing
+    /// to read) for any other row, which [`lay_out`](Self::lay_out) reads
+    /// (and reports if it cannot). Rows laid out either way hand over the
+    /// same offsets, values and counts, and count the same cells.
+    #[inline]
+    pub fn lay_out_short(
+        &self,
+        row: &[u8],
+        base: u32,
+        start_s: u32,
+        end_s: u32,
+        out: &mut ShortRow,
+    ) -> bool {
+        let walk = Walk::new(self.columns, self.interval_seconds, base, start_s, end_s);
+        let mut place = ShortPlace {
+            value: &mut out.value,
+            count: &mut out.count,
+            has_value: 0,
+            has_count: 0,
+            cells: 0,
+            too_far: false,
+        };
+        let read = usual_row(&walk, row, &mut place) && !place.too_far;
+        let (has_value, has_count, cells) = if read {
+            (place.has_value, place.has_count, place.cells)
+        } else {
+            (0, 0, 0)
+        };
+        out.has_value = has_value;
+        out.has_count = has_count;
+        out.cells = cells;
+        read
+    }
+
     /// Hands over, in offset order, each offset of the row laid out where
     /// a column has a cell: `f(offset, value, count)`; and clears them.
     pub fn drain(&mut self, mut f: impl FnMut(u32, Option<f64>, Option<f64>)) {
@@ -362,6 +398,98 @@ impl DenseReader {
         self.has_value[..self.words].fill(0);
         self.has_count[..self.words].fill(0);
         self.words = 0;
+    }
+}
+
+/// Offsets a [`ShortRow`] holds.
+pub const SHORT_OFFSETS: usize = 64;
+
+/// A row laid out as [`DenseReader`] lays it out, for rows whose cells
+/// read all lie at offsets below [`SHORT_OFFSETS`] (a day of hours, an hour
+/// of minutes): the doubles of each column by offset, and which offsets
+/// each holds as one word. The reader's own arrays span every offset a
+/// qualifier can hold, their bitmaps in memory; a short row's words stay
+/// in registers while its cells are walked, and nothing is cleared
+/// between rows (the words say what is set).
+#[derive(Debug, Clone)]
+pub struct ShortRow {
+    value: [f64; SHORT_OFFSETS],
+    count: [f64; SHORT_OFFSETS],
+    has_value: u64,
+    has_count: u64,
+    cells: u64,
+}
+
+impl Default for ShortRow {
+    fn default() -> ShortRow {
+        ShortRow {
+            value: [0.0; SHORT_OFFSETS],
+            count: [0.0; SHORT_OFFSETS],
+            has_value: 0,
+            has_count: 0,
+            cells: 0,
+        }
+    }
+}
+
+impl ShortRow {
+    /// How many cells of the two columns the row laid out read.
+    pub fn cells(&self) -> u64 {
+        self.cells
+    }
+
+    /// [`DenseReader::drain`] of the row laid out (the row stays laid out
+    /// until the next [`DenseReader::lay_out_short`]).
+    #[inline(always)]
+    pub fn drain(&self, mut f: impl FnMut(u32, Option<f64>, Option<f64>)) {
+        let (hv, hc) = (self.has_value, self.has_count);
+        let mut bits = hv | hc;
+        while bits != 0 {
+            let b = bits.trailing_zeros();
+            bits &= bits - 1;
+            let at = b as usize;
+            let v = (hv >> b & 1 != 0).then(|| self.value[at]);
+            let c = (hc >> b & 1 != 0).then(|| self.count[at]);
+            f(b, v, c);
+        }
+    }
+}
+
+/// [`ShortRow`]'s scratch: its words in locals while the row is walked.
+struct ShortPlace<'a> {
+    value: &'a mut [f64; SHORT_OFFSETS],
+    count: &'a mut [f64; SHORT_OFFSETS],
+    has_value: u64,
+    has_count: u64,
+    cells: u64,
+    /// A cell read lies at an offset a short row cannot hold.
+    too_far: bool,
+}
+
+impl Place for ShortPlace<'_> {
+    #[inline(always)]
+    fn put(&mut self, count: bool, at: usize, flags: u8, v: &[u8]) {
+        if at >= SHORT_OFFSETS {
+            self.too_far = true;
+            return;
+        }
+        let Ok(v) = decode_value(flags, v) else {
+            return;
+        };
+        let (column, has) = if count {
+            (&mut *self.count, &mut self.has_count)
+        } else {
+            (&mut *self.value, &mut self.has_value)
+        };
+        column[at] = v.as_f64();
+        *has |= 1 << at;
+        self.cells += 1;
+    }
+
+    fn reset(&mut self) {
+        self.has_value = 0;
+        self.has_count = 0;
+        self.cells = 0;
     }
 }
 

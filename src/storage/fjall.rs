@@ -191,6 +191,30 @@ pub(crate) struct FjallStore {
     rmw: StripedLocks,
 }
 
+/// [`KvStore::visit`] on fjall: each entry's key and value are the
+/// engine's own slices (a cached block's bytes), lent to `visit` without a
+/// copy into a `Vec` each, which [`KvStore::scan`] makes.
+fn visit_range(
+    engine: &Engine,
+    table: Table,
+    range: &ScanRange,
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> Result<()> {
+    let ks = engine.ks(table);
+    let iter = if range.stop.is_empty() {
+        ks.range(range.start.as_slice()..)
+    } else {
+        ks.range(range.start.as_slice()..range.stop.as_slice())
+    };
+    for g in iter.take(range.limit.unwrap_or(usize::MAX)) {
+        let (k, v) = g.into_inner().map_err(err)?;
+        if !visit(&k, &v) {
+            break;
+        }
+    }
+    Ok(())
+}
+
 fn err(e: ::fjall::Error) -> StorageError {
     use ::fjall::LsmError as L;
     match e {
@@ -608,6 +632,16 @@ impl KvStore for FjallStore {
             Some(n) => Box::new(it.take(n)),
             None => Box::new(it),
         }
+    }
+
+    fn visit(
+        &self,
+        table: Table,
+        range: &ScanRange,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        // The engine stays open while it is read (a reopen waits).
+        visit_range(&*self.engine()?, table, range, visit)
     }
 
     fn increment(&self, table: Table, key: &[u8], delta: i64, d: Durability) -> Result<i64> {

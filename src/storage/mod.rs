@@ -278,6 +278,25 @@ pub trait KvStore: Send + Sync {
 
     fn scan<'a>(&'a self, table: Table, range: &ScanRange) -> ScanIter<'a>;
 
+    /// Hands each entry of `range` to `visit` in key order, as [`scan`](Self::scan)
+    /// yields them, until `visit` returns false. The key and value are
+    /// borrowed for the call only: an engine holding them in memory need
+    /// not copy each into a `Vec` (rollup queries read each row once).
+    fn visit(
+        &self,
+        table: Table,
+        range: &ScanRange,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        for r in self.scan(table, range) {
+            let (k, v) = r?;
+            if !visit(&k, &v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Adds `delta` to the 8-byte big-endian signed counter at `key`
     /// (absent = 0) and returns the new value.
     fn increment(

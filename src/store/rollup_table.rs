@@ -124,16 +124,9 @@ impl RollupTable {
         start: &[u8],
         stop: &[u8],
     ) -> impl Iterator<Item = Result<(Vec<u8>, RowCells), StoreError>> + 'a {
-        let prefix = table_prefix(table);
-        let plen = prefix.len();
-        let begin = [prefix.as_slice(), start].concat();
-        let end = if stop.is_empty() {
-            crate::storage::prefix_end(&prefix)
-        } else {
-            [prefix.as_slice(), stop].concat()
-        };
+        let (range, plen) = table_range(table, start, stop);
         self.kv
-            .scan(Table::Rollup, &ScanRange::new(begin, end))
+            .scan(Table::Rollup, &range)
             .map(move |r| {
                 let (k, v) = r?;
                 let row_key = k[plen..].to_vec();
@@ -150,21 +143,33 @@ impl RollupTable {
         start: &[u8],
         stop: &[u8],
     ) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StoreError>> + 'a {
-        let prefix = table_prefix(table);
-        let plen = prefix.len();
-        let begin = [prefix.as_slice(), start].concat();
-        let end = if stop.is_empty() {
-            crate::storage::prefix_end(&prefix)
-        } else {
-            [prefix.as_slice(), stop].concat()
-        };
+        let (range, plen) = table_range(table, start, stop);
         self.kv
-            .scan(Table::Rollup, &ScanRange::new(begin, end))
+            .scan(Table::Rollup, &range)
             .map(move |r| {
                 let (mut k, v) = r?;
                 k.drain(..plen);
                 Ok((k, v))
             })
+    }
+
+    /// [`scan_raw`](Self::scan_raw) with each row lent to `visit` (its key
+    /// without the table prefix, and its value) instead of copied out,
+    /// until `visit` returns false ([`KvStore::visit`]).
+    pub fn visit_raw(
+        &self,
+        table: &str,
+        start: &[u8],
+        stop: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let (range, plen) = table_range(table, start, stop);
+        self.kv.visit(
+            Table::Rollup,
+            &range,
+            &mut |k, v| visit(&k[plen..], v),
+        )?;
+        Ok(())
     }
 
     /// Every entry, undecoded, with its full engine key (`tsdb scan`,
@@ -174,6 +179,20 @@ impl RollupTable {
             .scan(Table::Rollup, &ScanRange::new(Vec::new(), Vec::new()))
             .map(|r| r.map_err(StoreError::from))
     }
+}
+
+/// The engine range of `table`'s rows from `start` up to `stop` (row
+/// keys; an empty `stop` is the table's end), and the length of the
+/// table's prefix on each engine key.
+fn table_range(table: &str, start: &[u8], stop: &[u8]) -> (ScanRange, usize) {
+    let prefix = table_prefix(table);
+    let begin = [prefix.as_slice(), start].concat();
+    let end = if stop.is_empty() {
+        crate::storage::prefix_end(&prefix)
+    } else {
+        [prefix.as_slice(), stop].concat()
+    };
+    (ScanRange::new(begin, end), prefix.len())
 }
 
 #[cfg(test)]
