@@ -1008,4 +1008,87 @@ mod tests {
             Err(crate::codec::row::RowError::Truncated(1))
         );
     }
+
+    /// One random rollup cell: an aggregator id (a few of them read), an
+    /// offset mostly in a day's hours, sometimes past a short row's word,
+    /// flags and a value whose length may not match them.
+    fn any_cell() -> impl proptest::strategy::Strategy<Value = crate::codec::row::Cell> {
+        use proptest::prelude::*;
+        (
+            0u8..5,
+            prop_oneof![8 => 0u16..24, 1 => 24u16..64, 1 => 64u16..200],
+            any::<bool>(),
+            prop::sample::select(vec![1usize, 2, 3, 4, 8]),
+            prop::collection::vec(any::<u8>(), 8),
+            any::<bool>(),
+        )
+            .prop_map(|(id, at, float, len, bytes, compacted)| {
+                let flags = if float {
+                    0x8 | (len as u8 - 1)
+                } else {
+                    len as u8 - 1
+                };
+                let [a, b] = ((at << 4) | flags as u16).to_be_bytes();
+                let id = if compacted { id | COMPACTED_MASK } else { id };
+                crate::codec::row::Cell::new(vec![id, a, b], bytes[..len].to_vec())
+            })
+    }
+
+    proptest::proptest! {
+        /// A short row hands over exactly what the dense reader hands over
+        /// (same offsets, same bits of each double, same cell count)
+        /// whenever it takes the row, and takes every usual row whose
+        /// cells read lie below its word; odd rows (a raw-qualified cell
+        /// or a long value) go to the dense reader.
+        #[test]
+        fn short_rows_read_as_dense_rows(
+            cells in proptest::collection::vec(any_cell(), 0..120),
+            odd in proptest::prop_oneof![4 => proptest::strategy::Just(0u8), 1 => 1u8..3],
+            from_h in 0u32..30,
+            hours in 0u32..30,
+            count in proptest::prelude::any::<bool>(),
+        ) {
+            use crate::codec::row::{Cell, RowCells};
+            let c = config();
+            let h = c.interval("1h").unwrap();
+            let base = 1356998400;
+            let mut cells = cells;
+            match odd {
+                1 => cells.insert(cells.len() / 2, Cell::new(vec![0, 0], vec![1])),
+                2 => cells.push(Cell::new(vec![0, 0, 0x30], vec![0; 130])),
+                _ => {}
+            }
+            let columns = RollupColumns {
+                value: Some(0),
+                count: count.then_some(1),
+            };
+            let row = RowCells { cells: cells.clone() }.encode();
+            let (from, to) = (base + from_h * 3600, base + (from_h + hours) * 3600);
+            let mut dense = DenseReader::new(columns, h);
+            let n = dense.lay_out(&row, base, from, to).unwrap();
+            let mut want = Vec::new();
+            dense.drain(|at, v, c| want.push((at, v.map(f64::to_bits), c.map(f64::to_bits))));
+            let mut short = ShortRow::default();
+            let took = dense.lay_out_short(&row, base, from, to, &mut short);
+            // A cell of a column read, in range, past the short row's word
+            // (whatever its value).
+            let far = cells.iter().any(|c| {
+                let &[id, q1, q2] = c.qualifier.as_slice() else {
+                    return false;
+                };
+                let id = id & AGGREGATOR_MASK;
+                let at = (u16::from_be_bytes([q1, q2]) >> 4) as u32;
+                (id == 0 || (count && id == 1))
+                    && (from_h..=from_h + hours).contains(&at)
+                    && at >= SHORT_OFFSETS as u32
+            });
+            proptest::prop_assert_eq!(took, odd == 0 && !far);
+            if took {
+                let mut got = Vec::new();
+                short.drain(|at, v, c| got.push((at, v.map(f64::to_bits), c.map(f64::to_bits))));
+                proptest::prop_assert_eq!(got, want);
+                proptest::prop_assert_eq!(short.cells(), n);
+            }
+        }
+    }
 }
