@@ -491,6 +491,31 @@ pub(crate) mod conformance {
             .scan(Table::Data, &ScanRange::new(vec![], vec![]))
             .collect();
         assert_eq!(all.len(), 10);
+        // A visit lends what a scan yields, in order, up to the limit or
+        // until the visitor stops.
+        let visited = |range: &ScanRange, stop_after: usize| {
+            let mut seen: Vec<KeyValue> = Vec::new();
+            store
+                .visit(Table::Data, range, &mut |k, v| {
+                    seen.push((k.to_vec(), v.to_vec()));
+                    seen.len() < stop_after
+                })
+                .unwrap();
+            seen
+        };
+        for range in [
+            ScanRange::new(vec![1, 2], vec![1, 5]),
+            ScanRange::prefix(&[1]).limit(4),
+            ScanRange::new(vec![], vec![]),
+            ScanRange::new(vec![1, 4], vec![]),
+        ] {
+            let scanned: Vec<KeyValue> = store
+                .scan(Table::Data, &range)
+                .map(|r| r.unwrap())
+                .collect();
+            assert_eq!(visited(&range, usize::MAX), scanned);
+            assert_eq!(visited(&range, 2), scanned[..2]);
+        }
 
         let mut d = WriteBatch::new();
         d.delete(Table::Data, vec![1, 3]);

@@ -125,14 +125,12 @@ impl RollupTable {
         stop: &[u8],
     ) -> impl Iterator<Item = Result<(Vec<u8>, RowCells), StoreError>> + 'a {
         let (range, plen) = table_range(table, start, stop);
-        self.kv
-            .scan(Table::Rollup, &range)
-            .map(move |r| {
-                let (k, v) = r?;
-                let row_key = k[plen..].to_vec();
-                let cells = super::decode_cells(&row_key, &v)?;
-                Ok((row_key, cells))
-            })
+        self.kv.scan(Table::Rollup, &range).map(move |r| {
+            let (k, v) = r?;
+            let row_key = k[plen..].to_vec();
+            let cells = super::decode_cells(&row_key, &v)?;
+            Ok((row_key, cells))
+        })
     }
 
     /// [`scan`](Self::scan) with each row's value undecoded (queries walk
@@ -144,13 +142,11 @@ impl RollupTable {
         stop: &[u8],
     ) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StoreError>> + 'a {
         let (range, plen) = table_range(table, start, stop);
-        self.kv
-            .scan(Table::Rollup, &range)
-            .map(move |r| {
-                let (mut k, v) = r?;
-                k.drain(..plen);
-                Ok((k, v))
-            })
+        self.kv.scan(Table::Rollup, &range).map(move |r| {
+            let (mut k, v) = r?;
+            k.drain(..plen);
+            Ok((k, v))
+        })
     }
 
     /// [`scan_raw`](Self::scan_raw) with each row lent to `visit` (its key
@@ -164,11 +160,8 @@ impl RollupTable {
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
         let (range, plen) = table_range(table, start, stop);
-        self.kv.visit(
-            Table::Rollup,
-            &range,
-            &mut |k, v| visit(&k[plen..], v),
-        )?;
+        self.kv
+            .visit(Table::Rollup, &range, &mut |k, v| visit(&k[plen..], v))?;
         Ok(())
     }
 
