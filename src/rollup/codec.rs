@@ -354,12 +354,23 @@ impl DenseReader {
         out: &mut ShortRow,
     ) -> bool {
         let walk = Walk::new(self.columns, self.interval_seconds, base, start_s, end_s);
-        let read = walk.short_row(row, out);
-        if !read {
-            out.has_value = 0;
-            out.has_count = 0;
-            out.cells = 0;
-        }
+        let mut place = ShortPlace {
+            value: &mut out.value,
+            count: &mut out.count,
+            has_value: 0,
+            has_count: 0,
+            cells: 0,
+            too_far: false,
+        };
+        let read = usual_row(&walk, row, &mut place) && !place.too_far;
+        let (has_value, has_count, cells) = if read {
+            (place.has_value, place.has_count, place.cells)
+        } else {
+            (0, 0, 0)
+        };
+        out.has_value = has_value;
+        out.has_count = has_count;
+        out.cells = cells;
         read
     }
 
@@ -444,6 +455,44 @@ impl ShortRow {
     }
 }
 
+/// [`ShortRow`]'s scratch: its words in locals while the row is walked.
+struct ShortPlace<'a> {
+    value: &'a mut [f64; SHORT_OFFSETS],
+    count: &'a mut [f64; SHORT_OFFSETS],
+    has_value: u64,
+    has_count: u64,
+    cells: u64,
+    /// A cell read lies at an offset a short row cannot hold.
+    too_far: bool,
+}
+
+impl Place for ShortPlace<'_> {
+    #[inline(always)]
+    fn put(&mut self, count: bool, at: usize, flags: u8, v: &[u8]) {
+        if at >= SHORT_OFFSETS {
+            self.too_far = true;
+            return;
+        }
+        let Ok(v) = decode_value(flags, v) else {
+            return;
+        };
+        let (column, has) = if count {
+            (&mut *self.count, &mut self.has_count)
+        } else {
+            (&mut *self.value, &mut self.has_value)
+        };
+        column[at] = v.as_f64();
+        *has |= 1 << at;
+        self.cells += 1;
+    }
+
+    fn reset(&mut self) {
+        self.has_value = 0;
+        self.has_count = 0;
+        self.cells = 0;
+    }
+}
+
 /// Offsets a qualifier's 12 bits can hold: no cell needs a scratch to
 /// grow.
 const OFFSETS: usize = (u16::MAX >> 4) as usize + 1;
@@ -484,25 +533,16 @@ impl Walk {
         }
     }
 
-    /// Which column a cell whose qualifier starts with `agg` is of: the
-    /// value's (false), the count's (true), or none read.
-    #[inline(always)]
-    fn column(&self, agg: u8) -> Option<bool> {
-        let id = agg & AGGREGATOR_MASK;
-        if id == self.value_id {
-            Some(false)
-        } else if id == self.count_id {
-            Some(true)
-        } else {
-            None
-        }
-    }
-
     /// One cell with a 3-byte qualifier `agg`, `packed`: placed when it
     /// is of a column read and in range.
     #[inline(always)]
     fn cell(&self, agg: u8, packed: u16, v: &[u8], place: &mut impl Place) {
-        let Some(count) = self.column(agg) else {
+        let id = agg & AGGREGATOR_MASK;
+        let count = if id == self.value_id {
+            false
+        } else if id == self.count_id {
+            true
+        } else {
             return;
         };
         let at = (packed >> 4) as usize;
@@ -510,70 +550,6 @@ impl Walk {
             return;
         }
         place.put(count, at, packed as u8 & FLAGS_MASK, v);
-    }
-}
-
-impl Walk {
-    /// [`usual_row`] with [`cell`](Self::cell) into a [`ShortRow`]'s
-    /// arrays, the words of offsets set, the offsets in range and the
-    /// cells counted held in locals (registers) through the walk: false,
-    /// leaving `out`'s words to the caller, for a row of another shape or
-    /// with a cell read (a column's, in range) at an offset past the word.
-    #[inline(always)]
-    fn short_row(&self, row: &[u8], out: &mut ShortRow) -> bool {
-        if row.first() != Some(&crate::codec::row::ROW_FORMAT_V1) {
-            return false;
-        }
-        let word = SHORT_OFFSETS as u64;
-        // The offsets in `[first, last]` below the word, as a word.
-        let in_range = if self.first > self.last || self.first >= word {
-            0
-        } else {
-            (u64::MAX >> (word - 1 - self.last.min(word - 1))) & (u64::MAX << self.first)
-        };
-        let (mut has_value, mut has_count, mut cells) = (0u64, 0u64, 0u64);
-        let mut pos = 1;
-        while pos < row.len() {
-            let Some(&[3, agg, q1, q2, vlen]) = row.get(pos..pos + 5) else {
-                return false;
-            };
-            let (from, to) = (pos + 5, pos + 5 + vlen as usize);
-            if vlen >= 0x80 || to > row.len() {
-                return false;
-            }
-            pos = to;
-            let Some(count) = self.column(agg) else {
-                continue;
-            };
-            let packed = u16::from_be_bytes([q1, q2]);
-            let at = (packed >> 4) as u64;
-            if at >= word {
-                if at >= self.first && at <= self.last {
-                    return false;
-                }
-                continue;
-            }
-            let bit = 1u64 << at;
-            if in_range & bit == 0 {
-                continue;
-            }
-            let Ok(v) = decode_value(packed as u8 & FLAGS_MASK, &row[from..to]) else {
-                continue;
-            };
-            let v = v.as_f64();
-            if count {
-                out.count[at as usize] = v;
-                has_count |= bit;
-            } else {
-                out.value[at as usize] = v;
-                has_value |= bit;
-            }
-            cells += 1;
-        }
-        out.has_value = has_value;
-        out.has_count = has_count;
-        out.cells = cells;
-        true
     }
 }
 
