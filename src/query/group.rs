@@ -212,7 +212,7 @@ fn accumulate(
     // The function is picked once, not per point: each rule is its own
     // loop.
     let folded = match agg.function {
-        F::Sum | F::Avg | F::Count => fold_series::<SumRule>(series, rate, cells),
+        F::Sum | F::Avg | F::Count => fold_sums(series, rate, cells),
         F::Min => fold_series::<MinRule>(series, rate, cells),
         _ => fold_series::<MaxRule>(series, rate, cells),
     };
@@ -241,6 +241,36 @@ fn fold_series<R: FoldRule>(series: &[&Points], rate: bool, cells: &mut [GridCel
                 return false;
             }
             c.add_by::<R>(p.1.as_f64());
+        }
+    }
+    true
+}
+
+/// [`fold_series`] with [`SumRule`], without a branch per value: a cell
+/// starts at +0.0, so its first value is added as `SumRule::first` adds it
+/// (`0.0 + v`), and a sum that starts at +0.0 never becomes -0.0, so
+/// adding +0.0 for a NaN leaves it as skipping the NaN does.
+#[inline(always)]
+fn fold_sums(series: &[&Points], rate: bool, cells: &mut [GridCell]) -> bool {
+    let grid = series[0];
+    let n = grid.len();
+    let cells = &mut cells[..n];
+    for s in series {
+        let s = &s[..n];
+        for k in 0..n {
+            let (t, v) = s[k];
+            let v = match v {
+                Value::Float(f) => f,
+                Value::Int(i) if rate => i as f64,
+                Value::Int(_) => return false,
+            };
+            if t != grid[k].0 {
+                return false;
+            }
+            let c = &mut cells[k];
+            let number = !v.is_nan();
+            c.acc += if number { v } else { 0.0 };
+            c.n += number as u32;
         }
     }
     true
@@ -534,6 +564,8 @@ mod tests {
                     proptest::prop_oneof![
                         (-1e6f64..1e6).prop_map(Value::Float),
                         proptest::strategy::Just(Value::Float(f64::NAN)),
+                        proptest::strategy::Just(Value::Float(-0.0)),
+                        proptest::strategy::Just(Value::Float(f64::INFINITY)),
                         (-100i64..100).prop_map(Value::Int),
                     ],
                     0..12,

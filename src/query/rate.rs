@@ -273,6 +273,40 @@ pub(crate) mod tests {
             })
     }
 
+    /// Counter rows: long integer runs that climb, with resets (drops),
+    /// wraps near `i64::MAX`, repeated timestamps, now and then a float.
+    fn arb_counter_row() -> impl proptest::strategy::Strategy<Value = Vec<Point>> {
+        use proptest::prelude::*;
+        let step = prop_oneof![
+            8 => (Just(10_000u64), 0i64..5_000).prop_map(|(dt, dv)| (dt, dv, false)),
+            1 => (Just(10_000u64), -200i64..0).prop_map(|(dt, dv)| (dt, dv, false)),
+            1 => (0u64..20_000, 0i64..100).prop_map(|(dt, dv)| (dt, dv, false)),
+            1 => Just((10_000u64, 0i64, true)),
+        ];
+        (
+            prop_oneof![Just(0i64), Just(i64::MAX - 20_000)],
+            proptest::collection::vec(step, 0..300),
+        )
+            .prop_map(|(start, steps)| {
+                let (mut t, mut v) = (1_356_998_400_000u64, start);
+                steps
+                    .into_iter()
+                    .map(|(dt, dv, float)| {
+                        t += dt;
+                        v = v.wrapping_add(dv);
+                        Point {
+                            timestamp_ms: t,
+                            value: if float {
+                                Value::Float(v as f64 / 3.0)
+                            } else {
+                                Value::Int(v)
+                            },
+                        }
+                    })
+                    .collect()
+            })
+    }
+
     proptest::proptest! {
         /// A row fed at once gives what feeding it point by point gives,
         /// bit for bit, whatever the options and however rows split.
@@ -287,6 +321,34 @@ pub(crate) mod tests {
             let (mut a, mut b) = (Rate::new(opts), Rate::new(opts));
             let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
             // Rows of one series follow each other in time.
+            let mut last = 0u64;
+            for row in &rows {
+                let row: Vec<Point> = row
+                    .iter()
+                    .map(|p| Point { timestamp_ms: p.timestamp_ms + last, ..*p })
+                    .collect();
+                last = row.last().map_or(last, |p| p.timestamp_ms - 1_356_998_400_000);
+                for p in &row {
+                    a.push(p.timestamp_ms as i64, p.value, &mut out_a);
+                }
+                b.push_points(&row, &mut out_b);
+            }
+            proptest::prop_assert!(same(&out_a, &out_b), "{out_a:?} != {out_b:?}");
+        }
+
+        /// The same for counters (the integer loop), with every rate
+        /// option: counterMax, resetValue and dropResets.
+        #[test]
+        fn counter_rows_fed_at_once_rate_as_points_do(
+            rows in proptest::collection::vec(arb_counter_row(), 1..3),
+            counter in proptest::bool::ANY,
+            drop_resets in proptest::bool::ANY,
+            reset_value in proptest::prop_oneof![proptest::strategy::Just(0i64), 1i64..1_000],
+            counter_max in proptest::prop_oneof![proptest::strategy::Just(i64::MAX), 1_000i64..1_000_000],
+        ) {
+            let opts = RateOptions { counter, drop_resets, reset_value, counter_max };
+            let (mut a, mut b) = (Rate::new(opts), Rate::new(opts));
+            let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
             let mut last = 0u64;
             for row in &rows {
                 let row: Vec<Point> = row
