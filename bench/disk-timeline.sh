@@ -12,8 +12,12 @@
 #   bash bench/disk-timeline.sh                      # this checkout's release build
 #   TSDB=path/to/tsdb bash bench/disk-timeline.sh    # another build
 #   STEP=0.3 FOR=15 ...
+#   PROTO=http bash bench/disk-timeline.sh           # /api/put JSON (or http-gzip), as the loader sends it
+#   COPY=/tmp/at-return bash bench/disk-timeline.sh  # also keep a copy of the data directory as the loader returned
 set -euo pipefail
 HOSTS=${HOSTS:-1000}
+PROTO=${PROTO:-telnet}
+COPY=${COPY:-}
 STEP=${STEP:-0.3}
 FOR=${FOR:-15}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,6 +65,14 @@ sample() { # label -> one line: seconds since T0, total, wal, journal, rows, oth
     -v a="$total" -v w="$wal" -v j="$jnl" -v r="$rows" -v k="$tables" -v st="$st" \
     'BEGIN { printf "%6.1f  %5.2f  %5.2f  %5.2f  %5.2f  %5.2f  %5.2f  %s  %s\n", t - t0, a/p, w/p, j/p, r/p, (k-r)/p, (a-w-j-k)/p, st, l }'
 }
+# CPU seconds (user + system) the TSD's WAL writer thread used so far
+writer_cpu() {
+  local t
+  for t in /proc/"$PID"/task/*; do
+    [ "$(cat "$t/comm" 2>/dev/null)" = wal-writer ] &&
+      awk -v k="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / k }' "$t/stat"
+  done
+}
 count() {
   local q="/api/query?start=$START&end=$((START + 3599))" m
   for m in usage_user usage_system usage_idle usage_nice usage_iowait usage_irq usage_softirq usage_steal interrupts context_switches; do
@@ -72,17 +84,24 @@ except Exception: print(0)'
 }
 
 start
-echo "$(date -u '+%Y-%m-%d %H:%M:%S') UTC, $(nproc) cores, load average $(cut -d' ' -f1 /proc/loadavg), $TSDB"
+echo "$(date -u '+%Y-%m-%d %H:%M:%S') UTC, $(nproc) cores, load average $(cut -d' ' -f1 /proc/loadavg), $PROTO, $TSDB"
 echo "bytes per point ($POINTS points) under the data directory:"
 echo "(rows: the row table; other: the other tables; rest: header, directories; then M points accepted, M stored, k rows written, journal moves)"
 echo "     s  total    wal   jrnl   rows  other   rest  added stored  rows  ck"
 T0=$(date +%s.%N)
 (while :; do sample ""; sleep "$STEP"; done) &
 SAMPLER=$!
-"$TSBS" load "127.0.0.1:$PORT" telnet "$HOSTS" 1 4 > "$WORK/load.out"
+"$TSBS" load "127.0.0.1:$PORT" "$PROTO" "$HOSTS" 1 4 > "$WORK/load.out"
 sample "<- the loader returned ($(awk '{print $6/1e6}' "$WORK/load.out") M points/s)"
+if [ -n "$COPY" ]; then
+  # Taken while the TSD runs: a copy of files being written, for looking
+  # at what they hold, not a backup.
+  rm -rf "$COPY" && cp -a "$DATA" "$COPY"
+  sample "<- copied to $COPY"
+fi
 until [ "$(count)" -ge "$POINTS" ]; do sleep 0.1; done
 sample "<- every point queryable"
+echo "WAL writer thread: $(writer_cpu) CPU seconds so far, $(awk -v s="$(writer_cpu)" -v p="$POINTS" 'BEGIN { printf "%.0f", s * 1e9 / p }') ns per point"
 sleep "$FOR"
 kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null || true
 stop KILL
