@@ -768,6 +768,31 @@ fn expect_end(r: &Reader<'_>) -> Result<(), CompressedError> {
     }
 }
 
+/// Bit-packs `values` as this column packs its streams (frames of 64,
+/// each a width byte then its values, docs/format/compressed-column.md),
+/// for other formats that keep runs of small integers the same way: the
+/// WAL's batches (`write::wal::columns`, record `08`).
+pub(crate) fn pack_stream(values: &[u64], out: &mut Vec<u8>) {
+    pack(values, out)
+}
+
+/// Reads `n` values that [`pack_stream`] packed, from `bytes` at `*pos`,
+/// handing each to `f`; `*pos` is then just past them.
+pub(crate) fn unpack_stream(
+    bytes: &[u8],
+    pos: &mut usize,
+    n: usize,
+    mut f: impl FnMut(u64),
+) -> Result<(), CompressedError> {
+    let mut r = Reader {
+        buf: bytes,
+        pos: *pos,
+    };
+    unpack_frames(&mut r, n, |frame| frame.iter().for_each(|&v| f(v)))?;
+    *pos = r.pos;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

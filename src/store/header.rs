@@ -19,14 +19,15 @@ pub const FORMAT_NAME: &str = "rtsdb";
 /// docs/format/tree.md) and compressed WAL frames (docs/format/wal.md);
 /// version 4 the `tsdb-rollup` table (rollups and pre-aggregates,
 /// docs/format/rollup.md); version 5 WAL frames laid out by series
-/// (record `07`, docs/format/wal.md).
+/// (record `07`, docs/format/wal.md); version 6 such frames with their
+/// values bit-packed (record `08`).
 /// Older stores are read and upgraded in place by [`super::Store::open`]:
 /// the header is rewritten (with its checksum), the engine creates the
 /// new table empty, and their WAL is read as it is.
-pub const FORMAT_VERSION: u32 = 5;
-/// The oldest version a cluster's shared layout record may name: version
-/// 5 changed only the WAL, which each TSD of a cluster keeps in its own
-/// data directory, so a cluster made by a version 4 build is the same
+pub const FORMAT_VERSION: u32 = 6;
+/// The oldest version a cluster's shared layout record may name: versions
+/// 5 and 6 changed only the WAL, which each TSD of a cluster keeps in its
+/// own data directory, so a cluster made by a version 4 build is the same
 /// cluster to this one.
 pub const OLDEST_CLUSTER_VERSION: u32 = 4;
 /// The oldest version this build reads.

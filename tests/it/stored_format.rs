@@ -25,6 +25,11 @@
 //! frame), then its last 3 as one `/api/put?sync` (a plain frame), and
 //! was killed with SIGKILL before it wrote any row; its `LOCK` file was
 //! removed.
+//!
+//! `tests/fixtures/store-870cb41` was made the same way, from the same
+//! points (`store-870cb41.points.txt`), by main at 870cb41 (store format
+//! 5, the last whose log keeps values as varints): its log holds one
+//! `07` frame (the first 300 lines) and one plain frame.
 
 use std::path::{Path, PathBuf};
 
@@ -79,7 +84,7 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
     // a checksum, format 3 the tree table and compressed WAL frames, format
     // 4 the rollup table), after checking it against the UID table.
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 5, "{header}");
+    assert_eq!(header["format_version"], 6, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     assert_eq!(header["uid_width"]["metric"], 3, "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
@@ -101,7 +106,7 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
 }
 
 #[test]
-fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_5() {
+fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_6() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     copy_dir(&fixture("store-6a4fbc1"), &store);
@@ -127,7 +132,7 @@ fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_5() {
          net.bytes.in 1356998460 9223372036854775807 host=web02 iface=eth0 dc=lga\n";
     assert_eq!(all(), expected);
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 5, "{header}");
+    assert_eq!(header["format_version"], 6, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -158,7 +163,7 @@ fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_5() {
 }
 
 #[test]
-fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_5() {
+fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_6() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     copy_dir(&fixture("store-ee2d2b4"), &store);
@@ -186,7 +191,7 @@ fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_5() {
          net.bytes.in 1356998460 9223372036854775807 host=web02 iface=eth0 dc=lga\n"
     );
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 5, "{header}");
+    assert_eq!(header["format_version"], 6, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -228,16 +233,30 @@ fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_5() {
 }
 
 #[test]
-fn a_format_4_store_replays_its_wal_exactly_and_is_upgraded_to_5() {
+fn a_format_4_store_replays_its_wal_exactly_and_is_upgraded_to_6() {
+    replays_its_wal_exactly("store-96ac99d", 4, 0x05);
+}
+
+#[test]
+fn a_format_5_store_replays_its_wal_exactly_and_is_upgraded_to_6() {
+    replays_its_wal_exactly("store-870cb41", 5, 0x07);
+}
+
+/// A fixture store of format `version` whose one WAL segment starts with
+/// a frame holding one record of `first_record` kind (docs/format/wal.md)
+/// replays every point it logged, and nothing else.
+fn replays_its_wal_exactly(name: &str, version: u32, first_record: u8) {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    copy_dir(&fixture("store-96ac99d"), &store);
-    assert_eq!(header_of(&store)["format_version"], 4);
-    assert_eq!(
-        std::fs::read_dir(store.join("wal")).unwrap().count(),
-        1,
-        "the fixture holds one WAL segment"
-    );
+    copy_dir(&fixture(name), &store);
+    assert_eq!(header_of(&store)["format_version"], version);
+    let segments: Vec<_> = std::fs::read_dir(store.join("wal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(segments.len(), 1, "the fixture holds one WAL segment");
+    // The frame header is 8 bytes (length, CRC), then the record's tag.
+    assert_eq!(std::fs::read(&segments[0]).unwrap()[8], first_record);
     let scanned: Vec<String> = ["sys.cpu.user", "net.bytes.in", "sys.mem.free"]
         .iter()
         .flat_map(|m| {
@@ -248,7 +267,7 @@ fn a_format_4_store_replays_its_wal_exactly_and_is_upgraded_to_5() {
         .collect();
     // Every point the log held, and nothing else (the tags of these
     // points print in the order they were sent).
-    let mut want: Vec<String> = std::fs::read_to_string(fixture("store-96ac99d.points.txt"))
+    let mut want: Vec<String> = std::fs::read_to_string(fixture(&format!("{name}.points.txt")))
         .unwrap()
         .lines()
         .map(str::to_owned)
@@ -259,7 +278,7 @@ fn a_format_4_store_replays_its_wal_exactly_and_is_upgraded_to_5() {
     assert_eq!(got.len(), 303);
     assert_eq!(got, want);
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 5, "{header}");
+    assert_eq!(header["format_version"], 6, "{header}");
     // Replayed into rows: the log is gone, nothing was counted as damage.
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);

@@ -1,12 +1,13 @@
-//! The columnar body of a `07` record (docs/format/wal.md): a batch of
-//! series definitions and points laid out by series, with times and
-//! values delta-coded, so that zstd, which then compresses the body, sees
-//! runs of small, alike bytes instead of 16-byte point records. A point
-//! costs about a quarter of what the same records cost compressed as they
-//! are (`05`). Pure functions over bytes, like [`super::record`].
+//! The columnar body of a `08` record (and of the `07` records format 5
+//! wrote; docs/format/wal.md): a batch of series definitions and points
+//! laid out by series, with times delta-coded and values bit-packed as
+//! the compressed column packs them, so that a point's value costs about
+//! what it costs in a row, and zstd, which then compresses the body, sees
+//! runs of small, alike bytes in the rest. Pure functions over bytes,
+//! like [`super::record`].
 
 use super::record::{Record, RecordRef, decode_records, point_record, walk_records};
-use crate::codec::compressed::{MAX_DECIMALS, decimal_scale_into};
+use crate::codec::compressed::{MAX_DECIMALS, decimal_scale_into, pack_stream, unpack_stream};
 use crate::codec::varint::{self, unzigzag, zigzag};
 use crate::model::hash::FastMap;
 use crate::model::point::Value;
@@ -20,6 +21,44 @@ const VALUES_DECIMAL: u8 = 1;
 const VALUES_MIXED: u8 = 2;
 const MIXED_INT: u8 = 0;
 const MIXED_FLOAT: u8 = 1;
+
+/// Which body a columnar record holds: they differ only in how values
+/// are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Body {
+    /// Record `07` (format 5): per group a kind, then zigzag varints of
+    /// the value deltas. Read, no longer written.
+    Varints,
+    /// Record `08` (format 6): per group a kind byte and its first value;
+    /// the rest of the values bit-packed, one stream per kind.
+    Packed,
+}
+
+/// `08` kind byte: a decimal group (`m / 10^e`, `e` in the low nibble);
+/// without it, integers (low nibble 0).
+const KIND_DECIMAL: u8 = 0x10;
+/// `08` kind byte: the stream holds delta-of-deltas (a counter's steps
+/// change less than its values), not deltas.
+const KIND_DOD: u8 = 0x20;
+/// `08` kind byte: anything else, written as `07`'s mixed values.
+const KIND_MIXED: u8 = 0x40;
+/// Streams of an `08` body: integers by deltas, by delta-of-deltas, then
+/// decimals of each `e` by deltas, then by delta-of-deltas.
+const STREAMS: usize = 2 + 2 * (MAX_DECIMALS as usize + 1);
+
+/// The stream a kind byte's values go to, or `None` if no writer makes
+/// that kind byte (or it is [`KIND_MIXED`], which has none).
+fn stream_of(kind: u8) -> Option<usize> {
+    let e = usize::from(kind & 0x0F);
+    let dod = usize::from(kind & KIND_DOD != 0);
+    match kind & !(KIND_DOD | 0x0F) {
+        0 if e == 0 => Some(dod),
+        KIND_DECIMAL if e <= MAX_DECIMALS as usize => {
+            Some(2 + dod * (MAX_DECIMALS as usize + 1) + e)
+        }
+        _ => None,
+    }
+}
 
 /// Lays batches out by series, keeping its scratch space from one batch
 /// to the next: the WAL writer lays out every batch it writes, so a
@@ -47,15 +86,78 @@ pub(super) struct Layout {
     value_bytes: Vec<u8>,
     floats: Vec<f64>,
     mantissas: Vec<i64>,
+    /// `08` sections: kind bytes, first values, the packed streams (its
+    /// mixed values go in `value_bytes`).
+    kinds: Vec<u8>,
+    firsts: Vec<u8>,
+    packed: Vec<u8>,
+    /// `08` streams, by [`stream_of`].
+    streams: Vec<Vec<u64>>,
 }
 
 impl Layout {
-    /// Appends the columnar body of the records in `payload` (plain
-    /// records back to back, as appenders encode them) to `out`. `false`
-    /// (with `out` as it was) when a record does not decode, or cannot be
-    /// laid out by series: a delete or a histogram, whose place among the
+    /// Appends the `08` body of the records in `payload` (plain records
+    /// back to back, as appenders encode them) to `out`. `false` (with
+    /// `out` as it was) when a record does not decode, or cannot be laid
+    /// out by series: a delete or a histogram, whose place among the
     /// points replay depends on.
     pub(super) fn encode(&mut self, payload: &[u8], out: &mut Vec<u8>) -> bool {
+        self.encode_as(Body::Packed, payload, out)
+    }
+
+    /// The body of either record, so that tests can write what format 5
+    /// wrote and check it is still read.
+    pub(super) fn encode_as(&mut self, body: Body, payload: &[u8], out: &mut Vec<u8>) -> bool {
+        if !self.group(payload) {
+            return false;
+        }
+        let base = self.raw_ts.first().copied().unwrap_or(0);
+        self.heads.clear();
+        self.times.clear();
+        let mut prev_id = 0i64;
+        let mut from = 0usize;
+        for &(id, n) in &self.groups {
+            let to = from + n as usize;
+            varint::put(zigzag(i64::from(id) - prev_id), &mut self.heads);
+            prev_id = i64::from(id);
+            varint::put(u64::from(n), &mut self.heads);
+            encode_times(&self.grouped_ts[from..to], base, &mut self.times);
+            from = to;
+        }
+        put_section(out, &self.series);
+        varint::put(self.groups.len() as u64, out);
+        varint::put(base, out);
+        put_section(out, &self.heads);
+        put_section(out, &self.times);
+        match body {
+            Body::Varints => {
+                self.value_bytes.clear();
+                let mut from = 0usize;
+                for &(_, n) in &self.groups {
+                    let to = from + n as usize;
+                    encode_values(
+                        &self.grouped_values[from..to],
+                        &mut self.floats,
+                        &mut self.mantissas,
+                        &mut self.value_bytes,
+                    );
+                    from = to;
+                }
+                put_section(out, &self.value_bytes);
+            }
+            Body::Packed => self.put_packed_values(out),
+        }
+        if self.raw_ts.capacity() > KEEP_POINTS {
+            // A rare huge batch (a backlog written at once) does not pin
+            // its scratch space for the life of the log.
+            *self = Layout::default();
+        }
+        true
+    }
+
+    /// Reads the records of `payload` into the grouped arrays; `false`
+    /// when a record does not decode or is not a definition or a point.
+    fn group(&mut self, payload: &[u8]) -> bool {
         self.series.clear();
         self.group_of.clear();
         self.raw_ts.clear();
@@ -98,39 +200,109 @@ impl Layout {
             self.grouped_values[*to as usize] = self.values[i];
             *to += 1;
         }
-        let base = self.raw_ts.first().copied().unwrap_or(0);
-        self.heads.clear();
-        self.times.clear();
-        self.value_bytes.clear();
-        let mut prev_id = 0i64;
-        let mut from = 0usize;
-        for &(id, n) in &self.groups {
-            let to = from + n as usize;
-            varint::put(zigzag(i64::from(id) - prev_id), &mut self.heads);
-            prev_id = i64::from(id);
-            varint::put(u64::from(n), &mut self.heads);
-            encode_times(&self.grouped_ts[from..to], base, &mut self.times);
-            encode_values(
-                &self.grouped_values[from..to],
-                &mut self.floats,
-                &mut self.mantissas,
-                &mut self.value_bytes,
-            );
-            from = to;
-        }
-        put_section(out, &self.series);
-        varint::put(self.groups.len() as u64, out);
-        varint::put(base, out);
-        put_section(out, &self.heads);
-        put_section(out, &self.times);
-        put_section(out, &self.value_bytes);
-        if self.raw_ts.capacity() > KEEP_POINTS {
-            // A rare huge batch (a backlog written at once) does not pin
-            // its scratch space for the life of the log.
-            *self = Layout::default();
-        }
         true
     }
+
+    /// The values sections of an `08` body: each group's kind byte, its
+    /// first value (and first step), the rest bit-packed by kind, and
+    /// mixed groups' values as they are.
+    fn put_packed_values(&mut self, out: &mut Vec<u8>) {
+        self.kinds.clear();
+        self.firsts.clear();
+        self.value_bytes.clear();
+        self.streams.resize_with(STREAMS, Vec::new);
+        self.streams.iter_mut().for_each(Vec::clear);
+        // A group's first value is coded from the first of the group of
+        // its kind before it: a counter's first values in a batch are
+        // close to one another.
+        let mut last_first = [0i64; STREAMS];
+        let mut from = 0usize;
+        for &(_, n) in &self.groups {
+            let to = from + n as usize;
+            let values = &self.grouped_values[from..to];
+            from = to;
+            let Some(kind) = integers_of(values, &mut self.floats, &mut self.mantissas) else {
+                self.kinds.push(KIND_MIXED);
+                put_mixed(values, &mut self.value_bytes);
+                continue;
+            };
+            let ints = &self.mantissas;
+            let dod = prefers_dod(ints);
+            let kind = if dod { kind | KIND_DOD } else { kind };
+            self.kinds.push(kind);
+            let s = stream_of(kind).expect("a kind this writer makes");
+            varint::put(
+                zigzag(ints[0].wrapping_sub(last_first[s])),
+                &mut self.firsts,
+            );
+            last_first[s] = ints[0];
+            let stream = &mut self.streams[s];
+            if dod {
+                let mut step = ints[1].wrapping_sub(ints[0]);
+                varint::put(zigzag(step), &mut self.firsts);
+                for w in ints[1..].windows(2) {
+                    let next = w[1].wrapping_sub(w[0]);
+                    stream.push(zigzag(next.wrapping_sub(step)));
+                    step = next;
+                }
+            } else {
+                stream.extend(ints.windows(2).map(|w| zigzag(w[1].wrapping_sub(w[0]))));
+            }
+        }
+        self.packed.clear();
+        for stream in &self.streams {
+            pack_stream(stream, &mut self.packed);
+        }
+        put_section(out, &self.kinds);
+        put_section(out, &self.firsts);
+        put_section(out, &self.packed);
+        put_section(out, &self.value_bytes);
+    }
+}
+
+/// A group's values as integers into `ints` (decimal floats scaled by
+/// the compressed column's rule), with their kind byte; `None` for a
+/// group that mixes integers and floats or holds other floats.
+fn integers_of(values: &[Value], floats: &mut Vec<f64>, ints: &mut Vec<i64>) -> Option<u8> {
+    ints.clear();
+    ints.extend(values.iter().map_while(|v| match v {
+        Value::Int(i) => Some(*i),
+        Value::Float(_) => None,
+    }));
+    if ints.len() == values.len() {
+        return Some(0);
+    }
+    floats.clear();
+    floats.extend(values.iter().map_while(|v| match v {
+        Value::Float(f) => Some(*f),
+        Value::Int(_) => None,
+    }));
+    if floats.len() != values.len() {
+        return None;
+    }
+    decimal_scale_into(floats, ints).map(|e| KIND_DECIMAL | e as u8)
+}
+
+/// Whether a group's integers pack smaller as delta-of-deltas (after a
+/// first step kept with its first value) than as deltas, judged by the
+/// widest of each: counters, whose steps wander less than their values.
+fn prefers_dod(ints: &[i64]) -> bool {
+    if ints.len() < 3 {
+        return false;
+    }
+    let first_step = ints[1].wrapping_sub(ints[0]);
+    let (mut deltas, mut dods) = (zigzag(first_step), 0u64);
+    let mut step = first_step;
+    for w in ints[1..].windows(2) {
+        let next = w[1].wrapping_sub(w[0]);
+        deltas |= zigzag(next);
+        dods |= zigzag(next.wrapping_sub(step));
+        step = next;
+    }
+    let bits = |v: u64| u64::from(64 - v.leading_zeros());
+    let n = ints.len() as u64;
+    let varint_bits = 8 * bits(zigzag(first_step)).div_ceil(7).max(1);
+    (n - 2) * bits(dods) + varint_bits < (n - 1) * bits(deltas)
 }
 
 /// The points a [`Layout`] keeps room for between batches: several
@@ -159,8 +331,8 @@ fn encode_times(raw: &[u64], base: u64, out: &mut Vec<u8>) {
     // which costs a byte or two once per series and batch.
 }
 
-/// One series' values: all integers, all decimals of one scale, or
-/// mixed. `floats` and `mantissas` are scratch space.
+/// One series' values in a `07` body: all integers, all decimals of one
+/// scale, or mixed. `floats` and `mantissas` are scratch space.
 fn encode_values(
     values: &[Value],
     floats: &mut Vec<f64>,
@@ -190,6 +362,12 @@ fn encode_values(
         return;
     }
     out.push(VALUES_MIXED);
+    put_mixed(values, out);
+}
+
+/// Values of any kinds, each with its own: `00` and a zigzag integer, or
+/// `01` and the float's 8 bytes.
+fn put_mixed(values: &[Value], out: &mut Vec<u8>) {
     for v in values {
         match v {
             Value::Int(i) => {
@@ -212,6 +390,7 @@ fn put_deltas(ints: impl Iterator<Item = i64>, out: &mut Vec<u8>) {
     }
 }
 
+#[derive(Clone)]
 struct Reader<'a> {
     b: &'a [u8],
     i: usize,
@@ -247,10 +426,10 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Decodes a columnar body onto `out`: the series definitions, then each
-/// series' points in the order they were logged. `None` if any byte is
-/// out of place (the caller drops the whole frame).
-pub(super) fn decode(body: &[u8], out: &mut Vec<Record>) -> Option<()> {
+/// Decodes a columnar body of either kind onto `out`: the series
+/// definitions, then each series' points in the order they were logged.
+/// `None` if any byte is out of place (the caller drops the whole frame).
+pub(super) fn decode(kind: Body, body: &[u8], out: &mut Vec<Record>) -> Option<()> {
     let mut r = Reader { b: body, i: 0 };
     let series = r.section()?;
     let before = out.len();
@@ -265,7 +444,15 @@ pub(super) fn decode(body: &[u8], out: &mut Vec<Record>) -> Option<()> {
     let base = r.varint()?;
     let mut heads = r.section()?;
     let mut times = r.section()?;
-    let mut values = r.section()?;
+    let mut values = match kind {
+        Body::Varints => Values::Varints(r.section()?),
+        Body::Packed => Values::Packed(Box::new(Packed::read(
+            &mut r,
+            heads.clone(),
+            groups,
+            times.b.len(),
+        )?)),
+    };
     if !r.done() {
         return None;
     }
@@ -287,15 +474,161 @@ pub(super) fn decode(body: &[u8], out: &mut Vec<Record>) -> Option<()> {
             prev = prev.wrapping_add(step);
             raw_ts.push(prev as u64);
         }
-        decode_values(&mut values, &raw_ts, |raw_ts, value| {
-            out.push(point_record(id, raw_ts, value))
-        })?;
+        let point = |raw_ts, value| out.push(point_record(id, raw_ts, value));
+        match &mut values {
+            Values::Varints(values) => decode_values(values, &raw_ts, point)?,
+            Values::Packed(values) => values.group(&raw_ts, point)?,
+        }
     }
-    (heads.done() && times.done() && values.done()).then_some(())
+    let values_done = match &values {
+        Values::Varints(values) => values.done(),
+        Values::Packed(values) => values.done(),
+    };
+    (heads.done() && times.done() && values_done).then_some(())
 }
 
-/// Decodes the values of the points at `raw_ts`, handing each point to
-/// `point`.
+/// Where a body's values are read from.
+enum Values<'a> {
+    Varints(Reader<'a>),
+    /// Boxed: its stream cursors are a few hundred bytes, read once a
+    /// frame.
+    Packed(Box<Packed<'a>>),
+}
+
+/// The values sections of an `08` body, with its streams unpacked.
+struct Packed<'a> {
+    kinds: Reader<'a>,
+    firsts: Reader<'a>,
+    mixed: Reader<'a>,
+    /// Every stream's values, one stream after another.
+    values: Vec<u64>,
+    /// Per stream: its next value in `values`, and its end.
+    at: [usize; STREAMS],
+    end: [usize; STREAMS],
+    /// Per stream: the first value of its last group.
+    last_first: [i64; STREAMS],
+}
+
+impl<'a> Packed<'a> {
+    /// Reads the sections after `times`, unpacking the streams: their
+    /// lengths follow from each group's kind and number of points (read
+    /// from a copy of `heads`). `points_bound` caps the points a body
+    /// can hold (one byte of times each), so a corrupt count cannot
+    /// reserve gigabytes.
+    fn read(
+        r: &mut Reader<'a>,
+        mut heads: Reader<'a>,
+        groups: u64,
+        points_bound: usize,
+    ) -> Option<Packed<'a>> {
+        let kinds = r.section()?;
+        let firsts = r.section()?;
+        let mut packed = r.section()?;
+        let mixed = r.section()?;
+        let mut len = [0usize; STREAMS];
+        let mut points = 0usize;
+        for g in 0..groups {
+            heads.varint()?;
+            let n = usize::try_from(heads.varint()?).ok()?;
+            points = points.checked_add(n)?;
+            if points > points_bound {
+                return None;
+            }
+            let kind = *kinds.b.get(usize::try_from(g).ok()?)?;
+            if kind != KIND_MIXED {
+                let s = stream_of(kind)?;
+                len[s] += n.saturating_sub(if kind & KIND_DOD != 0 { 2 } else { 1 });
+            }
+        }
+        let mut values = Vec::with_capacity(len.iter().sum());
+        let (mut at, mut end) = ([0usize; STREAMS], [0usize; STREAMS]);
+        for s in 0..STREAMS {
+            at[s] = values.len();
+            unpack_stream(packed.b, &mut packed.i, len[s], |v| values.push(v)).ok()?;
+            end[s] = values.len();
+        }
+        packed.done().then_some(Packed {
+            kinds,
+            firsts,
+            mixed,
+            values,
+            at,
+            end,
+            last_first: [0; STREAMS],
+        })
+    }
+
+    /// Decodes the values of the next group's points, at `raw_ts`,
+    /// handing each point to `point`.
+    fn group(&mut self, raw_ts: &[u64], mut point: impl FnMut(u64, Value)) -> Option<()> {
+        let kind = self.kinds.byte()?;
+        if kind == KIND_MIXED {
+            return decode_mixed(&mut self.mixed, raw_ts, point);
+        }
+        let s = stream_of(kind)?;
+        let (&t0, rest) = raw_ts.split_first()?;
+        let scale = (kind & KIND_DECIMAL != 0).then(|| 10f64.powi(i32::from(kind & 0x0F)));
+        // As the compressed column decodes it (codec::compressed), which
+        // is what `decimal_scale` checked every value round-trips through.
+        let value = |m: i64| match scale {
+            None => Value::Int(m),
+            Some(scale) => Value::Float(m as f64 / scale),
+        };
+        let mut cur = self.last_first[s].wrapping_add(unzigzag(self.firsts.varint()?));
+        self.last_first[s] = cur;
+        point(t0, value(cur));
+        let next = |at: &mut usize| {
+            let v = (*at < self.end[s]).then(|| self.values[*at])?;
+            *at += 1;
+            Some(unzigzag(v))
+        };
+        if kind & KIND_DOD != 0 {
+            let Some((&t1, rest)) = rest.split_first() else {
+                return Some(());
+            };
+            let mut step = unzigzag(self.firsts.varint()?);
+            cur = cur.wrapping_add(step);
+            point(t1, value(cur));
+            for &t in rest {
+                step = step.wrapping_add(next(&mut self.at[s])?);
+                cur = cur.wrapping_add(step);
+                point(t, value(cur));
+            }
+        } else {
+            for &t in rest {
+                cur = cur.wrapping_add(next(&mut self.at[s])?);
+                point(t, value(cur));
+            }
+        }
+        Some(())
+    }
+
+    fn done(&self) -> bool {
+        self.kinds.done() && self.firsts.done() && self.mixed.done() && self.at == self.end
+    }
+}
+
+/// Decodes values written by [`put_mixed`] for the points at `raw_ts`.
+fn decode_mixed(
+    r: &mut Reader<'_>,
+    raw_ts: &[u64],
+    mut point: impl FnMut(u64, Value),
+) -> Option<()> {
+    for &t in raw_ts {
+        let v = match r.byte()? {
+            MIXED_INT => Value::Int(unzigzag(r.varint()?)),
+            MIXED_FLOAT => Value::Float(f64::from_bits(u64::from_le_bytes(
+                r.bytes(8)?.try_into().ok()?,
+            ))),
+            _ => return None,
+        };
+        point(t, v);
+    }
+    Some(())
+}
+
+/// Decodes the values of the points at `raw_ts` in a `07` body, handing
+/// each point to `point`.
 fn decode_values(
     r: &mut Reader<'_>,
     raw_ts: &[u64],
@@ -311,19 +644,7 @@ fn decode_values(
             }
             Some(10f64.powi(e as i32))
         }
-        VALUES_MIXED => {
-            for &t in raw_ts {
-                let v = match r.byte()? {
-                    MIXED_INT => Value::Int(unzigzag(r.varint()?)),
-                    MIXED_FLOAT => Value::Float(f64::from_bits(u64::from_le_bytes(
-                        r.bytes(8)?.try_into().ok()?,
-                    ))),
-                    _ => return None,
-                };
-                point(t, v);
-            }
-            return Some(());
-        }
+        VALUES_MIXED => return decode_mixed(r, raw_ts, point),
         _ => return None,
     };
     let mut prev = 0i64;
