@@ -764,17 +764,11 @@ mod tests {
             let range = (b.bucket(start).unwrap_or(start), b.bucket(end).unwrap_or(end));
             let (mut one, mut all) = (Downsampler::new(&spec, &b, range), Downsampler::new(&spec, &b, range));
             let (mut out_one, mut out_all) = (Vec::new(), Vec::new());
-            let mut last = 0u64;
-            for row in &rows {
-                let row: Vec<Point> = row
-                    .iter()
-                    .map(|p| Point { timestamp_ms: p.timestamp_ms + last, ..*p })
-                    .collect();
-                last = row.last().map_or(last, |p| p.timestamp_ms - 1_356_998_400_000);
-                for p in &row {
+            for row in &crate::query::rate::tests::one_series(&rows) {
+                for p in row {
                     one.push(p.timestamp_ms as i64, p.value, &mut out_one);
                 }
-                all.push_points(&row, &mut out_all);
+                all.push_points(row, &mut out_all);
             }
             one.finish(&mut out_one);
             all.finish(&mut out_all);

@@ -262,6 +262,27 @@ pub(crate) mod tests {
             })
     }
 
+    /// `rows` (each starting at the same hour) shifted to follow each
+    /// other in time, as one series' rows do.
+    pub(crate) fn one_series(rows: &[Vec<Point>]) -> Vec<Vec<Point>> {
+        let mut last = 0u64;
+        rows.iter()
+            .map(|row| {
+                let row: Vec<Point> = row
+                    .iter()
+                    .map(|p| Point {
+                        timestamp_ms: p.timestamp_ms + last,
+                        ..*p
+                    })
+                    .collect();
+                last = row
+                    .last()
+                    .map_or(last, |p| p.timestamp_ms - 1_356_998_400_000);
+                row
+            })
+            .collect()
+    }
+
     fn same(a: &[(i64, Value)], b: &[(i64, Value)]) -> bool {
         a.len() == b.len()
             && a.iter().zip(b).all(|(x, y)| {
@@ -320,18 +341,11 @@ pub(crate) mod tests {
             let opts = RateOptions { counter, drop_resets, reset_value, counter_max: 100 };
             let (mut a, mut b) = (Rate::new(opts), Rate::new(opts));
             let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
-            // Rows of one series follow each other in time.
-            let mut last = 0u64;
-            for row in &rows {
-                let row: Vec<Point> = row
-                    .iter()
-                    .map(|p| Point { timestamp_ms: p.timestamp_ms + last, ..*p })
-                    .collect();
-                last = row.last().map_or(last, |p| p.timestamp_ms - 1_356_998_400_000);
-                for p in &row {
+            for row in &one_series(&rows) {
+                for p in row {
                     a.push(p.timestamp_ms as i64, p.value, &mut out_a);
                 }
-                b.push_points(&row, &mut out_b);
+                b.push_points(row, &mut out_b);
             }
             proptest::prop_assert!(same(&out_a, &out_b), "{out_a:?} != {out_b:?}");
         }
@@ -349,17 +363,11 @@ pub(crate) mod tests {
             let opts = RateOptions { counter, drop_resets, reset_value, counter_max };
             let (mut a, mut b) = (Rate::new(opts), Rate::new(opts));
             let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
-            let mut last = 0u64;
-            for row in &rows {
-                let row: Vec<Point> = row
-                    .iter()
-                    .map(|p| Point { timestamp_ms: p.timestamp_ms + last, ..*p })
-                    .collect();
-                last = row.last().map_or(last, |p| p.timestamp_ms - 1_356_998_400_000);
-                for p in &row {
+            for row in &one_series(&rows) {
+                for p in row {
                     a.push(p.timestamp_ms as i64, p.value, &mut out_a);
                 }
-                b.push_points(&row, &mut out_b);
+                b.push_points(row, &mut out_b);
             }
             proptest::prop_assert!(same(&out_a, &out_b), "{out_a:?} != {out_b:?}");
         }
