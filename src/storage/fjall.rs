@@ -191,6 +191,16 @@ pub(crate) struct FjallStore {
     rmw: StripedLocks,
 }
 
+/// The entries of `range` in `ks`, from its start to its stop (an empty
+/// stop: the end of the table), for scans and visits alike.
+fn range_of(ks: &Keyspace, range: &ScanRange) -> ::fjall::Iter {
+    if range.stop.is_empty() {
+        ks.range(range.start.clone()..)
+    } else {
+        ks.range(range.start.clone()..range.stop.clone())
+    }
+}
+
 /// [`KvStore::visit`] on fjall: each entry's key and value are the
 /// engine's own slices (a cached block's bytes), lent to `visit` without a
 /// copy into a `Vec` each, which [`KvStore::scan`] makes.
@@ -200,13 +210,7 @@ fn visit_range(
     range: &ScanRange,
     visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<()> {
-    let ks = engine.ks(table);
-    let iter = if range.stop.is_empty() {
-        ks.range(range.start.as_slice()..)
-    } else {
-        ks.range(range.start.as_slice()..range.stop.as_slice())
-    };
-    for g in iter.take(range.limit.unwrap_or(usize::MAX)) {
+    for g in range_of(engine.ks(table), range).take(range.limit.unwrap_or(usize::MAX)) {
         let (k, v) = g.into_inner().map_err(err)?;
         if !visit(&k, &v) {
             break;
@@ -615,12 +619,7 @@ impl KvStore for FjallStore {
             Ok(e) => e,
             Err(e) => return Box::new(std::iter::once(Err(e))),
         };
-        let ks = engine.ks(table);
-        let iter = if range.stop.is_empty() {
-            ks.range(range.start.clone()..)
-        } else {
-            ks.range(range.start.clone()..range.stop.clone())
-        };
+        let iter = range_of(engine.ks(table), range);
         // The iterator keeps the engine it reads open (a reopen waits).
         let it = iter.map(move |g| {
             let _engine = &engine;
