@@ -146,6 +146,18 @@ impl Fill<'_> {
     }
 }
 
+/// A scan's own key range: from `start` (inclusive) to `stop` (exclusive).
+struct Bounds {
+    start: Vec<u8>,
+    stop: Vec<u8>,
+}
+
+impl Bounds {
+    fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && key < self.stop.as_slice()
+    }
+}
+
 /// [`KvStore::scan`](crate::storage::KvStore::scan) of one metric's data
 /// rows over a range of hours through the read cache.
 pub(super) struct HourScan<'a> {
@@ -155,8 +167,7 @@ pub(super) struct HourScan<'a> {
     next_hour: u32,
     last: u32,
     /// The scan's own bounds, within the whole hours read.
-    start: Vec<u8>,
-    stop: Vec<u8>,
+    bounds: Bounds,
     /// This TSD's clock when the scan began.
     now: u32,
     /// Whether the change counters were fenced (asked once, when an hour
@@ -178,8 +189,10 @@ impl<'a> HourScan<'a> {
             prefix: hours.prefix,
             next_hour: hours.first,
             last: hours.last,
-            start: range.start.clone(),
-            stop: range.stop.clone(),
+            bounds: Bounds {
+                start: range.start.clone(),
+                stop: range.stop.clone(),
+            },
             now: crate::model::time::now_s(),
             fenced: None,
             out: Vec::new().into_iter(),
@@ -189,10 +202,6 @@ impl<'a> HourScan<'a> {
             hours_cached: 0,
             hours_kept: 0,
         }
-    }
-
-    fn within(&self, key: &[u8]) -> bool {
-        key >= self.start.as_slice() && key < self.stop.as_slice()
     }
 
     /// The stamp hour `hour` is served or kept under, if it may be.
@@ -216,9 +225,9 @@ impl<'a> HourScan<'a> {
     fn start_next(&mut self) {
         let hour = self.next_hour;
         let Some(stamp) = self.stamp(hour) else {
-            let from = hour_key(&self.prefix, hour).max(self.start.clone());
+            let from = hour_key(&self.prefix, hour).max(self.bounds.start.clone());
             self.fill = Some(Fill {
-                scan: Scan::new(self.store, Table::Data, from, self.stop.clone()),
+                scan: Scan::new(self.store, Table::Data, from, self.bounds.stop.clone()),
                 first: hour,
                 stamps: Vec::new(),
                 current: hour,
@@ -237,7 +246,7 @@ impl<'a> HourScan<'a> {
         {
             let within: Vec<KeyValue> = rows
                 .iter()
-                .filter(|(k, _)| self.within(k))
+                .filter(|(k, _)| self.bounds.contains(k))
                 .cloned()
                 .collect();
             self.out = within.into_iter();
@@ -322,7 +331,7 @@ impl Iterator for HourScan<'_> {
                             self.hours_kept += fill.advance_to(hour, &self.prefix, self.store);
                             fill.gather(&key, &value, self.store);
                         }
-                        if key >= self.start && key < self.stop {
+                        if self.bounds.contains(&key) {
                             return Some(Ok((key, value)));
                         }
                         continue;
