@@ -77,6 +77,16 @@ impl ClusterConf {
     }
 }
 
+impl ClusterConf {
+    /// Lets the TSDs started on this conf delete by query
+    /// (`tsd.http.query.allow_delete`).
+    fn allow_deletes(&self) {
+        let mut text = std::fs::read_to_string(&self.path).unwrap();
+        text.push_str("tsd.http.query.allow_delete = true\n");
+        std::fs::write(&self.path, text).unwrap();
+    }
+}
+
 impl Drop for ClusterConf {
     fn drop(&mut self) {
         crate::common::cluster::drop_test_database(&self.endpoint, &self.cluster, &self.database);
@@ -285,9 +295,7 @@ fn writes_acknowledged_by_one_tsd_reach_hours_another_one_cached_at_once() {
     let Some(conf) = ClusterConf::new("read_cache", dir.path()) else {
         return;
     };
-    let mut text = std::fs::read_to_string(&conf.path).unwrap();
-    text.push_str("tsd.http.query.allow_delete = true\n");
-    std::fs::write(&conf.path, text).unwrap();
+    conf.allow_deletes();
     let a = tsd(&conf, &dir.path().join("a"));
     let b = tsd(&conf, &dir.path().join("b"));
     let put = |ts: u32, v: u32| {
@@ -361,9 +369,7 @@ fn writes_acknowledged_by_one_tsd_reach_hours_another_one_scanned_at_once() {
     let Some(conf) = ClusterConf::new("scan_cache", dir.path()) else {
         return;
     };
-    let mut text = std::fs::read_to_string(&conf.path).unwrap();
-    text.push_str("tsd.http.query.allow_delete = true\n");
-    std::fs::write(&conf.path, text).unwrap();
+    conf.allow_deletes();
     let a = tsd(&conf, &dir.path().join("a"));
     let b = tsd(&conf, &dir.path().join("b"));
     let put = |ts: u32, v: u32, host: &str| {
