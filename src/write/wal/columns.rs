@@ -305,9 +305,10 @@ fn prefers_dod(ints: &[i64]) -> bool {
     (n - 2) * bits(dods) + varint_bits < (n - 1) * bits(deltas)
 }
 
-/// The points a [`Layout`] keeps room for between batches: several
-/// times a batch the writer wakes for (1 MiB of log).
-const KEEP_POINTS: usize = 256 << 10;
+/// The points a [`Layout`] keeps room for between batches: the most a
+/// batch the writer wakes for can hold (a point record takes at least 8
+/// bytes).
+const KEEP_POINTS: usize = super::writer::BATCH_BYTES / 8;
 
 fn put_section(out: &mut Vec<u8>, section: &[u8]) {
     varint::put(section.len() as u64, out);
