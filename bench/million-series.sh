@@ -7,7 +7,8 @@
 #     loader is done, and until every point answers a count query);
 #   - peak RSS (VmHWM) at that moment, and again AFTER seconds later, still
 #     running, with RSS per series;
-#   - bytes per point on disk (`du` of the data dir) at both moments;
+#   - bytes per point on disk (`du` of the data dir) at both moments, and
+#     for rtsdb what its write-ahead log (`wal/`) takes of them;
 #   - the median of RUNS runs of a one-series query (1-min avg of one
 #     host's one cpu over the 30 s of data), uncached.
 # Prints one markdown table.
@@ -41,6 +42,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 cpu_seconds() { awk -v t="$(getconf CLK_TCK)" '{printf "%.3f", ($14+$15)/t}' "/proc/$1/stat"; }
 kb() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
 disk_bytes() { du -s --block-size=1 "$1" | awk '{print $1}'; }
+bpp() { awk -v b="$1" -v p="$POINTS" 'BEGIN{printf "%.1f", b/p}'; }
+wal_bpp() { if [ -d "$1/wal" ]; then bpp "$(disk_bytes "$1/wal")"; else echo "—"; fi; }
 urlenc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$1"; }
 now() { date +%s.%N; }
 stop_pid() { kill "-$1" "$2" 2>/dev/null || true; for _ in $(seq 1 600); do kill -0 "$2" 2>/dev/null || return 0; sleep 0.1; done; }
@@ -127,11 +130,13 @@ measure() { # name pid port-http data-dir load-port
   t1=$(now)
   R[${name}_cpu]=$(awk -v a="$c0" -v b="$(cpu_seconds "$pid")" -v p="$POINTS" 'BEGIN{printf "%.2f", (b-a)*1e6/p}')
   R[${name}_hwm0]=$(kb "$pid" VmHWM)
-  R[${name}_disk0]=$(awk -v b="$(disk_bytes "$dir")" -v p="$POINTS" 'BEGIN{printf "%.1f", b/p}')
+  R[${name}_disk0]=$(bpp "$(disk_bytes "$dir")")
+  R[${name}_wal0]=$(wal_bpp "$dir")
   sleep "$(awk -v a="$t1" -v b="$(now)" -v w="$AFTER" 'BEGIN{d=w-(b-a); print (d>0?d:0)}')"
   R[${name}_hwm1]=$(kb "$pid" VmHWM)
   R[${name}_rss1]=$(kb "$pid" VmRSS)
-  R[${name}_disk1]=$(awk -v b="$(disk_bytes "$dir")" -v p="$POINTS" 'BEGIN{printf "%.1f", b/p}')
+  R[${name}_disk1]=$(bpp "$(disk_bytes "$dir")")
+  R[${name}_wal1]=$(wal_bpp "$dir")
 }
 
 # ------------------------------------------------------------------ rtsdb
@@ -169,5 +174,7 @@ echo "| peak RSS when all queryable, MB (bytes per series) | $(mb "${R[rtsdb_hwm
 echo "| peak RSS ${AFTER} s later, MB (bytes per series) | $(mb "${R[rtsdb_hwm1]}") ($(perseries "${R[rtsdb_hwm1]}")) | $(mb "${R[vm_hwm1]}") ($(perseries "${R[vm_hwm1]}")) |"
 echo "| RSS ${AFTER} s later, MB | $(mb "${R[rtsdb_rss1]}") | $(mb "${R[vm_rss1]}") |"
 echo "| disk, bytes per point, all queryable | ${R[rtsdb_disk0]} | ${R[vm_disk0]} |"
+echo "| … of which the write-ahead log | ${R[rtsdb_wal0]} | ${R[vm_wal0]} |"
 echo "| disk, bytes per point, ${AFTER} s later | ${R[rtsdb_disk1]} | ${R[vm_disk1]} |"
+echo "| … of which the write-ahead log | ${R[rtsdb_wal1]} | ${R[vm_wal1]} |"
 echo "| one-series 1-min avg, median of $RUNS, ms (uncached) | ${R[rtsdb_q]} | ${R[vm_q]} |"
