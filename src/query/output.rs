@@ -68,16 +68,28 @@ pub struct RowRange {
 }
 
 fn write_str(out: &mut String, s: &str) {
-    // serde_json escapes exactly as JSON requires.
-    out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into()));
+    // serde_json escapes exactly as JSON requires: quotes, backslashes and
+    // control characters. Names rarely hold one, so the usual string is
+    // copied as it is rather than through a string of its own.
+    if s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into()));
+    } else {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    }
+}
+
+/// An integer's decimal text (`{i}`, without `core::fmt`'s cost per
+/// number).
+fn write_int(out: &mut String, i: i64) {
+    out.push_str(itoa::Buffer::new().format(i));
 }
 
 /// A value as Jackson writes it.
 pub(crate) fn write_value(out: &mut String, v: Value, nan_as_null: bool) {
     match v {
-        Value::Int(i) => {
-            let _ = write!(out, "{i}");
-        }
+        Value::Int(i) => write_int(out, i),
         Value::Float(f) if f.is_nan() => out.push_str(if nan_as_null { "null" } else { "\"NaN\"" }),
         Value::Float(f) if f.is_infinite() => out.push_str(if f > 0.0 {
             "\"Infinity\""
@@ -178,11 +190,15 @@ impl QueryResponse {
             }
             let t = if self.ms_resolution { ts } else { ts / 1000 };
             if self.arrays {
-                let _ = write!(out, "[{t},");
+                out.push('[');
+                write_int(out, t);
+                out.push(',');
                 write_value(out, v, r.nan_as_null);
                 out.push(']');
             } else {
-                let _ = write!(out, "\"{t}\":");
+                out.push('"');
+                write_int(out, t);
+                out.push_str("\":");
                 write_value(out, v, r.nan_as_null);
             }
         }
@@ -239,5 +255,45 @@ mod tests {
             r#"[{"metric":"m","tags":{"host":"a"},"aggregateTags":[],"tsuids":["000001000001000001"],"dps":[[1356998400000,1],[1356998403000,null]]}]"#
         );
         assert_eq!(QueryResponse::default().to_json(), "[]");
+    }
+
+    #[test]
+    fn strings_escaped_as_serde_json_does() {
+        let mut names: Vec<String> = [
+            "",
+            "host",
+            "a b",
+            "é\u{2028}ü",
+            "q\"t",
+            "back\\slash",
+            "\u{7f}",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        names.extend((0u8..0x20).map(|b| format!("x{}y", b as char)));
+        for n in names {
+            let mut out = String::new();
+            write_str(&mut out, &n);
+            assert_eq!(out, serde_json::to_string(&n).unwrap(), "{n:?}");
+        }
+    }
+
+    #[test]
+    fn integers_as_display_writes_them() {
+        for i in [
+            0,
+            1,
+            -1,
+            42,
+            i64::MIN,
+            i64::MAX,
+            1_356_998_400_000,
+            -1_356_998_400,
+        ] {
+            let mut out = String::new();
+            write_int(&mut out, i);
+            assert_eq!(out, i.to_string());
+        }
     }
 }
