@@ -8,6 +8,7 @@ use super::Reply;
 use super::query::{blocking, delete_mode, error, run_tracked};
 use crate::query;
 use crate::tsd::TsdState;
+use crate::tsd::stats::ShownQuery;
 
 /// GET (or DELETE, which deletes what the sub-queries read when
 /// `tsd.http.query.allow_delete` is on, as for `/api/query`). `method` is
@@ -44,7 +45,7 @@ pub(super) async fn handle(
             Err(e) => return error(e),
         };
         q.query.delete |= delete;
-        let shown = serde_json::to_value(&q.query).unwrap_or(serde_json::Value::Null);
+        let shown = ShownQuery::Parsed(Arc::new(q.query.clone()));
         run_tracked(st, shown, |ctx| query::execute_gexp(ctx, &q))
     })
     .await

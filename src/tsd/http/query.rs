@@ -9,6 +9,7 @@ use hyper::body::Incoming;
 use super::{Call, Reply, method_not_allowed, not_found, read_body};
 use crate::query::{self, QueryContext, QueryError, QueryResponse};
 use crate::tsd::TsdState;
+use crate::tsd::stats::ShownQuery;
 
 pub(super) fn context(state: &TsdState) -> QueryContext<'_> {
     let db = &state.db;
@@ -87,8 +88,10 @@ pub(super) async fn handle(
         q.arrays |= crate::query::request::query_pairs(raw_query.as_deref().unwrap_or(""))
             .iter()
             .any(|(k, _)| k == "arrays");
-        let shown = serde_json::to_value(&q).unwrap_or(serde_json::Value::Null);
-        run_tracked(st, shown, |ctx| query::execute(ctx, &q))
+        let q = Arc::new(q);
+        run_tracked(st, ShownQuery::Parsed(q.clone()), |ctx| {
+            query::execute(ctx, &q)
+        })
     })
     .await
 }
@@ -119,7 +122,7 @@ pub(super) fn delete_mode(state: &TsdState, method: &Method, verb: &Method) -> R
 /// deleted when it is a delete query, answered as JSON.
 pub(super) fn run_tracked(
     st: &TsdState,
-    shown: serde_json::Value,
+    shown: ShownQuery,
     run: impl FnOnce(&QueryContext) -> Result<QueryResponse, QueryError>,
 ) -> Reply {
     let id = st.queries.start(shown, String::new());
@@ -195,7 +198,9 @@ pub(super) async fn handle_exp(
             Err(e) => return error(e),
         };
         let id = st.queries.start(
-            serde_json::to_value(prepared.query()).unwrap_or(serde_json::Value::Null),
+            ShownQuery::Json(
+                serde_json::to_value(prepared.query()).unwrap_or(serde_json::Value::Null),
+            ),
             String::new(),
         );
         match prepared.run(&ctx) {
