@@ -682,6 +682,100 @@ mod tests {
         assert_eq!(got[0].points[1509].value, Value::Int(1509));
     }
 
+    /// A Db the flusher thread leaves alone (it would wake only after
+    /// half an hour): the test runs each flush round itself.
+    fn open_quiet(dir: &Path) -> Arc<Db> {
+        let mut opts = DbOptions::new(dir);
+        opts.auto_create.metrics = true;
+        opts.write.flush_interval = std::time::Duration::from_secs(3600);
+        Db::open(&opts).unwrap()
+    }
+
+    /// Bytes the engine's journal files take on disk.
+    fn journal_bytes(dir: &Path) -> u64 {
+        crate::storage::fjall::journal_bytes(&dir.join(crate::store::ENGINE_DIR)).unwrap()
+    }
+
+    /// Writes `bytes` of incompressible values to one key of the engine,
+    /// again and again: its journal then holds them all, its tables one.
+    /// The key is deleted afterwards, so no reader ever sees it.
+    fn fill_journal(w: &Db, bytes: usize) {
+        const KEY: &[u8] = b"journal-filler";
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..bytes.div_ceil(2048) {
+            let value: Vec<u8> = (0..2048)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let mut b = crate::storage::WriteBatch::new();
+            b.put(crate::storage::Table::Tree, KEY, value);
+            w.store().kv().write(b).unwrap();
+        }
+        let mut b = crate::storage::WriteBatch::new();
+        b.delete(crate::storage::Table::Tree, KEY);
+        w.store().kv().write(b).unwrap();
+    }
+
+    /// While points stay buffered (a live hour pins its WAL segment), the
+    /// engine's journal is still moved into the tables once past its
+    /// bound; the buffered point and its WAL segment stay.
+    #[test]
+    fn a_journal_past_its_bound_is_moved_while_points_stay_buffered() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = open_quiet(dir.path());
+        let now = crate::model::time::now_s() as i64;
+        put(&w, now, Value::Int(7), "a");
+        fill_journal(&w, flush::JOURNAL_BOUND_BYTES as usize + (1 << 20));
+        assert!(journal_bytes(dir.path()) > flush::JOURNAL_BOUND_BYTES);
+        w.tick(false);
+        assert_eq!(w.stats().checkpoints.load(Ordering::Relaxed), 1);
+        assert!(journal_bytes(dir.path()) < flush::JOURNAL_CHECKPOINT_BYTES);
+        assert_eq!(w.buffered_points(), 1);
+        assert!(w.wal.active_segment().logged);
+        // Below the bound, with the point still buffered: not moved again.
+        w.tick(false);
+        assert_eq!(w.stats().checkpoints.load(Ordering::Relaxed), 1);
+        w.close().unwrap();
+        drop(w);
+        let w = open_quiet(dir.path());
+        assert_eq!(read_all(&w)[0].points.len(), 1);
+    }
+
+    /// A seal of more hours than one batch moves the engine's journal
+    /// between its batches once it passed its bound, so the journal never
+    /// holds every row of a big seal.
+    #[test]
+    fn a_seal_of_several_batches_moves_the_journal_between_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = open_quiet(dir.path());
+        let hours = flush::FLUSH_BATCH_HOURS + 1;
+        for h in 0..hours {
+            put(&w, 1356998400 + 3600 * h as i64, Value::Int(h as i64), "a");
+        }
+        fill_journal(&w, flush::JOURNAL_BOUND_BYTES as usize + (1 << 20));
+        let stored = w.flush(SealPolicy {
+            now_s: crate::model::time::now_s(),
+            grace_s: 600,
+            idle_s: 5,
+            pressure: false,
+            everything: true,
+        });
+        assert_eq!(stored, hours);
+        assert_eq!(w.stats().checkpoints.load(Ordering::Relaxed), 1);
+        // The last batch's row went through the new journal.
+        assert!(journal_bytes(dir.path()) < flush::JOURNAL_CHECKPOINT_BYTES);
+        w.close().unwrap();
+        drop(w);
+        let w = open_quiet(dir.path());
+        let got = read_all(&w);
+        assert_eq!(got[0].points.len(), hours);
+        assert_eq!(got[0].points[hours - 1].value, Value::Int(hours as i64 - 1));
+    }
+
     #[tokio::test]
     async fn reads_merge_buffer_and_store_and_wal_replays() {
         let dir = tempfile::tempdir().unwrap();

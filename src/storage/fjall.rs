@@ -510,7 +510,7 @@ fn sole_owner(
 /// Bytes the engine's journal files in `dir` take on disk. Not their
 /// length: fjall allocates each journal file at its full size up front,
 /// as a sparse file.
-fn journal_bytes(dir: &Path) -> std::io::Result<u64> {
+pub(crate) fn journal_bytes(dir: &Path) -> std::io::Result<u64> {
     use std::os::unix::fs::MetadataExt;
     let mut bytes = 0;
     for entry in std::fs::read_dir(dir)? {

@@ -53,7 +53,7 @@ use crate::uid::UidStore;
 
 pub use header::StoreHeader;
 
-const ENGINE_DIR: &str = "fjall";
+pub(crate) const ENGINE_DIR: &str = "fjall";
 pub(crate) const LOCK_FILE: &str = "LOCK";
 const ROW_LOCK_STRIPES: usize = 256;
 
