@@ -172,31 +172,52 @@ impl Db {
             any = true;
         }
         let now = crate::model::time::now_s() as u64;
+        let mut unindexed = Vec::new();
         for (series, ts) in points {
-            self.note_point(series, ts, now)?;
+            if let Some(base) = self.note_point(series, ts, now)? {
+                unindexed.push((series, base));
+            }
         }
+        self.index_hours(&unindexed)?;
         Ok(any)
     }
 
-    /// Counts a point of `series` at `ts` and records its hour in the
-    /// series index (and its TSMeta if asked), before the point becomes
-    /// visible, so a query never finds points it cannot name.
-    fn note_point(&self, series: &Arc<Series>, ts: Timestamp, now: u64) -> Result<(), PointError> {
+    /// Counts a point of `series` at `ts` (and stores its TSMeta if
+    /// asked); returns the base hour of its row when the series index does
+    /// not know that hour yet.
+    fn note_point(
+        &self,
+        series: &Arc<Series>,
+        ts: Timestamp,
+        now: u64,
+    ) -> Result<Option<u32>, PointError> {
         series.unsaved_points.fetch_add(1, Ordering::Relaxed);
         if series.last_received.load(Ordering::Relaxed) != now {
             series.last_received.store(now, Ordering::Relaxed);
         }
         let base = ts.base_time().unwrap_or(LAST_ROW_BASE);
-        let hour = base as u64 + 1;
         let indexed = series.indexed_hour.load(Ordering::Relaxed);
         if indexed == 0 && self.opts.meta.creates_ts_meta() {
             self.store_ts_meta_if_absent(series, now)?;
         }
-        if indexed < hour {
-            self.index
-                .add_at(&series.tsuid, base)
-                .map_err(|e| PointError::Storage(e.to_string()))?;
-            series.indexed_hour.fetch_max(hour, Ordering::Relaxed);
+        Ok((indexed < base as u64 + 1).then_some(base))
+    }
+
+    /// Records the hours of an append's series in the series index, in
+    /// one write for all of them, before the points become visible, so a
+    /// query never finds points it cannot name.
+    fn index_hours(&self, hours: &[(&Arc<Series>, u32)]) -> Result<(), PointError> {
+        if hours.is_empty() {
+            return Ok(());
+        }
+        let entries: Vec<_> = hours.iter().map(|(s, base)| (&s.tsuid, *base)).collect();
+        self.index
+            .add_all(&entries)
+            .map_err(|e| PointError::Storage(e.to_string()))?;
+        for (series, base) in hours {
+            let indexed = series
+                .indexed_hour
+                .fetch_max(*base as u64 + 1, Ordering::Relaxed);
             if indexed == 0 {
                 // A series new to this process may be new to the
                 // index: cached answers chose their series without it.

@@ -62,6 +62,15 @@ pub trait IndexStore: Send + Sync {
     /// Records that `tsuid`'s newest row has base hour `hour`.
     fn record(&self, tsuid: &[u8], hour: u32) -> Result<()>;
 
+    /// [`record`](Self::record) for several entries at once, atomically
+    /// where the engine can (one write for the new series of an append,
+    /// not one each). The default records them one by one.
+    fn record_all(&self, entries: &[(Vec<u8>, u32)]) -> Result<()> {
+        entries
+            .iter()
+            .try_for_each(|(tsuid, hour)| self.record(tsuid, *hour))
+    }
+
     /// Removes every entry (before a rebuild records them again).
     fn clear(&self) -> Result<()>;
 
@@ -324,23 +333,50 @@ impl SeriesIndex {
     /// row of the series when it is newer than the recorded one (what
     /// `/api/query/last` starts from). Returns whether the series is new.
     pub fn add_at(&self, tsuid: &Tsuid, base_time: u32) -> Result<bool> {
+        Ok(self.add_all(&[(tsuid, base_time)])?[0])
+    }
+
+    /// [`add_at`](Self::add_at) for several series at once (an append's
+    /// points), with one [`IndexStore::record_all`] for those that are new
+    /// or moved to a newer hour: the engine then takes one write for an
+    /// append's new series, not one each. Returns, for each of `entries`,
+    /// whether it was new to the index.
+    pub fn add_all(&self, entries: &[(&Tsuid, u32)]) -> Result<Vec<bool>> {
+        let stale = |inner: &Inner, tsuid: &Tsuid, base_time: u32| {
+            inner.hour(tsuid).is_none_or(|hour| hour < base_time)
+        };
         {
             let inner = self.inner.read();
-            if let Some(hour) = inner.hour(tsuid)
-                && hour >= base_time
-            {
-                return Ok(false);
+            if !entries.iter().any(|&(t, b)| stale(&inner, t, b)) {
+                return Ok(vec![false; entries.len()]);
             }
         }
         let mut inner = self.inner.write();
-        let is_new = match inner.hour(tsuid) {
-            Some(hour) if hour >= base_time => return Ok(false),
-            Some(_) => false,
-            None => true,
-        };
-        self.backend
-            .record(&tsuid.to_bytes(&self.widths), base_time)?;
-        insert(&mut inner, tsuid.clone(), base_time);
+        // The newest hour of each series among `entries`, in their order.
+        let mut newest: FastMap<&Tsuid, u32> = FastMap::default();
+        for &(tsuid, base_time) in entries {
+            if stale(&inner, tsuid, base_time) {
+                let h = newest.entry(tsuid).or_insert(base_time);
+                *h = (*h).max(base_time);
+            }
+        }
+        let records: Vec<(Vec<u8>, u32)> = newest
+            .iter()
+            .map(|(t, &h)| (t.to_bytes(&self.widths), h))
+            .collect();
+        self.backend.record_all(&records)?;
+        let mut is_new = Vec::with_capacity(entries.len());
+        for &(tsuid, _) in entries {
+            let fresh = match newest.remove(tsuid) {
+                Some(hour) => {
+                    let new = inner.hour(tsuid).is_none();
+                    insert(&mut inner, tsuid.clone(), hour);
+                    new
+                }
+                None => false,
+            };
+            is_new.push(fresh);
+        }
         Ok(is_new)
     }
 

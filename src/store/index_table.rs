@@ -113,19 +113,33 @@ impl IndexStore for KvIndexStore {
     }
 
     fn record(&self, tsuid: &[u8], hour: u32) -> index::Result<()> {
+        self.record_all(&[(tsuid.to_vec(), hour)])
+    }
+
+    fn record_all(&self, entries: &[(Vec<u8>, u32)]) -> index::Result<()> {
         if let Some(pending) = &self.pending {
             let mut p = pending.lock();
-            let h = p.entry(tsuid.to_vec()).or_insert(hour);
-            *h = (*h).max(hour);
+            for (tsuid, hour) in entries {
+                let h = p.entry(tsuid.clone()).or_insert(*hour);
+                *h = (*h).max(*hour);
+            }
             return Ok(());
         }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        // One batch: fjall's journal frames each batch with a sequence
+        // number and a checksum (about 20 bytes) and writes it with a
+        // system call, which a batch per new series paid each time.
         let mut batch = WriteBatch::new();
         batch.durability = Durability::Process;
-        batch.put(
-            Table::Index,
-            Self::entry_key(tsuid),
-            hour.to_be_bytes().to_vec(),
-        );
+        for (tsuid, hour) in entries {
+            batch.put(
+                Table::Index,
+                Self::entry_key(tsuid),
+                hour.to_be_bytes().to_vec(),
+            );
+        }
         Ok(self.kv.write(batch)?)
     }
 
@@ -285,5 +299,64 @@ mod tests {
         assert_eq!(again.series_of(u(1)), vec![a.clone()]);
         assert_eq!(again.last_hour(&a), Some(1357002000));
         assert_eq!(open(&store).len(), 1);
+    }
+
+    /// Counts the writes a [`SeriesIndex`] asks of its backend.
+    struct CountingWrites {
+        inner: Arc<dyn IndexStore>,
+        writes: std::sync::atomic::AtomicUsize,
+    }
+
+    impl IndexStore for CountingWrites {
+        fn load(&self, f: &mut dyn FnMut(&[u8], u32)) -> index::Result<()> {
+            self.inner.load(f)
+        }
+        fn record(&self, tsuid: &[u8], hour: u32) -> index::Result<()> {
+            self.record_all(&[(tsuid.to_vec(), hour)])
+        }
+        fn record_all(&self, entries: &[(Vec<u8>, u32)]) -> index::Result<()> {
+            self.writes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.record_all(entries)
+        }
+        fn clear(&self) -> index::Result<()> {
+            self.inner.clear()
+        }
+    }
+
+    /// An append's series go to the backend in one write, each with the
+    /// newest of its hours; series already known at that hour are not
+    /// written again.
+    #[test]
+    fn an_appends_series_are_recorded_in_one_write() {
+        let store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+        let counting = Arc::new(CountingWrites {
+            inner: store.index_store(),
+            writes: Default::default(),
+        });
+        let writes = || counting.writes.load(std::sync::atomic::Ordering::Relaxed);
+        let idx = SeriesIndex::open(counting.clone(), store.layout().widths).unwrap();
+        let a = Tsuid::new(u(1), vec![(u(1), u(1))]).unwrap();
+        let b = Tsuid::new(u(1), vec![(u(1), u(2))]).unwrap();
+        let c = Tsuid::new(u(2), vec![(u(1), u(1))]).unwrap();
+        let (h0, h1) = (1356998400, 1357002000);
+        idx.add_at(&c, h1).unwrap();
+        assert_eq!(writes(), 1);
+        let fresh = idx
+            .add_all(&[(&a, h1), (&b, h0), (&a, h0), (&c, h0), (&b, h1)])
+            .unwrap();
+        assert_eq!(fresh, vec![true, true, false, false, false]);
+        assert_eq!(writes(), 2);
+        assert_eq!(idx.last_hour(&a), Some(h1));
+        assert_eq!(idx.last_hour(&b), Some(h1));
+        // Nothing new: no write.
+        assert_eq!(idx.add_all(&[(&a, h0), (&c, h1)]).unwrap(), vec![false; 2]);
+        assert_eq!(writes(), 2);
+        // What the one write recorded is what a reopen loads.
+        let again = open(&store);
+        assert_eq!(again.len(), 3);
+        assert_eq!(again.last_hour(&a), Some(h1));
+        assert_eq!(again.last_hour(&b), Some(h1));
+        assert_eq!(again.last_hour(&c), Some(h1));
     }
 }
