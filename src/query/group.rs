@@ -284,15 +284,15 @@ pub(crate) fn folds(agg: &Aggregator) -> bool {
 }
 
 /// How a [`GridCell`] takes a timestamp's first value and each one after.
-trait FoldRule {
+pub(crate) trait FoldRule {
     fn first(v: f64) -> f64;
     fn then(acc: f64, v: f64) -> f64;
 }
 
 /// sum, avg and count add; a sum starts at `0.0 + v` (+0.0, never -0.0).
-struct SumRule;
-struct MinRule;
-struct MaxRule;
+pub(crate) struct SumRule;
+pub(crate) struct MinRule;
+pub(crate) struct MaxRule;
 
 impl FoldRule for SumRule {
     #[inline(always)]
@@ -350,8 +350,10 @@ impl GridCell {
         }
     }
 
+    /// [`add`](Self::add) with the rule of its aggregator chosen by the
+    /// caller, once for many values.
     #[inline(always)]
-    fn add_by<R: FoldRule>(&mut self, v: f64) {
+    pub(crate) fn add_by<R: FoldRule>(&mut self, v: f64) {
         if v.is_nan() {
             return;
         }

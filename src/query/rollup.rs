@@ -17,7 +17,7 @@ use super::engine::{
     select,
 };
 use super::error::QueryError;
-use super::group::{GridCell, Scratch, folds};
+use super::group::{FoldRule, GridCell, MaxRule, MinRule, Scratch, SumRule, folds};
 use super::limits::Budget;
 use super::output::QueryResult;
 use super::request::{ValidQuery, ValidSubQuery};
@@ -818,6 +818,51 @@ impl SliceFold<'_> {
         });
     }
 
+    /// [`dense_row`](Self::dense_row) of a short row whose cells all fold
+    /// into the slice's buckets, for a series of a group: the grid cells
+    /// of the row's buckets taken once, and each cell folded by the
+    /// group's rule chosen once for the row. False (nothing done) for any
+    /// other row, which `dense_row` folds.
+    #[inline(always)]
+    fn short_row(&mut self, i: usize, base: u32, row: &ShortRow) -> bool {
+        let plan = self.plan;
+        let g = plan.group_of[i];
+        let avg = plan.column == Column::Avg;
+        let (has_value, has_count, values, counts) = row.parts();
+        // The offsets that give a point: a value, and for avg its count.
+        let bits = if avg {
+            has_value & has_count
+        } else {
+            has_value
+        };
+        if g == NO_GROUP || bits == 0 {
+            return false;
+        }
+        let start = base as i64 * 1000;
+        // The row starts on a bucket of the slice.
+        let k0 = (start - self.first) / plan.width - self.lo as i64;
+        let hi = (63 - bits.leading_zeros()) as i64;
+        if k0 < 0 || k0 + hi >= self.len as i64 {
+            return false;
+        }
+        let at = g as usize * self.len + k0 as usize;
+        let n = hi as usize + 1;
+        let (grid, points) = (&mut self.grid[at..at + n], &mut self.points[at..at + n]);
+        let ds = plan.ds;
+        use super::aggregator::Function as F;
+        let folded = match plan.agg.function {
+            F::Sum | F::Avg | F::Count => {
+                fold_short::<SumRule>(bits, avg, values, counts, ds, grid, points)
+            }
+            F::Min => fold_short::<MinRule>(bits, avg, values, counts, ds, grid, points),
+            _ => fold_short::<MaxRule>(bits, avg, values, counts, ds, grid, points),
+        };
+        if folded {
+            self.seen[i] = true;
+        }
+        true
+    }
+
     /// A row of series `i` (laid out in `row`) holding whole buckets of
     /// `per_bucket` rollup intervals each: its slots combined as
     /// [`combine`] combines them, without looking buckets up (the row's
@@ -872,6 +917,43 @@ impl SliceFold<'_> {
     }
 }
 
+/// Folds the cells of a short row at the offsets `bits` into `grid` and
+/// `points` (the row's buckets of its group, by offset) as
+/// [`SliceFold::fold_value`] folds each: the downsampling function `ds` of
+/// the cell's one value (for `avg` the value over its count, a count not
+/// above zero giving no point), folded by the group's rule `R`. Returns
+/// whether a cell gave a point.
+#[inline(always)]
+fn fold_short<R: FoldRule>(
+    bits: u64,
+    avg: bool,
+    values: &[f64; codec::SHORT_OFFSETS],
+    counts: &[f64; codec::SHORT_OFFSETS],
+    ds: &Aggregator,
+    grid: &mut [GridCell],
+    points: &mut [u32],
+) -> bool {
+    let mut bits = bits;
+    let mut folded = false;
+    while bits != 0 {
+        let b = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        let v = if avg {
+            // A count not above zero (or NaN) gives no point.
+            match counts[b] {
+                c if c > 0.0 => values[b] / c,
+                _ => continue,
+            }
+        } else {
+            values[b]
+        };
+        folded = true;
+        points[b] += 1;
+        grid[b].add_by::<R>(ds.run_double_one(v));
+    }
+    folded
+}
+
 impl RollupRowSink for SliceRows<'_, '_> {
     fn row(
         &mut self,
@@ -884,7 +966,9 @@ impl RollupRowSink for SliceRows<'_, '_> {
         let cells = match &mut self.rows {
             RowFold::Dense(r, short) => {
                 if r.lay_out_short(row.cells, row.base, start_s, end_s, short) {
-                    fold.dense_row(i, row.base, &mut &**short);
+                    if !fold.short_row(i, row.base, short) {
+                        fold.dense_row(i, row.base, &mut &**short);
+                    }
                     short.cells()
                 } else {
                     let cells = r.lay_out(row.cells, row.base, start_s, end_s)?;

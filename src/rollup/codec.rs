@@ -438,6 +438,13 @@ impl ShortRow {
         self.cells
     }
 
+    /// The row laid out: which offsets the value column holds and which
+    /// the count column holds (bit `at`), and their doubles by offset.
+    #[inline(always)]
+    pub fn parts(&self) -> (u64, u64, &[f64; SHORT_OFFSETS], &[f64; SHORT_OFFSETS]) {
+        (self.has_value, self.has_count, &self.value, &self.count)
+    }
+
     /// [`DenseReader::drain`] of the row laid out (the row stays laid out
     /// until the next [`DenseReader::lay_out_short`]).
     #[inline(always)]

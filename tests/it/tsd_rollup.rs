@@ -884,6 +884,9 @@ fn grouped_rollup_queries_answer_as_raw_points() {
         "sum:2h-avg:m",
         "avg:5h-sum:m",
         "max:1h-max:m",
+        "min:1h-min:m{host=a|b}",
+        "count:1h-sum:m{host=a|b}",
+        "avg:1h-count:m{host=a|b}",
     ] {
         let qs = format!("start={START}&end={end}&m={m}");
         let rolled = run(&db, &qs);
