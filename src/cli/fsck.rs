@@ -360,7 +360,7 @@ fn check_rollups(
                 continue;
             }
         };
-        let cells = match crate::codec::row::RowCells::decode(&value) {
+        let cells = match crate::rollup::columns::decode(&value) {
             Ok(c) => c,
             Err(e) => {
                 bad(format!("in {table}: {e}"), out)?;

@@ -34,6 +34,36 @@ pub enum RowError {
     UnknownVersion(u8),
     #[error("row value truncated at byte {0}")]
     Truncated(usize),
+    /// A field that its layout does not allow (rollup columns,
+    /// docs/format/rollup.md).
+    #[error("row value malformed at byte {0}")]
+    Malformed(usize),
+}
+
+/// Appends one cell in the row layout (`qlen qualifier vlen value`,
+/// docs/format/data-row.md).
+pub fn put_cell(qualifier: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    varint::put(qualifier.len() as u64, out);
+    out.extend_from_slice(qualifier);
+    varint::put(value.len() as u64, out);
+    out.extend_from_slice(value);
+}
+
+/// Calls `f(qualifier, value)` for each cell laid out from `buf[pos..]`
+/// to its end, borrowed, in write order (errors name bytes of `buf`).
+pub fn for_each_cell_from(
+    buf: &[u8],
+    mut pos: usize,
+    mut f: impl FnMut(&[u8], &[u8]),
+) -> Result<(), RowError> {
+    while pos < buf.len() {
+        let at = pos;
+        let q = take_field(buf, &mut pos).ok_or(RowError::Truncated(at))?;
+        let at = pos;
+        let v = take_field(buf, &mut pos).ok_or(RowError::Truncated(at))?;
+        f(q, v);
+    }
+    Ok(())
 }
 
 /// The cells of a row in write order: a later cell was written after an
@@ -72,10 +102,7 @@ impl RowCells {
         let mut out = Vec::with_capacity(1 + size);
         out.push(ROW_FORMAT_V1);
         for c in &self.cells {
-            varint::put(c.qualifier.len() as u64, &mut out);
-            out.extend_from_slice(&c.qualifier);
-            varint::put(c.value.len() as u64, &mut out);
-            out.extend_from_slice(&c.value);
+            put_cell(&c.qualifier, &c.value, &mut out);
         }
         out
     }
@@ -104,20 +131,12 @@ impl RowCells {
     /// Calls `f(qualifier, value)` for each cell of an encoded row value,
     /// borrowed, in write order: a read that keeps few cells allocates
     /// nothing per cell.
-    pub fn for_each_borrowed(buf: &[u8], mut f: impl FnMut(&[u8], &[u8])) -> Result<(), RowError> {
+    pub fn for_each_borrowed(buf: &[u8], f: impl FnMut(&[u8], &[u8])) -> Result<(), RowError> {
         let (&version, _) = buf.split_first().ok_or(RowError::Empty)?;
         if version != ROW_FORMAT_V1 {
             return Err(RowError::UnknownVersion(version));
         }
-        let mut pos = 1;
-        while pos < buf.len() {
-            let at = pos;
-            let q = take_field(buf, &mut pos).ok_or(RowError::Truncated(at))?;
-            let at = pos;
-            let v = take_field(buf, &mut pos).ok_or(RowError::Truncated(at))?;
-            f(q, v);
-        }
-        Ok(())
+        for_each_cell_from(buf, 1, f)
     }
 
     /// The only cell of an encoded row value, borrowed, if it has exactly

@@ -12,6 +12,7 @@ use crate::model::{Timestamp, Tsuid, Uid, Value};
 use crate::protocol::PointError;
 use crate::rollup::aggregates::{AUTO_AGGREGATES, Aggregates};
 use crate::rollup::codec::{self, RollupColumns, RollupSlot, SlotReader};
+use crate::rollup::columns::RollupRowLayout;
 use crate::rollup::{RollupInterval, RollupSettings};
 use crate::storage::Durability;
 use crate::store::StoreError;
@@ -606,7 +607,7 @@ impl AutoRollups<'_> {
                         };
                         // An unreadable row is left as it is: the
                         // intervals it does hold are still read below.
-                        let _ = crate::codec::row::RowCells::for_each_borrowed(&value, |q, _| {
+                        let _ = crate::rollup::columns::for_each_cell(&value, |q, _| {
                             let Some(p) = codec::QualifierParts::of(q) else {
                                 return;
                             };
@@ -734,6 +735,7 @@ impl AutoRollups<'_> {
                     stale,
                     cells,
                     Durability::Process,
+                    RollupRowLayout::Columns,
                 )?;
             }
         }

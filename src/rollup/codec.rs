@@ -5,6 +5,7 @@
 
 use chrono::{Datelike, TimeZone, Utc};
 
+use super::columns::{ColumnRow, range_bits};
 use super::config::{RollupInterval, SpanUnit};
 use crate::codec::qualifier::{FLAGS_MASK, decode_value};
 use crate::codec::row::RowError;
@@ -362,7 +363,11 @@ impl DenseReader {
             cells: 0,
             too_far: false,
         };
-        let read = usual_row(&walk, row, &mut place) && !place.too_far;
+        let read = match ColumnRow::of(row) {
+            Some(Ok(view)) => short_columns(&walk, view, &mut place).is_ok() && !place.too_far,
+            Some(Err(_)) => false,
+            None => usual_row(&walk, row, &mut place) && !place.too_far,
+        };
         let (has_value, has_count, cells) = if read {
             (place.has_value, place.has_count, place.cells)
         } else {
@@ -493,6 +498,22 @@ impl Place for ShortPlace<'_> {
         self.cells += 1;
     }
 
+    #[inline(always)]
+    fn put_double(&mut self, count: bool, at: usize, _flags: u8, v: f64) {
+        if at >= SHORT_OFFSETS {
+            self.too_far = true;
+            return;
+        }
+        let (column, has) = if count {
+            (&mut *self.count, &mut self.has_count)
+        } else {
+            (&mut *self.value, &mut self.has_value)
+        };
+        column[at] = v;
+        *has |= 1 << at;
+        self.cells += 1;
+    }
+
     fn reset(&mut self) {
         self.has_value = 0;
         self.has_count = 0;
@@ -566,8 +587,23 @@ trait Place {
     /// (below [`OFFSETS`]), its flags and value bytes; a value without a
     /// valid length is skipped.
     fn put(&mut self, count: bool, at: usize, flags: u8, v: &[u8]);
+    /// [`put`](Self::put) of a cell of a row in columns: its flags and
+    /// its value as a double ([`columns`](super::columns)).
+    fn put_double(&mut self, count: bool, at: usize, flags: u8, v: f64);
     /// Empties what was placed.
     fn reset(&mut self);
+}
+
+/// A cell's value from its flags and its value as a double, as
+/// [`decode_value`] reads its bytes (a column holds only cells whose
+/// double gives their bytes back).
+#[inline(always)]
+fn value_of(flags: u8, v: f64) -> Value {
+    if flags & crate::codec::qualifier::FLAG_FLOAT != 0 {
+        Value::Float(v)
+    } else {
+        Value::Int(v as i64)
+    }
 }
 
 /// Walks a rollup row's cells into `place`: those of the columns read
@@ -576,6 +612,9 @@ trait Place {
 /// skipped; a row that cannot be walked is an error wherever it lies
 /// (what was placed before stays, for the caller to clear).
 fn walk_row(walk: &Walk, row: &[u8], place: &mut impl Place) -> Result<(), RowError> {
+    if let Some(view) = ColumnRow::of(row) {
+        return walk_columns(walk, view?, place);
+    }
     if usual_row(walk, row, place) {
         return Ok(());
     }
@@ -583,6 +622,77 @@ fn walk_row(walk: &Walk, row: &[u8], place: &mut impl Place) -> Result<(), RowEr
     // walk, from a clean scratch, reports what is wrong.
     place.reset();
     crate::codec::row::RowCells::for_each_borrowed(row, |q, v| {
+        if let &[agg, q1, q2] = q {
+            walk.cell(agg, u16::from_be_bytes([q1, q2]), v, place);
+        }
+    })
+}
+
+/// Walks a row laid out in columns ([`columns`](super::columns)): the
+/// columns read, their cells in range, each other column stepped over
+/// whole; then the cells of its tail as [`walk_row`] walks cells.
+#[inline(always)]
+fn walk_columns(walk: &Walk, mut view: ColumnRow, place: &mut impl Place) -> Result<(), RowError> {
+    while let Some(c) = view.next_column()? {
+        let count = if c.id == walk.value_id {
+            false
+        } else if c.id == walk.count_id {
+            true
+        } else {
+            continue;
+        };
+        c.for_each_in(walk.first, walk.last, |at, flags, v| {
+            place.put_double(count, at, flags & FLAGS_MASK, v)
+        });
+    }
+    crate::codec::row::for_each_cell_from(view.row(), view.tail(), |q, v| {
+        if let &[agg, q1, q2] = q {
+            walk.cell(agg, u16::from_be_bytes([q1, q2]), v, place);
+        }
+    })
+}
+
+/// [`walk_columns`] into a short row: each column read taken a word at a
+/// time (the offsets in range of its first word, their values copied by
+/// rank), none of its cells looked at one by one.
+#[inline(always)]
+fn short_columns(walk: &Walk, mut view: ColumnRow, place: &mut ShortPlace) -> Result<(), RowError> {
+    let range = range_bits(walk.first, walk.last, 0);
+    while let Some(c) = view.next_column()? {
+        let count = if c.id == walk.value_id {
+            false
+        } else if c.id == walk.count_id {
+            true
+        } else {
+            continue;
+        };
+        if (1..c.words()).any(|w| c.word(w) & range_bits(walk.first, walk.last, w) != 0) {
+            place.too_far = true;
+            return Ok(());
+        }
+        let word = c.word(0);
+        let read = word & range;
+        let (column, has) = if count {
+            (&mut *place.count, &mut place.has_count)
+        } else {
+            (&mut *place.value, &mut place.has_value)
+        };
+        // A later column of the same id (never written) replaces cells as
+        // a later cell does.
+        place.cells += read.count_ones() as u64;
+        *has |= read;
+        let mut bits = word;
+        let mut k = 0;
+        while bits != 0 {
+            let b = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if read >> b & 1 != 0 {
+                column[b] = c.value(k);
+            }
+            k += 1;
+        }
+    }
+    crate::codec::row::for_each_cell_from(view.row(), view.tail(), |q, v| {
         if let &[agg, q1, q2] = q {
             walk.cell(agg, u16::from_be_bytes([q1, q2]), v, place);
         }
@@ -640,6 +750,19 @@ impl Place for SlotPlace<'_> {
         self.hi = self.hi.max(at);
     }
 
+    #[inline(always)]
+    fn put_double(&mut self, count: bool, at: usize, flags: u8, v: f64) {
+        let column = if count {
+            &mut *self.count
+        } else {
+            &mut *self.value
+        };
+        column[at] = Some(value_of(flags, v));
+        self.cells += 1;
+        self.lo = self.lo.min(at);
+        self.hi = self.hi.max(at);
+    }
+
     fn reset(&mut self) {
         if self.lo <= self.hi {
             self.value[self.lo..=self.hi].fill(None);
@@ -674,6 +797,19 @@ impl Place for DensePlace<'_> {
             (&mut *self.value, &mut *self.has_value)
         };
         column[at] = v.as_f64();
+        has[at / 64] |= 1 << (at % 64);
+        self.cells += 1;
+        self.words = self.words.max(at / 64 + 1);
+    }
+
+    #[inline(always)]
+    fn put_double(&mut self, count: bool, at: usize, _flags: u8, v: f64) {
+        let (column, has) = if count {
+            (&mut *self.count, &mut *self.has_count)
+        } else {
+            (&mut *self.value, &mut *self.has_value)
+        };
+        column[at] = v;
         has[at / 64] |= 1 << (at % 64);
         self.cells += 1;
         self.words = self.words.max(at / 64 + 1);
@@ -1090,6 +1226,78 @@ mod tests {
                     && at >= SHORT_OFFSETS as u32
             });
             proptest::prop_assert_eq!(took, odd == 0 && !far);
+            if took {
+                let mut got = Vec::new();
+                short.drain(|at, v, c| got.push((at, v.map(f64::to_bits), c.map(f64::to_bits))));
+                proptest::prop_assert_eq!(got, want);
+                proptest::prop_assert_eq!(short.cells(), n);
+            }
+        }
+
+        /// A row laid out in columns (computed rollups) reads as the same
+        /// cells laid out as OpenTSDB lays them out, through every reader:
+        /// the same slots (values of the same type and bits), the same
+        /// doubles, the same cell counts.
+        #[test]
+        fn rows_in_columns_read_as_rows_of_cells(
+            cells in proptest::collection::vec(any_cell(), 0..120),
+            raw in proptest::prelude::any::<bool>(),
+            from_h in 0u32..30,
+            hours in 0u32..30,
+            count in proptest::prelude::any::<bool>(),
+        ) {
+            use crate::codec::row::{Cell, RowCells};
+            use crate::rollup::columns::RollupRowLayout;
+            let c = config();
+            let h = c.interval("1h").unwrap();
+            let base = 1356998400;
+            let mut cells = cells;
+            if raw {
+                cells.insert(cells.len() / 2, Cell::new(vec![0, 0], vec![1]));
+            }
+            let columns = RollupColumns {
+                value: Some(0),
+                count: count.then_some(1),
+            };
+            let row = RowCells { cells };
+            let plain = RollupRowLayout::Cells.encode(&row);
+            let packed = RollupRowLayout::Columns.encode(&row);
+            let (from, to) = (base + from_h * 3600, base + (from_h + hours) * 3600);
+            let bits = |v: Option<Value>| v.map(|v| match v {
+                Value::Int(i) => (false, i as u64),
+                Value::Float(f) => (true, f.to_bits()),
+            });
+            let slots = |row: &[u8]| {
+                let mut r = SlotReader::new(columns, h);
+                let mut out = Vec::new();
+                let n = r.read_row(row, base, from, to, &mut out).unwrap();
+                let out: Vec<_> = out.iter().map(|s| (s.timestamp, bits(s.value), bits(s.count))).collect();
+                (n, out)
+            };
+            proptest::prop_assert_eq!(slots(&packed), slots(&plain));
+            let mut dense = DenseReader::new(columns, h);
+            let mut laid = |row: &[u8]| {
+                let n = dense.lay_out(row, base, from, to).unwrap();
+                let mut out = Vec::new();
+                dense.drain(|at, v, c| out.push((at, v.map(f64::to_bits), c.map(f64::to_bits))));
+                (n, out)
+            };
+            let (n, want) = laid(&plain);
+            proptest::prop_assert_eq!(laid(&packed), (n, want.clone()));
+            let mut short = ShortRow::default();
+            // A cell of a column read, in range, past the short row's word.
+            let far = row.cells.iter().any(|c| {
+                let &[id, q1, q2] = c.qualifier.as_slice() else {
+                    return false;
+                };
+                let id = id & AGGREGATOR_MASK;
+                let at = (u16::from_be_bytes([q1, q2]) >> 4) as u32;
+                (id == 0 || (count && id == 1))
+                    && (from_h..=from_h + hours).contains(&at)
+                    && at >= SHORT_OFFSETS as u32
+            });
+            let took = dense.lay_out_short(&packed, base, from, to, &mut short);
+            proptest::prop_assert_eq!(took, !far);
             if took {
                 let mut got = Vec::new();
                 short.drain(|at, v, c| got.push((at, v.map(f64::to_bits), c.map(f64::to_bits))));

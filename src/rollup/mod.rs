@@ -7,6 +7,7 @@
 
 pub mod aggregates;
 pub mod codec;
+pub mod columns;
 pub mod config;
 
 use std::path::Path;

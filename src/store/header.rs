@@ -20,15 +20,17 @@ pub const FORMAT_NAME: &str = "rtsdb";
 /// version 4 the `tsdb-rollup` table (rollups and pre-aggregates,
 /// docs/format/rollup.md); version 5 WAL frames laid out by series
 /// (record `07`, docs/format/wal.md); version 6 such frames with their
-/// values bit-packed (record `08`).
+/// values bit-packed (record `08`); version 7 the rollup rows rtsdb
+/// computes laid out in columns (`02`, docs/format/rollup.md).
 /// Older stores are read and upgraded in place by [`super::Store::open`]:
 /// the header is rewritten (with its checksum), the engine creates the
-/// new table empty, and their WAL is read as it is.
-pub const FORMAT_VERSION: u32 = 6;
+/// new table empty, and their WAL and rollup rows are read as they are.
+pub const FORMAT_VERSION: u32 = 7;
 /// The oldest version a cluster's shared layout record may name: versions
 /// 5 and 6 changed only the WAL, which each TSD of a cluster keeps in its
-/// own data directory, so a cluster made by a version 4 build is the same
-/// cluster to this one.
+/// own data directory, and version 7 only the rollup rows rtsdb computes,
+/// which a cluster does not (`tsd.rollups.auto` is refused there), so a
+/// cluster made by a version 4 build is the same cluster to this one.
 pub const OLDEST_CLUSTER_VERSION: u32 = 4;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;

@@ -1,12 +1,13 @@
 //! The `tsdb-rollup` keyspace: every configured rollup and pre-aggregate
-//! table, each entry one row as in the data table (the value is
-//! [`RowCells`], docs/format/data-row.md), its key the table's name
-//! (length-prefixed) then OpenTSDB's row key. Format:
-//! docs/format/rollup.md.
+//! table, each entry one row (its value [`RowCells`] as in the data table,
+//! docs/format/data-row.md, or computed rollups' columns,
+//! [`crate::rollup::columns`]), its key the table's name (length-prefixed)
+//! then OpenTSDB's row key. Format: docs/format/rollup.md.
 
 use std::sync::Arc;
 
 use crate::codec::row::{Cell, RowCells};
+use crate::rollup::columns::{self, RollupRowLayout};
 use crate::storage::{Durability, KvStore, ScanRange, StripedLocks, Table, WriteBatch};
 
 use super::StoreError;
@@ -58,12 +59,13 @@ impl RollupTable {
     pub fn get_row(&self, table: &str, row_key: &[u8]) -> Result<Option<RowCells>, StoreError> {
         match self.kv.get(Table::Rollup, &entry_key(table, row_key))? {
             None => Ok(None),
-            Some(v) => Ok(Some(super::decode_cells(row_key, &v)?)),
+            Some(v) => Ok(Some(decode_row(row_key, &v)?)),
         }
     }
 
     /// Writes cells into a row as HBase puts would: a cell with the same
     /// qualifier is replaced (and becomes the newest), others are kept.
+    /// The row keeps its layout (a new row is laid out as OpenTSDB's).
     pub fn put_cells(
         &self,
         table: &str,
@@ -71,7 +73,7 @@ impl RollupTable {
         cells: Vec<Cell>,
         durability: Durability,
     ) -> Result<(), StoreError> {
-        self.rewrite_cells(table, row_key, |_| false, cells, durability)
+        self.rewrite(table, row_key, |_| false, cells, durability, None)
     }
 
     /// Removes a row's cells for which `stale(qualifier)` holds, then
@@ -79,7 +81,8 @@ impl RollupTable {
     /// read-modify-write. A row left without cells is deleted. Computed
     /// rollups use it to replace an interval's cells whatever value
     /// flags the old ones had (a qualifier carries them), or to drop them
-    /// when the interval no longer holds raw points.
+    /// when the interval no longer holds raw points. The row is written
+    /// in `layout`.
     pub fn rewrite_cells(
         &self,
         table: &str,
@@ -87,14 +90,33 @@ impl RollupTable {
         stale: impl Fn(&[u8]) -> bool,
         cells: Vec<Cell>,
         durability: Durability,
+        layout: RollupRowLayout,
+    ) -> Result<(), StoreError> {
+        self.rewrite(table, row_key, stale, cells, durability, Some(layout))
+    }
+
+    /// [`rewrite_cells`](Self::rewrite_cells) in `layout`, or (None) in
+    /// the row's own.
+    fn rewrite(
+        &self,
+        table: &str,
+        row_key: &[u8],
+        stale: impl Fn(&[u8]) -> bool,
+        cells: Vec<Cell>,
+        durability: Durability,
+        layout: Option<RollupRowLayout>,
     ) -> Result<(), StoreError> {
         let key = entry_key(table, row_key);
         let _g = self.locks.lock(0, &key);
         let old = self.kv.get(Table::Rollup, &key)?;
         let mut row = match &old {
             None => RowCells::default(),
-            Some(v) => super::decode_cells(row_key, v)?,
+            Some(v) => decode_row(row_key, v)?,
         };
+        let layout = layout.unwrap_or_else(|| match &old {
+            Some(v) => RollupRowLayout::of(v),
+            None => RollupRowLayout::Cells,
+        });
         let before = row.cells.len();
         row.cells.retain(|c| !stale(&c.qualifier));
         if cells.is_empty() && row.cells.len() == before {
@@ -111,7 +133,7 @@ impl RollupTable {
             }
             b.delete(Table::Rollup, key);
         } else {
-            b.put(Table::Rollup, key, row.encode());
+            b.put(Table::Rollup, key, layout.encode(&row));
         }
         Ok(self.kv.write(b)?)
     }
@@ -128,13 +150,13 @@ impl RollupTable {
         self.kv.scan(Table::Rollup, &range).map(move |r| {
             let (k, v) = r?;
             let row_key = k[plen..].to_vec();
-            let cells = super::decode_cells(&row_key, &v)?;
+            let cells = decode_row(&row_key, &v)?;
             Ok((row_key, cells))
         })
     }
 
-    /// [`scan`](Self::scan) with each row's value undecoded (queries walk
-    /// its cells borrowed, `RowCells::for_each_borrowed`).
+    /// [`scan`](Self::scan) with each row's value undecoded (its cells
+    /// walked borrowed, [`columns::for_each_cell`]).
     pub fn scan_raw<'a>(
         &'a self,
         table: &str,
@@ -172,6 +194,14 @@ impl RollupTable {
             .scan(Table::Rollup, &ScanRange::new(Vec::new(), Vec::new()))
             .map(|r| r.map_err(StoreError::from))
     }
+}
+
+/// The cells of the rollup row `key` (in either layout).
+fn decode_row(key: &[u8], value: &[u8]) -> Result<RowCells, StoreError> {
+    columns::decode(value).map_err(|cause| StoreError::Row {
+        key: crate::model::uid::hex_upper(key),
+        cause,
+    })
 }
 
 /// The engine range of `table`'s rows from `start` up to `stop` (row

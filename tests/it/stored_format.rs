@@ -82,9 +82,10 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
     );
     // The first open upgraded its version 1 header in place (format 2 adds
     // a checksum, format 3 the tree table and compressed WAL frames, format
-    // 4 the rollup table), after checking it against the UID table.
+    // 4 the rollup table, 5 to 7 nothing a version 1 store holds), after
+    // checking it against the UID table.
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 6, "{header}");
+    assert_eq!(header["format_version"], 7, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     assert_eq!(header["uid_width"]["metric"], 3, "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
@@ -106,7 +107,7 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
 }
 
 #[test]
-fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_6() {
+fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_7() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     copy_dir(&fixture("store-6a4fbc1"), &store);
@@ -132,7 +133,7 @@ fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_6() {
          net.bytes.in 1356998460 9223372036854775807 host=web02 iface=eth0 dc=lga\n";
     assert_eq!(all(), expected);
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 6, "{header}");
+    assert_eq!(header["format_version"], 7, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -163,7 +164,7 @@ fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_6() {
 }
 
 #[test]
-fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_6() {
+fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_7() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     copy_dir(&fixture("store-ee2d2b4"), &store);
@@ -191,7 +192,7 @@ fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_6() {
          net.bytes.in 1356998460 9223372036854775807 host=web02 iface=eth0 dc=lga\n"
     );
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 6, "{header}");
+    assert_eq!(header["format_version"], 7, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -233,12 +234,12 @@ fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_6() {
 }
 
 #[test]
-fn a_format_4_store_replays_its_wal_exactly_and_is_upgraded_to_6() {
+fn a_format_4_store_replays_its_wal_exactly_and_is_upgraded_to_7() {
     replays_its_wal_exactly("store-96ac99d", 4, 0x05);
 }
 
 #[test]
-fn a_format_5_store_replays_its_wal_exactly_and_is_upgraded_to_6() {
+fn a_format_5_store_replays_its_wal_exactly_and_is_upgraded_to_7() {
     replays_its_wal_exactly("store-870cb41", 5, 0x07);
 }
 
@@ -278,7 +279,7 @@ fn replays_its_wal_exactly(name: &str, version: u32, first_record: u8) {
     assert_eq!(got.len(), 303);
     assert_eq!(got, want);
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 6, "{header}");
+    assert_eq!(header["format_version"], 7, "{header}");
     // Replayed into rows: the log is gone, nothing was counted as damage.
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -291,4 +292,169 @@ fn replays_its_wal_exactly(name: &str, version: u32, first_record: u8) {
         .map(|e| e.file_name())
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// `tests/fixtures/store-d8666ad` was made by main's `tsdb` (store format
+/// 6, the last whose computed rollup rows are laid out as OpenTSDB's
+/// cells; the build reports revision 35b040d with local changes, main's
+/// tree as of d8666ad, whose three commits since change no stored bytes):
+/// a TSD with `tsd.rollups.auto = true` and `tsd_rollup::CONFIG` took the
+/// telnet lines of `store-d8666ad.lines.txt` (puts of three hours of
+/// three series, one with a sum no double holds, so it computed `1h` and
+/// `1d` rollups; then two `rollup` lines, a row as OpenTSDB writes it),
+/// and stopped on SIGTERM; its `LOCK` file and empty `wal` directory were
+/// removed. `store-d8666ad.scan.txt` is what that build's `tsdb scan
+/// --rollup-table` printed of both tables, per metric as below.
+#[test]
+fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_7() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    copy_dir(&fixture("store-d8666ad"), &store);
+    assert_eq!(header_of(&store)["format_version"], 6);
+    let conf = dir.path().join("rollups.conf");
+    let rollup_config = crate::tsd_rollup::CONFIG.replace('\n', "");
+    std::fs::write(
+        &conf,
+        format!("tsd.rollups.enable = true\ntsd.rollups.config = {rollup_config}\n"),
+    )
+    .unwrap();
+    let scan_all = |store: &Path| -> String {
+        let mut out = String::new();
+        for table in ["tsdb-rollup-1h", "tsdb-rollup-1d"] {
+            for metric in ["sys.cpu.user", "net.bytes.in", "sys.cpu.nice"] {
+                let conf = conf.to_str().unwrap();
+                let args = ["--config", conf, "scan", "--rollup-table", table];
+                let mut args = args.to_vec();
+                args.extend_from_slice(&["1356998400", "sum", metric]);
+                let r = tsdb(store, &args);
+                assert_eq!(r.code, 0, "{}", r.stderr);
+                out.push_str(&r.stdout);
+            }
+        }
+        out
+    };
+    let printed = std::fs::read_to_string(fixture("store-d8666ad.scan.txt")).unwrap();
+    assert_eq!(scan_all(&store), printed);
+    assert_eq!(header_of(&store)["format_version"], 7);
+    let fsck = |store: &Path| {
+        let conf = conf.to_str().unwrap();
+        let r = tsdb(store, &["--config", conf, "fsck", "--full-scan"]);
+        assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+        assert!(
+            r.stdout.contains("\nRollup Rows Processed: 7\n"),
+            "{}",
+            r.stdout
+        );
+        assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
+    };
+    fsck(&store);
+    // A TSD computing rollups answers from the old rows as from raw
+    // points, and a late point rewrites its interval's row in columns.
+    let tsd_dir = tempfile::tempdir().unwrap();
+    std::fs::remove_dir(tsd_dir.path()).unwrap();
+    std::fs::rename(&store, tsd_dir.path()).unwrap();
+    let mut srv = crate::common::TestServer::start_in(
+        tsd_dir,
+        &[
+            ("tsd.rollups.enable", "true"),
+            ("tsd.rollups.auto", "true"),
+            ("tsd.rollups.config", crate::tsd_rollup::CONFIG),
+        ],
+    );
+    let query = |usage: &str| {
+        let q = format!(
+            "/api/query?start=1356998400&end=1357009199&m=sum:1h-avg:{usage}sys.cpu.user%7Bhost=*%7D"
+        );
+        let (s, t) = crate::common::get(&srv, &q);
+        assert_eq!(s, 200, "{t}");
+        t
+    };
+    let before = query("");
+    assert!(before.contains(r#""dps":{"1356998400":3.5,"1357002000":3.6666666666666665,"1357005600":3.8333333333333335}"#), "{before}");
+    assert!(
+        before.contains(r#""1356998400":10.916666666666666"#),
+        "{before}"
+    );
+    let (s, t) = crate::common::req(
+        &srv,
+        "POST",
+        "/api/put?sync",
+        r#"{"metric":"sys.cpu.user","timestamp":1357002300,"value":100,"tags":{"host":"web01","dc":"lga"}}"#,
+    );
+    assert_eq!(s, 204, "{t}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !query("").contains(r#""1357002000":17.428571428571427"#) {
+        assert!(std::time::Instant::now() < deadline, "{}", query(""));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let rows: Vec<(Vec<u8>, Vec<u8>)> = srv
+        .state
+        .db()
+        .rollup_table()
+        .scan_all()
+        .map(|r| r.unwrap())
+        .collect();
+    let first_bytes = |name: &str| -> Vec<u8> {
+        let prefix = rtsdb::store::rollup_table::table_prefix(name);
+        rows.iter()
+            .filter(|(k, _)| k.starts_with(&prefix))
+            .map(|(_, v)| v[0])
+            .collect()
+    };
+    // The rewritten rows of web01 (its month of hours, its day) are in
+    // columns; the others as the previous build left them, and the rollup
+    // written through telnet stays OpenTSDB's.
+    let h = first_bytes("tsdb-rollup-1h");
+    assert_eq!(h.iter().filter(|&&b| b == 2).count(), 1, "{h:?}");
+    assert_eq!(h.len(), 4, "{h:?}");
+    assert_eq!(
+        first_bytes("tsdb-rollup-1d")
+            .iter()
+            .filter(|&&b| b == 2)
+            .count(),
+        1
+    );
+    assert_eq!(query(""), query("rollup_raw:"));
+    srv.stop();
+    // The store outlives the server (which takes a directory to remove).
+    let kept = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
+    drop(srv);
+    let store = kept.path().to_path_buf();
+    // Read back in OpenTSDB's form: the late point's hour and day
+    // changed, nothing else.
+    // (web01's cells come first in each table: each change is the first
+    // match.)
+    let want = printed
+        .replacen(
+            "[0, 0, 16]\t[22]\tsum\t22\t",
+            "[0, 0, 16]\t[122]\tsum\t122\t",
+            1,
+        )
+        .replacen(
+            "[1, 0, 16]\t[6]\tcount\t6\t",
+            "[1, 0, 16]\t[7]\tcount\t7\t",
+            1,
+        )
+        .replacen(
+            "[2, 0, 16]\t[7]\tmax\t7\t",
+            "[2, 0, 16]\t[100]\tmax\t100\t",
+            1,
+        )
+        .replacen(
+            "[0, 0, 0]\t[66]\tsum\t66\t",
+            "[0, 0, 1]\t[0, -90]\tsum\t166\t",
+            1,
+        )
+        .replacen(
+            "[1, 0, 0]\t[18]\tcount\t18\t",
+            "[1, 0, 0]\t[19]\tcount\t19\t",
+            1,
+        )
+        .replacen(
+            "[2, 0, 0]\t[7]\tmax\t7\t",
+            "[2, 0, 0]\t[100]\tmax\t100\t",
+            1,
+        );
+    assert_eq!(scan_all(&store), want);
+    fsck(&store);
 }
