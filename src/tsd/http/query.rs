@@ -1,12 +1,10 @@
 //! `/api/query` and `/api/query/last`: request parsing, execution and
 //! rendering live in `crate::query`; this file maps HTTP onto them.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use hyper::Method;
 use hyper::body::Incoming;
-use tokio::runtime::RuntimeFlavor;
 
 use super::{Call, Reply, method_not_allowed, not_found, read_body};
 use crate::query::{self, QueryContext, QueryError, QueryResponse};
@@ -24,35 +22,16 @@ pub(super) fn error(e: QueryError) -> Reply {
     Reply::error(e.status(), &e.message(), e.details().unwrap_or(""))
 }
 
-/// Runs `f`, which may block (queries are CPU-bound, storage reads and
-/// writes block), without stalling the other connections.
-///
-/// On the multi-threaded runtime the request's own thread runs it, in
-/// `block_in_place`: the runtime hands this worker's other tasks to
-/// another thread meanwhile, so a long query holds up no one, and a short
-/// one pays no hand-off. Handing every query to the blocking pool
-/// instead (`spawn_blocking`) woke a pool thread and then this worker
-/// again, two context switches that cost a one-series query about half
-/// its CPU and half its latency on 2 cores (`tsbs query` loop, release:
-/// 0.10-0.11 ms and 100-125 us of server CPU per query against 0.06 ms and
-/// 55-75 us). Elsewhere (a current-thread runtime, where blocking in place
-/// is not allowed) it goes to the blocking pool as before.
+/// Runs `f` off the async workers: queries are CPU-bound, and storage
+/// reads and writes block.
 pub(super) async fn blocking(
     state: &Arc<TsdState>,
     f: impl FnOnce(&TsdState) -> Reply + Send + 'static,
 ) -> Reply {
-    let panicked = || Reply::error(500, "Unexpected exception", "");
-    if tokio::runtime::Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
-        // A panic answers 500 as a failed pool task did, rather than
-        // ending the connection's task.
-        return tokio::task::block_in_place(|| {
-            std::panic::catch_unwind(AssertUnwindSafe(|| f(state))).unwrap_or_else(|_| panicked())
-        });
-    }
     let st = state.clone();
     tokio::task::spawn_blocking(move || f(&st))
         .await
-        .unwrap_or_else(|_| panicked())
+        .unwrap_or_else(|_| Reply::error(500, "Unexpected exception", ""))
 }
 
 /// The route: reads the body of POST requests only (a DELETE's query is
