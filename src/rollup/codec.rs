@@ -1155,6 +1155,27 @@ mod tests {
     /// One random rollup cell: an aggregator id (a few of them read), an
     /// offset mostly in a day's hours, sometimes past a short row's word,
     /// flags and a value whose length may not match them.
+    /// Whether `cells` hold a cell of a column the query reads (sum, and
+    /// count when asked), in hours `from_h..=from_h + hours`, past the
+    /// short row's word (whatever its value): such a row is not short.
+    fn has_far_cell(
+        cells: &[crate::codec::row::Cell],
+        count: bool,
+        from_h: u32,
+        hours: u32,
+    ) -> bool {
+        cells.iter().any(|c| {
+            let &[id, q1, q2] = c.qualifier.as_slice() else {
+                return false;
+            };
+            let id = id & AGGREGATOR_MASK;
+            let at = (u16::from_be_bytes([q1, q2]) >> 4) as u32;
+            (id == 0 || (count && id == 1))
+                && (from_h..=from_h + hours).contains(&at)
+                && at >= SHORT_OFFSETS as u32
+        })
+    }
+
     fn any_cell() -> impl proptest::strategy::Strategy<Value = crate::codec::row::Cell> {
         use proptest::prelude::*;
         (
@@ -1215,16 +1236,7 @@ mod tests {
             let took = dense.lay_out_short(&row, base, from, to, &mut short);
             // A cell of a column read, in range, past the short row's word
             // (whatever its value).
-            let far = cells.iter().any(|c| {
-                let &[id, q1, q2] = c.qualifier.as_slice() else {
-                    return false;
-                };
-                let id = id & AGGREGATOR_MASK;
-                let at = (u16::from_be_bytes([q1, q2]) >> 4) as u32;
-                (id == 0 || (count && id == 1))
-                    && (from_h..=from_h + hours).contains(&at)
-                    && at >= SHORT_OFFSETS as u32
-            });
+            let far = has_far_cell(&cells, count, from_h, hours);
             proptest::prop_assert_eq!(took, odd == 0 && !far);
             if took {
                 let mut got = Vec::new();
@@ -1286,16 +1298,7 @@ mod tests {
             proptest::prop_assert_eq!(laid(&packed), (n, want.clone()));
             let mut short = ShortRow::default();
             // A cell of a column read, in range, past the short row's word.
-            let far = row.cells.iter().any(|c| {
-                let &[id, q1, q2] = c.qualifier.as_slice() else {
-                    return false;
-                };
-                let id = id & AGGREGATOR_MASK;
-                let at = (u16::from_be_bytes([q1, q2]) >> 4) as u32;
-                (id == 0 || (count && id == 1))
-                    && (from_h..=from_h + hours).contains(&at)
-                    && at >= SHORT_OFFSETS as u32
-            });
+            let far = has_far_cell(&row.cells, count, from_h, hours);
             let took = dense.lay_out_short(&packed, base, from, to, &mut short);
             proptest::prop_assert_eq!(took, !far);
             if took {
