@@ -90,14 +90,22 @@ impl Db {
     /// [`CLUSTER_POINT_READS`] rows.
     fn point_reads_pay(&self, series: usize, start_ms: u64, end_ms: u64) -> bool {
         let hours = end_ms.saturating_sub(start_ms) / crate::model::row_span::ROW_SPAN_MS + 1;
+        self.embedded() || hours.saturating_mul(series as u64) <= CLUSTER_POINT_READS
+    }
+
+    /// Whether the rows are in the embedded store (no cluster's tables).
+    fn embedded(&self) -> bool {
         self.opts.shared_flush.is_none()
-            || hours.saturating_mul(series as u64) <= CLUSTER_POINT_READS
     }
 }
 
 impl SeriesSource for Db {
     fn read_threads(&self) -> usize {
         self.read_threads
+    }
+
+    fn reads_locally(&self) -> bool {
+        self.embedded()
     }
 
     /// Histogram points are written to the store as they arrive (never

@@ -46,7 +46,7 @@ pub(crate) mod rollup;
 
 pub use aggregator::{AGGREGATORS, Aggregator};
 pub use cache::{CacheOptions, CacheStats, QueryCache};
-pub use engine::{QueryContext, execute};
+pub use engine::{Prepared, QueryContext, SMALL_QUERY_ROWS, execute, prepare};
 pub use error::QueryError;
 pub use gexp::{GexpQuery, execute_gexp, parse_gexp};
 pub use last::{LastQuery, execute_last, parse_last_get, parse_last_post};

@@ -97,6 +97,14 @@ pub trait SeriesSource: Send + Sync {
         1
     }
 
+    /// Whether a read of a few rows is a short job on this machine's CPU
+    /// and disks (an embedded store), not a wait on other servers: then a
+    /// small query may run on an async worker rather than be handed to a
+    /// thread made for blocking.
+    fn reads_locally(&self) -> bool {
+        false
+    }
+
     /// Every series of `metric` with at least one point in
     /// `[start_ms, end_ms]` for which `want` returns true, with its points
     /// in that range.
@@ -137,6 +145,10 @@ pub trait SeriesSource: Send + Sync {
 }
 
 impl SeriesSource for Store {
+    fn reads_locally(&self) -> bool {
+        true
+    }
+
     fn read_histograms(
         &self,
         tsuids: &[Tsuid],

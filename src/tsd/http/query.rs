@@ -1,6 +1,7 @@
 //! `/api/query` and `/api/query/last`: request parsing, execution and
 //! rendering live in `crate::query`; this file maps HTTP onto them.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use hyper::Method;
@@ -31,7 +32,19 @@ pub(super) async fn blocking(
     let st = state.clone();
     tokio::task::spawn_blocking(move || f(&st))
         .await
-        .unwrap_or_else(|_| Reply::error(500, "Unexpected exception", ""))
+        .unwrap_or_else(|_| unexpected())
+}
+
+/// Runs `f`, a short job, right here on the async worker. A panic
+/// answers 500 as a failed pool task does, rather than ending the
+/// connection.
+fn in_place(f: impl FnOnce() -> Reply) -> Reply {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| unexpected())
+}
+
+/// The answer to a query whose run panicked.
+fn unexpected() -> Reply {
+    Reply::error(500, "Unexpected exception", "")
 }
 
 /// The route: reads the body of POST requests only (a DELETE's query is
@@ -72,26 +85,40 @@ pub(super) async fn handle(
         Ok(delete) => delete,
         Err(refused) => return refused,
     };
+    let parsed = match body.as_deref() {
+        Some(b) if !b.is_empty() => query::parse_post(b),
+        _ => query::parse_get(raw_query.as_deref().unwrap_or("")),
+    };
+    let mut q = match parsed {
+        Ok(q) => q,
+        Err(e) => return error(e),
+    };
+    q.delete |= delete;
+    // The serializer reads `?arrays` from the query string whatever
+    // the method (`HttpJsonSerializer.formatQueryAsyncV1`), so a POST
+    // body's answer can be in arrays too.
+    q.arrays |= crate::query::request::query_pairs(raw_query.as_deref().unwrap_or(""))
+        .iter()
+        .any(|(k, _)| k == "arrays");
+    let q = Arc::new(q);
+    let id = state
+        .queries
+        .start(ShownQuery::Parsed(q.clone()), String::new());
+    let prepared = {
+        let ctx = context(state);
+        match query::prepare(&ctx, &q) {
+            // A small query runs right here, on the connection's async
+            // worker: it costs less than the two thread wake-ups of a
+            // hand-off to the blocking pool (`query::SMALL_QUERY_ROWS`).
+            Ok(p) if p.is_small(&ctx) => {
+                return in_place(|| finish_tracked(state, id, p.run(&ctx)));
+            }
+            Ok(p) => p,
+            Err(e) => return finish_tracked(state, id, Err(e)),
+        }
+    };
     blocking(state, move |st| {
-        let parsed = match body.as_deref() {
-            Some(b) if !b.is_empty() => query::parse_post(b),
-            _ => query::parse_get(raw_query.as_deref().unwrap_or("")),
-        };
-        let mut q = match parsed {
-            Ok(q) => q,
-            Err(e) => return error(e),
-        };
-        q.delete |= delete;
-        // The serializer reads `?arrays` from the query string whatever
-        // the method (`HttpJsonSerializer.formatQueryAsyncV1`), so a POST
-        // body's answer can be in arrays too.
-        q.arrays |= crate::query::request::query_pairs(raw_query.as_deref().unwrap_or(""))
-            .iter()
-            .any(|(k, _)| k == "arrays");
-        let q = Arc::new(q);
-        run_tracked(st, ShownQuery::Parsed(q.clone()), |ctx| {
-            query::execute(ctx, &q)
-        })
+        finish_tracked(st, id, prepared.run(&context(st)))
     })
     .await
 }
@@ -126,7 +153,14 @@ pub(super) fn run_tracked(
     run: impl FnOnce(&QueryContext) -> Result<QueryResponse, QueryError>,
 ) -> Reply {
     let id = st.queries.start(shown, String::new());
-    let answered = run(&context(st)).and_then(|r| {
+    finish_tracked(st, id, run(&context(st)))
+}
+
+/// The end of a query listed in `/api/stats/query` under `id`: deletes
+/// the rows it selected when it is a delete query, answers as JSON and
+/// records the outcome.
+fn finish_tracked(st: &TsdState, id: u64, answered: Result<QueryResponse, QueryError>) -> Reply {
+    let answered = answered.and_then(|r| {
         for d in &r.deletions {
             st.db
                 .delete_rows(&d.tsuids, d.start_ms, d.end_ms)
