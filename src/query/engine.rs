@@ -1389,7 +1389,9 @@ mod tests {
         )));
         // A filter the index cannot count from names bounds nothing.
         assert!(!small(&format!("{hour}&m=sum:sys.cpu{{host=*}}")));
-        assert!(!small(&format!("{hour}&m=sum:sys.cpu{{host=regexp(web1)}}")));
+        assert!(!small(&format!(
+            "{hour}&m=sum:sys.cpu{{host=regexp(web1)}}"
+        )));
         assert!(!small(&format!("{hour}&m=sum:sys.cpu")));
         // Many hours of one series.
         assert!(!small(

@@ -38,8 +38,8 @@ pub(super) async fn blocking(
 /// Runs `f`, a short job, right here on the async worker. A panic
 /// answers 500 as a failed pool task does, rather than ending the
 /// connection.
-fn in_place(f: impl FnOnce() -> Reply) -> Reply {
-    std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| unexpected())
+fn in_place<T: From<Reply>>(f: impl FnOnce() -> T) -> T {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| unexpected().into())
 }
 
 /// The answer to a query whose run panicked.
@@ -85,42 +85,62 @@ pub(super) async fn handle(
         Ok(delete) => delete,
         Err(refused) => return refused,
     };
-    let parsed = match body.as_deref() {
+    // Parsing, checking and a small query's run take less than a hand-off.
+    match in_place(|| begin(state, delete, raw_query.as_deref(), body.as_deref())) {
+        Begun::Answered(reply) => reply,
+        Begun::Large(id, prepared) => {
+            blocking(state, move |st| {
+                finish_tracked(st, id, prepared.run(&context(st)))
+            })
+            .await
+        }
+    }
+}
+
+impl From<Reply> for Begun {
+    fn from(r: Reply) -> Self {
+        Begun::Answered(r)
+    }
+}
+
+/// How far `/api/query` got on the connection's async worker.
+enum Begun {
+    /// Answered already: refused, or small enough to run right there.
+    Answered(Reply),
+    /// A query to run off the async workers, listed under this id in
+    /// `/api/stats/query`.
+    Large(u64, query::Prepared),
+}
+
+/// Parses and checks a query, lists it in `/api/stats/query`, and runs it
+/// when it is small ([`query::Prepared::is_small`]): it then costs less
+/// than the two thread wake-ups of a hand-off to the blocking pool.
+fn begin(state: &TsdState, delete: bool, raw_query: Option<&str>, body: Option<&[u8]>) -> Begun {
+    let parsed = match body {
         Some(b) if !b.is_empty() => query::parse_post(b),
-        _ => query::parse_get(raw_query.as_deref().unwrap_or("")),
+        _ => query::parse_get(raw_query.unwrap_or("")),
     };
     let mut q = match parsed {
         Ok(q) => q,
-        Err(e) => return error(e),
+        Err(e) => return Begun::Answered(error(e)),
     };
     q.delete |= delete;
     // The serializer reads `?arrays` from the query string whatever
     // the method (`HttpJsonSerializer.formatQueryAsyncV1`), so a POST
     // body's answer can be in arrays too.
-    q.arrays |= crate::query::request::query_pairs(raw_query.as_deref().unwrap_or(""))
+    q.arrays |= crate::query::request::query_pairs(raw_query.unwrap_or(""))
         .iter()
         .any(|(k, _)| k == "arrays");
     let q = Arc::new(q);
     let id = state
         .queries
         .start(ShownQuery::Parsed(q.clone()), String::new());
-    let prepared = {
-        let ctx = context(state);
-        match query::prepare(&ctx, &q) {
-            // A small query runs right here, on the connection's async
-            // worker: it costs less than the two thread wake-ups of a
-            // hand-off to the blocking pool (`query::SMALL_QUERY_ROWS`).
-            Ok(p) if p.is_small(&ctx) => {
-                return in_place(|| finish_tracked(state, id, p.run(&ctx)));
-            }
-            Ok(p) => p,
-            Err(e) => return finish_tracked(state, id, Err(e)),
-        }
-    };
-    blocking(state, move |st| {
-        finish_tracked(st, id, prepared.run(&context(st)))
-    })
-    .await
+    let ctx = context(state);
+    match query::prepare(&ctx, &q) {
+        Ok(p) if p.is_small(&ctx) => Begun::Answered(finish_tracked(state, id, p.run(&ctx))),
+        Ok(p) => Begun::Large(id, p),
+        Err(e) => Begun::Answered(finish_tracked(state, id, Err(e))),
+    }
 }
 
 /// The checks `/api/query` and `/api/query/gexp` make of the method:
