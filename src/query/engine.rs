@@ -152,19 +152,28 @@ pub fn prepare(ctx: &QueryContext, q: &TsQuery) -> Result<Prepared, QueryError> 
     })
 }
 
-/// Most hourly rows a query counted as small may read
-/// ([`Prepared::is_small`]).
+/// Most hourly rows a query counted as small may read and downsample
+/// ([`Prepared::is_small`]); a row written out point by point (no
+/// downsampler) counts as [`RAW_ROW_COST`] rows.
 ///
 /// A small query costs less than handing it to another thread: the TSD
-/// runs it on the connection's own async worker. Handing every query to
-/// the blocking pool costs two thread wake-ups, about 0.1 ms on 2 cores,
-/// which was half of a one-series query's 0.2 ms (2026-11-27); a row of
-/// 10 s points (360) costs a few microseconds to read and downsample, and
-/// a row of 1 s points (3,600) written out undownsampled about 0.1 ms,
-/// so 8 rows keep the worst small query within about a millisecond of
-/// the worker's time and the usual one (a dashboard's one series over an
-/// hour or a few) well under 0.1 ms.
+/// runs it on the connection's own async worker. Handing a query to the
+/// blocking pool costs two thread wake-ups: 4.5-8 context switches and
+/// 0.095-0.20 ms of server CPU per one-host query against 1.0 and
+/// 0.05-0.12 ms run in place (release, 1,000 hosts at 10 s, one hour,
+/// `avg:1m-avg` of one host, keep-alive loop, 2026-11-27, load 8-10).
+/// A row of 1 s points (3,600) costs the worker about 0.03-0.04 ms read
+/// and downsampled, 0.45 ms read and written out point by point (the
+/// same loop, one series, 1 to 8 hours), so a small query of such rows
+/// takes at most about 0.3 ms downsampled, 0.9 ms raw. (Rows of
+/// millisecond points may hold more.)
 pub const SMALL_QUERY_ROWS: u64 = 8;
+
+/// What a row read without a downsampler counts for against
+/// [`SMALL_QUERY_ROWS`]: writing each point out costs about ten times
+/// reading and downsampling it (see there), so a raw small query reads
+/// at most 2 rows.
+const RAW_ROW_COST: u64 = 4;
 
 // A small query reads on one thread: it never spawns the read threads
 // (`read_into`), whose wait would block the async worker it runs on.
@@ -179,8 +188,10 @@ pub struct Prepared {
 impl Prepared {
     /// Whether the query reads at most [`SMALL_QUERY_ROWS`] rows (counted
     /// from the index before reading anything: series the filters can
-    /// select, times hours), from a store on this machine, and writes
-    /// nothing: cheap enough to run where it is asked, with no hand-off.
+    /// select, times hours; a row of a sub-query with no downsampler
+    /// counts [`RAW_ROW_COST`] times), from a store on this machine, and
+    /// writes nothing: cheap enough to run where it is asked, with no
+    /// hand-off.
     pub fn is_small(&self, ctx: &QueryContext) -> bool {
         let q = &self.valid;
         if q.original.delete || !ctx.source.reads_locally() {
@@ -193,7 +204,13 @@ impl Prepared {
             }
             let (start, end) = read_range(q, sub);
             let hours = end.saturating_sub(start) / ROW_SPAN_MS + 1;
-            rows = rows.saturating_add(hours.saturating_mul(series_bound(ctx, sub) as u64));
+            let cost = if sub.downsample.is_some() {
+                1
+            } else {
+                RAW_ROW_COST
+            };
+            let read = hours.saturating_mul(series_bound(ctx, sub) as u64);
+            rows = rows.saturating_add(read.saturating_mul(cost));
             if rows > SMALL_QUERY_ROWS {
                 return false;
             }
@@ -1371,37 +1388,42 @@ mod tests {
         let hour = "start=1420070400&end=1420073999";
         // One series, its hour and the next (the 1m buckets' scan range).
         assert!(small(&format!("{hour}&m=avg:1m-avg:sys.cpu{{host=web3}}")));
-        assert!(small(&format!("{hour}&m=sum:sys.mem")));
         // Four series of two rows each: 8 rows, the most a small one reads.
-        assert!(small(&format!(
-            "{hour}&m=sum:1m-avg:sys.cpu{{host=web1|web2|web3|web4}}"
-        )));
+        let four = "sys.cpu{host=web1|web2|web3|web4}";
+        assert!(small(&format!("{hour}&m=sum:1m-avg:{four}")));
         assert!(!small(&format!(
             "{hour}&m=sum:1m-avg:sys.cpu{{host=web1|web2|web3|web4|web5}}"
         )));
-        // Sub-queries add up (without a downsampler the scan ends with
-        // the range's hour: 4 + 1 rows, then 8 + 2).
+        // Without a downsampler the scan ends with the range's hour, and a
+        // row counts 4: one series, then two, then three.
+        assert!(small(&format!("{hour}&m=sum:sys.mem")));
+        assert!(small(&format!("{hour}&m=sum:sys.cpu{{host=web1|web2}}")));
+        assert!(!small(&format!(
+            "{hour}&m=sum:sys.cpu{{host=web1|web2|web3}}"
+        )));
+        // Sub-queries add up: 6 + 2 rows, then 8 + 2, then 4 + 8.
+        let three = "sys.cpu{host=web1|web2|web3}";
         assert!(small(&format!(
-            "{hour}&m=sum:sys.cpu{{host=web1|web2|web3|web4}}&m=sum:sys.mem"
+            "{hour}&m=sum:1m-avg:{three}&m=sum:1m-avg:sys.mem"
         )));
         assert!(!small(&format!(
-            "{hour}&m=sum:1m-avg:sys.cpu{{host=web1|web2|web3|web4}}&m=sum:1m-avg:sys.mem"
+            "{hour}&m=sum:1m-avg:{four}&m=sum:1m-avg:sys.mem"
         )));
+        assert!(!small(&format!("{hour}&m=sum:sys.mem&m=sum:1m-avg:{four}")));
         // A filter the index cannot count from names bounds nothing.
-        assert!(!small(&format!("{hour}&m=sum:sys.cpu{{host=*}}")));
+        assert!(!small(&format!("{hour}&m=sum:1m-avg:sys.cpu{{host=*}}")));
         assert!(!small(&format!(
-            "{hour}&m=sum:sys.cpu{{host=regexp(web1)}}"
+            "{hour}&m=sum:1m-avg:sys.cpu{{host=regexp(web1)}}"
         )));
-        assert!(!small(&format!("{hour}&m=sum:sys.cpu")));
+        assert!(!small(&format!("{hour}&m=sum:1m-avg:sys.cpu")));
         // Many hours of one series.
         assert!(!small(
-            "start=1420070400&end=1420099200&m=sum:sys.cpu{host=web3}"
+            "start=1420070400&end=1420099200&m=sum:1m-avg:sys.cpu{host=web3}"
         ));
         // `padding` reads an hour more each way: 3 series of 2 rows, then
         // of 4.
-        let three = "m=sum:1m-avg:sys.cpu{host=web1|web2|web3}";
-        assert!(small(&format!("{hour}&{three}")));
-        assert!(!small(&format!("{hour}&{three}&padding")));
+        assert!(small(&format!("{hour}&m=sum:1m-avg:{three}")));
+        assert!(!small(&format!("{hour}&m=sum:1m-avg:{three}&padding")));
         // Names that do not resolve select nothing (the run then fails,
         // or skips the value): nothing to read.
         assert!(small(&format!("{hour}&m=sum:no.such.metric")));
