@@ -325,16 +325,57 @@ impl Fold {
     }
 }
 
+/// What a function gives for a single value `v`
+/// ([`Aggregator::one_value`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OneValue {
+    /// `0.0 + v` (sum, avg, none).
+    PlusZero,
+    /// `v` itself (min, max, first, last, mult).
+    Same,
+    /// Any other (count, dev, median, ...): the function's own rule.
+    Other,
+}
+
 impl Aggregator {
     /// [`run_double`](Self::run_double) over the single value `v`,
     /// without the slice walk: a downsampler bucket holding one value (a
     /// rollup cell standing for its whole bucket) is reduced by it.
     pub fn run_double_one(&self, v: f64) -> f64 {
+        self.run_one_as(self.one_value(), v)
+    }
+
+    /// [`run_double_one`](Self::run_double_one) with the function's
+    /// [`one_value`](Self::one_value) told by the caller: a loop calling
+    /// it with a constant `one` has no match left per value.
+    #[inline(always)]
+    pub fn run_one_as(&self, one: OneValue, v: f64) -> f64 {
+        match one {
+            // `0.0 + v`: the sum starts at +0.0, so -0.0 comes out +0.0
+            // (and NaN stays NaN).
+            OneValue::PlusZero => 0.0 + v,
+            OneValue::Same => v,
+            OneValue::Other => self.run_other_one(v),
+        }
+    }
+
+    /// How [`run_double_one`](Self::run_double_one) reduces one value,
+    /// told once for many values (a rollup read folds a day's cells of a
+    /// series with one answer, not one match per cell).
+    #[inline]
+    pub fn one_value(&self) -> OneValue {
         match self.function {
-            // `0.0 + v`: the sum starts at +0.0, so -0.0 comes out +0.0.
-            F::Sum | F::None | F::Avg | F::Dev if v.is_nan() => f64::NAN,
-            F::Sum | F::None | F::Avg => 0.0 + v,
-            F::Min | F::Max | F::First | F::Last | F::Mult => v,
+            F::Sum | F::None | F::Avg => OneValue::PlusZero,
+            F::Min | F::Max | F::First | F::Last | F::Mult => OneValue::Same,
+            _ => OneValue::Other,
+        }
+    }
+
+    /// [`run_double_one`](Self::run_double_one) of the functions
+    /// [`OneValue::Other`] stands for.
+    fn run_other_one(&self, v: f64) -> f64 {
+        match self.function {
+            F::Dev if v.is_nan() => f64::NAN,
             F::Count => {
                 if v.is_nan() {
                     0.0

@@ -25,7 +25,9 @@ use crate::codec::row::RowError;
 use crate::db::{RollupReadStats, RollupRow, RollupRowSink, RollupSource};
 use crate::model::Value;
 use crate::rollup::aggregates::{add, pick};
-use crate::rollup::codec::{self, DenseReader, RollupColumns, RollupSlot, ShortRow, SlotReader};
+use crate::rollup::codec::{
+    self, DenseReader, RollupColumns, RollupSlot, ShortRow, ShortView, SlotReader,
+};
 use crate::rollup::{RollupInterval, RollupSettings};
 
 /// `TsdbQuery.ROLLUP_USAGE`.
@@ -821,20 +823,15 @@ impl SliceFold<'_> {
     /// [`dense_row`](Self::dense_row) of a short row whose cells all fold
     /// into the slice's buckets, for a series of a group: the grid cells
     /// of the row's buckets taken once, and each cell folded by the
-    /// group's rule chosen once for the row. False (nothing done) for any
-    /// other row, which `dense_row` folds.
+    /// group's rule and the downsampler's rule for one value, both chosen
+    /// once for the row. False (nothing done) for any other row, which
+    /// `dense_row` folds.
     #[inline(always)]
-    fn short_row(&mut self, i: usize, base: u32, row: &ShortRow) -> bool {
+    fn short_row(&mut self, i: usize, base: u32, row: &impl ShortCells) -> bool {
         let plan = self.plan;
         let g = plan.group_of[i];
         let avg = plan.column == Column::Avg;
-        let (has_value, has_count, values, counts) = row.parts();
-        // The offsets that give a point: a value, and for avg its count.
-        let bits = if avg {
-            has_value & has_count
-        } else {
-            has_value
-        };
+        let bits = row.offsets(avg);
         if g == NO_GROUP || bits == 0 {
             return false;
         }
@@ -851,11 +848,9 @@ impl SliceFold<'_> {
         let ds = plan.ds;
         use super::aggregator::Function as F;
         let folded = match plan.agg.function {
-            F::Sum | F::Avg | F::Count => {
-                fold_short::<SumRule>(bits, avg, values, counts, ds, grid, points)
-            }
-            F::Min => fold_short::<MinRule>(bits, avg, values, counts, ds, grid, points),
-            _ => fold_short::<MaxRule>(bits, avg, values, counts, ds, grid, points),
+            F::Sum | F::Avg | F::Count => fold_short_by::<SumRule>(row, avg, ds, grid, points),
+            F::Min => fold_short_by::<MinRule>(row, avg, ds, grid, points),
+            _ => fold_short_by::<MaxRule>(row, avg, ds, grid, points),
         };
         if folded {
             self.seen[i] = true;
@@ -917,40 +912,103 @@ impl SliceFold<'_> {
     }
 }
 
-/// Folds the cells of a short row at the offsets `bits` into `grid` and
-/// `points` (the row's buckets of its group, by offset) as
-/// [`SliceFold::fold_value`] folds each: the downsampling function `ds` of
-/// the cell's one value (for `avg` the value over its count, a count not
-/// above zero giving no point), folded by the group's rule `R`. Returns
-/// whether a cell gave a point.
+/// A short row's cells as [`SliceFold::short_row`] folds them: laid out
+/// ([`ShortRow`]) or read where they lie ([`ShortView`]).
+trait ShortCells {
+    /// The offsets that may give a point (bit `at`): those holding a
+    /// value, and for `avg` its count.
+    fn offsets(&self, avg: bool) -> u64;
+    /// `f(at, value, count)` for each of [`offsets`](Self::offsets), in
+    /// offset order (the count only for `avg`).
+    fn each(&self, avg: bool, f: impl FnMut(usize, f64, f64));
+}
+
+impl ShortCells for ShortRow {
+    #[inline(always)]
+    fn offsets(&self, avg: bool) -> u64 {
+        let (has_value, has_count, _, _) = self.parts();
+        if avg {
+            has_value & has_count
+        } else {
+            has_value
+        }
+    }
+
+    #[inline(always)]
+    fn each(&self, avg: bool, mut f: impl FnMut(usize, f64, f64)) {
+        let (_, _, values, counts) = self.parts();
+        let mut bits = self.offsets(avg);
+        while bits != 0 {
+            let b = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            f(b, values[b], counts[b]);
+        }
+    }
+}
+
+impl ShortCells for ShortView<'_> {
+    /// The view holds counts at every offset it reads when they are read
+    /// ([`DenseReader::short_view`]).
+    #[inline(always)]
+    fn offsets(&self, _avg: bool) -> u64 {
+        self.offsets()
+    }
+
+    #[inline(always)]
+    fn each(&self, _avg: bool, mut f: impl FnMut(usize, f64, f64)) {
+        self.for_each(|at, v, c| f(at, v, c.unwrap_or(f64::NAN)));
+    }
+}
+
+/// [`fold_short`] with the downsampler's rule for one value chosen once
+/// ([`Aggregator::one_value`]), not per cell.
 #[inline(always)]
-fn fold_short<R: FoldRule>(
-    bits: u64,
+fn fold_short_by<R: FoldRule>(
+    row: &impl ShortCells,
     avg: bool,
-    values: &[f64; codec::SHORT_OFFSETS],
-    counts: &[f64; codec::SHORT_OFFSETS],
     ds: &Aggregator,
     grid: &mut [GridCell],
     points: &mut [u32],
 ) -> bool {
-    let mut bits = bits;
+    use crate::model::aggregator::OneValue as O;
+    match ds.one_value() {
+        O::PlusZero => fold_short::<R>(row, avg, O::PlusZero, ds, grid, points),
+        O::Same => fold_short::<R>(row, avg, O::Same, ds, grid, points),
+        O::Other => fold_short::<R>(row, avg, O::Other, ds, grid, points),
+    }
+}
+
+/// Folds the cells of a short row into `grid` and `points` (the row's
+/// buckets of its group, by offset) as [`SliceFold::fold_value`] folds
+/// each: the downsampling function `ds` of the cell's one value (`one`,
+/// its rule; for `avg` the value over its count, a count not above zero
+/// giving no point), folded by the group's rule `R`. Returns whether a
+/// cell gave a point.
+#[inline(always)]
+fn fold_short<R: FoldRule>(
+    row: &impl ShortCells,
+    avg: bool,
+    one: crate::model::aggregator::OneValue,
+    ds: &Aggregator,
+    grid: &mut [GridCell],
+    points: &mut [u32],
+) -> bool {
     let mut folded = false;
-    while bits != 0 {
-        let b = bits.trailing_zeros() as usize;
-        bits &= bits - 1;
+    row.each(avg, |b, value, count| {
         let v = if avg {
             // A count not above zero (or NaN) gives no point.
-            match counts[b] {
-                c if c > 0.0 => values[b] / c,
-                _ => continue,
+            if count > 0.0 {
+                value / count
+            } else {
+                return;
             }
         } else {
-            values[b]
+            value
         };
         folded = true;
         points[b] += 1;
-        grid[b].add_by::<R>(ds.run_double_one(v));
-    }
+        grid[b].add_by::<R>(ds.run_one_as(one, v));
+    });
     folded
 }
 
@@ -965,8 +1023,14 @@ impl RollupRowSink for SliceRows<'_, '_> {
         let fold = &mut *self.fold;
         let cells = match &mut self.rows {
             RowFold::Dense(r, short) => {
-                if r.lay_out_short(row.cells, row.base, start_s, end_s, short) {
-                    if !fold.short_row(i, row.base, short) {
+                // A row computed by rtsdb is folded from where it lies;
+                // any other, laid out first.
+                if let Some(view) = r.short_view(row.cells, row.base, start_s, end_s)
+                    && fold.short_row(i, row.base, &view)
+                {
+                    view.cells()
+                } else if r.lay_out_short(row.cells, row.base, start_s, end_s, short) {
+                    if !fold.short_row(i, row.base, &**short) {
                         fold.dense_row(i, row.base, &mut &**short);
                     }
                     short.cells()

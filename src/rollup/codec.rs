@@ -379,6 +379,73 @@ impl DenseReader {
         read
     }
 
+    /// The row as a [`ShortView`] when it has that view's shape (a row
+    /// in columns rtsdb computed), else None: the row is then read with
+    /// [`lay_out_short`](Self::lay_out_short) or
+    /// [`lay_out`](Self::lay_out), which hand over the same offsets,
+    /// values and counts, and count the same cells.
+    #[inline]
+    pub fn short_view<'a>(
+        &self,
+        row: &'a [u8],
+        base: u32,
+        start_s: u32,
+        end_s: u32,
+    ) -> Option<ShortView<'a>> {
+        let walk = Walk::new(self.columns, self.interval_seconds, base, start_s, end_s);
+        if walk.value_id == walk.count_id {
+            return None;
+        }
+        let mut view = ColumnRow::of(row)?.ok()?;
+        let (mut value, mut count) = (None, None);
+        while let Some(c) = view.next_column().ok()? {
+            let slot = if c.id == walk.value_id {
+                &mut value
+            } else if c.id == walk.count_id {
+                &mut count
+            } else {
+                continue;
+            };
+            // A second column of one id (never written) replaces cells
+            // of the first: the general walk's.
+            if slot.is_some() || c.words() != 1 {
+                return None;
+            }
+            *slot = Some(c);
+        }
+        // Tail cells of a column read would replace its cells.
+        if view.tail() != row.len() {
+            return None;
+        }
+        let value = value?;
+        let word = value.word(0);
+        // With the count column, its cells must lie at the value
+        // column's offsets to share their ranks.
+        let counts = match count {
+            Some(c) if self.columns.count.is_some() && c.word(0) == word => Some(c.doubles()),
+            None if self.columns.count.is_none() => None,
+            _ => return None,
+        };
+        let range = range_bits(walk.first, walk.last, 0);
+        let bits = word & range;
+        // The cells read are those ranked from the first in range (the
+        // bits below it are cells skipped) for as many as are read.
+        let skipped = if range == 0 {
+            0
+        } else {
+            (word & !(u64::MAX << range.trailing_zeros())).count_ones() as usize
+        };
+        let read = skipped * 8..(skipped + bits.count_ones() as usize) * 8;
+        Some(ShortView {
+            bits,
+            values: value.doubles().get(read.clone())?,
+            counts: match counts {
+                Some(c) => Some(c.get(read)?),
+                None => None,
+            },
+        })
+    }
+
     /// Hands over, in offset order, each offset of the row laid out where
     /// a column has a cell: `f(offset, value, count)`; and clears them.
     pub fn drain(&mut self, mut f: impl FnMut(u32, Option<f64>, Option<f64>)) {
@@ -463,6 +530,63 @@ impl ShortRow {
             let v = (hv >> b & 1 != 0).then(|| self.value[at]);
             let c = (hc >> b & 1 != 0).then(|| self.count[at]);
             f(b, v, c);
+        }
+    }
+}
+
+/// A short row in columns read where it lies, for the common shape of
+/// the rows rtsdb computes: the value column (and the count column, when
+/// read) of one bitmap word each, both holding the same offsets, and no
+/// tail. Its cells read are the value column's cells in range, ranked
+/// alike in both columns, so they are handed over straight from the
+/// row's bytes: nothing laid out by offset first
+/// ([`DenseReader::short_view`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ShortView<'a> {
+    /// The offsets read (bit `at`): those of the value column in range.
+    bits: u64,
+    /// The doubles of the cells read, in offset order: the value
+    /// column's, and the count column's when read.
+    values: &'a [u8],
+    counts: Option<&'a [u8]>,
+}
+
+impl<'a> ShortView<'a> {
+    /// The offsets read (bit `at`).
+    #[inline(always)]
+    pub fn offsets(&self) -> u64 {
+        self.bits
+    }
+
+    /// How many cells of the two columns the row laid out read (as
+    /// [`ShortRow::cells`] counts them).
+    pub fn cells(&self) -> u64 {
+        let n = self.bits.count_ones() as u64;
+        if self.counts.is_some() { 2 * n } else { n }
+    }
+
+    /// Hands over, in offset order, each offset read with its value and
+    /// (when the count column is read) its count: the row as
+    /// [`ShortRow::drain`] hands it over.
+    #[inline(always)]
+    pub fn for_each(&self, mut f: impl FnMut(usize, f64, Option<f64>)) {
+        let double = |b: &[u8]| f64::from_le_bytes(b.try_into().expect("8 bytes"));
+        let mut bits = self.bits;
+        match self.counts {
+            Some(counts) => {
+                for (v, c) in self.values.chunks_exact(8).zip(counts.chunks_exact(8)) {
+                    let at = bits.trailing_zeros() as usize;
+                    bits &= bits.wrapping_sub(1);
+                    f(at, double(v), Some(double(c)));
+                }
+            }
+            None => {
+                for v in self.values.chunks_exact(8) {
+                    let at = bits.trailing_zeros() as usize;
+                    bits &= bits.wrapping_sub(1);
+                    f(at, double(v), None);
+                }
+            }
         }
     }
 }
@@ -1306,6 +1430,85 @@ mod tests {
                 short.drain(|at, v, c| got.push((at, v.map(f64::to_bits), c.map(f64::to_bits))));
                 proptest::prop_assert_eq!(got, want);
                 proptest::prop_assert_eq!(short.cells(), n);
+            }
+        }
+
+        /// A row of the shape rtsdb computes (a `sum` and a `count` cell
+        /// at each offset written, `min` and `max` beside them) is read
+        /// where it lies ([`DenseReader::short_view`]) as it is laid out:
+        /// the same offsets, the same bits of each double, the same cell
+        /// count; rows of any other shape (a count missing, a cell in the
+        /// tail, an offset past the first word) are left to the readers
+        /// that lay them out.
+        #[test]
+        fn computed_rows_read_where_they_lie_as_laid_out(
+            offsets in proptest::collection::btree_set(
+                proptest::prop_oneof![9 => 0u16..24, 1 => 24u16..100], 0..30),
+            sums in proptest::collection::vec(proptest::prelude::any::<f64>(), 30),
+            counts in proptest::collection::vec(-2i64..100, 30),
+            odd in proptest::prop_oneof![6 => proptest::strategy::Just(0u8), 1 => 1u8..4],
+            from_h in 0u32..30,
+            hours in 0u32..30,
+            count in proptest::prelude::any::<bool>(),
+        ) {
+            use crate::codec::qualifier::encode_value;
+            use crate::codec::row::{Cell, RowCells};
+            use crate::rollup::columns::RollupRowLayout;
+            let cell = |id: u8, at: u16, v: Value| {
+                let e = encode_value(v);
+                let [a, b] = ((at << 4) | e.flags as u16).to_be_bytes();
+                Cell::new(vec![id, a, b], e.as_bytes().to_vec())
+            };
+            let c = config();
+            let h = c.interval("1h").unwrap();
+            let base = 1356998400;
+            let mut cells = Vec::new();
+            for (k, &at) in offsets.iter().enumerate() {
+                // A count left out (odd 1) at the last offset.
+                let last = k + 1 == offsets.len();
+                cells.push(cell(0, at, Value::Float(sums[k])));
+                if !(odd == 1 && last) {
+                    cells.push(cell(1, at, Value::Int(counts[k])));
+                }
+                cells.push(cell(2, at, Value::Float(-sums[k])));
+                cells.push(cell(3, at, Value::Int(k as i64)));
+            }
+            match odd {
+                // A cell in the tail: a raw qualifier, or a second `sum`
+                // of an offset (both go there).
+                2 => cells.push(Cell::new(vec![0, 0], vec![1])),
+                3 => {
+                    if let Some(&at) = offsets.first() {
+                        cells.push(cell(0, at, Value::Int(7)));
+                    }
+                }
+                _ => {}
+            }
+            let columns = RollupColumns {
+                value: Some(0),
+                count: count.then_some(1),
+            };
+            let row = RollupRowLayout::Columns.encode(&RowCells { cells });
+            let (from, to) = (base + from_h * 3600, base + (from_h + hours) * 3600);
+            let mut dense = DenseReader::new(columns, h);
+            let n = dense.lay_out(&row, base, from, to).unwrap();
+            let mut want = Vec::new();
+            dense.drain(|at, v, c| want.push((at as usize, v.map(f64::to_bits), c.map(f64::to_bits))));
+            let view = dense.short_view(&row, base, from, to);
+            let one_word = offsets.iter().all(|&at| at < 64);
+            let shaped = one_word
+                && !offsets.is_empty()
+                && match odd {
+                    0 => true,
+                    1 => !count,
+                    _ => false,
+                };
+            proptest::prop_assert_eq!(view.is_some(), shaped);
+            if let Some(view) = view {
+                let mut got = Vec::new();
+                view.for_each(|at, v, c| got.push((at, Some(v.to_bits()), c.map(f64::to_bits))));
+                proptest::prop_assert_eq!(got, want);
+                proptest::prop_assert_eq!(view.cells(), n);
             }
         }
     }

@@ -165,7 +165,7 @@ pub fn range_bits(first: u64, last: u64, w: usize) -> u64 {
     (u64::MAX >> (63 - to)) & (u64::MAX << from)
 }
 
-impl Column<'_> {
+impl<'a> Column<'a> {
     /// Bitmap word `w`.
     #[inline(always)]
     pub fn word(&self, w: usize) -> u64 {
@@ -176,6 +176,12 @@ impl Column<'_> {
     #[inline(always)]
     pub fn words(&self) -> usize {
         self.bitmap.len() / 8
+    }
+
+    /// Every cell's value, a little-endian double each, in offset order.
+    #[inline(always)]
+    pub fn doubles(&self) -> &'a [u8] {
+        self.values
     }
 
     /// The value of the column's `k`th cell (in offset order).
