@@ -24,6 +24,7 @@ use super::request::{ValidQuery, ValidSubQuery};
 use crate::codec::row::RowError;
 use crate::db::{RollupReadStats, RollupRow, RollupRowSink, RollupSource};
 use crate::model::Value;
+use crate::model::aggregator::OneValue;
 use crate::rollup::aggregates::{add, pick};
 use crate::rollup::codec::{
     self, DenseReader, RollupColumns, RollupSlot, ShortRow, ShortView, SlotReader,
@@ -844,13 +845,17 @@ impl SliceFold<'_> {
         }
         let at = g as usize * self.len + k0 as usize;
         let n = hi as usize + 1;
-        let (grid, points) = (&mut self.grid[at..at + n], &mut self.points[at..at + n]);
-        let ds = plan.ds;
+        let cells = ShortFold {
+            grid: &mut self.grid[at..at + n],
+            points: &mut self.points[at..at + n],
+            ds: plan.ds,
+            avg,
+        };
         use super::aggregator::Function as F;
         let folded = match plan.agg.function {
-            F::Sum | F::Avg | F::Count => fold_short_by::<SumRule>(row, avg, ds, grid, points),
-            F::Min => fold_short_by::<MinRule>(row, avg, ds, grid, points),
-            _ => fold_short_by::<MaxRule>(row, avg, ds, grid, points),
+            F::Sum | F::Avg | F::Count => fold_by_one::<SumRule>(row, cells),
+            F::Min => fold_by_one::<MinRule>(row, cells),
+            _ => fold_by_one::<MaxRule>(row, cells),
         };
         if folded {
             self.seen[i] = true;
@@ -912,15 +917,67 @@ impl SliceFold<'_> {
     }
 }
 
+/// The grid cells a short row folds into (its buckets of its group, by
+/// offset), and how: the downsampling function `ds` of each cell's one
+/// value (for `avg` the value over its count, a count not above zero
+/// giving no point).
+struct ShortFold<'g> {
+    grid: &'g mut [GridCell],
+    points: &'g mut [u32],
+    ds: &'g Aggregator,
+    avg: bool,
+}
+
+impl ShortFold<'_> {
+    /// Folds the cell at offset `b` as [`SliceFold::fold_value`] folds
+    /// it, by the group's rule `R` and the downsampler's rule for one
+    /// value `O`. False when it gives no point.
+    #[inline(always)]
+    fn fold<R: FoldRule, O: OneRule>(&mut self, b: usize, value: f64, count: f64) -> bool {
+        let v = if self.avg {
+            // A count not above zero (or NaN) gives no point.
+            if count > 0.0 {
+                value / count
+            } else {
+                return false;
+            }
+        } else {
+            value
+        };
+        self.points[b] += 1;
+        self.grid[b].add_by::<R>(self.ds.run_one_as(O::ONE, v));
+        true
+    }
+}
+
+/// The downsampler's rule for one value as a type, so that a row's loop
+/// is compiled for it ([`Aggregator::one_value`]).
+trait OneRule {
+    const ONE: OneValue;
+}
+struct PlusZeroOne;
+struct SameOne;
+struct OtherOne;
+impl OneRule for PlusZeroOne {
+    const ONE: OneValue = OneValue::PlusZero;
+}
+impl OneRule for SameOne {
+    const ONE: OneValue = OneValue::Same;
+}
+impl OneRule for OtherOne {
+    const ONE: OneValue = OneValue::Other;
+}
+
 /// A short row's cells as [`SliceFold::short_row`] folds them: laid out
 /// ([`ShortRow`]) or read where they lie ([`ShortView`]).
 trait ShortCells {
     /// The offsets that may give a point (bit `at`): those holding a
     /// value, and for `avg` its count.
     fn offsets(&self, avg: bool) -> u64;
-    /// `f(at, value, count)` for each of [`offsets`](Self::offsets), in
-    /// offset order (the count only for `avg`).
-    fn each(&self, avg: bool, f: impl FnMut(usize, f64, f64));
+    /// Folds each cell of [`offsets`](Self::offsets) into `cells`, in
+    /// offset order, as [`ShortFold::fold`] folds it; whether one gave a
+    /// point. One loop per rule pair, with no call per cell.
+    fn fold<R: FoldRule, O: OneRule>(&self, cells: ShortFold) -> bool;
 }
 
 impl ShortCells for ShortRow {
@@ -935,81 +992,61 @@ impl ShortCells for ShortRow {
     }
 
     #[inline(always)]
-    fn each(&self, avg: bool, mut f: impl FnMut(usize, f64, f64)) {
+    fn fold<R: FoldRule, O: OneRule>(&self, mut cells: ShortFold) -> bool {
         let (_, _, values, counts) = self.parts();
-        let mut bits = self.offsets(avg);
+        let mut bits = self.offsets(cells.avg);
+        let mut folded = false;
         while bits != 0 {
             let b = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            f(b, values[b], counts[b]);
+            folded |= cells.fold::<R, O>(b, values[b], counts[b]);
         }
+        folded
     }
 }
 
 impl ShortCells for ShortView<'_> {
-    /// The view holds counts at every offset it reads when they are read
-    /// ([`DenseReader::short_view`]).
+    /// The view holds a count at every offset it reads when counts are
+    /// read ([`DenseReader::short_view`]).
     #[inline(always)]
     fn offsets(&self, _avg: bool) -> u64 {
         self.offsets()
     }
 
     #[inline(always)]
-    fn each(&self, _avg: bool, mut f: impl FnMut(usize, f64, f64)) {
-        self.for_each(|at, v, c| f(at, v, c.unwrap_or(f64::NAN)));
-    }
-}
-
-/// [`fold_short`] with the downsampler's rule for one value chosen once
-/// ([`Aggregator::one_value`]), not per cell.
-#[inline(always)]
-fn fold_short_by<R: FoldRule>(
-    row: &impl ShortCells,
-    avg: bool,
-    ds: &Aggregator,
-    grid: &mut [GridCell],
-    points: &mut [u32],
-) -> bool {
-    use crate::model::aggregator::OneValue as O;
-    match ds.one_value() {
-        O::PlusZero => fold_short::<R>(row, avg, O::PlusZero, ds, grid, points),
-        O::Same => fold_short::<R>(row, avg, O::Same, ds, grid, points),
-        O::Other => fold_short::<R>(row, avg, O::Other, ds, grid, points),
-    }
-}
-
-/// Folds the cells of a short row into `grid` and `points` (the row's
-/// buckets of its group, by offset) as [`SliceFold::fold_value`] folds
-/// each: the downsampling function `ds` of the cell's one value (`one`,
-/// its rule; for `avg` the value over its count, a count not above zero
-/// giving no point), folded by the group's rule `R`. Returns whether a
-/// cell gave a point.
-#[inline(always)]
-fn fold_short<R: FoldRule>(
-    row: &impl ShortCells,
-    avg: bool,
-    one: crate::model::aggregator::OneValue,
-    ds: &Aggregator,
-    grid: &mut [GridCell],
-    points: &mut [u32],
-) -> bool {
-    let mut folded = false;
-    row.each(avg, |b, value, count| {
-        let v = if avg {
-            // A count not above zero (or NaN) gives no point.
-            if count > 0.0 {
-                value / count
-            } else {
-                return;
+    fn fold<R: FoldRule, O: OneRule>(&self, mut cells: ShortFold) -> bool {
+        let double = |b: &[u8]| f64::from_le_bytes(b.try_into().expect("8 bytes"));
+        let (mut bits, values, counts) = self.parts();
+        let mut folded = false;
+        match counts {
+            Some(counts) => {
+                for (v, c) in values.chunks_exact(8).zip(counts.chunks_exact(8)) {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits.wrapping_sub(1);
+                    folded |= cells.fold::<R, O>(b, double(v), double(c));
+                }
             }
-        } else {
-            value
-        };
-        folded = true;
-        points[b] += 1;
-        grid[b].add_by::<R>(ds.run_one_as(one, v));
-    });
-    folded
+            None => {
+                for v in values.chunks_exact(8) {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits.wrapping_sub(1);
+                    folded |= cells.fold::<R, O>(b, double(v), f64::NAN);
+                }
+            }
+        }
+        folded
+    }
+}
+
+/// [`ShortCells::fold`] by the group's rule `R`, the downsampler's rule
+/// for one value chosen here, once for the row.
+#[inline(always)]
+fn fold_by_one<R: FoldRule>(row: &impl ShortCells, cells: ShortFold) -> bool {
+    match cells.ds.one_value() {
+        OneValue::PlusZero => row.fold::<R, PlusZeroOne>(cells),
+        OneValue::Same => row.fold::<R, SameOne>(cells),
+        OneValue::Other => row.fold::<R, OtherOne>(cells),
+    }
 }
 
 impl RollupRowSink for SliceRows<'_, '_> {

@@ -565,29 +565,12 @@ impl<'a> ShortView<'a> {
         if self.counts.is_some() { 2 * n } else { n }
     }
 
-    /// Hands over, in offset order, each offset read with its value and
-    /// (when the count column is read) its count: the row as
-    /// [`ShortRow::drain`] hands it over.
+    /// The row's parts: the offsets read (bit `at`), their values and,
+    /// when the count column is read, their counts: the `k`th offset set
+    /// holds the `k`th little-endian double of each.
     #[inline(always)]
-    pub fn for_each(&self, mut f: impl FnMut(usize, f64, Option<f64>)) {
-        let double = |b: &[u8]| f64::from_le_bytes(b.try_into().expect("8 bytes"));
-        let mut bits = self.bits;
-        match self.counts {
-            Some(counts) => {
-                for (v, c) in self.values.chunks_exact(8).zip(counts.chunks_exact(8)) {
-                    let at = bits.trailing_zeros() as usize;
-                    bits &= bits.wrapping_sub(1);
-                    f(at, double(v), Some(double(c)));
-                }
-            }
-            None => {
-                for v in self.values.chunks_exact(8) {
-                    let at = bits.trailing_zeros() as usize;
-                    bits &= bits.wrapping_sub(1);
-                    f(at, double(v), None);
-                }
-            }
-        }
+    pub fn parts(&self) -> (u64, &'a [u8], Option<&'a [u8]>) {
+        (self.bits, self.values, self.counts)
     }
 }
 
@@ -1505,8 +1488,16 @@ mod tests {
                 };
             proptest::prop_assert_eq!(view.is_some(), shaped);
             if let Some(view) = view {
+                let (mut bits, values, counts) = view.parts();
+                let double = |s: &[u8], k: usize| f64::from_le_bytes(s[k * 8..k * 8 + 8].try_into().unwrap());
                 let mut got = Vec::new();
-                view.for_each(|at, v, c| got.push((at, Some(v.to_bits()), c.map(f64::to_bits))));
+                for k in 0..values.len() / 8 {
+                    let at = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    got.push((at, Some(double(values, k).to_bits()), counts.map(|c| double(c, k).to_bits())));
+                }
+                proptest::prop_assert_eq!(bits, 0);
+                proptest::prop_assert_eq!(counts.map_or(values.len(), <[u8]>::len), values.len());
                 proptest::prop_assert_eq!(got, want);
                 proptest::prop_assert_eq!(view.cells(), n);
             }
