@@ -931,22 +931,23 @@ struct ShortFold<'g> {
 impl ShortFold<'_> {
     /// Folds the cell at offset `b` as [`SliceFold::fold_value`] folds
     /// it, by the group's rule `R` and the downsampler's rule for one
-    /// value `O`. False when it gives no point.
+    /// value `O`: for `avg`, its value over its count (a count not above
+    /// zero, or NaN, gives no point: false).
     #[inline(always)]
-    fn fold<R: FoldRule, O: OneRule>(&mut self, b: usize, value: f64, count: f64) -> bool {
-        let v = if self.avg {
-            // A count not above zero (or NaN) gives no point.
-            if count > 0.0 {
-                value / count
-            } else {
-                return false;
-            }
+    fn fold_avg<R: FoldRule, O: OneRule>(&mut self, b: usize, value: f64, count: f64) -> bool {
+        if count > 0.0 {
+            self.fold_value::<R, O>(b, value / count);
+            true
         } else {
-            value
-        };
+            false
+        }
+    }
+
+    /// [`fold_avg`](Self::fold_avg) of any other column: its value.
+    #[inline(always)]
+    fn fold_value<R: FoldRule, O: OneRule>(&mut self, b: usize, v: f64) {
         self.points[b] += 1;
         self.grid[b].add_by::<R>(self.ds.run_one_as(O::ONE, v));
-        true
     }
 }
 
@@ -975,7 +976,7 @@ trait ShortCells {
     /// value, and for `avg` its count.
     fn offsets(&self, avg: bool) -> u64;
     /// Folds each cell of [`offsets`](Self::offsets) into `cells`, in
-    /// offset order, as [`ShortFold::fold`] folds it; whether one gave a
+    /// offset order, as [`ShortFold::fold_avg`] folds it; whether one gave a
     /// point. One loop per rule pair, with no call per cell.
     fn fold<R: FoldRule, O: OneRule>(&self, cells: ShortFold) -> bool;
 }
@@ -999,7 +1000,12 @@ impl ShortCells for ShortRow {
         while bits != 0 {
             let b = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            folded |= cells.fold::<R, O>(b, values[b], counts[b]);
+            if cells.avg {
+                folded |= cells.fold_avg::<R, O>(b, values[b], counts[b]);
+            } else {
+                cells.fold_value::<R, O>(b, values[b]);
+                folded = true;
+            }
         }
         folded
     }
@@ -1015,22 +1021,27 @@ impl ShortCells for ShortView<'_> {
 
     #[inline(always)]
     fn fold<R: FoldRule, O: OneRule>(&self, mut cells: ShortFold) -> bool {
-        let double = |b: &[u8]| f64::from_le_bytes(b.try_into().expect("8 bytes"));
         let (mut bits, values, counts) = self.parts();
+        let (values, _) = values.as_chunks::<8>();
         let mut folded = false;
-        match counts {
-            Some(counts) => {
-                for (v, c) in values.chunks_exact(8).zip(counts.chunks_exact(8)) {
+        match (cells.avg, counts) {
+            (true, Some(counts)) => {
+                let (counts, _) = counts.as_chunks::<8>();
+                for (v, c) in values.iter().zip(counts) {
                     let b = bits.trailing_zeros() as usize;
                     bits &= bits.wrapping_sub(1);
-                    folded |= cells.fold::<R, O>(b, double(v), double(c));
+                    let (v, c) = (f64::from_le_bytes(*v), f64::from_le_bytes(*c));
+                    folded |= cells.fold_avg::<R, O>(b, v, c);
                 }
             }
-            None => {
-                for v in values.chunks_exact(8) {
+            // No count column read: no average.
+            (true, None) => {}
+            (false, _) => {
+                for v in values {
                     let b = bits.trailing_zeros() as usize;
                     bits &= bits.wrapping_sub(1);
-                    folded |= cells.fold::<R, O>(b, double(v), f64::NAN);
+                    cells.fold_value::<R, O>(b, f64::from_le_bytes(*v));
+                    folded = true;
                 }
             }
         }
