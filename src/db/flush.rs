@@ -465,3 +465,91 @@ impl Db {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    use crate::db::{Db, DbOptions};
+    use crate::model::Value;
+    use crate::storage::Durability;
+    use crate::uid::AutoCreate;
+    use crate::write::wal::PendingPoint;
+
+    const BASE: u32 = 1_356_998_400;
+
+    fn put(db: &Db, host: &str, offset: u32, value: i64) {
+        let mut key = String::new();
+        let (series, ts) = db
+            .resolve(
+                "m",
+                (BASE + offset) as i64,
+                Value::Int(value),
+                &[("host", host)],
+                &mut key,
+            )
+            .unwrap();
+        db.append(&[PendingPoint {
+            series,
+            ts,
+            value: Value::Int(value),
+        }])
+        .unwrap();
+    }
+
+    /// A sealed batch is written in one engine write; when that fails
+    /// because one stored row is damaged, the other series are written
+    /// one at a time and only the damaged row's series stays buffered.
+    #[test]
+    fn a_damaged_row_holds_back_only_its_own_series() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = DbOptions::new(dir.path());
+        opts.auto_create = AutoCreate {
+            metrics: true,
+            tagks: true,
+            tagvs: true,
+        };
+        let db: Arc<Db> = Db::open(&opts).unwrap();
+        let hosts = ["a", "b", "c"];
+        for h in hosts {
+            put(&db, h, 0, 1);
+        }
+        db.flush_all().unwrap();
+        // Host b's stored row gets a value its qualifier does not fit.
+        let tsuid = |h: &str| {
+            let mut key = String::new();
+            db.resolve("m", BASE as i64, Value::Int(0), &[("host", h)], &mut key)
+                .unwrap()
+                .0
+                .tsuid
+                .clone()
+        };
+        let store = db.store();
+        let key_b = store.layout().row_key(&tsuid("b"), BASE);
+        let mut row = store.get_row(&key_b).unwrap().unwrap();
+        row.cells[0].value = vec![1, 2, 3];
+        store.write_row(&key_b, &row, Durability::Sync).unwrap();
+        // Closed hour: every series moves on, so the first one seals.
+        for h in hosts {
+            put(&db, h, 10, 2);
+            put(&db, h, 3600, 3);
+        }
+        let errors = db.stats().flush_errors.load(Ordering::Relaxed);
+        db.flush_all().unwrap();
+        assert_eq!(db.stats().flush_errors.load(Ordering::Relaxed), errors + 1);
+        for h in ["a", "c"] {
+            let row = store
+                .get_row(&store.layout().row_key(&tsuid(h), BASE))
+                .unwrap()
+                .unwrap();
+            let points = store
+                .decode(&store.layout().row_key(&tsuid(h), BASE), &row)
+                .unwrap();
+            assert_eq!(points.points.len(), 2, "host {h}: both points stored");
+        }
+        // Host b's new points (its hours are written together, and the
+        // damaged one fails first) wait in memory; all else is stored.
+        assert_eq!(db.buffer.points(), 2);
+    }
+}
