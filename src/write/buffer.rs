@@ -285,6 +285,8 @@ impl Buffer {
         self.clock_s.store(now_s, Ordering::Relaxed);
     }
 
+    /// One point (appends go through [`Buffer::insert_batch`]).
+    #[cfg(test)]
     pub(crate) fn insert(&self, series: &Arc<Series>, ts: Timestamp, value: Value, segment: u64) {
         let now = self.clock_s.load(Ordering::Relaxed);
         let mut shard = self.shards[series.id as usize % SHARDS].lock();
@@ -443,11 +445,34 @@ impl Buffer {
         });
     }
 
-    /// Puts a sealed hour back (its write failed).
+    /// Puts a sealed hour back (its write failed), before any point of
+    /// that hour buffered since the seal: those were written later, and
+    /// the last write of a timestamp wins.
     pub(crate) fn put_back(&self, hour: &SealedHour) {
-        for (ts, v) in &hour.points {
-            self.insert(&hour.series, *ts, *v, hour.min_segment);
+        if hour.points.is_empty() {
+            return;
         }
+        let now = self.clock_s.load(Ordering::Relaxed);
+        let mut shard = self.shards[hour.series.id as usize % SHARDS].lock();
+        for (ts, v) in &hour.points {
+            insert_into(
+                &mut shard,
+                &self.by_metric,
+                &hour.series,
+                *ts,
+                *v,
+                hour.min_segment,
+                now,
+            );
+        }
+        if let Some(h) = shard
+            .get_mut(&hour.series.id)
+            .and_then(|sb| sb.hours.iter_mut().find(|h| h.base == hour.base))
+        {
+            h.points.rotate_right(hour.points.len());
+        }
+        drop(shard);
+        self.points.fetch_add(hour.points.len(), Ordering::Relaxed);
     }
 
     /// Drops the buffered hours `[first_base, last_base]` of the series
@@ -933,6 +958,39 @@ mod tests {
                     .all(|p| p.value == Value::Int(ROUNDS as i64 - 1))
             );
         }
+    }
+
+    /// A sealed hour put back after a failed write ranks before the
+    /// points of its hour written since: the later write still wins.
+    #[test]
+    fn a_put_back_hour_does_not_outrank_later_writes() {
+        let b = Buffer::new();
+        let s = series(1);
+        let t = Timestamp::Seconds(1356998400);
+        b.insert(&s, t, Value::Int(1), 1);
+        b.insert(&s, Timestamp::Seconds(1356998410), Value::Int(1), 1);
+        let everything = SealPolicy {
+            everything: true,
+            ..policy()
+        };
+        let (id, sealed) = b.seal(everything, usize::MAX);
+        b.insert(&s, t, Value::Int(2), 2);
+        for h in &sealed {
+            b.put_back(h);
+        }
+        b.finish(id);
+        assert_eq!(b.points(), 3);
+        let read = b.read(s.tsuid.metric, 0, u64::MAX, &mut |_| true);
+        let values: Vec<Value> = read[&s.tsuid].iter().map(|p| p.value).collect();
+        assert_eq!(values, vec![Value::Int(2), Value::Int(1)]);
+        let (_, again) = b.seal(everything, usize::MAX);
+        assert_eq!(
+            again[0].points,
+            vec![
+                (t, Value::Int(2)),
+                (Timestamp::Seconds(1356998410), Value::Int(1))
+            ]
+        );
     }
 
     #[test]
