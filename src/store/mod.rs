@@ -627,12 +627,18 @@ impl Store {
     ) -> Result<()> {
         let mut rows: std::collections::BTreeMap<Vec<u8>, Vec<StoredPoint>> = Default::default();
         for (tsuid, points) in series {
+            // Grouped by hour first: a row key built (and looked up) per
+            // point cost more than the rest of a sealed hour's write.
+            let mut by_hour: std::collections::BTreeMap<u32, Vec<StoredPoint>> = Default::default();
             for &(ts, v) in points {
                 let base = ts.base_time()?;
                 let (p, _) = StoredPoint::new(ts, base, v).map_err(ColumnError::from)?;
+                by_hour.entry(base).or_default().push(p);
+            }
+            for (base, points) in by_hour {
                 rows.entry(self.layout.row_key(tsuid, base))
                     .or_default()
-                    .push(p);
+                    .extend(points);
             }
         }
         if rows.is_empty() {
