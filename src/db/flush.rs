@@ -468,13 +468,11 @@ impl Db {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::sync::atomic::Ordering;
 
-    use crate::db::{Db, DbOptions};
+    use crate::db::Db;
     use crate::model::Value;
     use crate::storage::Durability;
-    use crate::uid::AutoCreate;
     use crate::write::wal::PendingPoint;
 
     const BASE: u32 = 1_356_998_400;
@@ -503,14 +501,7 @@ mod tests {
     /// one at a time and only the damaged row's series stays buffered.
     #[test]
     fn a_damaged_row_holds_back_only_its_own_series() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut opts = DbOptions::new(dir.path());
-        opts.auto_create = AutoCreate {
-            metrics: true,
-            tagks: true,
-            tagvs: true,
-        };
-        let db: Arc<Db> = Db::open(&opts).unwrap();
+        let (_dir, db) = Db::open_temp();
         let hosts = ["a", "b", "c"];
         for h in hosts {
             put(&db, h, 0, 1);

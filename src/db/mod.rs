@@ -207,6 +207,21 @@ pub struct Db {
 }
 
 impl Db {
+    /// A fresh database in a temporary directory that creates UIDs of
+    /// every kind on first write: what most unit tests start from.
+    #[cfg(test)]
+    pub(crate) fn open_temp() -> (tempfile::TempDir, Arc<Db>) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = DbOptions::new(dir.path());
+        opts.auto_create = crate::uid::AutoCreate {
+            metrics: true,
+            tagks: true,
+            tagvs: true,
+        };
+        let db = Db::open(&opts).unwrap();
+        (dir, db)
+    }
+
     /// Opens (or creates) the store in `opts.data_dir`, replays and removes
     /// the WAL left there, then starts the WAL and flusher threads.
     /// Errors name the directory ([`DbError::Open`]).

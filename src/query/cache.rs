@@ -732,21 +732,12 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::db::{DbOptions, PendingPoint};
+    use crate::db::PendingPoint;
     use crate::query::{execute, parse_get};
     use crate::store::read::SeriesSource;
-    use crate::uid::AutoCreate;
 
     fn open() -> (tempfile::TempDir, Arc<Db>) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut opts = DbOptions::new(dir.path());
-        opts.auto_create = AutoCreate {
-            metrics: true,
-            tagks: true,
-            tagvs: true,
-        };
-        let db = Db::open(&opts).unwrap();
-        (dir, db)
+        Db::open_temp()
     }
 
     /// One point per series at each of `times` (s).

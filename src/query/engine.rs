@@ -1343,22 +1343,14 @@ pub(crate) fn show_query(sub: &ValidSubQuery) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{Db, DbOptions, PendingPoint};
+    use crate::db::{Db, PendingPoint};
     use crate::query::parse_get;
-    use crate::uid::AutoCreate;
 
     /// A database holding `sys.cpu` for `hosts` hosts (`host=web0`...)
     /// and `sys.mem` for one, a point every 10 s over 2015-01-01's first
     /// two hours.
     fn db(hosts: usize) -> (tempfile::TempDir, std::sync::Arc<Db>) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut opts = DbOptions::new(dir.path());
-        opts.auto_create = AutoCreate {
-            metrics: true,
-            tagks: true,
-            tagvs: true,
-        };
-        let db = Db::open(&opts).unwrap();
+        let (dir, db) = Db::open_temp();
         let mut key = String::new();
         let mut batch = Vec::new();
         let series = (0..hosts)
