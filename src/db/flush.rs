@@ -47,6 +47,14 @@ const COUNTER_PERSIST_INTERVAL: Duration = Duration::from_secs(10);
 /// filter expires rows). Partitions are weeks: an hour late is nothing.
 const PARTITION_EXPIRY_INTERVAL: Duration = Duration::from_secs(3600);
 
+/// Most rows of a seal that go to the engine in one write (one journal
+/// batch). Fewer, larger writes make a seal cheaper (a write per row was
+/// a sixth of a million series' seal), but a journal batch is also what
+/// one damaged stretch of the journal costs: `fsck --salvage` cuts out
+/// whole batches, so a batch stays a few dozen rows (the salvage tests in
+/// tests/it/salvage.rs keep more than 95 % of a small import).
+const ROWS_PER_ENGINE_WRITE: usize = 32;
+
 /// Each series' sealed points (its hours' together), in the order of
 /// `by_series.values()`: what one engine write of a batch stores.
 fn points_by_series(
@@ -147,21 +155,35 @@ impl Db {
         // (off) costs nothing per row.
         let auto = self.auto_rollups();
         let batch = points_by_series(&by_series);
-        // Every row of the batch in one engine write: written one series
-        // at a time, each row was a journal write (a write(2) each) of its
-        // own, a sixth of a million series' seal. Should the batch fail
-        // (a full disk, a damaged stored row), each series is written
-        // alone, so that one bad row keeps only its own hours back.
-        let batch_written = match self.rows.put_points_many(&batch) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!(series = batch.len(), error = %e, "writing a batch of rows failed; writing them one series at a time");
-                false
+        let hours: Vec<usize> = by_series.values().map(Vec::len).collect();
+        // The batch's rows go to the engine ROWS_PER_ENGINE_WRITE at a
+        // time: written one series at a time, each row was a journal write
+        // (a write(2) each) of its own, a sixth of a million series' seal.
+        // Should a write fail (a full disk, a damaged stored row), its
+        // series are written one at a time, so that one bad row keeps only
+        // its own hours back.
+        let mut in_written_chunk = vec![false; batch.len()];
+        let mut first = 0;
+        while first < batch.len() {
+            let mut end = first + 1;
+            let mut rows = hours[first];
+            while end < batch.len() && rows + hours[end] <= ROWS_PER_ENGINE_WRITE {
+                rows += hours[end];
+                end += 1;
             }
-        };
-        for (hours, (_, points)) in by_series.values().zip(&batch) {
+            match self.rows.put_points_many(&batch[first..end]) {
+                Ok(()) => in_written_chunk[first..end].fill(true),
+                Err(e) => {
+                    tracing::warn!(series = end - first, error = %e, "writing rows of several series failed; writing them one series at a time");
+                }
+            }
+            first = end;
+        }
+        for ((hours, (_, points)), chunk_written) in
+            by_series.values().zip(&batch).zip(in_written_chunk)
+        {
             let series = &hours[0].series;
-            let written = if batch_written {
+            let written = if chunk_written {
                 Ok(())
             } else {
                 self.rows.put_points(&series.tsuid, points)
