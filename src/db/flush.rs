@@ -145,7 +145,7 @@ impl Db {
         for h in sealed {
             by_series.entry(h.series.id).or_default().push(h);
         }
-        if self.opts.shared_flush.is_some() {
+        if !self.embedded() {
             return match self.flush_batched(&by_series) {
                 Ok(n) => (n, false),
                 Err(_) => (0, true),
@@ -445,9 +445,9 @@ impl Db {
             pressure: false,
             // On a cluster every tick writes everything, and the WAL goes
             // by the usual rule (its segments are closed as they fill).
-            everything: everything || self.opts.shared_flush.is_some(),
+            everything: everything || !self.embedded(),
         };
-        if self.opts.shared_flush.is_none() && self.wal.disk_bytes() > self.opts.wal_max_bytes {
+        if self.embedded() && self.wal.disk_bytes() > self.opts.wal_max_bytes {
             self.flush_everything(policy);
         } else {
             self.flush(policy);

@@ -222,6 +222,12 @@ impl Db {
         (dir, db)
     }
 
+    /// Whether the rows are in the embedded store, not a cluster's tables
+    /// (where every TSD flushes what it buffers: `shared_flush`).
+    pub(crate) fn embedded(&self) -> bool {
+        self.opts.shared_flush.is_none()
+    }
+
     /// Opens (or creates) the store in `opts.data_dir`, replays and removes
     /// the WAL left there, then starts the WAL and flusher threads.
     /// Errors name the directory ([`DbError::Open`]).

@@ -92,11 +92,6 @@ impl Db {
         let hours = end_ms.saturating_sub(start_ms) / crate::model::row_span::ROW_SPAN_MS + 1;
         self.embedded() || hours.saturating_mul(series as u64) <= CLUSTER_POINT_READS
     }
-
-    /// Whether the rows are in the embedded store (no cluster's tables).
-    fn embedded(&self) -> bool {
-        self.opts.shared_flush.is_none()
-    }
 }
 
 impl SeriesSource for Db {

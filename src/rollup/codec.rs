@@ -959,6 +959,12 @@ mod tests {
     use super::*;
     use crate::rollup::config::RollupConfig;
 
+    /// A drained cell with its doubles as bits, so that readers' outputs
+    /// compare exactly (NaN included).
+    fn bits_of(at: u32, v: Option<f64>, c: Option<f64>) -> (u32, Option<u64>, Option<u64>) {
+        (at, v.map(f64::to_bits), c.map(f64::to_bits))
+    }
+
     fn config() -> RollupConfig {
         RollupConfig::parse(
             r#"{"aggregationIds":{"sum":0,"count":1,"min":2,"max":3},"intervals":[
@@ -1338,7 +1344,7 @@ mod tests {
             let mut dense = DenseReader::new(columns, h);
             let n = dense.lay_out(&row, base, from, to).unwrap();
             let mut want = Vec::new();
-            dense.drain(|at, v, c| want.push((at, v.map(f64::to_bits), c.map(f64::to_bits))));
+            dense.drain(|at, v, c| want.push(bits_of(at, v, c)));
             let mut short = ShortRow::default();
             let took = dense.lay_out_short(&row, base, from, to, &mut short);
             // A cell of a column read, in range, past the short row's word
@@ -1347,7 +1353,7 @@ mod tests {
             proptest::prop_assert_eq!(took, odd == 0 && !far);
             if took {
                 let mut got = Vec::new();
-                short.drain(|at, v, c| got.push((at, v.map(f64::to_bits), c.map(f64::to_bits))));
+                short.drain(|at, v, c| got.push(bits_of(at, v, c)));
                 proptest::prop_assert_eq!(got, want);
                 proptest::prop_assert_eq!(short.cells(), n);
             }
@@ -1398,7 +1404,7 @@ mod tests {
             let mut laid = |row: &[u8]| {
                 let n = dense.lay_out(row, base, from, to).unwrap();
                 let mut out = Vec::new();
-                dense.drain(|at, v, c| out.push((at, v.map(f64::to_bits), c.map(f64::to_bits))));
+                dense.drain(|at, v, c| out.push(bits_of(at, v, c)));
                 (n, out)
             };
             let (n, want) = laid(&plain);
@@ -1410,7 +1416,7 @@ mod tests {
             proptest::prop_assert_eq!(took, !far);
             if took {
                 let mut got = Vec::new();
-                short.drain(|at, v, c| got.push((at, v.map(f64::to_bits), c.map(f64::to_bits))));
+                short.drain(|at, v, c| got.push(bits_of(at, v, c)));
                 proptest::prop_assert_eq!(got, want);
                 proptest::prop_assert_eq!(short.cells(), n);
             }

@@ -428,10 +428,12 @@ impl Buffer {
                 series: h.series.clone(),
                 base: h.base,
                 min_segment: h.min_segment,
-                points: dedup_last_wins(h.points.clone(), |p| p.ms())
-                    .into_iter()
-                    .map(|p| (p.timestamp(), p.value))
-                    .collect(),
+                // Converted first, then de-duplicated in that one Vec: the
+                // in-flight copy stays as it is for readers.
+                points: dedup_last_wins(
+                    h.points.iter().map(|p| (p.timestamp(), p.value)).collect(),
+                    |(t, _)| t.as_millis(),
+                ),
             })
             .collect();
         (id, sealed)
