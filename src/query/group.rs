@@ -198,7 +198,6 @@ fn accumulate(
     scratch: &mut Scratch,
     out: &mut Vec<(i64, Value)>,
 ) -> bool {
-    use super::aggregator::Function as F;
     if !folds(agg) {
         return false;
     }
@@ -211,10 +210,10 @@ fn accumulate(
     cells.resize(grid.len(), GridCell::default());
     // The function is picked once, not per point: each rule is its own
     // loop.
-    let folded = match agg.function {
-        F::Sum | F::Avg | F::Count => fold_sums(series, rate, cells),
-        F::Min => fold_series::<MinRule>(series, rate, cells),
-        _ => fold_series::<MaxRule>(series, rate, cells),
+    let folded = match FoldBy::of(agg) {
+        FoldBy::Sum => fold_sums(series, rate, cells),
+        FoldBy::Min => fold_series::<MinRule>(series, rate, cells),
+        FoldBy::Max => fold_series::<MaxRule>(series, rate, cells),
     };
     if !folded {
         return false;
@@ -283,6 +282,26 @@ pub(crate) fn folds(agg: &Aggregator) -> bool {
     matches!(agg.function, F::Sum | F::Avg | F::Min | F::Max | F::Count)
 }
 
+/// Which [`FoldRule`] an aggregator that [`folds`] folds by: the one home
+/// of that choice (each caller compiles a loop per rule and picks it once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FoldBy {
+    Sum,
+    Min,
+    Max,
+}
+
+impl FoldBy {
+    pub(crate) fn of(agg: &Aggregator) -> FoldBy {
+        use super::aggregator::Function as F;
+        match agg.function {
+            F::Sum | F::Avg | F::Count => FoldBy::Sum,
+            F::Min => FoldBy::Min,
+            _ => FoldBy::Max,
+        }
+    }
+}
+
 /// How a [`GridCell`] takes a timestamp's first value and each one after.
 pub(crate) trait FoldRule {
     fn first(v: f64) -> f64;
@@ -342,11 +361,10 @@ impl GridCell {
     /// Folds in one series' value with `agg` (one that [`folds`]).
     #[inline]
     pub(crate) fn add(&mut self, agg: &Aggregator, v: f64) {
-        use super::aggregator::Function as F;
-        match agg.function {
-            F::Sum | F::Avg | F::Count => self.add_by::<SumRule>(v),
-            F::Min => self.add_by::<MinRule>(v),
-            _ => self.add_by::<MaxRule>(v),
+        match FoldBy::of(agg) {
+            FoldBy::Sum => self.add_by::<SumRule>(v),
+            FoldBy::Min => self.add_by::<MinRule>(v),
+            FoldBy::Max => self.add_by::<MaxRule>(v),
         }
     }
 

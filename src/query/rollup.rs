@@ -17,7 +17,7 @@ use super::engine::{
     select,
 };
 use super::error::QueryError;
-use super::group::{FoldRule, GridCell, MaxRule, MinRule, Scratch, SumRule, folds};
+use super::group::{FoldBy, FoldRule, GridCell, MaxRule, MinRule, Scratch, SumRule, folds};
 use super::limits::Budget;
 use super::output::QueryResult;
 use super::request::{ValidQuery, ValidSubQuery};
@@ -851,11 +851,10 @@ impl SliceFold<'_> {
             ds: plan.ds,
             avg,
         };
-        use super::aggregator::Function as F;
-        let folded = match plan.agg.function {
-            F::Sum | F::Avg | F::Count => fold_by_one::<SumRule>(row, cells),
-            F::Min => fold_by_one::<MinRule>(row, cells),
-            _ => fold_by_one::<MaxRule>(row, cells),
+        let folded = match FoldBy::of(plan.agg) {
+            FoldBy::Sum => fold_by_one::<SumRule>(row, cells),
+            FoldBy::Min => fold_by_one::<MinRule>(row, cells),
+            FoldBy::Max => fold_by_one::<MaxRule>(row, cells),
         };
         if folded {
             self.seen[i] = true;
