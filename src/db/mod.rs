@@ -204,6 +204,10 @@ pub struct Db {
     partitions_expired: Mutex<Option<std::time::Instant>>,
     /// What the query result cache checks its answers against.
     epochs: CacheEpochs,
+    /// When reads last began or ended (see `truncate_wal`).
+    reads: read::ReadActivity,
+    /// Since when a move of the engine's journal waits for reads to pause.
+    checkpoint_due: Mutex<Option<std::time::Instant>>,
 }
 
 impl Db {
@@ -386,6 +390,8 @@ impl Db {
             counters: Mutex::new(std::time::Instant::now()),
             partitions_expired: Mutex::new(None),
             epochs: CacheEpochs::default(),
+            reads: read::ReadActivity::default(),
+            checkpoint_due: Mutex::new(None),
         });
         if replayed.points > 0 {
             // Replay wrote the log's points as rows into the engine's
@@ -764,6 +770,43 @@ mod tests {
         drop(w);
         let w = open_quiet(dir.path());
         assert_eq!(read_all(&w)[0].points.len(), 1);
+    }
+
+    /// A move of the engine's journal for its bytes alone waits for the
+    /// reads to pause (it holds every read up while the engine reopens),
+    /// though not past its patience; the journal's bound never waits.
+    #[test]
+    fn a_journal_move_waits_for_reads_to_pause() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = open_quiet(dir.path());
+        let checkpoints = || w.stats().checkpoints.load(Ordering::Relaxed);
+        fill_journal(&w, 2 * flush::JOURNAL_CHECKPOINT_BYTES as usize);
+        w.reads.note();
+        w.tick(false);
+        assert_eq!(checkpoints(), 0, "moved while reads ran");
+        assert!(journal_bytes(dir.path()) > flush::JOURNAL_CHECKPOINT_BYTES);
+        // The reads paused: the next round moves it.
+        w.reads.forget();
+        w.tick(false);
+        assert_eq!(checkpoints(), 1);
+        assert!(journal_bytes(dir.path()) < flush::JOURNAL_CHECKPOINT_BYTES);
+        // Reads without a pause: moved once the patience ran out.
+        fill_journal(&w, 2 * flush::JOURNAL_CHECKPOINT_BYTES as usize);
+        w.reads.note();
+        w.tick(false);
+        assert_eq!(checkpoints(), 1);
+        *w.checkpoint_due.lock() =
+            std::time::Instant::now().checked_sub(flush::CHECKPOINT_PATIENCE);
+        w.reads.note();
+        w.tick(false);
+        assert_eq!(checkpoints(), 2);
+        // Past the bound, reads or not: moved at once.
+        fill_journal(&w, flush::JOURNAL_BOUND_BYTES as usize + (1 << 20));
+        put(&w, crate::model::time::now_s() as i64, Value::Int(7), "a");
+        w.reads.note();
+        w.tick(false);
+        assert_eq!(checkpoints(), 3);
+        w.close().unwrap();
     }
 
     /// A seal of more hours than one batch moves the engine's journal

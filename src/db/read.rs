@@ -2,12 +2,58 @@
 //! served to queries as a [`SeriesSource`].
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use super::Db;
 use crate::model::Tsuid;
 use crate::model::Uid;
 use crate::store::read::{Point, PointSink, ReadStats, SeriesData, SeriesSource};
 use crate::store::{self};
+
+/// When reads last began or ended: the flusher holds back what would
+/// make them wait (moving the engine's journal) until they pause.
+pub(super) struct ReadActivity {
+    epoch: Instant,
+    /// Milliseconds since `epoch` of the last read's start or end, or
+    /// [`ReadActivity::NEVER`].
+    last_ms: AtomicU64,
+}
+
+impl Default for ReadActivity {
+    fn default() -> Self {
+        ReadActivity {
+            epoch: Instant::now(),
+            last_ms: AtomicU64::new(Self::NEVER),
+        }
+    }
+}
+
+impl ReadActivity {
+    const NEVER: u64 = u64::MAX;
+
+    /// A read begins or ends: once per series slice, not per point.
+    pub(super) fn note(&self) {
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// No read began or ended for `quiet` (a read still running after
+    /// its start counts as quiet too once that long has passed: the
+    /// waits this guards against are short next to such a read).
+    pub(super) fn quiet_for(&self, quiet: Duration) -> bool {
+        match self.last_ms.load(Ordering::Relaxed) {
+            Self::NEVER => true,
+            last => self.epoch.elapsed().as_millis() as u64 >= last + quiet.as_millis() as u64,
+        }
+    }
+
+    /// As if no read ever ran (tests).
+    #[cfg(test)]
+    pub(super) fn forget(&self) {
+        self.last_ms.store(Self::NEVER, Ordering::Relaxed);
+    }
+}
 
 impl Db {
     /// Reads `tsuids` from the store through `read`, merging in the points
@@ -22,6 +68,8 @@ impl Db {
         sink: &mut PointSink<'_>,
         read: impl FnOnce(&mut PointSink<'_>) -> store::Result<ReadStats>,
     ) -> store::Result<ReadStats> {
+        self.reads.note();
+        let _ended = NoteOnDrop(&self.reads);
         // Buffer first: a point sealed meanwhile is then found in the store.
         // Each listed series is looked up in the buffer: settled data (the
         // common case for dashboards over past hours) and a query of a few
@@ -73,6 +121,15 @@ impl Db {
             }
         }
         Ok(stats)
+    }
+}
+
+/// Notes a read's end, however it ends.
+struct NoteOnDrop<'a>(&'a ReadActivity);
+
+impl Drop for NoteOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.note();
     }
 }
 
@@ -183,6 +240,8 @@ impl SeriesSource for Db {
         end_ms: u64,
         want: &mut dyn FnMut(&Tsuid) -> bool,
     ) -> store::Result<Vec<SeriesData>> {
+        self.reads.note();
+        let _ended = NoteOnDrop(&self.reads);
         // Buffer first: a point sealed meanwhile is then found in the store.
         let mut buffered = self.buffer.read(metric, start_ms, end_ms, &mut |_| true);
         let stored = self.rows.read_series(metric, start_ms, end_ms, want)?;
