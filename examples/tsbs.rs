@@ -144,10 +144,11 @@ fn main() {
             arg(&args, 5, 4),
         ),
         Some("query") => query(&args[1], &args[2], arg(&args, 3, 20)),
+        Some("trace") => trace(&args[1], &args[2], arg(&args, 3, 30)),
         Some("freshness") => freshness(&args[1], &args[2], arg(&args, 3, 600), arg(&args, 4, 50)),
         _ => {
             eprintln!(
-                "usage: tsbs load ADDR [telnet|http|http-gzip] [hosts] [hours] [connections] | tsbs lines [hosts] [hours] | tsbs query ADDR PATH [runs] | tsbs freshness A_ADDR B_ADDR [puts] [every_ms]"
+                "usage: tsbs load ADDR [telnet|http|http-gzip] [hosts] [hours] [connections] | tsbs lines [hosts] [hours] | tsbs query ADDR PATH [runs] | tsbs trace ADDR PATH [seconds] | tsbs freshness A_ADDR B_ADDR [puts] [every_ms]"
             );
             std::process::exit(2);
         }
@@ -372,6 +373,28 @@ fn query(addr: &str, path: &str, runs: usize) {
         times[runs / 2].as_secs_f64() * 1000.0,
         times[runs * 9 / 10].as_secs_f64() * 1000.0
     );
+}
+
+/// The query asked back to back for `secs` seconds, one line per answer:
+/// milliseconds since the first request began, then the answer's latency
+/// in milliseconds. Shows what a query costs at each moment of a seal
+/// (bench/seal-latency.sh).
+fn trace(addr: &str, path: &str, secs: u64) {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: bench\r\nAccept: application/json\r\n\r\n");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(secs) {
+        let t = Instant::now();
+        stream.write_all(req.as_bytes()).expect("write");
+        let (status, body) = read_response(&mut stream);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        println!(
+            "{:.0} {:.3}",
+            t.duration_since(start).as_secs_f64() * 1000.0,
+            t.elapsed().as_secs_f64() * 1000.0
+        );
+    }
 }
 
 /// One HTTP request over a keep-alive connection: status and body.
