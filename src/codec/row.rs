@@ -451,6 +451,43 @@ mod tests {
             prop_assert_eq!(RowCells::decode(&row.encode()).unwrap(), row);
         }
 
+        /// A new row of sorted, unique points compacts to the same bytes
+        /// whether they go through an append column and a decoding (the
+        /// merge of late points) or straight in (`Store`'s new-row path).
+        #[test]
+        fn new_sorted_points_compact_as_through_an_append_column(
+            raw in proptest::collection::btree_map(0u32..3_600_000, (any::<bool>(), any::<i64>(), any::<f64>(), 0u8..3), 0..200),
+            classic in any::<bool>(),
+        ) {
+            let encoding = if classic { RowEncoding::Classic } else { RowEncoding::Compressed };
+            let mut points = Vec::new();
+            let mut last_offset = None;
+            for (ms, (in_seconds, i, f, kind)) in raw {
+                let ts = if in_seconds {
+                    Timestamp::Seconds(BASE + ms / 1000)
+                } else {
+                    Timestamp::Millis(BASE as u64 * 1000 + ms as u64)
+                };
+                let v = match kind {
+                    0 => Value::Int(i),
+                    1 => Value::Float(f),
+                    _ => Value::Float(f as f32 as f64),
+                };
+                let Ok((p, _)) = StoredPoint::new(ts, BASE, v) else { continue };
+                // Seconds collapse several millisecond offsets into one.
+                if last_offset.is_some_and(|o| o >= p.offset_ms) {
+                    continue;
+                }
+                last_offset = Some(p.offset_ms);
+                points.push(p);
+            }
+            let (q, v) = crate::codec::column::encode_append_column(&points);
+            let through = RowCells { cells: vec![Cell::new(q, v)] };
+            let through = compact(&decode_row(b"k", &through, DuplicatePolicy::LastWriteWins).unwrap(), encoding);
+            let straight = compact(&DecodedRow { points, ..Default::default() }, encoding);
+            prop_assert_eq!(straight.encode(), through.encode());
+        }
+
         #[test]
         fn row_decode_never_panics(buf in proptest::collection::vec(any::<u8>(), 0..64)) {
             if let Ok(cells) = RowCells::decode(&buf) {

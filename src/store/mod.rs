@@ -589,16 +589,9 @@ impl Store {
         for (base, new_points) in by_hour {
             let key = self.layout.row_key(tsuid, base);
             match self.duplicates {
+                // (On error nothing is written, so `row` may be changed.)
                 DuplicatePolicy::LastWriteWins => self.update_row(&key, durability, |row| {
-                    // The new points go in as one more append cell after all
-                    // existing cells (pushed, not put: a stored append column
-                    // must not be replaced), so decoding ranks them latest.
-                    // (On error nothing is written, so `row` may be changed.)
-                    let (q, v) = crate::codec::column::encode_append_column(&new_points);
-                    row.cells.push(Cell::new(q, v));
-                    let decoded = row::decode_row(&key, row, DuplicatePolicy::LastWriteWins)
-                        .map_err(|source| bad_row(&key, source))?;
-                    *row = row::compact(&decoded, self.encoding);
+                    self.merge_last_wins(&key, row, new_points)?;
                     Ok(true)
                 })?,
                 DuplicatePolicy::Strict => {
@@ -610,6 +603,41 @@ impl Store {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// `row` (as stored, or empty) with `new_points` of its hour merged
+    /// in, last write winning, as one compacted column.
+    fn merge_last_wins(
+        &self,
+        key: &[u8],
+        row: &mut RowCells,
+        new_points: Vec<StoredPoint>,
+    ) -> Result<()> {
+        // A new row of sorted, unique points (a sealed hour: the usual
+        // write) is its points: encoding them as an append column to
+        // decode that again cost a sealed hour's write a second encoding
+        // and a decoding.
+        if row.cells.is_empty()
+            && new_points
+                .windows(2)
+                .all(|w| w[0].offset_ms < w[1].offset_ms)
+        {
+            let decoded = row::DecodedRow {
+                points: new_points,
+                ..Default::default()
+            };
+            *row = row::compact(&decoded, self.encoding);
+            return Ok(());
+        }
+        // The new points go in as one more append cell after all existing
+        // cells (pushed, not put: a stored append column must not be
+        // replaced), so decoding ranks them latest.
+        let (q, v) = crate::codec::column::encode_append_column(&new_points);
+        row.cells.push(Cell::new(q, v));
+        let decoded = row::decode_row(key, row, DuplicatePolicy::LastWriteWins)
+            .map_err(|source| bad_row(key, source))?;
+        *row = row::compact(&decoded, self.encoding);
         Ok(())
     }
 
@@ -664,13 +692,7 @@ impl Store {
             };
             match self.duplicates {
                 DuplicatePolicy::LastWriteWins => {
-                    // As in put_points: appended after the stored cells so
-                    // decoding ranks the new points latest.
-                    let (q, v) = crate::codec::column::encode_append_column(&new_points);
-                    row.cells.push(Cell::new(q, v));
-                    let decoded = row::decode_row(&key, &row, DuplicatePolicy::LastWriteWins)
-                        .map_err(|source| bad_row(&key, source))?;
-                    row = row::compact(&decoded, self.encoding);
+                    self.merge_last_wins(&key, &mut row, new_points)?
                 }
                 DuplicatePolicy::Strict => {
                     for p in &new_points {
