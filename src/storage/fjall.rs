@@ -724,21 +724,29 @@ impl KvStore for FjallStore {
         self.major_compact()
     }
 
-    fn checkpoint(&self, min_journal_bytes: u64) -> Result<bool> {
+    fn flush_journal(&self, min_journal_bytes: u64) -> Result<()> {
         if self.failing.load(Ordering::Acquire) {
             return Err(self.unavailable_error());
         }
-        {
-            let engine = self.engine()?;
-            if journal_bytes(&self.path)? < min_journal_bytes {
-                return Ok(false);
-            }
-            // Most of the flushing, with reads and writes still flowing.
+        let engine = self.engine()?;
+        if journal_bytes(&self.path)? >= min_journal_bytes {
             for ks in &engine.tables {
                 ks.rotate_memtable_and_wait()
                     .map_err(|e| self.write_error(e))?;
             }
         }
+        Ok(())
+    }
+
+    fn checkpoint(&self, min_journal_bytes: u64) -> Result<bool> {
+        if self.failing.load(Ordering::Acquire) {
+            return Err(self.unavailable_error());
+        }
+        if journal_bytes(&self.path)? < min_journal_bytes {
+            return Ok(false);
+        }
+        // Most of the flushing, with reads and writes still flowing.
+        self.flush_journal(min_journal_bytes)?;
         let mut slot = self.engine.write();
         let Some(shared) = slot.take() else {
             return Err(self.unavailable_error());
@@ -838,6 +846,49 @@ mod tests {
             store.get(Table::Data, b"row").unwrap(),
             Some(b"newest".to_vec())
         );
+    }
+
+    #[test]
+    fn a_flushed_journal_stays_until_a_checkpoint_and_nothing_is_lost() {
+        use super::super::{KvStore, Table, WriteBatch};
+        let dir = tempfile::tempdir().unwrap();
+        let store = super::FjallStore::open(dir.path(), &Default::default()).unwrap();
+        let row = |i: u32, round: u8| (i.to_be_bytes().to_vec(), vec![round; 100]);
+        let write = |store: &super::FjallStore, round: u8| {
+            let mut b = WriteBatch::new();
+            for i in 0..2000 {
+                let (k, v) = row(i, round);
+                b.put(Table::Data, k, v);
+            }
+            store.write(b).unwrap();
+            store.sync().unwrap();
+        };
+        write(&store, 1);
+        let before = super::journal_bytes(dir.path()).unwrap();
+        // Below the threshold: nothing moves.
+        store.flush_journal(before * 2).unwrap();
+        store.flush_journal(1).unwrap();
+        // Flushed into tables, the journal still there.
+        assert!(super::journal_bytes(dir.path()).unwrap() >= before);
+        // Written again after the flush: the newer values win, through
+        // a checkpoint and through a reopen from the files.
+        write(&store, 2);
+        assert!(store.checkpoint(1).unwrap());
+        assert!(super::journal_bytes(dir.path()).unwrap() < before);
+        for i in [0, 1999] {
+            assert_eq!(
+                store.get(Table::Data, &row(i, 2).0).unwrap(),
+                Some(row(i, 2).1)
+            );
+        }
+        drop(store);
+        let store = super::FjallStore::open(dir.path(), &Default::default()).unwrap();
+        for i in [0, 1000, 1999] {
+            assert_eq!(
+                store.get(Table::Data, &row(i, 2).0).unwrap(),
+                Some(row(i, 2).1)
+            );
+        }
     }
 
     #[test]

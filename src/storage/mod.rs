@@ -415,6 +415,16 @@ pub trait KvStore: Send + Sync {
         Ok(false)
     }
 
+    /// The first half of [`checkpoint`](KvStore::checkpoint), with reads
+    /// and writes going on: what the journal holds is written into the
+    /// tables (so reads find it there, not in memory), when the journal
+    /// holds at least `min_journal_bytes`; the journal itself stays until
+    /// a checkpoint drops it. A no-op for engines without a journal.
+    fn flush_journal(&self, min_journal_bytes: u64) -> Result<()> {
+        let _ = min_journal_bytes;
+        Ok(())
+    }
+
     /// Bytes used on disk (0 for memory stores).
     fn disk_space(&self) -> u64 {
         0
