@@ -978,7 +978,9 @@ mod tests {
                 // Small batches, everything or closed hours by turns; the
                 // hours stay in flight (nothing is written anywhere else).
                 let mut turn = 0u32;
-                while writing.load(Ordering::SeqCst) {
+                // Until something was sealed, too: on a busy machine the
+                // writer may be done before this thread first runs.
+                while writing.load(Ordering::SeqCst) || sealed_hours.load(Ordering::Relaxed) == 0 {
                     turn += 1;
                     let (_, sealed) = b.seal(
                         SealPolicy {
