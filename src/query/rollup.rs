@@ -1021,25 +1021,22 @@ impl ShortCells for ShortView<'_> {
     #[inline(always)]
     fn fold<R: FoldRule, O: OneRule>(&self, mut cells: ShortFold) -> bool {
         let (mut bits, values, counts) = self.parts();
-        let (values, _) = values.as_chunks::<8>();
         let mut folded = false;
         match (cells.avg, counts) {
             (true, Some(counts)) => {
-                let (counts, _) = counts.as_chunks::<8>();
-                for (v, c) in values.iter().zip(counts) {
+                for k in 0..values.len().min(counts.len()) {
                     let b = bits.trailing_zeros() as usize;
                     bits &= bits.wrapping_sub(1);
-                    let (v, c) = (f64::from_le_bytes(*v), f64::from_le_bytes(*c));
-                    folded |= cells.fold_avg::<R, O>(b, v, c);
+                    folded |= cells.fold_avg::<R, O>(b, values.get(k), counts.get(k));
                 }
             }
             // No count column read: no average.
             (true, None) => {}
             (false, _) => {
-                for v in values {
+                for k in 0..values.len() {
                     let b = bits.trailing_zeros() as usize;
                     bits &= bits.wrapping_sub(1);
-                    cells.fold_value::<R, O>(b, f64::from_le_bytes(*v));
+                    cells.fold_value::<R, O>(b, values.get(k));
                     folded = true;
                 }
             }

@@ -15,9 +15,22 @@ use super::codec::AGGREGATOR_MASK;
 use crate::codec::qualifier::{FLAG_FLOAT, FLAGS_MASK, decode_value};
 use crate::codec::row::{self, Cell, ROW_FORMAT_V1, RowCells, RowError};
 
-/// First byte of a row value laid out in columns (data-row values start
-/// with [`ROW_FORMAT_V1`]).
+/// First byte of a row value laid out in columns as store format 7 wrote
+/// them (data-row values start with [`ROW_FORMAT_V1`]): still read.
 pub const ROLLUP_COLUMNS_V1: u8 = 0x02;
+
+/// First byte of a row value laid out in columns as written since store
+/// format 8: each column says whether its cells share one flags byte and
+/// whether its values are 4-byte floats (when every one of them is
+/// exactly a float), and the header whether a tail follows the columns.
+/// A row's bytes are what a long query streams from memory, so fewer
+/// bytes read faster (docs/format/rollup.md).
+pub const ROLLUP_COLUMNS_V2: u8 = 0x03;
+
+/// A `03` column's form bit: one flags byte stands for every cell's.
+const FORM_ONE_FLAGS: u8 = 0x01;
+/// A `03` column's form bit: values are little-endian `f32`s.
+const FORM_NARROW: u8 = 0x02;
 
 /// Offsets a qualifier's 12 bits can hold, and so bitmap words a column
 /// may have.
@@ -36,10 +49,9 @@ pub enum RollupRowLayout {
 impl RollupRowLayout {
     /// The layout of a stored row value.
     pub fn of(value: &[u8]) -> RollupRowLayout {
-        if value.first() == Some(&ROLLUP_COLUMNS_V1) {
-            RollupRowLayout::Columns
-        } else {
-            RollupRowLayout::Cells
+        match value.first() {
+            Some(&(ROLLUP_COLUMNS_V1 | ROLLUP_COLUMNS_V2)) => RollupRowLayout::Columns,
+            _ => RollupRowLayout::Cells,
         }
     }
 
@@ -87,12 +99,18 @@ fn value_bytes(flags: u8, v: f64, buf: &mut [u8; 8]) -> Option<&[u8]> {
     }
 }
 
-/// Lays `cells` (in write order) out in columns: each aggregator's cells
-/// that a column holds exactly, by offset; every other cell (another
-/// qualifier shape, a value a double does not give back, or one of
-/// several cells of one aggregator and offset, whose write order decides
-/// which is read) in the tail, in write order.
+/// Lays `cells` (in write order) out in columns ([`ROLLUP_COLUMNS_V2`]):
+/// each aggregator's cells that a column holds exactly, by offset; every
+/// other cell (another qualifier shape, a value a double does not give
+/// back, or one of several cells of one aggregator and offset, whose
+/// write order decides which is read) in the tail, in write order.
 pub fn encode(cells: &[Cell]) -> Vec<u8> {
+    encode_as(cells, ROLLUP_COLUMNS_V2)
+}
+
+/// [`encode`] in the layout `version` ([`ROLLUP_COLUMNS_V1`] only for
+/// tests of what older builds wrote).
+pub(crate) fn encode_as(cells: &[Cell], version: u8) -> Vec<u8> {
     let mut times: BTreeMap<(u8, u16), u32> = BTreeMap::new();
     let parsed: Vec<Option<(u8, u16, u8, f64)>> = cells.iter().map(column_cell).collect();
     for c in cells {
@@ -114,9 +132,13 @@ pub fn encode(cells: &[Cell]) -> Vec<u8> {
             _ => row::put_cell(&c.qualifier, &c.value, &mut tail),
         }
     }
-    let mut out = Vec::with_capacity(2 + cells.len() * 9 + columns.len() * 10 + tail.len());
-    out.push(ROLLUP_COLUMNS_V1);
+    let v2 = version == ROLLUP_COLUMNS_V2;
+    let mut out = Vec::with_capacity(3 + cells.len() * 9 + columns.len() * 11 + tail.len());
+    out.push(version);
     out.push(columns.len() as u8);
+    if v2 {
+        out.push(u8::from(!tail.is_empty()));
+    }
     for (id, cells) in &columns {
         let last = *cells.keys().next_back().expect("a column holds a cell") as usize;
         let words = last / 64 + 1;
@@ -124,18 +146,93 @@ pub fn encode(cells: &[Cell]) -> Vec<u8> {
         for &at in cells.keys() {
             bitmap[at as usize / 64] |= 1 << (at % 64);
         }
+        let mut flags = cells.values().map(|(flags, _)| *flags);
+        let first = flags.next().expect("a column holds a cell");
+        let one_flags = v2 && flags.all(|f| f == first);
+        // Bit for bit: a NaN's payload and -0.0 come back too.
+        let narrow = v2
+            && cells
+                .values()
+                .all(|(_, v)| ((*v as f32) as f64).to_bits() == v.to_bits());
         out.push(*id);
         out.push(words as u8);
+        if v2 {
+            out.push(
+                if one_flags { FORM_ONE_FLAGS } else { 0 } | if narrow { FORM_NARROW } else { 0 },
+            );
+        }
         for w in bitmap {
             out.extend_from_slice(&w.to_le_bytes());
         }
-        out.extend(cells.values().map(|(flags, _)| *flags));
+        if one_flags {
+            out.push(first);
+        } else {
+            out.extend(cells.values().map(|(flags, _)| *flags));
+        }
         for (_, v) in cells.values() {
-            out.extend_from_slice(&v.to_le_bytes());
+            if narrow {
+                out.extend_from_slice(&(*v as f32).to_le_bytes());
+            } else {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
         }
     }
     out.extend_from_slice(&tail);
     out
+}
+
+/// A column's values: little-endian doubles, or (`narrow`) floats that
+/// each stand exactly for a double, by rank.
+#[derive(Debug, Clone, Copy)]
+pub struct Doubles<'a> {
+    bytes: &'a [u8],
+    narrow: bool,
+}
+
+impl<'a> Doubles<'a> {
+    /// How many values.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        if self.narrow {
+            self.bytes.len() / 4
+        } else {
+            self.bytes.len() / 8
+        }
+    }
+
+    /// Whether there is none.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The `k`th value (below [`len`](Self::len)).
+    #[inline(always)]
+    pub fn get(&self, k: usize) -> f64 {
+        if self.narrow {
+            let b = &self.bytes[k * 4..k * 4 + 4];
+            f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64
+        } else {
+            let b = &self.bytes[k * 8..k * 8 + 8];
+            f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+        }
+    }
+
+    /// The values ranked `from..to`, None past the end.
+    #[inline(always)]
+    pub fn range(&self, from: usize, to: usize) -> Option<Doubles<'a>> {
+        let w = if self.narrow { 4 } else { 8 };
+        Some(Doubles {
+            bytes: self.bytes.get(from * w..to * w)?,
+            narrow: self.narrow,
+        })
+    }
+
+    /// Whether the values are floats (4 bytes each).
+    #[inline(always)]
+    pub fn is_narrow(&self) -> bool {
+        self.narrow
+    }
 }
 
 /// One column of a row laid out in columns, borrowed.
@@ -146,10 +243,10 @@ pub struct Column<'a> {
     /// Little-endian `u64` words: bit `at % 64` of word `at / 64` is set
     /// when the column holds offset `at`.
     bitmap: &'a [u8],
-    /// Each cell's value flags, by offset.
+    /// Each cell's value flags, by offset, or one byte for every cell's.
     flags: &'a [u8],
-    /// Each cell's value, a little-endian double, by offset.
-    values: &'a [u8],
+    /// Each cell's value, by offset.
+    values: Doubles<'a>,
 }
 
 /// The bits of bitmap word `w` whose offsets lie in `[first, last]`.
@@ -178,16 +275,26 @@ impl<'a> Column<'a> {
         self.bitmap.len() / 8
     }
 
-    /// Every cell's value, a little-endian double each, in offset order.
+    /// Every cell's value, in offset order.
     #[inline(always)]
-    pub fn doubles(&self) -> &'a [u8] {
+    pub fn doubles(&self) -> Doubles<'a> {
         self.values
     }
 
     /// The value of the column's `k`th cell (in offset order).
     #[inline(always)]
     pub fn value(&self, k: usize) -> f64 {
-        f64::from_le_bytes(self.values[k * 8..k * 8 + 8].try_into().expect("8 bytes"))
+        self.values.get(k)
+    }
+
+    /// The value flags of the column's `k`th cell (in offset order).
+    #[inline(always)]
+    pub fn flags(&self, k: usize) -> u8 {
+        if self.flags.len() == 1 {
+            self.flags[0]
+        } else {
+            self.flags[k]
+        }
     }
 
     /// Calls `f(offset, flags, value)` for each cell at an offset in
@@ -201,7 +308,7 @@ impl<'a> Column<'a> {
                 let at = w * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
                 if (at as u64) >= first && (at as u64) <= last {
-                    f(at, self.flags[k], self.value(k));
+                    f(at, self.flags(k), self.value(k));
                 }
                 k += 1;
             }
@@ -216,10 +323,15 @@ pub struct ColumnRow<'a> {
     /// Where the next column starts, and how many are left.
     pos: usize,
     left: u8,
+    /// Columns have a form byte ([`ROLLUP_COLUMNS_V2`]).
+    v2: bool,
+    /// The row says no tail follows its columns ([`ROLLUP_COLUMNS_V2`]).
+    tail_free: bool,
 }
 
 impl<'a> ColumnRow<'a> {
-    /// None unless `row` starts with [`ROLLUP_COLUMNS_V1`].
+    /// None unless `row` starts with [`ROLLUP_COLUMNS_V1`] or
+    /// [`ROLLUP_COLUMNS_V2`].
     #[inline(always)]
     pub fn of(row: &'a [u8]) -> Option<Result<ColumnRow<'a>, RowError>> {
         match row {
@@ -227,10 +339,30 @@ impl<'a> ColumnRow<'a> {
                 row,
                 pos: 2,
                 left: *n,
+                v2: false,
+                tail_free: false,
             })),
-            [ROLLUP_COLUMNS_V1] => Some(Err(RowError::Truncated(1))),
+            [ROLLUP_COLUMNS_V2, n, tail, ..] => match tail {
+                0 | 1 => Some(Ok(ColumnRow {
+                    row,
+                    pos: 3,
+                    left: *n,
+                    v2: true,
+                    tail_free: *tail == 0,
+                })),
+                _ => Some(Err(RowError::Malformed(2))),
+            },
+            [ROLLUP_COLUMNS_V1] | [ROLLUP_COLUMNS_V2] => Some(Err(RowError::Truncated(1))),
+            [ROLLUP_COLUMNS_V2, _] => Some(Err(RowError::Truncated(2))),
             _ => None,
         }
+    }
+
+    /// Whether the row says no cell follows its columns: a reader of some
+    /// of its columns may stop once it has them.
+    #[inline(always)]
+    pub fn tail_free(&self) -> bool {
+        self.tail_free
     }
 
     /// The next column, or None when the columns are read ([`tail`]
@@ -251,9 +383,19 @@ impl<'a> ColumnRow<'a> {
         if words == 0 || words > MAX_WORDS {
             return Err(RowError::Malformed(at + 1));
         }
+        let form = if self.v2 {
+            match self.row.get(at + 2) {
+                Some(&f) if f & !(FORM_ONE_FLAGS | FORM_NARROW) == 0 => f,
+                Some(_) => return Err(RowError::Malformed(at + 2)),
+                None => return Err(truncated(at)),
+            }
+        } else {
+            0
+        };
+        let bitmap_at = at + 2 + usize::from(self.v2);
         let bitmap = self
             .row
-            .get(at + 2..at + 2 + words * 8)
+            .get(bitmap_at..bitmap_at + words * 8)
             .ok_or(truncated(at))?;
         // Word by word: a byte-wise count is vectorized into a loop
         // costlier than a bitmap of a few words.
@@ -261,9 +403,10 @@ impl<'a> ColumnRow<'a> {
             .chunks_exact(8)
             .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")).count_ones() as usize)
             .sum();
-        let flags_at = at + 2 + words * 8;
-        let values_at = flags_at + n;
-        let end = values_at + n * 8;
+        let flags_at = bitmap_at + words * 8;
+        let values_at = flags_at + if form & FORM_ONE_FLAGS != 0 { 1 } else { n };
+        let narrow = form & FORM_NARROW != 0;
+        let end = values_at + n * if narrow { 4 } else { 8 };
         let (Some(flags), Some(values)) = (
             self.row.get(flags_at..values_at),
             self.row.get(values_at..end),
@@ -276,7 +419,10 @@ impl<'a> ColumnRow<'a> {
             id,
             bitmap,
             flags,
-            values,
+            values: Doubles {
+                bytes: values,
+                narrow,
+            },
         }))
     }
 
@@ -312,6 +458,9 @@ pub fn for_each_cell(row: &[u8], mut f: impl FnMut(&[u8], &[u8])) -> Result<(), 
         if bad.is_some() {
             return Err(RowError::Malformed(view.tail()));
         }
+    }
+    if view.tail_free() && view.tail() != row.len() {
+        return Err(RowError::Malformed(view.tail()));
     }
     row::for_each_cell_from(row, view.tail(), f)
 }
@@ -379,25 +528,64 @@ mod tests {
             cell(0, 0, Value::Float(0.25)),
             cell(1, 0, Value::Int(300)),
         ];
-        let bytes = encode(&cells);
+        let old = encode_as(&cells, ROLLUP_COLUMNS_V1);
         // Marker, 2 columns; sum: id 0, 1 word, offsets 0 and 2, flags,
         // values.
-        assert_eq!(&bytes[..4], &[ROLLUP_COLUMNS_V1, 2, 0, 1]);
-        assert_eq!(&bytes[4..12], &5u64.to_le_bytes());
-        assert_eq!(&bytes[12..14], &[0x0B, 0x0B]);
-        assert_eq!(&bytes[14..22], &0.25f64.to_le_bytes());
-        assert_eq!(bytes.len(), 2 + 2 * (2 + 8 + 2 + 16));
+        assert_eq!(&old[..4], &[ROLLUP_COLUMNS_V1, 2, 0, 1]);
+        assert_eq!(&old[4..12], &5u64.to_le_bytes());
+        assert_eq!(&old[12..14], &[0x0B, 0x0B]);
+        assert_eq!(&old[14..22], &0.25f64.to_le_bytes());
+        assert_eq!(old.len(), 2 + 2 * (2 + 8 + 2 + 16));
+        let bytes = encode(&cells);
+        // Marker, 2 columns, no tail; sum: id 0, 1 word, one flags byte
+        // and floats; count: its own flags (300 takes two bytes), floats.
+        assert_eq!(&bytes[..6], &[ROLLUP_COLUMNS_V2, 2, 0, 0, 1, 3]);
+        assert_eq!(&bytes[6..14], &5u64.to_le_bytes());
+        assert_eq!(bytes[14], 0x0B);
+        assert_eq!(&bytes[15..19], &0.25f32.to_le_bytes());
+        assert_eq!(&bytes[19..23], &1.5f32.to_le_bytes());
+        assert_eq!(&bytes[23..26], &[1, 1, 2]);
+        assert_eq!(&bytes[34..36], &[0x01, 0x00]);
+        assert_eq!(bytes.len(), 3 + (3 + 8 + 1 + 8) + (3 + 8 + 2 + 8));
+        for bytes in [old, bytes] {
+            let back = decode(&bytes).unwrap();
+            // HBase's order: by qualifier.
+            assert_eq!(
+                back.cells,
+                vec![
+                    cells[2].clone(),
+                    cells[0].clone(),
+                    cells[3].clone(),
+                    cells[1].clone()
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn values_no_float_holds_stay_doubles_and_a_tail_is_announced() {
+        let cells = vec![
+            cell(0, 0, Value::Float(0.1)),
+            cell(0, 1, Value::Float(0.5)),
+            cell(1, 0, Value::Float(f64::NAN)),
+            Cell::new(vec![0, 0x00, 0x27], (i64::MAX - 1).to_be_bytes().to_vec()),
+        ];
+        let bytes = encode(&cells);
+        // A tail follows; 0.1 is no float: both sum cells are doubles,
+        // each with its flags (8 and 4 bytes).
+        assert_eq!(&bytes[..6], &[ROLLUP_COLUMNS_V2, 2, 1, 0, 1, 0]);
+        assert_eq!(&bytes[14..16], &[0x0F, 0x0B]);
+        assert_eq!(&bytes[16..24], &0.1f64.to_le_bytes());
+        // The NaN count, a float's: one flags byte, a float.
+        assert_eq!(&bytes[32..35], &[1, 1, 3]);
         let back = decode(&bytes).unwrap();
-        // HBase's order: by qualifier.
-        assert_eq!(
-            back.cells,
-            vec![
-                cells[2].clone(),
-                cells[0].clone(),
-                cells[3].clone(),
-                cells[1].clone()
-            ]
-        );
+        assert_eq!(read(&back.cells), read(&cells));
+        // A row without a tail that has bytes after its columns is
+        // damaged.
+        let mut short = encode(&cells[..2]);
+        assert_eq!(short[2], 0);
+        short.push(0);
+        assert!(decode(&short).is_err());
     }
 
     /// docs/format/rollup.md's example, byte for byte.
@@ -415,11 +603,20 @@ mod tests {
             .split_whitespace()
             .map(|b| u8::from_str_radix(b, 16).unwrap())
             .collect();
-        assert_eq!(encode(&cells), hex);
-        let back = decode(&hex).unwrap().cells;
-        assert_eq!(back[0], Cell::new(vec![0, 0, 0x0B], vec![0x41, 0xAC, 0, 0]));
-        assert_eq!(back[1], Cell::new(vec![0, 0, 0x2B], vec![0x41, 0xB0, 0, 0]));
-        assert_eq!(back[3], Cell::new(vec![1, 0, 0x20], vec![6]));
+        assert_eq!(encode_as(&cells, ROLLUP_COLUMNS_V1), hex);
+        let narrow: Vec<u8> = "03 02 00 \
+            00 01 03 05 00 00 00 00 00 00 00 0B 00 00 AC 41 00 00 B0 41 \
+            01 01 03 05 00 00 00 00 00 00 00 00 00 00 C0 40 00 00 C0 40"
+            .split_whitespace()
+            .map(|b| u8::from_str_radix(b, 16).unwrap())
+            .collect();
+        assert_eq!(encode(&cells), narrow);
+        for bytes in [hex, narrow] {
+            let back = decode(&bytes).unwrap().cells;
+            assert_eq!(back[0], Cell::new(vec![0, 0, 0x0B], vec![0x41, 0xAC, 0, 0]));
+            assert_eq!(back[1], Cell::new(vec![0, 0, 0x2B], vec![0x41, 0xB0, 0, 0]));
+            assert_eq!(back[3], Cell::new(vec![1, 0, 0x20], vec![6]));
+        }
     }
 
     #[test]
@@ -454,6 +651,15 @@ mod tests {
         row.push(0x09);
         row.extend_from_slice(&1f64.to_le_bytes());
         assert!(decode(&row).is_err());
+        assert_eq!(decode(&[3]), Err(RowError::Truncated(1)));
+        assert_eq!(decode(&[3, 1]), Err(RowError::Truncated(2)));
+        // A tail byte other than 0 and 1, a form with unknown bits.
+        assert_eq!(decode(&[3, 1, 2]), Err(RowError::Malformed(2)));
+        assert_eq!(decode(&[3, 1, 0, 0, 1, 4]), Err(RowError::Malformed(5)));
+        assert_eq!(
+            decode(&[3, 1, 0, 0, 1, 3, 1, 0]),
+            Err(RowError::Truncated(3))
+        );
     }
 
     fn any_value() -> impl Strategy<Value = Value> {
@@ -480,15 +686,19 @@ mod tests {
         /// offset's winner), in either layout.
         #[test]
         fn rows_in_columns_read_back_their_cells(cells in proptest::collection::vec(any_cell(), 0..120)) {
+            let old = encode_as(&cells, ROLLUP_COLUMNS_V1);
             let bytes = encode(&cells);
-            let back = decode(&bytes).unwrap();
-            prop_assert_eq!(read(&back.cells), read(&cells));
-            let mut sorted = back.cells.clone();
-            sorted.sort_by(|a, b| (&a.qualifier, &a.value).cmp(&(&b.qualifier, &b.value)));
-            let mut want = cells.clone();
-            want.sort_by(|a, b| (&a.qualifier, &a.value).cmp(&(&b.qualifier, &b.value)));
-            prop_assert_eq!(sorted, want);
-            prop_assert_eq!(RollupRowLayout::of(&bytes), RollupRowLayout::Columns);
+            prop_assert!(bytes.len() <= old.len() + 1 + cells.len());
+            for bytes in [old, bytes] {
+                let back = decode(&bytes).unwrap();
+                prop_assert_eq!(read(&back.cells), read(&cells));
+                let mut sorted = back.cells.clone();
+                sorted.sort_by(|a, b| (&a.qualifier, &a.value).cmp(&(&b.qualifier, &b.value)));
+                let mut want = cells.clone();
+                want.sort_by(|a, b| (&a.qualifier, &a.value).cmp(&(&b.qualifier, &b.value)));
+                prop_assert_eq!(sorted, want);
+                prop_assert_eq!(RollupRowLayout::of(&bytes), RollupRowLayout::Columns);
+            }
             let plain = RollupRowLayout::Cells.encode(&RowCells { cells: cells.clone() });
             prop_assert_eq!(decode(&plain).unwrap().cells, cells);
         }
@@ -501,12 +711,14 @@ mod tests {
             byte in any::<u8>(),
             cut in any::<usize>(),
         ) {
-            let mut bytes = encode(&cells);
-            let n = bytes.len();
-            bytes[at % n] = byte;
-            let _ = decode(&bytes);
-            bytes.truncate(cut % (n + 1));
-            let _ = decode(&bytes);
+            for version in [ROLLUP_COLUMNS_V1, ROLLUP_COLUMNS_V2] {
+                let mut bytes = encode_as(&cells, version);
+                let n = bytes.len();
+                bytes[at % n] = byte;
+                let _ = decode(&bytes);
+                bytes.truncate(cut % (n + 1));
+                let _ = decode(&bytes);
+            }
         }
     }
 }

@@ -21,16 +21,20 @@ pub const FORMAT_NAME: &str = "rtsdb";
 /// docs/format/rollup.md); version 5 WAL frames laid out by series
 /// (record `07`, docs/format/wal.md); version 6 such frames with their
 /// values bit-packed (record `08`); version 7 the rollup rows rtsdb
-/// computes laid out in columns (`02`, docs/format/rollup.md).
+/// computes laid out in columns (`02`, docs/format/rollup.md); version 8
+/// those columns narrowed (`03`: one flags byte for a column's cells
+/// when they share it, 4-byte floats when every value is one exactly,
+/// and whether a tail follows).
 /// Older stores are read and upgraded in place by [`super::Store::open`]:
 /// the header is rewritten (with its checksum), the engine creates the
 /// new table empty, and their WAL and rollup rows are read as they are.
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 /// The oldest version a cluster's shared layout record may name: versions
 /// 5 and 6 changed only the WAL, which each TSD of a cluster keeps in its
-/// own data directory, and version 7 only the rollup rows rtsdb computes,
-/// which a cluster does not (`tsd.rollups.auto` is refused there), so a
-/// cluster made by a version 4 build is the same cluster to this one.
+/// own data directory, and versions 7 and 8 only the rollup rows rtsdb
+/// computes, which a cluster does not (`tsd.rollups.auto` is refused
+/// there), so a cluster made by a version 4 build is the same cluster to
+/// this one.
 pub const OLDEST_CLUSTER_VERSION: u32 = 4;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;

@@ -85,7 +85,7 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
     // 4 the rollup table, 5 to 7 nothing a version 1 store holds), after
     // checking it against the UID table.
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 7, "{header}");
+    assert_eq!(header["format_version"], 8, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     assert_eq!(header["uid_width"]["metric"], 3, "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
@@ -107,7 +107,7 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
 }
 
 #[test]
-fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_7() {
+fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_8() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     copy_dir(&fixture("store-6a4fbc1"), &store);
@@ -133,7 +133,7 @@ fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_7() {
          net.bytes.in 1356998460 9223372036854775807 host=web02 iface=eth0 dc=lga\n";
     assert_eq!(all(), expected);
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 7, "{header}");
+    assert_eq!(header["format_version"], 8, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -164,7 +164,7 @@ fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_7() {
 }
 
 #[test]
-fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_7() {
+fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_8() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     copy_dir(&fixture("store-ee2d2b4"), &store);
@@ -192,7 +192,7 @@ fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_7() {
          net.bytes.in 1356998460 9223372036854775807 host=web02 iface=eth0 dc=lga\n"
     );
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 7, "{header}");
+    assert_eq!(header["format_version"], 8, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -234,12 +234,12 @@ fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_7() {
 }
 
 #[test]
-fn a_format_4_store_replays_its_wal_exactly_and_is_upgraded_to_7() {
+fn a_format_4_store_replays_its_wal_exactly_and_is_upgraded_to_8() {
     replays_its_wal_exactly("store-96ac99d", 4, 0x05);
 }
 
 #[test]
-fn a_format_5_store_replays_its_wal_exactly_and_is_upgraded_to_7() {
+fn a_format_5_store_replays_its_wal_exactly_and_is_upgraded_to_8() {
     replays_its_wal_exactly("store-870cb41", 5, 0x07);
 }
 
@@ -279,7 +279,7 @@ fn replays_its_wal_exactly(name: &str, version: u32, first_record: u8) {
     assert_eq!(got.len(), 303);
     assert_eq!(got, want);
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 7, "{header}");
+    assert_eq!(header["format_version"], 8, "{header}");
     // Replayed into rows: the log is gone, nothing was counted as damage.
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -306,7 +306,7 @@ fn replays_its_wal_exactly(name: &str, version: u32, first_record: u8) {
 /// removed. `store-d8666ad.scan.txt` is what that build's `tsdb scan
 /// --rollup-table` printed of both tables, per metric as below.
 #[test]
-fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_7() {
+fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_8() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     copy_dir(&fixture("store-d8666ad"), &store);
@@ -335,7 +335,7 @@ fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
     };
     let printed = std::fs::read_to_string(fixture("store-d8666ad.scan.txt")).unwrap();
     assert_eq!(scan_all(&store), printed);
-    assert_eq!(header_of(&store)["format_version"], 7);
+    assert_eq!(header_of(&store)["format_version"], 8);
     let fsck = |store: &Path| {
         let conf = conf.to_str().unwrap();
         let r = tsdb(store, &["--config", conf, "fsck", "--full-scan"]);
@@ -405,12 +405,12 @@ fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
     // columns; the others as the previous build left them, and the rollup
     // written through telnet stays OpenTSDB's.
     let h = first_bytes("tsdb-rollup-1h");
-    assert_eq!(h.iter().filter(|&&b| b == 2).count(), 1, "{h:?}");
+    assert_eq!(h.iter().filter(|&&b| b == 3).count(), 1, "{h:?}");
     assert_eq!(h.len(), 4, "{h:?}");
     assert_eq!(
         first_bytes("tsdb-rollup-1d")
             .iter()
-            .filter(|&&b| b == 2)
+            .filter(|&&b| b == 3)
             .count(),
         1
     );
@@ -456,5 +456,152 @@ fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
             1,
         );
     assert_eq!(scan_all(&store), want);
+    fsck(&store);
+}
+
+/// `tests/fixtures/store-4c2670a` was made by main's `tsdb` at 4c2670a
+/// (store format 7, the last whose computed rollup rows are laid out in
+/// `02` columns of doubles with a flags byte per cell): a TSD with
+/// `tsd.rollups.auto = true`, `tsd.core.auto_create_metrics = true` and
+/// `tsd_rollup::CONFIG` took the telnet lines of
+/// `store-4c2670a.lines.txt` (three days of a point every 30 minutes of
+/// three series: integers whose sums take one or two bytes, floats that
+/// are exactly `f32`s, doubles that are not; a sum no double holds; two
+/// `rollup` lines, a row as OpenTSDB writes it), so it computed `1h`
+/// rows of 72 hours (two bitmap words) and `1d` rows; it stopped on
+/// SIGTERM, and its `LOCK` file and empty `wal` directory were removed.
+/// `store-4c2670a.scan.txt` is what that build's `tsdb scan
+/// --rollup-table` printed of both tables, per metric as below.
+#[test]
+fn a_format_7_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_8() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    copy_dir(&fixture("store-4c2670a"), &store);
+    assert_eq!(header_of(&store)["format_version"], 7);
+    let conf = dir.path().join("rollups.conf");
+    let rollup_config = crate::tsd_rollup::CONFIG.replace('\n', "");
+    std::fs::write(
+        &conf,
+        format!("tsd.rollups.enable = true\ntsd.rollups.config = {rollup_config}\n"),
+    )
+    .unwrap();
+    let scan_all = |store: &Path| -> String {
+        let mut out = String::new();
+        for table in ["tsdb-rollup-1h", "tsdb-rollup-1d"] {
+            for metric in ["sys.cpu.user", "net.bytes.in", "sys.cpu.nice"] {
+                let conf = conf.to_str().unwrap();
+                let args = ["--config", conf, "scan", "--rollup-table", table];
+                let mut args = args.to_vec();
+                args.extend_from_slice(&["1356998400", "sum", metric]);
+                let r = tsdb(store, &args);
+                assert_eq!(r.code, 0, "{}", r.stderr);
+                out.push_str(&r.stdout);
+            }
+        }
+        out
+    };
+    let printed = std::fs::read_to_string(fixture("store-4c2670a.scan.txt")).unwrap();
+    assert_eq!(scan_all(&store), printed);
+    assert_eq!(header_of(&store)["format_version"], 8);
+    let fsck = |store: &Path| {
+        let conf = conf.to_str().unwrap();
+        let r = tsdb(store, &["--config", conf, "fsck", "--full-scan"]);
+        assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+        assert!(
+            r.stdout.contains("\nRollup Rows Processed: 9\n"),
+            "{}",
+            r.stdout
+        );
+        assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
+    };
+    fsck(&store);
+    // A TSD computing rollups answers from the old rows as from raw
+    // points; then each series takes one of its points again, the same
+    // value, which recomputes its rows and writes them in `03` columns.
+    let tsd_dir = tempfile::tempdir().unwrap();
+    std::fs::remove_dir(tsd_dir.path()).unwrap();
+    std::fs::rename(&store, tsd_dir.path()).unwrap();
+    let mut srv = crate::common::TestServer::start_in(
+        tsd_dir,
+        &[
+            ("tsd.rollups.enable", "true"),
+            ("tsd.rollups.auto", "true"),
+            ("tsd.rollups.config", crate::tsd_rollup::CONFIG),
+        ],
+    );
+    let queries = [
+        "sum:1h-avg:{usage}sys.cpu.user%7Bhost=*%7D",
+        "sum:1h-sum:{usage}sys.cpu.user",
+        "max:1h-max:{usage}sys.cpu.user%7Bhost=*%7D",
+        "min:1h-min:{usage}sys.cpu.user%7Bhost=*%7D",
+        "sum:1h-count:{usage}sys.cpu.user%7Bhost=*%7D",
+        "sum:1d-avg:{usage}sys.cpu.user%7Bhost=*%7D",
+        "sum:1h-sum:{usage}net.bytes.in",
+    ];
+    let answers = |usage: &str| -> Vec<String> {
+        queries
+            .iter()
+            .map(|m| {
+                let q = format!(
+                    "/api/query?start=1356998400&end=1357257599&m={}",
+                    m.replace("{usage}", usage)
+                );
+                let (s, t) = crate::common::get(&srv, &q);
+                assert_eq!(s, 200, "{q}: {t}");
+                t
+            })
+            .collect()
+    };
+    let raw = answers("rollup_raw:");
+    assert_eq!(answers(""), raw);
+    let lines = std::fs::read_to_string(fixture("store-4c2670a.lines.txt")).unwrap();
+    let again: Vec<&str> = [
+        "host=web01 dc=lga",
+        "host=web02 dc=lga",
+        "host=web03 dc=lga",
+    ]
+    .iter()
+    .filter_map(|tags| lines.lines().find(|l| l.ends_with(tags)))
+    .chain(lines.lines().filter(|l| l.starts_with("put net.bytes.in")))
+    .collect();
+    assert_eq!(again.len(), 6);
+    // The very lines again (telnet parses their values as before).
+    let input: String = again.iter().map(|l| format!("{l}\n")).collect();
+    let out = crate::common::telnet(srv.addr, input.as_bytes());
+    assert_eq!(out, "");
+    let first_bytes = || -> Vec<(String, u8)> {
+        srv.state
+            .db()
+            .rollup_table()
+            .scan_all()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                let (table, _) = rtsdb::store::rollup_table::split_key(&k).unwrap();
+                (table.to_string(), v[0])
+            })
+            .collect()
+    };
+    // Every computed row rewritten (in `03`), the rollup written through
+    // telnet still OpenTSDB's (`01`).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let rows = first_bytes();
+        let layouts: Vec<u8> = rows.iter().map(|r| r.1).collect();
+        if layouts.iter().filter(|&&b| b == 3).count() == 8 {
+            assert_eq!(layouts.iter().filter(|&&b| b == 1).count(), 1, "{rows:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{rows:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(answers(""), raw);
+    assert_eq!(answers("rollup_raw:"), raw);
+    srv.stop();
+    // The store outlives the server (which takes a directory to remove).
+    let kept = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
+    drop(srv);
+    let store = kept.path().to_path_buf();
+    // The same cells as the previous build wrote, in OpenTSDB's form.
+    assert_eq!(scan_all(&store), printed);
     fsck(&store);
 }
