@@ -1409,6 +1409,9 @@ mod tests {
                 (n, out)
             };
             proptest::prop_assert_eq!(slots(&packed), slots(&plain));
+            // Rows as format 7 wrote them read alike.
+            let packed_v1 = crate::rollup::columns::encode_as(&row.cells, crate::rollup::columns::ROLLUP_COLUMNS_V1);
+            proptest::prop_assert_eq!(slots(&packed_v1), slots(&plain));
             let mut dense = DenseReader::new(columns, h);
             let mut laid = |row: &[u8]| {
                 let n = dense.lay_out(row, base, from, to).unwrap();
@@ -1418,6 +1421,7 @@ mod tests {
             };
             let (n, want) = laid(&plain);
             proptest::prop_assert_eq!(laid(&packed), (n, want.clone()));
+            proptest::prop_assert_eq!(laid(&packed_v1), (n, want.clone()));
             let mut short = ShortRow::default();
             // A cell of a column read, in range, past the short row's word.
             let far = has_far_cell(&row.cells, count, from_h, hours);
@@ -1448,6 +1452,7 @@ mod tests {
             from_h in 0u32..30,
             hours in 0u32..30,
             count in proptest::prelude::any::<bool>(),
+            narrow in proptest::prelude::any::<bool>(),
         ) {
             use crate::codec::qualifier::encode_value;
             use crate::codec::row::{Cell, RowCells};
@@ -1460,6 +1465,8 @@ mod tests {
             let c = config();
             let h = c.interval("1h").unwrap();
             let base = 1356998400;
+            // Sums that are all floats: their column narrows (`03`).
+            let sums: Vec<f64> = sums.iter().map(|&s| if narrow { s as f32 as f64 } else { s }).collect();
             let mut cells = Vec::new();
             for (k, &at) in offsets.iter().enumerate() {
                 // A count left out (odd 1) at the last offset.
@@ -1486,34 +1493,38 @@ mod tests {
                 value: Some(0),
                 count: count.then_some(1),
             };
-            let row = RollupRowLayout::Columns.encode(&RowCells { cells });
-            let (from, to) = (base + from_h * 3600, base + (from_h + hours) * 3600);
-            let mut dense = DenseReader::new(columns, h);
-            let n = dense.lay_out(&row, base, from, to).unwrap();
-            let mut want = Vec::new();
-            dense.drain(|at, v, c| want.push((at as usize, v.map(f64::to_bits), c.map(f64::to_bits))));
-            let view = dense.short_view(&row, base, from, to);
-            let one_word = offsets.iter().all(|&at| at < 64);
-            let shaped = one_word
-                && !offsets.is_empty()
-                && match odd {
-                    0 => true,
-                    1 => !count,
-                    _ => false,
-                };
-            proptest::prop_assert_eq!(view.is_some(), shaped);
-            if let Some(view) = view {
-                let (mut bits, values, counts) = view.parts();
-                let mut got = Vec::new();
-                for k in 0..values.len() {
-                    let at = bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    got.push((at, Some(values.get(k).to_bits()), counts.map(|c| c.get(k).to_bits())));
+            // As this build writes them (`03`) and as format 7 did (`02`).
+            let old = crate::rollup::columns::encode_as(&cells, crate::rollup::columns::ROLLUP_COLUMNS_V1);
+            let new = RollupRowLayout::Columns.encode(&RowCells { cells });
+            for row in [new, old] {
+                let (from, to) = (base + from_h * 3600, base + (from_h + hours) * 3600);
+                let mut dense = DenseReader::new(columns, h);
+                let n = dense.lay_out(&row, base, from, to).unwrap();
+                let mut want = Vec::new();
+                dense.drain(|at, v, c| want.push((at as usize, v.map(f64::to_bits), c.map(f64::to_bits))));
+                let view = dense.short_view(&row, base, from, to);
+                let one_word = offsets.iter().all(|&at| at < 64);
+                let shaped = one_word
+                    && !offsets.is_empty()
+                    && match odd {
+                        0 => true,
+                        1 => !count,
+                        _ => false,
+                    };
+                proptest::prop_assert_eq!(view.is_some(), shaped);
+                if let Some(view) = view {
+                    let (mut bits, values, counts) = view.parts();
+                    let mut got = Vec::new();
+                    for k in 0..values.len() {
+                        let at = bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        got.push((at, Some(values.get(k).to_bits()), counts.map(|c| c.get(k).to_bits())));
+                    }
+                    proptest::prop_assert_eq!(bits, 0);
+                    proptest::prop_assert_eq!(counts.map_or(values.len(), |c| c.len()), values.len());
+                    proptest::prop_assert_eq!(got, want);
+                    proptest::prop_assert_eq!(view.cells(), n);
                 }
-                proptest::prop_assert_eq!(bits, 0);
-                proptest::prop_assert_eq!(counts.map_or(values.len(), |c| c.len()), values.len());
-                proptest::prop_assert_eq!(got, want);
-                proptest::prop_assert_eq!(view.cells(), n);
             }
         }
     }
