@@ -413,11 +413,22 @@ impl RollupSource for Db {
         let widths = layout.widths;
         // Series by the bytes of their TSUID (metric then tags), which a
         // row key holds around its base time: no key is parsed per row.
-        let slot: FastMap<Vec<u8>, usize> = tsuids
+        // In key order, the rows of one base time come in the order of
+        // their tags: each row's series is tried first as the one after
+        // the last row's in that order, and looked up only when it is
+        // not (a new base time, a series without the row).
+        let mut order: Vec<(Vec<u8>, usize)> = tsuids
             .iter()
             .enumerate()
             .map(|(i, t)| (t.to_bytes(&widths), i))
             .collect();
+        order.sort_unstable();
+        let rank: FastMap<&[u8], usize> = order
+            .iter()
+            .enumerate()
+            .map(|(r, (bytes, _))| (bytes.as_slice(), r))
+            .collect();
+        let (sw, mw) = (layout.salt.width as usize, widths.metric.bytes());
         // Reads start at the retained floor, as for raw rows: expired rows
         // wait for the engine's compactions to go.
         let start_s = start_s.max(self.store.retention_floor(metric));
@@ -425,6 +436,8 @@ impl RollupSource for Db {
             |s: RollupSlice, sink: &mut dyn RollupRowSink| -> Result<RollupReadStats, String> {
                 let mut read = RollupReadStats::default();
                 let mut tsuid = Vec::new();
+                // The rank in `order` the next row's series is tried at.
+                let mut next = 0;
                 for (start, end) in
                     scan_bounds(layout, metric, s.from.min(u32::MAX as u64) as u32, s.to)
                 {
@@ -434,12 +447,33 @@ impl RollupSource for Db {
                     self.rollup_table
                         .visit_raw(table, &start, &end, &mut |key, value| {
                             read.rows += 1;
-                            let Some(base) = layout.split_row_key(key, &mut tsuid) else {
+                            let (Some(metric), Some(base), Some(tags)) = (
+                                key.get(sw..sw + mw),
+                                key.get(sw + mw..sw + mw + 4),
+                                key.get(sw + mw + 4..),
+                            ) else {
                                 return true;
                             };
-                            let Some(&i) = slot.get(tsuid.as_slice()) else {
-                                return true;
+                            let base = u32::from_be_bytes([base[0], base[1], base[2], base[3]]);
+                            let guess = order.get(next).filter(|(bytes, _)| {
+                                bytes.len() == mw + tags.len()
+                                    && bytes[..mw] == *metric
+                                    && bytes[mw..] == *tags
+                            });
+                            let i = match guess {
+                                Some(&(_, i)) => i,
+                                None => {
+                                    tsuid.clear();
+                                    tsuid.extend_from_slice(metric);
+                                    tsuid.extend_from_slice(tags);
+                                    let Some(&r) = rank.get(tsuid.as_slice()) else {
+                                        return true;
+                                    };
+                                    next = r;
+                                    order[r].1
+                                }
                             };
+                            next += 1;
                             // A series' rows come in time order (its salt
                             // bucket is one range of the key order).
                             let row = RollupRow { base, cells: value };

@@ -679,12 +679,20 @@ fn fallback_to_raw_downsamples_at_the_rollup_interval_tried() {
 
 /// A database with `tsd.rollups.auto` on and [`QUERY_CONFIG`]'s intervals.
 fn auto_db(dir: &std::path::Path) -> std::sync::Arc<rtsdb::db::Db> {
+    auto_db_with(dir, &[])
+}
+
+/// [`auto_db`] with `extra` settings.
+fn auto_db_with(dir: &std::path::Path, extra: &[(&str, &str)]) -> std::sync::Arc<rtsdb::db::Db> {
     let mut c = rtsdb::config::Config::default();
     c.set(rtsdb::config::DATA_DIR_KEY, &dir.display().to_string());
     c.set("tsd.core.auto_create_metrics", "true");
     c.set("tsd.rollups.enable", "true");
     c.set("tsd.rollups.auto", "true");
     c.set("tsd.rollups.config", QUERY_CONFIG);
+    for (k, v) in extra {
+        c.set(k, v);
+    }
     rtsdb::db::Db::open(&rtsdb::db::DbOptions::from_config(&c).unwrap()).unwrap()
 }
 
@@ -842,9 +850,23 @@ fn auto_rollups_are_stored_as_hours_are_sealed_and_queries_read_them() {
 /// hours (read through the pipelines, which interpolate).
 #[test]
 fn grouped_rollup_queries_answer_as_raw_points() {
+    grouped_rollup_queries_answer_as_raw_points_with(&[]);
+}
+
+/// The same in a salted store: each salt bucket is a range of its own,
+/// so a row's series is less often the one after the last row's.
+#[test]
+fn grouped_rollup_queries_answer_as_raw_points_when_salted() {
+    grouped_rollup_queries_answer_as_raw_points_with(&[
+        ("tsd.storage.salt.width", "1"),
+        ("tsd.storage.salt.buckets", "3"),
+    ]);
+}
+
+fn grouped_rollup_queries_answer_as_raw_points_with(extra: &[(&str, &str)]) {
     use rtsdb::model::Value;
     let dir = tempfile::tempdir().unwrap();
-    let db = auto_db(dir.path());
+    let db = auto_db_with(dir.path(), extra);
     const DAYS: i64 = 6;
     for (h, host) in ["a", "b", "c"].iter().enumerate() {
         let points: Vec<(i64, Value)> = (0..DAYS * 24 * 6)
