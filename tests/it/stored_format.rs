@@ -294,6 +294,73 @@ fn replays_its_wal_exactly(name: &str, version: u32, first_record: u8) {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// A config file naming `tsd_rollup::CONFIG`'s rollups, for `tsdb` runs
+/// on the rollup fixture stores.
+fn rollup_conf(dir: &Path) -> std::path::PathBuf {
+    let conf = dir.join("rollups.conf");
+    let rollup_config = crate::tsd_rollup::CONFIG.replace('\n', "");
+    std::fs::write(
+        &conf,
+        format!("tsd.rollups.enable = true\ntsd.rollups.config = {rollup_config}\n"),
+    )
+    .unwrap();
+    conf
+}
+
+/// What `tsdb scan --rollup-table` prints of both rollup tables of the
+/// rollup fixtures, metric by metric (the fixtures' `.scan.txt`).
+fn scan_rollups(store: &Path, conf: &Path) -> String {
+    let mut out = String::new();
+    for table in ["tsdb-rollup-1h", "tsdb-rollup-1d"] {
+        for metric in ["sys.cpu.user", "net.bytes.in", "sys.cpu.nice"] {
+            let conf = conf.to_str().unwrap();
+            let args = ["--config", conf, "scan", "--rollup-table", table];
+            let mut args = args.to_vec();
+            args.extend_from_slice(&["1356998400", "sum", metric]);
+            let r = tsdb(store, &args);
+            assert_eq!(r.code, 0, "{}", r.stderr);
+            out.push_str(&r.stdout);
+        }
+    }
+    out
+}
+
+/// `tsdb fsck --full-scan` finds `rows` rollup rows and no error.
+fn fsck_rollups(store: &Path, conf: &Path, rows: usize) {
+    let conf = conf.to_str().unwrap();
+    let r = tsdb(store, &["--config", conf, "fsck", "--full-scan"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains(&format!("\nRollup Rows Processed: {rows}\n")),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
+}
+
+/// A TSD computing rollups (`tsd_rollup::CONFIG`) on `store`, moved into
+/// the server's own directory.
+fn auto_rollup_tsd(store: &Path) -> crate::common::TestServer {
+    let tsd_dir = tempfile::tempdir().unwrap();
+    std::fs::remove_dir(tsd_dir.path()).unwrap();
+    std::fs::rename(store, tsd_dir.path()).unwrap();
+    crate::common::TestServer::start_in(
+        tsd_dir,
+        &[
+            ("tsd.rollups.enable", "true"),
+            ("tsd.rollups.auto", "true"),
+            ("tsd.rollups.config", crate::tsd_rollup::CONFIG),
+        ],
+    )
+}
+
+/// Stops `srv` and keeps its store, which the server would remove.
+fn stop_keeping_store(mut srv: crate::common::TestServer) -> tempfile::TempDir {
+    srv.stop();
+    std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap())
+}
+
 /// `tests/fixtures/store-d8666ad` was made by main's `tsdb` (store format
 /// 6, the last whose computed rollup rows are laid out as OpenTSDB's
 /// cells; the build reports revision 35b040d with local changes, main's
@@ -311,56 +378,16 @@ fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
     let store = dir.path().join("store");
     copy_dir(&fixture("store-d8666ad"), &store);
     assert_eq!(header_of(&store)["format_version"], 6);
-    let conf = dir.path().join("rollups.conf");
-    let rollup_config = crate::tsd_rollup::CONFIG.replace('\n', "");
-    std::fs::write(
-        &conf,
-        format!("tsd.rollups.enable = true\ntsd.rollups.config = {rollup_config}\n"),
-    )
-    .unwrap();
-    let scan_all = |store: &Path| -> String {
-        let mut out = String::new();
-        for table in ["tsdb-rollup-1h", "tsdb-rollup-1d"] {
-            for metric in ["sys.cpu.user", "net.bytes.in", "sys.cpu.nice"] {
-                let conf = conf.to_str().unwrap();
-                let args = ["--config", conf, "scan", "--rollup-table", table];
-                let mut args = args.to_vec();
-                args.extend_from_slice(&["1356998400", "sum", metric]);
-                let r = tsdb(store, &args);
-                assert_eq!(r.code, 0, "{}", r.stderr);
-                out.push_str(&r.stdout);
-            }
-        }
-        out
-    };
+    let conf = rollup_conf(dir.path());
+    let scan_all = |store: &Path| scan_rollups(store, &conf);
     let printed = std::fs::read_to_string(fixture("store-d8666ad.scan.txt")).unwrap();
     assert_eq!(scan_all(&store), printed);
     assert_eq!(header_of(&store)["format_version"], 8);
-    let fsck = |store: &Path| {
-        let conf = conf.to_str().unwrap();
-        let r = tsdb(store, &["--config", conf, "fsck", "--full-scan"]);
-        assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-        assert!(
-            r.stdout.contains("\nRollup Rows Processed: 7\n"),
-            "{}",
-            r.stdout
-        );
-        assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
-    };
+    let fsck = |store: &Path| fsck_rollups(store, &conf, 7);
     fsck(&store);
     // A TSD computing rollups answers from the old rows as from raw
     // points, and a late point rewrites its interval's row in columns.
-    let tsd_dir = tempfile::tempdir().unwrap();
-    std::fs::remove_dir(tsd_dir.path()).unwrap();
-    std::fs::rename(&store, tsd_dir.path()).unwrap();
-    let mut srv = crate::common::TestServer::start_in(
-        tsd_dir,
-        &[
-            ("tsd.rollups.enable", "true"),
-            ("tsd.rollups.auto", "true"),
-            ("tsd.rollups.config", crate::tsd_rollup::CONFIG),
-        ],
-    );
+    let srv = auto_rollup_tsd(&store);
     let query = |usage: &str| {
         let q = format!(
             "/api/query?start=1356998400&end=1357009199&m=sum:1h-avg:{usage}sys.cpu.user%7Bhost=*%7D"
@@ -415,10 +442,7 @@ fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
         1
     );
     assert_eq!(query(""), query("rollup_raw:"));
-    srv.stop();
-    // The store outlives the server (which takes a directory to remove).
-    let kept = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
-    drop(srv);
+    let kept = stop_keeping_store(srv);
     let store = kept.path().to_path_buf();
     // Read back in OpenTSDB's form: the late point's hour and day
     // changed, nothing else.
@@ -478,57 +502,17 @@ fn a_format_7_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
     let store = dir.path().join("store");
     copy_dir(&fixture("store-4c2670a"), &store);
     assert_eq!(header_of(&store)["format_version"], 7);
-    let conf = dir.path().join("rollups.conf");
-    let rollup_config = crate::tsd_rollup::CONFIG.replace('\n', "");
-    std::fs::write(
-        &conf,
-        format!("tsd.rollups.enable = true\ntsd.rollups.config = {rollup_config}\n"),
-    )
-    .unwrap();
-    let scan_all = |store: &Path| -> String {
-        let mut out = String::new();
-        for table in ["tsdb-rollup-1h", "tsdb-rollup-1d"] {
-            for metric in ["sys.cpu.user", "net.bytes.in", "sys.cpu.nice"] {
-                let conf = conf.to_str().unwrap();
-                let args = ["--config", conf, "scan", "--rollup-table", table];
-                let mut args = args.to_vec();
-                args.extend_from_slice(&["1356998400", "sum", metric]);
-                let r = tsdb(store, &args);
-                assert_eq!(r.code, 0, "{}", r.stderr);
-                out.push_str(&r.stdout);
-            }
-        }
-        out
-    };
+    let conf = rollup_conf(dir.path());
+    let scan_all = |store: &Path| scan_rollups(store, &conf);
     let printed = std::fs::read_to_string(fixture("store-4c2670a.scan.txt")).unwrap();
     assert_eq!(scan_all(&store), printed);
     assert_eq!(header_of(&store)["format_version"], 8);
-    let fsck = |store: &Path| {
-        let conf = conf.to_str().unwrap();
-        let r = tsdb(store, &["--config", conf, "fsck", "--full-scan"]);
-        assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-        assert!(
-            r.stdout.contains("\nRollup Rows Processed: 9\n"),
-            "{}",
-            r.stdout
-        );
-        assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
-    };
+    let fsck = |store: &Path| fsck_rollups(store, &conf, 9);
     fsck(&store);
     // A TSD computing rollups answers from the old rows as from raw
     // points; then each series takes one of its points again, the same
     // value, which recomputes its rows and writes them in `03` columns.
-    let tsd_dir = tempfile::tempdir().unwrap();
-    std::fs::remove_dir(tsd_dir.path()).unwrap();
-    std::fs::rename(&store, tsd_dir.path()).unwrap();
-    let mut srv = crate::common::TestServer::start_in(
-        tsd_dir,
-        &[
-            ("tsd.rollups.enable", "true"),
-            ("tsd.rollups.auto", "true"),
-            ("tsd.rollups.config", crate::tsd_rollup::CONFIG),
-        ],
-    );
+    let srv = auto_rollup_tsd(&store);
     let queries = [
         "sum:1h-avg:{usage}sys.cpu.user%7Bhost=*%7D",
         "sum:1h-sum:{usage}sys.cpu.user",
@@ -596,10 +580,7 @@ fn a_format_7_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
     }
     assert_eq!(answers(""), raw);
     assert_eq!(answers("rollup_raw:"), raw);
-    srv.stop();
-    // The store outlives the server (which takes a directory to remove).
-    let kept = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
-    drop(srv);
+    let kept = stop_keeping_store(srv);
     let store = kept.path().to_path_buf();
     // The same cells as the previous build wrote, in OpenTSDB's form.
     assert_eq!(scan_all(&store), printed);
