@@ -149,7 +149,10 @@ impl Reservation {
     /// Makes the reservation at least `bytes` (at most the whole budget),
     /// waiting for the budget as configured; a 503 if it stays spent.
     pub(crate) async fn grow_to(&mut self, bytes: usize) -> Result<(), Reply> {
-        let budget = &self.state.bodies;
+        // A handle of its own: the waits below borrow the budget while
+        // this reservation changes.
+        let state = self.state.clone();
+        let budget = &state.bodies;
         let Some(sem) = budget.permits.clone() else {
             let need = bytes.saturating_sub(self.held);
             self.add(need);
@@ -166,43 +169,42 @@ impl Reservation {
         }
         let holder = self.held > 0;
         if holder {
-            let mut h = budget.holders.lock();
-            h.waiting += 1;
-            if h.stuck() {
-                h.waiting -= 1;
-                drop(h);
-                self.overdraw(need);
-                return Ok(());
-            }
+            budget.holders.lock().waiting += 1;
         }
         let acquire = sem.acquire_many_owned(need as u32);
         let deadline = tokio::time::sleep(budget.wait);
         tokio::pin!(acquire, deadline);
         let got = loop {
+            // Listening before looking: a holder that leaves between the
+            // look and the wait still wakes this one. (Created after the
+            // look, a notification in between was lost, and two holders
+            // left waiting on each other sat out the whole wait: a 503.)
             let left = budget.holder_left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            if holder {
+                let mut h = budget.holders.lock();
+                if h.stuck() {
+                    // This one goes on; it no longer counts as waiting, so
+                    // the others, woken by the same departure, wait on.
+                    h.waiting -= 1;
+                    drop(h);
+                    self.overdraw(need);
+                    return Ok(());
+                }
+            }
             tokio::select! {
                 p = &mut acquire => break p.ok(),
                 _ = &mut deadline => break None,
-                _ = left, if holder => {
-                    if budget.holders.lock().stuck() {
-                        break None;
-                    }
-                }
+                _ = &mut left, if holder => {}
             }
         };
-        let overdraw = holder && {
-            let mut h = budget.holders.lock();
-            let stuck = got.is_none() && h.stuck() && !deadline.is_elapsed();
-            h.waiting -= 1;
-            stuck
-        };
+        if holder {
+            budget.holders.lock().waiting -= 1;
+        }
         match got {
             Some(permit) => {
                 self.take(permit, need);
-                Ok(())
-            }
-            None if overdraw => {
-                self.overdraw(need);
                 Ok(())
             }
             None => Err(self.refuse(bytes)),
