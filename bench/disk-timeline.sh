@@ -32,7 +32,7 @@ POINTS=$((HOSTS * 10 * 360))
 START=1451606400
 DATA=$WORK/data
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$ROOT/bench/lib.sh"
 PORT=$(free_port)
 start() {
   "$TSDB" tsd --port "$PORT" --data-dir "$DATA" --auto-metric >> "$WORK/tsd.log" 2>&1 &

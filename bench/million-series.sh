@@ -38,15 +38,13 @@ if ! command -v victoria-metrics >/dev/null; then
   if [ "$(id -u)" = 0 ]; then apt-get install -y victoria-metrics >/dev/null; else sudo apt-get install -y victoria-metrics >/dev/null; fi
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$ROOT/bench/lib.sh"
 cpu_seconds() { awk -v t="$(getconf CLK_TCK)" '{printf "%.3f", ($14+$15)/t}' "/proc/$1/stat"; }
 kb() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
 disk_bytes() { du -s --block-size=1 "$1" | awk '{print $1}'; }
 bpp() { awk -v b="$1" -v p="$POINTS" 'BEGIN{printf "%.1f", b/p}'; }
 wal_bpp() { if [ -d "$1/wal" ]; then bpp "$(disk_bytes "$1/wal")"; else echo "—"; fi; }
-urlenc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$1"; }
 now() { date +%s.%N; }
-stop_pid() { kill "-$1" "$2" 2>/dev/null || true; for _ in $(seq 1 600); do kill -0 "$2" 2>/dev/null || return 0; sleep 0.1; done; }
 cleanup() {
   for p in ${TPID:-} ${VPID:-}; do stop_pid TERM "$p"; done
   [ -n "${KEEP:-}" ] || rm -rf "$WORK"

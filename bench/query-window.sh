@@ -43,8 +43,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-urlenc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$1"; }
+. "$ROOT/bench/lib.sh"
 declare -A PID_OF
 start_tsd() { # name, port
   "$TSDB" tsd --port "$2" --data-dir "$WORK/$1" --auto-metric >"$WORK/$1.log" 2>&1 &

@@ -26,15 +26,14 @@ cargo build --release --quiet --bin tsdb --example tsbs
 TSDB=${TSDB:-$ROOT/target/release/tsdb}
 TSBS=$ROOT/target/release/examples/tsbs
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-urlenc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$1"; }
+. "$ROOT/bench/lib.sh"
 
 PORT=$(free_port)
 rm -rf "$WORK/rtsdb"
 "$TSDB" tsd --port "$PORT" --data-dir "$WORK/rtsdb" --auto-metric > "$WORK/rtsdb.log" 2>&1 &
 PID=$!
 trap 'kill $PID ${POLL:-} 2>/dev/null || true' EXIT
-for _ in $(seq 1 600); do (echo > "/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
+wait_port "$PORT"
 
 "$TSBS" load "127.0.0.1:$PORT" telnet "$HOSTS" "$HOURS" 4 > "$WORK/load.txt"
 T0=$(date +%s%3N); echo "$T0" > "$WORK/t0"

@@ -352,16 +352,12 @@ fn read_response(stream: &mut TcpStream) -> (u16, Vec<u8>) {
 
 /// Times a GET over one keep-alive connection; prints median and p90.
 fn query(addr: &str, path: &str, runs: usize) {
-    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: bench\r\nAccept: application/json\r\n\r\n");
+    let mut get = Getter::new(addr, path);
     let mut times = Vec::with_capacity(runs);
     let mut size = 0;
     for i in 0..runs + 2 {
         let t = Instant::now();
-        stream.write_all(req.as_bytes()).expect("write");
-        let (status, body) = read_response(&mut stream);
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let body = get.ask();
         if i >= 2 {
             times.push(t.elapsed());
         }
@@ -380,20 +376,42 @@ fn query(addr: &str, path: &str, runs: usize) {
 /// in milliseconds. Shows what a query costs at each moment of a seal
 /// (bench/seal-latency.sh).
 fn trace(addr: &str, path: &str, secs: u64) {
-    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: bench\r\nAccept: application/json\r\n\r\n");
+    let mut get = Getter::new(addr, path);
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(secs) {
         let t = Instant::now();
-        stream.write_all(req.as_bytes()).expect("write");
-        let (status, body) = read_response(&mut stream);
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        get.ask();
         println!(
             "{:.0} {:.3}",
             t.duration_since(start).as_secs_f64() * 1000.0,
             t.elapsed().as_secs_f64() * 1000.0
         );
+    }
+}
+
+/// One GET asked again and again over a keep-alive connection.
+struct Getter {
+    stream: TcpStream,
+    request: String,
+}
+
+impl Getter {
+    fn new(addr: &str, path: &str) -> Getter {
+        let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: bench\r\nAccept: application/json\r\n\r\n");
+        Getter { stream, request }
+    }
+
+    /// The answer's body; panics unless it is a 200.
+    fn ask(&mut self) -> Vec<u8> {
+        self.stream
+            .write_all(self.request.as_bytes())
+            .expect("write");
+        let (status, body) = read_response(&mut self.stream);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        body
     }
 }
 

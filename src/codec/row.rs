@@ -196,6 +196,12 @@ pub struct DecodedRow {
     pub duplicates: usize,
 }
 
+/// Whether `points` are in time order, one per timestamp: a row's points
+/// as they are stored, needing no merge.
+pub fn sorted_unique(points: &[StoredPoint]) -> bool {
+    points.windows(2).all(|w| w[0].offset_ms < w[1].offset_ms)
+}
+
 /// Decodes every data column of a row (single, compacted and append
 /// columns), merging them by timestamp the way OpenTSDB's compaction does.
 pub fn decode_row(
@@ -233,7 +239,7 @@ pub fn decode_row(
     // points are already sorted and unique; no merging needed.
     if spans.len() <= 1
         && !spans.first().is_some_and(|&(cell, _)| is_append(cell))
-        && points.windows(2).all(|w| w[0].offset_ms < w[1].offset_ms)
+        && sorted_unique(&points)
     {
         row.points = points;
         return Ok(row);

@@ -137,12 +137,21 @@ impl KeyLayout {
     /// written into `tsuid`, without parsing the tags. None for a key too
     /// short to hold a base time.
     pub fn split_row_key(&self, key: &[u8], tsuid: &mut Vec<u8>) -> Option<u32> {
+        let (metric, base, tags) = self.row_key_parts(key)?;
+        tsuid.clear();
+        tsuid.extend_from_slice(metric);
+        tsuid.extend_from_slice(tags);
+        Some(base)
+    }
+
+    /// A row key's metric UID bytes, base time and tag bytes, borrowed,
+    /// without parsing the tags. None for a key too short to hold a base
+    /// time.
+    pub fn row_key_parts<'k>(&self, key: &'k [u8]) -> Option<(&'k [u8], u32, &'k [u8])> {
         let (sw, mw) = (self.salt.width as usize, self.widths.metric.bytes());
         let ts = key.get(sw + mw..sw + mw + 4)?;
-        tsuid.clear();
-        tsuid.extend_from_slice(&key[sw..sw + mw]);
-        tsuid.extend_from_slice(&key[sw + mw + 4..]);
-        Some(u32::from_be_bytes([ts[0], ts[1], ts[2], ts[3]]))
+        let base = u32::from_be_bytes([ts[0], ts[1], ts[2], ts[3]]);
+        Some((&key[sw..sw + mw], base, &key[sw + mw + 4..]))
     }
 
     /// Row key of the global-annotation row for an hour: metric UID all

@@ -400,6 +400,7 @@ impl Db {
         // stands for went (after a full flush, above), or past its bound:
         // not at every round, as the move holds the engine briefly.
         let wanted = min_pinned.is_none() || deleted;
+        let quiet = self.reads.quiet_for(READS_QUIET);
         let mut due = self.checkpoint_due.lock();
         if wanted && due.is_none() {
             *due = Some(std::time::Instant::now());
@@ -408,9 +409,7 @@ impl Db {
             // pause: reads of rows left in memtables were slower (the
             // one-series query of bench/million-series.sh, single runs at
             // load 3: 1.03 ms with them there, 0.64 ms in tables).
-            if !self.reads.quiet_for(READS_QUIET)
-                && let Err(e) = self.store.kv().flush_journal(JOURNAL_CHECKPOINT_BYTES)
-            {
+            if !quiet && let Err(e) = self.store.kv().flush_journal(JOURNAL_CHECKPOINT_BYTES) {
                 tracing::error!(error = %e, "moving the engine journal into its tables failed");
             }
         }
@@ -420,9 +419,7 @@ impl Db {
             // dashboard's query several times over): the one bytes on
             // disk ask for waits for a pause in the reads, though never
             // past CHECKPOINT_PATIENCE. The bound does not wait.
-            Some(since)
-                if self.reads.quiet_for(READS_QUIET) || since.elapsed() >= CHECKPOINT_PATIENCE =>
-            {
+            Some(since) if quiet || since.elapsed() >= CHECKPOINT_PATIENCE => {
                 *due = None;
                 drop(due);
                 self.checkpoint_engine(JOURNAL_CHECKPOINT_BYTES);

@@ -32,7 +32,14 @@ impl Default for ReadActivity {
 impl ReadActivity {
     const NEVER: u64 = u64::MAX;
 
-    /// A read begins or ends: once per series slice, not per point.
+    /// A read begins; its end is noted when the guard drops, however it
+    /// ends. Once per series slice, not per point.
+    pub(super) fn begin(&self) -> ReadGuard<'_> {
+        self.note();
+        ReadGuard(self)
+    }
+
+    /// A read begins or ends.
     pub(super) fn note(&self) {
         let ms = self.epoch.elapsed().as_millis() as u64;
         self.last_ms.store(ms, Ordering::Relaxed);
@@ -68,8 +75,7 @@ impl Db {
         sink: &mut PointSink<'_>,
         read: impl FnOnce(&mut PointSink<'_>) -> store::Result<ReadStats>,
     ) -> store::Result<ReadStats> {
-        self.reads.note();
-        let _ended = NoteOnDrop(&self.reads);
+        let _read = self.reads.begin();
         // Buffer first: a point sealed meanwhile is then found in the store.
         // Each listed series is looked up in the buffer: settled data (the
         // common case for dashboards over past hours) and a query of a few
@@ -124,10 +130,10 @@ impl Db {
     }
 }
 
-/// Notes a read's end, however it ends.
-struct NoteOnDrop<'a>(&'a ReadActivity);
+/// A read under way (see [`ReadActivity::begin`]).
+pub(super) struct ReadGuard<'a>(&'a ReadActivity);
 
-impl Drop for NoteOnDrop<'_> {
+impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
         self.0.note();
     }
@@ -240,8 +246,7 @@ impl SeriesSource for Db {
         end_ms: u64,
         want: &mut dyn FnMut(&Tsuid) -> bool,
     ) -> store::Result<Vec<SeriesData>> {
-        self.reads.note();
-        let _ended = NoteOnDrop(&self.reads);
+        let _read = self.reads.begin();
         // Buffer first: a point sealed meanwhile is then found in the store.
         let mut buffered = self.buffer.read(metric, start_ms, end_ms, &mut |_| true);
         let stored = self.rows.read_series(metric, start_ms, end_ms, want)?;

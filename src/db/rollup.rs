@@ -428,7 +428,7 @@ impl RollupSource for Db {
             .enumerate()
             .map(|(r, (bytes, _))| (bytes.as_slice(), r))
             .collect();
-        let (sw, mw) = (layout.salt.width as usize, widths.metric.bytes());
+        let mw = widths.metric.bytes();
         // Reads start at the retained floor, as for raw rows: expired rows
         // wait for the engine's compactions to go.
         let start_s = start_s.max(self.store.retention_floor(metric));
@@ -447,14 +447,9 @@ impl RollupSource for Db {
                     self.rollup_table
                         .visit_raw(table, &start, &end, &mut |key, value| {
                             read.rows += 1;
-                            let (Some(metric), Some(base), Some(tags)) = (
-                                key.get(sw..sw + mw),
-                                key.get(sw + mw..sw + mw + 4),
-                                key.get(sw + mw + 4..),
-                            ) else {
+                            let Some((metric, base, tags)) = layout.row_key_parts(key) else {
                                 return true;
                             };
-                            let base = u32::from_be_bytes([base[0], base[1], base[2], base[3]]);
                             let guess = order.get(next).filter(|(bytes, _)| {
                                 bytes.len() == mw + tags.len()
                                     && bytes[..mw] == *metric

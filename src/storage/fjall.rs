@@ -340,6 +340,25 @@ impl FjallStore {
         })
     }
 
+    /// Whether the journal holds at least `min_bytes` (an error while
+    /// the engine refuses writes).
+    fn journal_holds(&self, min_bytes: u64) -> Result<bool> {
+        if self.failing.load(Ordering::Acquire) {
+            return Err(self.unavailable_error());
+        }
+        Ok(journal_bytes(&self.path)? >= min_bytes)
+    }
+
+    /// Writes every table's memtable into a table, with reads and writes
+    /// flowing: what the journal holds is then in the tables too.
+    fn flush_memtables(&self) -> Result<()> {
+        for ks in &self.engine()?.tables {
+            ks.rotate_memtable_and_wait()
+                .map_err(|e| self.write_error(e))?;
+        }
+        Ok(())
+    }
+
     /// The open engine, or why there is none.
     fn engine(&self) -> Result<Arc<Engine>> {
         match &*self.engine.read() {
@@ -725,28 +744,18 @@ impl KvStore for FjallStore {
     }
 
     fn flush_journal(&self, min_journal_bytes: u64) -> Result<()> {
-        if self.failing.load(Ordering::Acquire) {
-            return Err(self.unavailable_error());
-        }
-        let engine = self.engine()?;
-        if journal_bytes(&self.path)? >= min_journal_bytes {
-            for ks in &engine.tables {
-                ks.rotate_memtable_and_wait()
-                    .map_err(|e| self.write_error(e))?;
-            }
+        if self.journal_holds(min_journal_bytes)? {
+            self.flush_memtables()?;
         }
         Ok(())
     }
 
     fn checkpoint(&self, min_journal_bytes: u64) -> Result<bool> {
-        if self.failing.load(Ordering::Acquire) {
-            return Err(self.unavailable_error());
-        }
-        if journal_bytes(&self.path)? < min_journal_bytes {
+        if !self.journal_holds(min_journal_bytes)? {
             return Ok(false);
         }
         // Most of the flushing, with reads and writes still flowing.
-        self.flush_journal(min_journal_bytes)?;
+        self.flush_memtables()?;
         let mut slot = self.engine.write();
         let Some(shared) = slot.take() else {
             return Err(self.unavailable_error());

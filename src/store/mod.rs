@@ -618,11 +618,7 @@ impl Store {
         // write) is its points: encoding them as an append column to
         // decode that again cost a sealed hour's write a second encoding
         // and a decoding.
-        if row.cells.is_empty()
-            && new_points
-                .windows(2)
-                .all(|w| w[0].offset_ms < w[1].offset_ms)
-        {
+        if row.cells.is_empty() && row::sorted_unique(&new_points) {
             let decoded = row::DecodedRow {
                 points: new_points,
                 ..Default::default()

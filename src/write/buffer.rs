@@ -646,8 +646,11 @@ impl Buffer {
             value: p.value(),
         };
         // An hour wholly in range (the usual case) is copied without a
-        // check per point, in one pass of known length.
+        // check per point, in one pass of known length. Room first: a
+        // filtered copy gives no lower bound, and growing by doubling
+        // copied each series' points again.
         let copy_hour = |dst: &mut Vec<Point>, base: u32, points: &[BufPoint]| {
+            dst.reserve(points.len());
             let hour_ms = base as u64 * 1000;
             if hour_ms >= start_ms && hour_ms + ROW_SPAN_SECS as u64 * 1000 - 1 <= end_ms {
                 dst.extend(points.iter().map(point));
@@ -681,9 +684,6 @@ impl Buffer {
                     .entry(k)
                     .or_insert_with(|| (h.series.clone(), Vec::new()))
                     .1;
-                // Room first: a filtered copy gives no lower bound, and growing
-                // by doubling copied each series' points again.
-                dst.reserve(h.points.len());
                 copy_hour(dst, h.base, &h.points);
             }
         }
@@ -705,7 +705,6 @@ impl Buffer {
                 let mut hours: Vec<&HourBuf> =
                     sb.hours.iter().filter(|h| hour_in_range(h.base)).collect();
                 hours.sort_by_key(|h| h.base);
-                dst.reserve(hours.iter().map(|h| h.points.len()).sum());
                 for h in hours {
                     copy_hour(dst, h.base, &h.points);
                 }

@@ -294,6 +294,39 @@ fn replays_its_wal_exactly(name: &str, version: u32, first_record: u8) {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// A copy of a rollup fixture store, read back and upgraded: its scan
+/// printed what the fixture's `.scan.txt` holds, which upgraded it to
+/// this build's format, and fsck found its rollup rows and no error.
+struct RollupFixture {
+    dir: tempfile::TempDir,
+    store: std::path::PathBuf,
+    conf: std::path::PathBuf,
+    /// The fixture's `.scan.txt`.
+    printed: String,
+}
+
+impl RollupFixture {
+    /// Fixture `name`, of store format `version`, holding `rows` rollup
+    /// rows.
+    fn open(name: &str, version: u32, rows: usize) -> RollupFixture {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        copy_dir(&fixture(name), &store);
+        assert_eq!(header_of(&store)["format_version"], version);
+        let conf = rollup_conf(dir.path());
+        let printed = std::fs::read_to_string(fixture(&format!("{name}.scan.txt"))).unwrap();
+        assert_eq!(scan_rollups(&store, &conf), printed);
+        assert_eq!(header_of(&store)["format_version"], 8);
+        fsck_rollups(&store, &conf, rows);
+        RollupFixture {
+            dir,
+            store,
+            conf,
+            printed,
+        }
+    }
+}
+
 /// A config file naming `tsd_rollup::CONFIG`'s rollups, for `tsdb` runs
 /// on the rollup fixture stores.
 fn rollup_conf(dir: &Path) -> std::path::PathBuf {
@@ -374,17 +407,14 @@ fn stop_keeping_store(mut srv: crate::common::TestServer) -> tempfile::TempDir {
 /// --rollup-table` printed of both tables, per metric as below.
 #[test]
 fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_8() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
-    copy_dir(&fixture("store-d8666ad"), &store);
-    assert_eq!(header_of(&store)["format_version"], 6);
-    let conf = rollup_conf(dir.path());
+    let RollupFixture {
+        dir: _dir,
+        store,
+        conf,
+        printed,
+    } = RollupFixture::open("store-d8666ad", 6, 7);
     let scan_all = |store: &Path| scan_rollups(store, &conf);
-    let printed = std::fs::read_to_string(fixture("store-d8666ad.scan.txt")).unwrap();
-    assert_eq!(scan_all(&store), printed);
-    assert_eq!(header_of(&store)["format_version"], 8);
     let fsck = |store: &Path| fsck_rollups(store, &conf, 7);
-    fsck(&store);
     // A TSD computing rollups answers from the old rows as from raw
     // points, and a late point rewrites its interval's row in columns.
     let srv = auto_rollup_tsd(&store);
@@ -498,17 +528,14 @@ fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
 /// --rollup-table` printed of both tables, per metric as below.
 #[test]
 fn a_format_7_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_8() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
-    copy_dir(&fixture("store-4c2670a"), &store);
-    assert_eq!(header_of(&store)["format_version"], 7);
-    let conf = rollup_conf(dir.path());
+    let RollupFixture {
+        dir: _dir,
+        store,
+        conf,
+        printed,
+    } = RollupFixture::open("store-4c2670a", 7, 9);
     let scan_all = |store: &Path| scan_rollups(store, &conf);
-    let printed = std::fs::read_to_string(fixture("store-4c2670a.scan.txt")).unwrap();
-    assert_eq!(scan_all(&store), printed);
-    assert_eq!(header_of(&store)["format_version"], 8);
     let fsck = |store: &Path| fsck_rollups(store, &conf, 9);
-    fsck(&store);
     // A TSD computing rollups answers from the old rows as from raw
     // points; then each series takes one of its points again, the same
     // value, which recomputes its rows and writes them in `03` columns.

@@ -1,0 +1,11 @@
+# Helpers the bench scripts share; sourced, not run:
+#   . "$ROOT/bench/lib.sh"
+
+# A free TCP port on loopback.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Waits up to 60 s for a listener on loopback port $1.
+wait_port() { for _ in $(seq 1 600); do (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
+# $1 percent-encoded for a query string (every reserved character).
+urlenc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$1"; }
+# Sends signal $1 to pid $2 and waits up to 60 s for it to end.
+stop_pid() { kill "-$1" "$2" 2>/dev/null || true; for _ in $(seq 1 600); do kill -0 "$2" 2>/dev/null || return 0; sleep 0.1; done; }
