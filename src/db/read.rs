@@ -90,11 +90,10 @@ impl Db {
         let mut streamed_ahead = 0u64;
         let mut stopped = false;
         let mut stats = read(&mut |i, points: &[Point]| {
-            if let Some(newer) = pending.get(&i) {
+            if let Some(newer) = (!pending.is_empty()).then(|| pending.get(i)).flatten() {
                 let held = stored.get_mut(&i);
-                let ahead = held.is_none()
-                    && points.last().map(|p| p.timestamp_ms)
-                        < newer.first().map(|p| p.timestamp_ms);
+                let ahead =
+                    held.is_none() && points.last().map(|p| p.timestamp_ms) < newer.first_ms();
                 if !ahead {
                     match held {
                         Some(h) => h.extend_from_slice(points),
@@ -116,13 +115,20 @@ impl Db {
         // Points are counted as the whole merged series always were:
         // those streamed ahead of the buffered ones too.
         stats.points += streamed_ahead;
-        for (i, newer) in pending {
-            let merged = match stored.remove(&i) {
-                Some(older) if !older.is_empty() => merge_last_wins(older, newer),
-                _ => newer,
+        let mut scratch = Vec::new();
+        for (i, _, newer) in pending.iter() {
+            let go_on = match stored.remove(&i) {
+                Some(older) if !older.is_empty() => {
+                    let merged = merge_last_wins(older, newer.to_points());
+                    stats.points += merged.len() as u64;
+                    sink(i, &merged)
+                }
+                _ => {
+                    stats.points += newer.len() as u64;
+                    newer.each_chunk(&mut scratch, |pts| sink(i, pts))
+                }
             };
-            stats.points += merged.len() as u64;
-            if !merged.is_empty() && !sink(i, &merged) {
+            if !go_on {
                 break;
             }
         }

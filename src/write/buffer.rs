@@ -80,6 +80,13 @@ impl BufPoint {
         }
     }
 
+    fn point(self) -> Point {
+        Point {
+            timestamp_ms: self.ms(),
+            value: self.value(),
+        }
+    }
+
     fn timestamp(self) -> Timestamp {
         if self.ts & SECONDS_FLAG != 0 {
             Timestamp::Seconds((self.ms() / 1000) as u32)
@@ -186,19 +193,112 @@ impl Default for Buffer {
 
 /// Sorts by time and keeps the last written point of each timestamp.
 fn dedup_last_wins<P: Copy>(mut pts: Vec<P>, ms: impl Fn(&P) -> u64) -> Vec<P> {
+    let kept = dedup_last_wins_in_place(&mut pts, ms);
+    pts.truncate(kept);
+    pts
+}
+
+/// [`dedup_last_wins`] within a slice: the kept points move to its front;
+/// returns how many there are.
+fn dedup_last_wins_in_place<P: Copy>(pts: &mut [P], ms: impl Fn(&P) -> u64) -> usize {
     // Points usually arrive in time order: nothing to do then.
     if pts.windows(2).all(|w| ms(&w[0]) < ms(&w[1])) {
-        return pts;
+        return pts.len();
     }
     pts.sort_by_key(&ms); // stable: arrival order kept per timestamp
-    let mut out: Vec<P> = Vec::with_capacity(pts.len());
-    for p in pts {
-        match out.last_mut() {
-            Some(last) if ms(last) == ms(&p) => *last = p,
-            _ => out.push(p),
+    let mut kept = 0;
+    for i in 0..pts.len() {
+        if kept > 0 && ms(&pts[kept - 1]) == ms(&pts[i]) {
+            pts[kept - 1] = pts[i];
+        } else {
+            pts[kept] = pts[i];
+            kept += 1;
         }
     }
-    out
+    kept
+}
+
+/// Buffered and in-flight points copied out for one read. They stay in
+/// the buffer's 16-byte form, all series in one arena: a query of the
+/// current hour copies every point of its series, and that copy was bound
+/// by memory (a Vec of 24-byte query points per series, written and read
+/// back again from beyond the cache). They become query points only as
+/// they are handed on, a cache-sized chunk at a time.
+pub(crate) struct BufferedPoints<K> {
+    points: Vec<BufPoint>,
+    /// Each key's series and its points in `points` (sorted, one per
+    /// timestamp, the newest write winning), in key order.
+    spans: Vec<(K, Arc<Series>, std::ops::Range<usize>)>,
+}
+
+/// One series' points in a [`BufferedPoints`].
+#[derive(Clone, Copy)]
+pub(crate) struct BufferedSeries<'a> {
+    points: &'a [BufPoint],
+}
+
+/// Query points converted at once by [`BufferedSeries::each_chunk`]: a
+/// chunk stays in the first-level cache while the pipeline reads it.
+const CHUNK_POINTS: usize = 512;
+
+impl<'a> BufferedSeries<'a> {
+    pub(crate) fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    pub(crate) fn first_ms(&self) -> Option<u64> {
+        self.points.first().map(|p| p.ms())
+    }
+
+    pub(crate) fn to_points(self) -> Vec<Point> {
+        self.points.iter().map(|p| p.point()).collect()
+    }
+
+    /// Hands the points to `f` as query points, in order, a chunk at a
+    /// time through `scratch`; stops, returning false, when `f` does.
+    pub(crate) fn each_chunk(
+        self,
+        scratch: &mut Vec<Point>,
+        mut f: impl FnMut(&[Point]) -> bool,
+    ) -> bool {
+        for chunk in self.points.chunks(CHUNK_POINTS) {
+            scratch.clear();
+            scratch.extend(chunk.iter().map(|p| p.point()));
+            if !f(scratch) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl<K: Ord + Copy> BufferedPoints<K> {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// How many series have points (tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// The points of `key`, if any are buffered.
+    pub(crate) fn get(&self, key: K) -> Option<BufferedSeries<'_>> {
+        let at = self.spans.binary_search_by_key(&key, |s| s.0).ok()?;
+        Some(self.series_at(at))
+    }
+
+    /// Every key's series and points, in key order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (K, &Arc<Series>, BufferedSeries<'_>)> {
+        (0..self.spans.len()).map(|i| (self.spans[i].0, &self.spans[i].1, self.series_at(i)))
+    }
+
+    fn series_at(&self, i: usize) -> BufferedSeries<'_> {
+        BufferedSeries {
+            points: &self.points[self.spans[i].2.clone()],
+        }
+    }
 }
 
 /// A metric's series ever buffered, found by TSUID: a query of a few of a
@@ -573,8 +673,8 @@ impl Buffer {
                 .collect()
         };
         self.collect(metric, start_ms, end_ms, &mut is_wanted, members)
-            .into_values()
-            .map(|(series, pts)| (series.tsuid.clone(), pts))
+            .iter()
+            .map(|(_, series, pts)| (series.tsuid.clone(), pts.to_points()))
             .collect()
     }
 
@@ -588,11 +688,11 @@ impl Buffer {
         tsuids: &[Tsuid],
         start_ms: u64,
         end_ms: u64,
-    ) -> FastMap<usize, Vec<Point>> {
+    ) -> BufferedPoints<usize> {
         let mut metrics: Vec<Uid> = tsuids.iter().map(|t| t.metric).collect();
         metrics.sort_unstable();
         metrics.dedup();
-        let mut out = FastMap::default();
+        let mut out: Option<BufferedPoints<usize>> = None;
         for metric in metrics {
             // Built only if an in-flight hour of the metric is in range.
             let mut positions: Option<FastMap<&Tsuid, usize>> = None;
@@ -617,18 +717,34 @@ impl Buffer {
                     .flat_map(|(i, t)| m.with_tsuid(t).map(move |s| (s.clone(), i)))
                     .collect()
             };
-            for (i, (_, pts)) in self.collect(metric, start_ms, end_ms, &mut is_listed, members) {
-                out.insert(i, pts);
-            }
+            let got = self.collect(metric, start_ms, end_ms, &mut is_listed, members);
+            out = Some(match out {
+                None => got,
+                Some(mut all) => {
+                    // Several metrics (rare): their positions interleave.
+                    let shift = all.points.len();
+                    all.points.extend_from_slice(&got.points);
+                    all.spans.extend(
+                        got.spans
+                            .into_iter()
+                            .map(|(k, s, r)| (k, s, r.start + shift..r.end + shift)),
+                    );
+                    all.spans.sort_by_key(|s| s.0);
+                    all
+                }
+            });
         }
-        out
+        out.unwrap_or(BufferedPoints {
+            points: Vec::new(),
+            spans: Vec::new(),
+        })
     }
 
     /// The points of `metric`'s series in `[start_ms, end_ms]`, buffered
     /// or in flight, under the key `key` gives a series (`None`: not
     /// read); `members` picks, with the same keys, the buffered series to
     /// visit. Series with no point in range are left out.
-    fn collect<K: std::hash::Hash + Eq + Copy>(
+    fn collect<K: Ord + Copy>(
         &self,
         metric: Uid,
         start_ms: u64,
@@ -638,28 +754,20 @@ impl Buffer {
             &MetricSeries,
             &mut dyn FnMut(&Series) -> Option<K>,
         ) -> Vec<(Arc<Series>, K)>,
-    ) -> FastMap<K, (Arc<Series>, Vec<Point>)> {
-        // Points are read out as query points (in range) in one pass.
-        let mut raw: FastMap<K, (Arc<Series>, Vec<Point>)> = FastMap::default();
-        let point = |p: &BufPoint| Point {
-            timestamp_ms: p.ms(),
-            value: p.value(),
-        };
-        // An hour wholly in range (the usual case) is copied without a
-        // check per point, in one pass of known length. Room first: a
-        // filtered copy gives no lower bound, and growing by doubling
-        // copied each series' points again.
-        let copy_hour = |dst: &mut Vec<Point>, base: u32, points: &[BufPoint]| {
-            dst.reserve(points.len());
+    ) -> BufferedPoints<K> {
+        let mut points: Vec<BufPoint> = Vec::new();
+        // What each series contributed to `points`, in the order written.
+        let mut parts: Vec<(K, Arc<Series>, std::ops::Range<usize>)> = Vec::new();
+        // An hour wholly in range (the usual case) is copied as it is, in
+        // one pass of known length.
+        let copy_hour = |dst: &mut Vec<BufPoint>, base: u32, hour: &[BufPoint]| {
             let hour_ms = base as u64 * 1000;
             if hour_ms >= start_ms && hour_ms + ROW_SPAN_SECS as u64 * 1000 - 1 <= end_ms {
-                dst.extend(points.iter().map(point));
+                dst.extend_from_slice(hour);
             } else {
                 dst.extend(
-                    points
-                        .iter()
-                        .filter(|p| (start_ms..=end_ms).contains(&p.ms()))
-                        .map(point),
+                    hour.iter()
+                        .filter(|p| (start_ms..=end_ms).contains(&p.ms())),
                 );
             }
         };
@@ -680,11 +788,9 @@ impl Buffer {
                     continue;
                 }
                 let Some(k) = key(&h.series) else { continue };
-                let dst = &mut raw
-                    .entry(k)
-                    .or_insert_with(|| (h.series.clone(), Vec::new()))
-                    .1;
-                copy_hour(dst, h.base, &h.points);
+                let from = points.len();
+                copy_hour(&mut points, h.base, &h.points);
+                parts.push((k, h.series.clone(), from..points.len()));
             }
         }
         // The metric's series that are wanted, then each in its shard.
@@ -692,29 +798,51 @@ impl Buffer {
             Some(m) => members(m, key),
             None => Vec::new(),
         };
+        // A series' hours in range, by position, oldest first.
+        let mut order: Vec<usize> = Vec::new();
         for (series, k) in members {
             let shard = self.shards[series.id as usize % SHARDS].lock();
-            if let Some(sb) = shard.get(&series.id) {
-                if !sb.hours.iter().any(|h| hour_in_range(h.base)) {
-                    continue;
-                }
-                let dst = &mut raw
-                    .entry(k)
-                    .or_insert_with(|| (sb.series.clone(), Vec::new()))
-                    .1;
-                let mut hours: Vec<&HourBuf> =
-                    sb.hours.iter().filter(|h| hour_in_range(h.base)).collect();
-                hours.sort_by_key(|h| h.base);
-                for h in hours {
-                    copy_hour(dst, h.base, &h.points);
-                }
+            let Some(sb) = shard.get(&series.id) else {
+                continue;
+            };
+            order.clear();
+            order.extend((0..sb.hours.len()).filter(|&j| hour_in_range(sb.hours[j].base)));
+            if order.is_empty() {
+                continue;
             }
+            order.sort_by_key(|&j| sb.hours[j].base);
+            points.reserve(order.iter().map(|&j| sb.hours[j].points.len()).sum());
+            let from = points.len();
+            for &j in &order {
+                copy_hour(&mut points, sb.hours[j].base, &sb.hours[j].points);
+            }
+            parts.push((k, sb.series.clone(), from..points.len()));
         }
         drop(in_flight);
-        raw.into_iter()
-            .filter(|(_, (_, v))| !v.is_empty())
-            .map(|(k, (series, v))| (k, (series, dedup_last_wins(v, |p| p.timestamp_ms))))
-            .collect()
+        // One span per key, sorted and one point per timestamp. A key's
+        // several parts (in flight and buffered, or one TSUID under two
+        // series ids) are joined at the end of the arena, in the order
+        // written, so the newest write still wins.
+        parts.retain(|p| !p.2.is_empty());
+        parts.sort_by_key(|p| p.0); // stable: write order kept per key
+        let mut spans = Vec::with_capacity(parts.len());
+        let mut i = 0;
+        while i < parts.len() {
+            let k = parts[i].0;
+            let n = parts[i..].iter().take_while(|p| p.0 == k).count();
+            let mut range = parts[i].2.clone();
+            if n > 1 {
+                let from = points.len();
+                for p in &parts[i..i + n] {
+                    points.extend_from_within(p.2.clone());
+                }
+                range = from..points.len();
+            }
+            let kept = dedup_last_wins_in_place(&mut points[range.clone()], |p| p.ms());
+            spans.push((k, parts[i].1.clone(), range.start..range.start + kept));
+            i += n;
+        }
+        BufferedPoints { points, spans }
     }
 }
 
@@ -910,7 +1038,12 @@ mod tests {
         ];
         let got = b.read_listed(&asked, 0, u64::MAX);
         let ts = |i: usize| -> Vec<(u64, Value)> {
-            got[&i].iter().map(|p| (p.timestamp_ms, p.value)).collect()
+            got.get(i)
+                .expect("buffered")
+                .to_points()
+                .iter()
+                .map(|p| (p.timestamp_ms, p.value))
+                .collect()
         };
         assert_eq!(got.len(), 3);
         assert_eq!(
@@ -931,7 +1064,7 @@ mod tests {
         // The range applies.
         let got = b.read_listed(&asked, 1356998405000, 1356998415000);
         assert_eq!(got.len(), 1);
-        assert_eq!(got[&2].len(), 1);
+        assert_eq!(got.get(2).map(|s| s.len()), Some(1));
     }
 
     /// A reader racing seals sees every point written before it began,
