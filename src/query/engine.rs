@@ -373,6 +373,10 @@ pub(super) fn read_range(q: &ValidQuery, sub: &ValidSubQuery) -> (u64, u64) {
 #[derive(Default)]
 struct NameCheck {
     known: FastMap<(UidKind, Uid), bool>,
+    /// The tags of the last series that resolved: series come sorted, so
+    /// most of a series' pairs are its predecessor's, known good without
+    /// a lookup.
+    last: Vec<(Uid, Uid)>,
 }
 
 impl NameCheck {
@@ -391,11 +395,15 @@ impl NameCheck {
 
     /// False if one of the series' tag UIDs was deleted.
     fn resolves(&mut self, ctx: &QueryContext, tsuid: &Tsuid) -> Result<bool, QueryError> {
-        for &(k, v) in &tsuid.tags {
+        for (j, &(k, v)) in tsuid.tags.iter().enumerate() {
+            if self.last.get(j) == Some(&(k, v)) {
+                continue;
+            }
             if !self.exists(ctx, UidKind::TagKey, k)? || !self.exists(ctx, UidKind::TagValue, v)? {
                 return Ok(false);
             }
         }
+        self.last.clone_from(&tsuid.tags);
         Ok(true)
     }
 }
@@ -592,11 +600,19 @@ pub(super) fn select(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selected
         v
     };
     // Position of each series in `tsuids`.
-    let slot: HashMap<usize, usize> = grouped.iter().enumerate().map(|(p, &i)| (i, p)).collect();
-    let tsuids: Vec<Tsuid> = grouped.iter().map(|&i| series[i].clone()).collect();
+    let mut slot = vec![usize::MAX; series.len()];
+    for (p, &i) in grouped.iter().enumerate() {
+        slot[i] = p;
+    }
+    // `grouped` is ascending: the grouped series move out in order.
+    let tsuids: Vec<Tsuid> = series
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, t)| (slot[i] != usize::MAX).then_some(t))
+        .collect();
     let groups = groups
         .into_values()
-        .map(|m| m.iter().map(|i| slot[i]).collect())
+        .map(|m| m.iter().map(|&i| slot[i]).collect())
         .collect();
     Ok(Selected {
         metric_uid,
@@ -1069,7 +1085,7 @@ fn run_sub(
     let t_agg = budget.elapsed();
     stats.storage_ms = (t_agg - t_read).as_secs_f64() * 1000.0;
     let seen: Vec<bool> = pipes.iter().map(|p| p.seen).collect();
-    let mut scratch = Scratch::default();
+    let mut scratch = Scratch::with_threads(ctx.source.read_threads());
     let results = build_results(
         ctx,
         q,

@@ -9,7 +9,7 @@ use crate::model::Value;
 /// A series after downsampling and rate: sorted, one point per timestamp.
 pub(crate) type Points = [(i64, Value)];
 
-/// Reusable buffers for [`aggregate`].
+/// Reusable buffers for [`aggregate`], and how many threads it may use.
 #[derive(Default)]
 pub(crate) struct Scratch {
     times: Vec<i64>,
@@ -18,7 +18,24 @@ pub(crate) struct Scratch {
     doubles: Vec<f64>,
     sort: Vec<f64>,
     cells: Vec<GridCell>,
+    /// Threads a large same-grid fold is split over (0 or 1: none).
+    threads: usize,
 }
+
+impl Scratch {
+    /// Buffers for an aggregation that may split a large same-grid fold
+    /// over `threads` threads.
+    pub(crate) fn with_threads(threads: usize) -> Scratch {
+        Scratch {
+            threads,
+            ..Scratch::default()
+        }
+    }
+}
+
+/// Fewest values a same-grid fold splits over threads: below this a
+/// thread costs more to start than it saves.
+const PARALLEL_FOLD_VALUES: usize = 32 * 1024;
 
 /// Merges `series` and appends the aggregated points with timestamps in
 /// `[from, to]` to `out`.
@@ -210,10 +227,36 @@ fn accumulate(
     cells.resize(grid.len(), GridCell::default());
     // The function is picked once, not per point: each rule is its own
     // loop.
-    let folded = match FoldBy::of(agg) {
-        FoldBy::Sum => fold_sums(series, rate, cells),
-        FoldBy::Min => fold_series::<MinRule>(series, rate, cells),
-        FoldBy::Max => fold_series::<MaxRule>(series, rate, cells),
+    let by = FoldBy::of(agg);
+    let fold = |at: usize, cells: &mut [GridCell]| match by {
+        FoldBy::Sum => fold_sums(series, at, rate, cells),
+        FoldBy::Min => fold_series::<MinRule>(series, at, rate, cells),
+        FoldBy::Max => fold_series::<MaxRule>(series, at, rate, cells),
+    };
+    // Timestamps apart are folded apart, each still in series order: a
+    // large fold is split by timestamp over threads, with the very
+    // additions of one thread.
+    let threads = if series.len() * grid.len() >= PARALLEL_FOLD_VALUES {
+        scratch.threads.clamp(1, grid.len())
+    } else {
+        1
+    };
+    let folded = if threads == 1 {
+        fold(0, cells)
+    } else {
+        let per = grid.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let mut parts = cells.chunks_mut(per).enumerate();
+            let (_, mine) = parts.next().expect("a grid of at least one timestamp");
+            let helpers: Vec<_> = parts
+                .map(|(n, part)| scope.spawn(move || fold(n * per, part)))
+                .collect();
+            let mut all = fold(0, mine);
+            for h in helpers {
+                all &= h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+            }
+            all
+        })
     };
     if !folded {
         return false;
@@ -227,15 +270,20 @@ fn accumulate(
     true
 }
 
-/// Folds every series' values, position by position, into `cells` with
-/// rule `R`. False as soon as a series' timestamp is not the first
-/// series' at the same position, or (unless `rate`, whose values are all
-/// doubles) a value is an integer.
+/// Folds every series' values, position by position from `at`, into
+/// `cells` with rule `R`. False as soon as a series' timestamp is not the
+/// first series' at the same position, or (unless `rate`, whose values are
+/// all doubles) a value is an integer.
 #[inline(always)]
-fn fold_series<R: FoldRule>(series: &[&Points], rate: bool, cells: &mut [GridCell]) -> bool {
-    let grid = series[0];
+fn fold_series<R: FoldRule>(
+    series: &[&Points],
+    at: usize,
+    rate: bool,
+    cells: &mut [GridCell],
+) -> bool {
+    let grid = &series[0][at..at + cells.len()];
     for s in series {
-        for ((c, p), g) in cells.iter_mut().zip(s.iter()).zip(grid) {
+        for ((c, p), g) in cells.iter_mut().zip(&s[at..]).zip(grid) {
             if p.0 != g.0 || (!rate && !p.1.is_float()) {
                 return false;
             }
@@ -250,12 +298,11 @@ fn fold_series<R: FoldRule>(series: &[&Points], rate: bool, cells: &mut [GridCel
 /// (`0.0 + v`), and a sum that starts at +0.0 never becomes -0.0, so
 /// adding +0.0 for a NaN leaves it as skipping the NaN does.
 #[inline(always)]
-fn fold_sums(series: &[&Points], rate: bool, cells: &mut [GridCell]) -> bool {
-    let grid = series[0];
-    let n = grid.len();
-    let cells = &mut cells[..n];
+fn fold_sums(series: &[&Points], at: usize, rate: bool, cells: &mut [GridCell]) -> bool {
+    let n = cells.len();
+    let grid = &series[0][at..at + n];
     for s in series {
-        let s = &s[..n];
+        let s = &s[at..at + n];
         for k in 0..n {
             let (t, v) = s[k];
             let v = match v {
@@ -572,6 +619,61 @@ mod tests {
             },
         );
         out
+    }
+
+    /// A same-grid fold large enough to be split over threads answers
+    /// what the general merge answers, bit for bit; and when a series
+    /// leaves the grid only in a later thread's part, the whole answer
+    /// still comes from the merge.
+    #[test]
+    fn a_fold_split_over_threads_agrees_with_the_merge() {
+        let (n_series, n_points) = (64, 600);
+        assert!(n_series * n_points >= PARALLEL_FOLD_VALUES);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut series: Vec<Vec<(i64, Value)>> = (0..n_series)
+            .map(|_| {
+                (0..n_points)
+                    .map(|k| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let v = (x % 2_000_000) as f64 / 7.0 - 1e5;
+                        (k as i64 * 10_000, Value::Float(v))
+                    })
+                    .collect()
+            })
+            .collect();
+        let bits = |o: &[(i64, Value)]| -> Vec<(i64, u64)> {
+            o.iter().map(|(t, v)| (*t, v.as_f64().to_bits())).collect()
+        };
+        for off_grid in [false, true] {
+            if off_grid {
+                series[40][550].0 += 1;
+            }
+            let refs: Vec<&Points> = series.iter().map(|s| s.as_slice()).collect();
+            for name in ["sum", "avg", "min", "max", "count"] {
+                let agg = Aggregator::by_name(name).unwrap();
+                for rate in [false, true] {
+                    let mut split = Vec::new();
+                    let mut scratch = Scratch::with_threads(3);
+                    aggregate(
+                        &refs,
+                        &agg,
+                        rate,
+                        i64::MIN,
+                        i64::MAX,
+                        &mut scratch,
+                        &mut split,
+                    );
+                    let slow = merged(&refs, &agg, rate);
+                    assert_eq!(
+                        bits(&split),
+                        bits(&slow),
+                        "{name} rate={rate} off_grid={off_grid}"
+                    );
+                }
+            }
+        }
     }
 
     proptest::proptest! {

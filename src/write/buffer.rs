@@ -237,6 +237,10 @@ pub(crate) struct BufferedSeries<'a> {
     points: &'a [BufPoint],
 }
 
+/// Most points a read's arena makes room for on the guess that every
+/// listed series holds as many as the first (16 MiB).
+const ARENA_GUESS_POINTS: usize = 1 << 20;
+
 /// Query points converted at once by [`BufferedSeries::each_chunk`]: a
 /// chunk stays in the first-level cache while the pipeline reads it.
 const CHUNK_POINTS: usize = 512;
@@ -800,7 +804,8 @@ impl Buffer {
         };
         // A series' hours in range, by position, oldest first.
         let mut order: Vec<usize> = Vec::new();
-        for (series, k) in members {
+        let listed = members.len();
+        for (n, (series, k)) in members.into_iter().enumerate() {
             let shard = self.shards[series.id as usize % SHARDS].lock();
             let Some(sb) = shard.get(&series.id) else {
                 continue;
@@ -811,7 +816,14 @@ impl Buffer {
                 continue;
             }
             order.sort_by_key(|&j| sb.hours[j].base);
-            points.reserve(order.iter().map(|&j| sb.hours[j].points.len()).sum());
+            let len: usize = order.iter().map(|&j| sb.hours[j].points.len()).sum();
+            if points.capacity() == 0 {
+                // Series of a metric tend to hold alike counts: room for
+                // all of them as this one, up to a bound, rather than
+                // copying the arena at each doubling.
+                points.reserve((len * (listed - n)).min(ARENA_GUESS_POINTS));
+            }
+            points.reserve(len);
             let from = points.len();
             for &j in &order {
                 copy_hour(&mut points, sb.hours[j].base, &sb.hours[j].points);
