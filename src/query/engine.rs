@@ -396,10 +396,11 @@ impl NameCheck {
     /// False if one of the series' tag UIDs was deleted.
     fn resolves(&mut self, ctx: &QueryContext, tsuid: &Tsuid) -> Result<bool, QueryError> {
         for (j, &(k, v)) in tsuid.tags.iter().enumerate() {
-            if self.last.get(j) == Some(&(k, v)) {
-                continue;
+            let last = self.last.get(j).copied();
+            if last.is_none_or(|l| l.0 != k) && !self.exists(ctx, UidKind::TagKey, k)? {
+                return Ok(false);
             }
-            if !self.exists(ctx, UidKind::TagKey, k)? || !self.exists(ctx, UidKind::TagValue, v)? {
+            if last.is_none_or(|l| l.1 != v) && !self.exists(ctx, UidKind::TagValue, v)? {
                 return Ok(false);
             }
         }
