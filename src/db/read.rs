@@ -90,7 +90,7 @@ impl Db {
         let mut streamed_ahead = 0u64;
         let mut stopped = false;
         let mut stats = read(&mut |i, points: &[Point]| {
-            if let Some(newer) = (!pending.is_empty()).then(|| pending.get(i)).flatten() {
+            if let Some(newer) = pending.get(i) {
                 let held = stored.get_mut(&i);
                 let ahead =
                     held.is_none() && points.last().map(|p| p.timestamp_ms) < newer.first_ms();

@@ -277,10 +277,6 @@ impl<'a> BufferedSeries<'a> {
 }
 
 impl<K: Ord + Copy> BufferedPoints<K> {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.spans.is_empty()
-    }
-
     /// How many series have points (tests).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -1077,6 +1073,65 @@ mod tests {
         let got = b.read_listed(&asked, 1356998405000, 1356998415000);
         assert_eq!(got.len(), 1);
         assert_eq!(got.get(2).map(|s| s.len()), Some(1));
+    }
+
+    /// A long series written out of order, with rewrites, is read back
+    /// sorted with its last writes, and handed on in cache-sized chunks
+    /// that together are exactly those points.
+    #[test]
+    fn a_long_unordered_series_reads_back_sorted_in_chunks() {
+        let b = Buffer::new();
+        let s = series(1);
+        let n = 1300u32;
+        // Odd seconds first, then even ones, then every tenth again.
+        let order = (0..n)
+            .filter(|i| i % 2 == 1)
+            .chain((0..n).filter(|i| i % 2 == 0));
+        for i in order {
+            b.insert(
+                &s,
+                Timestamp::Seconds(1356998400 + i),
+                Value::Int(i as i64),
+                1,
+            );
+        }
+        for i in (0..n).step_by(10) {
+            b.insert(
+                &s,
+                Timestamp::Seconds(1356998400 + i),
+                Value::Int(-(i as i64)),
+                2,
+            );
+        }
+        let got = b.read_listed(std::slice::from_ref(&s.tsuid), 0, u64::MAX);
+        let one = got.get(0).expect("buffered");
+        assert_eq!(one.len(), n as usize);
+        let mut sizes = Vec::new();
+        let mut all = Vec::new();
+        assert!(one.each_chunk(&mut Vec::new(), |pts| {
+            sizes.push(pts.len());
+            all.extend_from_slice(pts);
+            true
+        }));
+        assert_eq!(
+            sizes,
+            vec![CHUNK_POINTS, CHUNK_POINTS, n as usize - 2 * CHUNK_POINTS]
+        );
+        assert_eq!(all, one.to_points());
+        for (i, p) in all.iter().enumerate() {
+            let want = if i % 10 == 0 { -(i as i64) } else { i as i64 };
+            assert_eq!(
+                (p.timestamp_ms, p.value),
+                (1356998400000 + i as u64 * 1000, Value::Int(want))
+            );
+        }
+        // A sink that stops is not handed another chunk.
+        let mut calls = 0;
+        assert!(!one.each_chunk(&mut Vec::new(), |_| {
+            calls += 1;
+            false
+        }));
+        assert_eq!(calls, 1);
     }
 
     /// A reader racing seals sees every point written before it began,
