@@ -877,7 +877,15 @@ fn read_run(
         }
         let p = &mut pipes[i];
         if p.ds.is_none() {
-            p.out.reserve(pts.len());
+            // An output per point (a rate's, or the point itself). Room
+            // for as many again at the first row: a query of the last
+            // hour meets a series' stored rows, then its buffered rest,
+            // and room for the first row alone was copied at the second.
+            p.out.reserve(if p.out.is_empty() {
+                2 * pts.len()
+            } else {
+                pts.len()
+            });
         }
         match cut.settle_at {
             None if cut.skip_before.is_none() => {
