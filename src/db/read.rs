@@ -87,7 +87,6 @@ impl Db {
         // through; from the first row that reaches it on, they are held
         // and merged with the buffered points.
         let mut stored: HashMap<usize, Vec<Point>> = HashMap::new();
-        let mut streamed_ahead = 0u64;
         let mut stopped = false;
         let mut stats = read(&mut |i, points: &[Point]| {
             if let Some(newer) = pending.get(i) {
@@ -103,7 +102,6 @@ impl Db {
                     }
                     return true;
                 }
-                streamed_ahead += points.len() as u64;
             }
             let go_on = sink(i, points);
             stopped |= !go_on;
@@ -112,21 +110,16 @@ impl Db {
         if stopped {
             return Ok(stats);
         }
-        // Points are counted as the whole merged series always were:
-        // those streamed ahead of the buffered ones too.
-        stats.points += streamed_ahead;
+        // Points read: the store counted its rows' points (held or not);
+        // the buffered ones are counted here, once each.
         let mut scratch = Vec::new();
         for (i, _, newer) in pending.iter() {
+            stats.points += newer.len() as u64;
             let go_on = match stored.remove(&i) {
                 Some(older) if !older.is_empty() => {
-                    let merged = merge_last_wins(older, newer.to_points());
-                    stats.points += merged.len() as u64;
-                    sink(i, &merged)
+                    sink(i, &merge_last_wins(older, newer.to_points()))
                 }
-                _ => {
-                    stats.points += newer.len() as u64;
-                    newer.each_chunk(&mut scratch, |pts| sink(i, pts))
-                }
+                _ => newer.each_chunk(&mut scratch, |pts| sink(i, pts)),
             };
             if !go_on {
                 break;
@@ -406,6 +399,16 @@ mod tests {
                 let v = db.uids().get_name(UidKind::TagValue, t.tags[0].1).unwrap();
                 v[1..].parse().unwrap()
             };
+            // Points read, each once: the rows' (one per series and
+            // timestamp) and the buffer's, in range.
+            let distinct = |pts: &[(u8, i64, i64)]| {
+                pts.iter()
+                    .filter(|&&(_, t, _)| ((BASE + t) * 1000) as u64 >= start_ms)
+                    .map(|&(h, t, _)| (h, t))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len() as u64
+            };
+            let read = distinct(&stored) + distinct(&later);
             for scan in [false, true] {
                 let mut got: BTreeMap<u8, Vec<(u64, Value)>> = BTreeMap::new();
                 let mut sink = |i: usize, pts: &[Point]| {
@@ -415,12 +418,13 @@ mod tests {
                     true
                 };
                 let end_ms = ((BASE + 7 * 3600) * 1000) as u64;
-                if scan {
-                    db.scan_tsuids(m, &all, start_ms, end_ms, &mut sink).unwrap();
+                let stats = if scan {
+                    db.scan_tsuids(m, &all, start_ms, end_ms, &mut sink).unwrap()
                 } else {
-                    db.read_tsuids(&all, start_ms, end_ms, &mut sink).unwrap();
-                }
+                    db.read_tsuids(&all, start_ms, end_ms, &mut sink).unwrap()
+                };
                 prop_assert_eq!(&got, &want);
+                prop_assert_eq!(stats.points, read);
             }
         }
     }

@@ -233,9 +233,9 @@ fn accumulate(
         FoldBy::Min => fold_series::<MinRule>(series, at, rate, cells),
         FoldBy::Max => fold_series::<MaxRule>(series, at, rate, cells),
     };
-    // Timestamps apart are folded apart, each still in series order: a
-    // large fold is split by timestamp over threads, with the very
-    // additions of one thread.
+    // Each timestamp is folded on its own, in series order: a large fold
+    // is split by timestamp over threads and makes the same additions,
+    // in the same order, as one thread.
     let threads = if series.len() * grid.len() >= PARALLEL_FOLD_VALUES {
         scratch.threads.clamp(1, grid.len())
     } else {
