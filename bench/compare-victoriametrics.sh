@@ -39,9 +39,10 @@ ROUNDS=${ROUNDS:-1}
 INGEST_ONLY=${INGEST_ONLY:-}
 AFTER=${AFTER:-60}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 WORK=${WORK:-$(mktemp -d /tmp/rtsdb-vm.XXXXXX)}
 mkdir -p "$WORK"
-START=1451606400
+START=$TSBS_START
 END=$((START + 3600 * HOURS))
 POINTS=$((HOSTS * 10 * HOURS * 360))
 
@@ -55,7 +56,6 @@ if ! command -v victoria-metrics >/dev/null; then
 fi
 # The package may start its own service; ours is started by hand below.
 
-. "$ROOT/bench/lib.sh"
 cpu_seconds() { awk -v t="$(getconf CLK_TCK)" '{printf "%.3f", ($14+$15)/t}' "/proc/$1/stat"; }
 disk_bytes() { du -s --block-size=1 "$1" | awk '{print $1}'; }
 median_of() { "$TSBS" query "127.0.0.1:$1" "$2" "$RUNS" | awk '{print $2}'; }

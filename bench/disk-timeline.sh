@@ -21,6 +21,7 @@ COPY=${COPY:-}
 STEP=${STEP:-0.3}
 FOR=${FOR:-15}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 WORK=$(mktemp -d /tmp/rtsdb-disk.XXXXXX)
 cd "$ROOT"
 if [ -z "${TSDB:-}" ]; then
@@ -29,16 +30,14 @@ if [ -z "${TSDB:-}" ]; then
 fi
 TSBS=${TSBS:-$ROOT/target/release/examples/tsbs}
 POINTS=$((HOSTS * 10 * 360))
-START=1451606400
+START=$TSBS_START
 DATA=$WORK/data
 
-. "$ROOT/bench/lib.sh"
 PORT=$(free_port)
 start() {
   "$TSDB" tsd --port "$PORT" --data-dir "$DATA" --auto-metric >> "$WORK/tsd.log" 2>&1 &
   PID=$!
-  for _ in $(seq 600); do (echo > "/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0; sleep 0.1; done
-  echo "the TSD never opened its port" >&2; return 1
+  wait_port "$PORT"
 }
 stop() { kill "-$1" "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; }
 trap 'kill "${PID:-}" "${SAMPLER:-}" 2>/dev/null || true; rm -rf "$WORK"' EXIT

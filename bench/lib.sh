@@ -1,6 +1,8 @@
 # Helpers the bench scripts share; sourced, not run:
 #   . "$ROOT/bench/lib.sh"
 
+# Where examples/tsbs's data begins (its START): 2016-01-01T00:00Z.
+TSBS_START=1451606400
 # A free TCP port on loopback.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # Waits up to 60 s for a listener on loopback port $1.

@@ -25,12 +25,13 @@ SHORT=${SHORT:-24}
 HOURS=${HOURS:-168}
 RUNS=${RUNS:-50}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 cd "$ROOT"
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 cargo build --release --quiet --bin tsdb --example tsbs
 TSDB=${TSDB:-$TARGET/release/tsdb}
 TSBS=$TARGET/release/examples/tsbs
-START=1451606400
+START=$TSBS_START
 DAY=86400
 [ "$HOURS" -ge 168 ] || { echo "HOURS must cover the 7-day window (>= 168)" >&2; exit 2; }
 [ "$SHORT" -ge 24 ] || { echo "SHORT must cover the first day (>= 24)" >&2; exit 2; }
@@ -43,7 +44,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-. "$ROOT/bench/lib.sh"
 declare -A PID_OF
 start_tsd() { # name, port
   "$TSDB" tsd --port "$2" --data-dir "$WORK/$1" --auto-metric >"$WORK/$1.log" 2>&1 &

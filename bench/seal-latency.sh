@@ -15,9 +15,10 @@ HOSTS=${HOSTS:-1000}
 HOURS=${HOURS:-1}
 SECS=${SECS:-20}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 WORK=${WORK:-$(mktemp -d /tmp/rtsdb-seal.XXXXXX)}
 mkdir -p "$WORK"
-START=1451606400
+START=$TSBS_START
 END=$((START + 3600 * HOURS))
 QUERY=${QUERY:-avg:1m-avg:cpu.usage_user}
 
@@ -26,7 +27,6 @@ cargo build --release --quiet --bin tsdb --example tsbs
 TSDB=${TSDB:-$ROOT/target/release/tsdb}
 TSBS=$ROOT/target/release/examples/tsbs
 
-. "$ROOT/bench/lib.sh"
 
 PORT=$(free_port)
 rm -rf "$WORK/rtsdb"

@@ -834,21 +834,18 @@ impl Buffer {
         parts.retain(|p| !p.2.is_empty());
         parts.sort_by_key(|p| p.0); // stable: write order kept per key
         let mut spans = Vec::with_capacity(parts.len());
-        let mut i = 0;
-        while i < parts.len() {
-            let k = parts[i].0;
-            let n = parts[i..].iter().take_while(|p| p.0 == k).count();
-            let mut range = parts[i].2.clone();
-            if n > 1 {
+        let mut parts = parts.into_iter().peekable();
+        while let Some((k, series, mut range)) = parts.next() {
+            if parts.peek().is_some_and(|p| p.0 == k) {
                 let from = points.len();
-                for p in &parts[i..i + n] {
-                    points.extend_from_within(p.2.clone());
+                points.extend_from_within(range);
+                while let Some(p) = parts.next_if(|p| p.0 == k) {
+                    points.extend_from_within(p.2);
                 }
                 range = from..points.len();
             }
             let kept = dedup_last_wins_in_place(&mut points[range.clone()], |p| p.ms());
-            spans.push((k, parts[i].1.clone(), range.start..range.start + kept));
-            i += n;
+            spans.push((k, series, range.start..range.start + kept));
         }
         BufferedPoints { points, spans }
     }

@@ -298,11 +298,13 @@ fn replays_its_wal_exactly(name: &str, version: u32, first_record: u8) {
 /// printed what the fixture's `.scan.txt` holds, which upgraded it to
 /// this build's format, and fsck found its rollup rows and no error.
 struct RollupFixture {
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
     store: std::path::PathBuf,
     conf: std::path::PathBuf,
     /// The fixture's `.scan.txt`.
     printed: String,
+    /// Rollup rows the store holds.
+    rows: usize,
 }
 
 impl RollupFixture {
@@ -313,17 +315,50 @@ impl RollupFixture {
         let store = dir.path().join("store");
         copy_dir(&fixture(name), &store);
         assert_eq!(header_of(&store)["format_version"], version);
-        let conf = rollup_conf(dir.path());
-        let printed = std::fs::read_to_string(fixture(&format!("{name}.scan.txt"))).unwrap();
-        assert_eq!(scan_rollups(&store, &conf), printed);
-        assert_eq!(header_of(&store)["format_version"], 8);
-        fsck_rollups(&store, &conf, rows);
-        RollupFixture {
-            dir,
+        let fx = RollupFixture {
+            conf: rollup_conf(dir.path()),
+            printed: std::fs::read_to_string(fixture(&format!("{name}.scan.txt"))).unwrap(),
+            _dir: dir,
             store,
-            conf,
-            printed,
+            rows,
+        };
+        assert_eq!(fx.scan(&fx.store), fx.printed);
+        assert_eq!(header_of(&fx.store)["format_version"], 8);
+        fx.fsck(&fx.store);
+        fx
+    }
+
+    /// What `tsdb scan --rollup-table` prints of both rollup tables of
+    /// `store`, metric by metric (the fixtures' `.scan.txt`).
+    fn scan(&self, store: &Path) -> String {
+        let mut out = String::new();
+        let conf = self.conf.to_str().unwrap();
+        for table in ["tsdb-rollup-1h", "tsdb-rollup-1d"] {
+            for metric in ["sys.cpu.user", "net.bytes.in", "sys.cpu.nice"] {
+                let args = ["--config", conf, "scan", "--rollup-table", table];
+                let mut args = args.to_vec();
+                args.extend_from_slice(&["1356998400", "sum", metric]);
+                let r = tsdb(store, &args);
+                assert_eq!(r.code, 0, "{}", r.stderr);
+                out.push_str(&r.stdout);
+            }
         }
+        out
+    }
+
+    /// `tsdb fsck --full-scan` of `store` finds the fixture's rollup rows
+    /// and no error.
+    fn fsck(&self, store: &Path) {
+        let conf = self.conf.to_str().unwrap();
+        let r = tsdb(store, &["--config", conf, "fsck", "--full-scan"]);
+        assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+        assert!(
+            r.stdout
+                .contains(&format!("\nRollup Rows Processed: {}\n", self.rows)),
+            "{}",
+            r.stdout
+        );
+        assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
     }
 }
 
@@ -338,38 +373,6 @@ fn rollup_conf(dir: &Path) -> std::path::PathBuf {
     )
     .unwrap();
     conf
-}
-
-/// What `tsdb scan --rollup-table` prints of both rollup tables of the
-/// rollup fixtures, metric by metric (the fixtures' `.scan.txt`).
-fn scan_rollups(store: &Path, conf: &Path) -> String {
-    let mut out = String::new();
-    for table in ["tsdb-rollup-1h", "tsdb-rollup-1d"] {
-        for metric in ["sys.cpu.user", "net.bytes.in", "sys.cpu.nice"] {
-            let conf = conf.to_str().unwrap();
-            let args = ["--config", conf, "scan", "--rollup-table", table];
-            let mut args = args.to_vec();
-            args.extend_from_slice(&["1356998400", "sum", metric]);
-            let r = tsdb(store, &args);
-            assert_eq!(r.code, 0, "{}", r.stderr);
-            out.push_str(&r.stdout);
-        }
-    }
-    out
-}
-
-/// `tsdb fsck --full-scan` finds `rows` rollup rows and no error.
-fn fsck_rollups(store: &Path, conf: &Path, rows: usize) {
-    let conf = conf.to_str().unwrap();
-    let r = tsdb(store, &["--config", conf, "fsck", "--full-scan"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert!(
-        r.stdout
-            .contains(&format!("\nRollup Rows Processed: {rows}\n")),
-        "{}",
-        r.stdout
-    );
-    assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
 }
 
 /// A TSD computing rollups (`tsd_rollup::CONFIG`) on `store`, moved into
@@ -407,17 +410,10 @@ fn stop_keeping_store(mut srv: crate::common::TestServer) -> tempfile::TempDir {
 /// --rollup-table` printed of both tables, per metric as below.
 #[test]
 fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_8() {
-    let RollupFixture {
-        dir: _dir,
-        store,
-        conf,
-        printed,
-    } = RollupFixture::open("store-d8666ad", 6, 7);
-    let scan_all = |store: &Path| scan_rollups(store, &conf);
-    let fsck = |store: &Path| fsck_rollups(store, &conf, 7);
+    let fx = RollupFixture::open("store-d8666ad", 6, 7);
     // A TSD computing rollups answers from the old rows as from raw
     // points, and a late point rewrites its interval's row in columns.
-    let srv = auto_rollup_tsd(&store);
+    let srv = auto_rollup_tsd(&fx.store);
     let query = |usage: &str| {
         let q = format!(
             "/api/query?start=1356998400&end=1357009199&m=sum:1h-avg:{usage}sys.cpu.user%7Bhost=*%7D"
@@ -478,7 +474,8 @@ fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
     // changed, nothing else.
     // (web01's cells come first in each table: each change is the first
     // match.)
-    let want = printed
+    let want = fx
+        .printed
         .replacen(
             "[0, 0, 16]\t[22]\tsum\t22\t",
             "[0, 0, 16]\t[122]\tsum\t122\t",
@@ -509,8 +506,8 @@ fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
             "[2, 0, 0]\t[100]\tmax\t100\t",
             1,
         );
-    assert_eq!(scan_all(&store), want);
-    fsck(&store);
+    assert_eq!(fx.scan(&store), want);
+    fx.fsck(&store);
 }
 
 /// `tests/fixtures/store-4c2670a` was made by main's `tsdb` at 4c2670a
@@ -528,18 +525,11 @@ fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
 /// --rollup-table` printed of both tables, per metric as below.
 #[test]
 fn a_format_7_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_8() {
-    let RollupFixture {
-        dir: _dir,
-        store,
-        conf,
-        printed,
-    } = RollupFixture::open("store-4c2670a", 7, 9);
-    let scan_all = |store: &Path| scan_rollups(store, &conf);
-    let fsck = |store: &Path| fsck_rollups(store, &conf, 9);
+    let fx = RollupFixture::open("store-4c2670a", 7, 9);
     // A TSD computing rollups answers from the old rows as from raw
     // points; then each series takes one of its points again, the same
     // value, which recomputes its rows and writes them in `03` columns.
-    let srv = auto_rollup_tsd(&store);
+    let srv = auto_rollup_tsd(&fx.store);
     let queries = [
         "sum:1h-avg:{usage}sys.cpu.user%7Bhost=*%7D",
         "sum:1h-sum:{usage}sys.cpu.user",
@@ -610,6 +600,6 @@ fn a_format_7_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
     let kept = stop_keeping_store(srv);
     let store = kept.path().to_path_buf();
     // The same cells as the previous build wrote, in OpenTSDB's form.
-    assert_eq!(scan_all(&store), printed);
-    fsck(&store);
+    assert_eq!(fx.scan(&store), fx.printed);
+    fx.fsck(&store);
 }
