@@ -9,20 +9,27 @@
 #   INGEST_ONLY=1 ...        # only the ingest rows (no queries, no disk after the load)
 #   TSDB=/path/to/tsdb ...   # that rtsdb binary instead of this checkout's
 #
-# For each database, ROUNDS times (interleaved: VM, rtsdb, VM, rtsdb, ...):
+# ROUNDS times: VictoriaMetrics is loaded, then rtsdb (VictoriaMetrics
+# idles meanwhile: about 1 % of a core in its first 10 s, then nothing),
+# then both are queried, then both are stopped. For each database:
 #   - ingest: points/s while the loader drains, and the time from the
 #     load's start until every point answers a count query;
 #   - server CPU per point (utime+stime of the server over the load, until
 #     every point is queryable);
 #   - bytes per point on disk (`du` of everything under the data dir) at
-#     four moments: right after all points are queryable, 60 s later with
-#     the server still running, after kill -9 and a restart (once the
-#     restarted server answers), and after a clean stop (SIGTERM) that
-#     follows the restart;
+#     four moments: right after all points are queryable, AFTER (60) s
+#     later with the server still running, after kill -9 and a restart
+#     (once the restarted server answers), and after a clean stop
+#     (SIGTERM) that follows the restart;
 #   - the median of RUNS runs of four queries over the hour: 1-min avg of
 #     one metric over all hosts, the same for one host, the same grouped
 #     by region, and the sum of the rate of a counter over all hosts;
-#     uncached (`nocache`) and from each one's result cache.
+#     uncached (`nocache`) and from each one's result cache. The two
+#     databases are asked in turns of 5 back-to-back requests (`tsbs
+#     alternate`): this machine's speed drifts by half from one minute to
+#     the next, so medians taken a minute apart compared the minutes as
+#     much as the databases. rtsdb is asked right after its load (its last
+#     points still in its write buffer), VictoriaMetrics a load later.
 #     VictoriaMetrics' windows are aligned to OpenTSDB's buckets
 #     (shared/docs/victoriametrics.md) and its answers to the 1-min avg
 #     queries are checked against rtsdb's (largest relative difference).
@@ -58,9 +65,17 @@ fi
 
 cpu_seconds() { awk -v t="$(getconf CLK_TCK)" '{printf "%.3f", ($14+$15)/t}' "/proc/$1/stat"; }
 disk_bytes() { du -s --block-size=1 "$1" | awk '{print $1}'; }
-median_of() { "$TSBS" query "127.0.0.1:$1" "$2" "$RUNS" | awk '{print $2}'; }
+# Each database's median of RUNS answers, asked in turns of 5:
+# "$VHTTP" path "$RPORT" path -> two lines, VictoriaMetrics' then rtsdb's.
+medians() { "$TSBS" alternate "$RUNS" 5 "127.0.0.1:$1" "$2" "127.0.0.1:$3" "$4" | awk '{print $2}'; }
 now() { date +%s.%N; }
 bpp() { awk -v b="$1" -v p="$POINTS" 'BEGIN{printf "%.2f", b/p}'; }
+# Bytes per point under dir $2, AFTER s after moment $1, written to file $3;
+# run in the background so each database is sampled on time.
+disk_later() {
+  sleep "$(awk -v a="$1" -v b="$(now)" -v w="$AFTER" 'BEGIN{d=w-(b-a); print (d>0?d:0)}')"
+  bpp "$(disk_bytes "$2")" > "$3"
+}
 
 declare -A R
 add() { R[$1]="${R[$1]:-} $2"; }
@@ -127,15 +142,9 @@ run_vm() {
   add vm_cpu "$(awk -v a="$c0" -v b="$(cpu_seconds $VPID)" -v p="$POINTS" 'BEGIN{printf "%.2f", (b-a)*1e6/p}')"
   add vm_disk0 "$(bpp "$(disk_bytes "$WORK/vm")")"
   if [ -n "$INGEST_ONLY" ]; then stop_pid TERM $VPID; return 0; fi
-  for i in 1 2 3 4; do
-    local q="VM_Q$i" off=50 step=60; [ "$i" = 4 ] && off=10 && step=10
-    add "vm_q$i" "$(median_of "$VHTTP" "$(vq "${!q}" $off $step)&nocache=1")"
-    add "vm_c$i" "$(median_of "$VHTTP" "$(vq "${!q}" $off $step)")"
-  done
-  curl -s "http://127.0.0.1:$VHTTP$(vq "$VM_Q1" 50 60)&nocache=1" > "$WORK/vm-q1.json"
-  curl -s "http://127.0.0.1:$VHTTP$(vq "$VM_Q3" 50 60)&nocache=1" > "$WORK/vm-q3.json"
-  sleep "$(awk -v a="$t1" -v b="$(now)" -v w="$AFTER" 'BEGIN{d=w-(b-a); print (d>0?d:0)}')"
-  add vm_disk60 "$(bpp "$(disk_bytes "$WORK/vm")")"
+  disk_later "$t1" "$WORK/vm" "$WORK/vm-disk60" & VLATER=$!
+}
+restart_vm() {
   stop_pid KILL $VPID; vm_start
   add vm_diskkill "$(bpp "$(disk_bytes "$WORK/vm")")"
   stop_pid TERM $VPID
@@ -164,25 +173,42 @@ run_rtsdb() {
   add rt_cpu "$(awk -v a="$c0" -v b="$(cpu_seconds $RPID)" -v p="$POINTS" 'BEGIN{printf "%.2f", (b-a)*1e6/p}')"
   add rt_disk0 "$(bpp "$(disk_bytes "$WORK/rtsdb")")"
   if [ -n "$INGEST_ONLY" ]; then stop_pid TERM $RPID; return 0; fi
-  for i in 1 2 3 4; do
-    local q="RT_Q$i"
-    add "rt_q$i" "$(median_of "$RPORT" "$(rq "${!q}")&nocache")"
-    add "rt_c$i" "$(median_of "$RPORT" "$(rq "${!q}")")"
-  done
-  curl -s "http://127.0.0.1:$RPORT$(rq "$RT_Q1")" > "$WORK/rt-q1.json"
-  curl -s "http://127.0.0.1:$RPORT$(rq "$RT_Q3")" > "$WORK/rt-q3.json"
-  sleep "$(awk -v a="$t1" -v b="$(now)" -v w="$AFTER" 'BEGIN{d=w-(b-a); print (d>0?d:0)}')"
-  add rt_disk60 "$(bpp "$(disk_bytes "$WORK/rtsdb")")"
+  disk_later "$t1" "$WORK/rtsdb" "$WORK/rt-disk60" & RLATER=$!
+}
+restart_rtsdb() {
   stop_pid KILL $RPID; rtsdb_start
   add rt_diskkill "$(bpp "$(disk_bytes "$WORK/rtsdb")")"
   stop_pid TERM $RPID
   add rt_diskstop "$(bpp "$(disk_bytes "$WORK/rtsdb")")"
 }
 
+# The four queries, each database's uncached then cached form asked in
+# turn with the other's; then the answers kept for the check below.
+query_both() {
+  for i in 1 2 3 4; do
+    local vq_="VM_Q$i" rq_="RT_Q$i" off=50 step=60; [ "$i" = 4 ] && off=10 && step=10
+    local m
+    mapfile -t m < <(medians "$VHTTP" "$(vq "${!vq_}" $off $step)&nocache=1" "$RPORT" "$(rq "${!rq_}")&nocache")
+    add "vm_q$i" "${m[0]}"; add "rt_q$i" "${m[1]}"
+    mapfile -t m < <(medians "$VHTTP" "$(vq "${!vq_}" $off $step)" "$RPORT" "$(rq "${!rq_}")")
+    add "vm_c$i" "${m[0]}"; add "rt_c$i" "${m[1]}"
+  done
+  curl -s "http://127.0.0.1:$VHTTP$(vq "$VM_Q1" 50 60)&nocache=1" > "$WORK/vm-q1.json"
+  curl -s "http://127.0.0.1:$VHTTP$(vq "$VM_Q3" 50 60)&nocache=1" > "$WORK/vm-q3.json"
+  curl -s "http://127.0.0.1:$RPORT$(rq "$RT_Q1")" > "$WORK/rt-q1.json"
+  curl -s "http://127.0.0.1:$RPORT$(rq "$RT_Q3")" > "$WORK/rt-q3.json"
+}
+
 trap 'kill ${VPID:-} ${RPID:-} 2>/dev/null || true' EXIT
 for _ in $(seq 1 "$ROUNDS"); do
   run_vm
   run_rtsdb
+  [ -n "$INGEST_ONLY" ] && continue
+  query_both
+  wait "$VLATER" "$RLATER"
+  add vm_disk60 "$(cat "$WORK/vm-disk60")"; add rt_disk60 "$(cat "$WORK/rt-disk60")"
+  restart_vm
+  restart_rtsdb
 done
 
 # The two answers to the 1-min avg queries, bucket by bucket: rtsdb's
