@@ -29,8 +29,9 @@ HOURS=1
 CONNS=${CONNS:-4}
 RUNS=${RUNS:-20}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 WORK=${WORK:-$(mktemp -d /tmp/rtsdb-cluster-bench.XXXXXX)}
-START=1451606400
+START=$TSBS_START
 END=$((START + 3600))
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 
@@ -43,11 +44,6 @@ if [[ -z ${TSDB:-} || -z ${TSBS:-} ]]; then
   TSBS=$TARGET/release/examples/tsbs
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 300); do (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
-urlenc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$1"; }
-median_of() { "$TSBS" query "127.0.0.1:$1" "$2" "$RUNS" | awk '{print $2}'; }
-disk_bytes() { du -s --block-size=1 "$@" | awk '{s+=$1} END {print s}'; }
 rate() { echo "$1" | awk '{printf "%.0f", $6}'; }
 POINTS=$((HOSTS * 10 * HOURS * 360))
 ENDPOINTS=$(sed -n 's/^tsd.storage.clickhouse.endpoints *= *//p' "$CONF" | tr ',' ' ')

@@ -17,9 +17,8 @@ HOSTS=${HOSTS:-200} RUNS=${RUNS:-20}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TSBS=${TSBS:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/examples/tsbs}
 WORK=$(mktemp -d /tmp/qb.XXXXXX)
-START=1451606400; END=$((START + 3600))
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-urlenc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$1"; }
+. "$ROOT/bench/lib.sh"
+START=$TSBS_START; END=$((START + 3600))
 PORT=$(free_port)
 if [[ $CONF == embedded ]]; then : > "$WORK/c.conf"; ENDPOINTS=""; else
   DB=qb_${TAG}_$$
@@ -30,7 +29,7 @@ fi
 "$BIN" --config "$WORK/c.conf" tsd --port "$PORT" --data-dir "$WORK/d" --auto-metric > "$WORK/log" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null || true' EXIT
-for _ in $(seq 1 600); do (echo > "/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
+wait_port "$PORT"
 "$TSBS" load "127.0.0.1:$PORT" telnet "$HOSTS" 1 4 > "$WORK/load"
 ch() { curl -sS "$1/" --data-binary "$2"; }
 if [[ -n $ENDPOINTS ]]; then

@@ -12,8 +12,9 @@
 # Alternate the builds compared: a shared machine's load moves.
 set -euo pipefail
 CONF=$1 BIN=$2 TAG=$3 N=${N:-200} HOURS=${HOURS:-now}
+. "$(cd "$(dirname "$0")/.." && pwd)/bench/lib.sh"
 WORK=$(mktemp -d /tmp/syncput.XXXXXX)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 DB=sp_${TAG}_$$
 grep -v '^tsd.storage.clickhouse.database' "$CONF" > "$WORK/c.conf"
 echo "tsd.storage.clickhouse.database = $DB" >> "$WORK/c.conf"
@@ -21,7 +22,7 @@ EP=$(sed -n 's/^tsd.storage.clickhouse.endpoints *= *//p' "$CONF" | cut -d, -f1)
 "$BIN" --config "$WORK/c.conf" tsd --port "$PORT" --data-dir "$WORK/d" --auto-metric > "$WORK/log" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null || true' EXIT
-for _ in $(seq 1 600); do (echo > "/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
+wait_port "$PORT"
 python3 - "$PORT" "$N" "$TAG" "$HOURS" <<'PY'
 import http.client, json, sys, time
 port, n, tag, hours = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]

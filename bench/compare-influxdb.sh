@@ -19,8 +19,9 @@ PROTO=${PROTO:-telnet}
 CONNS=${CONNS:-4}
 RUNS=${RUNS:-20}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 WORK=${WORK:-$(mktemp -d /tmp/rtsdb-compare.XXXXXX)}
-START=1451606400
+START=$TSBS_START
 END=$((START + 3600))
 
 cd "$ROOT"
@@ -28,17 +29,9 @@ cargo build --release --quiet --bin tsdb --example tsbs
 TSDB=$ROOT/target/release/tsdb
 TSBS=$ROOT/target/release/examples/tsbs
 
-if ! command -v influxd >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then apt-get install -y influxdb >/dev/null; else sudo apt-get install -y influxdb >/dev/null; fi
-fi
+need_package influxd influxdb
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-cpu_seconds() { awk -v t="$(getconf CLK_TCK)" '{printf "%.1f", ($14+$15)/t}' "/proc/$1/stat"; }
 peak_rss_mb() { awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
-disk_bytes() { du -s --block-size=1 "$@" | awk '{s+=$1} END {print s}'; }
-wait_port() { for _ in $(seq 1 200); do (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
-urlenc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$1"; }
-median_of() { "$TSBS" query "127.0.0.1:$1" "$2" "$RUNS" | awk '{print $2}'; }
 
 POINTS=$((HOSTS * 10 * HOURS * 360))
 declare -A R

@@ -58,22 +58,17 @@ cargo build --release --quiet --bin tsdb --example tsbs
 TSDB=${TSDB:-$ROOT/target/release/tsdb}
 TSBS=$ROOT/target/release/examples/tsbs
 
-if ! command -v victoria-metrics >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then apt-get install -y victoria-metrics >/dev/null; else sudo apt-get install -y victoria-metrics >/dev/null; fi
-fi
+need_package victoria-metrics victoria-metrics
 # The package may start its own service; ours is started by hand below.
 
-cpu_seconds() { awk -v t="$(getconf CLK_TCK)" '{printf "%.3f", ($14+$15)/t}' "/proc/$1/stat"; }
-disk_bytes() { du -s --block-size=1 "$1" | awk '{print $1}'; }
 # Each database's median of RUNS answers, asked in turns of 5:
 # "$VHTTP" path "$RPORT" path -> two lines, VictoriaMetrics' then rtsdb's.
 medians() { "$TSBS" alternate "$RUNS" 5 "127.0.0.1:$1" "$2" "127.0.0.1:$3" "$4" | awk '{print $2}'; }
-now() { date +%s.%N; }
 bpp() { awk -v b="$1" -v p="$POINTS" 'BEGIN{printf "%.2f", b/p}'; }
 # Bytes per point under dir $2, AFTER s after moment $1, written to file $3;
 # run in the background so each database is sampled on time.
 disk_later() {
-  sleep "$(awk -v a="$1" -v b="$(now)" -v w="$AFTER" 'BEGIN{d=w-(b-a); print (d>0?d:0)}')"
+  sleep_until_after "$1" "$AFTER"
   bpp "$(disk_bytes "$2")" > "$3"
 }
 

@@ -34,17 +34,11 @@ POINTS=$((SERIES * 3))
 cd "$ROOT"
 cargo build --release --quiet --bin tsdb
 TSDB=${TSDB:-$ROOT/target/release/tsdb}
-if ! command -v victoria-metrics >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then apt-get install -y victoria-metrics >/dev/null; else sudo apt-get install -y victoria-metrics >/dev/null; fi
-fi
-
 . "$ROOT/bench/lib.sh"
-cpu_seconds() { awk -v t="$(getconf CLK_TCK)" '{printf "%.3f", ($14+$15)/t}' "/proc/$1/stat"; }
+need_package victoria-metrics victoria-metrics
 kb() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
-disk_bytes() { du -s --block-size=1 "$1" | awk '{print $1}'; }
 bpp() { awk -v b="$1" -v p="$POINTS" 'BEGIN{printf "%.1f", b/p}'; }
 wal_bpp() { if [ -d "$1/wal" ]; then bpp "$(disk_bytes "$1/wal")"; else echo "—"; fi; }
-now() { date +%s.%N; }
 cleanup() {
   for p in ${TPID:-} ${VPID:-}; do stop_pid TERM "$p"; done
   [ -n "${KEEP:-}" ] || rm -rf "$WORK"
@@ -130,7 +124,7 @@ measure() { # name pid port-http data-dir load-port
   R[${name}_hwm0]=$(kb "$pid" VmHWM)
   R[${name}_disk0]=$(bpp "$(disk_bytes "$dir")")
   R[${name}_wal0]=$(wal_bpp "$dir")
-  sleep "$(awk -v a="$t1" -v b="$(now)" -v w="$AFTER" 'BEGIN{d=w-(b-a); print (d>0?d:0)}')"
+  sleep_until_after "$t1" "$AFTER"
   R[${name}_hwm1]=$(kb "$pid" VmHWM)
   R[${name}_rss1]=$(kb "$pid" VmRSS)
   R[${name}_disk1]=$(bpp "$(disk_bytes "$dir")")

@@ -17,6 +17,7 @@ HOSTS=${HOSTS:-100}
 HOURS=${HOURS:-168}
 IDLE=${IDLE:-60}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 cd "$ROOT"
 cargo build --release --quiet --bin tsdb --example tsbs
 TSDB=${TSDB:-$ROOT/target/release/tsdb}
@@ -30,7 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 "$TSDB" tsd --port "$PORT" --data-dir "$WORK/data" --auto-metric >"$WORK/tsd.log" 2>&1 &
 PID=$!
 for _ in $(seq 100); do

@@ -11,6 +11,7 @@
 #   TSDB=path/to/tsdb TSBS=path/to/tsbs bash bench/wal-size.sh   # other builds
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 WORK=$(mktemp -d /tmp/rtsdb-wal-size.XXXXXX)
 cd "$ROOT"
 if [ -z "${TSDB:-}" ]; then
@@ -21,12 +22,12 @@ fi
 POINTS=3600000
 BASE=$(( $(date +%s) / 3600 * 3600 ))
 "$TSBS" lines 1000 1 |
-  awk -v d=$((BASE - 1451606400)) '{ $2 = $2 + d; print "put " $0 }' > "$WORK/lines.txt"
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  awk -v d=$((BASE - TSBS_START)) '{ $2 = $2 + d; print "put " $0 }' > "$WORK/lines.txt"
+PORT=$(free_port)
 "$TSDB" tsd --port "$PORT" --data-dir "$WORK/data" --auto-metric > "$WORK/tsd.log" 2>&1 &
 PID=$!
 trap 'kill "$PID" 2>/dev/null || true' EXIT
-for _ in $(seq 300); do (echo > "/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
+wait_port "$PORT"
 python3 - "$PORT" "$WORK/lines.txt" <<'PY'
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))

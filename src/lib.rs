@@ -63,6 +63,7 @@ pub mod histogram;
 pub mod index;
 pub mod meta;
 pub mod model;
+pub(crate) mod parallel;
 pub mod protocol;
 pub mod query;
 pub mod rollup;

@@ -793,18 +793,8 @@ pub(super) fn read_into(
                 total.add(read_run(ctx, &how, tsuids, pipes, budget)?, offset);
             }
         };
-        let results: Vec<Result<ReadStats, QueryError>> = std::thread::scope(|scope| {
-            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
-            let mut results = vec![work()];
-            results.extend(
-                helpers
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
-            );
-            results
-        });
         let mut total = ReadStats::default();
-        for r in results {
+        for r in crate::parallel::run_all((0..threads).map(|_| work)) {
             total.add(r?, 0);
         }
         total

@@ -245,18 +245,11 @@ fn accumulate(
         fold(0, cells)
     } else {
         let per = grid.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let mut parts = cells.chunks_mut(per).enumerate();
-            let (_, mine) = parts.next().expect("a grid of at least one timestamp");
-            let helpers: Vec<_> = parts
-                .map(|(n, part)| scope.spawn(move || fold(n * per, part)))
-                .collect();
-            let mut all = fold(0, mine);
-            for h in helpers {
-                all &= h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-            }
-            all
-        })
+        let fold = &fold;
+        let parts = cells.chunks_mut(per).enumerate();
+        crate::parallel::run_all(parts.map(|(n, part)| move || fold(n * per, part)))
+            .into_iter()
+            .all(|folded| folded)
     };
     if !folded {
         return false;

@@ -231,6 +231,15 @@ pub(crate) struct BufferedPoints<K> {
     spans: Vec<(K, Arc<Series>, std::ops::Range<usize>)>,
 }
 
+impl<K> Default for BufferedPoints<K> {
+    fn default() -> Self {
+        BufferedPoints {
+            points: Vec::new(),
+            spans: Vec::new(),
+        }
+    }
+}
+
 /// One series' points in a [`BufferedPoints`].
 #[derive(Clone, Copy)]
 pub(crate) struct BufferedSeries<'a> {
@@ -734,10 +743,7 @@ impl Buffer {
                 }
             });
         }
-        out.unwrap_or(BufferedPoints {
-            points: Vec::new(),
-            spans: Vec::new(),
-        })
+        out.unwrap_or_default()
     }
 
     /// The points of `metric`'s series in `[start_ms, end_ms]`, buffered

@@ -479,20 +479,9 @@ impl Inner {
                 Err(e) => Err(e.into()),
             }
         };
-        let mut answers: Vec<Result<Vec<Version>>> = if by_shard.len() == 1 {
-            by_shard.iter().map(|(s, k)| read_shard(*s, k)).collect()
-        } else {
-            std::thread::scope(|scope| {
-                let running: Vec<_> = by_shard
-                    .iter()
-                    .map(|(s, k)| scope.spawn(|| read_shard(*s, k)))
-                    .collect();
-                running
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                    .collect()
-            })
-        };
+        let read_shard = &read_shard;
+        let mut answers: Vec<Result<Vec<Version>>> =
+            crate::parallel::run_all(by_shard.iter().map(|(s, k)| move || read_shard(*s, k)));
         let mut out = Vec::new();
         for answer in answers.drain(..) {
             out.extend(answer?);
