@@ -16,6 +16,7 @@ use super::group::{self, Scratch};
 use super::limits::{Budget, QueryLimits};
 use super::options::QueryOptions;
 use super::output::{QueryResponse, QueryResult};
+use super::pool;
 use super::rate::Rate;
 use super::request::{TsQuery, ValidQuery, ValidSubQuery};
 use crate::db::RollupSource;
@@ -698,9 +699,11 @@ impl Frame {
             }
             _ => 0,
         };
+        let mut outs = pool::OUTPUTS.take(n);
         (0..n)
             .map(|_| {
                 let mut p = Pipeline::new(sub, self);
+                p.out = outs.next().unwrap_or_default();
                 p.out.reserve(buckets);
                 p
             })
@@ -1120,6 +1123,7 @@ fn run_sub(
     )?;
     budget.check_time()?;
     stats.aggregation_ms = (budget.elapsed() - t_agg).as_secs_f64() * 1000.0;
+    pool::OUTPUTS.give_back(pipes.into_iter().map(|p| p.out));
     Ok((results, stats))
 }
 

@@ -16,6 +16,7 @@
 //! - [`exp`]: the `/api/query/exp` endpoint (expressions over metrics).
 //! - [`rollup`]: sub-queries answered from the rollup tables.
 //! - [`limits`]: query limits and timeouts.
+//! - [`pool`]: series' output buffers kept from one query for the next.
 //! - [`options`]: the options a server builds once and every query uses.
 //! - [`error`]: errors carrying OpenTSDB's status and message.
 //!
@@ -40,6 +41,7 @@ pub(crate) mod last;
 pub(crate) mod limits;
 pub(crate) mod options;
 pub(crate) mod output;
+pub(crate) mod pool;
 pub(crate) mod rate;
 pub(crate) mod request;
 pub(crate) mod rollup;
