@@ -290,29 +290,72 @@ fn fold_series<R: FoldRule>(
 /// starts at +0.0, so its first value is added as `SumRule::first` adds it
 /// (`0.0 + v`), and a sum that starts at +0.0 never becomes -0.0, so
 /// adding +0.0 for a NaN leaves it as skipping the NaN does.
+///
+/// Series are taken four at a time: a cell is loaded and stored once for
+/// the four, which add in series order, as one at a time would. Whether a
+/// series is off the grid (or holds an integer where that is not allowed)
+/// is gathered over the block and looked at once it is done: the cells
+/// are thrown away then anyway.
 #[inline(always)]
 fn fold_sums(series: &[&Points], at: usize, rate: bool, cells: &mut [GridCell]) -> bool {
     let n = cells.len();
     let grid = &series[0][at..at + n];
-    for s in series {
-        let s = &s[at..at + n];
+    let mut blocks = series.chunks_exact(4);
+    for b in &mut blocks {
+        let (s0, s1, s2, s3) = (
+            &b[0][at..at + n],
+            &b[1][at..at + n],
+            &b[2][at..at + n],
+            &b[3][at..at + n],
+        );
+        let mut bad = false;
         for k in 0..n {
-            let (t, v) = s[k];
-            let v = match v {
-                Value::Float(f) => f,
-                Value::Int(i) if rate => i as f64,
-                Value::Int(_) => return false,
-            };
-            if t != grid[k].0 {
-                return false;
-            }
+            let g = grid[k].0;
+            let (v0, n0, b0) = sum_term(s0[k], g, rate);
+            let (v1, n1, b1) = sum_term(s1[k], g, rate);
+            let (v2, n2, b2) = sum_term(s2[k], g, rate);
+            let (v3, n3, b3) = sum_term(s3[k], g, rate);
+            bad |= b0 | b1 | b2 | b3;
             let c = &mut cells[k];
-            let number = !v.is_nan();
-            c.acc += if number { v } else { 0.0 };
-            c.n += number as u32;
+            c.acc = c.acc + v0 + v1 + v2 + v3;
+            c.n += n0 + n1 + n2 + n3;
+        }
+        if bad {
+            return false;
+        }
+    }
+    for s in blocks.remainder() {
+        let s = &s[at..at + n];
+        let mut bad = false;
+        for k in 0..n {
+            let (v, count, off) = sum_term(s[k], grid[k].0, rate);
+            bad |= off;
+            let c = &mut cells[k];
+            c.acc += v;
+            c.n += count;
+        }
+        if bad {
+            return false;
         }
     }
     true
+}
+
+/// What a point adds to a sum at grid time `g`: its value (+0.0 for a
+/// NaN), whether it counts, and whether it breaks the fold (off the grid,
+/// or an integer outside a rate).
+#[inline(always)]
+fn sum_term((t, v): (i64, Value), g: i64, rate: bool) -> (f64, u32, bool) {
+    let (v, int) = match v {
+        Value::Float(f) => (f, false),
+        Value::Int(i) => (i as f64, true),
+    };
+    let number = !v.is_nan();
+    (
+        if number { v } else { 0.0 },
+        number as u32,
+        (t != g) | (int & !rate),
+    )
 }
 
 /// The aggregators [`GridCell`] folds: those whose value at a timestamp
