@@ -706,7 +706,7 @@ mod tests {
         let w = open(dir.path());
         let got = read_all(&w);
         assert_eq!(got[0].points.len(), 1510);
-        assert_eq!(got[0].points[1509].value, Value::Int(1509));
+        assert_eq!(got[0].points[1509].value(), Value::Int(1509));
     }
 
     /// A Db the flusher thread leaves alone (it would wake only after
@@ -837,7 +837,10 @@ mod tests {
         let w = open_quiet(dir.path());
         let got = read_all(&w);
         assert_eq!(got[0].points.len(), hours);
-        assert_eq!(got[0].points[hours - 1].value, Value::Int(hours as i64 - 1));
+        assert_eq!(
+            got[0].points[hours - 1].value(),
+            Value::Int(hours as i64 - 1)
+        );
     }
 
     #[tokio::test]
@@ -857,7 +860,7 @@ mod tests {
         let a: Vec<_> = got[0]
             .points
             .iter()
-            .map(|p| (p.timestamp_ms, p.value))
+            .map(|p| (p.timestamp_ms(), p.value()))
             .collect();
         assert_eq!(
             a,
@@ -892,7 +895,7 @@ mod tests {
         let got = read_all(&w);
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].points.len(), 3);
-        assert_eq!(got[0].points[0].value, Value::Float(9.5));
+        assert_eq!(got[0].points[0].value(), Value::Float(9.5));
         w.close().unwrap();
         assert!(wal::list_segments(&wal_dir).unwrap().is_empty());
     }

@@ -92,7 +92,7 @@ impl Db {
             if let Some(newer) = pending.get(i) {
                 let held = stored.get_mut(&i);
                 let ahead =
-                    held.is_none() && points.last().map(|p| p.timestamp_ms) < newer.first_ms();
+                    held.is_none() && points.last().map(|p| p.timestamp_ms()) < newer.first_ms();
                 if !ahead {
                     match held {
                         Some(h) => h.extend_from_slice(points),
@@ -112,14 +112,13 @@ impl Db {
         }
         // Points read: the store counted its rows' points (held or not);
         // the buffered ones are counted here, once each.
-        let mut scratch = Vec::new();
         for (i, _, newer) in pending.iter() {
             stats.points += newer.len() as u64;
             let go_on = match stored.remove(&i) {
                 Some(older) if !older.is_empty() => {
-                    sink(i, &merge_last_wins(older, newer.to_points()))
+                    sink(i, &merge_last_wins(older, newer.points().to_vec()))
                 }
-                _ => newer.each_chunk(&mut scratch, |pts| sink(i, pts)),
+                _ => sink(i, newer.points()),
             };
             if !go_on {
                 break;
@@ -269,7 +268,7 @@ impl SeriesSource for Db {
 /// Merges two sorted point lists; on equal timestamps `newer` wins.
 fn merge_last_wins(mut older: Vec<Point>, newer: Vec<Point>) -> Vec<Point> {
     // Wholly apart (the older points all before the newer ones): one copy.
-    if older.last().map(|p| p.timestamp_ms) < newer.first().map(|p| p.timestamp_ms) {
+    if older.last().map(|p| p.timestamp_ms()) < newer.first().map(|p| p.timestamp_ms()) {
         older.extend_from_slice(&newer);
         return older;
     }
@@ -278,9 +277,9 @@ fn merge_last_wins(mut older: Vec<Point>, newer: Vec<Point>) -> Vec<Point> {
     loop {
         match (a.peek(), b.peek()) {
             (Some(x), Some(y)) => {
-                if x.timestamp_ms < y.timestamp_ms {
+                if x.timestamp_ms() < y.timestamp_ms() {
                     out.push(a.next().expect("peeked"));
-                } else if x.timestamp_ms > y.timestamp_ms {
+                } else if x.timestamp_ms() > y.timestamp_ms() {
                     out.push(b.next().expect("peeked"));
                 } else {
                     a.next();
@@ -414,7 +413,7 @@ mod tests {
                 let mut sink = |i: usize, pts: &[Point]| {
                     got.entry(host(&all[i]))
                         .or_default()
-                        .extend(pts.iter().map(|p| (p.timestamp_ms, p.value)));
+                        .extend(pts.iter().map(|p| (p.timestamp_ms(), p.value())));
                     true
                 };
                 let end_ms = ((BASE + 7 * 3600) * 1000) as u64;

@@ -715,7 +715,7 @@ impl AutoRollups<'_> {
             &mut |_, pts| {
                 points.extend(
                     pts.iter()
-                        .map(|p| ((p.timestamp_ms / 1000) as u32, p.value))
+                        .map(|p| ((p.timestamp_ms() / 1000) as u32, p.value()))
                         .filter(|p| kept(p.0)),
                 );
                 true

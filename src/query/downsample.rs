@@ -513,7 +513,7 @@ impl<'a> Downsampler<'a> {
         }
         let mut rest = pts;
         while let Some((first, tail)) = rest.split_first() {
-            self.push(first.timestamp_ms as i64, first.value, out);
+            self.push(first.timestamp_ms() as i64, first.value(), out);
             rest = tail;
             let (Some(b), Some(fold)) = (self.current, self.fold.as_mut()) else {
                 continue;
@@ -524,9 +524,9 @@ impl<'a> Downsampler<'a> {
             let end = self.current_end;
             let run = rest
                 .iter()
-                .take_while(|p| (p.timestamp_ms as i64) < end && (p.timestamp_ms as i64) >= b)
+                .take_while(|p| (p.timestamp_ms() as i64) < end && (p.timestamp_ms() as i64) >= b)
                 .count();
-            fold.add_all(rest[..run].iter().map(|p| p.value.as_f64()));
+            fold.add_all(rest[..run].iter().map(|p| p.value().as_f64()));
             rest = &rest[run..];
         }
     }
@@ -539,7 +539,7 @@ impl<'a> Downsampler<'a> {
     fn fold_fixed(&mut self, step: i64, pts: &[Point], out: &mut Vec<(i64, Value)>) {
         let mut rest = pts;
         while let Some(p) = rest.first() {
-            let ts = p.timestamp_ms as i64;
+            let ts = p.timestamp_ms() as i64;
             let inside = matches!(self.current, Some(b) if ts >= b && ts < self.current_end);
             if !inside {
                 // `push`'s rule: the bucket right after the current one
@@ -570,7 +570,7 @@ impl<'a> Downsampler<'a> {
             // Regular points put as many in each bucket: the last
             // bucket's count is tried first, two comparisons instead of
             // one per point, and the fold is a loop over a known slice.
-            let before_end = |p: &Point| (p.timestamp_ms as i64) < end;
+            let before_end = |p: &Point| (p.timestamp_ms() as i64) < end;
             let guess = self.last_taken;
             let taken = if guess > 0
                 && guess <= rest.len()
@@ -582,7 +582,7 @@ impl<'a> Downsampler<'a> {
                 rest.iter().take_while(|p| before_end(p)).count()
             };
             self.last_taken = taken;
-            fold.add_all(rest[..taken].iter().map(|p| p.value.as_f64()));
+            fold.add_all(rest[..taken].iter().map(|p| p.value().as_f64()));
             rest = &rest[taken..];
         }
     }
@@ -779,7 +779,7 @@ mod tests {
             let (mut out_one, mut out_all) = (Vec::new(), Vec::new());
             for row in &crate::query::rate::tests::one_series(&rows) {
                 for p in row {
-                    one.push(p.timestamp_ms as i64, p.value, &mut out_one);
+                    one.push(p.timestamp_ms() as i64, p.value(), &mut out_one);
                 }
                 all.push_points(row, &mut out_all);
             }

@@ -495,7 +495,7 @@ impl<'a> Pipeline<'a> {
             (None, Some(r)) => r.push_points(pts, &mut self.out),
             _ => {
                 for pt in pts {
-                    self.push(pt.timestamp_ms as i64, pt.value);
+                    self.push(pt.timestamp_ms() as i64, pt.value());
                 }
             }
         }
@@ -886,7 +886,7 @@ fn read_run(
                 let skip = cut.skip_before.unwrap_or(i64::MIN);
                 let settle = cut.settle_at.unwrap_or(i64::MAX);
                 for pt in pts {
-                    let ts = pt.timestamp_ms as i64;
+                    let ts = pt.timestamp_ms() as i64;
                     if ts < skip {
                         continue;
                     }
@@ -894,7 +894,7 @@ fn read_run(
                         p.take_snapshot();
                     }
                     p.seen = true;
-                    p.push(ts, pt.value);
+                    p.push(ts, pt.value());
                 }
             }
         }
@@ -923,9 +923,9 @@ fn read_run(
 fn first_room(pts: &[Point], end_ms: u64) -> usize {
     let n = pts.len();
     match (pts.first(), pts.last()) {
-        (Some(a), Some(b)) if b.timestamp_ms > a.timestamp_ms => {
-            let span = u128::from(b.timestamp_ms - a.timestamp_ms);
-            let ahead = u128::from(end_ms.saturating_sub(a.timestamp_ms));
+        (Some(a), Some(b)) if b.timestamp_ms() > a.timestamp_ms() => {
+            let span = u128::from(b.timestamp_ms() - a.timestamp_ms());
+            let ahead = u128::from(end_ms.saturating_sub(a.timestamp_ms()));
             let rate_based = (n as u128 - 1) * ahead / span + 1;
             usize::try_from(rate_based)
                 .unwrap_or(usize::MAX)
@@ -1390,10 +1390,7 @@ mod tests {
     fn a_first_rows_room_follows_its_rate_to_the_windows_end() {
         let row = |n: u64, step_ms: u64| -> Vec<Point> {
             (0..n)
-                .map(|i| Point {
-                    timestamp_ms: 1_000_000 + i * step_ms,
-                    value: Value::Int(1),
-                })
+                .map(|i| Point::new(1_000_000 + i * step_ms, Value::Int(1)))
                 .collect()
         };
         // 80 points every 10 s, in a window of an hour: the hour's 360.

@@ -127,8 +127,8 @@ pub fn execute_last(ctx: &QueryContext, q: &LastQuery) -> Result<serde_json::Val
                     Err(e) => return Err(e.into()),
                 }
             }
-            o.insert("timestamp".into(), point.timestamp_ms.into());
-            let value = match point.value {
+            o.insert("timestamp".into(), point.timestamp_ms().into());
+            let value = match point.value() {
                 Value::Int(i) => i.to_string(),
                 Value::Float(f) => double_to_string(f),
             };

@@ -95,7 +95,7 @@ impl Rate {
         let mut step = (0i64, 0f64);
         while let Some((p, tail)) = rest.split_first() {
             let Some((mut t0, mut v0)) = self.prev else {
-                self.push(p.timestamp_ms as i64, p.value, out);
+                self.push(p.timestamp_ms() as i64, p.value(), out);
                 rest = tail;
                 continue;
             };
@@ -108,7 +108,7 @@ impl Rate {
             out.reserve(rest.len());
             let mut run = 0;
             for (slot, p) in out.spare_capacity_mut().iter_mut().zip(rest) {
-                let (ts, v) = (p.timestamp_ms as i64, p.value);
+                let (ts, v) = (p.timestamp_ms() as i64, p.value());
                 let diff = match (v0, v) {
                     (Value::Int(a), Value::Int(b)) => b.wrapping_sub(a) as f64,
                     _ => v.as_f64() - v0.as_f64(),
@@ -132,7 +132,7 @@ impl Rate {
             // The point that ended the run (a step back, a counter reset)
             // goes the general way.
             if let Some((p, tail)) = rest.split_first() {
-                self.push(p.timestamp_ms as i64, p.value, out);
+                self.push(p.timestamp_ms() as i64, p.value(), out);
                 rest = tail;
             }
         }
@@ -257,10 +257,7 @@ pub(crate) mod tests {
                     .into_iter()
                     .map(|(dt, value)| {
                         t += dt;
-                        Point {
-                            timestamp_ms: t,
-                            value,
-                        }
+                        Point::new(t, value)
                     })
                     .collect()
             })
@@ -274,14 +271,11 @@ pub(crate) mod tests {
             .map(|row| {
                 let row: Vec<Point> = row
                     .iter()
-                    .map(|p| Point {
-                        timestamp_ms: p.timestamp_ms + last,
-                        ..*p
-                    })
+                    .map(|p| Point::new(p.timestamp_ms() + last, p.value()))
                     .collect();
                 last = row
                     .last()
-                    .map_or(last, |p| p.timestamp_ms - 1_356_998_400_000);
+                    .map_or(last, |p| p.timestamp_ms() - 1_356_998_400_000);
                 row
             })
             .collect()
@@ -319,14 +313,14 @@ pub(crate) mod tests {
                     .map(|(dt, dv, float)| {
                         t += dt;
                         v = v.wrapping_add(dv);
-                        Point {
-                            timestamp_ms: t,
-                            value: if float {
+                        Point::new(
+                            t,
+                            if float {
                                 Value::Float(v as f64 / 3.0)
                             } else {
                                 Value::Int(v)
                             },
-                        }
+                        )
                     })
                     .collect()
             })
@@ -347,7 +341,7 @@ pub(crate) mod tests {
             let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
             for row in &one_series(&rows) {
                 for p in row {
-                    a.push(p.timestamp_ms as i64, p.value, &mut out_a);
+                    a.push(p.timestamp_ms() as i64, p.value(), &mut out_a);
                 }
                 b.push_points(row, &mut out_b);
             }
@@ -369,7 +363,7 @@ pub(crate) mod tests {
             let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
             for row in &one_series(&rows) {
                 for p in row {
-                    a.push(p.timestamp_ms as i64, p.value, &mut out_a);
+                    a.push(p.timestamp_ms() as i64, p.value(), &mut out_a);
                 }
                 b.push_points(row, &mut out_b);
             }

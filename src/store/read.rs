@@ -8,17 +8,111 @@ use crate::codec::row::RowCells;
 use crate::model::Tsuid;
 use crate::model::Uid;
 use crate::model::hash::FastMap;
-use crate::model::point::Value;
+use crate::model::point::{Timestamp, Value};
 use crate::model::row_span::{ROW_SPAN_SECS, row_base_clamped, row_bases};
 use crate::storage::{ScanRange, Table, prefix_end};
 
 use super::{Result, Store};
 
-/// One point of a series read back.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One point of a series read back, in 16 bytes rather than the 24 of a
+/// timestamp beside a [`Value`] (whose enum tag takes a word of its own):
+/// a large query streams every point it reads through memory a few times
+/// (decoded or copied out of the write buffer, then read by the
+/// pipelines), and those passes were bound by the bytes.
+///
+/// The write buffer keeps its points in this form too, with the precision
+/// they were written in ([`Point::written`]), so a query reads them
+/// without converting them.
+#[derive(Clone, Copy)]
 pub struct Point {
-    pub timestamp_ms: u64,
-    pub value: Value,
+    /// Milliseconds, with [`FLOAT_FLAG`] for a float value and
+    /// [`SECONDS_FLAG`] for a point written in seconds.
+    ts: u64,
+    /// The value's bits: an `i64`'s, or an `f64`'s under [`FLOAT_FLAG`].
+    bits: u64,
+}
+
+/// Bit of a point's timestamp word meaning "written in seconds".
+const SECONDS_FLAG: u64 = 1 << 63;
+/// Bit of a point's timestamp word meaning "the value is a float".
+const FLOAT_FLAG: u64 = 1 << 62;
+
+impl Point {
+    /// A point at `timestamp_ms` (below 2^62, some 146 million years).
+    #[inline(always)]
+    pub fn new(timestamp_ms: u64, value: Value) -> Point {
+        debug_assert!(timestamp_ms < FLOAT_FLAG, "timestamp {timestamp_ms}");
+        match value {
+            Value::Int(v) => Point {
+                ts: timestamp_ms,
+                bits: v as u64,
+            },
+            Value::Float(f) => Point {
+                ts: timestamp_ms | FLOAT_FLAG,
+                bits: f.to_bits(),
+            },
+        }
+    }
+
+    /// A point as written, remembering its precision ([`timestamp`]).
+    ///
+    /// [`timestamp`]: Point::timestamp
+    pub fn written(ts: Timestamp, value: Value) -> Point {
+        match ts {
+            Timestamp::Seconds(s) => {
+                let mut p = Point::new(u64::from(s) * 1000, value);
+                p.ts |= SECONDS_FLAG;
+                p
+            }
+            Timestamp::Millis(ms) => Point::new(ms, value),
+        }
+    }
+
+    #[inline(always)]
+    pub fn timestamp_ms(self) -> u64 {
+        self.ts & !(SECONDS_FLAG | FLOAT_FLAG)
+    }
+
+    #[inline(always)]
+    pub fn value(self) -> Value {
+        if self.is_float() {
+            Value::Float(f64::from_bits(self.bits))
+        } else {
+            Value::Int(self.bits as i64)
+        }
+    }
+
+    #[inline(always)]
+    pub fn is_float(self) -> bool {
+        self.ts & FLOAT_FLAG != 0
+    }
+
+    /// The timestamp in the precision it was written in: seconds only
+    /// for a point made by [`written`](Point::written) from seconds.
+    pub fn timestamp(self) -> Timestamp {
+        if self.ts & SECONDS_FLAG != 0 {
+            Timestamp::Seconds((self.timestamp_ms() / 1000) as u32)
+        } else {
+            Timestamp::Millis(self.timestamp_ms())
+        }
+    }
+}
+
+/// Equal as (timestamp, value) pairs: the precision a point was written
+/// in is not part of it, and values compare as [`Value`]s do.
+impl PartialEq for Point {
+    fn eq(&self, other: &Point) -> bool {
+        self.timestamp_ms() == other.timestamp_ms() && self.value() == other.value()
+    }
+}
+
+impl std::fmt::Debug for Point {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Point")
+            .field("timestamp_ms", &self.timestamp_ms())
+            .field("value", &self.value())
+            .finish()
+    }
 }
 
 /// A series' points in a time range, sorted by time, one per timestamp.
@@ -193,11 +287,8 @@ impl SeriesSource for Store {
             let points: Vec<Point> = decoded
                 .points
                 .iter()
-                .map(|p| Point {
-                    timestamp_ms: p.timestamp_ms(row_key.base_time),
-                    value: p.value,
-                })
-                .filter(|p| (start_ms..=end_ms).contains(&p.timestamp_ms))
+                .map(|p| Point::new(p.timestamp_ms(row_key.base_time), p.value))
+                .filter(|p| (start_ms..=end_ms).contains(&p.timestamp_ms()))
                 .collect();
             if !points.is_empty() {
                 by_series.entry(row_key.tsuid).or_default().extend(points);
@@ -371,10 +462,7 @@ impl Store {
         let mut push = |offset_ms: u32, value: Value| {
             let timestamp_ms = base_ms + offset_ms as u64;
             if timestamp_ms >= start_ms && timestamp_ms <= end_ms {
-                buf.push(Point {
-                    timestamp_ms,
-                    value,
-                });
+                buf.push(Point::new(timestamp_ms, value));
             }
         };
         if let Some((q, v)) = RowCells::single_cell(value) {
@@ -407,10 +495,7 @@ impl Store {
                             from,
                             to,
                             buf,
-                            |offset_ms, value| Point {
-                                timestamp_ms: base_ms + offset_ms as u64,
-                                value,
-                            },
+                            |offset_ms, value| Point::new(base_ms + offset_ms as u64, value),
                         )
                         .is_ok()
                     });
@@ -427,10 +512,7 @@ impl Store {
         for p in &decoded.points {
             let timestamp_ms = base_ms + p.offset_ms as u64;
             if timestamp_ms >= start_ms && timestamp_ms <= end_ms {
-                buf.push(Point {
-                    timestamp_ms,
-                    value: p.value,
-                });
+                buf.push(Point::new(timestamp_ms, p.value));
             }
         }
         Ok(decoded.annotations)
@@ -440,6 +522,40 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A point takes 16 bytes and gives back exactly what was
+    /// written: its precision, and every value's bits.
+    #[test]
+    fn a_point_is_16_bytes_and_gives_back_what_was_written() {
+        assert_eq!(std::mem::size_of::<Point>(), 16);
+        let stamps = [
+            Timestamp::Seconds(1356998400),
+            Timestamp::Millis(1356998400123),
+            Timestamp::Millis(1356998400000),
+        ];
+        let values = [
+            Value::Int(0),
+            Value::Int(-1),
+            Value::Int(i64::MIN),
+            Value::Int(i64::MAX),
+            Value::Float(-0.0),
+            Value::Float(f64::NAN),
+            Value::Float(f64::NEG_INFINITY),
+            Value::Float(1.5e300),
+        ];
+        for ts in stamps {
+            for v in values {
+                let p = Point::written(ts, v);
+                assert_eq!(p.timestamp(), ts);
+                assert_eq!(p.timestamp_ms(), ts.as_millis());
+                match (p.value(), v) {
+                    (Value::Float(a), Value::Float(b)) => assert_eq!(a.to_bits(), b.to_bits()),
+                    (a, b) => assert_eq!(a, b),
+                }
+            }
+        }
+    }
+
     use crate::codec::row::DuplicatePolicy;
     use crate::codec::row_key::KeyLayout;
     use crate::model::{Timestamp, UidWidth};
@@ -473,7 +589,7 @@ mod tests {
             got[0]
                 .points
                 .iter()
-                .map(|p| p.timestamp_ms)
+                .map(|p| p.timestamp_ms())
                 .collect::<Vec<_>>(),
             vec![1356998400000, 1357002000000]
         );
@@ -508,7 +624,7 @@ mod tests {
         for scan in [false, true] {
             let mut got: Vec<(usize, u64, Value)> = Vec::new();
             let mut sink = |i: usize, pts: &[Point]| {
-                got.extend(pts.iter().map(|p| (i, p.timestamp_ms, p.value)));
+                got.extend(pts.iter().map(|p| (i, p.timestamp_ms(), p.value())));
                 true
             };
             let stats = if scan {

@@ -294,7 +294,7 @@ pub(crate) mod conformance {
         let mut by_get = Vec::new();
         let (start, end) = READ_MS;
         rows.read_tsuids(tsuids, start, end, &mut |i, p: &[Point]| {
-            by_get.extend(p.iter().map(|p| (i, p.timestamp_ms, p.value)));
+            by_get.extend(p.iter().map(|p| (i, p.timestamp_ms(), p.value())));
             true
         })
         .unwrap();
@@ -305,7 +305,7 @@ pub(crate) mod conformance {
             start,
             end,
             &mut |i, p: &[Point]| {
-                by_scan.extend(p.iter().map(|p| (i, p.timestamp_ms, p.value)));
+                by_scan.extend(p.iter().map(|p| (i, p.timestamp_ms(), p.value())));
                 true
             },
         )

@@ -33,74 +33,12 @@ use super::series::Series;
 use crate::model::hash::{FastBuild, FastMap};
 
 const SHARDS: usize = 64;
-/// Bit of a buffered timestamp meaning "written in seconds".
-const SECONDS_FLAG: u64 = 1 << 63;
-/// Bit of a buffered timestamp meaning "the value is a float".
-const FLOAT_FLAG: u64 = 1 << 62;
-
-/// A buffered point in 16 bytes, not the 24 of a timestamp beside a
-/// [`Value`] (its enum tag takes a word of its own): a query of the
-/// current hour streams every buffered point of its series through the
-/// cache, and reading them was bound by those bytes (a third of a
-/// 1,000-series query's time right after a load), as is the buffer's
-/// share of the server's memory.
-#[derive(Debug, Clone, Copy)]
-struct BufPoint {
-    /// Milliseconds, with [`SECONDS_FLAG`] for second-precision writes
-    /// and [`FLOAT_FLAG`] for a float value.
-    ts: u64,
-    /// The value's bits: an `i64`'s, or an `f64`'s under [`FLOAT_FLAG`].
-    bits: u64,
-}
-
-impl BufPoint {
-    fn new(ts: Timestamp, value: Value) -> BufPoint {
-        let ts = match ts {
-            Timestamp::Seconds(s) => (s as u64 * 1000) | SECONDS_FLAG,
-            Timestamp::Millis(ms) => ms,
-        };
-        match value {
-            Value::Int(v) => BufPoint { ts, bits: v as u64 },
-            Value::Float(f) => BufPoint {
-                ts: ts | FLOAT_FLAG,
-                bits: f.to_bits(),
-            },
-        }
-    }
-
-    fn ms(self) -> u64 {
-        self.ts & !(SECONDS_FLAG | FLOAT_FLAG)
-    }
-
-    fn value(self) -> Value {
-        if self.ts & FLOAT_FLAG != 0 {
-            Value::Float(f64::from_bits(self.bits))
-        } else {
-            Value::Int(self.bits as i64)
-        }
-    }
-
-    fn point(self) -> Point {
-        Point {
-            timestamp_ms: self.ms(),
-            value: self.value(),
-        }
-    }
-
-    fn timestamp(self) -> Timestamp {
-        if self.ts & SECONDS_FLAG != 0 {
-            Timestamp::Seconds((self.ms() / 1000) as u32)
-        } else {
-            Timestamp::Millis(self.ms())
-        }
-    }
-}
 
 struct HourBuf {
     base: u32,
     /// Oldest WAL segment holding one of these points.
     min_segment: u64,
-    points: Vec<BufPoint>,
+    points: Vec<Point>,
 }
 
 struct SeriesBuf {
@@ -118,7 +56,7 @@ struct InFlightHour {
     series: Arc<Series>,
     base: u32,
     min_segment: u64,
-    points: Vec<BufPoint>,
+    points: Vec<Point>,
 }
 
 /// Sealed hours not yet in the store, by metric: a read visits its
@@ -218,14 +156,11 @@ fn dedup_last_wins_in_place<P: Copy>(pts: &mut [P], ms: impl Fn(&P) -> u64) -> u
     kept
 }
 
-/// Buffered and in-flight points copied out for one read. They stay in
-/// the buffer's 16-byte form, all series in one arena: a query of the
-/// current hour copies every point of its series, and that copy was bound
-/// by memory (a Vec of 24-byte query points per series, written and read
-/// back again from beyond the cache). They become query points only as
-/// they are handed on, a cache-sized chunk at a time.
+/// Buffered and in-flight points copied out for one read, all series in
+/// one arena: a query of the current hour copies every point of its
+/// series once, and hands each series' points on as they are.
 pub(crate) struct BufferedPoints<K> {
-    points: Vec<BufPoint>,
+    points: Vec<Point>,
     /// Each key's series and its points in `points` (sorted, one per
     /// timestamp, the newest write winning), in key order.
     spans: Vec<(K, Arc<Series>, std::ops::Range<usize>)>,
@@ -243,16 +178,12 @@ impl<K> Default for BufferedPoints<K> {
 /// One series' points in a [`BufferedPoints`].
 #[derive(Clone, Copy)]
 pub(crate) struct BufferedSeries<'a> {
-    points: &'a [BufPoint],
+    points: &'a [Point],
 }
 
 /// Most points a read's arena makes room for on the guess that every
 /// listed series holds as many as the first (16 MiB).
 const ARENA_GUESS_POINTS: usize = 1 << 20;
-
-/// Query points converted at once by [`BufferedSeries::each_chunk`]: a
-/// chunk stays in the first-level cache while the pipeline reads it.
-const CHUNK_POINTS: usize = 512;
 
 impl<'a> BufferedSeries<'a> {
     pub(crate) fn len(&self) -> usize {
@@ -260,28 +191,12 @@ impl<'a> BufferedSeries<'a> {
     }
 
     pub(crate) fn first_ms(&self) -> Option<u64> {
-        self.points.first().map(|p| p.ms())
+        self.points.first().map(|p| p.timestamp_ms())
     }
 
-    pub(crate) fn to_points(self) -> Vec<Point> {
-        self.points.iter().map(|p| p.point()).collect()
-    }
-
-    /// Hands the points to `f` as query points, in order, a chunk at a
-    /// time through `scratch`; stops, returning false, when `f` does.
-    pub(crate) fn each_chunk(
-        self,
-        scratch: &mut Vec<Point>,
-        mut f: impl FnMut(&[Point]) -> bool,
-    ) -> bool {
-        for chunk in self.points.chunks(CHUNK_POINTS) {
-            scratch.clear();
-            scratch.extend(chunk.iter().map(|p| p.point()));
-            if !f(scratch) {
-                return false;
-            }
-        }
-        true
+    /// The series' points, sorted, one per timestamp.
+    pub(crate) fn points(self) -> &'a [Point] {
+        self.points
     }
 }
 
@@ -379,7 +294,7 @@ fn insert_into(
     });
     sb.last_insert_s = now;
     sb.newest_base = sb.newest_base.max(base);
-    let point = BufPoint::new(ts, value);
+    let point = Point::written(ts, value);
     match sb.hours.iter_mut().rev().find(|h| h.base == base) {
         Some(h) => {
             h.min_segment = h.min_segment.min(segment);
@@ -683,7 +598,7 @@ impl Buffer {
         };
         self.collect(metric, start_ms, end_ms, &mut is_wanted, members)
             .iter()
-            .map(|(_, series, pts)| (series.tsuid.clone(), pts.to_points()))
+            .map(|(_, series, pts)| (series.tsuid.clone(), pts.points().to_vec()))
             .collect()
     }
 
@@ -761,19 +676,19 @@ impl Buffer {
             &mut dyn FnMut(&Series) -> Option<K>,
         ) -> Vec<(Arc<Series>, K)>,
     ) -> BufferedPoints<K> {
-        let mut points: Vec<BufPoint> = Vec::new();
+        let mut points: Vec<Point> = Vec::new();
         // What each series contributed to `points`, in the order written.
         let mut parts: Vec<(K, Arc<Series>, std::ops::Range<usize>)> = Vec::new();
         // An hour wholly in range (the usual case) is copied as it is, in
         // one pass of known length.
-        let copy_hour = |dst: &mut Vec<BufPoint>, base: u32, hour: &[BufPoint]| {
+        let copy_hour = |dst: &mut Vec<Point>, base: u32, hour: &[Point]| {
             let hour_ms = base as u64 * 1000;
             if hour_ms >= start_ms && hour_ms + ROW_SPAN_SECS as u64 * 1000 - 1 <= end_ms {
                 dst.extend_from_slice(hour);
             } else {
                 dst.extend(
                     hour.iter()
-                        .filter(|p| (start_ms..=end_ms).contains(&p.ms())),
+                        .filter(|p| (start_ms..=end_ms).contains(&p.timestamp_ms())),
                 );
             }
         };
@@ -850,7 +765,7 @@ impl Buffer {
                 }
                 range = from..points.len();
             }
-            let kept = dedup_last_wins_in_place(&mut points[range.clone()], |p| p.ms());
+            let kept = dedup_last_wins_in_place(&mut points[range.clone()], |p| p.timestamp_ms());
             spans.push((k, series, range.start..range.start + kept));
         }
         BufferedPoints { points, spans }
@@ -872,39 +787,6 @@ mod tests {
             idle_s: 5,
             pressure: false,
             everything: false,
-        }
-    }
-
-    /// A buffered point takes 16 bytes and gives back exactly what was
-    /// written: its precision, and every value's bits.
-    #[test]
-    fn a_buffered_point_is_16_bytes_and_gives_back_what_was_written() {
-        assert_eq!(std::mem::size_of::<BufPoint>(), 16);
-        let stamps = [
-            Timestamp::Seconds(1356998400),
-            Timestamp::Millis(1356998400123),
-            Timestamp::Millis(1356998400000),
-        ];
-        let values = [
-            Value::Int(0),
-            Value::Int(-1),
-            Value::Int(i64::MIN),
-            Value::Int(i64::MAX),
-            Value::Float(-0.0),
-            Value::Float(f64::NAN),
-            Value::Float(f64::NEG_INFINITY),
-            Value::Float(1.5e300),
-        ];
-        for ts in stamps {
-            for v in values {
-                let p = BufPoint::new(ts, v);
-                assert_eq!(p.timestamp(), ts);
-                assert_eq!(p.ms(), ts.as_millis());
-                match (p.value(), v) {
-                    (Value::Float(a), Value::Float(b)) => assert_eq!(a.to_bits(), b.to_bits()),
-                    (a, b) => assert_eq!(a, b),
-                }
-            }
         }
     }
 
@@ -1051,9 +933,10 @@ mod tests {
         let ts = |i: usize| -> Vec<(u64, Value)> {
             got.get(i)
                 .expect("buffered")
-                .to_points()
+                .points()
+                .to_vec()
                 .iter()
-                .map(|p| (p.timestamp_ms, p.value))
+                .map(|p| (p.timestamp_ms(), p.value()))
                 .collect()
         };
         assert_eq!(got.len(), 3);
@@ -1079,10 +962,9 @@ mod tests {
     }
 
     /// A long series written out of order, with rewrites, is read back
-    /// sorted with its last writes, and handed on in cache-sized chunks
-    /// that together are exactly those points.
+    /// sorted with its last writes.
     #[test]
-    fn a_long_unordered_series_reads_back_sorted_in_chunks() {
+    fn a_long_unordered_series_reads_back_sorted() {
         let b = Buffer::new();
         let s = series(1);
         let n = 1300u32;
@@ -1109,32 +991,13 @@ mod tests {
         let got = b.read_listed(std::slice::from_ref(&s.tsuid), 0, u64::MAX);
         let one = got.get(0).expect("buffered");
         assert_eq!(one.len(), n as usize);
-        let mut sizes = Vec::new();
-        let mut all = Vec::new();
-        assert!(one.each_chunk(&mut Vec::new(), |pts| {
-            sizes.push(pts.len());
-            all.extend_from_slice(pts);
-            true
-        }));
-        assert_eq!(
-            sizes,
-            vec![CHUNK_POINTS, CHUNK_POINTS, n as usize - 2 * CHUNK_POINTS]
-        );
-        assert_eq!(all, one.to_points());
-        for (i, p) in all.iter().enumerate() {
+        for (i, p) in one.points().iter().enumerate() {
             let want = if i % 10 == 0 { -(i as i64) } else { i as i64 };
             assert_eq!(
-                (p.timestamp_ms, p.value),
+                (p.timestamp_ms(), p.value()),
                 (1356998400000 + i as u64 * 1000, Value::Int(want))
             );
         }
-        // A sink that stops is not handed another chunk.
-        let mut calls = 0;
-        assert!(!one.each_chunk(&mut Vec::new(), |_| {
-            calls += 1;
-            false
-        }));
-        assert_eq!(calls, 1);
     }
 
     /// A reader racing seals sees every point written before it began,
@@ -1209,11 +1072,11 @@ mod tests {
                         let pts = &got[&s.tsuid];
                         let mut want: Vec<u64> = (0..STAMPS).map(|i| ts(i) * 1000).collect();
                         want.sort_unstable();
-                        let have: Vec<u64> = pts.iter().map(|p| p.timestamp_ms).collect();
+                        let have: Vec<u64> = pts.iter().map(|p| p.timestamp_ms()).collect();
                         assert_eq!(have, want, "every point exactly once");
                         for p in pts {
-                            let Value::Int(v) = p.value else {
-                                panic!("{:?}", p.value)
+                            let Value::Int(v) = p.value() else {
+                                panic!("{:?}", p.value())
                             };
                             // Written before the read began: at least the
                             // last complete round; at most the one being
@@ -1235,7 +1098,7 @@ mod tests {
             assert!(
                 got[&s.tsuid]
                     .iter()
-                    .all(|p| p.value == Value::Int(ROUNDS as i64 - 1))
+                    .all(|p| p.value() == Value::Int(ROUNDS as i64 - 1))
             );
         }
     }
@@ -1261,7 +1124,7 @@ mod tests {
         b.finish(id);
         assert_eq!(b.points(), 3);
         let read = b.read(s.tsuid.metric, 0, u64::MAX, &mut |_| true);
-        let values: Vec<Value> = read[&s.tsuid].iter().map(|p| p.value).collect();
+        let values: Vec<Value> = read[&s.tsuid].iter().map(|p| p.value()).collect();
         assert_eq!(values, vec![Value::Int(2), Value::Int(1)]);
         let (_, again) = b.seal(everything, usize::MAX);
         assert_eq!(

@@ -59,8 +59,8 @@ fn stored_points(dir: &Path) -> HashMap<(String, u32), Value> {
             .unwrap()
             .to_string();
         for p in &s.points {
-            let at = (host.clone(), (p.timestamp_ms / 1000) as u32);
-            assert!(out.insert(at, p.value).is_none(), "one point per second");
+            let at = (host.clone(), (p.timestamp_ms() / 1000) as u32);
+            assert!(out.insert(at, p.value()).is_none(), "one point per second");
         }
     }
     db.close().unwrap();

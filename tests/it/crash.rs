@@ -106,7 +106,7 @@ fn sigkill_loses_nothing_acknowledged() {
             .read_series(metric, 0, u64::MAX, &mut |_| true)
             .unwrap();
         assert_eq!(series.len(), 1, "series of acknowledged write {i} missing");
-        assert_eq!(series[0].points[0].value, Value::Int(i as i64));
+        assert_eq!(series[0].points[0].value(), Value::Int(i as i64));
     }
     // Whatever the kill interrupted: mappings are whole in both directions
     // and the counter covers every id.

@@ -75,8 +75,8 @@ fn stored_timestamps(dir: &Path) -> BTreeSet<u64> {
     let mut out = BTreeSet::new();
     for s in store.read_series(m, 0, u64::MAX, &mut |_| true).unwrap() {
         for p in s.points {
-            let t = p.timestamp_ms / 1000 - 1356998400;
-            assert_eq!(p.value, rtsdb::model::Value::Int(t as i64));
+            let t = p.timestamp_ms() / 1000 - 1356998400;
+            assert_eq!(p.value(), rtsdb::model::Value::Int(t as i64));
             out.insert(t);
         }
     }

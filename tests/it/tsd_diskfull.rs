@@ -146,8 +146,8 @@ fn stored_values(data: &Path, metric: &str) -> BTreeSet<u64> {
     let mut out = BTreeSet::new();
     for s in store.read_series(m, 0, u64::MAX, &mut |_| true).unwrap() {
         for p in s.points {
-            let t = p.timestamp_ms / 1000 - 1356998400;
-            assert_eq!(p.value, rtsdb::model::Value::Int(value_of(t)));
+            let t = p.timestamp_ms() / 1000 - 1356998400;
+            assert_eq!(p.value(), rtsdb::model::Value::Int(value_of(t)));
             out.insert(t);
         }
     }

@@ -254,7 +254,7 @@ fn points(db: &Db, metric: &str) -> Vec<(u64, Value)> {
     db.read_series(m, 0, u64::MAX, &mut |_| true)
         .unwrap()
         .into_iter()
-        .flat_map(|s| s.points.into_iter().map(|p| (p.timestamp_ms, p.value)))
+        .flat_map(|s| s.points.into_iter().map(|p| (p.timestamp_ms(), p.value())))
         .collect()
 }
 
