@@ -228,11 +228,7 @@ fn accumulate(
     // The function is picked once, not per point: each rule is its own
     // loop.
     let by = FoldBy::of(agg);
-    let fold = |at: usize, cells: &mut [GridCell]| match by {
-        FoldBy::Sum => fold_sums(series, at, rate, cells),
-        FoldBy::Min => fold_series::<MinRule>(series, at, rate, cells),
-        FoldBy::Max => fold_series::<MaxRule>(series, at, rate, cells),
-    };
+    let fold = |at: usize, cells: &mut [GridCell]| fold_by(by, grid, series, at, rate, cells);
     // Each timestamp is folded on its own, in series order: a large fold
     // is split by timestamp over threads and makes the same additions,
     // in the same order, as one thread.
@@ -254,13 +250,95 @@ fn accumulate(
     if !folded {
         return false;
     }
-    for (&(t, _), c) in grid.iter().zip(cells.iter()) {
+    emit_cells(grid, cells, agg, from, to, out);
+    true
+}
+
+/// Appends the folded cells of `grid`'s timestamps in `[from, to]`.
+fn emit_cells(
+    grid: &Points,
+    cells: &[GridCell],
+    agg: &Aggregator,
+    from: i64,
+    to: i64,
+    out: &mut Vec<(i64, Value)>,
+) {
+    for (&(t, _), c) in grid.iter().zip(cells) {
         if t < from || t > to {
             continue;
         }
         out.push((t, Value::Float(c.value(agg))));
     }
-    true
+}
+
+/// Folds `series` into `cells` (the grid's positions from `at`) with
+/// `by`'s rule: the function is picked once, not per point, each rule
+/// being its own loop.
+#[inline(always)]
+fn fold_by(
+    by: FoldBy,
+    grid: &Points,
+    series: &[&Points],
+    at: usize,
+    rate: bool,
+    cells: &mut [GridCell],
+) -> bool {
+    match by {
+        FoldBy::Sum => fold_sums(grid, series, at, rate, cells),
+        FoldBy::Min => fold_series::<MinRule>(grid, series, at, rate, cells),
+        FoldBy::Max => fold_series::<MaxRule>(grid, series, at, rate, cells),
+    }
+}
+
+/// The same-grid fold of [`aggregate`]'s fast path, fed a group's series
+/// a few at a time, in series order: a reader folds each run of series
+/// it has read while the run's outputs are still in cache, rather than
+/// keeping every series' outputs for one fold at the end. Answers what
+/// [`aggregate`] answers, bit for bit, whenever it answers at all.
+pub(crate) struct GridFold {
+    by: FoldBy,
+    rate: bool,
+    /// The group's first non-empty series: every other must share its
+    /// timestamps.
+    grid: Vec<(i64, Value)>,
+    cells: Vec<GridCell>,
+}
+
+impl GridFold {
+    /// A fold for `agg` (`None` unless it [`folds`]).
+    pub(crate) fn new(agg: &Aggregator, rate: bool) -> Option<GridFold> {
+        folds(agg).then(|| GridFold {
+            by: FoldBy::of(agg),
+            rate,
+            grid: Vec::new(),
+            cells: Vec::new(),
+        })
+    }
+
+    /// Folds in the group's next `series` (empty ones take no part, as in
+    /// [`aggregate`]). False if one leaves the grid, or holds an integer
+    /// outside a rate: the fold is then not the group's answer (the
+    /// general merge is).
+    pub(crate) fn add(&mut self, series: &[&Points]) -> bool {
+        let mut series = series.iter().copied().filter(|s| !s.is_empty()).peekable();
+        if self.grid.is_empty() {
+            let Some(first) = series.peek() else {
+                return true;
+            };
+            self.grid.extend_from_slice(first);
+            self.cells.resize(first.len(), GridCell::default());
+        }
+        let series: Vec<&Points> = series.collect();
+        if series.iter().any(|s| s.len() != self.grid.len()) {
+            return false;
+        }
+        fold_by(self.by, &self.grid, &series, 0, self.rate, &mut self.cells)
+    }
+
+    /// Appends the group's points with timestamps in `[from, to]`.
+    pub(crate) fn finish(&self, agg: &Aggregator, from: i64, to: i64, out: &mut Vec<(i64, Value)>) {
+        emit_cells(&self.grid, &self.cells, agg, from, to, out);
+    }
 }
 
 /// Folds every series' values, position by position from `at`, into
@@ -269,12 +347,13 @@ fn accumulate(
 /// all doubles) a value is an integer.
 #[inline(always)]
 fn fold_series<R: FoldRule>(
+    grid: &Points,
     series: &[&Points],
     at: usize,
     rate: bool,
     cells: &mut [GridCell],
 ) -> bool {
-    let grid = &series[0][at..at + cells.len()];
+    let grid = &grid[at..at + cells.len()];
     for s in series {
         for ((c, p), g) in cells.iter_mut().zip(&s[at..]).zip(grid) {
             if p.0 != g.0 || (!rate && !p.1.is_float()) {
@@ -297,9 +376,15 @@ fn fold_series<R: FoldRule>(
 /// is gathered over the block and looked at once it is done: the cells
 /// are thrown away then anyway.
 #[inline(always)]
-fn fold_sums(series: &[&Points], at: usize, rate: bool, cells: &mut [GridCell]) -> bool {
+fn fold_sums(
+    grid: &Points,
+    series: &[&Points],
+    at: usize,
+    rate: bool,
+    cells: &mut [GridCell],
+) -> bool {
     let n = cells.len();
-    let grid = &series[0][at..at + n];
+    let grid = &grid[at..at + n];
     let mut blocks = series.chunks_exact(4);
     for b in &mut blocks {
         let (s0, s1, s2, s3) = (

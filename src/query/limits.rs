@@ -41,6 +41,13 @@ pub(crate) struct Budget {
     points: AtomicU64,
 }
 
+/// Bytes and points a [`Budget`] was charged, at some moment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Charged {
+    bytes: u64,
+    points: u64,
+}
+
 impl Budget {
     pub(crate) fn new(limits: QueryLimits) -> Budget {
         Budget {
@@ -53,6 +60,21 @@ impl Budget {
 
     pub(crate) fn elapsed(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// What was charged so far, to [`rewind`](Self::rewind) to.
+    pub(crate) fn charged(&self) -> Charged {
+        Charged {
+            bytes: self.bytes.load(Ordering::Relaxed),
+            points: self.points.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Forgets what was charged since `to`: a read that is given up and
+    /// made again another way is charged once.
+    pub(crate) fn rewind(&self, to: Charged) {
+        self.bytes.store(to.bytes, Ordering::Relaxed);
+        self.points.store(to.points, Ordering::Relaxed);
     }
 
     /// Accounts for data read; the error to return if a limit is passed.
