@@ -418,6 +418,8 @@ pub(super) struct Pipeline<'a> {
     stage: Vec<(i64, Value)>,
     pub(super) out: Vec<(i64, Value)>,
     pub(super) seen: bool,
+    /// Outputs to make room for as the read starts (downsampled buckets).
+    room: usize,
     /// Taken when the first point at or after the cache's settle
     /// boundary arrives (or at the end of the read if none does).
     pub(super) snap: Option<PipeState>,
@@ -453,6 +455,7 @@ impl<'a> Pipeline<'a> {
             stage: Vec::new(),
             out: Vec::new(),
             seen: false,
+            room: 0,
             snap: None,
         }
     }
@@ -470,6 +473,7 @@ impl<'a> Pipeline<'a> {
             stage: Vec::new(),
             out: Vec::new(),
             seen: state.seen,
+            room: 0,
             snap: None,
         }
     }
@@ -690,7 +694,21 @@ impl Frame {
         })
     }
 
+    /// `n` pipelines with their output buffers.
     pub(super) fn pipes<'a>(&'a self, sub: &'a ValidSubQuery, n: usize) -> Vec<Pipeline<'a>> {
+        let mut pipes = self.bare_pipes(sub, n);
+        give_buffers(&mut pipes);
+        pipes
+    }
+
+    /// `n` pipelines without output buffers yet: [`read_run`] gives a
+    /// run's pipelines theirs as the run starts. A run folded as it goes
+    /// ([`RunFold`]) gave its buffers back a moment before, still in
+    /// cache, and the last given back are taken first. (Buffers taken
+    /// for every series up front served a downsampling query better, by
+    /// 5-20 % of its time in four alternating pairs; a rate folded as it
+    /// goes was 16-18 % faster taking them run by run.)
+    fn bare_pipes<'a>(&'a self, sub: &'a ValidSubQuery, n: usize) -> Vec<Pipeline<'a>> {
         // Downsampled outputs: room for the buckets read up front (up to a
         // bound: a long window of a sparse series must not reserve much),
         // rather than growing each series' list step by step.
@@ -700,15 +718,27 @@ impl Frame {
             }
             _ => 0,
         };
-        let mut outs = pool::OUTPUTS.take(n);
         (0..n)
             .map(|_| {
                 let mut p = Pipeline::new(sub, self);
-                p.out = outs.next().unwrap_or_default();
-                p.out.reserve(buckets);
+                p.room = buckets;
                 p
             })
             .collect()
+    }
+}
+
+/// Gives each of `pipes` that has no output buffer one from the pool
+/// (see [`Frame::bare_pipes`]), with room for its downsampled buckets.
+fn give_buffers(pipes: &mut [Pipeline]) {
+    let bare = pipes.iter().filter(|p| p.out.capacity() == 0).count();
+    if bare == 0 {
+        return;
+    }
+    let mut kept = pool::OUTPUTS.take(bare);
+    for p in pipes.iter_mut().filter(|p| p.out.capacity() == 0) {
+        p.out = kept.next().unwrap_or_default();
+        p.out.reserve(p.room);
     }
 }
 
@@ -1011,6 +1041,7 @@ fn read_run(
     pipes: &mut [Pipeline],
     budget: &Budget,
 ) -> Result<ReadStats, QueryError> {
+    give_buffers(pipes);
     let mut failure: Option<QueryError> = None;
     let cut = how.cut;
     // Points are charged to the shared budget a batch at a time: a limit
@@ -1231,10 +1262,13 @@ fn run_sub(
     stats.unresolved = sel.unresolved;
     stats.series = sel.tsuids.len() as u64;
     let frame = Frame::new(q, sub, budget, sel.tsuids.len())?;
-    let mut pipes = frame.pipes(sub, sel.tsuids.len());
+    let mut fold = RunFold::new(sub, &sel);
+    let mut pipes = match fold {
+        Some(_) => frame.bare_pipes(sub, sel.tsuids.len()),
+        None => frame.pipes(sub, sel.tsuids.len()),
+    };
     let t_read = budget.elapsed();
     let (before, charged) = (stats.clone(), budget.charged());
-    let mut fold = RunFold::new(sub, &sel);
     let mut cells = read_folding(
         ctx,
         &sel,
