@@ -723,6 +723,46 @@ mod tests {
         crate::storage::fjall::journal_bytes(&dir.join(crate::store::ENGINE_DIR)).unwrap()
     }
 
+    /// Writes `bytes` of distinct, incompressible rows and moves them
+    /// into the engine's tables.
+    fn fill_tables(w: &Db, dir: &Path, bytes: usize) {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        for n in 0..bytes.div_ceil(2048) {
+            let value: Vec<u8> = (0..2048)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let mut b = crate::storage::WriteBatch::new();
+            b.put(
+                crate::storage::Table::Tree,
+                format!("table-filler-{n:08}"),
+                value,
+            );
+            w.store().kv().write(b).unwrap();
+        }
+        w.checkpoint_engine(0);
+        assert!(journal_bytes(dir) < flush::JOURNAL_CHECKPOINT_BYTES);
+    }
+
+    /// A journal that is a heavy share of the engine's bytes (a store
+    /// right after its first load) is moved at once, reads or not.
+    #[test]
+    fn a_heavy_journal_moves_while_reads_go_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = open_quiet(dir.path());
+        let checkpoints = || w.stats().checkpoints.load(Ordering::Relaxed);
+        fill_journal(&w, 2 * flush::JOURNAL_CHECKPOINT_BYTES as usize);
+        w.reads.note();
+        w.tick(false);
+        assert_eq!(checkpoints(), 1, "kept while reads ran");
+        assert!(journal_bytes(dir.path()) < flush::JOURNAL_CHECKPOINT_BYTES);
+        w.close().unwrap();
+    }
+
     /// Writes `bytes` of incompressible values to one key of the engine,
     /// again and again: its journal then holds them all, its tables one.
     /// The key is deleted afterwards, so no reader ever sees it.
@@ -779,7 +819,11 @@ mod tests {
     fn a_journal_move_waits_for_reads_to_pause() {
         let dir = tempfile::tempdir().unwrap();
         let w = open_quiet(dir.path());
-        let checkpoints = || w.stats().checkpoints.load(Ordering::Relaxed);
+        // Tables that hold far more than the journal will: a journal that
+        // is a heavy share of the engine's bytes does not wait (below).
+        fill_tables(&w, dir.path(), 16 << 20);
+        let moved_before = w.stats().checkpoints.load(Ordering::Relaxed);
+        let checkpoints = || w.stats().checkpoints.load(Ordering::Relaxed) - moved_before;
         fill_journal(&w, 2 * flush::JOURNAL_CHECKPOINT_BYTES as usize);
         w.reads.note();
         w.tick(false);

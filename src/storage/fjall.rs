@@ -709,6 +709,10 @@ impl KvStore for FjallStore {
             .unwrap_or(0)
     }
 
+    fn journal_bytes(&self) -> u64 {
+        journal_bytes(&self.path).unwrap_or(0)
+    }
+
     fn unavailable(&self) -> Option<String> {
         if !self.failing.load(Ordering::Acquire) {
             return None;

@@ -430,6 +430,12 @@ pub trait KvStore: Send + Sync {
         0
     }
 
+    /// Bytes of [`disk_space`](KvStore::disk_space) the engine's own
+    /// journal takes (0 for engines without one).
+    fn journal_bytes(&self) -> u64 {
+        0
+    }
+
     /// Why the engine refuses writes now, if it does (a write failed and
     /// it has not been [recovered](KvStore::recover) yet).
     fn unavailable(&self) -> Option<String> {
