@@ -723,19 +723,24 @@ mod tests {
         crate::storage::fjall::journal_bytes(&dir.join(crate::store::ENGINE_DIR)).unwrap()
     }
 
+    /// `n` incompressible bytes from the xorshift state `x`.
+    fn noise(x: &mut u64, n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                *x ^= *x << 13;
+                *x ^= *x >> 7;
+                *x ^= *x << 17;
+                *x as u8
+            })
+            .collect()
+    }
+
     /// Writes `bytes` of distinct, incompressible rows and moves them
     /// into the engine's tables.
     fn fill_tables(w: &Db, dir: &Path, bytes: usize) {
         let mut x: u64 = 0x2545_F491_4F6C_DD1D;
         for n in 0..bytes.div_ceil(2048) {
-            let value: Vec<u8> = (0..2048)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let value = noise(&mut x, 2048);
             let mut b = crate::storage::WriteBatch::new();
             b.put(
                 crate::storage::Table::Tree,
@@ -770,14 +775,7 @@ mod tests {
         const KEY: &[u8] = b"journal-filler";
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         for _ in 0..bytes.div_ceil(2048) {
-            let value: Vec<u8> = (0..2048)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let value = noise(&mut x, 2048);
             let mut b = crate::storage::WriteBatch::new();
             b.put(crate::storage::Table::Tree, KEY, value);
             w.store().kv().write(b).unwrap();

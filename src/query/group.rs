@@ -343,8 +343,8 @@ impl GridFold {
 
 /// Folds every series' values, position by position from `at`, into
 /// `cells` with rule `R`. False as soon as a series' timestamp is not the
-/// first series' at the same position, or (unless `rate`, whose values are
-/// all doubles) a value is an integer.
+/// grid's at the same position, or (unless `rate`, whose values are all
+/// doubles) a value is an integer.
 #[inline(always)]
 fn fold_series<R: FoldRule>(
     grid: &Points,
