@@ -888,7 +888,7 @@ const RUNS_PER_THREAD: usize = 4;
 const FOLD_RUN_SERIES: usize = 32;
 
 /// A sub-query's groups folded run by run while its series are read: the
-/// thread that reads a run of series folds it at once ([`GridFold`]),
+/// thread that reads a run of series folds it at once ([`group::GridFold`]),
 /// while the run's outputs are still in its cache, if every run before
 /// it is folded already; otherwise the run waits for the thread that
 /// folds its predecessor. Series are thus folded in series order, as

@@ -244,7 +244,7 @@ pub trait KvSnapshot: Send {
     fn scan_all(&self, table: Table) -> ScanIter<'_>;
 }
 
-/// One writer's live version of a key ([`KvStore::versions`]).
+/// One writer's live version of a key ([`KvStore::read_versions`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyVersion {
     /// Who wrote it (a cluster's TSD; empty where keys have one writer).

@@ -15,7 +15,7 @@
 //!   in `ver` order through [`DataRows::merge`] (data rows: later cells win
 //!   per timestamp). Other tables have one writer, so the newest wins.
 //! - `series` is what the `Distributed` table shards by: for data rows
-//!   the row key without its base hour ([`DataRows::series`]), so one
+//!   the row key without its base hour ([`DataRows::place`]), so one
 //!   series' rows live on one shard; elsewhere the key itself.
 //!
 //! `increment` and `compare_and_set` are read-modify-writes under a
