@@ -116,7 +116,7 @@ impl Db {
             stats.points += newer.len() as u64;
             let go_on = match stored.remove(&i) {
                 Some(older) if !older.is_empty() => {
-                    sink(i, &merge_last_wins(older, newer.points().to_vec()))
+                    sink(i, &merge_last_wins(older, newer.points()))
                 }
                 _ => sink(i, newer.points()),
             };
@@ -251,7 +251,7 @@ impl SeriesSource for Db {
         let mut out = Vec::with_capacity(stored.len() + buffered.len());
         for mut s in stored {
             if let Some(b) = buffered.remove(&s.tsuid) {
-                s.points = merge_last_wins(s.points, b);
+                s.points = merge_last_wins(s.points, &b);
             }
             out.push(s);
         }
@@ -266,14 +266,17 @@ impl SeriesSource for Db {
 }
 
 /// Merges two sorted point lists; on equal timestamps `newer` wins.
-fn merge_last_wins(mut older: Vec<Point>, newer: Vec<Point>) -> Vec<Point> {
+fn merge_last_wins(mut older: Vec<Point>, newer: &[Point]) -> Vec<Point> {
     // Wholly apart (the older points all before the newer ones): one copy.
     if older.last().map(|p| p.timestamp_ms()) < newer.first().map(|p| p.timestamp_ms()) {
-        older.extend_from_slice(&newer);
+        older.extend_from_slice(newer);
         return older;
     }
     let mut out = Vec::with_capacity(older.len() + newer.len());
-    let (mut a, mut b) = (older.into_iter().peekable(), newer.into_iter().peekable());
+    let (mut a, mut b) = (
+        older.into_iter().peekable(),
+        newer.iter().copied().peekable(),
+    );
     loop {
         match (a.peek(), b.peek()) {
             (Some(x), Some(y)) => {

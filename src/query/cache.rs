@@ -516,6 +516,7 @@ fn miss(
         cut,
         budget,
         &mut stats,
+        None,
     )?;
     // Annotations are read with the rows; an entry is kept only when
     // there were none, so later runs need only the rows they read.
@@ -635,6 +636,7 @@ fn hit(
         cut,
         budget,
         &mut stats,
+        None,
     )?;
     let keep = q.original.no_annotations || cells.is_empty();
     let notes = if !q.original.no_annotations && !cells.is_empty() {

@@ -759,26 +759,10 @@ pub(super) struct Cut {
 /// as many threads as the source offers ([`SeriesSource::read_threads`]):
 /// each run has its own pipelines, so the threads share nothing but the
 /// budget and the queue of runs, and a series' points still arrive in
-/// time order.
+/// time order. With a `fold`, each run is handed to it as soon as it is
+/// read (see [`RunFold`]), and the read stops early once the fold failed.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn read_into(
-    ctx: &QueryContext,
-    sel: &Selected,
-    pipes: &mut [Pipeline],
-    start: u64,
-    end: u64,
-    cut: Cut,
-    budget: &mut Budget,
-    stats: &mut SubStats,
-) -> Result<Vec<(usize, Vec<u8>)>, QueryError> {
-    read_folding(ctx, sel, pipes, start, end, cut, budget, stats, None)
-}
-
-/// [`read_into`], handing each run of series read to `fold` as soon as
-/// it is read (see [`RunFold`]); a read stops early once the fold has
-/// failed.
-#[allow(clippy::too_many_arguments)]
-fn read_folding(
     ctx: &QueryContext,
     sel: &Selected,
     pipes: &mut [Pipeline],
@@ -1269,7 +1253,7 @@ fn run_sub(
     };
     let t_read = budget.elapsed();
     let (before, charged) = (stats.clone(), budget.charged());
-    let mut cells = read_folding(
+    let mut cells = read_into(
         ctx,
         &sel,
         &mut pipes,
@@ -1294,6 +1278,7 @@ fn run_sub(
             Cut::default(),
             budget,
             &mut stats,
+            None,
         )?;
     }
     // Series annotations per position in `tsuids`, unless not wanted.
@@ -1641,7 +1626,7 @@ mod tests {
             let mut pipes = frame.pipes(sub, sel.tsuids.len());
             let (start, end) = (frame.read_start, frame.read_end);
             let mut stats = SubStats::default();
-            read_folding(
+            read_into(
                 &ctx,
                 &sel,
                 &mut pipes,
