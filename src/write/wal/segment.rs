@@ -5,7 +5,8 @@ use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::record::{self, FrameScan, Record};
+use super::frame::{self, FrameScan};
+use super::record::Record;
 use crate::model::Timestamp;
 
 const SEGMENT_SUFFIX: &str = ".wal";
@@ -146,13 +147,13 @@ pub(crate) fn read_segment(path: &Path) -> std::io::Result<SegmentContents> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
     let mut out = SegmentContents::default();
-    out.scan = record::decode_frames(&bytes, &mut out.records);
+    out.scan = frame::decode_frames(&bytes, &mut out.records);
     Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::record::tests::{OLD_SEGMENT, old_segment_frames};
+    use super::super::frame::tests::{OLD_SEGMENT, old_segment_frames};
     use super::*;
 
     #[test]

@@ -20,10 +20,9 @@ use tokio::sync::watch;
 use crate::model::point::{Timestamp, Value};
 use crate::write::series::Series;
 
-use super::record::{
-    FrameCompressor, encode_delete, encode_histogram, encode_point, encode_series, finish_frame,
-    start_frame,
-};
+use super::columns::BATCH_BYTES;
+use super::frame::{FrameCompressor, finish_frame, start_frame};
+use super::record::{encode_delete, encode_histogram, encode_point, encode_series};
 use super::segment::{list_segments, segment_path, sync_dir};
 
 /// How long the writer waits between attempts while the log cannot be
@@ -50,21 +49,6 @@ const REDECLARE_BYTES: u64 = 4 << 20;
 fn declaration_tag(segment: u64, written_in_segment: u64) -> u64 {
     ((segment << 20) | ((written_in_segment / REDECLARE_BYTES) & 0xF_FFFF)) + 1
 }
-
-/// The records the writer thread lets pile up before it writes them as
-/// one batch, unless a `sync` writer or the flush interval comes first.
-///
-/// A batch is the unit the log is compressed in: what it spends per
-/// series it holds (each series' first value, time and head) is spread
-/// over that series' points in the batch. Over `/api/put` several
-/// connections take turns request by request, so a batch holds nearly
-/// every series with few points each: 4 MiB (about 250,000 points) gives
-/// each about 4 times the points 1 MiB did, and the log 15 % fewer bytes
-/// (docs/durability.md, "The write batch"). What it costs: a process crash
-/// loses at most this much, or a flush interval, of acknowledged non-`sync`
-/// points (they were never promised durable; `sync` puts still wait for
-/// their fdatasync), and the writer keeps about 5 such buffers.
-pub(super) const BATCH_BYTES: usize = 4 << 20;
 
 /// Bytes written but not yet synced that force a sync: they are kept in
 /// memory until one succeeds (to be written again if it fails).
@@ -878,7 +862,7 @@ impl Writer {
 
 #[cfg(test)]
 mod tests {
-    use super::super::record::tests::OLD_SEGMENT;
+    use super::super::frame::tests::OLD_SEGMENT;
     use super::super::{Record, read_segment};
     use super::*;
 
