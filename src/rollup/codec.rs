@@ -11,11 +11,9 @@ use crate::codec::qualifier::{FLAGS_MASK, decode_value};
 use crate::codec::row::RowError;
 use crate::model::Value;
 
-/// Bit of the aggregator byte marking a compacted rollup column (OpenTSDB
-/// reads it, never writes it; neither does rtsdb).
-pub const COMPACTED_MASK: u8 = 0x80;
-/// The aggregator id bits of the first qualifier byte.
-pub const AGGREGATOR_MASK: u8 = 0x7F;
+// Kept reachable here, where the rest of the qualifier is, for callers
+// that split a qualifier with the codec's functions.
+pub use super::qualifier::{AGGREGATOR_MASK, COMPACTED_MASK};
 
 /// `getRollupBasetime` for a timestamp in seconds: the start of its row.
 pub fn base_time(ts_s: u32, interval: &RollupInterval) -> u32 {

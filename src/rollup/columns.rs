@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use super::codec::AGGREGATOR_MASK;
+use super::qualifier::AGGREGATOR_MASK;
 use crate::codec::qualifier::{FLAG_FLOAT, FLAGS_MASK, decode_value};
 use crate::codec::row::{self, Cell, ROW_FORMAT_V1, RowCells, RowError};
 

@@ -9,6 +9,7 @@ pub mod aggregates;
 pub mod codec;
 pub mod columns;
 pub mod config;
+pub mod qualifier;
 
 use std::path::Path;
 
