@@ -109,7 +109,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     // (docs/rollups.md).
     ("tsd.rollups.auto", "false"),
     // rtsdb: block cache added for the rollup tables, MiB (docs/rollups.md).
-    (crate::rollup::CACHE_KEY, "64"),
+    ("tsd.rollups.cache_mb", "64"),
     // rtsdb: where rows live: `embedded` or `clickhouse` (a ClickHouse
     // cluster coordinated by ZooKeeper; docs/scale-out.md).
     ("tsd.storage.backend", "embedded"),
