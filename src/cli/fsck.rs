@@ -16,12 +16,13 @@ use crate::codec::compressed;
 use crate::codec::qualifier::{self, CellKind, FLAG_FLOAT, LENGTH_MASK, StoredPoint};
 use crate::codec::row::{self, Cell, RowCells};
 use crate::codec::row_key::RowKey;
-use crate::db::{DbError, WAL_DIR};
+use crate::db::DbError;
 use crate::model::row_span::row_base_clamped;
 use crate::model::uid::{hex_upper, java_byte_array};
 use crate::model::{UidKind, Value};
 use crate::storage::KeyRead;
 use crate::store::Store;
+use crate::store::WAL_DIR;
 use crate::uid::UidTable;
 use crate::write::wal;
 

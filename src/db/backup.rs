@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use super::{Db, DbOptions, WAL_DIR};
+use super::{Db, DbOptions};
+use crate::store::WAL_DIR;
 use crate::store::header::HEADER_FILE;
 use crate::store::snapshot::CopiedTables;
 use crate::store::{StoreError, StoreHeader};

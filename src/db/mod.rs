@@ -61,7 +61,7 @@ use crate::meta::MetaStore;
 use crate::storage::StorageError;
 use crate::storage::coordinator::Coordinator;
 use crate::store::rows::RowStore;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, WAL_DIR};
 use crate::uid::UidTable;
 use crate::write::SeriesCache;
 use crate::write::buffer::{Buffer, SealPolicy};
@@ -83,9 +83,6 @@ pub use rollup::{
 pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
 pub use tree::{TreeTest, TreesSynced};
 pub use wal::WalError;
-
-/// Directory of the WAL inside the data directory.
-pub const WAL_DIR: &str = "wal";
 
 #[derive(Debug, Error)]
 pub enum DbError {

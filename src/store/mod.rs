@@ -54,6 +54,9 @@ use crate::uid::UidStore;
 pub use header::StoreHeader;
 
 pub(crate) const ENGINE_DIR: &str = "fjall";
+/// Directory of the write-ahead log inside the data directory: the store
+/// names it because salvage and backup copy it with the engine's files.
+pub const WAL_DIR: &str = "wal";
 pub(crate) const LOCK_FILE: &str = "LOCK";
 const ROW_LOCK_STRIPES: usize = 256;
 

@@ -25,9 +25,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::uid_table::KvUidStore;
-use super::{ENGINE_DIR, Result, StoreError, StoreHeader, lock_dir};
+use super::{ENGINE_DIR, Result, StoreError, StoreHeader, WAL_DIR, lock_dir};
 use crate::codec::row_key::KeyLayout;
-use crate::db::WAL_DIR;
 use crate::model::uid::hex_upper;
 use crate::model::{Uid, UidKind};
 use crate::storage::fjall::{FjallOptions, FjallStore};
