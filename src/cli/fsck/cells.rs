@@ -454,3 +454,157 @@ fn check_single(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{BASE, Fixture, fixing, qualifier};
+    use super::*;
+    use crate::codec::row::decode_row;
+
+    /// The row's points as reads see them: (offset s, value).
+    fn points(f: &Fixture) -> Vec<(u32, Value)> {
+        let row = f.row().unwrap();
+        decode_row(&f.key, &row, row::DuplicatePolicy::Strict)
+            .unwrap()
+            .points
+            .iter()
+            .map(|p| (p.offset_ms / 1000, p.value))
+            .collect()
+    }
+
+    #[test]
+    fn a_second_value_for_a_timestamp_is_a_duplicate_resolved_when_asked() {
+        let f = Fixture::new();
+        f.add_cells(vec![Cell::new(qualifier(10, 0), vec![99])]);
+        let (r, out) = f.check(&FsckArgs::default());
+        assert_eq!(
+            (r.duplicates, r.duplicates_fixed, r.valid_datapoints),
+            (1, 0, 11)
+        );
+        assert_eq!(
+            out,
+            format!(
+                "More than one column had a value for the same timestamp: ({}) in row {}\n",
+                (BASE as u64 + 10) * 1000,
+                java_byte_array(&f.key)
+            )
+        );
+        // Differing values are kept apart by --fix alone.
+        let (r, _) = f.check(&fixing(|_| {}));
+        assert_eq!((r.duplicates, r.duplicates_fixed), (1, 0));
+        let (r, _) = f.check(&fixing(|a| a.resolve_duplicates = true));
+        assert_eq!((r.duplicates, r.duplicates_fixed), (1, 1));
+        // Last write wins (the store's default): the later cell's value.
+        let row = f.row().unwrap();
+        assert_eq!(row.cells.len(), 1);
+        assert_eq!(points(&f)[1], (BASE % 3600 + 10, Value::Int(99)));
+        assert_eq!(f.check(&FsckArgs::default()).0.total_errors(), 0);
+    }
+
+    #[test]
+    fn a_compacted_column_that_does_not_decode_is_deleted_when_asked() {
+        let f = Fixture::new();
+        let bad = Cell::new([qualifier(250, 0), qualifier(251, 0)].concat(), vec![1]);
+        f.add_cells(vec![bad.clone()]);
+        let (r, out) = f.check(&FsckArgs::default());
+        assert_eq!(r.bad_compacted_columns, 1);
+        assert!(
+            out.starts_with(&format!("Corrupted value in row {}: ", hex_upper(&f.key))),
+            "{out}"
+        );
+        let (r, _) = f.check(&fixing(|_| {}));
+        assert_eq!(r.bad_compacted_columns_deleted, 0);
+        assert!(f.row().unwrap().cells.contains(&bad));
+        let (r, _) = f.check(&fixing(|a| a.delete_bad_compacts = true));
+        assert_eq!(r.bad_compacted_columns_deleted, 1);
+        assert!(!f.row().unwrap().cells.contains(&bad));
+        assert_eq!(points(&f).len(), 10);
+    }
+
+    #[test]
+    fn a_qualifier_opentsdb_does_not_know_is_reported_with_its_cell() {
+        let f = Fixture::new();
+        f.add_cells(vec![Cell::new(vec![0x01], vec![0xFF])]);
+        let (r, out) = f.check(&FsckArgs::default());
+        assert_eq!((r.unknown, r.kvs_processed), (1, 2));
+        assert_eq!(
+            out,
+            format!(
+                "Invalid qualifier, must be on 2 bytes or more.\n\t{} 01=FF\n",
+                java_byte_array(&f.key)
+            )
+        );
+        let (r, _) = f.check(&fixing(|a| a.delete_unknown_columns = true));
+        assert_eq!(r.unknown_fixed, 1);
+        assert_eq!(f.row().unwrap().cells.len(), 1);
+    }
+
+    #[test]
+    fn an_integer_wider_than_it_needs_is_narrowed_when_fixing() {
+        let f = Fixture::new();
+        // 3 in 8 bytes, 5 s into the row.
+        f.add_cells(vec![Cell::new(
+            qualifier(5, 7),
+            3i64.to_be_bytes().to_vec(),
+        )]);
+        let (r, out) = f.check(&FsckArgs::default());
+        assert_eq!(out, "");
+        assert_eq!((r.vle, r.vle_bytes, r.vle_fixed), (1, 7, 0));
+        // Two data columns and nothing to repair: compactable.
+        assert_eq!(r.fixable_compacted_columns, 1);
+        let (r, _) = f.check(&fixing(|_| {}));
+        assert_eq!(r.vle_fixed, 1);
+        let row = f.row().unwrap();
+        assert_eq!(row.cells.len(), 1);
+        assert_eq!(points(&f)[1], (BASE % 3600 + 5, Value::Int(3)));
+        let (r, _) = f.check(&FsckArgs::default());
+        assert_eq!((r.vle, r.fixable_compacted_columns), (0, 0));
+    }
+
+    #[test]
+    fn a_float_of_the_wrong_length_is_unparseable() {
+        let f = Fixture::new();
+        let q = qualifier(5, FLAG_FLOAT | 3);
+        f.add_cells(vec![Cell::new(q.clone(), vec![0, 0])]);
+        let (r, out) = f.check(&FsckArgs::default());
+        assert_eq!(r.bad_values, 1);
+        assert_eq!(
+            out,
+            format!(
+                "This floating point value must be encoded either on 4 or 8 bytes, but it's on 2 bytes. Row {} qualifier {}\n",
+                java_byte_array(&f.key),
+                hex_upper(&q)
+            )
+        );
+        let (r, _) = f.check(&fixing(|a| a.delete_bad_values = true));
+        assert_eq!(r.bad_values_deleted, 1);
+        assert_eq!(f.check(&FsckArgs::default()).0.total_errors(), 0);
+    }
+
+    #[test]
+    fn a_row_value_that_does_not_decode_is_reported_and_deleted_when_asked() {
+        let f = Fixture::new();
+        let read = KeyRead {
+            versions: Vec::new(),
+            value: Some(vec![0xEE, 1, 2]),
+        };
+        let check = |a: &FsckArgs| {
+            let (mut r, mut out) = (FsckReport::default(), Vec::new());
+            check_cells(&f.store, &f.key, &read, None, a, &mut r, &mut out).unwrap();
+            (r, String::from_utf8(out).unwrap())
+        };
+        let (r, out) = check(&FsckArgs::default());
+        assert_eq!((r.bad_values, r.bad_values_deleted), (1, 0));
+        assert!(
+            out.starts_with(&format!(
+                "Unreadable row value for {}: ",
+                java_byte_array(&f.key)
+            )),
+            "{out}"
+        );
+        assert!(f.row().is_some());
+        let (r, _) = check(&fixing(|a| a.delete_bad_values = true));
+        assert_eq!(r.bad_values_deleted, 1);
+        assert_eq!(f.row(), None);
+    }
+}

@@ -18,6 +18,9 @@ mod rows;
 mod versions;
 mod wal;
 
+#[cfg(test)]
+mod fixture;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

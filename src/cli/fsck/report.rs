@@ -124,3 +124,40 @@ impl FsckReport {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_prints_every_counter_and_the_totals() {
+        let r = FsckReport {
+            bad_key: 2,
+            bad_key_fixed: 1,
+            orphans: 1,
+            wal_damaged_frames: 3,
+            bad_rollups: 1,
+            ..Default::default()
+        };
+        assert_eq!((r.total_errors(), r.total_fixed()), (7, 1));
+        let mut out = Vec::new();
+        r.print(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 34);
+        assert_eq!(lines[0], "Key Values Processed: 0");
+        assert!(lines.contains(&"Invalid Row Keys Found: 2"));
+        assert!(lines.contains(&"Invalid Rows Deleted: 1"));
+        assert!(lines.contains(&"WAL Damaged Frames: 3"));
+        assert!(lines.contains(&"Unreadable Rollup Rows or Cells: 1"));
+        assert_eq!(
+            &lines[30..],
+            [
+                "Total Errors: 7",
+                "Total Correctable Errors: 7",
+                "Total Errors Fixed: 1",
+                "Compactable Rows: 0"
+            ]
+        );
+    }
+}

@@ -123,3 +123,84 @@ fn cell_problem(
         (n, _) => Some(format!("qualifier of {n} bytes")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::row::{Cell, RowCells};
+
+    fn check(key: &[u8], value: &[u8]) -> (FsckReport, String) {
+        let layout = KeyLayout::default();
+        let (mut r, mut out) = (FsckReport::default(), Vec::new());
+        check_rollup_row(&layout, None, key, value, &mut r, &mut out).unwrap();
+        (r, String::from_utf8(out).unwrap())
+    }
+
+    /// A key of table `agg` for the row of metric 1, tag 1=1, at 0.
+    fn key() -> Vec<u8> {
+        let mut k = vec![3, b'a', b'g', b'g'];
+        k.extend_from_slice(&[0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1]);
+        k
+    }
+
+    fn value(cells: Vec<Cell>) -> Vec<u8> {
+        RowCells { cells }.encode()
+    }
+
+    #[test]
+    fn a_row_that_reads_back_is_counted_only() {
+        let v = value(vec![Cell::new(vec![0, 0], vec![1])]);
+        let (r, out) = check(&key(), &v);
+        assert_eq!((r.rollup_rows, r.bad_rollups), (1, 0));
+        assert_eq!(out, "");
+    }
+
+    #[test]
+    fn keys_that_do_not_parse_are_reported() {
+        let v = value(vec![Cell::new(vec![0, 0], vec![1])]);
+        let (r, out) = check(&[], &v);
+        assert_eq!((r.rollup_rows, r.bad_rollups), (1, 1));
+        assert_eq!(out, "Rollup row : no table name\n");
+        let short = [3, b'a', b'g', b'g', 0, 1];
+        let (r, out) = check(&short, &v);
+        assert_eq!(r.bad_rollups, 1);
+        assert_eq!(
+            out,
+            "Rollup row 036167670001: in agg: row key of 2 bytes does not fit the layout (prefix 7 bytes, tag pair 6 bytes)\n"
+        );
+    }
+
+    #[test]
+    fn a_value_that_does_not_decode_is_reported() {
+        let (r, out) = check(&key(), &[0xEE, 0]);
+        assert_eq!(r.bad_rollups, 1);
+        assert!(
+            out.starts_with(&format!("Rollup row {}: in agg: ", hex_upper(&key()))),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn each_bad_cell_is_reported_and_a_table_not_configured_is_not_read() {
+        let v = value(vec![
+            // A float in 2 bytes.
+            Cell::new(vec![0, 0x0B], vec![0, 0]),
+            // A rollup cell of a table the configuration does not name.
+            Cell::new(vec![1, 0, 0], vec![1]),
+            Cell::new(vec![0, 0, 0, 0], vec![1]),
+        ]);
+        let (r, out) = check(&key(), &v);
+        assert_eq!((r.rollup_rows, r.bad_rollups), (1, 2));
+        let lines: Vec<&str> = out.lines().collect();
+        let hex = hex_upper(&key());
+        assert_eq!(lines.len(), 2, "{out}");
+        assert!(
+            lines[0].starts_with(&format!("Rollup row {hex}: in agg: cell [0, 11]: ")),
+            "{out}"
+        );
+        assert_eq!(
+            lines[1],
+            format!("Rollup row {hex}: in agg: cell [0, 0, 0, 0]: qualifier of 4 bytes")
+        );
+    }
+}

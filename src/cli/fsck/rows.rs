@@ -108,3 +108,57 @@ fn is_global_annotation_row(store: &Store, key: &[u8]) -> bool {
     let l = store.layout();
     key.len() == l.prefix_len() && key[..l.prefix_len() - 4].iter().all(|b| *b == 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{Fixture, fixing};
+    use super::*;
+    use crate::codec::row::Cell;
+    use crate::store::Durability;
+
+    #[test]
+    fn a_sound_row_is_counted_and_nothing_else() {
+        let f = Fixture::new();
+        let (r, out) = f.check(&FsckArgs::default());
+        assert_eq!(out, "");
+        assert_eq!((r.rows_processed, r.valid_datapoints), (1, 10));
+        assert_eq!(r.total_errors(), 0);
+    }
+
+    #[test]
+    fn a_key_that_does_not_parse_is_reported_and_deleted_when_asked() {
+        let f = Fixture::new();
+        let bad = vec![0, 0, 1, 2];
+        let row = RowCells {
+            cells: vec![Cell::new(vec![0, 0], vec![1])],
+        };
+        f.store.write_row(&bad, &row, Durability::Sync).unwrap();
+        let (r, out) = f.check_key(&bad, &FsckArgs::default());
+        assert_eq!((r.bad_key, r.bad_key_fixed), (1, 0));
+        assert!(out.starts_with("Invalid row key [0, 0, 1, 2]: "), "{out}");
+        // --fix alone deletes nothing: the row's data would be lost.
+        f.check_key(&bad, &fixing(|_| {}));
+        assert!(f.store.get_row(&bad).unwrap().is_some());
+        let (r, _) = f.check_key(&bad, &fixing(|a| a.delete_bad_rows = true));
+        assert_eq!((r.bad_key, r.bad_key_fixed), (1, 1));
+        assert_eq!(f.store.get_row(&bad).unwrap(), None);
+    }
+
+    #[test]
+    fn a_row_naming_a_deleted_uid_is_an_orphan() {
+        let f = Fixture::new();
+        f.table.delete(UidKind::TagValue, "web01").unwrap();
+        let (r, out) = f.check(&FsckArgs::default());
+        assert_eq!((r.orphans, r.orphans_fixed, r.valid_datapoints), (1, 0, 0));
+        assert_eq!(
+            out,
+            format!(
+                "Orphaned row {} (TSUID 000001000001000001): No such unique ID for 'tagv': [0, 0, 1]\n",
+                java_byte_array(&f.key)
+            )
+        );
+        let (r, _) = f.check(&fixing(|a| a.delete_orphans = true));
+        assert_eq!(r.orphans_fixed, 1);
+        assert_eq!(f.row(), None);
+    }
+}

@@ -87,3 +87,100 @@ pub(super) fn check_versions(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{BASE, Fixture, fixing, qualifier};
+    use super::*;
+    use crate::codec::row::Cell;
+    use crate::storage::KeyVersion;
+
+    /// A version of the row holding one point, written by `writer`.
+    fn version(writer: &str, offset_s: u16, value: u8) -> KeyVersion {
+        let row = RowCells {
+            cells: vec![Cell::new(qualifier(offset_s, 0), vec![value])],
+        };
+        KeyVersion {
+            writer: writer.into(),
+            value: row.encode(),
+        }
+    }
+
+    fn check(f: &Fixture, read: &KeyRead, a: &FsckArgs) -> (FsckReport, String) {
+        let parsed = f.store.layout().parse_row_key(&f.key).unwrap();
+        let (mut r, mut out) = (FsckReport::default(), Vec::new());
+        check_versions(&f.store, &f.key, read, &parsed, a, &mut r, &mut out).unwrap();
+        (r, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn one_version_is_nothing_to_check() {
+        let f = Fixture::new();
+        let read = KeyRead {
+            versions: vec![version("tsd1", 10, 1)],
+            value: Some(version("tsd1", 10, 1).value),
+        };
+        assert_eq!(
+            check(&f, &read, &fixing(|_| {})),
+            (FsckReport::default(), String::new())
+        );
+    }
+
+    #[test]
+    fn versions_holding_a_point_each_are_compactable() {
+        let f = Fixture::new();
+        let merged = RowCells {
+            cells: vec![Cell::new(
+                [qualifier(10, 0), qualifier(20, 0)].concat(),
+                vec![1, 2, 0],
+            )],
+        };
+        let read = KeyRead {
+            versions: vec![version("tsd1", 10, 1), version("tsd2", 20, 2)],
+            value: Some(merged.encode()),
+        };
+        let (r, out) = check(&f, &read, &FsckArgs::default());
+        assert_eq!(out, "");
+        assert_eq!((r.duplicates, r.fixable_compacted_columns), (0, 1));
+        // --compact makes the merge the only version.
+        let compact = FsckArgs {
+            compact: true,
+            ..Default::default()
+        };
+        check(&f, &read, &compact);
+        assert_eq!(f.row(), Some(merged));
+    }
+
+    #[test]
+    fn a_point_two_versions_hold_differently_is_resolved_only_when_asked() {
+        let f = Fixture::new();
+        let newer = version("tsd2", 10, 7);
+        let read = KeyRead {
+            versions: vec![version("tsd1", 10, 1), newer.clone()],
+            value: Some(newer.value.clone()),
+        };
+        let (r, out) = check(&f, &read, &FsckArgs::default());
+        assert_eq!(
+            out,
+            format!(
+                "More than one version had a value for the same timestamp: ({}) in row {} (written by tsd1, tsd2)\n",
+                (BASE as u64 + 10) * 1000,
+                java_byte_array(&f.key)
+            )
+        );
+        assert_eq!(
+            (
+                r.duplicates,
+                r.duplicates_fixed,
+                r.fixable_compacted_columns
+            ),
+            (1, 0, 0)
+        );
+        let (r, _) = check(&f, &read, &fixing(|_| {}));
+        assert_eq!(r.duplicates_fixed, 0);
+        assert_ne!(f.row().map(|r| r.encode()), Some(newer.value.clone()));
+        let (r, _) = check(&f, &read, &fixing(|a| a.resolve_duplicates = true));
+        assert_eq!(r.duplicates_fixed, 1);
+        assert_eq!(f.row().map(|r| r.encode()), Some(newer.value));
+    }
+}

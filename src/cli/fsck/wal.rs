@@ -56,3 +56,61 @@ pub(super) fn check_wal(dir: &Path, r: &mut FsckReport, out: &mut dyn Write) -> 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(dir: &Path) -> (FsckReport, String) {
+        let mut r = FsckReport::default();
+        let mut out = Vec::new();
+        check_wal(dir, &mut r, &mut out).unwrap();
+        (r, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn damage_is_counted_but_a_torn_tail_of_the_newest_segment_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        // Not a frame: its length is past any frame's.
+        let older = wal::segment_path(dir.path(), 1);
+        std::fs::write(&older, [b'x'; 100]).unwrap();
+        // A frame header cut short: what a crash leaves.
+        let newest = wal::segment_path(dir.path(), 2);
+        std::fs::write(&newest, [5, 0, 0, 0]).unwrap();
+        let (r, out) = check(dir.path());
+        assert_eq!(
+            (r.wal_segments, r.wal_damaged_frames, r.wal_damaged_bytes),
+            (2, 1, 100)
+        );
+        assert_eq!(r.wal_torn_tail_bytes, 4);
+        assert_eq!(
+            out,
+            format!(
+                "WAL segment {}: 0 frames, 0 datapoints, 0 deletes; 1 damaged frames (100 bytes skipped), torn tail 0 bytes, 0 orphaned datapoints, 0 unstorable datapoints\n\
+                 WAL segment {}: 0 frames, 0 datapoints, 0 deletes; 0 damaged frames (0 bytes skipped), torn tail 4 bytes, 0 orphaned datapoints, 0 unstorable datapoints\n",
+                older.display(),
+                newest.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_torn_tail_of_a_segment_moved_aside_is_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = wal::segment_path(dir.path(), 1);
+        std::fs::write(&path, [5, 0, 0, 0]).unwrap();
+        wal::move_aside(dir.path(), 1).unwrap();
+        let (r, _) = check(dir.path());
+        assert_eq!(
+            (r.wal_segments, r.wal_damaged_frames, r.wal_damaged_bytes),
+            (1, 1, 4)
+        );
+        assert_eq!(r.wal_torn_tail_bytes, 0);
+    }
+
+    #[test]
+    fn no_log_is_nothing_to_report() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(check(dir.path()), (FsckReport::default(), String::new()));
+    }
+}
