@@ -31,6 +31,7 @@ use super::Context;
 use crate::model::UidKind;
 use crate::model::row_span::row_base_clamped;
 use crate::store::{Store, WAL_DIR};
+use crate::uid::UidTable;
 use report::FsckReport;
 
 /// Rows read per round trip: on a cluster one statement reads this many
@@ -91,6 +92,9 @@ impl FsckArgs {
     }
 }
 
+/// Runs `tsdb fsck`: a salvage when asked for one, else the WAL, then
+/// the rows asked for (and the rollup tables on a full scan), checked and
+/// repaired as `a` asks, and the summary. Returns the exit code.
 pub(crate) fn run(
     ctx: &Context,
     a: FsckArgs,
@@ -99,23 +103,7 @@ pub(crate) fn run(
 ) -> anyhow::Result<i32> {
     let started = Instant::now();
     if let Some(dest) = &a.salvage {
-        let src = ctx.db_options()?.data_dir;
-        let report = crate::store::salvage::salvage(&src, dest)?;
-        write!(out, "{report}")?;
-        let lost = report.lost_anything();
-        writeln!(
-            out,
-            "Salvaged {} into {} in {:.1}s: {}",
-            src.display(),
-            dest.display(),
-            started.elapsed().as_secs_f64(),
-            if lost {
-                "some entries could not be read (listed above)"
-            } else {
-                "nothing was lost"
-            }
-        )?;
-        return Ok(if lost { 1 } else { 0 });
+        return salvage_into(ctx, dest, started, out);
     }
     if !a.full_scan && a.query.is_empty() {
         writeln!(
@@ -128,59 +116,12 @@ pub(crate) fn run(
     // Before the store opens: opening it replays the log.
     wal::check_wal(&ctx.db_options()?.data_dir.join(WAL_DIR), &mut report, out)?;
     let db = ctx.open_db()?;
-    let (store, table): (&Store, &crate::uid::UidTable) = (db.store(), db.uids());
-    let keys: Vec<Vec<u8>> = if a.full_scan {
-        let mut keys = Vec::new();
-        for item in store.scan_all_rows() {
-            keys.push(item?.0);
-        }
-        keys
-    } else {
-        let q = match super::query_args::parse(&a.query, super::now_ms()) {
-            Ok(q) => q,
-            Err(e) => {
-                writeln!(err, "{e}")?;
-                return Ok(2);
-            }
-        };
-        let start_s = q.start_ms / 1000;
-        let end_s = q.end_ms.unwrap_or_else(super::now_ms) / 1000;
-        let (start_base, end_base) = (row_base_clamped(start_s), row_base_clamped(end_s));
-        let mut keys = Vec::new();
-        for sub in &q.queries {
-            let metric = match table.get_id(UidKind::Metric, &sub.metric) {
-                Ok(m) => m,
-                Err(e) => {
-                    writeln!(err, "{e}")?;
-                    return Ok(1);
-                }
-            };
-            for item in store.scan_metric_rows(metric, start_base, end_base) {
-                keys.push(item.map(|(k, _)| k).or_else(|e| match e {
-                    // Unreadable engine values are fsck's business, not a stop.
-                    crate::store::StoreError::Row { key, .. } => {
-                        Ok(crate::model::uid::parse_hex(&key).unwrap_or_default())
-                    }
-                    other => Err(other),
-                })?);
-            }
-        }
-        keys
+    let (store, table): (&Store, &UidTable) = (db.store(), db.uids());
+    let keys = match rows_to_check(store, table, &a, err)? {
+        Selected::Rows(keys) => keys,
+        Selected::Exit(code) => return Ok(code),
     };
-    let progress = super::row_progress("fsck");
-    for chunk in keys.chunks(ROWS_PER_READ) {
-        let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
-        let reads = store.read_row_versions(&refs)?;
-        for (key, read) in chunk.iter().zip(reads) {
-            rows::check_row(store, table, &a, key, &read, &mut report, out)?;
-        }
-        if let Some(pb) = &progress {
-            pb.inc(chunk.len() as u64);
-        }
-    }
-    if let Some(pb) = progress {
-        pb.finish_and_clear();
-    }
+    check_rows(store, table, &a, &keys, &mut report, out)?;
     if a.full_scan {
         rollups::check_rollups(&db, &mut report, out)?;
     }
@@ -212,4 +153,111 @@ pub(crate) fn run(
     } else {
         0
     })
+}
+
+/// `--salvage NEW_DIR`: the store copied into `dest` and what was lost
+/// reported; exit code 1 if anything was.
+fn salvage_into(
+    ctx: &Context,
+    dest: &Path,
+    started: Instant,
+    out: &mut dyn Write,
+) -> anyhow::Result<i32> {
+    let src = ctx.db_options()?.data_dir;
+    let report = crate::store::salvage::salvage(&src, dest)?;
+    write!(out, "{report}")?;
+    let lost = report.lost_anything();
+    writeln!(
+        out,
+        "Salvaged {} into {} in {:.1}s: {}",
+        src.display(),
+        dest.display(),
+        started.elapsed().as_secs_f64(),
+        if lost {
+            "some entries could not be read (listed above)"
+        } else {
+            "nothing was lost"
+        }
+    )?;
+    Ok(if lost { 1 } else { 0 })
+}
+
+/// The data rows a run checks, or the exit code of a query that cannot
+/// select any (its error already printed).
+enum Selected {
+    Rows(Vec<Vec<u8>>),
+    Exit(i32),
+}
+
+/// Every data row's key on `--full-scan`, else the keys of the rows of the
+/// query's metrics within its time range.
+fn rows_to_check(
+    store: &Store,
+    table: &UidTable,
+    a: &FsckArgs,
+    err: &mut dyn Write,
+) -> anyhow::Result<Selected> {
+    let mut keys = Vec::new();
+    if a.full_scan {
+        for item in store.scan_all_rows() {
+            keys.push(item?.0);
+        }
+        return Ok(Selected::Rows(keys));
+    }
+    let q = match super::query_args::parse(&a.query, super::now_ms()) {
+        Ok(q) => q,
+        Err(e) => {
+            writeln!(err, "{e}")?;
+            return Ok(Selected::Exit(2));
+        }
+    };
+    let start_s = q.start_ms / 1000;
+    let end_s = q.end_ms.unwrap_or_else(super::now_ms) / 1000;
+    let (start_base, end_base) = (row_base_clamped(start_s), row_base_clamped(end_s));
+    for sub in &q.queries {
+        let metric = match table.get_id(UidKind::Metric, &sub.metric) {
+            Ok(m) => m,
+            Err(e) => {
+                writeln!(err, "{e}")?;
+                return Ok(Selected::Exit(1));
+            }
+        };
+        for item in store.scan_metric_rows(metric, start_base, end_base) {
+            keys.push(item.map(|(k, _)| k).or_else(|e| match e {
+                // Unreadable engine values are fsck's business, not a stop.
+                crate::store::StoreError::Row { key, .. } => {
+                    Ok(crate::model::uid::parse_hex(&key).unwrap_or_default())
+                }
+                other => Err(other),
+            })?);
+        }
+    }
+    Ok(Selected::Rows(keys))
+}
+
+/// Reads the rows of `keys` a batch at a time, with their versions, and
+/// checks each.
+fn check_rows(
+    store: &Store,
+    table: &UidTable,
+    a: &FsckArgs,
+    keys: &[Vec<u8>],
+    report: &mut FsckReport,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let progress = super::row_progress("fsck");
+    for chunk in keys.chunks(ROWS_PER_READ) {
+        let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+        let reads = store.read_row_versions(&refs)?;
+        for (key, read) in chunk.iter().zip(reads) {
+            rows::check_row(store, table, a, key, &read, report, out)?;
+        }
+        if let Some(pb) = &progress {
+            pb.inc(chunk.len() as u64);
+        }
+    }
+    if let Some(pb) = progress {
+        pb.finish_and_clear();
+    }
+    Ok(())
 }
