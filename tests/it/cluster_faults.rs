@@ -5,8 +5,9 @@
 //! Each test that kills members starts a private cluster of its own
 //! (`scripts/cluster up` with `RTSDB_CLUSTER_DIR` in a tempdir) and stops
 //! it by PID (`scripts/cluster down`) however it ends; the shared test
-//! cluster is never touched. They run one at a time (a cluster is four
-//! ClickHouse servers and three JVMs on a small machine) and only under
+//! cluster is never touched. They run one at a time, across test
+//! processes too (a cluster is four ClickHouse servers and three JVMs on a
+//! small machine), and only under
 //! `scripts/with-cluster` (`RTSDB_TEST_CLUSTER` set), so that plain `cargo
 //! test` stays fast; otherwise, or without the cluster's packages, each
 //! says it was skipped and passes.
@@ -41,10 +42,32 @@ fn skipped(test: &str, why: &str) {
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
-/// One private cluster at a time, for the whole test binary.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
+/// The right to run a private cluster: one at a time on the machine.
+struct OneAtATime {
+    _thread: MutexGuard<'static, ()>,
+    /// Holds an exclusive lock on a file every test process locks (two
+    /// runs of the suite, or of two checkouts, on one machine), released
+    /// when dropped or when the process dies.
+    _process: std::fs::File,
+}
+
+/// Waits for [`OneAtATime`]: first among this binary's tests, then among
+/// processes.
+fn one_at_a_time() -> OneAtATime {
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    let thread = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let path = std::env::temp_dir().join("rtsdb-private-cluster.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    file.lock()
+        .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+    OneAtATime {
+        _thread: thread,
+        _process: file,
+    }
 }
 
 /// Whether the fault tests run at all; says why not when they do not.
@@ -72,7 +95,9 @@ fn fault_tests_run(test: &str) -> bool {
 struct PrivateCluster {
     dir: tempfile::TempDir,
     conf: PathBuf,
-    _one: MutexGuard<'static, ()>,
+    /// Whether a failure message showed the members' logs already.
+    logs_shown: std::cell::Cell<bool>,
+    _one: OneAtATime,
 }
 
 impl PrivateCluster {
@@ -85,6 +110,7 @@ impl PrivateCluster {
         let dir = tempfile::tempdir().unwrap();
         let mut cluster = PrivateCluster {
             conf: PathBuf::new(),
+            logs_shown: std::cell::Cell::new(false),
             dir,
             _one: one,
         };
@@ -106,26 +132,35 @@ impl PrivateCluster {
             .env("RTSDB_CLUSTER_DIR", self.state())
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "scripts/cluster {args:?}: {:?}: {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr),
-            self.error_logs()
-        );
+        if !out.status.success() {
+            self.logs_shown.set(true);
+            panic!(
+                "scripts/cluster {args:?}: {:?}: {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr),
+                self.member_logs()
+            );
+        }
         String::from_utf8(out.stdout).unwrap()
     }
 
-    /// The last lines of each ClickHouse member's error log (the state
-    /// dir goes with the test: this is what is left to read).
-    fn error_logs(&self) -> String {
+    /// The last lines of each member's log (ZooKeeper's log, ClickHouse's
+    /// error log): the state dir goes with the test, so a failure message
+    /// must carry what is left to read.
+    fn member_logs(&self) -> String {
+        let logs = ["zk1", "zk2", "zk3"]
+            .map(|m| self.state().join(m).join("zookeeper.log"))
+            .into_iter()
+            .chain(
+                ["ch-s1-r1", "ch-s1-r2", "ch-s2-r1", "ch-s2-r2"]
+                    .map(|m| self.state().join(m).join("log").join("error.log")),
+            );
         let mut out = String::new();
-        for m in ["ch-s1-r1", "ch-s1-r2", "ch-s2-r1", "ch-s2-r2"] {
-            let log = self.state().join(m).join("log").join("error.log");
+        for log in logs {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             out.push_str(&format!("\n--- {}:\n", log.display()));
-            out.push_str(&lines[lines.len().saturating_sub(8)..].join("\n"));
+            out.push_str(&lines[lines.len().saturating_sub(20)..].join("\n"));
         }
         out
     }
@@ -217,6 +252,12 @@ impl PrivateCluster {
 
 impl Drop for PrivateCluster {
     fn drop(&mut self) {
+        // A failing test's message is printed before the logs go with
+        // the state dir: they follow it.
+        if std::thread::panicking() && !self.logs_shown.get() {
+            let logs = format!("cluster member logs:{}\n", self.member_logs());
+            let _ = std::io::stderr().write_all(logs.as_bytes());
+        }
         // Stops every member by PID, even when the test failed.
         let _ = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/cluster"))
             .arg("down")
