@@ -117,7 +117,7 @@ impl Db {
         if let Some(e) = self.wal.failure() {
             return Err(PointError::Unavailable(e.to_string()));
         }
-        if let Some(cause) = self.store.kv().unavailable() {
+        if let Some(cause) = self.store.health().unavailable {
             return Err(PointError::Unavailable(cause));
         }
         Ok(())

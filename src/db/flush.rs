@@ -14,7 +14,7 @@ use crate::write::{Series, wal};
 
 /// Once nothing is buffered, or a flush round let WAL segments go, the
 /// engine's journal is moved into its tables when it holds this much
-/// (`KvStore::checkpoint`): by then that WAL is gone and the journal is
+/// (`Journal::checkpoint`): by then that WAL is gone and the journal is
 /// most of what is on disk, at about 1.3 times the bytes the same rows
 /// take in tables (LZ4-compressed blocks), and more when rows were
 /// written again with late points or after a flush under memory
@@ -418,7 +418,10 @@ impl Db {
             // pause: reads of rows left in memtables were slower (the
             // one-series query of bench/million-series.sh, single runs at
             // load 3: 1.03 ms with them there, 0.64 ms in tables).
-            if !quiet && let Err(e) = self.store.kv().flush_journal(JOURNAL_CHECKPOINT_BYTES) {
+            if !quiet
+                && let Some(journal) = self.store.journal()
+                && let Err(e) = journal.flush(JOURNAL_CHECKPOINT_BYTES)
+            {
                 tracing::error!(error = %e, "moving the engine journal into its tables failed");
             }
         }
@@ -446,17 +449,22 @@ impl Db {
     /// Whether the engine's journal is a share of its bytes on disk worth
     /// a move now, reads or not (see [`HEAVY_JOURNAL_SHARE`]).
     fn journal_is_heavy(&self) -> bool {
-        let kv = self.store.kv();
-        let journal = kv.journal_bytes();
-        journal >= JOURNAL_CHECKPOINT_BYTES
-            && journal.saturating_mul(HEAVY_JOURNAL_SHARE) >= kv.disk_space()
+        self.store.journal().is_some_and(|journal| {
+            let bytes = journal.bytes();
+            bytes >= JOURNAL_CHECKPOINT_BYTES
+                && bytes.saturating_mul(HEAVY_JOURNAL_SHARE) >= journal.disk_space()
+        })
     }
 
-    /// [`KvStore::checkpoint`](crate::storage::KvStore::checkpoint): a
-    /// failure costs only bytes on disk, so it is logged, not returned.
+    /// [`Journal::checkpoint`](crate::storage::Journal::checkpoint), for
+    /// an engine with a journal: a failure costs only bytes on disk, so it
+    /// is logged, not returned.
     pub(super) fn checkpoint_engine(&self, min_journal_bytes: u64) {
+        let Some(journal) = self.store.journal() else {
+            return;
+        };
         let started = std::time::Instant::now();
-        match self.store.kv().checkpoint(min_journal_bytes) {
+        match journal.checkpoint(min_journal_bytes) {
             Ok(true) => {
                 self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(took = ?started.elapsed(), "engine journal moved into its tables");
@@ -490,7 +498,7 @@ impl Db {
         // An engine that failed (a full disk) is reopened once the disk
         // takes writes again; until then nothing can be flushed, and the
         // points wait in the buffer (and the WAL).
-        if self.store.kv().unavailable().is_some() && self.store.kv().recover().is_err() {
+        if self.store.recover().is_err() {
             return;
         }
         let now = crate::model::time::now_s();

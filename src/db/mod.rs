@@ -429,6 +429,13 @@ impl Db {
         &self.store
     }
 
+    /// Whether the storage engine takes writes, and how often it was
+    /// brought back after it stopped (`/api/stats`' `storage.healthy` and
+    /// `storage.reopens`).
+    pub fn storage_health(&self) -> crate::store::StorageHealth {
+        self.store.health()
+    }
+
     /// The UID store in ZooKeeper when the database is on a cluster (the
     /// one `uids` works over), for the tools that check and repair it as
     /// stored (`tsdb uid fsck`); `None` on the embedded store.
@@ -510,7 +517,7 @@ impl Db {
         drop(self.gate.write());
         let wal_closed = self.wal.close();
         // A last chance for an engine that failed while the disk was full.
-        let _ = self.store.kv().recover();
+        let _ = self.store.recover();
         self.flush(SealPolicy {
             now_s: crate::model::time::now_s(),
             grace_s: 0,
