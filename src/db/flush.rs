@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::Db;
 use crate::meta::Counting;
+use crate::storage::Durability;
 use crate::write::buffer::{SealPolicy, SealedHour};
 use crate::write::{Series, wal};
 
@@ -191,7 +192,10 @@ impl Db {
                 rows += hours[end];
                 end += 1;
             }
-            match self.rows.put_points_many(&batch[first..end]) {
+            match self
+                .store
+                .put_points_many(&batch[first..end], Durability::Process)
+            {
                 Ok(()) => in_written_chunk[first..end].fill(true),
                 Err(e) => {
                     tracing::warn!(series = end - first, error = %e, "writing rows of several series failed; writing them one series at a time");
@@ -206,7 +210,8 @@ impl Db {
             let written = if chunk_written {
                 Ok(())
             } else {
-                self.rows.put_points(&series.tsuid, points)
+                self.store
+                    .put_points(&series.tsuid, points, Durability::Process)
             };
             let written = written.map_err(|e| {
                 tracing::error!(series = %series.describe(), error = %e, "writing rows failed; points kept in memory");
@@ -256,7 +261,7 @@ impl Db {
     }
 
     /// The rest of [`flush`](Self::flush) on a cluster: every sealed row in
-    /// one [`RowStore::put_points_many`](crate::store::rows::RowStore::put_points_many)
+    /// one [`Store::put_points_many`](crate::store::Store::put_points_many)
     /// (a read and an insert per table, not per row: ClickHouse wants few,
     /// large inserts). On failure everything goes back to the buffer.
     fn flush_batched(&self, by_series: &HashMap<u32, Vec<&SealedHour>>) -> Result<usize, String> {
@@ -268,7 +273,10 @@ impl Db {
         let result = match self.index.flush() {
             Err(e) => Err(e.to_string()),
             Ok(()) if batch.is_empty() => Ok(()),
-            Ok(()) => self.rows.put_points_many(&batch).map_err(|e| e.to_string()),
+            Ok(()) => self
+                .store
+                .put_points_many(&batch, Durability::Process)
+                .map_err(|e| e.to_string()),
         };
         match result {
             Ok(()) => {
@@ -325,7 +333,7 @@ impl Db {
         let mut last = self.counters.lock();
         let mut taken: Vec<(Arc<Series>, u64)> = Vec::new();
         let mut deltas = Vec::new();
-        let widths = self.rows.widths();
+        let widths = self.store.widths();
         self.series.for_each(|s| {
             let n = s.unsaved_points.swap(0, Ordering::Relaxed);
             // Without tracking nothing is stored; the counts are dropped.
@@ -396,7 +404,7 @@ impl Db {
             .and_then(|s| s.first().copied());
         let mut deleted = false;
         if oldest.is_some_and(|o| o < below) {
-            if let Err(e) = self.rows.sync() {
+            if let Err(e) = self.store.sync() {
                 tracing::error!(error = %e, "store sync failed; WAL kept");
                 return;
             }

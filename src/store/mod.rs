@@ -1,16 +1,17 @@
-//! A store: one data directory holding the header and the engine's files,
-//! opened with its recorded layout enforced, plus the data-row operations
-//! everything above builds on (read, merge-write and scan hourly rows).
-//! The database handle reaches those rows only through the
-//! [`rows::RowStore`] trait, which [`Store`] implements, so another
-//! engine can serve them; the rest of `Store`'s row methods are for the
-//! embedded-only tools (fsck, raw scans) and its own tests.
+//! A store: the tables of one deployment laid out on one storage engine
+//! (the embedded one in a data directory with its header, or a
+//! cluster's, `cluster.rs`), opened with its recorded layout enforced,
+//! plus the data-row operations everything above builds on (read,
+//! merge-write and scan hourly rows; `rows.rs` states what they
+//! guarantee on every engine). The database handle holds one `Store`
+//! and reaches rows only through its methods; the engine below is
+//! reached only from here, through [`crate::storage::KvStore`] and the
+//! capabilities the engine has.
 //!
-//! The embedded engine also keeps the other tables; the store hands out
-//! their implementations of the upper layers' persistence traits
+//! The same engine keeps the other tables; the store hands out their
+//! implementations of the upper layers' persistence traits
 //! ([`uid_store`](Store::uid_store), [`index_store`](Store::index_store),
-//! [`meta_store`](Store::meta_store)). Only this module and the database
-//! handle reach the key-value engine itself.
+//! [`meta_store`](Store::meta_store)).
 
 pub(crate) mod annotations;
 pub mod cluster;
