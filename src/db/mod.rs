@@ -306,13 +306,7 @@ impl Db {
         if matches!(opts.backend, Backend::ClickHouse(_)) {
             index = index.shared();
         }
-        // A query over many series reads them on every core of an
-        // embedded store; on a cluster ClickHouse spreads each read over
-        // its servers, and more concurrent statements would only queue.
-        let read_threads = match opts.backend {
-            Backend::Embedded => std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
-            Backend::ClickHouse(_) => 1,
-        };
+        let read_threads = store.read_threads();
         Self::assemble(
             store.clone(),
             uids,

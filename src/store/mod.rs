@@ -475,6 +475,18 @@ impl Store {
         }
     }
 
+    /// Threads a query over many series may read them with: every core
+    /// (up to 8) of an engine in this process; one for an engine a round
+    /// trip away (a cluster's ClickHouse spreads each read over its
+    /// servers, and more concurrent statements would only queue).
+    pub fn read_threads(&self) -> usize {
+        if self.kv.seeks_are_cheap() {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+        } else {
+            1
+        }
+    }
+
     /// The engine's own journal, if it keeps one (the flusher moves it
     /// into the engine's tables).
     pub fn journal(&self) -> Option<&dyn Journal> {
