@@ -13,7 +13,7 @@
 //!   only door for appends, reads, deletes, UID and meta operations.
 //! - [`mod@write`] (crate-internal): the write path's parts: series cache, write-ahead log,
 //!   in-memory hour buffers.
-//! - [`store`]: the data-row seam ([`store::rows::RowStore`], read
+//! - [`store`]: the data rows ([`store::Store`], read
 //!   through [`store::read::SeriesSource`]) and a store on disk: its
 //!   recorded layout, tables and rows, and the embedded implementations
 //!   of that seam and the three below.

@@ -43,7 +43,7 @@ impl Db {
     /// Recreates the series index from the data rows (`tsdb uid
     /// metasync`): drops every entry, then records each series found.
     pub fn rebuild_index(&self) -> super::Result<RebuildStats> {
-        let (found, stats) = self.rows.scan_series()?;
+        let (found, stats) = self.store.scan_series()?;
         self.index.replace_all(&found)?;
         self.epochs.bump_all();
         Ok(stats)
@@ -58,14 +58,14 @@ impl Db {
     /// had none). With `tsd.core.tree.enable_processing`, each TSMeta
     /// created goes through the enabled trees.
     pub fn sync_meta(&self) -> super::Result<MetaSynced> {
-        let (found, index) = self.rows.scan_series()?;
+        let (found, index) = self.store.scan_series()?;
         self.index.replace_all(&found)?;
         self.epochs.bump_all();
         let mut done = MetaSynced {
             index,
             ..Default::default()
         };
-        let widths = self.rows.widths();
+        let widths = self.store.widths();
         let mut oldest_of_uid: HashMap<(UidKind, Uid), u64> = HashMap::new();
         for (tsuid, hours) in &found {
             let oldest = hours.first as u64;

@@ -9,6 +9,7 @@ use super::Db;
 use crate::model::row_span::LAST_ROW_BASE;
 use crate::model::{Timestamp, Value};
 use crate::protocol::PointError;
+use crate::storage::Durability;
 use crate::write::series::CellValue;
 use crate::write::{Series, SeriesMemo, TagsKey};
 
@@ -117,7 +118,7 @@ impl Db {
         if let Some(e) = self.wal.failure() {
             return Err(PointError::Unavailable(e.to_string()));
         }
-        if let Some(cause) = self.store.kv().unavailable() {
+        if let Some(cause) = self.store.health().unavailable {
             return Err(PointError::Unavailable(cause));
         }
         Ok(())
@@ -254,8 +255,8 @@ impl Db {
             .append_histograms(points)
             .map_err(|e| PointError::Unavailable(e.to_string()))?;
         for (series, cells) in by_series.values() {
-            self.rows
-                .put_histograms(&series.tsuid, cells)
+            self.store
+                .put_histograms(&series.tsuid, cells, Durability::Process)
                 .map_err(|e| PointError::Storage(e.to_string()))?;
         }
         drop(g);
@@ -285,7 +286,7 @@ impl Db {
     /// point of a series this process has not seen stores its TSMeta
     /// (`created` now) unless one is stored already.
     fn store_ts_meta_if_absent(&self, series: &Series, now: u64) -> Result<(), PointError> {
-        let tsuid = series.tsuid.to_bytes(&self.rows.widths());
+        let tsuid = series.tsuid.to_bytes(&self.store.widths());
         let storage = |e: crate::meta::MetaError| PointError::Storage(e.to_string());
         if self.meta.ts_fields(&tsuid).map_err(storage)?.is_none() {
             let fields = crate::meta::TsMetaFields::new(crate::model::uid::hex_upper(&tsuid), now);

@@ -35,7 +35,7 @@ impl Db {
             row_base_clamped(end_ms / 1000),
         );
         let doomed: HashSet<&Tsuid> = tsuids.iter().collect();
-        let widths = self.rows.widths();
+        let widths = self.store.widths();
         let logged: Vec<Vec<u8>> = tsuids.iter().map(|t| t.to_bytes(&widths)).collect();
         // Held from before the record is logged: no sealed hour is in
         // flight while it is held, so none can land in the store after its
@@ -53,7 +53,7 @@ impl Db {
         // still count them; a crash in between leaves the delete in the
         // WAL, whose replay deletes the rows and recomputes these again.
         self.roll_up_deleted(tsuids, first, last)?;
-        let rows = self.rows.delete_rows(tsuids, first, last)?;
+        let rows = self.store.delete_rows(tsuids, first, last)?;
         // After the rows are gone: an answer cached meanwhile from the
         // old rows then carries an outdated epoch.
         let mut metrics: Vec<_> = tsuids.iter().map(|t| t.metric).collect();

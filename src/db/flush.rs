@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use super::Db;
 use crate::meta::Counting;
+use crate::storage::Durability;
 use crate::write::buffer::{SealPolicy, SealedHour};
 use crate::write::{Series, wal};
 
 /// Once nothing is buffered, or a flush round let WAL segments go, the
 /// engine's journal is moved into its tables when it holds this much
-/// (`KvStore::checkpoint`): by then that WAL is gone and the journal is
+/// (`Journal::checkpoint`): by then that WAL is gone and the journal is
 /// most of what is on disk, at about 1.3 times the bytes the same rows
 /// take in tables (LZ4-compressed blocks), and more when rows were
 /// written again with late points or after a flush under memory
@@ -191,7 +192,10 @@ impl Db {
                 rows += hours[end];
                 end += 1;
             }
-            match self.rows.put_points_many(&batch[first..end]) {
+            match self
+                .store
+                .put_points_many(&batch[first..end], Durability::Process)
+            {
                 Ok(()) => in_written_chunk[first..end].fill(true),
                 Err(e) => {
                     tracing::warn!(series = end - first, error = %e, "writing rows of several series failed; writing them one series at a time");
@@ -206,7 +210,8 @@ impl Db {
             let written = if chunk_written {
                 Ok(())
             } else {
-                self.rows.put_points(&series.tsuid, points)
+                self.store
+                    .put_points(&series.tsuid, points, Durability::Process)
             };
             let written = written.map_err(|e| {
                 tracing::error!(series = %series.describe(), error = %e, "writing rows failed; points kept in memory");
@@ -256,7 +261,7 @@ impl Db {
     }
 
     /// The rest of [`flush`](Self::flush) on a cluster: every sealed row in
-    /// one [`RowStore::put_points_many`](crate::store::rows::RowStore::put_points_many)
+    /// one [`Store::put_points_many`](crate::store::Store::put_points_many)
     /// (a read and an insert per table, not per row: ClickHouse wants few,
     /// large inserts). On failure everything goes back to the buffer.
     fn flush_batched(&self, by_series: &HashMap<u32, Vec<&SealedHour>>) -> Result<usize, String> {
@@ -268,7 +273,10 @@ impl Db {
         let result = match self.index.flush() {
             Err(e) => Err(e.to_string()),
             Ok(()) if batch.is_empty() => Ok(()),
-            Ok(()) => self.rows.put_points_many(&batch).map_err(|e| e.to_string()),
+            Ok(()) => self
+                .store
+                .put_points_many(&batch, Durability::Process)
+                .map_err(|e| e.to_string()),
         };
         match result {
             Ok(()) => {
@@ -325,7 +333,7 @@ impl Db {
         let mut last = self.counters.lock();
         let mut taken: Vec<(Arc<Series>, u64)> = Vec::new();
         let mut deltas = Vec::new();
-        let widths = self.rows.widths();
+        let widths = self.store.widths();
         self.series.for_each(|s| {
             let n = s.unsaved_points.swap(0, Ordering::Relaxed);
             // Without tracking nothing is stored; the counts are dropped.
@@ -396,7 +404,7 @@ impl Db {
             .and_then(|s| s.first().copied());
         let mut deleted = false;
         if oldest.is_some_and(|o| o < below) {
-            if let Err(e) = self.rows.sync() {
+            if let Err(e) = self.store.sync() {
                 tracing::error!(error = %e, "store sync failed; WAL kept");
                 return;
             }
@@ -418,7 +426,10 @@ impl Db {
             // pause: reads of rows left in memtables were slower (the
             // one-series query of bench/million-series.sh, single runs at
             // load 3: 1.03 ms with them there, 0.64 ms in tables).
-            if !quiet && let Err(e) = self.store.kv().flush_journal(JOURNAL_CHECKPOINT_BYTES) {
+            if !quiet
+                && let Some(journal) = self.store.journal()
+                && let Err(e) = journal.flush(JOURNAL_CHECKPOINT_BYTES)
+            {
                 tracing::error!(error = %e, "moving the engine journal into its tables failed");
             }
         }
@@ -446,17 +457,22 @@ impl Db {
     /// Whether the engine's journal is a share of its bytes on disk worth
     /// a move now, reads or not (see [`HEAVY_JOURNAL_SHARE`]).
     fn journal_is_heavy(&self) -> bool {
-        let kv = self.store.kv();
-        let journal = kv.journal_bytes();
-        journal >= JOURNAL_CHECKPOINT_BYTES
-            && journal.saturating_mul(HEAVY_JOURNAL_SHARE) >= kv.disk_space()
+        self.store.journal().is_some_and(|journal| {
+            let bytes = journal.bytes();
+            bytes >= JOURNAL_CHECKPOINT_BYTES
+                && bytes.saturating_mul(HEAVY_JOURNAL_SHARE) >= journal.disk_space()
+        })
     }
 
-    /// [`KvStore::checkpoint`](crate::storage::KvStore::checkpoint): a
-    /// failure costs only bytes on disk, so it is logged, not returned.
+    /// [`Journal::checkpoint`](crate::storage::Journal::checkpoint), for
+    /// an engine with a journal: a failure costs only bytes on disk, so it
+    /// is logged, not returned.
     pub(super) fn checkpoint_engine(&self, min_journal_bytes: u64) {
+        let Some(journal) = self.store.journal() else {
+            return;
+        };
         let started = std::time::Instant::now();
-        match self.store.kv().checkpoint(min_journal_bytes) {
+        match journal.checkpoint(min_journal_bytes) {
             Ok(true) => {
                 self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(took = ?started.elapsed(), "engine journal moved into its tables");
@@ -490,7 +506,7 @@ impl Db {
         // An engine that failed (a full disk) is reopened once the disk
         // takes writes again; until then nothing can be flushed, and the
         // points wait in the buffer (and the WAL).
-        if self.store.kv().unavailable().is_some() && self.store.kv().recover().is_err() {
+        if self.store.recover().is_err() {
             return;
         }
         let now = crate::model::time::now_s();

@@ -2,7 +2,7 @@
 //!
 //! [`Db`] owns everything a running database is made of and is the only
 //! way the server, the command line, the benchmarks and the tests reach
-//! it: the data rows ([`RowStore`]), UID assignment ([`UidTable`]), the
+//! it: the data rows (a [`Store`]), UID assignment ([`UidTable`]), the
 //! series index ([`SeriesIndex`]), the per-series meta counters, and the
 //! write path (series cache, write-ahead log, hour buffers, flusher).
 //!
@@ -24,16 +24,16 @@
 //! once, in `docs/durability.md`; the WAL's recovery rules are in
 //! `docs/format/wal.md`.
 //!
-//! The seams for other engines: rows go through a [`RowStore`], names through
-//! [`UidTable`] over a [`crate::uid::UidStore`], series through
-//! [`SeriesIndex`] over a [`crate::index::IndexStore`], meta objects and
-//! counters through a [`MetaStore`]. [`Db::open`] picks the embedded
-//! implementation of each (all in the store's engine); another engine
-//! for any of them plugs in there. `Db` itself only orchestrates them and
-//! never touches a key-value engine; the embedded [`Store`] stays
-//! reachable through [`Db::store`] for the tools that work on its files
-//! as they are (fsck, `scan --delete`, `uid` grep and fsck, compaction). `docs/architecture.md` draws the
-//! layers and follows a put and a query through them.
+//! The seams for other engines: `Db` holds one [`Store`], opened on the
+//! embedded engine or a cluster's (`tsd.storage.backend`), which reaches
+//! its engine through [`crate::storage::KvStore`] and the capabilities
+//! the engine has; names go through [`UidTable`] over a
+//! [`crate::uid::UidStore`] (the store's, or ZooKeeper's on a cluster),
+//! series through [`SeriesIndex`] over a [`crate::index::IndexStore`],
+//! meta objects and counters through a [`MetaStore`]. `Db` itself only
+//! orchestrates them and never touches a key-value engine.
+//! `docs/architecture.md` draws the layers and follows a put and a query
+//! through them.
 
 pub(crate) mod admin;
 pub(crate) mod append;
@@ -60,7 +60,6 @@ use crate::index::SeriesIndex;
 use crate::meta::MetaStore;
 use crate::storage::StorageError;
 use crate::storage::coordinator::Coordinator;
-use crate::store::rows::RowStore;
 use crate::store::{Store, StoreError, WAL_DIR};
 use crate::uid::UidTable;
 use crate::write::SeriesCache;
@@ -165,10 +164,9 @@ struct Parts {
 
 /// An open database. Shared behind an `Arc`; [`Db::close`] flushes it.
 pub struct Db {
-    /// The data rows: every read, write and delete of `Db` goes here.
-    rows: Arc<dyn RowStore>,
-    /// The embedded store `open` opened (it also serves the UID, index
-    /// and meta tables): only handed to embedded-only tools.
+    /// The one store `open` opened, on whichever engine: every read,
+    /// write and delete of data rows goes here, and it serves the UID,
+    /// index, meta, tree and rollup tables' persistence.
     store: Arc<Store>,
     index: Arc<SeriesIndex>,
     meta: Arc<dyn MetaStore>,
@@ -305,15 +303,8 @@ impl Db {
         if matches!(opts.backend, Backend::ClickHouse(_)) {
             index = index.shared();
         }
-        // A query over many series reads them on every core of an
-        // embedded store; on a cluster ClickHouse spreads each read over
-        // its servers, and more concurrent statements would only queue.
-        let read_threads = match opts.backend {
-            Backend::Embedded => std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
-            Backend::ClickHouse(_) => 1,
-        };
+        let read_threads = store.read_threads();
         Self::assemble(
-            store.clone(),
             store.clone(),
             uids,
             Arc::new(index),
@@ -329,7 +320,6 @@ impl Db {
     }
 
     fn assemble(
-        rows: Arc<dyn RowStore>,
         store: Arc<Store>,
         uids: Arc<UidTable>,
         index: Arc<SeriesIndex>,
@@ -354,18 +344,17 @@ impl Db {
             .filter(|r| r.auto && opts.shared_flush.is_none())
             .map(|settings| rollup::AutoRollups {
                 settings,
-                rows: &*rows,
+                rows: &store,
                 table: &rollup_table,
                 layout: store.layout(),
             });
         let (next_segment, replayed) =
-            replay::replay(&*rows, &series, &index, &wal_dir, auto.as_ref())?;
+            replay::replay(&store, &series, &index, &wal_dir, auto.as_ref())?;
         // Entries replay recorded in a batching index backend (a cluster)
         // are written before the WAL they came from can go.
         index.flush()?;
         let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone())?;
         let db = Arc::new(Db {
-            rows,
             store,
             index,
             meta,
@@ -412,18 +401,25 @@ impl Db {
     }
 
     /// The data rows: reads without the buffered points, and the
-    /// annotation operations (`/api/annotation`).
-    pub fn rows(&self) -> &dyn RowStore {
-        &*self.rows
+    /// annotation operations (`/api/annotation`). The same [`Store`] as
+    /// [`store`](Self::store), named for what its callers use of it.
+    pub fn rows(&self) -> &Store {
+        &self.store
     }
 
-    /// The embedded store as it is on disk, for the tools that work on
-    /// its files directly: `fsck`, `scan --delete`/`--import`, `uid`
-    /// grep/fsck/assign and compaction. Everything else goes through
-    /// [`rows`](Self::rows) and the other parts, so another row engine
-    /// needs nothing from here.
+    /// The store, on whichever engine it was opened (embedded or a
+    /// cluster's): what the tools that work on it as stored use (`fsck`,
+    /// `scan --delete`/`--import`, `uid` grep/fsck/assign, compaction),
+    /// besides the row operations of [`rows`](Self::rows).
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// Whether the storage engine takes writes, and how often it was
+    /// brought back after it stopped (`/api/stats`' `storage.healthy` and
+    /// `storage.reopens`).
+    pub fn storage_health(&self) -> crate::store::StorageHealth {
+        self.store.health()
     }
 
     /// The UID store in ZooKeeper when the database is on a cluster (the
@@ -485,7 +481,7 @@ impl Db {
     /// tools). Ingest may continue meanwhile.
     pub fn flush_all(&self) -> Result<()> {
         self.tick(true);
-        self.rows.sync()?;
+        self.store.sync()?;
         Ok(())
     }
 
@@ -507,7 +503,7 @@ impl Db {
         drop(self.gate.write());
         let wal_closed = self.wal.close();
         // A last chance for an engine that failed while the disk was full.
-        let _ = self.store.kv().recover();
+        let _ = self.store.recover();
         self.flush(SealPolicy {
             now_s: crate::model::time::now_s(),
             grace_s: 0,
@@ -519,7 +515,7 @@ impl Db {
         if let Err(e) = self.persist_counters() {
             tracing::error!(error = %e, "saving series counters at shutdown failed");
         }
-        if let Err(e) = self.rows.sync() {
+        if let Err(e) = self.store.sync() {
             // Everything the WAL holds is replayed at the next start.
             tracing::error!(error = %e, buffered = self.buffer.points(), "the store could not be flushed at shutdown; the write-ahead log is kept for the next start");
             return wal_closed.map_err(DbError::from);

@@ -172,7 +172,7 @@ impl SeriesSource for Db {
         start_ms: u64,
         end_ms: u64,
     ) -> store::Result<crate::store::histograms::HistogramRead> {
-        self.rows.read_histograms(tsuids, start_ms, end_ms)
+        self.store.read_histograms(tsuids, start_ms, end_ms)
     }
 
     fn histogram_codecs(&self) -> Option<&crate::histogram::Codecs> {
@@ -184,7 +184,7 @@ impl SeriesSource for Db {
         start_ms: u64,
         end_ms: u64,
     ) -> store::Result<Vec<crate::model::Annotation>> {
-        self.rows.global_annotations(start_ms, end_ms)
+        self.store.global_annotations(start_ms, end_ms)
     }
 
     fn read_tsuids(
@@ -204,13 +204,13 @@ impl SeriesSource for Db {
                 let mut stats = ReadStats::default();
                 for m in metrics {
                     let mut stopped = false;
-                    let got = self
-                        .rows
-                        .scan_tsuids(m, tsuids, start_ms, end_ms, &mut |i, p| {
-                            let go_on = s(i, p);
-                            stopped |= !go_on;
-                            go_on
-                        })?;
+                    let got =
+                        self.store
+                            .scan_tsuids(m, tsuids, start_ms, end_ms, &mut |i, p| {
+                                let go_on = s(i, p);
+                                stopped |= !go_on;
+                                go_on
+                            })?;
                     stats.add(got, 0);
                     if stopped {
                         break;
@@ -220,7 +220,7 @@ impl SeriesSource for Db {
             });
         }
         self.read_merged(tsuids, start_ms, end_ms, sink, |s| {
-            self.rows.read_tsuids(tsuids, start_ms, end_ms, s)
+            self.store.read_tsuids(tsuids, start_ms, end_ms, s)
         })
     }
 
@@ -233,7 +233,7 @@ impl SeriesSource for Db {
         sink: &mut PointSink<'_>,
     ) -> store::Result<ReadStats> {
         self.read_merged(tsuids, start_ms, end_ms, sink, |s| {
-            self.rows.scan_tsuids(metric, tsuids, start_ms, end_ms, s)
+            self.store.scan_tsuids(metric, tsuids, start_ms, end_ms, s)
         })
     }
 
@@ -247,7 +247,7 @@ impl SeriesSource for Db {
         let _read = self.reads.begin();
         // Buffer first: a point sealed meanwhile is then found in the store.
         let mut buffered = self.buffer.read(metric, start_ms, end_ms, &mut |_| true);
-        let stored = self.rows.read_series(metric, start_ms, end_ms, want)?;
+        let stored = self.store.read_series(metric, start_ms, end_ms, want)?;
         let mut out = Vec::with_capacity(stored.len() + buffered.len());
         for mut s in stored {
             if let Some(b) = buffered.remove(&s.tsuid) {

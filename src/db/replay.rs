@@ -19,8 +19,8 @@ use super::{DbError, Result};
 use crate::index::SeriesIndex;
 use crate::model::Tsuid;
 use crate::model::{Timestamp, Value};
-use crate::store::StoreError;
-use crate::store::rows::RowStore;
+use crate::storage::Durability;
+use crate::store::{Store, StoreError};
 use crate::write::{Series, SeriesCache, wal};
 
 /// What a replay stored, and what it had to leave out.
@@ -115,7 +115,7 @@ fn is_environmental(e: &StoreError) -> bool {
 /// after both) leaves no stale rollup once the store has opened again
 /// (docs/rollups.md).
 pub(super) fn replay(
-    rows: &dyn RowStore,
+    rows: &Store,
     series: &SeriesCache,
     index: &SeriesIndex,
     dir: &Path,
@@ -191,7 +191,7 @@ pub(super) fn replay(
 /// Stores one segment's records; returns the points stored and the
 /// rollup cells computed for their hours.
 fn replay_segment(
-    rows: &dyn RowStore,
+    rows: &Store,
     series: &SeriesCache,
     index: &SeriesIndex,
     records: Vec<wal::Record>,
@@ -344,7 +344,7 @@ fn replay_segment(
         }
         // Logged in order: putting them in order leaves the last write of
         // a cell in place.
-        match rows.put_histograms(&s.tsuid, &hs) {
+        match rows.put_histograms(&s.tsuid, &hs, Durability::Process) {
             Ok(()) => stored += hs.len() as u64,
             Err(e) if is_environmental(&e) => return Err(e.into()),
             Err(e) => skips.add(Skip::RowRefused, hs.len() as u64, || {
@@ -358,19 +358,19 @@ fn replay_segment(
 /// Writes a series' points; if the row store refuses them (rather than
 /// failing), writes them one by one so only the refused ones are skipped.
 fn store_points(
-    rows: &dyn RowStore,
+    rows: &Store,
     s: &Series,
     pts: &[(Timestamp, Value)],
     skips: &mut Skips,
 ) -> Result<u64> {
-    match rows.put_points(&s.tsuid, pts) {
+    match rows.put_points(&s.tsuid, pts, Durability::Process) {
         Ok(()) => return Ok(pts.len() as u64),
         Err(e) if is_environmental(&e) => return Err(e.into()),
         Err(_) => {}
     }
     let mut stored = 0;
     for p in pts {
-        match rows.put_points(&s.tsuid, std::slice::from_ref(p)) {
+        match rows.put_points(&s.tsuid, std::slice::from_ref(p), Durability::Process) {
             Ok(()) => stored += 1,
             Err(e) if is_environmental(&e) => return Err(e.into()),
             Err(e) => skips.add(Skip::RowRefused, 1, || {

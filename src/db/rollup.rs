@@ -15,9 +15,9 @@ use crate::rollup::codec::{self, RollupColumns, RollupSlot, SlotReader};
 use crate::rollup::columns::RollupRowLayout;
 use crate::rollup::{RollupInterval, RollupSettings};
 use crate::storage::Durability;
-use crate::store::StoreError;
+use crate::store::read::SeriesSource;
 use crate::store::rollup_table::RollupTable;
-use crate::store::rows::RowStore;
+use crate::store::{Store, StoreError};
 
 /// One point of `/api/rollup` or a telnet `rollup` line, parsed.
 #[derive(Debug, Clone)]
@@ -554,7 +554,7 @@ pub enum AutoRollupError {
 /// both follow one rule (docs/rollups.md).
 pub(crate) struct AutoRollups<'a> {
     pub settings: &'a RollupSettings,
-    pub rows: &'a dyn RowStore,
+    pub rows: &'a Store,
     pub table: &'a RollupTable,
     pub layout: &'a KeyLayout,
 }
@@ -803,7 +803,7 @@ impl Db {
         let settings = self.opts.rollups.as_deref().filter(|r| r.auto)?;
         Some(AutoRollups {
             settings,
-            rows: &*self.rows,
+            rows: &self.store,
             table: &self.rollup_table,
             layout: self.store.layout(),
         })

@@ -75,7 +75,7 @@ impl Db {
         };
         let (hits, total) = match req.kind {
             SearchType::TsMeta | SearchType::TsMetaSummary | SearchType::Tsuids => {
-                let widths = self.rows.widths();
+                let widths = self.store.widths();
                 let mut found = Vec::new();
                 for series in self.named_series() {
                     let bytes = series.tsuid.to_bytes(&widths);
@@ -154,7 +154,7 @@ impl Db {
             }
             SearchType::Annotation => {
                 let mut found: Vec<Annotation> = self
-                    .rows
+                    .store
                     .all_annotations()?
                     .into_iter()
                     .filter(|a| {
@@ -188,7 +188,7 @@ impl Db {
 
     /// Every indexed series whose names resolve, by TSUID.
     fn named_series(&self) -> Vec<NamedSeries> {
-        let widths = self.rows.widths();
+        let widths = self.store.widths();
         let mut out = Vec::new();
         for metric in self.index.metrics() {
             let Ok(metric_name) = self.uids().get_name(UidKind::Metric, metric) else {

@@ -64,7 +64,7 @@ impl Db {
     /// The TSMeta of a series as tree rules read it (with its UIDMeta
     /// custom fields); `None` without a stored TSMeta.
     fn tree_meta(&self, tsuid: &Tsuid) -> Result<Option<TsMeta>> {
-        let bytes = tsuid.to_bytes(&self.rows.widths());
+        let bytes = tsuid.to_bytes(&self.store.widths());
         Ok(meta::ts_meta_of(&*self.meta, self.uids(), tsuid, &bytes)?)
     }
 
@@ -277,7 +277,7 @@ impl Db {
         else {
             return Ok(None);
         };
-        let widths = self.rows.widths();
+        let widths = self.store.widths();
         let uids = self.uids();
         let mut out_leaves = Vec::new();
         for leaf in leaves {

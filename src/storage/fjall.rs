@@ -14,8 +14,8 @@ use ::fjall::config::{BlockSizePolicy, CompressionPolicy};
 use ::fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 
 use super::{
-    Durability, KvSnapshot, KvStore, Mutation, Result, ScanIter, ScanRange, StorageError, Table,
-    WriteBatch, counter_value,
+    Compaction, Durability, Health, Journal, KvSnapshot, KvStore, Mutation, Result, ScanIter,
+    ScanRange, StorageError, Table, WriteBatch, counter_value,
 };
 
 /// Read-modify-write operations (increment, compare-and-set) take one of
@@ -88,7 +88,7 @@ impl Engine {
     ///
     /// fjall takes its next sequence number from what it replays of its
     /// journal, and from the tables only when it found a journal to
-    /// replay: opened without one (after [`KvStore::checkpoint`] removed
+    /// replay: opened without one (after [`Journal::checkpoint`] removed
     /// them, or a clean stop), it starts again from 0. A key written then
     /// carries a lower number than its older version in a table, and the
     /// next compaction keeps the older one: a row written again with late
@@ -173,7 +173,7 @@ impl Engine {
 /// write or sync failed ("poisoned": after a failed fsync nothing it holds
 /// in memory can be trusted to match the disk). So the engine sits behind
 /// a lock: a failed write marks the store failed (writes are then refused
-/// at once, naming the first cause), and [`KvStore::recover`] reopens the
+/// at once, naming the first cause), and [`Health::recover`] reopens the
 /// engine from its files once a probe shows the disk takes writes again.
 /// Reopening replays fjall's own journal, cutting off a torn tail; every
 /// write that reported success was in it, and every failed one reported
@@ -702,17 +702,26 @@ impl KvStore for FjallStore {
         Ok(Box::new(FjallSnapshot { engine, snapshot }))
     }
 
-    fn disk_space(&self) -> u64 {
-        self.engine()
-            .ok()
-            .and_then(|e| e.db.disk_space().ok())
-            .unwrap_or(0)
+    fn journal(&self) -> Option<&dyn Journal> {
+        Some(self)
     }
 
-    fn journal_bytes(&self) -> u64 {
-        journal_bytes(&self.path).unwrap_or(0)
+    fn compaction(&self) -> Option<&dyn Compaction> {
+        Some(self)
     }
 
+    fn health(&self) -> Option<&dyn Health> {
+        Some(self)
+    }
+}
+
+impl Compaction for FjallStore {
+    fn compact(&self) -> Result<()> {
+        self.major_compact()
+    }
+}
+
+impl Health for FjallStore {
     fn unavailable(&self) -> Option<String> {
         if !self.failing.load(Ordering::Acquire) {
             return None;
@@ -742,12 +751,21 @@ impl KvStore for FjallStore {
     fn reopens(&self) -> u64 {
         self.reopens.load(Ordering::Relaxed)
     }
+}
 
-    fn compact(&self) -> Result<()> {
-        self.major_compact()
+impl Journal for FjallStore {
+    fn disk_space(&self) -> u64 {
+        self.engine()
+            .ok()
+            .and_then(|e| e.db.disk_space().ok())
+            .unwrap_or(0)
     }
 
-    fn flush_journal(&self, min_journal_bytes: u64) -> Result<()> {
+    fn bytes(&self) -> u64 {
+        journal_bytes(&self.path).unwrap_or(0)
+    }
+
+    fn flush(&self, min_journal_bytes: u64) -> Result<()> {
         if self.journal_holds(min_journal_bytes)? {
             self.flush_memtables()?;
         }
@@ -817,6 +835,8 @@ impl KvStore for FjallStore {
 mod tests {
     use std::sync::Arc;
 
+    use crate::storage::{Compaction, Journal};
+
     #[test]
     fn conformance() {
         let dir = tempfile::tempdir().unwrap();
@@ -879,8 +899,8 @@ mod tests {
         write(&store, 1);
         let before = super::journal_bytes(dir.path()).unwrap();
         // Below the threshold: nothing moves.
-        store.flush_journal(before * 2).unwrap();
-        store.flush_journal(1).unwrap();
+        Journal::flush(&store, before * 2).unwrap();
+        Journal::flush(&store, 1).unwrap();
         // Flushed into tables, the journal still there.
         assert!(super::journal_bytes(dir.path()).unwrap() >= before);
         // Written again after the flush: the newer values win, through

@@ -1,8 +1,66 @@
-//! The one narrow interface between rtsdb and a sorted key-value engine:
-//! the operations OpenTSDB needs from HBase, nothing more.
+//! The seam between rtsdb and a storage engine: a sorted key-value store
+//! of the [`Table`]s of an OpenTSDB deployment.
 //!
-//! Engines: [`fjall::FjallStore`] (embedded, the default; see
-//! docs/storage-engine.md for why) and [`memory::MemoryStore`] (tests).
+//! # The seam
+//!
+//! [`KvStore`] is the core every engine implements: `get`, `get_many`,
+//! `write` (atomic [`WriteBatch`]es), `scan` and `visit` (forward range
+//! scans), `increment` and `compare_and_set` (atomic read-modify-write),
+//! `sync` and `snapshot` (a consistent view, the source of a backup),
+//! plus one read-plan hint (`seeks_are_cheap`). What only some engines
+//! have is a capability trait of its own, which an engine implements
+//! only when it has the thing, and hands out through an
+//! `Option`-returning method of [`KvStore`] (`None` by default):
+//!
+//! | capability | reached by | implemented by |
+//! |---|---|---|
+//! | [`Journal`]: the engine's own write journal, moved into its tables | [`KvStore::journal`] | fjall |
+//! | [`Compaction`]: a full compaction on demand (applies retention) | [`KvStore::compaction`] | fjall, ClickHouse |
+//! | [`RowAppends`]: data rows appended, never read back and merged | [`KvStore::row_appends`] | ClickHouse |
+//! | [`Partitions`]: rows kept in weeks, retention drops whole weeks | [`KvStore::partitions`] | ClickHouse |
+//! | [`Health`]: an engine that stops taking writes (a full disk) and is reopened | [`KvStore::health`] | fjall |
+//! | [`Versions`]: several writers' versions of a key, read and replaced (fsck) | [`KvStore::versions`] | ClickHouse |
+//!
+//! Nothing above [`crate::store`] names an engine: [`crate::store::Store`]
+//! holds one `Arc<dyn KvStore>`, lays the data, rollup, UID, meta, index
+//! and tree tables out on it (row keys, row encoding, retention) and asks
+//! for a capability where it needs one (`Store::health`,
+//! `Store::journal`, `Store::compact`, `Store::drop_expired_partitions`,
+//! fsck's `Store::read_row_versions`/`replace_row`); the database handle
+//! holds that one store.
+//!
+//! # Engines
+//!
+//! - [`fjall::FjallStore`]: embedded, the default (docs/storage-engine.md
+//!   says why); [`fjall_journal`] checks its journal before it replays.
+//! - [`clickhouse::ClickHouseStore`]: a cluster's shared tables, one row
+//!   version per writer merged on read, over ClickHouse's HTTP interface;
+//!   its `increment` and `compare_and_set` take a [`coordinator`] lock
+//!   (ZooKeeper between TSDs).
+//! - [`memory::MemoryStore`], for tests.
+//!
+//! A third engine (FoundationDB, S3) is a new folder here with a type
+//! implementing [`KvStore`] and whichever capabilities it has, and a test
+//! that runs `conformance::run` (this file, for tests) against it, as
+//! each engine above does; `store::rows::conformance` then checks the
+//! data rows above it. Opening it is one more arm where
+//! `Store::open`/`Store::open_cluster` pick an engine.
+//!
+//! # What the next changes will ask of it
+//!
+//! - **Opening read-only** (a TSD starting on a full disk): an option of
+//!   the engine's open, with [`Health::unavailable`] saying why writes
+//!   are refused, as it does after a failed write today.
+//! - **Rewriting every key** (wider UIDs): the core is enough, a
+//!   [`KvSnapshot`] of the old store read table by table and written in
+//!   batches into a new one, as a backup copies a store.
+//! - **Retention per table and per tenant**: [`Partitions::drop_before`]
+//!   already takes the table; the embedded engine's expiry is
+//!   [`Compaction`]'s filter, fed by the store's retention rules.
+//! - **A tenant's own key space**: every call names its [`Table`]; a
+//!   tenant's store is a [`KvStore`] that prefixes keys with the tenant
+//!   (or an engine opened on the tenant's keyspaces), the layers above
+//!   unchanged.
 
 pub(crate) mod clickhouse;
 pub(crate) mod coordinator;
@@ -69,7 +127,7 @@ pub enum StorageError {
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
     /// A write failed (a full disk) and the engine refuses writes until
-    /// it is reopened ([`KvStore::recover`]).
+    /// it is reopened ([`Health::recover`]).
     #[error(
         "the storage engine at {} cannot take writes: {cause}; it is reopened once the disk takes writes again",
         path.display()
@@ -244,7 +302,7 @@ pub trait KvSnapshot: Send {
     fn scan_all(&self, table: Table) -> ScanIter<'_>;
 }
 
-/// One writer's live version of a key ([`KvStore::read_versions`]).
+/// One writer's live version of a key ([`Versions::read_versions`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyVersion {
     /// Who wrote it (a cluster's TSD; empty where keys have one writer).
@@ -252,7 +310,7 @@ pub struct KeyVersion {
     pub value: Vec<u8>,
 }
 
-/// One key as [`KvStore::read_versions`] reads it: every writer's live
+/// One key as [`Versions::read_versions`] reads it: every writer's live
 /// version, and the value a read returns (their merge).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyRead {
@@ -262,9 +320,23 @@ pub struct KeyRead {
     pub value: Option<Vec<u8>>,
 }
 
-/// The storage engine interface. Implementations must be safe to share
-/// between threads; `increment` and `compare_and_set` must be atomic
-/// against every other operation on the same store.
+/// The core every engine implements: a sorted key-value store of the
+/// [`Table`]s. Implementations must be safe to share between threads;
+/// `increment` and `compare_and_set` must be atomic against every other
+/// operation on the same store.
+///
+/// What only some engines have is a capability trait of its own, reached
+/// through the `Option`-returning methods at the end ([`journal`],
+/// [`compaction`], [`row_appends`], [`partitions`], [`health`],
+/// [`versions`]): `None` (the default) says the engine has no such thing,
+/// and the caller does without it.
+///
+/// [`journal`]: KvStore::journal
+/// [`compaction`]: KvStore::compaction
+/// [`row_appends`]: KvStore::row_appends
+/// [`partitions`]: KvStore::partitions
+/// [`health`]: KvStore::health
+/// [`versions`]: KvStore::versions
 pub trait KvStore: Send + Sync {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>>;
 
@@ -332,127 +404,122 @@ pub trait KvStore: Send + Sync {
         true
     }
 
-    /// Whether data rows are written with
-    /// [`append_rows`](Self::append_rows) rather than read, merged and put:
-    /// true for an engine whose reads may lag its writes (replicas), where
-    /// a row rebuilt from a read could hide cells only a lost replica had.
-    fn appends_rows(&self) -> bool {
-        false
-    }
-
-    /// Adds to each data row the cells of `value` (an encoded row holding
-    /// only new cells), later cells winning per timestamp as in a read's
-    /// merge, without reading the row. Only engines that
-    /// [`appends_rows`](Self::appends_rows) implement it.
-    fn append_rows(&self, rows: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
-        let _ = rows;
-        Err(StorageError::Engine(
-            "this engine does not append rows; read, merge and write them".into(),
-        ))
-    }
-
-    /// Runs the engine's own full compaction, which also applies expiry
-    /// filters (retention). A no-op for engines without one.
-    fn compact(&self) -> Result<()> {
-        Ok(())
-    }
-
-    /// For each of `keys`, in the order asked: the versions a read merges
-    /// into its value, oldest first, and that value ([`KeyRead`]). More
-    /// than one version only where several writers keep a version each (a
-    /// cluster's data table, docs/scale-out.md "The merge rule"). The
-    /// default reads each key's one value; a remote engine answers many
-    /// keys per round trip (fsck reads every row this way).
-    fn read_versions(&self, table: Table, keys: &[&[u8]]) -> Result<Vec<KeyRead>> {
-        Ok(self
-            .get_many(table, keys)?
-            .into_iter()
-            .map(|value| KeyRead {
-                versions: value
-                    .iter()
-                    .map(|v| KeyVersion {
-                        writer: String::new(),
-                        value: v.clone(),
-                    })
-                    .collect(),
-                value,
-            })
-            .collect())
-    }
-
-    /// Makes `value` the only version of `key`, or removes every version
-    /// (`None`): where several writers keep versions, the others' are
-    /// hidden rather than merged with it (fsck's repairs). The default is
-    /// a put or a delete.
-    fn replace(&self, table: Table, key: &[u8], value: Option<&[u8]>) -> Result<()> {
-        let mut b = WriteBatch::new();
-        match value {
-            Some(v) => b.put(table, key.to_vec(), v.to_vec()),
-            None => b.delete(table, key.to_vec()),
-        }
-        self.write(b)
-    }
-
-    /// Drops, whole, the stretches of `table` (partitions) whose rows all
-    /// have a base time below `floor`, and returns how many went. Only for
-    /// engines partitioned by row time (a cluster's weekly partitions of
-    /// the data and rollup tables, docs/scale-out.md "Retention"); the
-    /// default drops nothing, as the embedded engine expires rows one by
-    /// one in its compaction filter.
-    fn drop_partitions_before(&self, table: Table, floor: u32) -> Result<u64> {
-        let _ = (table, floor);
-        Ok(0)
-    }
-
-    /// Moves what the engine's own journal holds into its tables and drops
-    /// the journal, when it holds at least `min_journal_bytes`: a journal
-    /// keeps every version of a key written since the last one, and keys
-    /// uncompressed, the tables only the newest version, compactly. Waits
-    /// briefly for other users of the engine; returns whether it did it.
-    /// A no-op for engines without a journal.
-    fn checkpoint(&self, min_journal_bytes: u64) -> Result<bool> {
-        let _ = min_journal_bytes;
-        Ok(false)
-    }
-
-    /// The first half of [`checkpoint`](KvStore::checkpoint), with reads
-    /// and writes going on: what the journal holds is written into the
-    /// tables (so reads find it there, not in memory), when the journal
-    /// holds at least `min_journal_bytes`; the journal itself stays until
-    /// a checkpoint drops it. A no-op for engines without a journal.
-    fn flush_journal(&self, min_journal_bytes: u64) -> Result<()> {
-        let _ = min_journal_bytes;
-        Ok(())
-    }
-
-    /// Bytes used on disk (0 for memory stores).
-    fn disk_space(&self) -> u64 {
-        0
-    }
-
-    /// Bytes of [`disk_space`](KvStore::disk_space) the engine's own
-    /// journal takes (0 for engines without one).
-    fn journal_bytes(&self) -> u64 {
-        0
-    }
-
-    /// Why the engine refuses writes now, if it does (a write failed and
-    /// it has not been [recovered](KvStore::recover) yet).
-    fn unavailable(&self) -> Option<String> {
+    /// The engine's own journal, if it keeps one ([`Journal`]).
+    fn journal(&self) -> Option<&dyn Journal> {
         None
     }
+
+    /// The engine's own full compaction, if it has one ([`Compaction`]).
+    fn compaction(&self) -> Option<&dyn Compaction> {
+        None
+    }
+
+    /// Whether data rows are appended rather than read, merged and put
+    /// ([`RowAppends`]).
+    fn row_appends(&self) -> Option<&dyn RowAppends> {
+        None
+    }
+
+    /// Whole stretches of rows by time, if the engine keeps them so
+    /// ([`Partitions`]).
+    fn partitions(&self) -> Option<&dyn Partitions> {
+        None
+    }
+
+    /// Whether the engine takes writes, if it can stop taking them
+    /// ([`Health`]).
+    fn health(&self) -> Option<&dyn Health> {
+        None
+    }
+
+    /// Several writers' versions of one key, if the engine keeps them
+    /// apart ([`Versions`]).
+    fn versions(&self) -> Option<&dyn Versions> {
+        None
+    }
+}
+
+/// An engine's own write journal, apart from rtsdb's WAL (fjall's): it
+/// keeps every version of a key written since it was last dropped, and
+/// keys uncompressed, the tables only the newest version, compactly.
+pub trait Journal {
+    /// Moves what the journal holds into the tables and drops the
+    /// journal, when it holds at least `min_journal_bytes`. Waits briefly
+    /// for other users of the engine; returns whether it did it.
+    fn checkpoint(&self, min_journal_bytes: u64) -> Result<bool>;
+
+    /// The first half of [`checkpoint`](Self::checkpoint), with reads and
+    /// writes going on: what the journal holds is written into the tables
+    /// (so reads find it there, not in memory), when the journal holds at
+    /// least `min_journal_bytes`; the journal itself stays until a
+    /// checkpoint drops it.
+    fn flush(&self, min_journal_bytes: u64) -> Result<()>;
+
+    /// Bytes the journal takes on disk.
+    fn bytes(&self) -> u64;
+
+    /// Bytes the engine's files take on disk, the journal's included (what
+    /// the journal's share is measured against).
+    fn disk_space(&self) -> u64;
+}
+
+/// An engine's own full compaction.
+pub trait Compaction {
+    /// Merges the engine's files now rather than when it gets round to
+    /// it, applying its expiry (retention) as it goes.
+    fn compact(&self) -> Result<()>;
+}
+
+/// Data rows written without reading them: for an engine whose reads may
+/// lag its writes (replicas), where a row rebuilt from a read could hide
+/// cells only a lost replica had.
+pub trait RowAppends {
+    /// Adds to each data row the cells of `value` (an encoded row holding
+    /// only new cells), later cells winning per timestamp as in a read's
+    /// merge, without reading the row.
+    fn append_rows(&self, rows: &[(Vec<u8>, Vec<u8>)]) -> Result<()>;
+}
+
+/// Rows kept in stretches by their base time (a cluster's weekly
+/// partitions of the data and rollup tables, docs/scale-out.md
+/// "Retention"), which retention drops whole. An engine without them
+/// expires rows one by one (fjall's compaction filter).
+pub trait Partitions {
+    /// Drops, whole, the stretches of `table` whose rows all have a base
+    /// time below `floor`, and returns how many went.
+    fn drop_before(&self, table: Table, floor: u32) -> Result<u64>;
+}
+
+/// An engine that stops taking writes when one fails (a full disk) and is
+/// brought back once the disk takes them again.
+pub trait Health {
+    /// Why the engine refuses writes now, if it does (a write failed and
+    /// it has not been [recovered](Self::recover) yet).
+    fn unavailable(&self) -> Option<String>;
 
     /// Brings a failed engine back once the disk takes writes again (at
     /// most one attempt per short interval; callers may call it often).
     /// `Ok` when the engine takes writes.
-    fn recover(&self) -> Result<()> {
-        Ok(())
-    }
+    fn recover(&self) -> Result<()>;
 
     /// Times a failed engine was brought back.
-    fn reopens(&self) -> u64 {
-        0
-    }
+    fn reopens(&self) -> u64;
+}
+
+/// Several writers' versions of one key kept apart and merged on read (a
+/// cluster's data table, docs/scale-out.md "The merge rule"): what fsck
+/// reads and repairs. An engine without it has one version per key,
+/// which [`KvStore::get_many`] and [`KvStore::write`] read and replace.
+pub trait Versions {
+    /// For each of `keys`, in the order asked: the versions a read merges
+    /// into its value, oldest first, and that value ([`KeyRead`]). Many
+    /// keys per round trip (fsck reads every row this way).
+    fn read_versions(&self, table: Table, keys: &[&[u8]]) -> Result<Vec<KeyRead>>;
+
+    /// Makes `value` the only version of `key`, or removes every version
+    /// (`None`): the others' are hidden rather than merged with it
+    /// (fsck's repairs).
+    fn replace(&self, table: Table, key: &[u8], value: Option<&[u8]>) -> Result<()>;
 }
 
 /// Decodes an 8-byte counter value.

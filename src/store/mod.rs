@@ -1,16 +1,17 @@
-//! A store: one data directory holding the header and the engine's files,
-//! opened with its recorded layout enforced, plus the data-row operations
-//! everything above builds on (read, merge-write and scan hourly rows).
-//! The database handle reaches those rows only through the
-//! [`rows::RowStore`] trait, which [`Store`] implements, so another
-//! engine can serve them; the rest of `Store`'s row methods are for the
-//! embedded-only tools (fsck, raw scans) and its own tests.
+//! A store: the tables of one deployment laid out on one storage engine
+//! (the embedded one in a data directory with its header, or a
+//! cluster's, `cluster.rs`), opened with its recorded layout enforced,
+//! plus the data-row operations everything above builds on (read,
+//! merge-write and scan hourly rows; `rows.rs` states what they
+//! guarantee on every engine). The database handle holds one `Store`
+//! and reaches rows only through its methods; the engine below is
+//! reached only from here, through [`crate::storage::KvStore`] and the
+//! capabilities the engine has.
 //!
-//! The embedded engine also keeps the other tables; the store hands out
-//! their implementations of the upper layers' persistence traits
+//! The same engine keeps the other tables; the store hands out their
+//! implementations of the upper layers' persistence traits
 //! ([`uid_store`](Store::uid_store), [`index_store`](Store::index_store),
-//! [`meta_store`](Store::meta_store)). Only this module and the database
-//! handle reach the key-value engine itself.
+//! [`meta_store`](Store::meta_store)).
 
 pub(crate) mod annotations;
 pub mod cluster;
@@ -47,7 +48,8 @@ pub use crate::storage::Durability;
 use crate::storage::fjall::{FjallOptions, FjallStore};
 use crate::storage::memory::MemoryStore;
 use crate::storage::{
-    KvStore, ScanRange, StorageError, StripedLocks, Table, WriteBatch, prefix_end,
+    Journal, KeyRead, KeyVersion, KvStore, ScanRange, StorageError, StripedLocks, Table,
+    WriteBatch, prefix_end,
 };
 use crate::uid::UidStore;
 
@@ -216,6 +218,16 @@ impl StoreOptions {
         }
         Ok(())
     }
+}
+
+/// Whether the engine takes writes ([`Store::health`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StorageHealth {
+    /// Why the engine refuses writes now (a write failed, a full disk),
+    /// if it does.
+    pub unavailable: Option<String>,
+    /// Times the engine was brought back after refusing writes.
+    pub reopens: u64,
 }
 
 /// An open store. Cheap to share behind an `Arc`.
@@ -443,10 +455,54 @@ impl Store {
         self.encoding = encoding;
     }
 
+    /// Whether the engine takes writes now, and how often it was brought
+    /// back after it stopped (`storage.healthy`, `storage.reopens`). An
+    /// engine that cannot stop taking writes is always healthy.
+    pub fn health(&self) -> StorageHealth {
+        match self.kv.health() {
+            Some(h) => StorageHealth {
+                unavailable: h.unavailable(),
+                reopens: h.reopens(),
+            },
+            None => StorageHealth::default(),
+        }
+    }
+
+    /// Brings an engine that stopped taking writes back, when the disk
+    /// takes them again (at most one attempt per short interval); `Ok`
+    /// when the engine takes writes.
+    pub fn recover(&self) -> Result<()> {
+        match self.kv.health() {
+            Some(h) if h.unavailable().is_some() => Ok(h.recover()?),
+            _ => Ok(()),
+        }
+    }
+
+    /// Threads a query over many series may read them with: every core
+    /// (up to 8) of an engine in this process; one for an engine a round
+    /// trip away (a cluster's ClickHouse spreads each read over its
+    /// servers, and more concurrent statements would only queue).
+    pub fn read_threads(&self) -> usize {
+        if self.kv.seeks_are_cheap() {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+        } else {
+            1
+        }
+    }
+
+    /// The engine's own journal, if it keeps one (the flusher moves it
+    /// into the engine's tables).
+    pub fn journal(&self) -> Option<&dyn Journal> {
+        self.kv.journal()
+    }
+
     /// Asks the engine to merge its files now (and drop rows past their
     /// retention) instead of when it gets round to it.
     pub fn compact(&self) -> Result<()> {
-        Ok(self.kv.compact()?)
+        match self.kv.compaction() {
+            Some(engine) => Ok(engine.compact()?),
+            None => Ok(()),
+        }
     }
 
     /// Drops the stretches of data and rollup rows that every metric's
@@ -455,13 +511,16 @@ impl Store {
     /// weekly partitions); returns how many went. The embedded engine
     /// drops nothing here: its compaction filter expires rows.
     pub fn drop_expired_partitions(&self) -> Result<u64> {
+        let Some(partitions) = self.kv.partitions() else {
+            return Ok(0);
+        };
         let now = retention::now_s();
         let mut dropped = 0;
         if let Some(floor) = self.retention.floor_for_all(now) {
-            dropped += self.kv.drop_partitions_before(Table::Data, floor)?;
+            dropped += partitions.drop_before(Table::Data, floor)?;
         }
         if let Some(floor) = self.retention.rollup_floor_for_all(now) {
-            dropped += self.kv.drop_partitions_before(Table::Rollup, floor)?;
+            dropped += partitions.drop_before(Table::Rollup, floor)?;
         }
         Ok(dropped)
     }
@@ -528,8 +587,25 @@ impl Store {
     /// versions (oldest first, with who wrote each: more than one only on
     /// a cluster, where several TSDs wrote the row) and the undecoded
     /// value reads return. A cluster answers many rows per statement.
-    pub(crate) fn read_row_versions(&self, keys: &[&[u8]]) -> Result<Vec<crate::storage::KeyRead>> {
-        Ok(self.kv.read_versions(Table::Data, keys)?)
+    pub(crate) fn read_row_versions(&self, keys: &[&[u8]]) -> Result<Vec<KeyRead>> {
+        if let Some(versions) = self.kv.versions() {
+            return Ok(versions.read_versions(Table::Data, keys)?);
+        }
+        // One version per key: the value itself, by no writer in particular.
+        let values = self.kv.get_many(Table::Data, keys)?;
+        Ok(values
+            .into_iter()
+            .map(|value| KeyRead {
+                versions: value
+                    .iter()
+                    .map(|v| KeyVersion {
+                        writer: String::new(),
+                        value: v.clone(),
+                    })
+                    .collect(),
+                value,
+            })
+            .collect())
     }
 
     /// Makes `row` the only version of a data row (no cells: removes it),
@@ -537,9 +613,12 @@ impl Store {
     /// are hidden, not merged back in on the next read. Elsewhere the
     /// same as [`write_row`](Self::write_row).
     pub fn replace_row(&self, key: &[u8], row: &RowCells) -> Result<()> {
+        let Some(versions) = self.kv.versions() else {
+            return self.write_row(key, row, Durability::Process);
+        };
         let _g = self.row_locks.lock(0, key);
         let value = (!row.cells.is_empty()).then(|| row.encode());
-        Ok(self.kv.replace(Table::Data, key, value.as_deref())?)
+        Ok(versions.replace(Table::Data, key, value.as_deref())?)
     }
 
     /// The raw cells of the embedded `tsdb-uid` table whose engine key
@@ -580,7 +659,7 @@ impl Store {
         points: &[(Timestamp, Value)],
         durability: Durability,
     ) -> Result<()> {
-        if self.kv.appends_rows() {
+        if self.kv.row_appends().is_some() {
             return self.put_points_many(&[(tsuid.clone(), points.to_vec())], durability);
         }
         let mut by_hour: std::collections::BTreeMap<u32, Vec<StoredPoint>> = Default::default();
@@ -645,7 +724,7 @@ impl Store {
     /// remote engine pays two round trips, not two per row. Rows are
     /// merged as `put_points` merges them (last write wins; the strict
     /// policy writes single cells). An engine that
-    /// [appends rows](KvStore::appends_rows) gets rows of the new points
+    /// [appends rows](crate::storage::RowAppends) gets rows of the new points
     /// alone, in one round trip.
     pub fn put_points_many(
         &self,
@@ -676,8 +755,8 @@ impl Store {
             .lock_all(0, rows.keys().map(|k| k.as_slice()));
         // An engine that appends rows folds the new points into the row
         // itself: the row is built from them alone, never from a read.
-        let appends = self.kv.appends_rows();
-        let current = if appends {
+        let appends = self.kv.row_appends();
+        let current = if appends.is_some() {
             vec![None; rows.len()]
         } else {
             let keys: Vec<&[u8]> = rows.keys().map(|k| k.as_slice()).collect();
@@ -701,8 +780,8 @@ impl Store {
             }
             written.push((key, row.encode()));
         }
-        if appends {
-            return Ok(self.kv.append_rows(&written)?);
+        if let Some(appends) = appends {
+            return Ok(appends.append_rows(&written)?);
         }
         let mut b = WriteBatch::new();
         b.durability = durability;
@@ -1122,7 +1201,7 @@ mod tests {
         assert_eq!(visible, 3);
         let in_engine = || store.kv().scan(Table::Data, &ScanRange::default()).count();
         assert_eq!(in_engine(), 6);
-        store.kv().compact().unwrap();
+        store.compact().unwrap();
         assert_eq!(in_engine(), 3, "compaction did not drop the expired rows");
     }
 

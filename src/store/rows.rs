@@ -1,15 +1,16 @@
-//! Where data rows live: the narrow interface the database handle
-//! ([`crate::db::Db`]) writes, reads and deletes rows through, so the
-//! rows can be served by another engine than the embedded one (this
-//! module's [`Store`], over the `tsdb` keyspace; a ClickHouse one would
-//! keep one row per series and hour in a table ordered by row key).
+//! What the data rows of a [`Store`] guarantee, whichever engine holds
+//! them, and the row operations built here from the store's own (the
+//! UID widths of its TSUIDs, deleting a range of series' rows). The
+//! database handle ([`crate::db::Db`]) writes, reads and deletes rows
+//! through the store's methods; the engine below is reached through one
+//! seam, [`crate::storage::KvStore`].
 //!
 //! The database handle keeps what is the same for every engine: the
 //! write-ahead log, the hour buffers and their merge into reads, the
-//! ordering of deletes after their WAL record. An implementation keeps
-//! only the rows: the points and annotation cells of each series-hour.
+//! ordering of deletes after their WAL record. The store keeps only the
+//! rows: the points and annotation cells of each series-hour.
 //!
-//! # What every implementation guarantees
+//! # What every engine's rows guarantee
 //!
 //! - **A row changes atomically.** Each call that changes a row (a
 //!   [`put_points`] merge, an annotation write, a delete) is applied to
@@ -40,144 +41,31 @@
 //!   retention period are never returned by reads or scans, whether or
 //!   not they are physically gone yet.
 //!
-//! A new engine should pass `conformance::run` (in this file, for
-//! tests), as the embedded one does.
+//! A store on a new engine should pass `conformance::run` (in this
+//! file, for tests), as the embedded one and a cluster's do.
 //!
-//! [`put_points`]: RowStore::put_points
-//! [`sync`]: RowStore::sync
+//! [`put_points`]: Store::put_points
+//! [`sync`]: Store::sync
+//! [`SeriesSource`]: super::read::SeriesSource
 
 use std::collections::{HashMap, HashSet};
 
-use super::read::SeriesSource;
 use super::{Result, Store};
-use crate::index::{HourSpan, RebuildStats};
-use crate::model::annotation::{Annotation, Changes};
-use crate::model::point::{Timestamp, Value};
-use crate::model::{Tsuid, TsuidBytes, Uid, UidWidths};
+use crate::model::{Tsuid, Uid, UidWidths};
 use crate::storage::Durability;
 
-/// The persistence of data rows: what [`crate::db::Db`] needs from a row
-/// engine besides the reads of [`SeriesSource`]. See the
-/// [module docs](self) for the guarantees every method relies on.
-pub trait RowStore: SeriesSource {
+impl Store {
     /// Byte width of the UIDs in this store's TSUIDs, fixed for its life
     /// (how TSUIDs are written in the WAL and parsed from hex).
-    fn widths(&self) -> UidWidths;
-
-    /// Merges the points of one series into its hourly rows: points of
-    /// several hours go to their rows, each row merged atomically with
-    /// what it holds (last write wins per timestamp) and its annotation
-    /// cells kept. `points` need not be sorted but hold at most one point
-    /// per timestamp. On error some rows may have been written; writing
-    /// the same points again is harmless.
-    fn put_points(&self, tsuid: &Tsuid, points: &[(Timestamp, Value)]) -> Result<()>;
-
-    /// Writes histogram cells (`0x06` qualifiers) of one series into its
-    /// hourly rows, each row atomically with what it holds; a cell at the
-    /// same qualifier is replaced. Writing the same cells again is
-    /// harmless.
-    fn put_histograms(&self, tsuid: &Tsuid, cells: &[(Timestamp, Vec<u8>)]) -> Result<()>;
-
-    /// [`put_points`](Self::put_points) for several series, each at most
-    /// once; an engine far away does it in a few round trips. On error
-    /// some rows may have been written; writing again is harmless.
-    fn put_points_many(&self, series: &[(Tsuid, Vec<(Timestamp, Value)>)]) -> Result<()> {
-        for (tsuid, points) in series {
-            self.put_points(tsuid, points)?;
-        }
-        Ok(())
+    pub fn widths(&self) -> UidWidths {
+        self.layout().widths
     }
 
     /// Deletes every row of `tsuids` whose base hour lies in
     /// `[first_hour, last_hour]` (points and annotation cells alike);
     /// returns how many rows existed and were deleted. Rows are deleted
     /// one at a time: a concurrent reader may see some gone, others not.
-    fn delete_rows(&self, tsuids: &[Tsuid], first_hour: u32, last_hour: u32) -> Result<u64>;
-
-    /// Every series with at least one row, with the base hours of its
-    /// oldest and newest rows: what the series index is rebuilt from (and
-    /// `created` times by `tsdb uid metasync`). Rows whose key does not
-    /// parse are counted in [`RebuildStats::bad_rows`].
-    fn scan_series(&self) -> Result<(HashMap<Tsuid, HourSpan>, RebuildStats)>;
-
-    /// The stored annotation of `tsuid` (global: `None`) starting at
-    /// `start`, if any.
-    fn get_annotation(
-        &self,
-        tsuid: Option<&TsuidBytes>,
-        start: Timestamp,
-    ) -> Result<Option<Annotation>>;
-
-    /// `Annotation.syncToStorage`: merges `note` (its fields named in
-    /// `changes`; with `overwrite`, all of them) into the stored one
-    /// starting at the same time, atomically for its row, and returns the
-    /// annotation as now stored.
-    fn sync_annotation(
-        &self,
-        tsuid: Option<&TsuidBytes>,
-        note: &Annotation,
-        changes: Changes,
-        overwrite: bool,
-        durability: Durability,
-    ) -> Result<Annotation>;
-
-    /// Deletes one annotation; false if there was none.
-    fn delete_annotation(
-        &self,
-        tsuid: Option<&TsuidBytes>,
-        start: Timestamp,
-        durability: Durability,
-    ) -> Result<bool>;
-
-    /// Annotations of `tsuid` (global: `None`) starting in
-    /// `[start_ms, end_ms]`, sorted by start time.
-    fn annotations_in(
-        &self,
-        tsuid: Option<&TsuidBytes>,
-        start_ms: u64,
-        end_ms: u64,
-    ) -> Result<Vec<Annotation>>;
-
-    /// Every annotation stored, global and of series.
-    fn all_annotations(&self) -> Result<Vec<Annotation>>;
-
-    /// `Annotation.deleteRange`: deletes the annotations of `tsuid`
-    /// (global: `None`) starting in `[start_ms, end_ms]`; returns how many.
-    fn delete_annotations_in(
-        &self,
-        tsuid: Option<&TsuidBytes>,
-        start_ms: u64,
-        end_ms: u64,
-        durability: Durability,
-    ) -> Result<u64>;
-
-    /// Makes every write and delete returned so far durable on stable
-    /// storage.
-    fn sync(&self) -> Result<()>;
-}
-
-/// The embedded engine: each method is the [`Store`] method of the same
-/// name (rows written with [`Durability::Process`]), except
-/// [`delete_rows`](RowStore::delete_rows), built here from the store's
-/// row scan and delete.
-impl RowStore for Store {
-    fn widths(&self) -> UidWidths {
-        self.layout().widths
-    }
-
-    fn put_points(&self, tsuid: &Tsuid, points: &[(Timestamp, Value)]) -> Result<()> {
-        Store::put_points(self, tsuid, points, Durability::Process)
-    }
-
-    fn put_histograms(&self, tsuid: &Tsuid, cells: &[(Timestamp, Vec<u8>)]) -> Result<()> {
-        Store::put_histograms(self, tsuid, cells, Durability::Process)
-    }
-
-    fn put_points_many(&self, series: &[(Tsuid, Vec<(Timestamp, Value)>)]) -> Result<()> {
-        Store::put_points_many(self, series, Durability::Process)
-    }
-
-    fn delete_rows(&self, tsuids: &[Tsuid], first_hour: u32, last_hour: u32) -> Result<u64> {
+    pub fn delete_rows(&self, tsuids: &[Tsuid], first_hour: u32, last_hour: u32) -> Result<u64> {
         // One scan of each metric's rows in the range rather than a delete
         // per series and hour: a range may span years of hours that were
         // never written, and a scan only meets the rows that exist.
@@ -203,76 +91,22 @@ impl RowStore for Store {
         }
         Ok(keys.len() as u64)
     }
-
-    fn scan_series(&self) -> Result<(HashMap<Tsuid, HourSpan>, RebuildStats)> {
-        Store::scan_series(self)
-    }
-
-    fn get_annotation(
-        &self,
-        tsuid: Option<&TsuidBytes>,
-        start: Timestamp,
-    ) -> Result<Option<Annotation>> {
-        Store::get_annotation(self, tsuid, start)
-    }
-
-    fn sync_annotation(
-        &self,
-        tsuid: Option<&TsuidBytes>,
-        note: &Annotation,
-        changes: Changes,
-        overwrite: bool,
-        durability: Durability,
-    ) -> Result<Annotation> {
-        Store::sync_annotation(self, tsuid, note, changes, overwrite, durability)
-    }
-
-    fn delete_annotation(
-        &self,
-        tsuid: Option<&TsuidBytes>,
-        start: Timestamp,
-        durability: Durability,
-    ) -> Result<bool> {
-        Store::delete_annotation(self, tsuid, start, durability)
-    }
-
-    fn annotations_in(
-        &self,
-        tsuid: Option<&TsuidBytes>,
-        start_ms: u64,
-        end_ms: u64,
-    ) -> Result<Vec<Annotation>> {
-        Store::annotations_in(self, tsuid, start_ms, end_ms)
-    }
-
-    fn all_annotations(&self) -> Result<Vec<Annotation>> {
-        Store::all_annotations(self)
-    }
-
-    fn delete_annotations_in(
-        &self,
-        tsuid: Option<&TsuidBytes>,
-        start_ms: u64,
-        end_ms: u64,
-        durability: Durability,
-    ) -> Result<u64> {
-        Store::delete_annotations_in(self, tsuid, start_ms, end_ms, durability)
-    }
-
-    fn sync(&self) -> Result<()> {
-        Store::sync(self)
-    }
 }
 
 #[cfg(test)]
 pub(crate) mod conformance {
-    //! Behaviour every [`RowStore`] must show; run against each engine (a
+    //! Behaviour every store's rows must show; run against each engine (a
     //! fresh, empty one with 3-byte UIDs and last write wins).
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::UidWidth;
-    use crate::store::read::Point;
+    use crate::model::annotation::{Annotation, Changes};
+    use crate::model::point::{Timestamp, Value};
+    use crate::model::{TsuidBytes, UidWidth};
+    use crate::store::read::{Point, SeriesSource};
+
+    /// Rows written as the database handle writes them.
+    const P: Durability = Durability::Process;
 
     fn uid(i: u64) -> Uid {
         Uid::new(i, UidWidth::DEFAULT).unwrap()
@@ -290,7 +124,7 @@ pub(crate) mod conformance {
     /// (series index, ms, value) of everything `read_tsuids` and
     /// `scan_tsuids` return for `tsuids` (which must share a metric) in
     /// [`READ_MS`]; both must agree.
-    fn read(rows: &dyn RowStore, tsuids: &[Tsuid]) -> Vec<(usize, u64, Value)> {
+    fn read(rows: &Store, tsuids: &[Tsuid]) -> Vec<(usize, u64, Value)> {
         let mut by_get = Vec::new();
         let (start, end) = READ_MS;
         rows.read_tsuids(tsuids, start, end, &mut |i, p: &[Point]| {
@@ -326,7 +160,7 @@ pub(crate) mod conformance {
         Annotation::parse(json.to_string().as_bytes()).unwrap()
     }
 
-    pub(crate) fn run(rows: Arc<dyn RowStore>) {
+    pub(crate) fn run(rows: Arc<Store>) {
         let rows = &*rows;
         assert_eq!(rows.widths(), UidWidths::default());
         let (a, b, other) = (series(1, 1), series(1, 2), series(2, 1));
@@ -336,15 +170,18 @@ pub(crate) mod conformance {
 
         // Put across two hours, then overwrite: last write wins, whatever
         // the type, and untouched points stay.
-        rows.put_points(&a, &[(s(h0 + 1), Value::Int(1)), (s(h1), Value::Int(2))])
+        rows.put_points(&a, &[(s(h0 + 1), Value::Int(1)), (s(h1), Value::Int(2))], P)
             .unwrap();
         rows.put_points(
             &a,
             &[(s(h0 + 1), Value::Float(1.5)), (s(h0 + 2), Value::Int(3))],
+            P,
         )
         .unwrap();
-        rows.put_points(&b, &[(s(h0 + 1), Value::Int(7))]).unwrap();
-        rows.put_points(&other, &[(s(h0), Value::Int(9))]).unwrap();
+        rows.put_points(&b, &[(s(h0 + 1), Value::Int(7))], P)
+            .unwrap();
+        rows.put_points(&other, &[(s(h0), Value::Int(9))], P)
+            .unwrap();
         let ms = |t: u32| t as u64 * 1000;
         assert_eq!(
             read(rows, &[a.clone(), b.clone()]),
@@ -375,7 +212,8 @@ pub(crate) mod conformance {
         let (n, c) = note(Some(&a), (h0 + 5) as i64, "outage");
         rows.sync_annotation(Some(&ab), &n, c, false, Durability::Sync)
             .unwrap();
-        rows.put_points(&a, &[(s(h0 + 6), Value::Int(4))]).unwrap();
+        rows.put_points(&a, &[(s(h0 + 6), Value::Int(4))], P)
+            .unwrap();
         let got = rows.get_annotation(Some(&ab), s(h0 + 5)).unwrap().unwrap();
         assert_eq!(got.description, "outage");
         assert_eq!(read(rows, std::slice::from_ref(&a)).len(), 4);
@@ -440,14 +278,18 @@ pub(crate) mod conformance {
         // an annotation in a touched row.
         rows.sync_annotation(Some(&ab), &n, c, false, Durability::Process)
             .unwrap();
-        rows.put_points(&a, &[(s(h0 + 6), Value::Int(4))]).unwrap();
-        rows.put_points_many(&[
-            (
-                a.clone(),
-                vec![(s(h0 + 6), Value::Int(5)), (s(h1 + 1), Value::Int(6))],
-            ),
-            (b.clone(), vec![(s(h0 + 2), Value::Int(8))]),
-        ])
+        rows.put_points(&a, &[(s(h0 + 6), Value::Int(4))], P)
+            .unwrap();
+        rows.put_points_many(
+            &[
+                (
+                    a.clone(),
+                    vec![(s(h0 + 6), Value::Int(5)), (s(h1 + 1), Value::Int(6))],
+                ),
+                (b.clone(), vec![(s(h0 + 2), Value::Int(8))]),
+            ],
+            P,
+        )
         .unwrap();
         assert_eq!(
             read(rows, &[a.clone(), b]),

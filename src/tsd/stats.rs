@@ -96,6 +96,7 @@ pub(crate) fn hostname() -> String {
 pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
     let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let w = db.stats();
+    let health = db.storage_health();
     let mut out = vec![
         stat(
             "connectionmgr.connections",
@@ -250,10 +251,10 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
         ),
         stat(
             "storage.healthy",
-            u8::from(db.store().kv().unavailable().is_none()),
+            u8::from(health.unavailable.is_none()),
             None,
         ),
-        stat("storage.reopens", db.store().kv().reopens(), None),
+        stat("storage.reopens", health.reopens, None),
         stat("series.count", db.series().len(), None),
     ]);
     // Series refused by the cardinality limits, by limit.

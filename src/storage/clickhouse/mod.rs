@@ -36,8 +36,9 @@ use parking_lot::Mutex;
 
 use super::coordinator::Coordinator;
 use super::{
-    Durability, KeyRead, KeyValue, KeyVersion, KvSnapshot, KvStore, Mutation, Result, ScanIter,
-    ScanRange, StorageError, Table, WriteBatch, counter_value,
+    Compaction, Durability, KeyRead, KeyValue, KeyVersion, KvSnapshot, KvStore, Mutation,
+    Partitions, Result, RowAppends, ScanIter, ScanRange, StorageError, Table, Versions, WriteBatch,
+    counter_value,
 };
 pub(crate) use http::Endpoint;
 use http::Http;
@@ -52,7 +53,7 @@ const KEYS_PER_READ: usize = 1000;
 const SCAN_PAGE: usize = 20_000;
 /// The span of row time one partition of the data and rollup tables
 /// holds: a week of base times, so retention drops whole weeks
-/// (`drop_partitions_before`).
+/// ([`Partitions::drop_before`]).
 const PARTITION_SECONDS: u32 = 604_800;
 
 /// Where a store lives: `tsd.storage.clickhouse.*`.
@@ -205,7 +206,7 @@ struct NewVersion<'a> {
     value: Option<&'a [u8]>,
     ver: u64,
     /// Whose version of the key it is, when not this store's own (a
-    /// tombstone over another writer's version, [`KvStore::replace`]).
+    /// tombstone over another writer's version, [`Versions::replace`]).
     writer: Option<&'a [u8]>,
 }
 
@@ -783,53 +784,6 @@ impl Inner {
 }
 
 impl KvStore for ClickHouseStore {
-    /// A read may come from a replica that lags (own_rows.rs): rows are
-    /// written from what this process knows it wrote, never from a read.
-    fn appends_rows(&self) -> bool {
-        true
-    }
-
-    /// Each row goes in as a new version of the slot this process holds
-    /// for it, merged with what it wrote there before, or as the first
-    /// version of a new slot (one per call) when it holds none.
-    fn append_rows(&self, rows: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
-        let mut own = self.own_rows.lock();
-        own.check_deletes(self.coordinator.generation(DELETES_GENERATION)?);
-        let mut new_slot: Option<std::sync::Arc<str>> = None;
-        let mut versions = Vec::with_capacity(rows.len());
-        for (key, cells) in rows {
-            let merged = own.get(key).and_then(|row| {
-                let value = self.rows.merge(key, &[&row.value, cells])?;
-                Some((row.slot.clone(), value))
-            });
-            let (slot, value) = merged.unwrap_or_else(|| {
-                // Not held (or what is held does not merge, which only a
-                // bug could cause): the cells start a slot of their own.
-                let slot = new_slot.get_or_insert_with(|| {
-                    std::sync::Arc::from(format!("{}@{:x}", self.writer, self.next_ver()))
-                });
-                (slot.clone(), cells.clone())
-            });
-            versions.push((key, slot, value));
-        }
-        let inserted: Vec<NewVersion<'_>> = versions
-            .iter()
-            .map(|(key, slot, value)| NewVersion {
-                key,
-                value: Some(value),
-                ver: self.next_ver(),
-                writer: Some(slot.as_bytes()),
-            })
-            .collect();
-        // On failure nothing is kept: the caller writes the same cells
-        // again, merged with what the slot held before.
-        self.insert(Table::Data, &inserted)?;
-        for (key, slot, value) in versions {
-            own.keep(key.clone(), slot, value);
-        }
-        Ok(())
-    }
-
     /// Every scan is a statement: one long scan beats many short ones.
     fn seeks_are_cheap(&self) -> bool {
         false
@@ -973,6 +927,185 @@ impl KvStore for ClickHouseStore {
         Ok(true)
     }
 
+    /// Every write returned after its insert was acknowledged by a replica
+    /// of each shard it touched: nothing is left to flush.
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn snapshot(&self) -> Result<Box<dyn KvSnapshot>> {
+        // ClickHouse has no snapshots: a view of the versions up to now.
+        // Merges may replace a version the view needs by a newer one, so
+        // it is consistent only while no merge runs over changed keys
+        // (docs/scale-out.md, "Backups").
+        Ok(Box::new(Snapshot {
+            store: self.clone(),
+            upto: self.next_ver(),
+        }))
+    }
+
+    /// A read may come from a replica that lags (own_rows.rs): rows are
+    /// written from what this process knows it wrote, never from a read.
+    fn row_appends(&self) -> Option<&dyn RowAppends> {
+        Some(self)
+    }
+
+    fn compaction(&self) -> Option<&dyn Compaction> {
+        Some(self)
+    }
+
+    fn partitions(&self) -> Option<&dyn Partitions> {
+        Some(self)
+    }
+
+    fn versions(&self) -> Option<&dyn Versions> {
+        Some(self)
+    }
+}
+
+impl RowAppends for ClickHouseStore {
+    /// Each row goes in as a new version of the slot this process holds
+    /// for it, merged with what it wrote there before, or as the first
+    /// version of a new slot (one per call) when it holds none.
+    fn append_rows(&self, rows: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let mut own = self.own_rows.lock();
+        own.check_deletes(self.coordinator.generation(DELETES_GENERATION)?);
+        let mut new_slot: Option<std::sync::Arc<str>> = None;
+        let mut versions = Vec::with_capacity(rows.len());
+        for (key, cells) in rows {
+            let merged = own.get(key).and_then(|row| {
+                let value = self.rows.merge(key, &[&row.value, cells])?;
+                Some((row.slot.clone(), value))
+            });
+            let (slot, value) = merged.unwrap_or_else(|| {
+                // Not held (or what is held does not merge, which only a
+                // bug could cause): the cells start a slot of their own.
+                let slot = new_slot.get_or_insert_with(|| {
+                    std::sync::Arc::from(format!("{}@{:x}", self.writer, self.next_ver()))
+                });
+                (slot.clone(), cells.clone())
+            });
+            versions.push((key, slot, value));
+        }
+        let inserted: Vec<NewVersion<'_>> = versions
+            .iter()
+            .map(|(key, slot, value)| NewVersion {
+                key,
+                value: Some(value),
+                ver: self.next_ver(),
+                writer: Some(slot.as_bytes()),
+            })
+            .collect();
+        // On failure nothing is kept: the caller writes the same cells
+        // again, merged with what the slot held before.
+        self.insert(Table::Data, &inserted)?;
+        for (key, slot, value) in versions {
+            own.keep(key.clone(), slot, value);
+        }
+        Ok(())
+    }
+}
+
+impl Compaction for ClickHouseStore {
+    fn compact(&self) -> Result<()> {
+        // OPTIMIZE ... ON CLUSTER fails on 18.16; on a replicated table
+        // one replica's OPTIMIZE merges for all replicas of its shard, so
+        // each endpoint is asked (a replica that is down is skipped).
+        let db = &self.config.database;
+        let mut last_err = None;
+        let mut done = 0;
+        for ep in self.http.endpoints() {
+            for t in Table::ALL {
+                match self.http.post_to(
+                    ep,
+                    &format!("OPTIMIZE TABLE {db}.{}_local FINAL", table_name(t)),
+                ) {
+                    Ok(_) => done += 1,
+                    Err(e) => last_err = Some(e),
+                }
+            }
+        }
+        match last_err {
+            Some(e) if done == 0 => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Partitions for ClickHouseStore {
+    /// Each server is asked for its partitions of the table's local table
+    /// and drops those wholly below `floor` (nothing for a table without
+    /// partitions by time: a rollup table an older rtsdb created). `ALTER ... ON CLUSTER` would wait for
+    /// every server, failing while one is down; asking each replica instead
+    /// drops on those up (a replicated drop also reaches the replica's
+    /// peers through the replication log), and a shard whose replicas were
+    /// all down keeps its partitions until the next run.
+    fn drop_before(&self, table: Table, floor: u32) -> Result<u64> {
+        if !self.by_time(table) {
+            return Ok(0);
+        }
+        let db = &self.config.database;
+        let local = format!("{}_local", table_name(table));
+        let mut dropped = std::collections::BTreeSet::new();
+        let mut errors = Vec::new();
+        let mut answered = 0;
+        for ep in self.http.endpoints() {
+            let partitions = match self.http.post_to(
+                ep,
+                &format!(
+                    "SELECT DISTINCT partition FROM system.parts \
+                     WHERE active AND database = '{db}' AND table = '{local}'"
+                ),
+            ) {
+                Ok(p) => p,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            answered += 1;
+            for line in String::from_utf8_lossy(&partitions).lines() {
+                let Ok(week) = line.trim().trim_matches('\'').parse::<u64>() else {
+                    continue;
+                };
+                // Every row of partition `week` has a base hour below the
+                // next week's first second.
+                if (week + 1) * u64::from(PARTITION_SECONDS) > u64::from(floor) {
+                    continue;
+                }
+                match self.http.post_to(
+                    ep,
+                    &format!("ALTER TABLE {db}.{local} DROP PARTITION {week}"),
+                ) {
+                    Ok(_) => {
+                        tracing::info!(endpoint = %ep.url, table = %local, week, "dropped an expired partition");
+                        dropped.insert(week);
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        if !dropped.is_empty() && table == Table::Data {
+            // Rows went without a version saying so: every bucket.
+            let all: Vec<usize> = (0..read_cache::BUCKETS).collect();
+            match self.rows_changed(&all) {
+                Ok(()) => self.coordinator.settle(),
+                Err(e) => errors.push(e),
+            }
+        }
+        if answered == 0
+            && let Some(e) = errors.pop()
+        {
+            return Err(e);
+        }
+        for e in errors {
+            tracing::warn!(error = %e, "dropping expired partitions failed on a server; the next run tries again");
+        }
+        Ok(dropped.len() as u64)
+    }
+}
+
+impl Versions for ClickHouseStore {
     /// One statement per [`KEYS_PER_READ`] keys: each (key, writer)'s
     /// newest version, folded per key as [`Inner::resolve`] folds them.
     fn read_versions(&self, table: Table, keys: &[&[u8]]) -> Result<Vec<KeyRead>> {
@@ -1049,137 +1182,6 @@ impl KvStore for ClickHouseStore {
             return Ok(());
         }
         self.insert(table, &rows)
-    }
-
-    /// Every write returned after its insert was acknowledged by a replica
-    /// of each shard it touched: nothing is left to flush.
-    fn sync(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn snapshot(&self) -> Result<Box<dyn KvSnapshot>> {
-        // ClickHouse has no snapshots: a view of the versions up to now.
-        // Merges may replace a version the view needs by a newer one, so
-        // it is consistent only while no merge runs over changed keys
-        // (docs/scale-out.md, "Backups").
-        Ok(Box::new(Snapshot {
-            store: self.clone(),
-            upto: self.next_ver(),
-        }))
-    }
-
-    fn compact(&self) -> Result<()> {
-        // OPTIMIZE ... ON CLUSTER fails on 18.16; on a replicated table
-        // one replica's OPTIMIZE merges for all replicas of its shard, so
-        // each endpoint is asked (a replica that is down is skipped).
-        let db = &self.config.database;
-        let mut last_err = None;
-        let mut done = 0;
-        for ep in self.http.endpoints() {
-            for t in Table::ALL {
-                match self.http.post_to(
-                    ep,
-                    &format!("OPTIMIZE TABLE {db}.{}_local FINAL", table_name(t)),
-                ) {
-                    Ok(_) => done += 1,
-                    Err(e) => last_err = Some(e),
-                }
-            }
-        }
-        match last_err {
-            Some(e) if done == 0 => Err(e),
-            _ => Ok(()),
-        }
-    }
-
-    /// Each server is asked for its partitions of the table's local table
-    /// and drops those wholly below `floor` (nothing for a table without
-    /// partitions by time: a rollup table an older rtsdb created). `ALTER ... ON CLUSTER` would wait for
-    /// every server, failing while one is down; asking each replica instead
-    /// drops on those up (a replicated drop also reaches the replica's
-    /// peers through the replication log), and a shard whose replicas were
-    /// all down keeps its partitions until the next run.
-    fn drop_partitions_before(&self, table: Table, floor: u32) -> Result<u64> {
-        if !self.by_time(table) {
-            return Ok(0);
-        }
-        let db = &self.config.database;
-        let local = format!("{}_local", table_name(table));
-        let mut dropped = std::collections::BTreeSet::new();
-        let mut errors = Vec::new();
-        let mut answered = 0;
-        for ep in self.http.endpoints() {
-            let partitions = match self.http.post_to(
-                ep,
-                &format!(
-                    "SELECT DISTINCT partition FROM system.parts \
-                     WHERE active AND database = '{db}' AND table = '{local}'"
-                ),
-            ) {
-                Ok(p) => p,
-                Err(e) => {
-                    errors.push(e);
-                    continue;
-                }
-            };
-            answered += 1;
-            for line in String::from_utf8_lossy(&partitions).lines() {
-                let Ok(week) = line.trim().trim_matches('\'').parse::<u64>() else {
-                    continue;
-                };
-                // Every row of partition `week` has a base hour below the
-                // next week's first second.
-                if (week + 1) * u64::from(PARTITION_SECONDS) > u64::from(floor) {
-                    continue;
-                }
-                match self.http.post_to(
-                    ep,
-                    &format!("ALTER TABLE {db}.{local} DROP PARTITION {week}"),
-                ) {
-                    Ok(_) => {
-                        tracing::info!(endpoint = %ep.url, table = %local, week, "dropped an expired partition");
-                        dropped.insert(week);
-                    }
-                    Err(e) => errors.push(e),
-                }
-            }
-        }
-        if !dropped.is_empty() && table == Table::Data {
-            // Rows went without a version saying so: every bucket.
-            let all: Vec<usize> = (0..read_cache::BUCKETS).collect();
-            match self.rows_changed(&all) {
-                Ok(()) => self.coordinator.settle(),
-                Err(e) => errors.push(e),
-            }
-        }
-        if answered == 0
-            && let Some(e) = errors.pop()
-        {
-            return Err(e);
-        }
-        for e in errors {
-            tracing::warn!(error = %e, "dropping expired partitions failed on a server; the next run tries again");
-        }
-        Ok(dropped.len() as u64)
-    }
-
-    fn disk_space(&self) -> u64 {
-        let db = &self.config.database;
-        self.http
-            .endpoints()
-            .iter()
-            .filter_map(|ep| {
-                self.http
-                    .post_to(
-                        ep,
-                        &format!(
-                            "SELECT sum(bytes_on_disk) FROM system.parts WHERE active AND database = '{db}'"
-                        ),
-                    )
-                    .ok()
-            })
-            .filter_map(|b| String::from_utf8_lossy(&b).trim().parse::<u64>().ok())
-            .sum()
     }
 }
 
@@ -1501,7 +1503,6 @@ mod tests {
         assert_eq!(got.iter().filter(|v| v.is_some()).count(), 3);
         assert!(got[3].is_none());
         a.compact().unwrap();
-        assert!(a.disk_space() > 0);
         test_cluster::drop_database(&a);
     }
 
@@ -1523,7 +1524,7 @@ mod tests {
             s.append_rows(&[(b"row".to_vec(), v.to_vec())]).unwrap();
         };
         let a = open("a");
-        assert!(a.appends_rows());
+        assert!(a.row_appends().is_some());
         append(&a, b"1");
         append(&a, b"2");
         assert_eq!(a.get(Table::Data, b"row").unwrap(), Some(b"12".to_vec()));

@@ -1,6 +1,6 @@
 //! What this process wrote of each data row lately, so that it writes a
 //! row again with new cells without reading it back
-//! ([`KvStore::append_rows`](crate::storage::KvStore::append_rows);
+//! ([`RowAppends::append_rows`](crate::storage::RowAppends::append_rows);
 //! docs/scale-out.md, "Writing rows").
 //!
 //! A read may come from a replica that lags: the first replica of a

@@ -2,8 +2,8 @@
 //! as OpenTSDB's `AnnotationRpc` answers them: one annotation by query
 //! string or JSON body (GET, POST merge, PUT replace, DELETE), lists of
 //! them (bulk POST/PUT) and range deletes (bulk DELETE with
-//! `totalDeleted`). Storage goes through the row store
-//! ([`RowStore`]; the embedded one is in `crate::store::annotations`).
+//! `totalDeleted`). Storage goes through the database's store
+//! ([`Store`]; its annotation operations are in `crate::store::annotations`).
 
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use crate::model::annotation::{self, Annotation, AnnotationError, Changes};
 use crate::model::time::parse_datetime;
 use crate::protocol::jackson;
 use crate::store::Durability;
-use crate::store::rows::RowStore;
+use crate::store::Store;
 use crate::tsd::TsdState;
 
 fn bad(message: &str) -> Reply {
@@ -136,24 +136,18 @@ fn parse_json_error(e: AnnotationError) -> Reply {
 
 /// The annotation's series, `None` for a global one. Its UIDs are not
 /// checked: OpenTSDB stores an annotation under the TSUID bytes given.
-fn series_of(store: &dyn RowStore, a: &Annotation) -> Result<Option<TsuidBytes>, String> {
+fn series_of(store: &Store, a: &Annotation) -> Result<Option<TsuidBytes>, String> {
     if a.tsuid.is_empty() {
         return Ok(None);
     }
     tsuid_bytes(store, &a.tsuid).map(Some)
 }
 
-fn tsuid_bytes(store: &dyn RowStore, hex: &str) -> Result<TsuidBytes, String> {
+fn tsuid_bytes(store: &Store, hex: &str) -> Result<TsuidBytes, String> {
     TsuidBytes::parse_hex(hex, &store.widths()).map_err(|e| format!("Invalid TSUID '{hex}': {e}"))
 }
 
-fn single(
-    store: &dyn RowStore,
-    method: &Method,
-    q: &Query,
-    body: Option<&[u8]>,
-    list: bool,
-) -> Reply {
+fn single(store: &Store, method: &Method, q: &Query, body: Option<&[u8]>, list: bool) -> Reply {
     let (note, changes) = match body {
         Some(b) => match Annotation::parse(b) {
             Ok(x) => x,
@@ -222,7 +216,7 @@ fn single(
 /// overflows the row key it scans to; rtsdb uses seconds. And it answers
 /// an end before the start with a 500 wrapping the exception; rtsdb
 /// answers 400 with the message.
-fn global_annotations(store: &dyn RowStore, note: &Annotation) -> Reply {
+fn global_annotations(store: &Store, note: &Annotation) -> Reply {
     let start = note.start_time.max(0) as u64;
     let end = if note.end_time == 0 {
         now_ms() / 1000
@@ -246,7 +240,7 @@ fn global_annotations(store: &dyn RowStore, note: &Annotation) -> Reply {
     }
 }
 
-fn bulk_update(store: &dyn RowStore, overwrite: bool, body: Option<&[u8]>) -> Reply {
+fn bulk_update(store: &Store, overwrite: bool, body: Option<&[u8]>) -> Reply {
     let Some(body) = body else {
         return missing_content();
     };
@@ -350,7 +344,7 @@ fn parse_bulk_delete(q: &Query, body: Option<&[u8]>) -> Result<BulkDelete, Reply
     Ok(d)
 }
 
-fn bulk_delete(store: &dyn RowStore, q: &Query, body: Option<&[u8]>) -> Reply {
+fn bulk_delete(store: &Store, q: &Query, body: Option<&[u8]>) -> Reply {
     let d = match parse_bulk_delete(q, body) {
         Ok(d) => d,
         Err(r) => return r,
