@@ -29,6 +29,7 @@
 // validate aggregator names and combine values with them too.
 pub(crate) use crate::model::aggregator;
 pub mod cache;
+pub(crate) mod context;
 pub(crate) mod downsample;
 pub(crate) mod engine;
 pub(crate) mod error;
@@ -41,18 +42,24 @@ pub(crate) mod last;
 pub(crate) mod limits;
 pub(crate) mod options;
 pub(crate) mod output;
+pub(crate) mod pipeline;
 pub(crate) mod pool;
 pub(crate) mod rate;
+pub(crate) mod read;
 pub(crate) mod request;
+pub(crate) mod results;
 pub(crate) mod rollup;
+pub(crate) mod select;
+pub(crate) mod stats;
 
 pub use aggregator::{AGGREGATORS, Aggregator};
-pub use cache::{CacheOptions, CacheStats, QueryCache};
-pub use engine::{Prepared, QueryContext, SMALL_QUERY_ROWS, execute, prepare};
+pub use cache::{CacheStats, QueryCache};
+pub use context::{EpochSource, QueryContext};
+pub use engine::{Prepared, SMALL_QUERY_ROWS, execute, prepare};
 pub use error::QueryError;
 pub use gexp::{GexpQuery, execute_gexp, parse_gexp};
 pub use last::{LastQuery, execute_last, parse_last_get, parse_last_post};
 pub use limits::QueryLimits;
-pub use options::QueryOptions;
+pub use options::{CacheOptions, QueryOptions};
 pub use output::{QueryResponse, QueryResult};
 pub use request::{TsQuery, TsSubQuery, parse_get, parse_post};

@@ -11,16 +11,17 @@
 //! fill policies, rate and the group-by merge are the raw path's own.
 
 use super::aggregator::Aggregator;
+use super::context::QueryContext;
 use super::downsample::{Bucketer, FillPolicy, Interval};
-use super::engine::{
-    Frame, Pipeline, QueryContext, Selected, SubStats, build_results, finish_all, group_points,
-    select,
-};
 use super::error::QueryError;
 use super::group::{FoldBy, FoldRule, GridCell, MaxRule, MinRule, Scratch, SumRule, folds};
 use super::limits::Budget;
 use super::output::QueryResult;
+use super::pipeline::{Frame, Pipeline, finish_all};
 use super::request::{ValidQuery, ValidSubQuery};
+use super::results::{build_results, group_points};
+use super::select::{Selected, select};
+use super::stats::SubStats;
 use crate::codec::row::RowError;
 use crate::db::{RollupReadStats, RollupRow, RollupRowSink, RollupSource};
 use crate::model::Value;
