@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::context::{EpochSource, QueryContext, SubQueryCache};
+use super::context::{QueryContext, SubQueryCache};
 use super::downsample::{FillPolicy, Interval};
 use super::error::QueryError;
 use super::group::Scratch;
@@ -36,8 +36,8 @@ use super::request::{ValidQuery, ValidSubQuery};
 use super::results::{build_results, group_points, series_notes};
 use super::select::{Selected, select};
 use super::stats::SubStats;
-use crate::db::Epoch;
 use crate::model::{Tsuid, Uid, UidKind, Value};
+use crate::store::read::epoch::{Epoch, EpochSource};
 
 /// Counters for `/api/stats` and `/metrics`.
 #[derive(Debug, Default)]

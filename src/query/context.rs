@@ -17,30 +17,13 @@ use super::options::QueryOptions;
 use super::output::QueryResult;
 use super::request::{ValidQuery, ValidSubQuery};
 use super::stats::SubStats;
-use crate::db::{Db, Epoch, RollupSource};
+use crate::db::Db;
 use crate::index::SeriesIndex;
-use crate::model::{Uid, UidKind, UidWidths};
+use crate::model::{UidKind, UidWidths};
 use crate::store::read::SeriesSource;
+use crate::store::read::epoch::EpochSource;
+use crate::store::read::rollup::RollupSource;
 use crate::uid::UidTable;
-
-/// What tells the cache that data it covers changed: the database's
-/// epochs ([`crate::db::CacheEpochs`]).
-pub trait EpochSource: Send + Sync {
-    /// Points before `ms` count as settled from now on.
-    fn raise_floor(&self, ms: i64);
-    /// The epoch an answer over `metric` is computed under.
-    fn epoch(&self, metric: Uid) -> Epoch;
-}
-
-impl EpochSource for Db {
-    fn raise_floor(&self, ms: i64) {
-        self.cache_epochs().raise_floor(ms);
-    }
-
-    fn epoch(&self, metric: Uid) -> Epoch {
-        self.cache_epoch(metric)
-    }
-}
 
 /// A cache of sub-query answers, asked before a sub-query reads raw
 /// points (the result cache, `QueryCache`, implements it).

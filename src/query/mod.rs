@@ -54,7 +54,7 @@ pub(crate) mod stats;
 
 pub use aggregator::{AGGREGATORS, Aggregator};
 pub use cache::{CacheStats, QueryCache};
-pub use context::{EpochSource, QueryContext};
+pub use context::QueryContext;
 pub use engine::{Prepared, SMALL_QUERY_ROWS, execute, prepare};
 pub use error::QueryError;
 pub use gexp::{GexpQuery, execute_gexp, parse_gexp};

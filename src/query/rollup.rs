@@ -23,7 +23,6 @@ use super::results::{build_results, group_points};
 use super::select::{Selected, select};
 use super::stats::SubStats;
 use crate::codec::row::RowError;
-use crate::db::{RollupReadStats, RollupRow, RollupRowSink, RollupSource};
 use crate::model::Value;
 use crate::model::aggregator::OneValue;
 use crate::rollup::aggregates::{add, pick};
@@ -31,6 +30,7 @@ use crate::rollup::codec::{
     self, DenseReader, RollupColumns, RollupSlot, ShortRow, ShortView, SlotReader,
 };
 use crate::rollup::{RollupInterval, RollupSettings};
+use crate::store::read::rollup::{RollupReadStats, RollupRow, RollupRowSink, RollupSource};
 
 /// `TsdbQuery.ROLLUP_USAGE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
