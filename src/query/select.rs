@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::context::QueryContext;
 use super::error::QueryError;
-use super::filter::FilterType;
+use super::filter::{FilterType, TagFilter};
 use super::request::ValidSubQuery;
 use crate::model::Tsuid;
 use crate::model::hash::FastMap;
@@ -118,15 +118,12 @@ impl Selected {
     }
 }
 
-/// Picks a sub-query's series and groups them.
-pub(super) fn select(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selected, QueryError> {
-    let widths = ctx.widths();
-    let (metric_uid, metric_name, candidates, group_keys, total) = if !sub.tsuids.is_empty() {
-        select_tsuids(ctx, sub, widths)?
-    } else {
-        select_metric(ctx, sub)?
-    };
-    // Drop series whose tag UIDs were deleted (OpenTSDB fails the query).
+/// `candidates` without the series one of whose tag UIDs no longer
+/// resolves to a name (deleted), and how many those were.
+pub(crate) fn resolvable(
+    ctx: &QueryContext,
+    candidates: Vec<Tsuid>,
+) -> Result<(Vec<Tsuid>, u64), QueryError> {
     let mut series: Vec<Tsuid> = Vec::with_capacity(candidates.len());
     let mut check = NameCheck::default();
     let mut unresolved = 0;
@@ -137,6 +134,19 @@ pub(super) fn select(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selected
             unresolved += 1;
         }
     }
+    Ok((series, unresolved))
+}
+
+/// Picks a sub-query's series and groups them.
+pub(super) fn select(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selected, QueryError> {
+    let widths = ctx.widths();
+    let (metric_uid, metric_name, candidates, group_keys, total) = if !sub.tsuids.is_empty() {
+        select_tsuids(ctx, sub, widths)?
+    } else {
+        select_metric(ctx, sub)?
+    };
+    // Drop series whose tag UIDs were deleted (OpenTSDB fails the query).
+    let (series, unresolved) = resolvable(ctx, candidates)?;
     // Group: by the values of the group-by keys, ordered by UID bytes.
     let mut groups: BTreeMap<(Vec<Uid>, Option<Tsuid>), Vec<usize>> = BTreeMap::new();
     for (i, s) in series.iter().enumerate() {
@@ -217,16 +227,54 @@ fn select_tsuids(
     Ok((metric, name.to_string(), list, Vec::new(), n))
 }
 
-/// Picks a metric query's series from the index. Every filter is
-/// evaluated against the distinct tag values the index holds for its key
-/// (never against rows), then the matching postings are intersected.
+/// The series of one metric that tag filters select, as
+/// [`match_series`] finds them in the index.
+#[derive(Debug, Clone)]
+pub(crate) struct Matched {
+    pub(crate) metric: Uid,
+    /// Sorted.
+    pub(crate) series: Vec<Tsuid>,
+    /// Each filter's tag key, in the filters' order.
+    pub(crate) filter_keys: Vec<Uid>,
+    /// Series of the metric in the index.
+    pub(crate) total: usize,
+}
+
+/// Picks a metric query's series from the index.
 fn select_metric(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selection, QueryError> {
     let name = sub.metric.clone().unwrap_or_default();
-    let metric = ctx.uids.get_id(UidKind::Metric, &name)?;
+    let m = match_series(ctx, &name, &sub.filters, sub.explicit_tags)?;
+    let group_keys: Vec<Uid> = {
+        let set: BTreeSet<Uid> = sub
+            .filters
+            .iter()
+            .zip(&m.filter_keys)
+            .filter(|(f, _)| f.group_by)
+            .map(|(_, k)| *k)
+            .collect();
+        set.into_iter().collect()
+    };
+    Ok((m.metric, name, m.series, group_keys, m.total))
+}
+
+/// The series of metric `name` that every one of `filters` accepts (with
+/// `explicit_tags`, only those tagged with exactly the filters' keys),
+/// sorted. Every filter is evaluated against the distinct tag values the
+/// index holds for its key (never against rows), then the matching
+/// postings are intersected. Names are resolved first, as OpenTSDB does:
+/// an unknown metric or tag key fails, as does an unknown literal value
+/// unless `skip_unresolved_tagvs`.
+pub(crate) fn match_series(
+    ctx: &QueryContext,
+    name: &str,
+    filters: &[TagFilter],
+    explicit_tags: bool,
+) -> Result<Matched, QueryError> {
+    let metric = ctx.uids.get_id(UidKind::Metric, name)?;
     // Resolve tag keys and literal values first, as OpenTSDB does.
-    let mut tagks: Vec<Uid> = Vec::with_capacity(sub.filters.len());
+    let mut tagks: Vec<Uid> = Vec::with_capacity(filters.len());
     let mut literals: HashMap<Uid, HashSet<Uid>> = HashMap::new();
-    for f in &sub.filters {
+    for f in filters {
         let k = ctx.uids.get_id(UidKind::TagKey, &f.tagk)?;
         tagks.push(k);
         if let Some(lits) = f.literals() {
@@ -246,20 +294,15 @@ fn select_metric(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selection, Q
             }
         }
     }
-    let group_keys: Vec<Uid> = {
-        let set: BTreeSet<Uid> = sub
-            .filters
-            .iter()
-            .zip(&tagks)
-            .filter(|(f, _)| f.group_by)
-            .map(|(_, k)| *k)
-            .collect();
-        set.into_iter().collect()
-    };
     let filter_keys: BTreeSet<Uid> = tagks.iter().copied().collect();
     ctx.index.with_metric(metric, |m| {
         let Some(m) = m else {
-            return Ok((metric, name.clone(), Vec::new(), group_keys.clone(), 0));
+            return Ok(Matched {
+                metric,
+                series: Vec::new(),
+                filter_keys: tagks.clone(),
+                total: 0,
+            });
         };
         // Per key: the values allowed (positive filters) or refused (not_*).
         let mut allowed: BTreeMap<Uid, HashSet<Uid>> = BTreeMap::new();
@@ -267,7 +310,7 @@ fn select_metric(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selection, Q
         for (k, v) in &literals {
             allowed.insert(*k, v.clone());
         }
-        for (f, &k) in sub.filters.iter().zip(&tagks) {
+        for (f, &k) in filters.iter().zip(&tagks) {
             if f.kind == FilterType::LiteralOr {
                 continue;
             }
@@ -326,7 +369,7 @@ fn select_metric(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selection, Q
                     continue 'series;
                 }
             }
-            if sub.explicit_tags
+            if explicit_tags
                 && (t.tags.len() != filter_keys.len()
                     || !t.tags.iter().all(|(k, _)| filter_keys.contains(k)))
             {
@@ -335,6 +378,11 @@ fn select_metric(ctx: &QueryContext, sub: &ValidSubQuery) -> Result<Selection, Q
             out.push(t.clone());
         }
         out.sort();
-        Ok((metric, name.clone(), out, group_keys.clone(), m.len()))
+        Ok(Matched {
+            metric,
+            series: out,
+            filter_keys: tagks.clone(),
+            total: m.len(),
+        })
     })
 }
