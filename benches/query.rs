@@ -149,7 +149,7 @@ fn run(encoding: RowEncoding) {
         HOSTS * METRICS.len(),
         t.elapsed().as_secs_f64()
     );
-    let ctx = QueryContext::new(&*db, db.uids(), db.index());
+    let ctx = QueryContext::new(&db, &Default::default());
     let range = format!("start={START}&end={}", START + 3600);
     let queries = [
         (

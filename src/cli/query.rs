@@ -82,7 +82,7 @@ pub(crate) fn run(
             }
         }
     }
-    let qctx = QueryContext::new(&*db, db.uids(), db.index()).with_rollups(&*db);
+    let qctx = QueryContext::new(&db, &query::QueryOptions::default());
     let response = match query::execute(&qctx, &tsq) {
         Ok(r) => r,
         Err(e) => {

@@ -17,23 +17,14 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use super::Db;
 use crate::model::Uid;
+use crate::store::read::epoch::{Epoch, EpochSource};
 
 /// Metrics share stripes: a late point for one metric also drops the
 /// cached answers of the metrics hashed to its stripe. 256 stripes keep
 /// that rare while the array stays 2 KiB.
 const STRIPES: usize = 256;
-
-/// What a cached answer was computed under; equal epochs mean nothing it
-/// covers changed since.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Epoch {
-    global: u64,
-    stripe: u64,
-    /// The first hour still inside the metric's retention period: rows
-    /// before it stop being read once it moves.
-    retention_floor: u32,
-}
 
 /// The epochs and the settled floor; one per [`Db`](super::Db).
 pub struct CacheEpochs {
@@ -74,11 +65,11 @@ impl CacheEpochs {
     /// The epoch answers for `metric` are computed under;
     /// `retention_floor` is the metric's first hour still retained.
     pub fn epoch(&self, metric: Uid, retention_floor: u32) -> Epoch {
-        Epoch {
-            global: self.global.load(Ordering::SeqCst),
-            stripe: self.stripes[stripe_of(metric)].load(Ordering::SeqCst),
+        Epoch::new(
+            self.global.load(Ordering::SeqCst),
+            self.stripes[stripe_of(metric)].load(Ordering::SeqCst),
             retention_floor,
-        }
+        )
     }
 
     /// Something about `metric`'s settled data changed.
@@ -107,6 +98,16 @@ impl CacheEpochs {
                 last = Some(metric);
             }
         }
+    }
+}
+
+impl EpochSource for Db {
+    fn raise_floor(&self, ms: i64) {
+        self.cache_epochs().raise_floor(ms);
+    }
+
+    fn epoch(&self, metric: Uid) -> Epoch {
+        self.cache_epoch(metric)
     }
 }
 

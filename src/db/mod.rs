@@ -73,12 +73,9 @@ pub use admin::MetaSynced;
 pub use append::{Appended, PendingHistogram, PendingPoint};
 pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
-pub use epochs::{CacheEpochs, Epoch};
+pub use epochs::CacheEpochs;
 pub use options::{Backend, ClusterOptions, DbOptions, WriteOptions};
-pub use rollup::{
-    AutoRollupError, RollupPoint, RollupReadStats, RollupRow, RollupRowSink, RollupSlice,
-    RollupSource,
-};
+pub use rollup::{AutoRollupError, RollupPoint};
 pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
 pub use tree::{TreeTest, TreesSynced};
 pub use wal::WalError;
@@ -450,7 +447,7 @@ impl Db {
 
     /// The epoch a cached answer over `metric` is valid under (see
     /// [`CacheEpochs`]); includes the metric's retention floor.
-    pub fn cache_epoch(&self, metric: crate::model::Uid) -> Epoch {
+    pub fn cache_epoch(&self, metric: crate::model::Uid) -> crate::store::read::epoch::Epoch {
         self.epochs
             .epoch(metric, self.store.retention_floor(metric))
     }

@@ -23,70 +23,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::context::{QueryContext, SubQueryCache};
 use super::downsample::{FillPolicy, Interval};
-use super::engine::{
-    self, Cut, Frame, PipeState, Pipeline, QueryContext, Selected, SubStats, finish_all,
-    group_points, read_into, select, series_notes,
-};
 use super::error::QueryError;
 use super::group::Scratch;
 use super::limits::Budget;
+use super::options::CacheOptions;
 use super::output::QueryResult;
+use super::pipeline::{Cut, Frame, PipeState, Pipeline, finish_all, scan_range};
+use super::read::read_into;
 use super::request::{ValidQuery, ValidSubQuery};
-use crate::db::{Db, Epoch};
+use super::results::{build_results, group_points, series_notes};
+use super::select::{Selected, select};
+use super::stats::SubStats;
 use crate::model::{Tsuid, Uid, UidKind, Value};
-
-/// `tsd.query.cache.max_bytes` unset: 64 MiB, room for about fifty
-/// 1,000-series one-hour dashboards.
-pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
-/// `tsd.query.cache.settle_ms` unset: points up to a minute late (a
-/// client's batching, clock skew) land in the recomputed tail instead of
-/// invalidating what is cached.
-pub const DEFAULT_SETTLE_MS: u64 = 60_000;
-
-/// The cache's settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CacheOptions {
-    /// Most bytes the entries may hold; 0 turns the cache off.
-    pub max_bytes: u64,
-    /// How far behind "now" the settled boundary stays, ms.
-    pub settle_ms: u64,
-}
-
-impl Default for CacheOptions {
-    fn default() -> Self {
-        CacheOptions {
-            max_bytes: DEFAULT_MAX_BYTES,
-            settle_ms: DEFAULT_SETTLE_MS,
-        }
-    }
-}
-
-/// What tells the cache that data it covers changed: the database's
-/// epochs ([`crate::db::CacheEpochs`]).
-pub trait EpochSource: Send + Sync {
-    /// Points before `ms` count as settled from now on.
-    fn raise_floor(&self, ms: i64);
-    /// The epoch an answer over `metric` is computed under.
-    fn epoch(&self, metric: Uid) -> Epoch;
-}
-
-impl EpochSource for Db {
-    fn raise_floor(&self, ms: i64) {
-        self.cache_epochs().raise_floor(ms);
-    }
-
-    fn epoch(&self, metric: Uid) -> Epoch {
-        self.cache_epoch(metric)
-    }
-}
-
-/// The cache and the epochs it checks, as a [`QueryContext`] carries them.
-#[derive(Clone, Copy)]
-pub struct CacheUse<'a> {
-    pub cache: &'a QueryCache,
-    pub epochs: &'a dyn EpochSource,
-}
+use crate::store::read::epoch::{Epoch, EpochSource};
 
 /// Counters for `/api/stats` and `/metrics`.
 #[derive(Debug, Default)]
@@ -162,7 +113,7 @@ impl QueryCache {
     }
 
     /// Counts a sub-query the cache stayed out of.
-    pub(super) fn bypass(&self) {
+    fn bypass(&self) {
         if self.options.max_bytes == 0 {
             return;
         }
@@ -210,7 +161,7 @@ impl QueryCache {
 
 /// What one cacheable sub-query run is: its key, its settled boundary,
 /// its metric.
-pub(super) struct Plan<'a> {
+struct Plan<'a> {
     cache: &'a QueryCache,
     epochs: &'a dyn EpochSource,
     key: String,
@@ -224,13 +175,13 @@ impl<'a> Plan<'a> {
     /// `nocache`, or an answer it cannot reproduce exactly (a calendar or
     /// `all` downsampling interval, `padding`, a delete, timings asked
     /// for, byte or point limits that depend on what is read).
-    pub(super) fn new(
+    fn new(
+        cache: &'a QueryCache,
         ctx: &QueryContext<'a>,
         q: &ValidQuery,
         sub: &ValidSubQuery,
     ) -> Option<Plan<'a>> {
-        let cu = ctx.cache?;
-        if cu.cache.options.max_bytes == 0 {
+        if cache.options.max_bytes == 0 {
             return None;
         }
         let o = &q.original;
@@ -253,13 +204,13 @@ impl<'a> Plan<'a> {
         {
             return None;
         }
-        let (scan_start, scan_end) = engine::scan_range(q, sub);
+        let (scan_start, scan_end) = scan_range(q, sub);
         let fill = sub.downsample.as_ref().map(|d| d.fill);
         // Fill values stop at the query's last bucket, so with a fill
         // policy nothing past it is settled; without one, everything
         // read is, once old enough (a window in the past is then
         // answered without reading at all).
-        let newest = (ctx.now_ms as i64 - cu.cache.options.settle_ms as i64).min(match fill {
+        let newest = (ctx.now_ms as i64 - cache.options.settle_ms as i64).min(match fill {
             Some(FillPolicy::None) | None => scan_end as i64 + 1,
             Some(_) => q.end_ms,
         });
@@ -295,8 +246,8 @@ impl<'a> Plan<'a> {
             ctx.skip_unresolved_tagvs,
         );
         Some(Plan {
-            cache: cu.cache,
-            epochs: cu.epochs,
+            cache,
+            epochs: ctx.epochs,
             key,
             settle,
             metric,
@@ -460,9 +411,36 @@ fn frontier(
     Some(f)
 }
 
+impl<'a> QueryContext<'a> {
+    /// This context answering cacheable sub-queries through the result
+    /// cache `cache`, checked against the context's epochs.
+    pub fn with_cache(mut self, cache: &'a QueryCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+}
+
+impl SubQueryCache for QueryCache {
+    fn run(
+        &self,
+        ctx: &QueryContext,
+        q: &ValidQuery,
+        sub: &ValidSubQuery,
+        budget: &mut Budget,
+    ) -> Option<Result<(Vec<QueryResult>, SubStats), QueryError>> {
+        match Plan::new(self, ctx, q, sub) {
+            Some(plan) => Some(run(ctx, q, sub, budget, plan)),
+            None => {
+                self.bypass();
+                None
+            }
+        }
+    }
+}
+
 /// Runs a cacheable sub-query: from its entry if one is usable, else
 /// whole; either way leaves an entry for the next run.
-pub(super) fn run(
+fn run(
     ctx: &QueryContext,
     q: &ValidQuery,
     sub: &ValidSubQuery,
@@ -542,7 +520,7 @@ fn miss(
         .collect();
     let mut prefixes: Vec<Option<Prefix>> = (0..sel.groups.len()).map(|_| None).collect();
     let mut scratch = Scratch::default();
-    let results = engine::build_results(
+    let results = build_results(
         ctx,
         q,
         sub,
@@ -666,7 +644,7 @@ fn hit(
     let mut prefixes: Vec<Option<Prefix>> = (0..e.sel.groups.len()).map(|_| None).collect();
     let mut scratch = Scratch::default();
     let old = &e.prefixes;
-    let results = engine::build_results(
+    let results = build_results(
         ctx,
         q,
         sub,
@@ -734,7 +712,7 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::db::PendingPoint;
+    use crate::db::{Db, PendingPoint};
     use crate::query::{execute, parse_get};
     use crate::store::read::SeriesSource;
 
@@ -791,10 +769,10 @@ mod tests {
         let cache = QueryCache::new(CacheOptions::default());
         let run = |now_s: i64, qs: &str, cached: bool| {
             let q = parse_get(qs).unwrap();
-            let mut ctx = QueryContext::new(&*db, db.uids(), db.index());
+            let mut ctx = QueryContext::new(&db, &crate::query::QueryOptions::default());
             ctx.now_ms = now_s as u64 * 1000;
             if cached {
-                ctx = ctx.with_cache(&cache, &*db);
+                ctx = ctx.with_cache(&cache);
             }
             execute(&ctx, &q).unwrap().to_json()
         };

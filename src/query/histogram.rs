@@ -10,12 +10,15 @@
 
 use std::collections::BTreeMap;
 
-use super::QueryContext;
+use super::context::QueryContext;
 use super::downsample::Bucketer;
-use super::engine::{SubStats, compute_tags, scan_range, select, series_notes, show_query};
 use super::error::QueryError;
 use super::output::QueryResult;
+use super::pipeline::scan_range;
 use super::request::{HistogramQuery, ValidQuery, ValidSubQuery};
+use super::results::{GroupLabels, series_notes, show_query};
+use super::select::select;
+use super::stats::SubStats;
 use crate::histogram::SimpleHistogram;
 use crate::histogram::simple::Bucket;
 use crate::model::Value;
@@ -144,7 +147,6 @@ pub(super) fn run(
             None => hs,
         });
     }
-    let widths = ctx.widths();
     let query_json = q.original.show_query.then(|| show_query(sub));
     let mut results = Vec::new();
     for members in &sel.groups {
@@ -168,36 +170,13 @@ pub(super) fn run(
             .iter()
             .filter(|(ts, _)| *ts >= q.start_ms && *ts <= q.end_ms)
             .collect();
-        let (tags, aggregate_tags) = compute_tags(ctx, present.iter().map(|&p| &sel.tsuids[p]))?;
         // Every member's notes, with histograms or not (a series without
         // any in range still hands its annotations to the group).
-        let mut annotations: Vec<crate::model::Annotation> = Vec::new();
-        if !notes.is_empty() {
-            for &m in members {
-                annotations.extend(notes[m].iter().cloned());
-            }
-            annotations.sort_by_key(|a| a.start_time);
-        }
-        let mut hex: Vec<String> = Vec::new();
-        if q.original.show_tsuids {
-            hex = present
-                .iter()
-                .map(|&p| sel.tsuids[p].to_hex(&widths))
-                .collect();
-            hex.sort();
-        }
-        let result = |metric: String, dps: Vec<(i64, Value)>| QueryResult {
-            metric,
-            tags: tags.clone(),
-            aggregate_tags: aggregate_tags.clone(),
-            tsuids: hex.clone(),
-            dps,
-            nan_as_null: false,
-            query: query_json.clone(),
-            stats: None,
-            annotations: annotations.clone(),
-            show_empty_annotations: false,
-            query_index: sub.index,
+        let labels = GroupLabels::of(ctx, q, &sel, &present, members, &notes)?;
+        let result = |metric: String, dps: Vec<(i64, Value)>| {
+            labels
+                .clone()
+                .into_result(metric, dps, false, query_json.clone(), sub)
         };
         for &p in &hq.percentiles {
             let dps = points

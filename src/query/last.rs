@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::engine::QueryContext;
+use super::context::QueryContext;
 use super::error::QueryError;
 use super::request::query_pairs;
 use crate::model::Tsuid;

@@ -11,18 +11,18 @@
 //! fill policies, rate and the group-by merge are the raw path's own.
 
 use super::aggregator::Aggregator;
+use super::context::QueryContext;
 use super::downsample::{Bucketer, FillPolicy, Interval};
-use super::engine::{
-    Frame, Pipeline, QueryContext, Selected, SubStats, build_results, finish_all, group_points,
-    select,
-};
 use super::error::QueryError;
 use super::group::{FoldBy, FoldRule, GridCell, MaxRule, MinRule, Scratch, SumRule, folds};
 use super::limits::Budget;
 use super::output::QueryResult;
+use super::pipeline::{Frame, Pipeline, finish_all};
 use super::request::{ValidQuery, ValidSubQuery};
+use super::results::{build_results, group_points};
+use super::select::{Selected, select};
+use super::stats::SubStats;
 use crate::codec::row::RowError;
-use crate::db::{RollupReadStats, RollupRow, RollupRowSink, RollupSource};
 use crate::model::Value;
 use crate::model::aggregator::OneValue;
 use crate::rollup::aggregates::{add, pick};
@@ -30,6 +30,7 @@ use crate::rollup::codec::{
     self, DenseReader, RollupColumns, RollupSlot, ShortRow, ShortView, SlotReader,
 };
 use crate::rollup::{RollupInterval, RollupSettings};
+use crate::store::read::rollup::{RollupReadStats, RollupRow, RollupRowSink, RollupSource};
 
 /// `TsdbQuery.ROLLUP_USAGE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,19 @@
-//! Reading whole series back: the interface the query engine consumes,
-//! implemented by the store (rows on disk) and by the write path (rows on
-//! disk merged with points still buffered in memory).
+//! The read side, in one place: the three things a query reads from,
+//! each a trait the database implements and the query engine reads
+//! through (it never names the database's internals).
+//!
+//! - [`SeriesSource`] (here): a series' points in a time range,
+//!   column-wise, stored rows merged with the write buffer; implemented
+//!   by the store (rows on disk) and by the database (rows on disk merged
+//!   with points still buffered in memory), plus histogram cells and
+//!   annotations.
+//! - [`RollupSource`](rollup::RollupSource) ([`rollup`]): the rollup
+//!   tables' rows, in time slices read in parallel.
+//! - [`EpochSource`](epoch::EpochSource) ([`epoch`]): the epoch a cached
+//!   answer depends on.
+
+pub mod epoch;
+pub mod rollup;
 
 use crate::codec::CellKind;
 use crate::codec::column;

@@ -56,7 +56,7 @@ impl Db {
     }
 
     pub fn ctx(&self) -> QueryContext<'_> {
-        let mut c = QueryContext::new(&*self.db, self.db.uids(), self.db.index());
+        let mut c = QueryContext::new(&self.db, &Default::default());
         c.now_ms = (T + 86_400) * 1000;
         c
     }

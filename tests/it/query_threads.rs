@@ -67,7 +67,8 @@ fn run(db: &Db, threads: usize, limits: QueryLimits, qs: &str) -> Result<String,
         db: &db.db,
         threads,
     };
-    let mut ctx = QueryContext::new(&source, db.db.uids(), db.db.index());
+    let mut ctx = QueryContext::new(&db.db, &Default::default());
+    ctx.source = &source;
     ctx.now_ms = (T + 86_400) * 1000;
     ctx.limits = limits;
     let q = query::parse_get(qs).map_err(|e| e.to_string())?;

@@ -712,7 +712,7 @@ fn append(db: &rtsdb::db::Db, host: &str, points: &[(i64, rtsdb::model::Value)])
 
 /// `(timestamp, value)` of every result of a query, in result order.
 fn run(db: &rtsdb::db::Db, qs: &str) -> Vec<Vec<(String, f64)>> {
-    let ctx = rtsdb::query::QueryContext::new(db, db.uids(), db.index()).with_rollups(db);
+    let ctx = rtsdb::query::QueryContext::new(db, &Default::default());
     let q = rtsdb::query::parse_get(qs).unwrap();
     dps_of(&rtsdb::query::execute(&ctx, &q).unwrap().to_json())
 }
@@ -738,7 +738,7 @@ fn dps_of(json: &str) -> Vec<Vec<(String, f64)>> {
 /// Runs `qs` as a delete query as `/api/query` does: the rows it
 /// selected are deleted once it answered.
 fn delete(db: &rtsdb::db::Db, qs: &str) {
-    let mut ctx = rtsdb::query::QueryContext::new(db, db.uids(), db.index()).with_rollups(db);
+    let mut ctx = rtsdb::query::QueryContext::new(db, &Default::default());
     ctx.allow_delete = true;
     let mut q = rtsdb::query::parse_get(qs).unwrap();
     q.delete = true;

@@ -43,12 +43,13 @@ pub(crate) mod parser;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
+use super::context::QueryContext;
 use super::downsample::FillPolicy;
-use super::engine::{self, QueryContext};
 use super::error::QueryError;
 use super::group::Scratch;
 use super::output::{QueryResponse, QueryResult};
 use super::request::{self, TsQuery, TsSubQuery, ValidQuery};
+use super::{engine, results};
 use crate::model::{Annotation, Uid, UidKind, Value};
 use functions::{Op, Range, Rank};
 use parser::{Param, Tree};
@@ -432,7 +433,7 @@ pub fn execute_gexp(ctx: &QueryContext, q: &GexpQuery) -> Result<QueryResponse, 
         let nan_as_null = sub
             .and_then(|v| v.downsample.as_ref())
             .is_some_and(|d| d.fill == FillPolicy::Null);
-        let query = sub.filter(|_| q.query.show_query).map(engine::show_query);
+        let query = sub.filter(|_| q.query.show_query).map(results::show_query);
         let (annotations, show_empty) = match s.annotations {
             Some(list) => (list, !q.query.no_annotations),
             None => (Vec::new(), false),

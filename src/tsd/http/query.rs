@@ -14,9 +14,7 @@ use crate::tsd::stats::ShownQuery;
 
 pub(super) fn context(state: &TsdState) -> QueryContext<'_> {
     let db = &state.db;
-    QueryContext::with_options(&**db, db.uids(), db.index(), &state.options.query)
-        .with_cache(&state.query_cache, &**db)
-        .with_rollups(&**db)
+    QueryContext::new(db, &state.options.query).with_cache(&state.query_cache)
 }
 
 pub(super) fn error(e: QueryError) -> Reply {

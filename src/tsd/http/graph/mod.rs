@@ -237,8 +237,7 @@ fn graph(
     }
 
     let db = &st.db;
-    let mut ctx = QueryContext::with_options(&**db, db.uids(), db.index(), &st.options.query)
-        .with_rollups(&**db);
+    let mut ctx = QueryContext::new(db, &st.options.query);
     ctx.now_ms = now_ms;
     let mut series = Vec::new();
     let mut notes = Vec::new();

@@ -1,0 +1,97 @@
+//! What a query reads from and the options it runs with: the
+//! [`QueryContext`] every query language's run takes, built once per
+//! request from a [`Db`] and the server's [`QueryOptions`].
+//!
+//! The context names what to read through traits (points, rollups, the
+//! epochs a cached answer depends on), so that the files below the engine
+//! (selection, pipeline, read, results) and the engine's helpers
+//! (rollups, histograms, the result cache) need no `Db`. The result cache
+//! is handed over the same way, as a [`SubQueryCache`] trait object, so
+//! that nothing below the engine depends on the cache either.
+
+use chrono_tz::Tz;
+
+use super::error::QueryError;
+use super::limits::{Budget, QueryLimits};
+use super::options::QueryOptions;
+use super::output::QueryResult;
+use super::request::{ValidQuery, ValidSubQuery};
+use super::stats::SubStats;
+use crate::db::Db;
+use crate::index::SeriesIndex;
+use crate::model::{UidKind, UidWidths};
+use crate::store::read::SeriesSource;
+use crate::store::read::epoch::EpochSource;
+use crate::store::read::rollup::RollupSource;
+use crate::uid::UidTable;
+
+/// A cache of sub-query answers, asked before a sub-query reads raw
+/// points (the result cache, `QueryCache`, implements it).
+pub(super) trait SubQueryCache: Sync {
+    /// Answers `sub` through the cache, computing what it lacks; `None`
+    /// when the cache stays out of `sub` (it counts that itself) and the
+    /// engine runs it uncached.
+    fn run(
+        &self,
+        ctx: &QueryContext,
+        q: &ValidQuery,
+        sub: &ValidSubQuery,
+        budget: &mut Budget,
+    ) -> Option<Result<(Vec<QueryResult>, SubStats), QueryError>>;
+}
+
+/// Everything a query needs from the server: what it reads from and the
+/// options it runs with.
+pub struct QueryContext<'a> {
+    /// The points: stored rows merged with the write buffer.
+    pub source: &'a dyn SeriesSource,
+    pub uids: &'a UidTable,
+    pub index: &'a SeriesIndex,
+    /// The rollup tables (used only when the database has rollups
+    /// configured).
+    pub rollups: Option<&'a dyn RollupSource>,
+    /// The epochs a cached answer is checked against.
+    pub epochs: &'a dyn EpochSource,
+    pub limits: QueryLimits,
+    /// "now" in epoch ms (relative times, missing end).
+    pub now_ms: u64,
+    /// Zone for absolute dates and calendar downsampling when the query
+    /// names none ([`QueryOptions::default_tz`]).
+    pub default_tz: Tz,
+    /// `tsd.query.skip_unresolved_tagvs`.
+    pub skip_unresolved_tagvs: bool,
+    /// `tsd.http.query.allow_delete`.
+    pub allow_delete: bool,
+    /// The result cache, if this context may use one (the server's: see
+    /// `QueryCache`'s `with_cache`).
+    pub(super) cache: Option<&'a dyn SubQueryCache>,
+}
+
+impl<'a> QueryContext<'a> {
+    /// A context reading everything from `db` (its points, its rollups,
+    /// its cache epochs) with the options the server built at start (or
+    /// [`QueryOptions::default`]); "now" is the clock's.
+    pub fn new(db: &'a Db, o: &QueryOptions) -> Self {
+        QueryContext {
+            source: db,
+            uids: db.uids(),
+            index: db.index(),
+            rollups: Some(db),
+            epochs: db,
+            limits: o.limits,
+            now_ms: chrono::Utc::now().timestamp_millis().max(0) as u64,
+            default_tz: o.default_tz,
+            skip_unresolved_tagvs: o.skip_unresolved_tagvs,
+            allow_delete: o.allow_delete,
+            cache: None,
+        }
+    }
+
+    pub(crate) fn widths(&self) -> UidWidths {
+        UidWidths {
+            metric: self.uids.width(UidKind::Metric),
+            tagk: self.uids.width(UidKind::TagKey),
+            tagv: self.uids.width(UidKind::TagValue),
+        }
+    }
+}
