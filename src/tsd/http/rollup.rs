@@ -8,11 +8,11 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::call::body_unless_get;
 use super::put::{
     JavaString, JsonTimestamp, PutFlags, PutOutcome, TagList, json_str, render, validate_point,
     value_text,
 };
-use super::routes::body_unless_get;
 use super::{Call, Reply, method_not_allowed};
 use crate::db::RollupPoint;
 use crate::protocol::parse_value;
