@@ -14,8 +14,6 @@ mod histogram;
 mod logs;
 mod metrics;
 pub(crate) mod put;
-mod put_body;
-mod put_scan;
 mod query;
 pub(crate) mod reply;
 mod rollup;
