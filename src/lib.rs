@@ -66,6 +66,7 @@ pub mod model;
 pub(crate) mod parallel;
 pub mod protocol;
 pub mod query;
+pub(crate) mod render;
 pub mod rollup;
 pub mod search;
 pub(crate) mod storage;

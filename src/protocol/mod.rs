@@ -5,8 +5,11 @@
 //!
 //! - [`telnet`]: framing, word splitting and the `put` line parser.
 //! - [`jackson`]: JSON values coerced as OpenTSDB's Jackson reads them.
+//! - `put_json`: the `/api/put` JSON body, read as it arrives into compact
+//!   decoded points.
 
 pub mod jackson;
+pub(crate) mod put_json;
 pub mod telnet;
 
 use crate::model::Value;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use hyper::Method;
 use hyper::body::Incoming;
 
-use super::routes::body_unless_get;
+use super::call::body_unless_get;
 use super::{Call, Query, Reply, json_text, method_not_allowed};
 use crate::model::TsuidBytes;
 use crate::model::annotation::{self, Annotation, AnnotationError, Changes};

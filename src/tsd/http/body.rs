@@ -32,7 +32,7 @@ use hyper::header;
 use hyper::http::request::Parts;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 
-use super::Reply;
+use super::reply::Reply;
 use crate::tsd::TsdState;
 
 /// A body whose reservation reached this many bytes gives its memory back

@@ -2,17 +2,12 @@
 //! each checked and written on its own; `summary`, `details`, `sync` and
 //! `sync_timeout` shape the answer exactly as OpenTSDB 2.4 does.
 
-use std::borrow::Cow;
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use hyper::Method;
 use hyper::body::Incoming;
-use serde::Deserialize;
-use serde::de::{self, Deserializer, MapAccess, Visitor};
-use serde_json::value::RawValue;
 
 use crate::model::Timestamp;
 use crate::protocol::{PointError, parse_value};
@@ -20,12 +15,13 @@ use crate::write::{PendingPoint, SeriesMemo, TagsKey};
 
 use super::super::TsdState;
 use super::body::{
-    Decoder, Encoding, Metered, Reservation, WireReader, collect_wire, decode, deflate_decoder,
-    preflight, pump, read_start,
+    BodyFault, Decoder, Encoding, Metered, Reservation, WireReader, collect_wire, decode,
+    deflate_decoder, into_fault, preflight, pump, read_start,
 };
-use super::put_body::{self, Batch, BodyError, Cursor, DecodedPoints, PointView, TagView};
 use super::{Call, Reply, method_not_allowed};
 use crate::db::Appended;
+use crate::protocol::put_json::points::{Batch, Cursor, DecodedPoints, PointView, TagView};
+use crate::protocol::put_json::{self, ParseError};
 use crate::protocol::telnet::check_finite;
 
 /// Plain put bodies shorter than this are parsed and checked on the
@@ -41,158 +37,37 @@ const APPEND_BATCH: usize = 8192;
 /// Pieces of a body on their way from the connection to its reader.
 const WIRE_QUEUE: usize = 4;
 
-/// A JSON scalar read as Jackson reads it into a `String` field: strings
-/// as-is, numbers and booleans as their text, `null` as absent.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct JavaString<'a>(pub Option<Cow<'a, str>>);
+/// Why a put body gave no points, as the HTTP layer answers it.
+#[derive(Debug)]
+enum BodyError {
+    /// It could not be read (see [`BodyFault`]).
+    Fault(BodyFault),
+    /// Only whitespace.
+    Empty,
+    /// Not a point or list of points: the parser's words.
+    Json(String),
+    /// An empty list.
+    NoPoints,
+}
 
-impl<'de: 'a, 'a> Deserialize<'de> for JavaString<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = JavaString<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string, number, boolean or null")
+/// Parses a put body (`protocol::put_json`) read through its meter.
+/// After a syntax error the rest of the body is still read, unmetered,
+/// so that a corrupt compressed stream or one over the limit is answered
+/// as such, as when bodies were read whole first.
+fn parse_body<R: std::io::Read>(src: &mut Metered<'_, R>) -> Result<DecodedPoints, BodyError> {
+    match put_json::parse(src) {
+        Ok(points) => Ok(points),
+        Err(ParseError::Read(e)) => Err(BodyError::Fault(into_fault(e))),
+        Err(ParseError::Empty) => Err(BodyError::Empty),
+        Err(ParseError::NoPoints) => Err(BodyError::NoPoints),
+        Err(ParseError::BadPoint(words)) => Err(BodyError::Json(words)),
+        Err(ParseError::Syntax(words)) => {
+            src.stop_metering();
+            if let Err(e) = std::io::copy(src, &mut std::io::sink()) {
+                return Err(BodyError::Fault(into_fault(e)));
             }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(JavaString(Some(Cow::Borrowed(v))))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(JavaString(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-                Ok(JavaString(Some(Cow::Owned(v))))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(JavaString(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-                Ok(JavaString(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-                Ok(JavaString(Some(Cow::Owned(
-                    crate::model::java::double_to_string(v),
-                ))))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
-                Ok(JavaString(Some(Cow::Owned(v.to_string()))))
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(JavaString(None))
-            }
-            fn visit_none<E>(self) -> Result<Self::Value, E> {
-                Ok(JavaString(None))
-            }
+            Err(BodyError::Json(words))
         }
-        d.deserialize_any(V)
-    }
-}
-
-/// Tags in arrival order; a repeated key keeps its last value (as
-/// Jackson filling a `HashMap`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct TagList<'a>(pub Vec<(Cow<'a, str>, Option<Cow<'a, str>>)>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for TagList<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = TagList<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object of tag names to values")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
-                let mut out: Vec<(Cow<'de, str>, Option<Cow<'de, str>>)> = Vec::new();
-                while let Some((k, v)) = m.next_entry::<Cow<'de, str>, JavaString<'de>>()? {
-                    match out.iter_mut().find(|e| e.0 == k) {
-                        Some(e) => e.1 = v.0,
-                        None => out.push((k, v.0)),
-                    }
-                }
-                Ok(TagList(out))
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(TagList::default())
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// `IncomingDataPoint.timestamp`: a JSON number (fractions truncated), a
-/// string of digits, or null/absent (0).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct JsonTimestamp(pub i64);
-
-impl<'de> Deserialize<'de> for JsonTimestamp {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = JsonTimestamp;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a timestamp")
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(JsonTimestamp(v))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                i64::try_from(v)
-                    .map(JsonTimestamp)
-                    .map_err(|_| E::custom(format!("Numeric value ({v}) out of range of long")))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-                Ok(JsonTimestamp(v as i64))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                let t = v.trim();
-                if t.is_empty() {
-                    return Ok(JsonTimestamp(0));
-                }
-                t.parse::<i64>().map(JsonTimestamp).map_err(|_| {
-                    E::custom(format!(
-                        "Cannot deserialize value of type `long` from String \"{v}\": not a valid Long value"
-                    ))
-                })
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(JsonTimestamp(0))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// One point of the body as written by the client.
-#[derive(Debug, Deserialize)]
-pub(crate) struct JsonPoint<'a> {
-    #[serde(borrow, default)]
-    pub metric: Option<JavaString<'a>>,
-    #[serde(default)]
-    pub timestamp: JsonTimestamp,
-    #[serde(borrow, default)]
-    pub value: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    pub tags: Option<TagList<'a>>,
-}
-
-/// A body that is not a list of points.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct BadBody(pub String);
-
-/// The `value` text as Jackson would coerce it into a `String`; a bare
-/// number is borrowed from the body, not copied.
-pub(crate) fn value_text(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, BadBody> {
-    let Some(raw) = raw else { return Ok(None) };
-    let t = raw.get().trim();
-    match t.as_bytes().first() {
-        Some(b'"') => serde_json::from_str::<String>(t)
-            .map(|s| Some(Cow::Owned(s)))
-            .map_err(|e| BadBody(e.to_string())),
-        Some(b'{') | Some(b'[') => Err(BadBody(
-            "Cannot deserialize value of type `java.lang.String` from an object or array (field \"value\")".into(),
-        )),
-        _ if t == "null" => Ok(None),
-        _ => Ok(Some(Cow::Borrowed(t))),
     }
 }
 
@@ -593,7 +468,7 @@ impl PutJob {
     ) -> Result<Logged, Reply> {
         let limit = self.state.options.max_body_bytes;
         let mut metered = Metered::new(src, reservation.as_deref_mut());
-        let parsed = put_body::parse(&mut metered);
+        let parsed = parse_body(&mut metered);
         drop(metered);
         let points = parsed.map_err(|e| match e {
             BodyError::Fault(f) => f.reply(limit),

@@ -1,13 +1,16 @@
-//! `/api/query` and `/api/query/last`: request parsing, execution and
-//! rendering live in `crate::query`; this file maps HTTP onto them.
+//! `/api/query`, `/api/query/last` and `/api/query/exp`: request
+//! parsing, execution and rendering live in `crate::query`; this file maps
+//! HTTP onto them, and holds what `/api/query/gexp` (`gexp.rs`) shares
+//! with them: running a query off the async workers, tracked in
+//! `/api/stats/query`, and its errors. Which of them a path reaches is
+//! decided in `routes.rs`.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use hyper::Method;
-use hyper::body::Incoming;
 
-use super::{Call, Reply, method_not_allowed, not_found, read_body};
+use super::{Reply, method_not_allowed};
 use crate::query::{self, QueryContext, QueryError, QueryResponse};
 use crate::tsd::TsdState;
 use crate::tsd::stats::ShownQuery;
@@ -43,30 +46,6 @@ fn in_place<T: From<Reply>>(f: impl FnOnce() -> T) -> T {
 /// The answer to a query whose run panicked.
 fn unexpected() -> Reply {
     Reply::error(500, "Unexpected exception", "")
-}
-
-/// The route: reads the body of POST requests only (a DELETE's query is
-/// in its query string), then `/api/query` or `/api/query/last`.
-pub(super) async fn route(c: Call, body: Incoming) -> Reply {
-    let body = if c.method == Method::POST && *c.verb() != Method::GET {
-        match read_body(&c, body).await {
-            Ok(b) => Some(b),
-            Err(r) => return r,
-        }
-    } else {
-        None
-    };
-    let raw = c.head.uri.query().map(String::from);
-    match c.rest.first().map(String::as_str) {
-        None | Some("") => handle(&c.state, &c.method, c.verb(), raw, body).await,
-        Some("last") => handle_last(&c.state, &c.method, raw, body).await,
-        // QueryRpc compares the endpoint in lower case.
-        Some(e) if e.eq_ignore_ascii_case("gexp") => {
-            super::gexp::handle(&c.state, &c.method, c.verb(), raw, body).await
-        }
-        Some(e) if e.eq_ignore_ascii_case("exp") => handle_exp(&c.state, &c.method, body).await,
-        Some(_) => not_found(true, &c.query),
-    }
 }
 
 /// `/api/query` (GET with `m=`/`tsuid=`, POST JSON, DELETE).

@@ -8,14 +8,12 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::put::{
-    JavaString, JsonTimestamp, PutFlags, PutOutcome, TagList, json_str, render, validate_point,
-    value_text,
-};
-use super::routes::body_unless_get;
+use super::call::body_unless_get;
+use super::put::{PutFlags, PutOutcome, json_str, render, validate_point};
 use super::{Call, Reply, method_not_allowed};
 use crate::db::RollupPoint;
 use crate::protocol::parse_value;
+use crate::protocol::put_json::point::{JavaString, JsonTimestamp, TagList, value_text};
 use crate::protocol::telnet::check_finite;
 use crate::storage::Durability;
 

@@ -10,57 +10,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-use hyper::http::request::Parts;
 use hyper::{Method, Request};
 
-use super::{
-    Query, Reply, annotation, histogram, metrics, not_found, put, query, read_body, rollup, search,
-};
+use super::call::{Call, body_unless_get, read_body};
+use super::reply::{Query, Reply, not_found};
+use super::{annotation, gexp, histogram, metrics, put, query, rollup, search};
 use super::{backup, graph, logs, serializers, suggest, tree, ui, uid};
 use crate::tsd::TsdState;
 use crate::tsd::rpc::{self, Serve};
 
 const MAX_API_VERSION: u32 = 1;
-
-/// A routed request, without its body.
-pub(crate) struct Call {
-    pub state: Arc<TsdState>,
-    pub head: Parts,
-    /// The API method: the verb, or `method_override` on GET.
-    pub method: Method,
-    /// 0 for legacy paths.
-    pub api_version: u32,
-    /// Lower-cased path components after the endpoint.
-    pub rest: Vec<String>,
-    pub query: Query,
-    /// The body's share of the budget of bodies in flight, once read
-    /// whole (`read_body`): held until the request is done.
-    pub body_hold: std::sync::OnceLock<super::body::Reservation>,
-}
-
-impl Call {
-    /// Whether this came by `/api/...` rather than a legacy path.
-    pub(crate) fn api(&self) -> bool {
-        self.api_version > 0
-    }
-
-    /// The request's own verb.
-    pub(crate) fn verb(&self) -> &Method {
-        &self.head.method
-    }
-}
-
-/// `RpcUtil.allowedMethods`: refuses an API method not in `allowed`, with
-/// a 405 on `/api` paths and OpenTSDB's legacy 400 on the others.
-pub(crate) fn allow(c: &Call, allowed: &[Method]) -> Result<(), Reply> {
-    if allowed.contains(&c.method) {
-        Ok(())
-    } else if c.api() {
-        Err(super::method_not_allowed(&c.method))
-    } else {
-        Err(super::legacy_bad_request(&c.query, "Method not allowed"))
-    }
-}
 
 pub(super) type BoxReply = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
@@ -131,7 +90,7 @@ static ROUTES: &[Route] = &[
         "query",
         Api,
         Reads,
-        Async(|c, b| Box::pin(query::route(c, b))),
+        Async(|c, b| Box::pin(query_route(c, b))),
     ),
     route("annotation", Api, Always, ANNOTATION),
     route("annotations", Api, Always, ANNOTATIONS),
@@ -191,6 +150,33 @@ static ROUTES: &[Route] = &[
         Async(|c, b| Box::pin(backup::route(c, b))),
     ),
 ];
+
+/// `/api/query/<x>`: reads the body of POST requests only (a DELETE's
+/// query is in its query string), then `/api/query`, `/last`, `/gexp` or
+/// `/exp`.
+async fn query_route(c: Call, body: Incoming) -> Reply {
+    let body = if c.method == Method::POST && *c.verb() != Method::GET {
+        match read_body(&c, body).await {
+            Ok(b) => Some(b),
+            Err(r) => return r,
+        }
+    } else {
+        None
+    };
+    let raw = c.head.uri.query().map(String::from);
+    match c.rest.first().map(String::as_str) {
+        None | Some("") => query::handle(&c.state, &c.method, c.verb(), raw, body).await,
+        Some("last") => query::handle_last(&c.state, &c.method, raw, body).await,
+        // QueryRpc compares the endpoint in lower case.
+        Some(e) if e.eq_ignore_ascii_case("gexp") => {
+            gexp::handle(&c.state, &c.method, c.verb(), raw, body).await
+        }
+        Some(e) if e.eq_ignore_ascii_case("exp") => {
+            query::handle_exp(&c.state, &c.method, body).await
+        }
+        Some(_) => not_found(true, &c.query),
+    }
+}
 
 /// Where a path leads, before the table is consulted.
 struct Path {
@@ -269,15 +255,6 @@ fn api_method(method: &Method, q: &Query) -> Result<Method, Reply> {
             )),
         },
     }
-}
-
-/// The body of a request whose verb carries one: `None` for GET
-/// requests, which OpenTSDB never reads a body of.
-pub(super) async fn body_unless_get(c: &Call, body: Incoming) -> Result<Option<Vec<u8>>, Reply> {
-    if *c.verb() == Method::GET {
-        return Ok(None);
-    }
-    read_body(c, body).await.map(Some)
 }
 
 /// Routes a request to its handler.

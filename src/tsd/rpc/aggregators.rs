@@ -4,7 +4,8 @@
 use hyper::Method;
 
 use crate::query::Aggregator;
-use crate::tsd::http::{Call, Reply, allow};
+use crate::tsd::http::call::{Call, allow};
+use crate::tsd::http::reply::Reply;
 
 /// The names in the query engine's order, the same JSON on both paths.
 pub(crate) fn http(c: &Call) -> Reply {

@@ -3,7 +3,8 @@
 
 use hyper::Method;
 
-use crate::tsd::http::{Call, Reply, allow, not_found};
+use crate::tsd::http::call::{Call, allow};
+use crate::tsd::http::reply::{Reply, not_found};
 
 pub(crate) fn http(c: &Call) -> Reply {
     if let Err(r) = allow(c, &[Method::GET, Method::POST]) {

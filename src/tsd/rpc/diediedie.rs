@@ -3,7 +3,8 @@
 
 use super::After;
 use crate::tsd::TsdState;
-use crate::tsd::http::{Call, Reply};
+use crate::tsd::http::call::Call;
+use crate::tsd::http::reply::Reply;
 
 const BYE: &str = "Cleaning up and exiting now.\n";
 

@@ -5,7 +5,8 @@ use hyper::Method;
 
 use super::After;
 use crate::tsd::TsdState;
-use crate::tsd::http::{Call, Reply, allow};
+use crate::tsd::http::call::{Call, allow};
+use crate::tsd::http::reply::Reply;
 
 /// The text reply of telnet and the legacy page.
 const DROPPED: &str = "Caches dropped.\n";

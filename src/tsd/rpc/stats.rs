@@ -6,7 +6,8 @@ use hyper::Method;
 
 use super::After;
 use crate::tsd::TsdState;
-use crate::tsd::http::{Call, Reply, allow};
+use crate::tsd::http::call::{Call, allow};
+use crate::tsd::http::reply::Reply;
 
 pub(crate) fn telnet(state: &TsdState, out: &mut Vec<u8>) -> After {
     for l in state.stats_report().lines() {

@@ -4,7 +4,8 @@ use hyper::Method;
 
 use super::After;
 use crate::tsd::TsdState;
-use crate::tsd::http::{Call, Reply, allow};
+use crate::tsd::http::call::{Call, allow};
+use crate::tsd::http::reply::Reply;
 
 /// The build lines, as telnet and the legacy text page give them.
 fn text() -> String {

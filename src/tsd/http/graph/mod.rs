@@ -3,14 +3,12 @@
 //! `/api/query` runs them; this module adds what `/q` does around that:
 //! its own reading of `start`/`end`/`tz`, the plot options ([`params`]),
 //! the three answers — `&ascii` lines and the `&json` summary
-//! ([`plot`]), and a PNG drawn in-process ([`png`]) — and the cache
-//! ([`cache`]).
+//! ([`plot`]), and a PNG drawn in-process by [`crate::render`] — and
+//! the cache ([`cache`]).
 
 mod cache;
 mod params;
 mod plot;
-mod png;
-mod smooth;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,7 +17,6 @@ use chrono_tz::Tz;
 use hyper::body::Incoming;
 
 pub(crate) use cache::GraphCache;
-pub(crate) use params::PlotParams;
 
 use super::query::blocking;
 use super::{Call, Query, Reply, legacy_bad_request, legacy_internal_error, make_page};
@@ -27,9 +24,12 @@ use crate::model::UidKind;
 use crate::model::java::hashmap_order;
 use crate::query::request::{parse_time, query_pairs};
 use crate::query::{self, QueryContext, QueryError, TsQuery};
+use crate::render::options::PlotParams;
+use crate::render::plot::{InfiniteValue, Note, Plot, PlotSeries};
+use crate::render::{png, smooth};
 use crate::tsd::TsdState;
 use cache::{Kind, max_age, now_s, stale};
-use plot::{Note, Plot, PlotSeries, Summary};
+use plot::Summary;
 
 pub(crate) const PNG_TYPE: &str = "image/png";
 /// `sendFile` of a `.txt` file: OpenTSDB names no charset.
@@ -294,7 +294,7 @@ fn graph(
         .graphs_made
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 
-    let internal = |e: plot::InfiniteValue| GraphError::Internal(e.to_string());
+    let internal = |e: InfiniteValue| GraphError::Internal(e.to_string());
     if output == Output::Ascii {
         let text = plot::ascii(&series).map_err(internal)?;
         st.graphs.put(&key, Kind::Text, text.as_bytes());

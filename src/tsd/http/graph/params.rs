@@ -8,6 +8,8 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use crate::render::options::{KeyPlace, PlotParams, Range, SMOOTH, SMOOTH_RE, Style, parse_key};
+
 /// A refused parameter, worded as OpenTSDB words it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -25,7 +27,6 @@ const LABEL: &str = r"[a-zA-z0-9 \-_]";
 const KEY: &str = r"(out|left|top|center|right|horiz|box|bottom)?\s?";
 const STYLE: &str = "(linespoint|points|circles|dots)";
 const COLOR: &str = "(x|X)[a-fA-F0-9]{6}";
-const SMOOTH: &str = "unique|frequency|fnormal|cumulative|cnormal|bins|csplines|acsplines|mcsplines|bezier|sbezier|unwrap|zsort";
 const FORMAT: &str = r"(%[a-zA-Z])+[:\/]?\s?";
 const WXH: &str = r"^[0-9]+x[0-9]+$";
 
@@ -44,88 +45,14 @@ static LABEL_RE: LazyLock<Regex> = LazyLock::new(|| re(LABEL));
 static KEY_RE: LazyLock<Regex> = LazyLock::new(|| re(KEY));
 static STYLE_RE: LazyLock<Regex> = LazyLock::new(|| re(STYLE));
 static COLOR_RE: LazyLock<Regex> = LazyLock::new(|| re(COLOR));
-static SMOOTH_RE: LazyLock<Regex> = LazyLock::new(|| re(SMOOTH));
 static FORMAT_RE: LazyLock<Regex> = LazyLock::new(|| re(FORMAT));
 static WXH_RE: LazyLock<Regex> = LazyLock::new(|| re(WXH));
 
-/// Gnuplot's default picture size.
-pub(crate) const DEFAULT_SIZE: (u32, u32) = (1024, 768);
 /// `Plot.MIN_PIXELS`.
 const MIN_PIXELS: i32 = 100;
 /// rtsdb's own bound: OpenTSDB lets gnuplot try up to 32767 a side, which
 /// here would be a 3 GB bitmap; a request past this is refused instead.
 pub(crate) const MAX_PIXELS: i32 = 8192;
-
-/// How points are drawn (`style`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Style {
-    /// Lines through the points, each point marked (gnuplot's
-    /// `linespoints`, OpenTSDB's default).
-    #[default]
-    LinesPoints,
-    Points,
-    Circles,
-    Dots,
-}
-
-/// A y range; either end may be left to the data (`[0:]`).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub(crate) struct Range {
-    pub min: Option<f64>,
-    pub max: Option<f64>,
-}
-
-/// Where the key (legend) goes, from gnuplot's `set key` words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct KeyPlace {
-    pub left: bool,
-    pub bottom: bool,
-    pub center: bool,
-    pub outside: bool,
-    pub boxed: bool,
-    /// `top` said outright (it is also the default, but `center top`
-    /// differs from `center` alone).
-    pub top: bool,
-    /// `horiz`: entries side by side rather than stacked.
-    pub horizontal: bool,
-}
-
-impl Default for KeyPlace {
-    /// `set key right box`.
-    fn default() -> Self {
-        KeyPlace {
-            left: false,
-            bottom: false,
-            center: false,
-            outside: false,
-            boxed: true,
-            top: false,
-            horizontal: false,
-        }
-    }
-}
-
-/// Every option that shapes the picture.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct PlotParams {
-    pub size: Option<(u32, u32)>,
-    pub yrange: Option<Range>,
-    pub y2range: Option<Range>,
-    pub ylabel: Option<String>,
-    pub y2label: Option<String>,
-    pub yformat: Option<String>,
-    pub y2format: Option<String>,
-    pub xformat: Option<String>,
-    pub ylog: bool,
-    pub y2log: bool,
-    /// `None`: no key (`nokey`).
-    pub key: Option<KeyPlace>,
-    pub title: Option<String>,
-    pub bgcolor: Option<[u8; 3]>,
-    pub fgcolor: Option<[u8; 3]>,
-    pub smooth: Option<String>,
-    pub style: Style,
-}
 
 /// `URLDecoder.decode`: `+` is a space, `%XY` a byte; a bad escape is an
 /// error worded as Java's.
@@ -250,20 +177,6 @@ fn parse_color(v: &str) -> Option<[u8; 3]> {
     Some([c(0), c(2), c(4)])
 }
 
-pub(crate) fn parse_key(v: &str) -> KeyPlace {
-    let words: Vec<&str> = v.split_whitespace().collect();
-    let has = |w: &str| words.contains(&w);
-    KeyPlace {
-        left: has("left"),
-        bottom: has("bottom"),
-        center: has("center"),
-        outside: has("out"),
-        boxed: has("box"),
-        top: has("top"),
-        horizontal: has("horiz"),
-    }
-}
-
 impl PlotParams {
     /// The options of a `/q` query string (decoded once), checked in
     /// `GraphHandler`'s order.
@@ -323,18 +236,6 @@ impl PlotParams {
             p.key = None;
         }
         Ok(p)
-    }
-
-    /// The picture's size.
-    pub(crate) fn size(&self) -> (u32, u32) {
-        self.size.unwrap_or(DEFAULT_SIZE)
-    }
-
-    /// The smoothing the value of `smooth` names (the first the pattern
-    /// finds, as gnuplot reads the first word).
-    pub(crate) fn smoothing(&self) -> Option<&str> {
-        let s = self.smooth.as_deref()?;
-        SMOOTH_RE.find(s).map(|m| m.as_str())
     }
 }
 

@@ -1,4 +1,4 @@
-//! `&png`: the chart drawn in-process with `plotters` on an RGB bitmap and
+//! A [`Plot`] as PNG bytes (`/q`'s `&png`): the chart drawn in-process with `plotters` on an RGB bitmap and
 //! encoded with `png` — the picture OpenTSDB has gnuplot draw, without
 //! gnuplot. The font (DejaVu Sans, Latin-1 subset; licence beside it) is
 //! compiled in, so no system fonts are needed.
@@ -11,7 +11,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use super::params::{KeyPlace, Range, Style};
+use super::options::{KeyPlace, Range, Style};
 use super::plot::Plot;
 use super::smooth;
 
@@ -846,8 +846,8 @@ fn draw(plot: &Plot, root: &DrawingArea<BitMapBackend, Shift>) -> Result<(), Ren
 mod tests {
     use super::*;
     use crate::model::Value;
-    use crate::tsd::http::graph::params::PlotParams;
-    use crate::tsd::http::graph::plot::{Note, PlotSeries};
+    use crate::render::options::PlotParams;
+    use crate::render::plot::{Note, PlotSeries};
     use proptest::prelude::*;
 
     fn value() -> impl Strategy<Value = Value> {
@@ -935,7 +935,7 @@ mod tests {
                     min: Some(0.0),
                     max: Some(100.0),
                 }),
-                key: Some(crate::tsd::http::graph::params::parse_key(key)),
+                key: Some(crate::render::options::parse_key(key)),
                 ..PlotParams::default()
             },
             series: vec![PlotSeries {
@@ -1025,7 +1025,7 @@ mod tests {
 
     #[test]
     fn outside_key_margins_follow_gnuplots_rule() {
-        use crate::tsd::http::graph::params::parse_key;
+        use crate::render::options::parse_key;
         let m = |k: &str| KeyMargin::of(&parse_key(k));
         assert_eq!(m("out"), KeyMargin::Right);
         assert_eq!(m("out left"), KeyMargin::Left);

@@ -7,7 +7,7 @@
 //!
 //! Anything else (a syntax error, an escape, a bare `NaN`, text that is
 //! not UTF-8, a field OpenTSDB ignores, a number where a name goes...) is
-//! left to the full reader in `put_body.rs`, which goes on from the last
+//! left to the full reader in `mod.rs`, which goes on from the last
 //! point taken here with the place it has reached in the text: that
 //! reader alone decides what such text means and says what is wrong with
 //! it, word for word as before. What is taken here is only what that
@@ -17,10 +17,8 @@
 
 use std::io::{self, Read};
 
-use super::put_body::DecodedPoints;
-
-/// Bytes read from the body at a time.
-const READ_CHUNK: usize = 64 << 10;
+use super::READ_CHUNK;
+use super::points::DecodedPoints;
 
 /// Where the full reader takes over.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -10,7 +10,7 @@
 //! the usual bodies, the names of a series stored once) keeps that, where
 //! appending batches while reading could not.
 //!
-//! The usual body is read by the one-pass scanner of `put_scan.rs`; this
+//! The usual body is read by the one-pass scanner of `scan.rs`; this
 //! reader goes on from the first point the scanner does not take (or
 //! reads the whole body if it is not a list or object of the usual form).
 //!
@@ -20,6 +20,18 @@
 //! decoded lossily as UTF-8 (`String::from_utf8_lossy`), without leading
 //! and trailing whitespace (`str::trim`), the bare `NaN`/`Infinity`
 //! tokens Jackson accepts quoted.
+//!
+//! A parser only: it reads from any [`Read`] and says why a body gave no
+//! points ([`ParseError`]); the HTTP layer (`tsd::http::put`) meters the
+//! body, checks and appends the points and answers the client.
+//!
+//! - [`point`]: the serde point types, read as Jackson reads them.
+//! - [`points`]: the compact buffer the points are decoded into.
+//! - `scan`: the one-pass scanner for the usual body.
+
+pub(crate) mod point;
+pub(crate) mod points;
+mod scan;
 
 use std::fmt;
 use std::io::{self, Read};
@@ -27,30 +39,40 @@ use std::io::{self, Read};
 use serde::Deserialize;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 
-use super::body::{BodyFault, Metered, into_fault};
-use super::put::{BadBody, JsonPoint, value_text};
-use super::put_scan::{self, Handover, Scanned};
+use point::{BadBody, JsonPoint};
+use points::DecodedPoints;
+use scan::{Handover, Scanned};
 
-/// Bytes read from the body at a time.
+/// Bytes read from the body at a time, by the scanner and the full
+/// reader alike.
 const READ_CHUNK: usize = 64 << 10;
 
 /// Why a put body gave no points.
-#[derive(Debug)]
-pub(crate) enum BodyError {
-    /// It could not be read (see [`BodyFault`]).
-    Fault(BodyFault),
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ParseError {
+    /// The body could not be read: the reader's error.
+    #[error("{0}")]
+    Read(io::Error),
     /// Only whitespace.
+    #[error("an empty body")]
     Empty,
-    /// Not a point or list of points: the parser's words.
-    Json(String),
+    /// Not JSON, or not a point or list of points: the parser's words.
+    /// The text was not read to its end (see [`parse`]).
+    #[error("{0}")]
+    Syntax(String),
+    /// Read to its end, but a point's value was not one: the words.
+    #[error("{0}")]
+    BadPoint(String),
     /// An empty list.
+    #[error("no points")]
     NoPoints,
 }
 
 /// Parses a put body from `src` (its text, inflated); see the module
-/// header. After a syntax error the rest of the body is still read, so
-/// that a corrupt compressed stream or one over the limit is answered as
-/// such, as when bodies were read whole first.
+/// header. After a [`ParseError::Syntax`] the rest of the body is left
+/// unread in `src`: the caller reads it out, so that a corrupt
+/// compressed stream or one over the limit is answered as such, as when
+/// bodies were read whole first.
 ///
 /// A list is read one point at a time: this walks the list itself, as
 /// serde would, and hands each element to serde as the text `[` +
@@ -58,12 +80,12 @@ pub(crate) enum BodyError {
 /// the whole body (the same errors, the same nesting limit); the
 /// positions of its errors are moved to where the element is in the body.
 /// Any other body (one object, or not JSON) is parsed whole, as before.
-pub(crate) fn parse<R: Read>(src: &mut Metered<'_, R>) -> Result<DecodedPoints, BodyError> {
+pub(crate) fn parse<R: Read>(src: &mut R) -> Result<DecodedPoints, ParseError> {
     let mut points = DecodedPoints::default();
     let mut bad = None;
-    let (rest, at) = match put_scan::scan(&mut *src, &mut points) {
-        Err(e) => return Err(BodyError::Fault(into_fault(e))),
-        Ok(Scanned::Done) if points.is_empty() => return Err(BodyError::NoPoints),
+    let (rest, at) = match scan::scan(&mut *src, &mut points) {
+        Err(e) => return Err(ParseError::Read(e)),
+        Ok(Scanned::Done) if points.is_empty() => return Err(ParseError::NoPoints),
         Ok(Scanned::Done) => return Ok(points),
         Ok(Scanned::Resume { rest, at }) => (rest, at),
     };
@@ -71,7 +93,7 @@ pub(crate) fn parse<R: Read>(src: &mut Metered<'_, R>) -> Result<DecodedPoints, 
         let mut text = PutText::new(io::Cursor::new(rest).chain(&mut *src));
         match at {
             Handover::Start => match text.peek() {
-                Ok(None) => return Err(BodyError::Empty),
+                Ok(None) => return Err(ParseError::Empty),
                 Ok(Some(b'[')) => read_list(&mut text, &mut points, &mut bad),
                 Ok(Some(first)) => read_whole(&mut text, first, &mut points, &mut bad),
                 Err(e) => Err(Failed::Io(e)),
@@ -87,17 +109,11 @@ pub(crate) fn parse<R: Read>(src: &mut Metered<'_, R>) -> Result<DecodedPoints, 
         }
     };
     match parsed {
-        Err(Failed::Io(e)) => Err(BodyError::Fault(into_fault(e))),
-        Err(Failed::Words(words)) => {
-            src.stop_metering();
-            if let Err(e) = io::copy(src, &mut io::sink()) {
-                return Err(BodyError::Fault(into_fault(e)));
-            }
-            Err(BodyError::Json(words))
-        }
+        Err(Failed::Io(e)) => Err(ParseError::Read(e)),
+        Err(Failed::Words(words)) => Err(ParseError::Syntax(words)),
         Ok(()) => match bad {
-            Some(BadBody(words)) => Err(BodyError::Json(words)),
-            None if points.is_empty() => Err(BodyError::NoPoints),
+            Some(BadBody(words)) => Err(ParseError::BadPoint(words)),
+            None if points.is_empty() => Err(ParseError::NoPoints),
             None => Ok(points),
         },
     }
@@ -336,7 +352,7 @@ impl<R: Read> PutText<R> {
         }
     }
 
-    /// Goes on from where [`put_scan::scan`] stopped: past the start of
+    /// Goes on from where `scan::scan` stopped: past the start of
     /// the text, at serde's place `(line, column)` in it.
     fn resume_at(&mut self, (line, column): (usize, usize)) {
         self.started = true;
@@ -605,402 +621,10 @@ impl Quoter {
     }
 }
 
-/// A point as the client wrote it, borrowed from [`DecodedPoints`]: what
-/// the checks and the `details` of an answer need.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct PointView<'a> {
-    /// `None`: null or absent.
-    pub metric: Option<&'a str>,
-    pub timestamp: i64,
-    /// The value's text as Jackson coerces it into a `String`.
-    pub value: Option<&'a str>,
-    /// Where its tags are in the batch; `None`: null or absent.
-    tags: Option<(usize, usize)>,
-}
-
-/// One tag as written: a null value is `None`.
-pub(crate) type TagView<'a> = (&'a str, Option<&'a str>);
-
-/// Points read back from [`DecodedPoints`], a batch at a time.
-#[derive(Default)]
-pub(crate) struct Batch<'a> {
-    pub points: Vec<PointView<'a>>,
-    tags: Vec<TagView<'a>>,
-}
-
-impl PointView<'_> {
-    /// Where its tags are in its batch: points of a batch with the same
-    /// place have the same tags (`None`: no tags).
-    pub(crate) fn tag_set(&self) -> Option<(usize, usize)> {
-        self.tags
-    }
-}
-
-impl<'a> Batch<'a> {
-    /// The tags of `p`, a point of this batch, in the order written.
-    pub(crate) fn tags(&self, p: &PointView<'a>) -> Option<&[TagView<'a>]> {
-        p.tags.map(|(from, to)| &self.tags[from..to])
-    }
-}
-
-/// Where reading [`DecodedPoints`] back has got to.
-#[derive(Default)]
-pub(crate) struct Cursor {
-    record: usize,
-    value: usize,
-    timestamp: i64,
-    metric: (usize, usize),
-    set: usize,
-}
-
-// How each field of a record refers to its data.
-const ABSENT: u8 = 0;
-const SAME: u8 = 1;
-const NEW: u8 = 2;
-
-/// Slots in each table of recently seen names and tag sets.
-const RECENT: usize = 1024;
-
-/// The points of a body, compact: one record of a few bytes per point
-/// (a varint timestamp delta, references to its metric name and tag set,
-/// its value's length), the names and tag sets each stored once while
-/// they recur within the last [`RECENT`] distinct ones.
-#[derive(Default)]
-pub(crate) struct DecodedPoints {
-    /// Metric names, tag names and tag values.
-    text: String,
-    /// Value texts, one after another.
-    values: String,
-    /// Tag sets: a count, then per tag the key's and value's place in
-    /// `text` (a value flagged absent or present), all varints.
-    sets: Vec<u8>,
-    /// Per point: timestamp delta (zigzag varint), metric, value, tags.
-    records: Vec<u8>,
-    len: usize,
-    last_timestamp: i64,
-    last_metric: Option<(usize, usize)>,
-    last_set: Option<usize>,
-    /// The text of the tags of the last point that had tags, as written,
-    /// if it was read with it (see [`DecodedPoints::push_fields`]).
-    last_written_set: Vec<u8>,
-    recent_text: Recent,
-    recent_sets: Recent,
-    scratch: Vec<u8>,
-}
-
-/// A two-way set-associative table of recently stored byte strings:
-/// (hash, offset, length). Two ways, so that two strings that recur
-/// together and share a set do not keep evicting each other.
-#[derive(Default)]
-struct Recent(Vec<Option<(u64, usize, usize)>>);
-
-impl Recent {
-    /// Where `bytes` is in `store` if it was stored there recently; else
-    /// the set to [`Recent::remember`] it in once stored.
-    fn find(&mut self, store: &[u8], bytes: &[u8]) -> Result<usize, (usize, u64)> {
-        if self.0.is_empty() {
-            self.0 = vec![None; RECENT];
-        }
-        let h = crate::model::hash::hash_bytes(0, bytes);
-        let set = (h % (RECENT / 2) as u64) as usize * 2;
-        for way in [set, set + 1] {
-            if let Some((sh, off, len)) = self.0[way]
-                && sh == h
-                && len == bytes.len()
-                && &store[off..off + len] == bytes
-            {
-                return Ok(off);
-            }
-        }
-        Err((set, h))
-    }
-
-    /// The newest string goes first in its set, the one it displaces to
-    /// the second way.
-    fn remember(&mut self, (set, h): (usize, u64), off: usize, len: usize) {
-        self.0[set + 1] = self.0[set];
-        self.0[set] = Some((h, off, len));
-    }
-
-    fn heap_bytes(&self) -> usize {
-        self.0.capacity() * std::mem::size_of::<Option<(u64, usize, usize)>>()
-    }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn get_varint(b: &[u8], at: &mut usize) -> u64 {
-    let mut v = 0u64;
-    let mut shift = 0;
-    loop {
-        let byte = b[*at];
-        *at += 1;
-        v |= u64::from(byte & 0x7f) << shift;
-        if byte < 0x80 {
-            return v;
-        }
-        shift += 7;
-    }
-}
-
-fn get_usize(b: &[u8], at: &mut usize) -> usize {
-    get_varint(b, at) as usize
-}
-
-impl DecodedPoints {
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The memory this holds.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        self.text.capacity()
-            + self.values.capacity()
-            + self.sets.capacity()
-            + self.records.capacity()
-            + self.scratch.capacity()
-            + self.last_written_set.capacity()
-            + self.recent_text.heap_bytes()
-            + self.recent_sets.heap_bytes()
-    }
-
-    /// Keeps `p`, unless a point before it had a value no `String` can
-    /// hold: then the body is refused with the first such value's error
-    /// (in `bad`) once it has parsed, and nothing more need be kept.
-    fn push(&mut self, p: &JsonPoint, bad: &mut Option<BadBody>) {
-        if bad.is_some() {
-            return;
-        }
-        let value = match value_text(p.value) {
-            Ok(v) => v,
-            Err(e) => {
-                *bad = Some(e);
-                return;
-            }
-        };
-        let metric = p.metric.as_ref().and_then(|m| m.0.as_deref());
-        let tags = p.tags.as_ref().map(|t| {
-            let tags = t.0.iter().map(|(k, v)| (k.as_ref(), v.as_deref()));
-            (None, tags)
-        });
-        self.push_fields(metric, p.timestamp.0, value.as_deref(), tags);
-    }
-
-    /// Keeps a point given by its fields as read: its tags (null or
-    /// absent: `None`) in the order written with unique keys, with their
-    /// text as written if the reader has it (an object with no escapes:
-    /// the same text names the same tags, so a point whose tags are
-    /// written as the previous one's are is given that one's set without
-    /// looking at each name).
-    pub(super) fn push_fields<'t>(
-        &mut self,
-        metric: Option<&str>,
-        timestamp: i64,
-        value: Option<&str>,
-        tags: Option<(
-            Option<&[u8]>,
-            impl ExactSizeIterator<Item = (&'t str, Option<&'t str>)>,
-        )>,
-    ) {
-        let delta = timestamp.wrapping_sub(self.last_timestamp);
-        self.last_timestamp = timestamp;
-        put_varint(&mut self.records, ((delta << 1) ^ (delta >> 63)) as u64);
-        match metric {
-            None => self.records.push(ABSENT),
-            Some(m) => {
-                let at = self.add_text(m);
-                if self.last_metric == Some(at) {
-                    self.records.push(SAME);
-                } else {
-                    self.records.push(NEW);
-                    put_varint(&mut self.records, at.0 as u64);
-                    put_varint(&mut self.records, at.1 as u64);
-                    self.last_metric = Some(at);
-                }
-            }
-        }
-        match value {
-            None => self.records.push(ABSENT),
-            Some(v) => {
-                self.records.push(NEW);
-                put_varint(&mut self.records, v.len() as u64);
-                self.values.push_str(v);
-            }
-        }
-        match tags {
-            None => self.records.push(ABSENT),
-            Some((written, tags)) => {
-                let set = match (written, self.last_set) {
-                    (Some(w), Some(last)) if !w.is_empty() && w == self.last_written_set => last,
-                    _ => {
-                        let set = self.add_set(tags);
-                        self.last_written_set.clear();
-                        self.last_written_set
-                            .extend_from_slice(written.unwrap_or_default());
-                        set
-                    }
-                };
-                if self.last_set == Some(set) {
-                    self.records.push(SAME);
-                } else {
-                    self.records.push(NEW);
-                    put_varint(&mut self.records, set as u64);
-                    self.last_set = Some(set);
-                }
-            }
-        }
-        self.len += 1;
-    }
-
-    /// Where `s` is in `text`: a recent copy, or a new one.
-    fn add_text(&mut self, s: &str) -> (usize, usize) {
-        match self.recent_text.find(self.text.as_bytes(), s.as_bytes()) {
-            Ok(off) => (off, s.len()),
-            Err(slot) => {
-                let off = self.text.len();
-                self.text.push_str(s);
-                self.recent_text.remember(slot, off, s.len());
-                (off, s.len())
-            }
-        }
-    }
-
-    /// Where the tag set is in `sets`: a recent copy, or a new one.
-    fn add_set<'t>(
-        &mut self,
-        tags: impl ExactSizeIterator<Item = (&'t str, Option<&'t str>)>,
-    ) -> usize {
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        put_varint(&mut scratch, tags.len() as u64);
-        for (k, v) in tags {
-            let (off, len) = self.add_text(k);
-            put_varint(&mut scratch, off as u64);
-            put_varint(&mut scratch, len as u64);
-            match v {
-                None => scratch.push(ABSENT),
-                Some(v) => {
-                    let (off, len) = self.add_text(v);
-                    scratch.push(NEW);
-                    put_varint(&mut scratch, off as u64);
-                    put_varint(&mut scratch, len as u64);
-                }
-            }
-        }
-        let off = match self.recent_sets.find(&self.sets, &scratch) {
-            Ok(off) => off,
-            Err(slot) => {
-                let off = self.sets.len();
-                self.sets.extend_from_slice(&scratch);
-                self.recent_sets.remember(slot, off, scratch.len());
-                off
-            }
-        };
-        self.scratch = scratch;
-        off
-    }
-
-    /// Reads the next (up to) `max` points into `out`; false when none
-    /// are left.
-    pub(crate) fn read_batch<'a>(
-        &'a self,
-        at: &mut Cursor,
-        max: usize,
-        out: &mut Batch<'a>,
-    ) -> bool {
-        out.points.clear();
-        out.tags.clear();
-        let mut last_tags = None;
-        let r = &self.records[..];
-        while out.points.len() < max && at.record < r.len() {
-            let z = get_varint(r, &mut at.record);
-            let delta = ((z >> 1) as i64) ^ -((z & 1) as i64);
-            at.timestamp = at.timestamp.wrapping_add(delta);
-            let kind = r[at.record];
-            at.record += 1;
-            let metric = (kind != ABSENT).then(|| {
-                if kind == NEW {
-                    at.metric.0 = get_usize(r, &mut at.record);
-                    at.metric.1 = get_usize(r, &mut at.record);
-                }
-                &self.text[at.metric.0..at.metric.0 + at.metric.1]
-            });
-            let value = match r[at.record] {
-                ABSENT => {
-                    at.record += 1;
-                    None
-                }
-                _ => {
-                    at.record += 1;
-                    let len = get_usize(r, &mut at.record);
-                    let v = &self.values[at.value..at.value + len];
-                    at.value += len;
-                    Some(v)
-                }
-            };
-            let tags = match r[at.record] {
-                ABSENT => {
-                    at.record += 1;
-                    None
-                }
-                kind => {
-                    at.record += 1;
-                    if kind == NEW {
-                        at.set = get_usize(r, &mut at.record);
-                    }
-                    match last_tags {
-                        // The set of the batch's last point with tags:
-                        // its tags are in the batch already.
-                        Some(span) if kind == SAME => Some(span),
-                        _ => {
-                            let from = out.tags.len();
-                            self.read_set(at.set, &mut out.tags);
-                            last_tags = Some((from, out.tags.len()));
-                            last_tags
-                        }
-                    }
-                }
-            };
-            out.points.push(PointView {
-                metric,
-                timestamp: at.timestamp,
-                value,
-                tags,
-            });
-        }
-        !out.points.is_empty()
-    }
-
-    fn read_set<'a>(&'a self, mut at: usize, out: &mut Vec<TagView<'a>>) {
-        let s = &self.sets[..];
-        let text = |off: usize, len: usize| &self.text[off..off + len];
-        let n = get_usize(s, &mut at);
-        for _ in 0..n {
-            let (off, len) = (get_usize(s, &mut at), get_usize(s, &mut at));
-            let key = text(off, len);
-            let flag = s[at];
-            at += 1;
-            let value = (flag != ABSENT).then(|| {
-                let (off, len) = (get_usize(s, &mut at), get_usize(s, &mut at));
-                text(off, len)
-            });
-            out.push((key, value));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::point::value_text;
+    use super::points::{Batch, Cursor};
     use super::*;
 
     /// A point as read, owned, to compare two readings.
@@ -1053,16 +677,16 @@ mod tests {
     /// error as `kind: words`.
     fn streamed(body: &[u8], trickle: bool) -> Result<Vec<Owned>, String> {
         let r = if trickle {
-            parse(&mut Metered::new(Trickle(body), None))
+            parse(&mut Trickle(body))
         } else {
-            parse(&mut Metered::new(body, None))
+            parse(&mut &body[..])
         };
         match r {
             Ok(p) => Ok(read_back(&p)),
-            Err(BodyError::Empty) => Err("empty".into()),
-            Err(BodyError::NoPoints) => Err("no points".into()),
-            Err(BodyError::Json(w)) => Err(format!("json: {w}")),
-            Err(BodyError::Fault(f)) => Err(format!("fault: {f}")),
+            Err(ParseError::Empty) => Err("empty".into()),
+            Err(ParseError::NoPoints) => Err("no points".into()),
+            Err(ParseError::Syntax(w) | ParseError::BadPoint(w)) => Err(format!("json: {w}")),
+            Err(ParseError::Read(e)) => Err(format!("fault: {e}")),
         }
     }
 
@@ -1225,7 +849,7 @@ mod tests {
         r#""timestamp":99999999999999999999"#,
         r#""timestamp":-5"#,
         r#""timestamp":1e5"#,
-        // The forms the one-pass scanner (put_scan.rs) reads, and their
+        // The forms the one-pass scanner (scan.rs) reads, and their
         // near misses, which it leaves to the full reader.
         r#""tags":{"host":"a" , "dc" : "b"}"#,
         r#""tags":{"h\u00e9":"x"}"#,
@@ -1386,7 +1010,7 @@ mod tests {
             ));
         }
         body.push(']');
-        let points = parse(&mut Metered::new(body.as_bytes(), None)).unwrap();
+        let points = parse(&mut body.as_bytes()).unwrap();
         assert_eq!(points.len(), 10_000);
         // Names and tag sets once each; a few bytes per point besides.
         assert!(points.text.len() < 1_000, "{}", points.text.len());
