@@ -1,47 +1,59 @@
 //! rtsdb: an OpenTSDB 2.4-compatible time series database.
 //!
-//! The crate is layered; each module uses only the ones listed below it,
-//! and only [`db`] and [`store`] reach the key-value engine
-//! (`docs/architecture.md` has the picture and a put and a query traced
-//! through it):
+//! The crate is layered: each module uses only the ones listed below it
+//! (`scripts/check-layers` checks this and that no two files use each
+//! other in a loop), and only [`store`] calls the storage engine, through
+//! [`storage`]'s seam (the layers above name only its value types: errors,
+//! durability, the ClickHouse settings). `docs/architecture.md` has the
+//! picture and a put and a query traced through it. Top to bottom:
 //!
 //! - [`cli`]: the `tsdb` command line; every command opens a [`db::Db`].
 //! - [`tsd`]: the server: one port for telnet and HTTP.
-//! - [`query`]: `/api/query` and `/api/query/last` semantics as a library,
-//!   reading through [`store::read::SeriesSource`].
+//! - [`query`]: OpenTSDB's query language (`/api/query`, `/last`, `/exp`,
+//!   `/gexp`) as a library: the engine over a select-and-read layer
+//!   ([`query::QueryContext`]) that another query language calls too.
 //! - [`db`]: the database handle: opens a store and owns its parts; the
 //!   only door for appends, reads, deletes, UID and meta operations.
-//! - [`mod@write`] (crate-internal): the write path's parts: series cache, write-ahead log,
-//!   in-memory hour buffers.
-//! - [`store`]: the data rows ([`store::Store`], read
-//!   through [`store::read::SeriesSource`]) and a store on disk: its
-//!   recorded layout, tables and rows, and the embedded implementations
-//!   of that seam and the three below.
-//! - [`uid`], [`index`], [`meta`]: UID assignment with caches, the series
-//!   index, UIDMeta/TSMeta and the per-series counters, each persisting
-//!   through its own trait ([`uid::UidStore`], [`index::IndexStore`],
-//!   [`meta::MetaStore`]), so another engine can serve it.
-//! - [`tree`]: OpenTSDB's trees: rules and the TreeBuilder that turns a
-//!   TSMeta into branches and a leaf, persisting through
-//!   [`tree::TreeStore`].
+//! - [`mod@write`] (crate-internal): the write path's parts: series cache,
+//!   write-ahead log, in-memory hour buffers.
 //! - [`coord`]: cluster coordination through ZooKeeper for the cluster
 //!   backend: UIDs shared by every TSD ([`coord::ZkUidStore`]), the
 //!   storage layer's cluster-wide locks and layout record
 //!   ([`coord::ZkCoordinator`]).
-//! - [`storage`] (crate-internal): the narrow key-value trait and its engines (fjall, memory).
+//! - [`store`]: a store: the tables of one deployment laid out on one
+//!   engine ([`store::Store`]: recorded layout, data rows, retention,
+//!   snapshots, salvage), the read side a query reads through
+//!   ([`store::read`]), and the implementations of the persistence traits
+//!   of the modules below.
+//! - [`tree`]: OpenTSDB's trees: rules and the TreeBuilder that turns a
+//!   TSMeta into branches and a leaf, persisting through
+//!   [`tree::TreeStore`].
+//! - [`search`]: the `/api/search` query language over documents
+//!   (answered from rtsdb's own data by `Db::search`).
+//! - [`meta`], [`index`], [`uid`]: UIDMeta/TSMeta and the per-series
+//!   counters, the series index, UID assignment with caches, each
+//!   persisting through its own trait ([`meta::MetaStore`],
+//!   [`index::IndexStore`], [`uid::UidStore`]), so another engine can
+//!   serve it.
+//! - [`storage`] (crate-internal): the engine seam: `KvStore`, a core
+//!   sorted key-value trait plus optional capability traits, and its
+//!   engines (fjall, ClickHouse, memory).
+//! - [`render`] (crate-internal): the PNG plotter `/q` draws with.
+//! - [`rollup`]: `tsd.rollups.*`: the rollup configuration and the
+//!   rollup row keys, qualifiers and columns (docs/format/rollup.md).
+//! - [`protocol`]: each client protocol's parser, testable without a
+//!   server: telnet framing, words and `put` lines, the `/api/put` JSON
+//!   reader, values as OpenTSDB's Jackson reads them.
+//! - [`histogram`]: OpenTSDB 2.4 histograms: codecs and SimpleHistogram.
 //! - [`codec`]: OpenTSDB's byte formats (row keys, qualifiers, values,
 //!   compacted/append/annotation columns) and rtsdb's compressed column,
 //!   documented in `docs/format/`.
-//! - [`protocol`]: client protocols as text: telnet framing, words and
-//!   `put` lines, value text; shared by the server and `tsdb import`.
-//! - [`search`]: the `/api/search` query language over documents
-//!   (answered from rtsdb's own data by `Db::search`).
-//! - [`rollup`]: `tsd.rollups.*`: the rollup configuration and the
-//!   rollup row keys and qualifiers (docs/format/rollup.md).
 //! - [`model`]: UIDs, names and their rules, TSUIDs, data points, time,
 //!   the one-hour row span.
 //! - [`config`]: `opentsdb.conf` as read; typed options are built from it.
-//! - [`version`] (crate-internal): build facts reported by `version` and `/api/version`.
+//! - [`parallel`] (crate-internal): jobs run at once on scoped threads.
+//! - [`version`] (crate-internal): build facts reported by `version` and
+//!   `/api/version`.
 //!
 //! Errors are `thiserror` types whose message names their cause; such an
 //! error does not also hand the cause on as its `source()`, or the binary,
