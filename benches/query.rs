@@ -103,7 +103,7 @@ fn time_query(ctx: &QueryContext, qs: &str, runs: usize) -> (Duration, Duration,
     for _ in 0..runs {
         let t = Instant::now();
         let q = query::parse_get(qs).unwrap();
-        let body = query::execute(ctx, &q).unwrap().to_json();
+        let body = query::execute(ctx, &q, None).unwrap().to_json();
         times.push(t.elapsed());
         size = body.len();
     }

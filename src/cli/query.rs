@@ -83,7 +83,7 @@ pub(crate) fn run(
         }
     }
     let qctx = QueryContext::new(&db, &query::QueryOptions::default());
-    let response = match query::execute(&qctx, &tsq) {
+    let response = match query::execute(&qctx, &tsq, None) {
         Ok(r) => r,
         Err(e) => {
             writeln!(err, "{}", e.message())?;

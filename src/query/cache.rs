@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::context::{QueryContext, SubQueryCache};
+use super::context::QueryContext;
 use super::downsample::{FillPolicy, Interval};
 use super::error::QueryError;
 use super::group::Scratch;
@@ -411,17 +411,11 @@ fn frontier(
     Some(f)
 }
 
-impl<'a> QueryContext<'a> {
-    /// This context answering cacheable sub-queries through the result
-    /// cache `cache`, checked against the context's epochs.
-    pub fn with_cache(mut self, cache: &'a QueryCache) -> Self {
-        self.cache = Some(cache);
-        self
-    }
-}
-
-impl SubQueryCache for QueryCache {
-    fn run(
+impl QueryCache {
+    /// Answers `sub` through the cache (checked against `ctx`'s epochs),
+    /// computing what it lacks; `None` when the cache stays out of `sub`
+    /// (counted as bypassed) and the engine runs it uncached.
+    pub(super) fn run(
         &self,
         ctx: &QueryContext,
         q: &ValidQuery,
@@ -771,10 +765,9 @@ mod tests {
             let q = parse_get(qs).unwrap();
             let mut ctx = QueryContext::new(&db, &crate::query::QueryOptions::default());
             ctx.now_ms = now_s as u64 * 1000;
-            if cached {
-                ctx = ctx.with_cache(&cache);
-            }
-            execute(&ctx, &q).unwrap().to_json()
+            execute(&ctx, &q, cached.then_some(&cache))
+                .unwrap()
+                .to_json()
         };
         let qs = "start=1h-ago&m=avg:1m-avg:sys.cpu";
         let (plain, a) = median_ms(|| run(now_s, qs, false), 21);

@@ -6,17 +6,13 @@
 //! epochs a cached answer depends on), so that the files below the engine
 //! (selection, pipeline, read, results) and the engine's helpers
 //! (rollups, histograms, the result cache) need no `Db`. The result cache
-//! is handed over the same way, as a [`SubQueryCache`] trait object, so
-//! that nothing below the engine depends on the cache either.
+//! is not part of it: it is the server's, and a caller that has one hands
+//! it to the engine's run beside the context.
 
 use chrono_tz::Tz;
 
-use super::error::QueryError;
-use super::limits::{Budget, QueryLimits};
+use super::limits::QueryLimits;
 use super::options::QueryOptions;
-use super::output::QueryResult;
-use super::request::{ValidQuery, ValidSubQuery};
-use super::stats::SubStats;
 use crate::db::Db;
 use crate::index::SeriesIndex;
 use crate::model::{UidKind, UidWidths};
@@ -24,21 +20,6 @@ use crate::store::read::SeriesSource;
 use crate::store::read::epoch::EpochSource;
 use crate::store::read::rollup::RollupSource;
 use crate::uid::UidTable;
-
-/// A cache of sub-query answers, asked before a sub-query reads raw
-/// points (the result cache, `QueryCache`, implements it).
-pub(super) trait SubQueryCache: Sync {
-    /// Answers `sub` through the cache, computing what it lacks; `None`
-    /// when the cache stays out of `sub` (it counts that itself) and the
-    /// engine runs it uncached.
-    fn run(
-        &self,
-        ctx: &QueryContext,
-        q: &ValidQuery,
-        sub: &ValidSubQuery,
-        budget: &mut Budget,
-    ) -> Option<Result<(Vec<QueryResult>, SubStats), QueryError>>;
-}
 
 /// Everything a query needs from the server: what it reads from and the
 /// options it runs with.
@@ -62,9 +43,6 @@ pub struct QueryContext<'a> {
     pub skip_unresolved_tagvs: bool,
     /// `tsd.http.query.allow_delete`.
     pub allow_delete: bool,
-    /// The result cache, if this context may use one (the server's: see
-    /// `QueryCache`'s `with_cache`).
-    pub(super) cache: Option<&'a dyn SubQueryCache>,
 }
 
 impl<'a> QueryContext<'a> {
@@ -83,7 +61,6 @@ impl<'a> QueryContext<'a> {
             default_tz: o.default_tz,
             skip_unresolved_tagvs: o.skip_unresolved_tagvs,
             allow_delete: o.allow_delete,
-            cache: None,
         }
     }
 

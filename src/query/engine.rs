@@ -3,7 +3,9 @@
 //! in place), [`execute`] and the per-sub-query dispatch: a histogram
 //! sub-query goes to [`histogram`](super::histogram), a downsampler that
 //! matches a rollup to [`rollup`](super::rollup), a cacheable one to the
-//! result cache, the rest through the raw path here: [`select`] the
+//! result cache when the caller hands one over (the server's
+//! [`QueryCache`], beside the context as the context's rollups are passed
+//! to the rollup path), the rest through the raw path here: [`select`] the
 //! series, [`read_into`] their [`Pipeline`]s, [`build_results`].
 //!
 //! The jobs live below this file, each in its own: series selection
@@ -12,6 +14,7 @@
 //! ([`read`](super::read)), group-result assembly
 //! ([`results`](super::results)).
 
+use super::cache::QueryCache;
 use super::context::QueryContext;
 use super::error::QueryError;
 use super::group::Scratch;
@@ -29,9 +32,14 @@ use super::stats::SubStats;
 use crate::model::Value;
 use crate::model::row_span::ROW_SPAN_MS;
 
-/// Runs a query: validation, then every sub-query in order.
-pub fn execute(ctx: &QueryContext, q: &TsQuery) -> Result<QueryResponse, QueryError> {
-    prepare(ctx, q)?.run(ctx)
+/// Runs a query: validation, then every sub-query in order, cacheable
+/// ones through `cache` when there is one.
+pub fn execute(
+    ctx: &QueryContext,
+    q: &TsQuery,
+    cache: Option<&QueryCache>,
+) -> Result<QueryResponse, QueryError> {
+    prepare(ctx, q)?.run(ctx, cache)
 }
 
 /// Checks a query and fixes its times ("now" is `ctx`'s): the first half
@@ -120,13 +128,22 @@ impl Prepared {
         true
     }
 
-    /// Runs every sub-query in order: the second half of [`execute`].
-    pub fn run(&self, ctx: &QueryContext) -> Result<QueryResponse, QueryError> {
-        run_valid(ctx, &self.valid)
+    /// Runs every sub-query in order, cacheable ones through `cache` when
+    /// there is one: the second half of [`execute`].
+    pub fn run(
+        &self,
+        ctx: &QueryContext,
+        cache: Option<&QueryCache>,
+    ) -> Result<QueryResponse, QueryError> {
+        run_valid(ctx, &self.valid, cache)
     }
 }
 
-fn run_valid(ctx: &QueryContext, valid: &ValidQuery) -> Result<QueryResponse, QueryError> {
+fn run_valid(
+    ctx: &QueryContext,
+    valid: &ValidQuery,
+    cache: Option<&QueryCache>,
+) -> Result<QueryResponse, QueryError> {
     let q = &valid.original;
     let mut budget = Budget::new(ctx.limits);
     let global_annotations = if !q.no_annotations && q.global_annotations {
@@ -142,7 +159,7 @@ fn run_valid(ctx: &QueryContext, valid: &ValidQuery) -> Result<QueryResponse, Qu
     let mut deletions = Vec::new();
     for sub in &valid.queries {
         let t0 = budget.elapsed();
-        let (mut res, stats) = run_sub(ctx, valid, sub, &mut budget, &mut deletions)?;
+        let (mut res, stats) = run_sub(ctx, cache, valid, sub, &mut budget, &mut deletions)?;
         if stats.unresolved > 0 {
             tracing::warn!(
                 sub_query = sub.index,
@@ -190,6 +207,7 @@ fn run_valid(ctx: &QueryContext, valid: &ValidQuery) -> Result<QueryResponse, Qu
 
 fn run_sub(
     ctx: &QueryContext,
+    cache: Option<&QueryCache>,
     q: &ValidQuery,
     sub: &ValidSubQuery,
     budget: &mut Budget,
@@ -214,7 +232,7 @@ fn run_sub(
             }
         },
     };
-    if let Some(answer) = ctx.cache.and_then(|c| c.run(ctx, q, sub, budget)) {
+    if let Some(answer) = cache.and_then(|c| c.run(ctx, q, sub, budget)) {
         return answer;
     }
     let mut stats = SubStats::default();
@@ -455,8 +473,8 @@ mod tests {
         assert!(!prepared.is_small(&ctx));
         // Prepared and run in two steps, or in one: the same answer.
         assert_eq!(
-            prepared.run(&ctx).unwrap().to_json(),
-            execute(&ctx, &q).unwrap().to_json()
+            prepared.run(&ctx, None).unwrap().to_json(),
+            execute(&ctx, &q, None).unwrap().to_json()
         );
     }
 }

@@ -506,7 +506,7 @@ mod tests {
                 // Through the whole query: the answer after the fold
                 // failed is the plain one.
                 let ctx = QueryContext::new(&gapped, &QueryOptions::default());
-                let answer = execute(&ctx, &parse_get(&qs).unwrap()).unwrap();
+                let answer = execute(&ctx, &parse_get(&qs).unwrap(), None).unwrap();
                 let (_, plain) = folded_and_plain(&gapped, &qs);
                 let got: Vec<Vec<(i64, u64)>> = answer
                     .results

@@ -771,7 +771,11 @@ impl DenseCells for &ShortRow {
     }
 }
 
-/// A read thread's sink: reads each row of its slice and folds it.
+/// A read thread's sink on the folded path: reads each row of its slice
+/// and folds its cells into the slice's buckets there and then, keeping
+/// nothing per row (unlike the slot-by-slot read,
+/// [`read_rollups`](crate::store::read::rollup::RollupSource::read_rollups),
+/// whose sink holds every slot until the read ends).
 struct SliceRows<'f, 'a> {
     rows: RowFold,
     fold: &'f mut SliceFold<'a>,

@@ -63,12 +63,12 @@ impl Db {
 
     pub fn get(&self, qs: &str) -> Result<String, QueryError> {
         let q = query::parse_get(qs)?;
-        Ok(query::execute(&self.ctx(), &q)?.to_json())
+        Ok(query::execute(&self.ctx(), &q, None)?.to_json())
     }
 
     pub fn post(&self, body: &str) -> Result<String, QueryError> {
         let q = query::parse_post(body.as_bytes())?;
-        Ok(query::execute(&self.ctx(), &q)?.to_json())
+        Ok(query::execute(&self.ctx(), &q, None)?.to_json())
     }
 
     pub fn get_value(&self, qs: &str) -> serde_json::Value {

@@ -174,9 +174,9 @@ fn cached_answers_equal_uncached_ones() {
             };
             let qs = format!("start={window}{end}&m={agg}:{rate}{ds}m{filter}{flags}");
             let q = query::parse_get(&qs).unwrap();
-            let plain = query::execute(&ctx(&db, now), &q).map(|r| r.to_json());
+            let plain = query::execute(&ctx(&db, now), &q, None).map(|r| r.to_json());
             let before = cache.stats().hits;
-            let cached = query::execute(&ctx(&db, now).with_cache(&cache), &q).map(|r| r.to_json());
+            let cached = query::execute(&ctx(&db, now), &q, Some(&cache)).map(|r| r.to_json());
             hits += cache.stats().hits - before;
             compared += 1;
             match (plain, cached) {

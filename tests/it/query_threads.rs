@@ -72,7 +72,7 @@ fn run(db: &Db, threads: usize, limits: QueryLimits, qs: &str) -> Result<String,
     ctx.now_ms = (T + 86_400) * 1000;
     ctx.limits = limits;
     let q = query::parse_get(qs).map_err(|e| e.to_string())?;
-    query::execute(&ctx, &q)
+    query::execute(&ctx, &q, None)
         .map(|r| r.to_json())
         .map_err(|e| format!("{} {}", e.status(), e.message()))
 }

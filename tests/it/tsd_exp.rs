@@ -517,7 +517,7 @@ fn exp_cost_against_plain_queries() {
             "start={start}&end={end}&m=sum:{metric}%7Bhost=*%7D"
         ))
         .unwrap();
-        rtsdb::query::execute(&ctx, &q).unwrap().to_json()
+        rtsdb::query::execute(&ctx, &q, None).unwrap().to_json()
     };
     let body = format!(
         r#"{{"time":{{"start":{start},"end":{end},"aggregator":"sum"}},
@@ -525,7 +525,7 @@ fn exp_cost_against_plain_queries() {
         "metrics":[{{"id":"a","metric":"bench.errors","filter":"f"}},{{"id":"b","metric":"bench.requests","filter":"f"}}],
         "expressions":[{{"id":"e","expr":"a / b * 100"}}]}}"#
     );
-    let exp = || rtsdb::query::exp::execute(&ctx, body.as_bytes()).unwrap();
+    let exp = || rtsdb::query::exp::execute(&ctx, body.as_bytes(), None).unwrap();
     // Warm up, then the median of several runs.
     let out = exp();
     assert!(out.contains("\"series\":1000"));

@@ -714,7 +714,7 @@ fn append(db: &rtsdb::db::Db, host: &str, points: &[(i64, rtsdb::model::Value)])
 fn run(db: &rtsdb::db::Db, qs: &str) -> Vec<Vec<(String, f64)>> {
     let ctx = rtsdb::query::QueryContext::new(db, &Default::default());
     let q = rtsdb::query::parse_get(qs).unwrap();
-    dps_of(&rtsdb::query::execute(&ctx, &q).unwrap().to_json())
+    dps_of(&rtsdb::query::execute(&ctx, &q, None).unwrap().to_json())
 }
 
 /// `(timestamp, value)` of every result of a query's JSON answer, in
@@ -742,7 +742,7 @@ fn delete(db: &rtsdb::db::Db, qs: &str) {
     ctx.allow_delete = true;
     let mut q = rtsdb::query::parse_get(qs).unwrap();
     q.delete = true;
-    match rtsdb::query::execute(&ctx, &q) {
+    match rtsdb::query::execute(&ctx, &q, None) {
         Ok(r) => {
             for d in &r.deletions {
                 db.delete_rows(&d.tsuids, d.start_ms, d.end_ms).unwrap();

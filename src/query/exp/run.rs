@@ -43,12 +43,18 @@ use super::expr::Script;
 use super::request::{self, ExpQuery, Expression, NumericFill, SetOperator, double_json, str_json};
 use crate::model::java::hashmap_order;
 use crate::model::{Uid, UidKind, UidWidths, Value};
+use crate::query::cache::QueryCache;
 use crate::query::error::QueryError;
 use crate::query::{QueryContext, QueryResult, TsQuery, TsSubQuery};
 
 /// Parses, validates, runs and renders one request: the response body.
-pub fn execute(ctx: &QueryContext, body: &[u8]) -> Result<String, QueryError> {
-    prepare(ctx, body)?.run(ctx)
+/// The metrics' sub-queries go through `cache` when there is one.
+pub fn execute(
+    ctx: &QueryContext,
+    body: &[u8],
+    cache: Option<&QueryCache>,
+) -> Result<String, QueryError> {
+    prepare(ctx, body)?.run(ctx, cache)
 }
 
 /// A request read, validated and planned (`QueryExecutor`'s constructor),
@@ -73,10 +79,15 @@ impl Prepared {
         &self.plan.query
     }
 
-    /// Runs the sub-queries and expressions: the response body.
-    pub fn run(&self, ctx: &QueryContext) -> Result<String, QueryError> {
+    /// Runs the sub-queries (through `cache` when there is one) and the
+    /// expressions: the response body.
+    pub fn run(
+        &self,
+        ctx: &QueryContext,
+        cache: Option<&QueryCache>,
+    ) -> Result<String, QueryError> {
         let plan = &self.plan;
-        let results = plan.run_metrics(ctx)?;
+        let results = plan.run_metrics(ctx, cache)?;
         plan.check_graph()?;
         let joins = plan.compile(ctx, &results)?;
         let mut out = String::with_capacity(1024);
@@ -273,7 +284,11 @@ impl Plan {
     }
 
     /// Runs every sub-query (all of them, used or not, as 2.4.1 does).
-    fn run_metrics(&self, ctx: &QueryContext) -> Result<Vec<MetricResult>, QueryError> {
+    fn run_metrics(
+        &self,
+        ctx: &QueryContext,
+        cache: Option<&QueryCache>,
+    ) -> Result<Vec<MetricResult>, QueryError> {
         let mut results: Vec<Option<MetricResult>> = self.metrics.iter().map(|_| None).collect();
         let mut names = Names::default();
         for &i in &self.metric_order {
@@ -282,7 +297,7 @@ impl Plan {
                 queries: vec![m.sub.clone()],
                 ..self.query.clone()
             };
-            let res = crate::query::execute(ctx, &q).map_err(runtime)?;
+            let res = crate::query::execute(ctx, &q, cache).map_err(runtime)?;
             let mut query_tagks = Vec::new();
             for f in &m.sub.filters {
                 if let Some(k) = ctx.uids.lookup_id(UidKind::TagKey, &f.tagk)?

@@ -43,6 +43,7 @@ pub(crate) mod parser;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
+use super::cache::QueryCache;
 use super::context::QueryContext;
 use super::downsample::FillPolicy;
 use super::error::QueryError;
@@ -386,10 +387,15 @@ impl Evaluator<'_, '_> {
 }
 
 /// Runs a gexp request: the query once, then every expression over its
-/// results. The response holds the expressions' series only.
-pub fn execute_gexp(ctx: &QueryContext, q: &GexpQuery) -> Result<QueryResponse, QueryError> {
+/// results (through `cache` when there is one). The response holds the
+/// expressions' series only.
+pub fn execute_gexp(
+    ctx: &QueryContext,
+    q: &GexpQuery,
+    cache: Option<&QueryCache>,
+) -> Result<QueryResponse, QueryError> {
     let valid: ValidQuery = q.query.validate(ctx.now_ms, ctx.default_tz)?;
-    let mut response = engine::execute(ctx, &q.query)?;
+    let mut response = engine::execute(ctx, &q.query, cache)?;
     let mut inputs: Vec<Vec<Series>> = vec![Vec::new(); valid.queries.len()];
     let mut stats: BTreeMap<usize, serde_json::Value> = BTreeMap::new();
     for r in std::mem::take(&mut response.results) {

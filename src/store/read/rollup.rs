@@ -100,9 +100,9 @@ pub trait RollupSource: Sync {
         f: &mut dyn FnMut(usize, &[RollupSlot]),
     ) -> Result<RollupReadStats, String> {
         let slices = self.rollup_slices(interval, start_s, end_s);
-        let mut parts: Vec<SlotRows> = slices
+        let mut parts: Vec<HeldSlots> = slices
             .iter()
-            .map(|_| SlotRows {
+            .map(|_| HeldSlots {
                 reader: SlotReader::new(columns, interval),
                 slots: Vec::new(),
                 rows: Vec::new(),
@@ -129,16 +129,20 @@ pub trait RollupSource: Sync {
     }
 }
 
-/// One slice's rows as [`RollupSource::read_rollups`] keeps them until
-/// the read ends: every row's slots in one vector (no vector per series
-/// to grow), each row's series and end in it.
-struct SlotRows {
+/// The sink of [`RollupSource::read_rollups`]: holds one slice's slots
+/// until the read ends, so that they can be handed over in time order
+/// once every slice is read (its job is to keep slots, where the query
+/// engine's folding sink, `SliceRows` in `query/rollup.rs`, folds each
+/// row into its buckets as it is read and keeps nothing per row). Every
+/// row's slots go in one vector (no vector per series to grow), each
+/// row's series and end beside it.
+struct HeldSlots {
     reader: SlotReader,
     slots: Vec<RollupSlot>,
     rows: Vec<(usize, usize)>,
 }
 
-impl RollupRowSink for SlotRows {
+impl RollupRowSink for HeldSlots {
     fn row(
         &mut self,
         i: usize,

@@ -46,7 +46,9 @@ pub(super) async fn handle(
         };
         q.query.delete |= delete;
         let shown = ShownQuery::Parsed(Arc::new(q.query.clone()));
-        run_tracked(st, shown, |ctx| query::execute_gexp(ctx, &q))
+        run_tracked(st, shown, |ctx| {
+            query::execute_gexp(ctx, &q, Some(&st.query_cache))
+        })
     })
     .await
 }

@@ -17,7 +17,7 @@ use crate::tsd::stats::ShownQuery;
 
 pub(super) fn context(state: &TsdState) -> QueryContext<'_> {
     let db = &state.db;
-    QueryContext::new(db, &state.options.query).with_cache(&state.query_cache)
+    QueryContext::new(db, &state.options.query)
 }
 
 pub(super) fn error(e: QueryError) -> Reply {
@@ -67,7 +67,7 @@ pub(super) async fn handle(
         Begun::Answered(reply) => reply,
         Begun::Large(id, prepared) => {
             blocking(state, move |st| {
-                finish_tracked(st, id, prepared.run(&context(st)))
+                finish_tracked(st, id, prepared.run(&context(st), Some(&st.query_cache)))
             })
             .await
         }
@@ -114,7 +114,11 @@ fn begin(state: &TsdState, delete: bool, raw_query: Option<&str>, body: Option<&
         .start(ShownQuery::Parsed(q.clone()), String::new());
     let ctx = context(state);
     match query::prepare(&ctx, &q) {
-        Ok(p) if p.is_small(&ctx) => Begun::Answered(finish_tracked(state, id, p.run(&ctx))),
+        Ok(p) if p.is_small(&ctx) => Begun::Answered(finish_tracked(
+            state,
+            id,
+            p.run(&ctx, Some(&state.query_cache)),
+        )),
         Ok(p) => Begun::Large(id, p),
         Err(e) => Begun::Answered(finish_tracked(state, id, Err(e))),
     }
@@ -234,7 +238,7 @@ pub(super) async fn handle_exp(
             ),
             String::new(),
         );
-        match prepared.run(&ctx) {
+        match prepared.run(&ctx, Some(&st.query_cache)) {
             Ok(json) => {
                 st.queries.finish(id, 200, None);
                 Reply::json(200, json)

@@ -247,7 +247,7 @@ fn graph(
         one.queries = vec![sub.clone()];
         one.global_annotations = false;
         one.show_stats = true;
-        let res = query::execute(&ctx, &one)?;
+        let res = query::execute(&ctx, &one, None)?;
         let mut etags = None;
         for r in &res.results {
             if r.stats.is_some() && etags.is_none() {
