@@ -151,11 +151,13 @@ pub struct WriteOptions {
     pub histograms: Option<Codecs>,
     /// `tsd.rollups.*` when `tsd.rollups.enable` is on.
     pub rollups: Option<Arc<RollupSettings>>,
-    /// On a cluster (`tsd.storage.clickhouse.flush_ms`): every buffered
-    /// point is written out at least this often, open hours included, so
-    /// other TSDs see it; rows of many series go out in one batch, and a
-    /// `sync` put returns only once its points are written.
-    pub shared_flush: Option<Duration>,
+    /// On a store other TSDs write too (a cluster,
+    /// `tsd.storage.clickhouse.flush_ms`, default 1000 ms): every
+    /// buffered point is written out at least this often, open hours
+    /// included, so other TSDs see it; rows of many series go out in one
+    /// batch, and a `sync` put returns only once its points are written.
+    /// Unused on a store only this process writes.
+    pub shared_flush: Duration,
 }
 
 impl Default for WriteOptions {
@@ -172,7 +174,7 @@ impl Default for WriteOptions {
             tree_processing: false,
             histograms: None,
             rollups: None,
-            shared_flush: None,
+            shared_flush: Duration::from_millis(1000),
         }
     }
 }
@@ -214,7 +216,7 @@ impl DbOptions {
         write.rollups = rollups;
         let backend = Backend::from_config(c)?;
         if let Backend::ClickHouse(cluster) = &backend {
-            write.shared_flush = Some(cluster.flush_interval);
+            write.shared_flush = cluster.flush_interval;
             // A cluster's flush writes every TSD's buffered points each
             // tick, and several TSDs may write one series: recomputing
             // rollups there would cost a ClickHouse read and write per
