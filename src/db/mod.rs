@@ -382,17 +382,11 @@ impl Db {
         Ok(db)
     }
 
-    /// The data rows: reads without the buffered points, and the
-    /// annotation operations (`/api/annotation`). The same [`Store`] as
-    /// [`store`](Self::store), named for what its callers use of it.
-    pub fn rows(&self) -> &Store {
-        &self.store
-    }
-
     /// The store, on whichever engine it was opened (embedded or a
-    /// cluster's): what the tools that work on it as stored use (`fsck`,
-    /// `scan --delete`/`--import`, `uid` grep/fsck/assign, compaction),
-    /// besides the row operations of [`rows`](Self::rows).
+    /// cluster's): the data rows as stored (reads without the buffered
+    /// points, annotations for `/api/annotation`), the UID widths, and
+    /// what the tools that work on it as stored use (`fsck`,
+    /// `scan --delete`/`--import`, `uid` grep/fsck/assign, compaction).
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
