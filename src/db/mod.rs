@@ -74,7 +74,7 @@ pub use append::{Appended, PendingHistogram, PendingPoint};
 pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
 pub use epochs::CacheEpochs;
-pub use options::{Backend, ClusterOptions, DbOptions, WriteOptions};
+pub use options::{Backend, ClusterOptions, DbOptions, WriteOptions, zk_options};
 pub use rollup::{AutoRollupError, RollupPoint};
 pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
 pub use tree::{TreeTest, TreesSynced};
