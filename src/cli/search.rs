@@ -69,7 +69,7 @@ pub(crate) fn run(
         (metric, tags)
     };
     let db = ctx.open_db()?;
-    let (rows, uids, index) = (db.rows(), db.uids(), db.index());
+    let (rows, uids, index) = (db.store(), db.uids(), db.index());
     let query = LookupQuery::new(&metric, &tags, args.limit.max(1));
     let found = match lookup(uids, index, &query) {
         Ok(f) => f,

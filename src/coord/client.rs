@@ -18,39 +18,34 @@ use thiserror::Error;
 use tokio::runtime::{Handle, Runtime};
 use zookeeper_client as zk;
 
-use crate::config::{Config, ConfigError};
 use crate::storage::StorageError;
 
 /// `tsd.storage.zk_quorum`: `host:port,...` of the ensemble.
 pub const QUORUM_KEY: &str = "tsd.storage.zk_quorum";
-/// `tsd.storage.zk_basedir`: the znode every path of rtsdb sits under.
-pub const BASEDIR_KEY: &str = "tsd.storage.zk_basedir";
 pub const DEFAULT_BASEDIR: &str = "/rtsdb";
-/// `tsd.storage.zk_session_timeout` (ms): how long the ensemble keeps
-/// this TSD's session (its locks) when it stops hearing from it.
-pub const SESSION_TIMEOUT_KEY: &str = "tsd.storage.zk_session_timeout";
-/// `tsd.storage.zk_timeout` (ms): how long one request may wait for an
-/// answer (a quorum) before it fails.
-pub const TIMEOUT_KEY: &str = "tsd.storage.zk_timeout";
-/// `tsd.storage.zk_lock_timeout` (ms): how long taking a cluster-wide
-/// lock may wait for its holder.
-pub const LOCK_TIMEOUT_KEY: &str = "tsd.storage.zk_lock_timeout";
-/// `tsd.storage.zk_uid_block`: UIDs a TSD reserves per counter update.
-pub const UID_BLOCK_KEY: &str = "tsd.storage.zk_uid_block";
 
-/// How to reach ZooKeeper and use it; defaults stated once, here.
+/// How to reach ZooKeeper and use it; defaults stated once, here
+/// (`db::DbOptions::from_config` reads the `tsd.storage.zk_*` keys that
+/// override them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ZkOptions {
+    /// `tsd.storage.zk_quorum`: `host:port,...` of the ensemble.
     pub quorum: String,
+    /// `tsd.storage.zk_basedir`: the znode every path of rtsdb sits under.
     pub basedir: String,
+    /// `tsd.storage.zk_session_timeout`: how long the ensemble keeps this
+    /// TSD's session (its locks) when it stops hearing from it.
     /// Default 10 s: within the 2–20 ticks a default ensemble allows, and
     /// long enough to ride out a leader election.
     pub session_timeout: Duration,
-    /// Default 8 s: an election on a loaded machine takes a few seconds.
+    /// `tsd.storage.zk_timeout`: how long one request may wait for an
+    /// answer (a quorum) before it fails. Default 8 s: an election on a loaded machine takes a few seconds.
     pub request_timeout: Duration,
-    /// Default 30 s.
+    /// `tsd.storage.zk_lock_timeout`: how long taking a cluster-wide lock
+    /// may wait for its holder. Default 30 s.
     pub lock_timeout: Duration,
-    /// Default 64: one counter update per 64 new names of a kind on a
+    /// `tsd.storage.zk_uid_block`: UIDs a TSD reserves per counter
+    /// update. Default 64: one counter update per 64 new names of a kind on a
     /// TSD; a crash wastes at most 63 UIDs per kind (docs/cluster.md).
     pub uid_block: u64,
 }
@@ -66,48 +61,6 @@ impl ZkOptions {
             lock_timeout: Duration::from_secs(30),
             uid_block: 64,
         }
-    }
-
-    /// The options `config` sets; `None` when no quorum is configured.
-    pub fn from_config(config: &Config) -> std::result::Result<Option<ZkOptions>, ConfigError> {
-        let quorum = config.get_string(QUORUM_KEY).trim();
-        if quorum.is_empty() {
-            return Ok(None);
-        }
-        let mut o = ZkOptions::new(quorum);
-        let basedir = config.get_string(BASEDIR_KEY).trim();
-        if !basedir.is_empty() {
-            if !basedir.starts_with('/') {
-                return Err(ConfigError::bad_value(
-                    BASEDIR_KEY,
-                    basedir,
-                    "must be an absolute znode path",
-                ));
-            }
-            o.basedir = basedir.to_string();
-        }
-        let ms = |key: &str, default: Duration| -> std::result::Result<Duration, ConfigError> {
-            match config.get_int::<u64>(key)? {
-                Some(0) => Err(ConfigError::bad_value(key, "0", "must be at least 1 ms")),
-                Some(v) => Ok(Duration::from_millis(v)),
-                None => Ok(default),
-            }
-        };
-        o.session_timeout = ms(SESSION_TIMEOUT_KEY, o.session_timeout)?;
-        o.request_timeout = ms(TIMEOUT_KEY, o.request_timeout)?;
-        o.lock_timeout = ms(LOCK_TIMEOUT_KEY, o.lock_timeout)?;
-        match config.get_int::<u64>(UID_BLOCK_KEY)? {
-            Some(0) => {
-                return Err(ConfigError::bad_value(
-                    UID_BLOCK_KEY,
-                    "0",
-                    "must be at least 1",
-                ));
-            }
-            Some(n) => o.uid_block = n,
-            None => {}
-        }
-        Ok(Some(o))
     }
 }
 

@@ -308,7 +308,7 @@ impl Db {
                 .wait_durable(a.seq)
                 .await
                 .map_err(|e| PointError::Unavailable(e.to_string()))?;
-            if !self.embedded() {
+            if self.store.shared() {
                 // The write blocks on HTTP: off the async workers where the
                 // runtime allows it.
                 let multi = tokio::runtime::Handle::try_current().is_ok_and(|h| {
@@ -331,7 +331,7 @@ impl Db {
             self.wal
                 .wait_durable_blocking(a.seq)
                 .map_err(|e| PointError::Unavailable(e.to_string()))?;
-            if !self.embedded() {
+            if self.store.shared() {
                 self.flush_all_now().map_err(PointError::StorageDown)?;
             }
         }

@@ -105,13 +105,14 @@ pub(super) fn flusher_loop(db: std::sync::Weak<Db>) {
         {
             let mut woken = db.flusher_wake.0.lock();
             if !*woken {
-                // On a cluster every tick writes everything buffered (see
-                // `tick`), so the tick period bounds how stale other TSDs'
-                // reads of this one's points are.
-                let period = db
-                    .opts
-                    .shared_flush
-                    .map_or(db.opts.flush_interval, |s| s.min(db.opts.flush_interval));
+                // On a shared store every tick writes everything buffered
+                // (see `tick`), so the tick period bounds how stale other
+                // TSDs' reads of this one's points are.
+                let period = if db.store.shared() {
+                    db.opts.shared_flush.min(db.opts.flush_interval)
+                } else {
+                    db.opts.flush_interval
+                };
                 let wait = (period / 2).max(Duration::from_millis(10));
                 db.flusher_wake.1.wait_for(&mut woken, wait);
             }
@@ -166,7 +167,7 @@ impl Db {
         for h in sealed {
             by_series.entry(h.series.id).or_default().push(h);
         }
-        if !self.embedded() {
+        if self.store.shared() {
             return match self.flush_batched(&by_series) {
                 Ok(n) => (n, false),
                 Err(_) => (0, true),
@@ -518,9 +519,9 @@ impl Db {
             pressure: false,
             // On a cluster every tick writes everything, and the WAL goes
             // by the usual rule (its segments are closed as they fill).
-            everything: everything || !self.embedded(),
+            everything: everything || self.store.shared(),
         };
-        if self.embedded() && self.wal.disk_bytes() > self.opts.wal_max_bytes {
+        if !self.store.shared() && self.wal.disk_bytes() > self.opts.wal_max_bytes {
             self.flush_everything(policy);
         } else {
             self.flush(policy);

@@ -74,7 +74,7 @@ pub use append::{Appended, PendingHistogram, PendingPoint};
 pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
 pub use epochs::CacheEpochs;
-pub use options::{Backend, ClusterOptions, DbOptions, WriteOptions};
+pub use options::{Backend, ClusterOptions, DbOptions, WriteOptions, zk_options};
 pub use rollup::{AutoRollupError, RollupPoint};
 pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
 pub use tree::{TreeTest, TreesSynced};
@@ -155,8 +155,6 @@ struct Parts {
     trees: Arc<dyn crate::tree::TreeStore>,
     /// The UID store in ZooKeeper, on a cluster.
     zk_uids: Option<Arc<ZkUidStore>>,
-    /// Threads a query may read its series with.
-    read_threads: usize,
 }
 
 /// An open database. Shared behind an `Arc`; [`Db::close`] flushes it.
@@ -181,9 +179,6 @@ pub struct Db {
     /// while the flusher decides which WAL segments are still needed.
     gate: RwLock<()>,
     opts: WriteOptions,
-    /// Threads a query may read its series with
-    /// ([`SeriesSource::read_threads`](crate::store::read::SeriesSource::read_threads)).
-    read_threads: usize,
     stats: WriteStats,
     closed: AtomicBool,
     flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -216,12 +211,6 @@ impl Db {
         };
         let db = Db::open(&opts).unwrap();
         (dir, db)
-    }
-
-    /// Whether the rows are in the embedded store, not a cluster's tables
-    /// (where every TSD flushes what it buffers: `shared_flush`).
-    pub(crate) fn embedded(&self) -> bool {
-        self.opts.shared_flush.is_none()
     }
 
     /// Opens (or creates) the store in `opts.data_dir`, replays and removes
@@ -297,10 +286,9 @@ impl Db {
         }
         let uids = Arc::new(store.retention().attach(uids));
         let mut index = SeriesIndex::open(store.index_store(), store.layout().widths)?;
-        if matches!(opts.backend, Backend::ClickHouse(_)) {
+        if store.shared() {
             index = index.shared();
         }
-        let read_threads = store.read_threads();
         Self::assemble(
             store.clone(),
             uids,
@@ -309,7 +297,6 @@ impl Db {
                 meta,
                 trees: store.tree_store(),
                 zk_uids,
-                read_threads,
             },
             &opts.data_dir,
             opts.write.clone(),
@@ -324,7 +311,6 @@ impl Db {
             meta,
             trees,
             zk_uids,
-            read_threads,
         }: Parts,
         data_dir: &Path,
         opts: WriteOptions,
@@ -333,12 +319,12 @@ impl Db {
         let series = SeriesCache::new(uids, opts.max_tags)
             .with_limiter(SeriesLimiter::new(opts.series_limits, index.clone()));
         let rollup_table = store.rollup_table();
-        // On a cluster the flusher computes no rollups (docs/rollups.md):
-        // neither does replay.
+        // On a store other TSDs write the flusher computes no rollups
+        // (docs/rollups.md): neither does replay.
         let auto = opts
             .rollups
             .as_deref()
-            .filter(|r| r.auto && opts.shared_flush.is_none())
+            .filter(|r| r.auto && !store.shared())
             .map(|settings| rollup::AutoRollups {
                 settings,
                 rows: &store,
@@ -364,7 +350,6 @@ impl Db {
             wal,
             gate: RwLock::new(()),
             opts,
-            read_threads,
             stats: WriteStats::default(),
             closed: AtomicBool::new(false),
             flusher: Mutex::new(None),
@@ -397,17 +382,11 @@ impl Db {
         Ok(db)
     }
 
-    /// The data rows: reads without the buffered points, and the
-    /// annotation operations (`/api/annotation`). The same [`Store`] as
-    /// [`store`](Self::store), named for what its callers use of it.
-    pub fn rows(&self) -> &Store {
-        &self.store
-    }
-
     /// The store, on whichever engine it was opened (embedded or a
-    /// cluster's): what the tools that work on it as stored use (`fsck`,
-    /// `scan --delete`/`--import`, `uid` grep/fsck/assign, compaction),
-    /// besides the row operations of [`rows`](Self::rows).
+    /// cluster's): the data rows as stored (reads without the buffered
+    /// points, annotations for `/api/annotation`), the UID widths, and
+    /// what the tools that work on it as stored use (`fsck`,
+    /// `scan --delete`/`--import`, `uid` grep/fsck/assign, compaction).
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }

@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use crate::codec::row::{DuplicatePolicy, RowEncoding};
 use crate::config::{Config, ConfigError};
+use crate::coord::ZkOptions;
+use crate::coord::client::QUORUM_KEY;
 use crate::histogram::{CONFIG_KEY, Codecs};
 use crate::meta::MetaTracking;
 use crate::model::NameRules;
-use crate::rollup::RollupSettings;
+use crate::rollup::{RollupConfig, RollupSettings};
 use crate::store::StoreOptions;
 use crate::store::retention::{Retention, TTL_KEY};
 use crate::uid::AutoCreate;
@@ -103,7 +105,7 @@ impl Backend {
                         database,
                         read_cache_bytes: read_cache_mb.saturating_mul(1 << 20),
                     },
-                    zk: match crate::coord::ZkOptions::from_config(c)? {
+                    zk: match zk_options(c)? {
                         Some(zk) => zk,
                         None => {
                             required("tsd.storage.zk_quorum")?;
@@ -151,11 +153,13 @@ pub struct WriteOptions {
     pub histograms: Option<Codecs>,
     /// `tsd.rollups.*` when `tsd.rollups.enable` is on.
     pub rollups: Option<Arc<RollupSettings>>,
-    /// On a cluster (`tsd.storage.clickhouse.flush_ms`): every buffered
-    /// point is written out at least this often, open hours included, so
-    /// other TSDs see it; rows of many series go out in one batch, and a
-    /// `sync` put returns only once its points are written.
-    pub shared_flush: Option<Duration>,
+    /// On a store other TSDs write too (a cluster,
+    /// `tsd.storage.clickhouse.flush_ms`, default 1000 ms): every
+    /// buffered point is written out at least this often, open hours
+    /// included, so other TSDs see it; rows of many series go out in one
+    /// batch, and a `sync` put returns only once its points are written.
+    /// Unused on a store only this process writes.
+    pub shared_flush: Duration,
 }
 
 impl Default for WriteOptions {
@@ -172,7 +176,7 @@ impl Default for WriteOptions {
             tree_processing: false,
             histograms: None,
             rollups: None,
-            shared_flush: None,
+            shared_flush: Duration::from_millis(1000),
         }
     }
 }
@@ -194,11 +198,10 @@ impl DbOptions {
         // The aggregator names are the model's (the query engine's
         // functions); the configuration only names them.
         let rollups =
-            RollupSettings::from_config(c, |n| crate::model::Aggregator::by_name(n).is_some())?
-                .map(Arc::new);
+            rollup_settings(c, |n| crate::model::Aggregator::by_name(n).is_some())?.map(Arc::new);
         let mut store = store_options(c)?;
         if let Some(r) = &rollups {
-            let mb = c.get_int::<u64>(crate::rollup::CACHE_KEY)?.unwrap_or(0);
+            let mb = c.get_int::<u64>(ROLLUP_CACHE_KEY)?.unwrap_or(0);
             store.engine.rollup_cache_bytes = mb.saturating_mul(1 << 20);
             // Retention drops a rollup row once its whole span is past.
             let spans = r.config.intervals.iter().flat_map(|i| {
@@ -214,7 +217,7 @@ impl DbOptions {
         write.rollups = rollups;
         let backend = Backend::from_config(c)?;
         if let Backend::ClickHouse(cluster) = &backend {
-            write.shared_flush = Some(cluster.flush_interval);
+            write.shared_flush = cluster.flush_interval;
             // A cluster's flush writes every TSD's buffered points each
             // tick, and several TSDs may write one series: recomputing
             // rollups there would cost a ClickHouse read and write per
@@ -222,7 +225,7 @@ impl DbOptions {
             // silently not done (docs/rollups.md).
             if write.rollups.as_deref().is_some_and(|r| r.auto) {
                 return Err(ConfigError::bad_value(
-                    crate::rollup::AUTO_KEY,
+                    ROLLUP_AUTO_KEY,
                     "true",
                     "tsd.rollups.auto is not supported with tsd.storage.backend = clickhouse; write rollups through /api/rollup instead",
                 ));
@@ -243,6 +246,107 @@ impl DbOptions {
             backend,
         })
     }
+}
+
+const ROLLUP_ENABLE_KEY: &str = "tsd.rollups.enable";
+const ROLLUP_CONFIG_KEY: &str = "tsd.rollups.config";
+const ROLLUP_AUTO_KEY: &str = "tsd.rollups.auto";
+/// rtsdb's own: MiB of block cache added for the rollup tables when
+/// rollups are on (docs/rollups.md).
+const ROLLUP_CACHE_KEY: &str = "tsd.rollups.cache_mb";
+
+/// The `tsd.rollups.*` settings of `c`, or None when `tsd.rollups.enable`
+/// is off. `is_aggregator` says whether a lower-case name is an
+/// aggregator. A bad configuration is refused with OpenTSDB's message.
+fn rollup_settings(
+    c: &Config,
+    is_aggregator: impl Fn(&str) -> bool,
+) -> Result<Option<RollupSettings>, ConfigError> {
+    if !c.get_bool(ROLLUP_ENABLE_KEY) {
+        return Ok(None);
+    }
+    let mut text = c.get_string(ROLLUP_CONFIG_KEY).to_string();
+    if text.trim().is_empty() {
+        return Err(ConfigError::bad_value(
+            ROLLUP_CONFIG_KEY,
+            "",
+            "Rollups were enabled but 'tsd.rollups.config' is null or empty.",
+        ));
+    }
+    // OpenTSDB reads a value ending in `.json` as a file path.
+    if text.ends_with(".json") {
+        text = std::fs::read_to_string(std::path::Path::new(&text)).map_err(|e| {
+            ConfigError::bad_value(
+                ROLLUP_CONFIG_KEY,
+                &text,
+                format!("Failed to open conf file: {text}: {e}"),
+            )
+        })?;
+    }
+    let config = RollupConfig::parse(&text, is_aggregator).map_err(|e| {
+        ConfigError::bad_value(
+            ROLLUP_CONFIG_KEY,
+            c.get_string(ROLLUP_CONFIG_KEY),
+            e.to_string(),
+        )
+    })?;
+    Ok(Some(RollupSettings {
+        config,
+        tag_raw: c.get_bool("tsd.rollups.tag_raw"),
+        agg_tag_key: c.get_string("tsd.rollups.agg_tag_key").to_string(),
+        raw_agg_tag_value: c.get_string("tsd.rollups.raw_agg_tag_value").to_string(),
+        block_derived: c.get_bool("tsd.rollups.block_derived"),
+        auto: c.get_bool(ROLLUP_AUTO_KEY),
+    }))
+}
+
+const ZK_BASEDIR_KEY: &str = "tsd.storage.zk_basedir";
+const ZK_SESSION_TIMEOUT_KEY: &str = "tsd.storage.zk_session_timeout";
+const ZK_TIMEOUT_KEY: &str = "tsd.storage.zk_timeout";
+const ZK_LOCK_TIMEOUT_KEY: &str = "tsd.storage.zk_lock_timeout";
+const ZK_UID_BLOCK_KEY: &str = "tsd.storage.zk_uid_block";
+
+/// The ZooKeeper options `c` sets (`tsd.storage.zk_*`, each default
+/// [`ZkOptions::new`]'s); `None` when no quorum is configured.
+pub fn zk_options(c: &Config) -> Result<Option<ZkOptions>, ConfigError> {
+    let quorum = c.get_string(QUORUM_KEY).trim();
+    if quorum.is_empty() {
+        return Ok(None);
+    }
+    let mut o = ZkOptions::new(quorum);
+    let basedir = c.get_string(ZK_BASEDIR_KEY).trim();
+    if !basedir.is_empty() {
+        if !basedir.starts_with('/') {
+            return Err(ConfigError::bad_value(
+                ZK_BASEDIR_KEY,
+                basedir,
+                "must be an absolute znode path",
+            ));
+        }
+        o.basedir = basedir.to_string();
+    }
+    let ms = |key: &str, default: Duration| -> Result<Duration, ConfigError> {
+        match c.get_int::<u64>(key)? {
+            Some(0) => Err(ConfigError::bad_value(key, "0", "must be at least 1 ms")),
+            Some(v) => Ok(Duration::from_millis(v)),
+            None => Ok(default),
+        }
+    };
+    o.session_timeout = ms(ZK_SESSION_TIMEOUT_KEY, o.session_timeout)?;
+    o.request_timeout = ms(ZK_TIMEOUT_KEY, o.request_timeout)?;
+    o.lock_timeout = ms(ZK_LOCK_TIMEOUT_KEY, o.lock_timeout)?;
+    match c.get_int::<u64>(ZK_UID_BLOCK_KEY)? {
+        Some(0) => {
+            return Err(ConfigError::bad_value(
+                ZK_UID_BLOCK_KEY,
+                "0",
+                "must be at least 1",
+            ));
+        }
+        Some(n) => o.uid_block = n,
+        None => {}
+    }
+    Ok(Some(o))
 }
 
 /// `TSDB`'s constructor loads the codecs when the key is present at all:
@@ -410,6 +514,27 @@ mod tests {
         assert!(DbOptions::from_config(&c).is_err());
         c.set("tsd.storage.backend", "hbase");
         assert!(DbOptions::from_config(&c).is_err());
+    }
+
+    #[test]
+    fn zk_options_come_from_the_config() {
+        let mut c = Config::default();
+        assert_eq!(zk_options(&c).unwrap(), None);
+        c.set("tsd.storage.zk_quorum", "h1:2181,h2:2181");
+        let o = zk_options(&c).unwrap().unwrap();
+        assert_eq!(o, ZkOptions::new("h1:2181,h2:2181"));
+        assert_eq!(o.basedir, "/rtsdb");
+        c.set("tsd.storage.zk_basedir", "/prod/tsdb");
+        c.set("tsd.storage.zk_uid_block", "1000");
+        c.set("tsd.storage.zk_timeout", "2500");
+        let o = zk_options(&c).unwrap().unwrap();
+        assert_eq!((o.basedir.as_str(), o.uid_block), ("/prod/tsdb", 1000));
+        assert_eq!(o.request_timeout, Duration::from_millis(2500));
+        c.set("tsd.storage.zk_basedir", "relative");
+        assert!(zk_options(&c).is_err());
+        c.set("tsd.storage.zk_basedir", "/x");
+        c.set("tsd.storage.zk_uid_block", "0");
+        assert!(zk_options(&c).is_err());
     }
 
     #[test]

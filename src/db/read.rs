@@ -146,31 +146,23 @@ impl Drop for ReadGuard<'_> {
     }
 }
 
-/// Hourly rows a cluster reads by key before a scan of the metric's rows
-/// is the cheaper read: keys are asked for a few hundred per round trip to
-/// ClickHouse, so a one-series query from 2013 to now (120,000 hours, most
-/// of them empty) would take hundreds of round trips, where a scan pages
-/// through only the rows that exist.
-const CLUSTER_POINT_READS: u64 = 16 * 1024;
-
 impl Db {
     /// Whether reading `series` series' rows over `[start_ms, end_ms]`
-    /// key by key is the right read: always on the embedded store (a
-    /// lookup is a local B-tree probe), on a cluster only up to
-    /// [`CLUSTER_POINT_READS`] rows.
+    /// key by key is the right read ([`ReadPlan::point_reads_pay`](crate::store::ReadPlan::point_reads_pay)).
     fn point_reads_pay(&self, series: usize, start_ms: u64, end_ms: u64) -> bool {
-        let hours = end_ms.saturating_sub(start_ms) / crate::model::row_span::ROW_SPAN_MS + 1;
-        self.embedded() || hours.saturating_mul(series as u64) <= CLUSTER_POINT_READS
+        self.store
+            .read_plan()
+            .point_reads_pay(series, start_ms, end_ms)
     }
 }
 
 impl SeriesSource for Db {
     fn read_threads(&self) -> usize {
-        self.read_threads
+        self.store.read_plan().threads
     }
 
     fn reads_locally(&self) -> bool {
-        self.embedded()
+        self.store.read_plan().local
     }
 
     /// Histogram points are written to the store as they arrive (never

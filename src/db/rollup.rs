@@ -243,7 +243,7 @@ impl RollupSource for Db {
     ) -> Vec<RollupSlice> {
         let first = codec::base_time(start_s, interval);
         let stop = codec::next_base_time(codec::base_time(end_s, interval), interval);
-        let threads = self.read_threads.max(1) as u64;
+        let threads = self.store.read_plan().threads.max(1) as u64;
         let mut cuts: Vec<u64> = (0..threads)
             .map(|k| {
                 let at = first as u64 + (stop - first as u64) * k / threads;

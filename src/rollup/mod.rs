@@ -1,5 +1,5 @@
 //! Rollups and pre-aggregates (OpenTSDB 2.4's `net.opentsdb.rollup`):
-//! the `tsd.rollups.*` settings, the parsed `tsd.rollups.config`, and the
+//! the typed `tsd.rollups.*` settings, the parsed `tsd.rollups.config`, and the
 //! byte layout of rollup rows (docs/format/rollup.md), and how rollup
 //! values combine. Writing them is `Db::write_rollup` (a
 //! `db::RollupPoint`), reading them `db::RollupSource`; rtsdb's own
@@ -11,20 +11,10 @@ pub mod columns;
 pub mod config;
 pub mod qualifier;
 
-use std::path::Path;
-
 pub use config::{RollupConfig, RollupConfigError, RollupInterval, SpanUnit};
 
-use crate::config::{Config, ConfigError};
-
-pub const ENABLE_KEY: &str = "tsd.rollups.enable";
-pub const CONFIG_KEY: &str = "tsd.rollups.config";
-pub const AUTO_KEY: &str = "tsd.rollups.auto";
-/// rtsdb's own: MiB of block cache added for the rollup tables when
-/// rollups are on (docs/rollups.md).
-pub const CACHE_KEY: &str = "tsd.rollups.cache_mb";
-
-/// Everything `tsd.rollups.*` sets, when rollups are enabled.
+/// Everything `tsd.rollups.*` sets, when rollups are enabled (read from
+/// the configuration by `db::DbOptions::from_config`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RollupSettings {
     pub config: RollupConfig,
@@ -42,47 +32,4 @@ pub struct RollupSettings {
     /// max of every non-default interval from raw points as hours are
     /// sealed (docs/rollups.md).
     pub auto: bool,
-}
-
-impl RollupSettings {
-    /// The settings of `c`, or None when `tsd.rollups.enable` is off.
-    /// `is_aggregator` says whether a lower-case name is an aggregator.
-    /// A bad configuration is refused with OpenTSDB's message.
-    pub fn from_config(
-        c: &Config,
-        is_aggregator: impl Fn(&str) -> bool,
-    ) -> Result<Option<RollupSettings>, ConfigError> {
-        if !c.get_bool(ENABLE_KEY) {
-            return Ok(None);
-        }
-        let mut text = c.get_string(CONFIG_KEY).to_string();
-        if text.trim().is_empty() {
-            return Err(ConfigError::bad_value(
-                CONFIG_KEY,
-                "",
-                "Rollups were enabled but 'tsd.rollups.config' is null or empty.",
-            ));
-        }
-        // OpenTSDB reads a value ending in `.json` as a file path.
-        if text.ends_with(".json") {
-            text = std::fs::read_to_string(Path::new(&text)).map_err(|e| {
-                ConfigError::bad_value(
-                    CONFIG_KEY,
-                    &text,
-                    format!("Failed to open conf file: {text}: {e}"),
-                )
-            })?;
-        }
-        let config = RollupConfig::parse(&text, is_aggregator).map_err(|e| {
-            ConfigError::bad_value(CONFIG_KEY, c.get_string(CONFIG_KEY), e.to_string())
-        })?;
-        Ok(Some(RollupSettings {
-            config,
-            tag_raw: c.get_bool("tsd.rollups.tag_raw"),
-            agg_tag_key: c.get_string("tsd.rollups.agg_tag_key").to_string(),
-            raw_agg_tag_value: c.get_string("tsd.rollups.raw_agg_tag_value").to_string(),
-            block_derived: c.get_bool("tsd.rollups.block_derived"),
-            auto: c.get_bool(AUTO_KEY),
-        }))
-    }
 }

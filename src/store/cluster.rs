@@ -232,6 +232,8 @@ impl Store {
         );
         store.encoding = encoding;
         store.retention = opts.retention.clone();
+        // Every TSD of the cluster writes these tables.
+        store.shared = true;
         // One INSERT per new series would cost more than its points: the
         // flusher writes the index entries of a tick together, and tells
         // the other TSDs through the coordinator.

@@ -230,9 +230,61 @@ pub struct StorageHealth {
     pub reopens: u64,
 }
 
+/// Hourly rows a query reads key by key, on an engine a round trip away,
+/// before a scan of the metric's rows is the cheaper read: keys are asked
+/// for a few hundred per round trip (to ClickHouse), so a one-series
+/// query from 2013 to now (120,000 hours, most of them empty) would take
+/// hundreds of round trips, where a scan pages through only the rows that
+/// exist.
+const REMOTE_POINT_READS: u64 = 16 * 1024;
+
+/// How queries read a store, which follows from where its engine is
+/// ([`Store::read_plan`]): in this process, where a read is a local probe
+/// and threads help, or a round trip away, where they only queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadPlan {
+    /// Threads a query over many series may read them with: every core
+    /// (up to 8) of an engine in this process; one for an engine a round
+    /// trip away (a cluster's ClickHouse spreads each read over its
+    /// servers, and more concurrent statements would only queue).
+    pub threads: usize,
+    /// Whether a read of a few rows is a short job on this machine (the
+    /// engine is in this process), not a wait on other servers.
+    pub local: bool,
+}
+
+impl ReadPlan {
+    fn for_engine(kv: &dyn KvStore) -> ReadPlan {
+        if kv.seeks_are_cheap() {
+            ReadPlan {
+                threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+                local: true,
+            }
+        } else {
+            ReadPlan {
+                threads: 1,
+                local: false,
+            }
+        }
+    }
+
+    /// Whether reading `series` series' rows over `[start_ms, end_ms]`
+    /// key by key is the right read: always on a local engine (a lookup
+    /// is a local B-tree probe), on a remote one only up to
+    /// [`REMOTE_POINT_READS`] rows.
+    pub fn point_reads_pay(&self, series: usize, start_ms: u64, end_ms: u64) -> bool {
+        let hours = end_ms.saturating_sub(start_ms) / crate::model::row_span::ROW_SPAN_MS + 1;
+        self.local || hours.saturating_mul(series as u64) <= REMOTE_POINT_READS
+    }
+}
+
 /// An open store. Cheap to share behind an `Arc`.
 pub struct Store {
     kv: Arc<dyn KvStore>,
+    /// Whether other processes write these tables too (a cluster's TSDs):
+    /// see [`Store::shared`].
+    shared: bool,
+    read_plan: ReadPlan,
     uids: Arc<uid_table::KvUidStore>,
     index: Arc<index_table::KvIndexStore>,
     meta: Arc<meta_table::KvMetaStore>,
@@ -380,6 +432,8 @@ impl Store {
         lock: Option<File>,
     ) -> Store {
         Store {
+            shared: false,
+            read_plan: ReadPlan::for_engine(&*kv),
             uids: Arc::new(uid_table::KvUidStore::new(kv.clone(), layout.widths)),
             index: Arc::new(index_table::KvIndexStore::new(kv.clone())),
             meta: Arc::new(meta_table::KvMetaStore::new(kv.clone(), layout.widths)),
@@ -478,16 +532,20 @@ impl Store {
         }
     }
 
-    /// Threads a query over many series may read them with: every core
-    /// (up to 8) of an engine in this process; one for an engine a round
-    /// trip away (a cluster's ClickHouse spreads each read over its
-    /// servers, and more concurrent statements would only queue).
-    pub fn read_threads(&self) -> usize {
-        if self.kv.seeks_are_cheap() {
-            std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
-        } else {
-            1
-        }
+    /// How queries read this store ([`ReadPlan`]), decided once at open
+    /// from where the engine is.
+    pub fn read_plan(&self) -> ReadPlan {
+        self.read_plan
+    }
+
+    /// Whether other processes write this store's tables too (the TSDs of
+    /// a cluster): then a writer publishes what it buffers often and in
+    /// batches (every tick writes everything, a `sync` put waits for its
+    /// rows), its series index is re-read when another writer moved it,
+    /// and nothing is computed from rows this process alone has read
+    /// (`tsd.rollups.auto`). False for a store only this process opens.
+    pub fn shared(&self) -> bool {
+        self.shared
     }
 
     /// The engine's own journal, if it keeps one (the flusher moves it

@@ -451,9 +451,7 @@ fn uid_fsck_checks_and_repairs_the_mappings_in_zookeeper() {
     for (k, v) in &c.settings {
         config.set(k, v);
     }
-    let options = rtsdb::coord::ZkOptions::from_config(&config)
-        .unwrap()
-        .unwrap();
+    let options = rtsdb::db::zk_options(&config).unwrap().unwrap();
     let zk = rtsdb::coord::ZkClient::connect(&options).unwrap();
     let widths = rtsdb::model::UidWidths::default();
     let uids = rtsdb::coord::ZkUidStore::open(zk.clone(), widths).unwrap();

@@ -69,7 +69,7 @@ pub(super) async fn handle(
     }
     let method = method.clone();
     super::query::blocking(state, move |st| {
-        let store = st.db.rows();
+        let store = st.db.store();
         let body = super::content(body.as_deref());
         let reply = if bulk {
             if method == Method::DELETE {

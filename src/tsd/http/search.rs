@@ -320,7 +320,7 @@ fn run_lookup(state: &TsdState, body: LookupBody) -> Reply {
         }
         Err(e) => return Reply::error(500, "Unexpected exception", &e.to_string()),
     };
-    let widths = w.rows().widths();
+    let widths = w.store().widths();
     let results: Vec<ResultRow> = found
         .into_iter()
         .map(|r| ResultRow {

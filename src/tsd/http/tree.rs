@@ -570,7 +570,7 @@ fn handle_test(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>
     if !(method == Method::GET || method == Method::POST || method == Method::PUT) {
         return Err(unsupported_method());
     }
-    let widths = state.db.rows().widths();
+    let widths = state.db.store().widths();
     let mut parsed = Vec::with_capacity(tsuids.len());
     for t in &tsuids {
         let tsuid = Tsuid::parse_hex(t, &widths).map_err(|e| {

@@ -456,7 +456,7 @@ fn tsmeta(state: &TsdState, method: &Method, q: &Query, body: Option<&[u8]>) -> 
     let w = &state.db;
     let uids = w.uids();
     let ms = w.meta();
-    let widths = w.rows().widths();
+    let widths = w.store().widths();
     // What the TSD counted in memory goes to storage before it is read.
     if let Err(e) = w.persist_counters() {
         tracing::warn!(error = %e, "saving series counters failed");
