@@ -55,9 +55,6 @@ pub struct ClusterOptions {
     /// ZooKeeper (`tsd.storage.zk_quorum`, `zk_basedir` and the rest):
     /// UIDs, cluster-wide locks and the layout record.
     pub zk: crate::coord::ZkOptions,
-    /// `tsd.storage.clickhouse.flush_ms` (default 1000): how often the
-    /// flusher writes the rows of open hours, so other TSDs see them.
-    pub flush_interval: Duration,
 }
 
 impl Backend {
@@ -91,10 +88,6 @@ impl Backend {
                     "" => "rtsdb".to_string(),
                     d => d.to_string(),
                 };
-                let flush_ms = c
-                    .get_int::<u64>("tsd.storage.clickhouse.flush_ms")?
-                    .unwrap_or(1000)
-                    .max(10);
                 let read_cache_mb = c
                     .get_int::<usize>("tsd.storage.clickhouse.read_cache_mb")?
                     .unwrap_or(128);
@@ -112,7 +105,6 @@ impl Backend {
                             unreachable!("an empty quorum is refused above")
                         }
                     },
-                    flush_interval: Duration::from_millis(flush_ms),
                 }))
             }
             other => Err(ConfigError::bad_value(
@@ -216,8 +208,11 @@ impl DbOptions {
         let mut write = write_options(c)?;
         write.rollups = rollups;
         let backend = Backend::from_config(c)?;
-        if let Backend::ClickHouse(cluster) = &backend {
-            write.shared_flush = cluster.flush_interval;
+        if let Backend::ClickHouse(_) = &backend {
+            // Read only for a cluster, the one store others write too.
+            if let Some(ms) = c.get_int::<u64>("tsd.storage.clickhouse.flush_ms")? {
+                write.shared_flush = Duration::from_millis(ms.max(10));
+            }
             // A cluster's flush writes every TSD's buffered points each
             // tick, and several TSDs may write one series: recomputing
             // rollups there would cost a ClickHouse read and write per
@@ -485,14 +480,15 @@ mod tests {
         c.set("tsd.storage.clickhouse.endpoints", "http://a:1, http://b:2");
         c.set("tsd.storage.clickhouse.cluster", "rtsdb");
         c.set("tsd.storage.zk_quorum", "a:2181");
-        let Backend::ClickHouse(o) = DbOptions::from_config(&c).unwrap().backend else {
+        let opts = DbOptions::from_config(&c).unwrap();
+        let Backend::ClickHouse(o) = opts.backend else {
             panic!("not the cluster backend");
         };
         assert_eq!(o.clickhouse.endpoints, vec!["http://a:1", "http://b:2"]);
         assert_eq!(o.clickhouse.database, "rtsdb");
         assert_eq!(o.zk.basedir, "/rtsdb");
         assert_eq!(o.zk.quorum, "a:2181");
-        assert_eq!(o.flush_interval, Duration::from_millis(1000));
+        assert_eq!(opts.write.shared_flush, Duration::from_millis(1000));
         // Rollups through /api/rollup, yes; computed ones are refused
         // (docs/rollups.md).
         c.set("tsd.rollups.enable", "true");

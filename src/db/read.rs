@@ -357,6 +357,16 @@ mod tests {
         }
     }
 
+    /// Every series of `metric`, in the index's order.
+    fn tsuids_of(db: &Db, metric: &str) -> Vec<Tsuid> {
+        let m = db.uids().get_id(UidKind::Metric, metric).unwrap();
+        db.read_series(m, 0, u64::MAX, &mut |_| true)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.tsuid)
+            .collect()
+    }
+
     /// A flush that writes buffered points to the store while a read is
     /// under way (after the read took the buffer's points, before it read
     /// the rows) hands each point over once and counts it once: the
@@ -369,13 +379,7 @@ mod tests {
         db.flush_all().unwrap();
         // One overwrite of a stored point, one new point.
         put(db, metric, &[(0, 10, 3), (0, 20, 4)]);
-        let m = db.uids().get_id(UidKind::Metric, metric).unwrap();
-        let all: Vec<Tsuid> = db
-            .read_series(m, 0, u64::MAX, &mut |_| true)
-            .unwrap()
-            .into_iter()
-            .map(|s| s.tsuid)
-            .collect();
+        let all = tsuids_of(db, metric);
         let (start_ms, end_ms) = ((BASE * 1000) as u64, ((BASE + 3600) * 1000) as u64);
         let want: Vec<(u64, Value)> = [(0, 1), (10, 3), (20, 4)]
             .iter()
@@ -447,12 +451,7 @@ mod tests {
                 .map(|(h, pts)| (h, pts.into_iter().collect()))
                 .collect();
             let m = db.uids().get_id(UidKind::Metric, &metric).unwrap();
-            let all: Vec<Tsuid> = db
-                .read_series(m, 0, u64::MAX, &mut |_| true)
-                .unwrap()
-                .into_iter()
-                .map(|s| s.tsuid)
-                .collect();
+            let all = tsuids_of(db, &metric);
             let host = |t: &Tsuid| -> u8 {
                 let v = db.uids().get_name(UidKind::TagValue, t.tags[0].1).unwrap();
                 v[1..].parse().unwrap()

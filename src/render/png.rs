@@ -812,14 +812,6 @@ fn draw(plot: &Plot, root: &DrawingArea<BitMapBackend, Shift>) -> Result<(), Ren
             KeyMargin::Bottom => (across(k), base.1 + gh as i32 + KEY_PAD),
         };
         key.draw(root, at, &font, k.boxed.then_some(fg))?;
-        if plot.series.len() > key_rows {
-            root.draw_text(
-                &format!("... and {} more", plot.series.len() - key_rows),
-                &font,
-                (w as i32 - 160, h as i32 - 20),
-            )
-            .map_err(draw_err)?;
-        }
     } else if let Some(k) = &p.key {
         let mut labels = chart.configure_series_labels();
         labels
@@ -830,14 +822,16 @@ fn draw(plot: &Plot, root: &DrawingArea<BitMapBackend, Shift>) -> Result<(), Ren
             labels.border_style(fg);
         }
         labels.draw().map_err(draw_err)?;
-        if plot.series.len() > key_rows {
-            root.draw_text(
-                &format!("... and {} more", plot.series.len() - key_rows),
-                &font,
-                (w as i32 - 160, h as i32 - 20),
-            )
-            .map_err(draw_err)?;
-        }
+    }
+    // Series past what the key holds, under either key (an empty plot has
+    // none to count).
+    if p.key.is_some() && plot.series.len() > key_rows {
+        root.draw_text(
+            &format!("... and {} more", plot.series.len() - key_rows),
+            &font,
+            (w as i32 - 160, h as i32 - 20),
+        )
+        .map_err(draw_err)?;
     }
     Ok(())
 }
