@@ -9,6 +9,8 @@
 //!
 //! - [`cli`]: the `tsdb` command line; every command opens a [`db::Db`].
 //! - [`tsd`]: the server: one port for telnet and HTTP.
+//! - [`promql`]: PromQL as Prometheus 2.42 evaluates it (the Prometheus
+//!   HTTP API's language), on the same select-and-read layer.
 //! - [`query`]: OpenTSDB's query language (`/api/query`, `/last`, `/exp`,
 //!   `/gexp`) as a library: the engine over a select-and-read layer
 //!   ([`query::QueryContext`]) that another query language calls too.
@@ -76,6 +78,7 @@ pub mod index;
 pub mod meta;
 pub mod model;
 pub(crate) mod parallel;
+pub mod promql;
 pub mod protocol;
 pub mod query;
 pub(crate) mod render;
