@@ -11,11 +11,21 @@
 //! - [`range`]: the range-vector functions (`rate`, `irate`, `increase`,
 //!   `delta`, `idelta`, `resets`, `changes` and every `*_over_time`);
 //! - [`smoothing`]: `deriv`, `predict_linear`, `holt_winters`;
+//! - [`math`]: functions of one value (`abs`, `round`, `clamp`, the
+//!   trigonometric ones…) and `pi()`;
+//! - [`histogram`]: `histogram_quantile` over `le` buckets, and the
+//!   native-histogram functions (always empty: none is stored);
+//! - [`sort`]: `sort`, `sort_desc`;
+//! - [`convert`]: `scalar()`, `vector()`;
 //! - [`stats`]: `quantile` (shared with the `quantile` aggregation) and
 //!   Prometheus' compensated summation.
 
+pub mod convert;
+pub mod histogram;
+pub mod math;
 pub mod range;
 pub mod smoothing;
+pub mod sort;
 pub mod stats;
 
 pub use stats::{kahan_sum_inc, quantile};
@@ -123,6 +133,60 @@ pub fn call(name: &str, args: Vec<FnArg>, ctx: &FnContext) -> Result<FnValue, Pr
             let tf = args.scalar(2)?;
             vector(smoothing::holt_winters(&args.range(0)?, sf, tf, ctx)?)
         }
+        "abs" | "ceil" | "floor" | "exp" | "sqrt" | "ln" | "log2" | "log10" | "sin" | "cos"
+        | "tan" | "asin" | "acos" | "atan" | "sinh" | "cosh" | "tanh" | "asinh" | "acosh"
+        | "atanh" | "deg" | "rad" | "sgn" => {
+            let f = math::MathFn::from_name(name).ok_or_else(|| unknown(name))?;
+            let input = args.exactly(1)?.vector(0)?;
+            vector(math::map_values(input, ctx, |v| f.apply(v)))
+        }
+        "round" => {
+            let to_nearest = if args.between(1, 2)?.len() == 2 {
+                args.scalar(1)?
+            } else {
+                1.0
+            };
+            vector(math::round(args.vector(0)?, to_nearest, ctx))
+        }
+        "clamp" => {
+            let (min, max) = (args.exactly(3)?.scalar(1)?, args.scalar(2)?);
+            vector(math::clamp(args.vector(0)?, min, max, ctx))
+        }
+        "clamp_min" => {
+            let min = args.exactly(2)?.scalar(1)?;
+            vector(math::clamp_min(args.vector(0)?, min, ctx))
+        }
+        "clamp_max" => {
+            let max = args.exactly(2)?.scalar(1)?;
+            vector(math::clamp_max(args.vector(0)?, max, ctx))
+        }
+        "pi" => {
+            args.exactly(0)?;
+            FnValue::Scalar(std::f64::consts::PI)
+        }
+        "histogram_quantile" => {
+            let q = args.exactly(2)?.scalar(0)?;
+            vector(histogram::histogram_quantile(q, args.vector(1)?, ctx))
+        }
+        "histogram_count" | "histogram_sum" => {
+            let input = args.exactly(1)?.vector(0)?;
+            vector(histogram::native_histogram_function(&input))
+        }
+        "histogram_fraction" => {
+            args.exactly(3)?.scalar(0)?;
+            args.scalar(1)?;
+            vector(histogram::native_histogram_function(&args.vector(2)?))
+        }
+        "sort" => vector(sort::sort_by_value(
+            args.exactly(1)?.vector(0)?,
+            sort::Direction::Ascending,
+        )),
+        "sort_desc" => vector(sort::sort_by_value(
+            args.exactly(1)?.vector(0)?,
+            sort::Direction::Descending,
+        )),
+        "scalar" => FnValue::Scalar(convert::scalar(&args.exactly(1)?.vector(0)?)),
+        "vector" => vector(convert::vector(args.exactly(1)?.scalar(0)?, ctx)),
         "absent" | "absent_over_time" => {
             return Err(PromError::internal(format!(
                 "{name}() takes its labels from its argument's matchers: the engine answers it"
@@ -177,6 +241,19 @@ impl Args<'_> {
         ))
     }
 
+    fn len(&self) -> usize {
+        self.args.len()
+    }
+
+    /// Takes instant vector argument `i` out of the call (each argument
+    /// is read once).
+    fn vector(&mut self, i: usize) -> Result<Vec<VectorSample>, PromError> {
+        match self.args.get_mut(i) {
+            Some(FnArg::Vector(v)) => Ok(std::mem::take(v)),
+            _ => Err(self.wrong_type(i, "instant vector")),
+        }
+    }
+
     fn scalar(&self, i: usize) -> Result<f64, PromError> {
         match self.args.get(i) {
             Some(FnArg::Scalar(v)) => Ok(*v),
@@ -217,11 +294,52 @@ mod tests {
         eval_ms: 1_709_214_330_000,
     };
 
+    fn element(name: &str, v: f64) -> VectorSample {
+        VectorSample {
+            labels: Labels::from_pairs([("__name__", name), ("job", "a")]),
+            t: 0,
+            v,
+        }
+    }
+
     fn vector_of(value: FnValue) -> Vec<VectorSample> {
         match value {
             FnValue::Vector(v) => v,
             FnValue::Scalar(s) => panic!("scalar {s}"),
         }
+    }
+
+    fn scalar_of(value: FnValue) -> f64 {
+        match value {
+            FnValue::Scalar(s) => s,
+            FnValue::Vector(v) => panic!("vector {v:?}"),
+        }
+    }
+
+    #[test]
+    fn dispatches_by_name() {
+        let v =
+            vector_of(call("abs", vec![FnArg::Vector(vec![element("m", -2.0)])], &CTX).unwrap());
+        assert_eq!(v[0].v, 2.0);
+        assert_eq!(v[0].labels, Labels::from_pairs([("job", "a")]));
+        assert_eq!(
+            scalar_of(call("pi", vec![], &CTX).unwrap()),
+            std::f64::consts::PI
+        );
+        let s = call("scalar", vec![FnArg::Vector(vec![element("m", 3.0)])], &CTX).unwrap();
+        assert_eq!(scalar_of(s), 3.0);
+        let v = vector_of(call("vector", vec![FnArg::Scalar(1.5)], &CTX).unwrap());
+        assert_eq!(v[0].v, 1.5);
+        assert!(v[0].labels.is_empty());
+    }
+
+    #[test]
+    fn optional_and_variadic_arguments() {
+        let input = || FnArg::Vector(vec![element("m", 2.5)]);
+        let v = vector_of(call("round", vec![input()], &CTX).unwrap());
+        assert_eq!(v[0].v, 3.0);
+        let v = vector_of(call("round", vec![input(), FnArg::Scalar(2.0)], &CTX).unwrap());
+        assert_eq!(v[0].v, 2.0);
     }
 
     #[test]
@@ -250,6 +368,20 @@ mod tests {
     }
 
     #[test]
+    fn native_histogram_functions_answer_nothing_for_floats() {
+        for name in ["histogram_count", "histogram_sum"] {
+            let out = call(name, vec![FnArg::Vector(vec![element("m", 1.0)])], &CTX).unwrap();
+            assert!(vector_of(out).is_empty());
+        }
+        let args = vec![
+            FnArg::Scalar(0.0),
+            FnArg::Scalar(1.0),
+            FnArg::Vector(vec![element("m", 1.0)]),
+        ];
+        assert!(vector_of(call("histogram_fraction", args, &CTX).unwrap()).is_empty());
+    }
+
+    #[test]
     fn errors() {
         let err = call("rate", vec![FnArg::Vector(vec![])], &CTX).unwrap_err();
         assert_eq!(err.kind, crate::promql::ErrorKind::BadData);
@@ -257,10 +389,15 @@ mod tests {
             err.message,
             "expected type range vector in call to function \"rate\", got instant vector"
         );
-        let err = call("rate", vec![], &CTX).unwrap_err();
+        let err = call("abs", vec![], &CTX).unwrap_err();
         assert_eq!(
             err.message,
-            "expected 1 argument(s) in call to \"rate\", got 0"
+            "expected 1 argument(s) in call to \"abs\", got 0"
+        );
+        let err = call("round", vec![], &CTX).unwrap_err();
+        assert_eq!(
+            err.message,
+            "expected 1 to 2 argument(s) in call to \"round\", got 0"
         );
         let err = call("holt_winters", vec![FnArg::Scalar(1.0)], &CTX).unwrap_err();
         assert_eq!(
