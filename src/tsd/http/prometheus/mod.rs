@@ -7,9 +7,12 @@
 //! - `write`: remote write 1.0 and 2.0 bodies into the write path.
 //! - `api`: `query`, `query_range`, `series`, `labels`, label values,
 //!   `metadata`, `status/buildinfo`, `query_exemplars`, `format_query`,
-//!   in Prometheus' JSON and error shapes.
+//!   in Prometheus' JSON and error shapes; `api_params` reads their
+//!   parameters, `api_json` writes their answers.
 
 mod api;
+mod api_json;
+mod api_params;
 mod write;
 
 use std::sync::Arc;
