@@ -2,3 +2,617 @@
 //! series index through the select-and-read layer of
 //! [`crate::query::QueryContext`], samples read through its
 //! `SeriesSource`.
+//!
+//! How names travel: a series' metric is its `__name__`, each tag (key,
+//! value) one label, names and values as stored (no escaping either way),
+//! so `put sys.cpu.user … host=web01` is `sys.cpu.user{host="web01"}`
+//! (`{__name__="sys.cpu.user"}` in a query: a dot is not valid in a
+//! PromQL 2.42 metric identifier).
+//!
+//! Which series a selector picks: an equality on `__name__` names one
+//! metric; any other matcher on it, or none (`{job="x"}`), walks the
+//! metrics the index knows by name (a metric's name is tested once, never
+//! its rows). Within a metric the label matchers run against the distinct
+//! values the index holds for each key ([`select::match_tag_tests`]).
+//!
+//! Time ranges: the index remembers, per series, only the hour of its
+//! newest row. A series whose newest row ends before a range's start is
+//! left out of `series`, `labels` and label values; one whose first
+//! sample comes after the range's end is still listed (the index does not
+//! know when a series began). [`Storage::select`] is exact: it reads the
+//! samples and returns only series with a sample in the range.
+//!
+//! Memory is bounded by [`SourceLimits`]: a selector that would hold more
+//! series or samples than it allows is refused with Prometheus' error,
+//! before or while reading, not after.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use promql_parser::label::{MatchOp, Matcher};
+
+use super::error::PromError;
+use super::storage::{Storage, StoredSeries};
+use super::value::{Labels, METRIC_NAME, Sample};
+use crate::model::hash::FastMap;
+use crate::model::point::Value;
+use crate::model::row_span::ROW_SPAN_MS;
+use crate::model::{Tsuid, Uid, UidKind};
+use crate::query::QueryContext;
+use crate::query::select::{self, TagTest, ValueTest};
+use crate::uid::UidTableError;
+
+/// Prometheus 2.42's message when a query would hold more samples than
+/// `--query.max-samples` allows (an `execution` error).
+pub const TOO_MANY_SAMPLES: &str =
+    "query processing would load too many samples into memory in query execution";
+
+/// How much one call may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceLimits {
+    /// Samples one [`Storage::select`] may read (Prometheus'
+    /// `--query.max-samples`, 50 million by default).
+    pub max_samples: usize,
+    /// Series one call may select: the labels of each are held whether or
+    /// not it has samples. The same figure as `max_samples` by default:
+    /// a series costs at least what a sample does.
+    pub max_series: usize,
+}
+
+impl SourceLimits {
+    /// Limits from the engine's `max_samples`, tightened by OpenTSDB's
+    /// `tsd.query.limits.data_points.default` when that is set (non-zero),
+    /// so one setting bounds both query languages.
+    pub fn new(max_samples: usize, opentsdb_max_points: u64) -> SourceLimits {
+        let max = match usize::try_from(opentsdb_max_points) {
+            Ok(0) | Err(_) => max_samples,
+            Ok(p) => max_samples.min(p),
+        };
+        SourceLimits {
+            max_samples: max,
+            max_series: max,
+        }
+    }
+}
+
+/// Receives one metric's selected series, with the metric's name.
+type MetricSink<'s> = dyn FnMut(&Arc<str>, Vec<Tsuid>) -> Result<(), PromError> + 's;
+
+/// The database, read through a [`QueryContext`], as PromQL's storage.
+pub struct DbStorage<'a> {
+    ctx: &'a QueryContext<'a>,
+    limits: SourceLimits,
+}
+
+impl<'a> DbStorage<'a> {
+    pub fn new(ctx: &'a QueryContext<'a>, limits: SourceLimits) -> DbStorage<'a> {
+        DbStorage { ctx, limits }
+    }
+
+    /// The metrics a selector's `__name__` matchers allow, with their
+    /// names: one lookup for an equality, else every metric of the index
+    /// tested by name.
+    fn metrics(&self, name_matchers: &[&Matcher]) -> Result<Vec<(Uid, Arc<str>)>, PromError> {
+        let uids = self.ctx.uids;
+        let equal = name_matchers
+            .iter()
+            .find(|m| matches!(m.op, MatchOp::Equal) && !m.value.is_empty());
+        let candidates: Vec<Uid> = match equal {
+            Some(m) => uids
+                .lookup_id(UidKind::Metric, &m.value)
+                .map_err(storage_error)?
+                .into_iter()
+                .collect(),
+            None => self.ctx.index.metrics(),
+        };
+        let mut out = Vec::with_capacity(candidates.len());
+        for uid in candidates {
+            let name = match uids.get_name(UidKind::Metric, uid) {
+                Ok(n) => n,
+                // A metric renamed away or deleted: no series by any name.
+                Err(UidTableError::NoSuchId { .. }) => continue,
+                Err(e) => return Err(storage_error(e)),
+            };
+            if name_matchers.iter().all(|m| m.is_match(&name)) {
+                out.push((uid, name));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Calls `f` with each metric's series that `matchers` (all of them)
+    /// select and whose newest row is not older than `start_ms`'s hour,
+    /// metric by metric; empty `matchers` select every series.
+    fn visit(
+        &self,
+        matchers: &[Matcher],
+        start_ms: i64,
+        f: &mut MetricSink<'_>,
+    ) -> Result<(), PromError> {
+        let (names, labels): (Vec<&Matcher>, Vec<&Matcher>) =
+            matchers.iter().partition(|m| m.name == METRIC_NAME);
+        let accept: Vec<_> = labels
+            .iter()
+            .map(|m| move |v: &str| m.is_match(v))
+            .collect();
+        let tests: Vec<TagTest> = labels
+            .iter()
+            .zip(&accept)
+            .map(|(m, accepts)| TagTest {
+                key: &m.name,
+                values: match m.op {
+                    // Looked up by name rather than tested on every value.
+                    MatchOp::Equal if !m.value.is_empty() => ValueTest::Is(&m.value),
+                    // A missing label reads as "": it passes when "" does.
+                    _ => ValueTest::Accepts {
+                        accepts,
+                        absent: m.is_match(""),
+                    },
+                },
+            })
+            .collect();
+        for (metric, name) in self.metrics(&names)? {
+            let found = select::match_tag_tests(self.ctx, metric, &tests).map_err(query_error)?;
+            let (found, _) = select::resolvable(self.ctx, found).map_err(query_error)?;
+            let found = self.recent(found, start_ms);
+            if !found.is_empty() {
+                f(&name, found)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `series` without those whose newest row ends before `start_ms`
+    /// (the index's hour is all it knows of a series' time).
+    fn recent(&self, mut series: Vec<Tsuid>, start_ms: i64) -> Vec<Tsuid> {
+        if start_ms <= 0 {
+            return series;
+        }
+        series.retain(|t| match self.ctx.index.last_hour(t) {
+            // Hour 0: recorded without a time; kept, as nothing is known.
+            None | Some(0) => true,
+            Some(h) => i64::from(h) * 1000 + ROW_SPAN_MS as i64 > start_ms,
+        });
+        series
+    }
+
+    /// The series `matchers` select from `start_ms` on, with their labels,
+    /// sorted by labels; refused past `max_series`.
+    fn choose(
+        &self,
+        matchers: &[Matcher],
+        start_ms: i64,
+    ) -> Result<Vec<(Tsuid, Labels)>, PromError> {
+        let mut names = NameCache::new(self.ctx);
+        let mut out: Vec<(Tsuid, Labels)> = Vec::new();
+        self.visit(matchers, start_ms, &mut |metric, series| {
+            if out.len() + series.len() > self.limits.max_series {
+                return Err(PromError::execution(TOO_MANY_SAMPLES));
+            }
+            for t in series {
+                if let Some(labels) = names.labels(metric, &t)? {
+                    out.push((t, labels));
+                }
+            }
+            Ok(())
+        })?;
+        out.sort_by(|a, b| a.1.cmp(&b.1));
+        Ok(out)
+    }
+
+    /// The matcher sets to visit: `sets`, or one empty set (every series)
+    /// when there is none.
+    fn sets_or_all(sets: &[Vec<Matcher>]) -> Vec<&[Matcher]> {
+        if sets.is_empty() {
+            vec![&[] as &[Matcher]]
+        } else {
+            sets.iter().map(Vec::as_slice).collect()
+        }
+    }
+}
+
+impl Storage for DbStorage<'_> {
+    fn select(
+        &self,
+        matchers: &[Matcher],
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Result<Vec<StoredSeries>, PromError> {
+        if end_ms < 0 || end_ms < start_ms {
+            return Ok(Vec::new());
+        }
+        let chosen = self.choose(matchers, start_ms)?;
+        let tsuids: Vec<Tsuid> = chosen.iter().map(|(t, _)| t.clone()).collect();
+        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); tsuids.len()];
+        let mut total = 0usize;
+        let mut over = false;
+        let max = self.limits.max_samples;
+        self.ctx
+            .source
+            .read_tsuids(
+                &tsuids,
+                start_ms.max(0) as u64,
+                end_ms as u64,
+                &mut |i, points| {
+                    total += points.len();
+                    if total > max {
+                        over = true;
+                        return false;
+                    }
+                    samples[i].extend(points.iter().map(|p| Sample {
+                        t: p.timestamp_ms() as i64,
+                        v: match p.value() {
+                            Value::Int(v) => v as f64,
+                            // Bits kept: a stale marker is a NaN payload.
+                            Value::Float(v) => v,
+                        },
+                    }));
+                    true
+                },
+            )
+            .map_err(|e| PromError::internal(e.to_string()))?;
+        if over {
+            return Err(PromError::execution(TOO_MANY_SAMPLES));
+        }
+        Ok(chosen
+            .into_iter()
+            .zip(samples)
+            .filter(|(_, s)| !s.is_empty())
+            .map(|((_, labels), samples)| StoredSeries { labels, samples })
+            .collect())
+    }
+
+    fn series(
+        &self,
+        sets: &[Vec<Matcher>],
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Result<Vec<Labels>, PromError> {
+        let _ = end_ms;
+        let mut seen: HashSet<Tsuid> = HashSet::new();
+        let mut out: Vec<Labels> = Vec::new();
+        for set in sets {
+            for (t, labels) in self.choose(set, start_ms)? {
+                if seen.insert(t) {
+                    if out.len() >= self.limits.max_series {
+                        return Err(PromError::execution(TOO_MANY_SAMPLES));
+                    }
+                    out.push(labels);
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn label_names(
+        &self,
+        sets: &[Vec<Matcher>],
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Result<Vec<String>, PromError> {
+        let _ = end_ms;
+        let mut keys: HashSet<Uid> = HashSet::new();
+        let mut any = false;
+        for set in Self::sets_or_all(sets) {
+            self.visit(set, start_ms, &mut |_, series| {
+                any = true;
+                keys.extend(series.iter().flat_map(|t| t.tags.iter().map(|(k, _)| *k)));
+                Ok(())
+            })?;
+        }
+        let mut names = NameCache::new(self.ctx);
+        let mut out: BTreeSet<String> = BTreeSet::new();
+        if any {
+            out.insert(METRIC_NAME.to_string());
+        }
+        for k in keys {
+            if let Some(n) = names.name(UidKind::TagKey, k)? {
+                out.insert(n.to_string());
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    fn label_values(
+        &self,
+        name: &str,
+        sets: &[Vec<Matcher>],
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Result<Vec<String>, PromError> {
+        let _ = end_ms;
+        let mut out: BTreeSet<String> = BTreeSet::new();
+        if name == METRIC_NAME {
+            for set in Self::sets_or_all(sets) {
+                self.visit(set, start_ms, &mut |metric, _| {
+                    out.insert(metric.to_string());
+                    Ok(())
+                })?;
+            }
+            return Ok(out.into_iter().collect());
+        }
+        let Some(key) = self
+            .ctx
+            .uids
+            .lookup_id(UidKind::TagKey, name)
+            .map_err(storage_error)?
+        else {
+            return Ok(Vec::new());
+        };
+        let mut values: HashSet<Uid> = HashSet::new();
+        for set in Self::sets_or_all(sets) {
+            self.visit(set, start_ms, &mut |_, series| {
+                values.extend(
+                    series
+                        .iter()
+                        .filter_map(|t| t.tags.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)),
+                );
+                Ok(())
+            })?;
+        }
+        let mut names = NameCache::new(self.ctx);
+        for v in values {
+            if let Some(n) = names.name(UidKind::TagValue, v)? {
+                out.insert(n.to_string());
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+}
+
+/// UID names looked up once per call: a call's series share most of
+/// their tag keys and values.
+struct NameCache<'c> {
+    ctx: &'c QueryContext<'c>,
+    known: FastMap<(UidKind, Uid), Option<Arc<str>>>,
+}
+
+impl<'c> NameCache<'c> {
+    fn new(ctx: &'c QueryContext<'c>) -> Self {
+        NameCache {
+            ctx,
+            known: FastMap::default(),
+        }
+    }
+
+    /// The name of `uid`; `None` when it has none any more (deleted).
+    fn name(&mut self, kind: UidKind, uid: Uid) -> Result<Option<Arc<str>>, PromError> {
+        if let Some(n) = self.known.get(&(kind, uid)) {
+            return Ok(n.clone());
+        }
+        let n = match self.ctx.uids.get_name(kind, uid) {
+            Ok(n) => Some(n),
+            Err(UidTableError::NoSuchId { .. }) => None,
+            Err(e) => return Err(storage_error(e)),
+        };
+        self.known.insert((kind, uid), n.clone());
+        Ok(n)
+    }
+
+    /// A series' labels: `__name__` = the metric, one label per tag;
+    /// `None` when a tag's name no longer resolves.
+    fn labels(&mut self, metric: &str, t: &Tsuid) -> Result<Option<Labels>, PromError> {
+        let mut pairs: Vec<(String, String)> = Vec::with_capacity(t.tags.len() + 1);
+        pairs.push((METRIC_NAME.to_string(), metric.to_string()));
+        for &(k, v) in &t.tags {
+            let (Some(k), Some(v)) = (
+                self.name(UidKind::TagKey, k)?,
+                self.name(UidKind::TagValue, v)?,
+            ) else {
+                return Ok(None);
+            };
+            pairs.push((k.to_string(), v.to_string()));
+        }
+        Ok(Some(Labels::from_pairs(pairs)))
+    }
+}
+
+fn storage_error(e: UidTableError) -> PromError {
+    PromError::internal(e.to_string())
+}
+
+fn query_error(e: crate::query::QueryError) -> PromError {
+    PromError::internal(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use promql_parser::parser::{self, Expr};
+
+    use super::*;
+    use crate::db::{Db, PendingPoint};
+    use crate::query::QueryOptions;
+
+    const T0: i64 = 1_420_070_400; // 2015-01-01T00:00:00Z
+
+    /// `sys.cpu.user` on two hosts (one with `dc`), `up` with a job, and
+    /// `old` written only in the first hour: ints every 10 s over two
+    /// hours, `up` as floats.
+    fn db() -> (tempfile::TempDir, Arc<Db>) {
+        let (dir, db) = Db::open_temp();
+        let mut key = String::new();
+        let mut batch = Vec::new();
+        type Written<'a> = (&'a str, &'a [(&'a str, &'a str)], i64);
+        let series: [Written; 4] = [
+            ("sys.cpu.user", &[("host", "web01"), ("dc", "a")], 7200),
+            ("sys.cpu.user", &[("host", "web02")], 7200),
+            ("up", &[("job", "prom"), ("instance", "h-9090")], 7200),
+            ("old", &[("host", "web01")], 3600),
+        ];
+        for (metric, tags, span) in series {
+            for t in (T0..T0 + span).step_by(10) {
+                let value = if metric == "up" {
+                    Value::Float(0.5)
+                } else {
+                    Value::Int(t % 100)
+                };
+                let (series, ts) = db.resolve(metric, t, value, tags, &mut key).unwrap();
+                batch.push(PendingPoint { series, ts, value });
+            }
+        }
+        db.append(&batch).unwrap();
+        (dir, db)
+    }
+
+    /// The matchers of a selector, its name as a `__name__` matcher.
+    fn sel(s: &str) -> Vec<Matcher> {
+        let Expr::VectorSelector(vs) = parser::parse(s).unwrap() else {
+            panic!("{s} is not a selector")
+        };
+        let mut m = vs.matchers.matchers;
+        if let Some(n) = vs.name {
+            m.push(Matcher::new(MatchOp::Equal, METRIC_NAME, &n));
+        }
+        m
+    }
+
+    fn names(series: &[StoredSeries]) -> Vec<String> {
+        series.iter().map(|s| s.labels.to_string()).collect()
+    }
+
+    fn storage_test(f: impl FnOnce(&DbStorage)) {
+        let (_dir, db) = db();
+        let ctx = QueryContext::new(&db, &QueryOptions::default());
+        let s = DbStorage::new(&ctx, SourceLimits::new(1_000_000, 0));
+        f(&s);
+    }
+
+    const ALL: (i64, i64) = (0, i64::MAX / 2);
+
+    #[test]
+    fn selects_by_name_and_labels() {
+        storage_test(|s| {
+            let got = s
+                .select(
+                    &sel(r#"{__name__="sys.cpu.user",host="web01"}"#),
+                    T0 * 1000,
+                    (T0 + 30) * 1000,
+                )
+                .unwrap();
+            assert_eq!(
+                names(&got),
+                vec![r#"{__name__="sys.cpu.user", dc="a", host="web01"}"#]
+            );
+            // Both ends included; ints as floats.
+            let expect: Vec<Sample> = (0..4)
+                .map(|i| Sample {
+                    t: (T0 + 10 * i) * 1000,
+                    v: ((T0 + 10 * i) % 100) as f64,
+                })
+                .collect();
+            assert_eq!(got[0].samples, expect);
+            let up = s.select(&sel("up"), T0 * 1000, T0 * 1000).unwrap();
+            assert_eq!(
+                up[0].samples,
+                vec![Sample {
+                    t: T0 * 1000,
+                    v: 0.5
+                }]
+            );
+        });
+    }
+
+    #[test]
+    fn matchers_follow_prometheus_rules() {
+        storage_test(|s| {
+            let (a, b) = ALL;
+            let n = |q: &str| names(&s.select(&sel(q), a, b).unwrap());
+            // No name: every metric, by label.
+            assert_eq!(
+                n(r#"{host="web01"}"#),
+                vec![
+                    r#"{__name__="old", host="web01"}"#,
+                    r#"{__name__="sys.cpu.user", dc="a", host="web01"}"#
+                ]
+            );
+            // Regexps on the name are anchored.
+            assert_eq!(n(r#"{__name__=~"sys.*"}"#).len(), 2);
+            assert_eq!(n(r#"{__name__=~"cpu"}"#).len(), 0);
+            assert_eq!(n(r#"{__name__!~"sys.*|old", __name__=~".+"}"#).len(), 1);
+            // l="" selects series without l; l!="" those with it.
+            assert_eq!(
+                n(r#"{__name__="sys.cpu.user", dc=""}"#),
+                vec![r#"{__name__="sys.cpu.user", host="web02"}"#]
+            );
+            assert_eq!(
+                n(r#"{__name__="sys.cpu.user", dc!=""}"#),
+                vec![r#"{__name__="sys.cpu.user", dc="a", host="web01"}"#]
+            );
+            // A regexp that matches "" also takes series without the label.
+            assert_eq!(n(r#"{__name__="sys.cpu.user", dc=~"b|"}"#).len(), 1);
+            assert_eq!(n(r#"{__name__="sys.cpu.user", dc=~"a|"}"#).len(), 2);
+            assert_eq!(n(r#"{__name__="sys.cpu.user", host!="web01"}"#).len(), 1);
+            assert_eq!(n(r#"{__name__="sys.cpu.user", host!~"web0[12]"}"#).len(), 0);
+            // Unknown names select nothing, or all where absence passes.
+            assert_eq!(n(r#"nope"#).len(), 0);
+            assert_eq!(n(r#"up{zone="x"}"#).len(), 0);
+            assert_eq!(n(r#"up{zone!="x"}"#).len(), 1);
+            assert_eq!(n(r#"up{job="nope"}"#).len(), 0);
+        });
+    }
+
+    #[test]
+    fn names_and_values() {
+        storage_test(|s| {
+            let (a, b) = ALL;
+            assert_eq!(
+                s.label_names(&[], a, b).unwrap(),
+                vec!["__name__", "dc", "host", "instance", "job"]
+            );
+            assert_eq!(
+                s.label_names(&[sel("up")], a, b).unwrap(),
+                vec!["__name__", "instance", "job"]
+            );
+            assert_eq!(
+                s.label_values(METRIC_NAME, &[], a, b).unwrap(),
+                vec!["old", "sys.cpu.user", "up"]
+            );
+            assert_eq!(
+                s.label_values("host", &[], a, b).unwrap(),
+                vec!["web01", "web02"]
+            );
+            assert_eq!(
+                s.label_values("host", &[sel(r#"{dc="a"}"#)], a, b).unwrap(),
+                vec!["web01"]
+            );
+            assert!(s.label_values("zone", &[], a, b).unwrap().is_empty());
+            let series = s
+                .series(&[sel("up"), sel(r#"{host="web02"}"#), sel("up")], a, b)
+                .unwrap();
+            assert_eq!(series.len(), 2);
+        });
+    }
+
+    #[test]
+    fn series_without_recent_rows_are_left_out_by_hour() {
+        storage_test(|s| {
+            // `old` has rows in the first hour only.
+            let second_hour = (T0 + 3600) * 1000;
+            let values = s
+                .label_values(METRIC_NAME, &[], second_hour, i64::MAX / 2)
+                .unwrap();
+            assert_eq!(values, vec!["sys.cpu.user", "up"]);
+            let hosts = s
+                .label_values("host", &[sel("old")], second_hour - 1, i64::MAX / 2)
+                .unwrap();
+            assert_eq!(hosts, vec!["web01"]);
+        });
+    }
+
+    #[test]
+    fn too_many_samples_or_series_are_refused() {
+        let (_dir, db) = db();
+        let ctx = QueryContext::new(&db, &QueryOptions::default());
+        let s = DbStorage::new(&ctx, SourceLimits::new(100, 0));
+        let e = s.select(&sel("up"), ALL.0, ALL.1).unwrap_err();
+        assert_eq!(e, PromError::execution(TOO_MANY_SAMPLES));
+        // OpenTSDB's data point limit tightens the engine's.
+        let s = DbStorage::new(&ctx, SourceLimits::new(1_000_000, 1));
+        let e = s
+            .select(&sel(r#"{__name__="sys.cpu.user"}"#), ALL.0, ALL.1)
+            .unwrap_err();
+        assert_eq!(e, PromError::execution(TOO_MANY_SAMPLES));
+        assert!(s.select(&sel("up"), T0 * 1000, T0 * 1000).is_ok());
+    }
+}

@@ -386,3 +386,141 @@ pub(crate) fn match_series(
         })
     })
 }
+
+/// What one tag key asks of a series, for selection by predicate
+/// (PromQL's label matchers) rather than by OpenTSDB's filters.
+pub(crate) struct TagTest<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) values: ValueTest<'a>,
+}
+
+/// Whether a tag value (by name) passes.
+pub(crate) type ValuePredicate<'a> = &'a dyn Fn(&str) -> bool;
+
+/// The values a [`TagTest`] lets through.
+pub(crate) enum ValueTest<'a> {
+    /// Exactly this value (never empty): a series without the key fails.
+    /// Looked up by name, not tested against every value of the key.
+    Is(&'a str),
+    /// The values `accepts` accepts; `absent` says whether a series
+    /// without the key passes (PromQL: a missing label reads as "").
+    Accepts {
+        accepts: ValuePredicate<'a>,
+        absent: bool,
+    },
+}
+
+/// The series of `metric` that pass every one of `tests`, sorted. As in
+/// [`match_series`], each test runs against the distinct values the index
+/// holds for its key among the metric's series (never against rows), and
+/// the postings of what passes are intersected; unlike it, an unknown key
+/// or value is not an error: it selects nothing, or everything where a
+/// missing key passes. Series whose tag UIDs were deleted are left in:
+/// [`resolvable`] drops them.
+pub(crate) fn match_tag_tests(
+    ctx: &QueryContext,
+    metric: Uid,
+    tests: &[TagTest],
+) -> Result<Vec<Tsuid>, QueryError> {
+    // Per key: values allowed (every series must carry one of them) and
+    // values refused (a series carrying one fails; absence passes).
+    enum Required<'t> {
+        Pair(Uid, Uid),
+        Passing(Uid, ValuePredicate<'t>),
+    }
+    let mut allowed: Vec<Required> = Vec::new();
+    let mut refused: Vec<(Uid, ValuePredicate)> = Vec::new();
+    for t in tests {
+        let key = ctx.uids.lookup_id(UidKind::TagKey, t.key)?;
+        match (&t.values, key) {
+            (ValueTest::Is(_), None) => return Ok(Vec::new()),
+            (ValueTest::Accepts { absent: false, .. }, None) => return Ok(Vec::new()),
+            // No series has the key and absence passes: no constraint.
+            (ValueTest::Accepts { absent: true, .. }, None) => {}
+            (ValueTest::Is(v), Some(k)) => match ctx.uids.lookup_id(UidKind::TagValue, v)? {
+                Some(v) => allowed.push(Required::Pair(k, v)),
+                None => return Ok(Vec::new()),
+            },
+            (
+                ValueTest::Accepts {
+                    accepts,
+                    absent: false,
+                },
+                Some(k),
+            ) => allowed.push(Required::Passing(k, *accepts)),
+            (
+                ValueTest::Accepts {
+                    accepts,
+                    absent: true,
+                },
+                Some(k),
+            ) => refused.push((k, *accepts)),
+        }
+    }
+    ctx.index.with_metric(metric, |m| {
+        let Some(m) = m else { return Ok(Vec::new()) };
+        // A value's name is looked up once per call, whichever tests ask.
+        let mut names: FastMap<Uid, Option<std::sync::Arc<str>>> = FastMap::default();
+        let mut name_of = |v: Uid| -> Result<Option<std::sync::Arc<str>>, QueryError> {
+            if let Some(n) = names.get(&v) {
+                return Ok(n.clone());
+            }
+            let n = match ctx.uids.get_name(UidKind::TagValue, v) {
+                Ok(n) => Some(n),
+                Err(UidTableError::NoSuchId { .. }) => None,
+                Err(e) => return Err(e.into()),
+            };
+            names.insert(v, n.clone());
+            Ok(n)
+        };
+        let mut lists: Vec<Vec<u32>> = Vec::with_capacity(allowed.len());
+        for need in &allowed {
+            let mut ids: Vec<u32> = match *need {
+                Required::Pair(k, v) => m.with_tag(k, v).to_vec(),
+                Required::Passing(k, accepts) => {
+                    let mut ids = Vec::new();
+                    for v in m.tag_values(k) {
+                        if name_of(v)?.is_some_and(|n| accepts(&n)) {
+                            ids.extend_from_slice(m.with_tag(k, v));
+                        }
+                    }
+                    ids
+                }
+            };
+            ids.sort_unstable();
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            lists.push(ids);
+        }
+        let mut bad: HashMap<Uid, HashSet<Uid>> = HashMap::new();
+        for &(k, accepts) in &refused {
+            for v in m.tag_values(k) {
+                if !name_of(v)?.is_some_and(|n| accepts(&n)) {
+                    bad.entry(k).or_default().insert(v);
+                }
+            }
+        }
+        lists.sort_by_key(Vec::len);
+        let ids: Vec<u32> = match lists.split_first() {
+            None => (0..m.len() as u32).collect(),
+            Some((first, rest)) => first
+                .iter()
+                .copied()
+                .filter(|id| rest.iter().all(|l| l.binary_search(id).is_ok()))
+                .collect(),
+        };
+        let mut out: Vec<Tsuid> = ids
+            .into_iter()
+            .map(|id| &m.series[id as usize])
+            .filter(|t| {
+                !t.tags
+                    .iter()
+                    .any(|(k, v)| bad.get(k).is_some_and(|b| b.contains(v)))
+            })
+            .cloned()
+            .collect();
+        out.sort();
+        Ok(out)
+    })
+}

@@ -9,9 +9,12 @@
 //!   for `metadata`.
 //! - `api`: `query`, `query_range`, `series`, `labels`, label values,
 //!   `metadata`, `status/buildinfo`, `query_exemplars`, `format_query`,
-//!   in Prometheus' JSON and error shapes.
+//!   in Prometheus' JSON and error shapes; `api_params` reads their
+//!   parameters, `api_json` writes their answers.
 
 mod api;
+mod api_json;
+mod api_params;
 pub(crate) mod metadata;
 mod write;
 
