@@ -459,6 +459,9 @@ fn vmalert_against(test: &str, receiver: &Receiver) {
     }
     let agent = pc::agent(Duration::from_secs(60));
     pc::push_in_time_order(&agent, &receiver.write_url(), &data, 600_000);
+    // Visible to the reads vmalert makes (on the cluster, through the
+    // second TSD) before it starts.
+    (receiver.settle)();
     let mut expected_sums: BTreeMap<&str, f64> = BTreeMap::new();
     for (job, _, per) in requests {
         *expected_sums.entry(job).or_default() += per * ticks.len() as f64;

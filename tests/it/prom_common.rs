@@ -258,6 +258,24 @@ pub fn get(agent: &ureq::Agent, url: &str, params: &[(&str, &str)]) -> (u16, Str
     }
 }
 
+/// Status and body of a POST of `params` as a form
+/// (`application/x-www-form-urlencoded`).
+pub fn post_form(agent: &ureq::Agent, url: &str, params: &[(&str, &str)]) -> (u16, String) {
+    match agent.post(url).send_form(params.iter().copied()) {
+        Ok(mut resp) => {
+            let status = resp.status().as_u16();
+            let body = resp
+                .body_mut()
+                .with_config()
+                .limit(256 << 20)
+                .read_to_string()
+                .unwrap_or_else(|e| panic!("POST {url}: reading the body: {e}"));
+            (status, body)
+        }
+        Err(e) => panic!("POST {url} {params:?}: {e}"),
+    }
+}
+
 /// Status and body of a GET, the body parsed as JSON.
 pub fn get_json(
     agent: &ureq::Agent,
