@@ -387,13 +387,26 @@ pub fn push(agent: &ureq::Agent, url: &str, body: &[u8]) -> (u16, String) {
 /// 2.42 refuses a sample older than one it already has in the series, and
 /// samples far behind its newest. Fails the test on any answer but 204.
 pub fn push_in_time_order(agent: &ureq::Agent, url: &str, series: &[PushSeries], window_ms: i64) {
+    let refused = try_push_in_time_order(agent, url, series, window_ms);
+    assert!(refused.is_empty(), "{}", refused.join("\n"));
+}
+
+/// [`push_in_time_order`] that goes on past a refused request: what was
+/// refused, one line per request (empty when every request got 204).
+pub fn try_push_in_time_order(
+    agent: &ureq::Agent,
+    url: &str,
+    series: &[PushSeries],
+    window_ms: i64,
+) -> Vec<String> {
+    let mut refused = Vec::new();
     let Some(first) = series
         .iter()
         .filter_map(|s| s.samples.first())
         .map(|p| p.0)
         .min()
     else {
-        return;
+        return refused;
     };
     let last = series
         .iter()
@@ -419,10 +432,16 @@ pub fn push_in_time_order(agent: &ureq::Agent, url: &str, series: &[PushSeries],
             .collect();
         if !batch.is_empty() {
             let (status, body) = push(agent, url, &encode_write(&batch));
-            assert_eq!(status, 204, "remote write to {url}: {status} {body}");
+            if status != 204 {
+                refused.push(format!(
+                    "remote write to {url} of samples from {from} to {to}: {status} {}",
+                    body.trim()
+                ));
+            }
         }
         from = to;
     }
+    refused
 }
 
 /// Milliseconds since the epoch, now.

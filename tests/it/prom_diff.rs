@@ -1068,7 +1068,9 @@ fn promql_cases(backend: Backend) {
     };
     let started = Instant::now();
     let agent = pc::agent(Duration::from_secs(120));
-    push_in_time_order(
+    // A refused request is reported with the cases' diffs, not alone: the
+    // cases show what the refusal costs.
+    let refused = pc::try_push_in_time_order(
         &agent,
         &format!("http://{}/api/v1/write", tsds.writer().addr),
         &reference.data,
@@ -1077,9 +1079,18 @@ fn promql_cases(backend: Backend) {
     let ours = format!("http://{}/prometheus/api/v1", tsds.reader().addr);
     let cases = read_cases();
     let failures = run_cases(&reference, &ours, &cases);
-    let text = report(&failures, cases.len(), &format!("{backend:?}"));
+    let mut text = refused.join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(&report(&failures, cases.len(), &format!("{backend:?}")));
     eprintln!("{text}(in {:.1} s)", started.elapsed().as_secs_f64());
-    assert!(failures.is_empty(), "{text}");
+    assert!(
+        failures.is_empty() && refused.is_empty(),
+        "{} cases differ from Prometheus 2.42, {} remote-write requests refused: the diffs are above",
+        failures.len(),
+        refused.len()
+    );
 }
 
 on_both_backends!(promql_cases);
