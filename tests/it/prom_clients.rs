@@ -247,7 +247,7 @@ fn scrape_and_write(test: &str, receiver: &Receiver) {
         },
     );
     // A few more seconds of scrapes, so that rate() over 1m has samples.
-    let scraped_for = Duration::from_secs(25);
+    let scraped_for = Duration::from_secs(15);
     if let Some(rest) = scraped_for.checked_sub(started.elapsed()) {
         std::thread::sleep(rest);
     }
