@@ -37,6 +37,9 @@ pub mod time;
 
 pub use stats::{kahan_sum_inc, quantile};
 
+#[cfg(test)]
+mod reference_tests;
+
 use super::error::PromError;
 use super::value::{Labels, Sample, VectorSample};
 
