@@ -18,7 +18,7 @@ use super::select::Selected;
 use super::stats::SubStats;
 use crate::model::row_span::ROW_SPAN_MS;
 use crate::model::{Tsuid, Uid, Value};
-use crate::store::read::{Point, ReadStats};
+use crate::store::read::{Point, ReadStats, without_stale_markers};
 
 /// Reads `sel`'s points in `[start, end]` through `pipes`; charges the
 /// budget and fills `stats` with what was read. Returns the annotation
@@ -306,7 +306,17 @@ fn read_run(
     // Points are charged to the shared budget a batch at a time: a limit
     // is passed by at most a batch per thread before the read stops.
     let mut uncharged = 0u64;
+    // Prometheus' stale markers are no value to OpenTSDB: dropped here,
+    // where every OpenTSDB query reads its points, and not counted as
+    // points read.
+    let mut markers = 0u64;
     let mut sink = |i: usize, pts: &[Point]| {
+        let kept = without_stale_markers(pts);
+        markers += (pts.len() - kept.len()) as u64;
+        let pts = &kept[..];
+        if pts.is_empty() {
+            return true;
+        }
         uncharged += pts.len() as u64;
         if uncharged >= CHARGE_EVERY_POINTS {
             if let Err(e) = budget.charge(0, uncharged) {
@@ -347,13 +357,14 @@ fn read_run(
         }
         true
     };
-    let read = if how.use_scan {
+    let mut read = if how.use_scan {
         ctx.source
             .scan_tsuids(how.metric, tsuids, how.start, how.end, &mut sink)
     } else {
         ctx.source
             .read_tsuids(tsuids, how.start, how.end, &mut sink)
     }?;
+    read.points = read.points.saturating_sub(markers);
     match failure {
         Some(e) => Err(e),
         None => budget.charge(0, uncharged).map(|()| read),
