@@ -334,6 +334,10 @@ fn series_of_prometheus_shapes_are_clean() {
          job:http_requests:rate5m 1356998415250 NaN\n\
          job:http_requests:rate5m 1356998430 1\n"
     );
+    // Compacted, the marker keeps its 8 bytes.
+    let (code, out) = tsdb(dir.path(), &["scan", "2013/01/01", "sum", rule]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("[127, -16, 0, 0, 0, 0, 0, 2]"), "{out}");
     let (code, out) = tsdb(dir.path(), &["scan", "--import", "2013/01/01", "sum", kube]);
     assert_eq!(code, 0, "{out}");
     assert_eq!(out.lines().count(), 3, "{out}");

@@ -771,9 +771,9 @@ fn stale_marker_child() {
 
 /// Prometheus' stale marker (store format 9) survives every path a point
 /// takes: the write buffer, the WAL replayed after SIGKILL, the rows a
-/// flush writes, a reopen from those rows; OpenTSDB's queries never see
-/// it, and `tsdb scan` shows it as stored (8 bytes, `NaN` with
-/// `--import`).
+/// flush writes, a reopen from those rows, a backup and its restore;
+/// OpenTSDB's queries never see it, and `tsdb scan` shows it as stored
+/// (8 bytes, `NaN` with `--import`).
 #[test]
 fn stale_markers_survive_a_kill_a_replay_and_a_flush() {
     use std::io::{BufRead, BufReader};
@@ -784,9 +784,25 @@ fn stale_markers_survive_a_kill_a_replay_and_a_flush() {
     );
     // In the write buffer of a running database.
     let live = tempfile::tempdir().unwrap();
-    let db = open_marker_db(live.path());
+    let db = open_marker_db(live.path().join("db").as_path());
     write_markers(&db);
     check_markers(&db, "buffered");
+    // A backup of the running database (its WAL holds the markers)
+    // restores them.
+    let backup = live.path().join("backup");
+    db.backup(&backup).unwrap();
+    db.close().unwrap();
+    drop(db);
+    let restored = live.path().join("restored");
+    let mut opts = rtsdb::db::DbOptions::new(&restored);
+    opts.auto_create = rtsdb::uid::AutoCreate {
+        metrics: true,
+        tagks: true,
+        tagvs: true,
+    };
+    rtsdb::db::restore(&backup, &opts).unwrap();
+    let db = open_marker_db(&restored);
+    check_markers(&db, "restored");
     db.close().unwrap();
     drop(db);
 
