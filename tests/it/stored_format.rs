@@ -863,3 +863,68 @@ fn stale_markers_survive_a_kill_a_replay_and_a_flush() {
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
 }
+
+/// The rollups rtsdb computes (`tsd.rollups.auto`) skip a stale marker
+/// as every OpenTSDB read does: an hour of 3, a marker and 5 rolls up to
+/// a sum of 8 over 2 points, not NaN over 3.
+#[test]
+fn computed_rollups_skip_stale_markers() {
+    use rtsdb::model::Value;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = rtsdb::config::Config::default();
+    c.set(
+        rtsdb::config::DATA_DIR_KEY,
+        &dir.path().display().to_string(),
+    );
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.rollups.enable", "true");
+    c.set("tsd.rollups.auto", "true");
+    c.set(
+        "tsd.rollups.config",
+        r#"{"aggregationIds":{"sum":0,"count":1,"max":2,"min":3},
+ "intervals":[
+  {"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
+  {"table":"tsdb-rollup-1h","preAggregationTable":"tsdb-rollup-agg-1h","interval":"1h","rowSpan":"1d"}]}"#,
+    );
+    let db = rtsdb::db::Db::open(&rtsdb::db::DbOptions::from_config(&c).unwrap()).unwrap();
+    let t = MARKER_T as i64;
+    let mut key = String::new();
+    let batch: Vec<rtsdb::db::PendingPoint> = [
+        (t + 10, Value::Int(3)),
+        (t + 20, stale_marker()),
+        (t + 30, Value::Int(5)),
+    ]
+    .into_iter()
+    .map(|(ts, value)| {
+        let (series, ts) = db
+            .resolve("m", ts, value, &[("host", "web01")], &mut key)
+            .unwrap();
+        rtsdb::db::PendingPoint { series, ts, value }
+    })
+    .collect();
+    db.append(&batch).unwrap();
+    db.flush_all().unwrap();
+    let ctx = rtsdb::query::QueryContext::new(&db, &Default::default());
+    let answer = |m: &str| {
+        let qs = format!("start={t}&end={}&m=sum:{m}", t + 3599);
+        let q = rtsdb::query::parse_get(&qs).unwrap();
+        rtsdb::query::execute(&ctx, &q, None).unwrap().to_json()
+    };
+    // Each point as (time, value), a value that is no number as NaN.
+    let dps = |json: String| -> Vec<(String, f64)> {
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        v[0]["dps"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{json}"))
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_f64().unwrap_or(f64::NAN)))
+            .collect()
+    };
+    let hour = |v: f64| vec![("1356998400".to_string(), v)];
+    assert_eq!(dps(answer("1h-sum:m")), hour(8.0));
+    assert_eq!(dps(answer("1h-count:m")), hour(2.0));
+    assert_eq!(dps(answer("1h-max:m")), hour(5.0));
+    // The raw read agrees.
+    assert_eq!(dps(answer("1h-sum:rollup_raw:m")), hour(8.0));
+    db.close().unwrap();
+}
