@@ -185,16 +185,17 @@ impl From<PromError> for ApiError {
     }
 }
 
-/// What a successful call answers: its `data` as JSON, and warnings.
+/// What a successful call answers: its `data` as JSON (none: 204, as
+/// 2.42 answers a call with no data), and warnings.
 struct Answer {
-    data: String,
+    data: Option<String>,
     warnings: Vec<String>,
 }
 
 impl Answer {
     fn data(data: String) -> Answer {
         Answer {
-            data,
+            data: Some(data),
             warnings: Vec::new(),
         }
     }
@@ -213,7 +214,11 @@ fn answer(st: &TsdState, endpoint: &Endpoint, form: &Form) -> Reply {
         Endpoint::FormatQuery => format_query(form),
     };
     match answered {
-        Ok(a) => Reply::new(200, JSON, json::success(&a.data, &a.warnings)),
+        Ok(Answer {
+            data: Some(data),
+            warnings,
+        }) => Reply::new(200, JSON, json::success(&data, &warnings)),
+        Ok(Answer { data: None, .. }) => Reply::new(204, JSON, Vec::new()),
         Err(e) => e.reply(),
     }
 }
@@ -341,7 +346,7 @@ fn series(st: &TsdState, form: &Form) -> Result<Answer, ApiError> {
     })?;
     let (found, warnings) = limited(found, limit);
     Ok(Answer {
-        data: json::label_sets(&found),
+        data: Some(json::label_sets(&found)),
         warnings,
     })
 }
@@ -356,7 +361,7 @@ fn labels(st: &TsdState, form: &Form) -> Result<Answer, ApiError> {
     })?;
     let (names, warnings) = limited(names, limit);
     Ok(Answer {
-        data: json::strings(&names),
+        data: Some(json::strings(&names)),
         warnings,
     })
 }
@@ -378,7 +383,7 @@ fn label_values(st: &TsdState, name: &str, form: &Form) -> Result<Answer, ApiErr
     })?;
     let (values, warnings) = limited(values, limit);
     Ok(Answer {
-        data: json::strings(&values),
+        data: Some(json::strings(&values)),
         warnings,
     })
 }
@@ -396,7 +401,8 @@ fn build_info() -> String {
 }
 
 /// `query_exemplars`: rtsdb keeps no exemplars, so after 2.42's checks
-/// of the parameters and the query the answer is empty.
+/// of the parameters and the query the answer is empty; a query without
+/// a selector has no data at all (2.42: 204).
 fn query_exemplars(form: &Form) -> Result<Answer, ApiError> {
     let (start, end) = time_range(form)?;
     if end < start {
@@ -404,8 +410,32 @@ fn query_exemplars(form: &Form) -> Result<Answer, ApiError> {
             "end timestamp must not be before start timestamp",
         ));
     }
-    promql_parser::parser::parse(form.value("query")).map_err(ApiError::bad_data)?;
+    let expr = promql_parser::parser::parse(form.value("query")).map_err(ApiError::bad_data)?;
+    let mut finder = SelectorFinder(false);
+    let _ = promql_parser::util::walk_expr(&mut finder, &expr);
+    if !finder.0 {
+        return Ok(Answer {
+            data: None,
+            warnings: Vec::new(),
+        });
+    }
     Ok(Answer::data("[]".to_string()))
+}
+
+/// Whether an expression selects series (2.42's `ExtractSelectors`).
+struct SelectorFinder(bool);
+
+impl promql_parser::util::ExprVisitor for SelectorFinder {
+    type Error = std::convert::Infallible;
+
+    fn pre_visit(&mut self, e: &promql_parser::parser::Expr) -> Result<bool, Self::Error> {
+        use promql_parser::parser::Expr;
+        if matches!(e, Expr::VectorSelector(_) | Expr::MatrixSelector(_)) {
+            self.0 = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
 }
 
 /// `format_query`: the query pretty-printed (promql-parser's `prettify`).
