@@ -6,6 +6,11 @@
 #   bash bench/compare-victoriametrics.sh                 # 1,000 hosts x 10 metrics, 1 h at 10 s
 #   ROUNDS=3 PROTO=http bash bench/compare-victoriametrics.sh
 #   PROTO=http-gzip ...      # /api/put JSON with Content-Encoding: gzip
+#   PROTO=remote-write ...   # Prometheus remote write 1.0 to /api/v1/write of both;
+#                            # the queries are then PromQL on both (QUERIES=promql)
+#   QUERIES=promql ...       # rtsdb is asked the same PromQL as VictoriaMetrics,
+#                            # at /prometheus/api/v1/query_range (default: OpenTSDB's
+#                            # /api/query for rtsdb; promql with PROTO=remote-write)
 #   INGEST_ONLY=1 ...        # only the ingest rows (no queries, no disk after the load)
 #   TSDB=/path/to/tsdb ...   # that rtsdb binary instead of this checkout's
 #
@@ -40,6 +45,7 @@ set -euo pipefail
 HOSTS=${HOSTS:-1000}
 HOURS=${HOURS:-1}
 PROTO=${PROTO:-telnet}
+QUERIES=${QUERIES:-$([ "$PROTO" = remote-write ] && echo promql || echo opentsdb)}
 CONNS=${CONNS:-4}
 RUNS=${RUNS:-20}
 ROUNDS=${ROUNDS:-1}
@@ -130,6 +136,7 @@ run_vm() {
   rm -rf "$WORK/vm"; vm_start
   local c0 t0; c0=$(cpu_seconds $VPID); t0=$(now)
   local port=$VTEL; [ "$PROTO" != telnet ] && port=$VPUT
+  [ "$PROTO" = remote-write ] && port=$VHTTP
   add vm_load "$("$TSBS" load "127.0.0.1:$port" "$PROTO" "$HOSTS" "$HOURS" "$CONNS" | awk '{printf "%.2f", $6/1e6}')"
   wait_all_points "$VHTTP" vm
   local t1; t1=$(now)
@@ -153,11 +160,19 @@ rtsdb_start() {
   RPID=$!
   wait_port "$RPORT"
 }
-rq() { echo "/api/query?start=$START&end=$((END - 1))&m=$(urlenc "$1")"; }
-RT_Q1='avg:1m-avg:cpu.usage_user'
-RT_Q2='avg:1m-avg:cpu.usage_user{hostname=host_42}'
-RT_Q3='avg:1m-avg:cpu.usage_user{region=*}'
-RT_Q4='sum:rate:cpu.interrupts'
+if [ "$QUERIES" = promql ]; then
+  # The same PromQL and the same window as VictoriaMetrics is asked.
+  rq() { local i; for i in 1 2 3 4; do local v="VM_Q$i"; [ "$1" = "${!v}" ] && break; done
+         local off=50 step=60; [ "$i" = 4 ] && off=10 && step=10
+         echo "/prometheus$(vq "$1" $off $step)"; }
+  RT_Q1=$VM_Q1; RT_Q2=$VM_Q2; RT_Q3=$VM_Q3; RT_Q4=$VM_Q4
+else
+  rq() { echo "/api/query?start=$START&end=$((END - 1))&m=$(urlenc "$1")"; }
+  RT_Q1='avg:1m-avg:cpu.usage_user'
+  RT_Q2='avg:1m-avg:cpu.usage_user{hostname=host_42}'
+  RT_Q3='avg:1m-avg:cpu.usage_user{region=*}'
+  RT_Q4='sum:rate:cpu.interrupts'
+fi
 run_rtsdb() {
   rm -rf "$WORK/rtsdb"; rtsdb_start
   local c0 t0; c0=$(cpu_seconds $RPID); t0=$(now)
@@ -208,6 +223,7 @@ done
 
 # The two answers to the 1-min avg queries, bucket by bucket: rtsdb's
 # bucket [b, b+60) is VictoriaMetrics' window ending at b+50.
+# With QUERIES=promql both answers are Prometheus' shape, compared step by step.
 check() {
   python3 - "$WORK/rt-$1.json" "$WORK/vm-$1.json" <<'PY'
 import json, sys
@@ -215,6 +231,9 @@ rt = json.load(open(sys.argv[1])); vm = json.load(open(sys.argv[2]))["data"]["re
 key = lambda tags: tags.get("region", "")
 worst, n = 0.0, 0
 vms = {key(s["metric"]): {int(t) - 50: float(v) for t, v in s["values"]} for s in vm}
+if isinstance(rt, dict):  # PromQL: the same steps on both sides
+    rt = [{"tags": s["metric"], "dps": {int(t) - 50: float(v) for t, v in s["values"]}}
+          for s in rt["data"]["result"]]
 for s in rt:
     other = vms.get(key(s["tags"]), {})
     for t, v in s["dps"].items():
@@ -228,7 +247,7 @@ PY
 
 span() { tr ' ' '\n' <<<"${R[$1]}" | grep -v '^$' | sort -g | awk 'NR==1{a=$1} {b=$1} END{if (a==b) print a; else print a "–" b}'; }
 echo
-echo "$(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r); $HOSTS hosts x 10 metrics x ${HOURS} h at 10 s = $POINTS points, $PROTO, $CONNS connections, $ROUNDS round(s); VictoriaMetrics $(dpkg-query -W -f='${Version}' victoria-metrics 2>/dev/null)"
+echo "$(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r); $HOSTS hosts x 10 metrics x ${HOURS} h at 10 s = $POINTS points, $PROTO, $QUERIES queries, $CONNS connections, $ROUNDS round(s); VictoriaMetrics $(dpkg-query -W -f='${Version}' victoria-metrics 2>/dev/null)"
 echo
 echo "| | rtsdb | VictoriaMetrics |"
 echo "|---|---|---|"

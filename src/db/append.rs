@@ -11,7 +11,7 @@ use crate::model::{Timestamp, Value};
 use crate::protocol::PointError;
 use crate::storage::Durability;
 use crate::write::series::CellValue;
-use crate::write::{Series, SeriesMemo, TagsKey};
+use crate::write::{Series, SeriesMemo, SeriesRules, TagsKey};
 
 pub use crate::write::wal::{Appended, PendingHistogram, PendingPoint};
 
@@ -56,6 +56,29 @@ impl Db {
             .map_err(|e| match e {
                 // A UID that could not be created because the store is
                 // down says why, not just that storage failed.
+                PointError::Storage(_) => self.writable().err().unwrap_or(e),
+                e => e,
+            })
+    }
+
+    /// [`Db::resolve`] with the names checked by `rules` rather than
+    /// OpenTSDB's put rules: remote write resolves its series with
+    /// [`SeriesRules::Prometheus`] (no tag needed, up to
+    /// `tsd.prometheus.max_labels` labels, UTF-8 label values, `:` in
+    /// metric names). The timestamp is read as [`Db::resolve`] reads it.
+    pub fn resolve_as(
+        &self,
+        rules: SeriesRules,
+        metric: &str,
+        raw_ts: i64,
+        value: Value,
+        tags: &[(&str, &str)],
+        key_buf: &mut String,
+    ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        self.forget_names_renamed_elsewhere();
+        self.series
+            .resolve_as(rules, metric, raw_ts, value, tags, key_buf)
+            .map_err(|e| match e {
                 PointError::Storage(_) => self.writable().err().unwrap_or(e),
                 e => e,
             })

@@ -69,6 +69,7 @@ use crate::write::wal::{self, Wal};
 
 pub use crate::write::Series;
 pub use crate::write::limits::SeriesLimits;
+pub use crate::write::rules::SeriesRules;
 pub use admin::MetaSynced;
 pub use append::{Appended, PendingHistogram, PendingPoint};
 pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
@@ -317,6 +318,7 @@ impl Db {
     ) -> Result<Arc<Db>> {
         let wal_dir = data_dir.join(WAL_DIR);
         let series = SeriesCache::new(uids, opts.max_tags)
+            .with_max_labels(opts.prometheus_max_labels)
             .with_limiter(SeriesLimiter::new(opts.series_limits, index.clone()));
         let rollup_table = store.rollup_table();
         // On a store other TSDs write the flusher computes no rollups

@@ -132,6 +132,9 @@ pub struct WriteOptions {
     pub wal: WalOptions,
     /// `tsd.storage.max_tags`.
     pub max_tags: usize,
+    /// `tsd.prometheus.max_labels`: labels besides `__name__` a
+    /// remote-written series may have (`max_tags` is the put path's).
+    pub prometheus_max_labels: usize,
     /// `tsd.storage.series.max_new_per_hour` and `…max_total`.
     pub series_limits: SeriesLimits,
     /// `tsd.core.meta.*`: meta objects and counters kept as points arrive.
@@ -163,6 +166,7 @@ impl Default for WriteOptions {
             wal_max_bytes: 512 << 20,
             wal: WalOptions::default(),
             max_tags: 8,
+            prometheus_max_labels: crate::write::rules::DEFAULT_MAX_LABELS,
             series_limits: SeriesLimits::default(),
             meta: MetaTracking::default(),
             tree_processing: false,
@@ -427,6 +431,9 @@ fn write_options(c: &Config) -> Result<WriteOptions, ConfigError> {
             ));
         }
         o.max_tags = n;
+    }
+    if let Some(n) = c.get_int::<usize>(crate::write::rules::MAX_LABELS_KEY)? {
+        o.prometheus_max_labels = n;
     }
     // 0, like an unset key, is no limit.
     o.series_limits = SeriesLimits {

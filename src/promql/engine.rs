@@ -1,10 +1,33 @@
-//! Parsing and evaluation of PromQL queries over a [`Storage`].
+//! Parsing and evaluation of PromQL queries over a [`Storage`], with
+//! Prometheus 2.42's semantics.
+//!
+//! A query is parsed once ([`parse`]), its selectors read from storage
+//! once for the whole query range ([`selectors`]), then evaluated step by
+//! step ([`eval`]): an instant query is one step, a range query one
+//! evaluation per step whose vectors are gathered into a matrix.
+//! Binary operators live in [`binary`], aggregations in [`aggregate`],
+//! function calls (and the calls the engine answers itself: `absent`,
+//! `absent_over_time`, `timestamp` of a selector) in [`calls`].
 
-use std::time::Duration;
+mod aggregate;
+mod binary;
+mod calls;
+mod eval;
+mod parse;
+mod selectors;
+mod step;
+
+use std::time::{Duration, Instant};
+
+use promql_parser::parser::value::ValueType;
 
 use super::error::PromError;
 use super::storage::Storage;
 use super::value::QueryValue;
+use eval::Evaluator;
+use selectors::QueryRange;
+
+pub use parse::parse_query;
 
 /// How the engine evaluates: Prometheus 2.42's defaults.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,11 +70,19 @@ impl Engine {
     /// Evaluates `query` at `time_ms` (`/api/v1/query`).
     pub fn instant(
         &self,
-        _storage: &dyn Storage,
-        _query: &str,
-        _time_ms: i64,
+        storage: &dyn Storage,
+        query: &str,
+        time_ms: i64,
     ) -> Result<QueryValue, PromError> {
-        Err(PromError::internal("the PromQL evaluator is being built"))
+        let expr = parse_query(query)?;
+        let range = QueryRange {
+            start_ms: time_ms,
+            end_ms: time_ms,
+            step_ms: 1,
+        };
+        let deadline = Instant::now() + self.options.timeout;
+        let mut ev = Evaluator::new(storage, &self.options, range, deadline, &expr)?;
+        ev.instant(&expr)
     }
 
     /// Evaluates `query` at every step from `start_ms` to `end_ms`
@@ -59,12 +90,44 @@ impl Engine {
     /// whose type is not a scalar or an instant vector.
     pub fn range(
         &self,
-        _storage: &dyn Storage,
-        _query: &str,
-        _start_ms: i64,
-        _end_ms: i64,
-        _step_ms: i64,
+        storage: &dyn Storage,
+        query: &str,
+        start_ms: i64,
+        end_ms: i64,
+        step_ms: i64,
     ) -> Result<QueryValue, PromError> {
-        Err(PromError::internal("the PromQL evaluator is being built"))
+        let expr = parse_query(query)?;
+        match expr.value_type() {
+            ValueType::Scalar | ValueType::Vector => {}
+            ValueType::Matrix => return Err(range_type_error("range vector")),
+            ValueType::String => return Err(range_type_error("string")),
+        }
+        if step_ms <= 0 {
+            return Err(PromError::bad_data(
+                "zero or negative query resolution step widths are not accepted. Try a positive integer",
+            ));
+        }
+        if end_ms < start_ms {
+            return Err(PromError::bad_data(
+                "end timestamp must not be before start time",
+            ));
+        }
+        let range = QueryRange {
+            start_ms,
+            end_ms,
+            step_ms,
+        };
+        let deadline = Instant::now() + self.options.timeout;
+        let mut ev = Evaluator::new(storage, &self.options, range, deadline, &expr)?;
+        ev.range(&expr)
     }
 }
+
+fn range_type_error(kind: &str) -> PromError {
+    PromError::bad_data(format!(
+        "invalid expression type \"{kind}\" for range query, must be Scalar or instant Vector"
+    ))
+}
+
+#[cfg(test)]
+mod tests;

@@ -8,6 +8,7 @@
 //! - [`source`]: the database's implementation of [`Storage`], on the
 //!   select-and-read layer the OpenTSDB query engine uses
 //!   ([`crate::query::QueryContext`]).
+//! - [`memory`]: an in-memory [`Storage`] for tests.
 //! - [`engine`]: parses a query (promql-parser) and evaluates it, instant
 //!   or over a range of steps.
 //! - [`functions`]: the function library, called by the engine with its
@@ -18,6 +19,7 @@
 pub mod engine;
 pub mod error;
 pub mod functions;
+pub mod memory;
 pub mod source;
 pub mod storage;
 pub mod value;

@@ -2,6 +2,8 @@
 //! range vectors, and Prometheus' stale marker.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 /// The label that holds a series' metric name.
 pub const METRIC_NAME: &str = "__name__";
@@ -32,8 +34,79 @@ pub struct Label {
 /// A series' labels, sorted by name (byte order, as Prometheus sorts
 /// them), each name once, no empty value; `__name__` is one of them when
 /// the series has a name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Labels(Vec<Label>);
+///
+/// Shared and hashed once: the evaluator copies a series' labels into
+/// every step's vector and looks label sets up in maps at every step, so
+/// a clone is a reference count and a hash is one stored number.
+#[derive(Clone)]
+pub struct Labels(Arc<LabelsInner>);
+
+#[derive(Clone)]
+struct LabelsInner {
+    labels: Vec<Label>,
+    hash: u64,
+}
+
+impl LabelsInner {
+    fn new(labels: Vec<Label>) -> LabelsInner {
+        let hash = hash_labels(&labels);
+        LabelsInner { labels, hash }
+    }
+}
+
+/// A hash of the names and values with separators no label contains
+/// (0xff is not UTF-8), so that `a="bc"` and `ab="c"` differ.
+fn hash_labels(labels: &[Label]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for l in labels {
+        h.update(l.name.as_bytes());
+        h.update(&[0xff]);
+        h.update(l.value.as_bytes());
+        h.update(&[0xff]);
+    }
+    h.digest()
+}
+
+impl Default for Labels {
+    fn default() -> Self {
+        Labels::from_sorted(Vec::new())
+    }
+}
+
+impl fmt::Debug for Labels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.labels.iter()).finish()
+    }
+}
+
+impl PartialEq for Labels {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.hash == other.0.hash && self.0.labels == other.0.labels)
+    }
+}
+
+impl Eq for Labels {}
+
+impl PartialOrd for Labels {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Labels {
+    /// Label by label, name then value, a prefix first: the order of
+    /// Prometheus' `labels.Compare`, which sorts a range query's answer.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.labels.cmp(&other.0.labels)
+    }
+}
+
+impl Hash for Labels {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0.hash);
+    }
+}
 
 impl Labels {
     /// Labels from pairs in any order; empty values are dropped (an empty
@@ -50,35 +123,49 @@ impl Labels {
             })
             .filter(|l| !l.value.is_empty())
             .collect();
+        // A stable sort keeps equal names in the order given; keep the
+        // last of each run.
         v.sort_by(|a, b| a.name.cmp(&b.name));
-        // Keep the last of equal names: dedup_by keeps the first, so walk
-        // reversed runs.
         v.reverse();
         v.dedup_by(|a, b| a.name == b.name);
         v.reverse();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        Labels(v)
+        Labels::from_sorted(v)
+    }
+
+    /// Labels from a list already sorted by name, each name once, no
+    /// empty value (the caller's promise; the evaluator builds such lists
+    /// by filtering sorted labels).
+    pub fn from_sorted(labels: Vec<Label>) -> Labels {
+        Labels(Arc::new(LabelsInner::new(labels)))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Label> {
-        self.0.iter()
+        self.0.labels.iter()
     }
 
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.0.labels.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.labels.is_empty()
     }
 
     /// The value of `name`, or "" when the series has no such label (as
     /// Prometheus' `Labels.Get`).
     pub fn get(&self, name: &str) -> &str {
-        self.0
-            .binary_search_by(|l| l.name.as_str().cmp(name))
-            .map(|i| self.0[i].value.as_str())
+        let v = &self.0.labels;
+        v.binary_search_by(|l| l.name.as_str().cmp(name))
+            .map(|i| v[i].value.as_str())
             .unwrap_or("")
+    }
+
+    /// Whether the series has label `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.0
+            .labels
+            .binary_search_by(|l| l.name.as_str().cmp(name))
+            .is_ok()
     }
 
     /// The metric name, "" when there is none.
@@ -88,26 +175,41 @@ impl Labels {
 
     /// Sets `name` to `value`; an empty value removes the label.
     pub fn set(&mut self, name: &str, value: &str) {
-        match self.0.binary_search_by(|l| l.name.as_str().cmp(name)) {
+        let pos = self
+            .0
+            .labels
+            .binary_search_by(|l| l.name.as_str().cmp(name));
+        match pos {
             Ok(i) if value.is_empty() => {
-                self.0.remove(i);
+                self.edit(|v| {
+                    v.remove(i);
+                });
             }
-            Ok(i) => self.0[i].value = value.to_string(),
+            Ok(i) if self.0.labels[i].value == value => {}
+            Ok(i) => self.edit(|v| v[i].value = value.to_string()),
             Err(_) if value.is_empty() => {}
-            Err(i) => self.0.insert(
-                i,
-                Label {
-                    name: name.to_string(),
-                    value: value.to_string(),
-                },
-            ),
+            Err(i) => self.edit(|v| {
+                v.insert(
+                    i,
+                    Label {
+                        name: name.to_string(),
+                        value: value.to_string(),
+                    },
+                )
+            }),
         }
     }
 
     /// Removes `name` if present.
     pub fn remove(&mut self, name: &str) {
-        if let Ok(i) = self.0.binary_search_by(|l| l.name.as_str().cmp(name)) {
-            self.0.remove(i);
+        if let Ok(i) = self
+            .0
+            .labels
+            .binary_search_by(|l| l.name.as_str().cmp(name))
+        {
+            self.edit(|v| {
+                v.remove(i);
+            });
         }
     }
 
@@ -117,13 +219,47 @@ impl Labels {
         l.remove(METRIC_NAME);
         l
     }
+
+    /// Only the labels whose names are in `names` (Prometheus'
+    /// `Builder.Keep`).
+    pub fn keep(&self, names: &[String]) -> Labels {
+        self.filter(|n| names.iter().any(|k| k == n))
+    }
+
+    /// The labels whose names are not in `names` (Prometheus'
+    /// `Builder.Del`).
+    pub fn drop_names(&self, names: &[String]) -> Labels {
+        self.filter(|n| !names.iter().any(|k| k == n))
+    }
+
+    /// The labels whose name passes `pred`; the same shared set when all
+    /// pass.
+    pub fn filter(&self, pred: impl Fn(&str) -> bool) -> Labels {
+        if self.0.labels.iter().all(|l| pred(&l.name)) {
+            return self.clone();
+        }
+        Labels::from_sorted(
+            self.0
+                .labels
+                .iter()
+                .filter(|l| pred(&l.name))
+                .cloned()
+                .collect(),
+        )
+    }
+
+    fn edit(&mut self, f: impl FnOnce(&mut Vec<Label>)) {
+        let inner = Arc::make_mut(&mut self.0);
+        f(&mut inner.labels);
+        inner.hash = hash_labels(&inner.labels);
+    }
 }
 
 impl fmt::Display for Labels {
     /// `{a="b", c="d"}` as Prometheus prints a label set.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("{")?;
-        for (i, l) in self.0.iter().enumerate() {
+        for (i, l) in self.0.labels.iter().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
             }

@@ -59,6 +59,10 @@ pub struct TsdState {
     pub(crate) graphs: Arc<http::GraphCache>,
     /// `/api/query`'s result cache (docs/query-cache.md).
     pub(crate) query_cache: crate::query::QueryCache,
+    /// Metric metadata sent by remote write (`/prometheus/api/v1/metadata`).
+    // Read by the remote-write handler, in the commit after this one.
+    #[allow(dead_code)]
+    pub(crate) metadata: http::prometheus::metadata::MetadataStore,
     pub(crate) hostname: String,
     /// The port actually bound.
     pub(crate) port: std::sync::atomic::AtomicU16,
@@ -96,6 +100,7 @@ impl TsdState {
             stats: stats::ServerStats::default(),
             queries: stats::QueryLog::default(),
             graphs,
+            metadata: Default::default(),
             hostname: stats::hostname(),
             port: std::sync::atomic::AtomicU16::new(0),
             shutdown: watch::channel(false).0,

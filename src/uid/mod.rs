@@ -445,6 +445,30 @@ impl UidTable {
     /// `tsdb uid assign`, `/api/uid/assign`, ignores auto-create).
     pub fn assign(&self, kind: UidKind, name: &str) -> Result<Assigned> {
         self.validate(kind, name)?;
+        self.assign_checked(kind, name)
+    }
+
+    /// [`get_or_create_id`](Self::get_or_create_id) for a name its caller
+    /// checked by other rules than OpenTSDB's character set (a
+    /// remote-written series' `job:rate5m`, UTF-8 label values; see
+    /// `write::rules`).
+    pub fn get_or_create_checked_id(&self, kind: UidKind, name: &str) -> Result<Uid> {
+        if let Some(uid) = self.lookup_id(kind, name)? {
+            return Ok(uid);
+        }
+        if !self.auto_create.allows(kind) {
+            return Err(UidTableError::NoSuchName {
+                kind,
+                name: name.to_string(),
+            });
+        }
+        Ok(self.assign_checked(kind, name)?.uid())
+    }
+
+    /// [`assign`](Self::assign) for a name checked by its caller's rules
+    /// (see [`get_or_create_checked_id`](Self::get_or_create_checked_id);
+    /// replay: names in the WAL passed the rules they were written by).
+    pub fn assign_checked(&self, kind: UidKind, name: &str) -> Result<Assigned> {
         let k = self.k(kind);
         let _w = k.write_lock.lock();
         let generation = k.cache.read().generation;

@@ -23,6 +23,7 @@ use crate::model::{NameRules, UidKind};
 use crate::protocol::PointError;
 use crate::uid::{UidTable, UidTableError};
 use crate::write::limits::SeriesLimiter;
+use crate::write::rules::{self, DEFAULT_MAX_LABELS, RulesPassed, SeriesRules};
 
 use crate::model::hash::{FastBuild, FastMap, hash_bytes};
 
@@ -61,6 +62,9 @@ pub struct Series {
     /// Epoch seconds of the newest accepted point's arrival (TSMeta
     /// `lastReceived`); 0 if none since start.
     pub(crate) last_received: AtomicU64,
+    /// The rule sets its names pass: a series found in the cache is
+    /// still refused to a protocol whose rules its names break.
+    passes: RulesPassed,
 }
 
 /// One connection's memo of the series its points named, keyed by their
@@ -178,11 +182,24 @@ impl SeriesMemo {
     }
 }
 
+/// The names of a point to resolve, and the rules they are checked by.
+#[derive(Clone, Copy)]
+struct Names<'n, 't> {
+    rules: SeriesRules,
+    metric: &'n str,
+    tags: &'n [(&'n str, &'n str)],
+    /// The tags' part of the series key, if built already.
+    tags_key: Option<&'t TagsKey>,
+}
+
 /// The cache of known series.
 pub struct SeriesCache {
     uids: Arc<UidTable>,
     rules: NameRules,
     max_tags: usize,
+    /// `tsd.prometheus.max_labels`: labels besides the name a series
+    /// checked by [`SeriesRules::Prometheus`] may have.
+    max_labels: usize,
     shards: Vec<Shard>,
     /// The ids of the series whose names were [forgotten](Self::forget_names),
     /// by TSUID: a series re-resolved after that keeps its id, so its
@@ -345,6 +362,7 @@ impl SeriesCache {
             rules: uids.rules().clone(),
             uids,
             max_tags,
+            max_labels: DEFAULT_MAX_LABELS,
             shards: (0..SHARDS)
                 .map(|_| RwLock::new(HashSet::default()))
                 .collect(),
@@ -370,6 +388,12 @@ impl SeriesCache {
     /// only: replayed series were acknowledged already).
     pub(crate) fn with_limiter(mut self, limiter: SeriesLimiter) -> SeriesCache {
         self.limiter = (!limiter.limits().is_unlimited()).then_some(limiter);
+        self
+    }
+
+    /// Sets `tsd.prometheus.max_labels` (see [`rules::DEFAULT_MAX_LABELS`]).
+    pub(crate) fn with_max_labels(mut self, max_labels: usize) -> SeriesCache {
+        self.max_labels = max_labels;
         self
     }
 
@@ -476,15 +500,63 @@ impl SeriesCache {
         tags_key: Option<&TagsKey>,
         key_buf: &mut String,
     ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        let names = Names {
+            rules: SeriesRules::OpenTsdb,
+            metric,
+            tags,
+            tags_key,
+        };
+        self.resolve_with(names, raw_ts, value, key_buf)
+    }
+
+    /// [`resolve`](Self::resolve) with the names checked by `rules`
+    /// (remote write: [`SeriesRules::Prometheus`]) instead of OpenTSDB's.
+    pub fn resolve_as(
+        &self,
+        rules: SeriesRules,
+        metric: &str,
+        raw_ts: i64,
+        value: Value,
+        tags: &[(&str, &str)],
+        key_buf: &mut String,
+    ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        let names = Names {
+            rules,
+            metric,
+            tags,
+            tags_key: None,
+        };
+        self.resolve_with(names, raw_ts, CellValue::Point(value), key_buf)
+    }
+
+    fn resolve_with(
+        &self,
+        names: Names<'_, '_>,
+        raw_ts: i64,
+        value: CellValue<'_>,
+        key_buf: &mut String,
+    ) -> Result<(Arc<Series>, Timestamp), PointError> {
+        let Names {
+            rules,
+            metric,
+            tags,
+            tags_key,
+        } = names;
         let ts = Timestamp::from_raw(raw_ts).map_err(|e| bad_timestamp(e, metric, value, tags))?;
         let keyed = match tags_key {
             Some(k) => k.series_key(metric, key_buf),
             None => series_key(metric, tags, key_buf),
         };
         if keyed && let Some(s) = self.shard(key_buf).read().get(key_buf.as_str()) {
-            return Ok((s.0.clone(), ts));
+            let s = s.0.clone();
+            if !s.passes.allows(rules) {
+                // Known, but written by a protocol with other rules: the
+                // check refuses it in this protocol's words.
+                self.check_names(rules, metric, tags)?;
+            }
+            return Ok((s, ts));
         }
-        self.check_names(metric, tags)?;
+        self.check_names(rules, metric, tags)?;
         if let Some(limiter) = &self.limiter
             && !self
                 .known_tsuid(metric, tags)
@@ -494,13 +566,19 @@ impl SeriesCache {
                 format!("metric={metric}, tags={}", java_tags(tags))
             })?;
         }
-        let metric_uid = self.uids.get_or_create_id(UidKind::Metric, metric)?;
+        // Names checked by other rules than OpenTSDB's are not checked
+        // again by the UID table's (OpenTSDB's character set).
+        let uid = |kind, name: &str| match rules {
+            SeriesRules::OpenTsdb => self.uids.get_or_create_id(kind, name),
+            SeriesRules::Prometheus => self.uids.get_or_create_checked_id(kind, name),
+        };
+        let metric_uid = uid(UidKind::Metric, metric)?;
         let keys: Vec<&str> = tags.iter().map(|t| t.0).collect();
         let mut pairs = Vec::with_capacity(tags.len());
         for k in hashmap_order(&keys, 16) {
             let v = tags.iter().find(|t| t.0 == k).expect("key from tags").1;
-            let ku = self.uids.get_or_create_id(UidKind::TagKey, k)?;
-            let vu = self.uids.get_or_create_id(UidKind::TagValue, v)?;
+            let ku = uid(UidKind::TagKey, k)?;
+            let vu = uid(UidKind::TagValue, v)?;
             pairs.push((ku, vu));
         }
         let tsuid = Tsuid::new(metric_uid, pairs)
@@ -522,8 +600,29 @@ impl SeriesCache {
         Tsuid::new(metric, pairs).ok()
     }
 
+    /// Checks a series' names by `rules`.
+    fn check_names(
+        &self,
+        rules: SeriesRules,
+        metric: &str,
+        tags: &[(&str, &str)],
+    ) -> Result<(), PointError> {
+        match rules {
+            SeriesRules::OpenTsdb => self.check_opentsdb_names(metric, tags),
+            SeriesRules::Prometheus => rules::check_prometheus(metric, tags, self.max_labels),
+        }
+    }
+
+    /// The rule sets the names of a series new to the cache pass.
+    fn rules_passed(&self, metric: &str, tags: &[(&str, &str)]) -> RulesPassed {
+        [SeriesRules::OpenTsdb, SeriesRules::Prometheus]
+            .into_iter()
+            .filter(|r| self.check_names(*r, metric, tags).is_ok())
+            .fold(RulesPassed::default(), RulesPassed::with)
+    }
+
     /// `IncomingDataPoints.checkMetricAndTags`.
-    fn check_names(&self, metric: &str, tags: &[(&str, &str)]) -> Result<(), PointError> {
+    fn check_opentsdb_names(&self, metric: &str, tags: &[(&str, &str)]) -> Result<(), PointError> {
         if tags.is_empty() {
             return Err(PointError::IllegalArgument(format!(
                 "Need at least one tag (metric={metric}, tags={{}})"
@@ -548,7 +647,9 @@ impl SeriesCache {
     }
 
     /// The series of names read back from the WAL: created with explicit
-    /// UID assignment, since its points were acknowledged already.
+    /// UID assignment, since its points were acknowledged already, and
+    /// with no name check (they passed the rules of the protocol that
+    /// wrote them, which may not be OpenTSDB's).
     pub fn resolve_replayed(
         &self,
         metric: &str,
@@ -560,12 +661,12 @@ impl SeriesCache {
         {
             return Ok(s.0.clone());
         }
-        let metric_uid = self.uids.assign(UidKind::Metric, metric)?.uid();
+        let metric_uid = self.uids.assign_checked(UidKind::Metric, metric)?.uid();
         let mut pairs = Vec::with_capacity(tags.len());
         for (k, v) in tags {
             pairs.push((
-                self.uids.assign(UidKind::TagKey, k)?.uid(),
-                self.uids.assign(UidKind::TagValue, v)?.uid(),
+                self.uids.assign_checked(UidKind::TagKey, k)?.uid(),
+                self.uids.assign_checked(UidKind::TagValue, v)?.uid(),
             ));
         }
         let tsuid = Tsuid::new(metric_uid, pairs)
@@ -582,7 +683,10 @@ impl SeriesCache {
         }
         let forgotten = self.forgotten.lock().remove(&tsuid);
         let id = forgotten.unwrap_or_else(|| self.next_id.fetch_add(1, Ordering::Relaxed));
-        let s = Arc::new(Series::new(id, tsuid, key));
+        let mut s = Series::new(id, tsuid, key);
+        let tags: Vec<(&str, &str)> = s.tags().collect();
+        s.passes = self.rules_passed(s.metric(), &tags);
+        let s = Arc::new(s);
         map.insert(ByName(s.clone()));
         s
     }
@@ -600,6 +704,7 @@ impl Series {
             indexed_hour: AtomicU64::new(0),
             unsaved_points: AtomicU64::new(0),
             last_received: AtomicU64::new(0),
+            passes: RulesPassed::default(),
         }
     }
 
@@ -923,6 +1028,154 @@ mod tests {
             c.recall(&mut memo, "m", &format!("host=a x={}", SeriesMemo::MAX + 9))
                 .is_some()
         );
+    }
+
+    fn prom(
+        c: &SeriesCache,
+        metric: &str,
+        tags: &[(&str, &str)],
+    ) -> Result<Arc<Series>, PointError> {
+        let mut buf = String::new();
+        c.resolve_as(
+            SeriesRules::Prometheus,
+            metric,
+            1_356_998_400_000,
+            Value::Float(1.0),
+            tags,
+            &mut buf,
+        )
+        .map(|(s, _)| s)
+    }
+
+    /// What Prometheus allows and OpenTSDB's put rules refuse resolves
+    /// under the Prometheus rules: no tag, `:` in the name, 20 labels,
+    /// any UTF-8 in values.
+    #[test]
+    fn prometheus_rules_take_what_put_refuses() {
+        let c = cache(false);
+        assert!(matches!(
+            prom(&c, "up", &[]),
+            Err(PointError::UnknownName(_))
+        ));
+        let c = cache(true);
+        let a = prom(&c, "up", &[]).unwrap();
+        assert_eq!(a.describe(), "up{}");
+        assert_eq!(a.tags().len(), 0);
+        let b = prom(
+            &c,
+            "job:http_requests:rate5m",
+            &[
+                ("le", "+Inf"),
+                ("path", "/a b \"q\" =,x"),
+                ("city", "Zürich"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            b.tags().collect::<Vec<_>>(),
+            vec![
+                ("city", "Zürich"),
+                ("le", "+Inf"),
+                ("path", "/a b \"q\" =,x")
+            ]
+        );
+        let many: Vec<(String, String)> = (0..20).map(|i| (format!("l{i}"), "v".into())).collect();
+        let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        prom(&c, "m", &many).unwrap();
+        assert!(matches!(
+            prom(&c, "sys.cpu", &[("host", "a")]),
+            Err(PointError::IllegalArgument(_))
+        ));
+        assert!(matches!(
+            prom(&c, "m", &[("host", "a"), ("host", "b")]),
+            Err(PointError::IllegalArgument(_))
+        ));
+    }
+
+    /// A series is found in the cache before any check: one that a
+    /// protocol's rules refuse stays refused there even once the other
+    /// protocol created it, and one both allow is the same series.
+    #[test]
+    fn a_cached_series_is_refused_to_a_protocol_whose_rules_it_breaks() {
+        let c = cache(true);
+        let mut buf = String::new();
+        prom(&c, "up", &[]).unwrap();
+        let r = c.resolve("up", 1, Value::Int(1), &[], &mut buf);
+        assert_eq!(
+            r.unwrap_err(),
+            PointError::IllegalArgument("Need at least one tag (metric=up, tags={})".into())
+        );
+        prom(&c, "m", &[("path", "a b")]).unwrap();
+        let r = c.resolve("m", 1, Value::Int(1), &[("path", "a b")], &mut buf);
+        assert!(matches!(r, Err(PointError::IllegalArgument(_))), "{r:?}");
+        let (put, _) = c
+            .resolve("sys.cpu", 1, Value::Int(1), &[("host", "a")], &mut buf)
+            .unwrap();
+        assert!(prom(&c, "sys.cpu", &[("host", "a")]).is_err());
+        let (both, _) = c
+            .resolve("cpu", 1, Value::Int(1), &[("host", "a")], &mut buf)
+            .unwrap();
+        let again = prom(&c, "cpu", &[("host", "a")]).unwrap();
+        assert!(Arc::ptr_eq(&both, &again));
+        assert!(!Arc::ptr_eq(&put, &again));
+    }
+
+    /// Label values holding what other formats use as separators (`=`,
+    /// `,`, spaces, quotes, braces) never make two label sets one key.
+    #[test]
+    fn punctuation_in_values_never_merges_series() {
+        let c = cache(true);
+        let sets: [&[(&str, &str)]; 8] = [
+            &[("a", "1,b=2")],
+            &[("a", "1"), ("b", "2")],
+            &[("a", "1 b=2")],
+            &[("a", "\"1\",b=\"2\"")],
+            &[("a", "1}"), ("b", "{2")],
+            &[("a", "1"), ("b", "{2")],
+            &[("a", "1=b"), ("c", "2")],
+            &[("a", "1"), ("b", "=c=2")],
+        ];
+        let mut ids = std::collections::HashSet::new();
+        for tags in sets {
+            let s = prom(&c, "m", tags).unwrap();
+            assert!(ids.insert(s.id), "{tags:?}");
+            let mut want: Vec<_> = tags.to_vec();
+            want.sort();
+            assert_eq!(s.tags().collect::<Vec<_>>(), want);
+            // The same names find the same series.
+            assert_eq!(prom(&c, "m", tags).unwrap().id, s.id);
+        }
+        assert_eq!(c.len(), sets.len());
+        // The key's own separators are refused, never looked up.
+        assert!(prom(&c, "m", &[("a", "1\0b\u{1}2")]).is_err());
+        assert_eq!(c.len(), sets.len());
+    }
+
+    /// Replay takes names only other rules than OpenTSDB's allow: they
+    /// were checked when written.
+    #[test]
+    fn replay_takes_names_of_either_rules() {
+        let c = cache(false);
+        let s = c
+            .resolve_replayed("job:rate5m", &[("path", "/a b=\"c\"")])
+            .unwrap();
+        assert_eq!(s.metric(), "job:rate5m");
+        let none = c.resolve_replayed("up", &[]).unwrap();
+        assert_eq!(none.tags().len(), 0);
+        // The series is then found by the Prometheus rules, not by put's.
+        let mut buf = String::new();
+        let (again, _) = c
+            .resolve_as(
+                SeriesRules::Prometheus,
+                "up",
+                1_356_998_400_000,
+                Value::Float(0.5),
+                &[],
+                &mut buf,
+            )
+            .unwrap();
+        assert!(Arc::ptr_eq(&none, &again));
+        assert!(c.resolve("up", 1, Value::Int(1), &[], &mut buf).is_err());
     }
 
     #[test]

@@ -13,7 +13,7 @@ mod graph;
 mod histogram;
 mod logs;
 mod metrics;
-mod prometheus;
+pub(crate) mod prometheus;
 pub(crate) mod put;
 mod query;
 pub(crate) mod reply;

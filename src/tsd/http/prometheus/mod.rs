@@ -5,6 +5,8 @@
 //! meaning: `/api/v1/query` is `/api/query`.
 //!
 //! - `write`: remote write 1.0 and 2.0 bodies into the write path.
+//! - `metadata`: the metric metadata remote write sends, kept in memory
+//!   for `metadata`.
 //! - `api`: `query`, `query_range`, `series`, `labels`, label values,
 //!   `metadata`, `status/buildinfo`, `query_exemplars`, `format_query`,
 //!   in Prometheus' JSON and error shapes; `api_params` reads their
@@ -13,6 +15,7 @@
 mod api;
 mod api_json;
 mod api_params;
+pub(crate) mod metadata;
 mod write;
 
 use std::sync::Arc;

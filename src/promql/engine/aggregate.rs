@@ -1,0 +1,326 @@
+//! Aggregations at one step, as Prometheus 2.42 computes them: `sum`,
+//! `avg`, `min`, `max`, `count`, `group`, `stddev`, `stdvar`,
+//! `count_values`, `topk`, `bottomk`, `quantile`, grouped `by` or
+//! `without` labels (`without` also drops the name).
+
+use std::collections::HashMap;
+
+use promql_parser::parser::token::{
+    T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_MAX, T_MIN, T_QUANTILE, T_STDDEV,
+    T_STDVAR, T_SUM, T_TOPK, TokenId,
+};
+use promql_parser::parser::{AggregateExpr, LabelModifier};
+
+use super::step::{Eval, StepValue};
+use crate::promql::error::PromError;
+use crate::promql::value::{Labels, METRIC_NAME, VectorSample};
+
+/// Evaluates `a` at `t`.
+pub(super) fn eval(ev: &mut impl Eval, a: &AggregateExpr, t: i64) -> Result<StepValue, PromError> {
+    let op = a.op.id();
+    let param = match &a.param {
+        Some(p) => Some(ev.eval(p, t)?),
+        None => None,
+    };
+    let input = ev.eval_vector(&a.expr, t)?;
+    let (without, mut grouping) = match &a.modifier {
+        Some(LabelModifier::Include(l)) => (false, l.labels.clone()),
+        Some(LabelModifier::Exclude(l)) => (true, l.labels.clone()),
+        None => (false, Vec::new()),
+    };
+    grouping.sort();
+    let node = a as *const AggregateExpr as usize;
+    let out = match (op, param) {
+        (T_COUNT_VALUES, Some(StepValue::String(label))) => {
+            count_values(&label, &grouping, without, input, t)?
+        }
+        (T_TOPK | T_BOTTOMK, Some(StepValue::Scalar(k))) => {
+            let groups = group(ev, node, &grouping, without, input);
+            top_bottom(op == T_TOPK, k, groups)?
+        }
+        (T_QUANTILE, Some(StepValue::Scalar(q))) => {
+            let groups = group(ev, node, &grouping, without, input);
+            groups
+                .into_iter()
+                .map(|(labels, members)| {
+                    let mut values: Vec<f64> = members.iter().map(|s| s.v).collect();
+                    VectorSample {
+                        labels,
+                        t,
+                        v: quantile(q, &mut values),
+                    }
+                })
+                .collect()
+        }
+        (_, None) => {
+            let groups = group(ev, node, &grouping, without, input);
+            groups
+                .into_iter()
+                .map(|(labels, members)| {
+                    let values: Vec<f64> = members.iter().map(|s| s.v).collect();
+                    Ok(VectorSample {
+                        labels,
+                        t,
+                        v: simple(op, &values)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, PromError>>()?
+        }
+        (op, p) => {
+            return Err(PromError::internal(format!(
+                "aggregation {op} with parameter {p:?} passed the parser"
+            )));
+        }
+    };
+    ev.hold(out.len())?;
+    Ok(StepValue::Vector(out))
+}
+
+/// The labels a sample's group is known by (and the group's result
+/// carries): the `by` labels, or all but the `without` ones and the name.
+fn group_labels(l: &Labels, grouping: &[String], without: bool) -> Labels {
+    if without {
+        l.filter(|n| n != METRIC_NAME && !grouping.iter().any(|g| g == n))
+    } else {
+        l.keep(grouping)
+    }
+}
+
+/// The input split into groups, in the order each group first appears.
+fn group(
+    ev: &mut impl Eval,
+    node: usize,
+    grouping: &[String],
+    without: bool,
+    input: Vec<VectorSample>,
+) -> Vec<(Labels, Vec<VectorSample>)> {
+    let mut index: HashMap<Labels, usize> = HashMap::new();
+    let mut groups: Vec<(Labels, Vec<VectorSample>)> = Vec::new();
+    for s in input {
+        let key = ev.derive(node, &s.labels, |l| group_labels(l, grouping, without));
+        let i = *index.entry(key.clone()).or_insert_with(|| {
+            groups.push((key, Vec::new()));
+            groups.len() - 1
+        });
+        groups[i].1.push(s);
+    }
+    groups
+}
+
+/// The aggregations that reduce a group's values to one number, in the
+/// order 2.42 adds them up (so that rounding matches).
+fn simple(op: TokenId, values: &[f64]) -> Result<f64, PromError> {
+    let Some((&first, rest)) = values.split_first() else {
+        return Ok(f64::NAN);
+    };
+    Ok(match op {
+        T_SUM => rest.iter().fold(first, |acc, v| acc + v),
+        T_AVG => {
+            let mut mean = first;
+            let mut count = 1.0;
+            for &v in rest {
+                count += 1.0;
+                if mean.is_infinite() {
+                    // An infinite mean stays as it is unless a NaN or an
+                    // infinity of the other sign comes (Inf − Inf would
+                    // make NaN of a mean that is still right).
+                    if v.is_infinite() && (mean > 0.0) == (v > 0.0) {
+                        continue;
+                    }
+                    if !v.is_infinite() && !v.is_nan() {
+                        continue;
+                    }
+                }
+                mean += v / count - mean / count;
+            }
+            mean
+        }
+        T_MAX => rest.iter().fold(
+            first,
+            |acc, &v| if acc < v || acc.is_nan() { v } else { acc },
+        ),
+        T_MIN => rest.iter().fold(
+            first,
+            |acc, &v| if acc > v || acc.is_nan() { v } else { acc },
+        ),
+        T_COUNT => values.len() as f64,
+        T_GROUP => 1.0,
+        T_STDDEV | T_STDVAR => {
+            let mut count = 1.0;
+            let mut mean = first;
+            let mut var = 0.0;
+            for &v in rest {
+                count += 1.0;
+                let delta = v - mean;
+                mean += delta / count;
+                var += delta * (v - mean);
+            }
+            if op == T_STDDEV {
+                (var / count).sqrt()
+            } else {
+                var / count
+            }
+        }
+        _ => {
+            return Err(PromError::internal(format!(
+                "aggregation {op} without its parameter"
+            )));
+        }
+    })
+}
+
+/// `topk`/`bottomk`: each group's `k` largest (smallest) elements with
+/// their own labels, largest (smallest) first, NaN last.
+fn top_bottom(
+    top: bool,
+    k: f64,
+    groups: Vec<(Labels, Vec<VectorSample>)>,
+) -> Result<Vec<VectorSample>, PromError> {
+    if !(-9.223_372_036_854_776e18..=9.223_372_036_854_776e18).contains(&k) || k.is_nan() {
+        return Err(PromError::execution(format!(
+            "Scalar value {} overflows int64",
+            go_float(k)
+        )));
+    }
+    let k = k as i64;
+    if k < 1 {
+        return Ok(Vec::new());
+    }
+    let k = usize::try_from(k).unwrap_or(usize::MAX);
+    let mut out = Vec::new();
+    for (_, mut members) in groups {
+        members.sort_by(|a, b| {
+            a.v.is_nan().cmp(&b.v.is_nan()).then_with(|| {
+                let o = a.v.partial_cmp(&b.v).unwrap_or(std::cmp::Ordering::Equal);
+                if top { o.reverse() } else { o }
+            })
+        });
+        members.truncate(k);
+        out.extend(members);
+    }
+    Ok(out)
+}
+
+/// The φ-quantile of `values` as 2.42's `quantile` aggregation: linear
+/// between the closest ranks; −Inf below 0, +Inf above 1.
+pub(super) fn quantile(q: f64, values: &mut [f64]) -> f64 {
+    if values.is_empty() || q.is_nan() {
+        return f64::NAN;
+    }
+    if q < 0.0 {
+        return f64::NEG_INFINITY;
+    }
+    if q > 1.0 {
+        return f64::INFINITY;
+    }
+    // NaN sorts first, as in 2.42's order for this.
+    values.sort_by(|a, b| match (a.is_nan(), b.is_nan()) {
+        (true, true) => std::cmp::Ordering::Equal,
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+        _ => a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal),
+    });
+    let n = values.len() as f64;
+    let rank = q * (n - 1.0);
+    let lower = rank.floor().max(0.0);
+    let upper = (lower + 1.0).min(n - 1.0);
+    let weight = rank - rank.floor();
+    values[lower as usize] * (1.0 - weight) + values[upper as usize] * weight
+}
+
+/// `count_values("label", v)`: how many elements have each value, the
+/// value written as Go's `FormatFloat(v, 'f', -1, 64)` into `label`.
+fn count_values(
+    label: &str,
+    grouping: &[String],
+    without: bool,
+    input: Vec<VectorSample>,
+    t: i64,
+) -> Result<Vec<VectorSample>, PromError> {
+    if !valid_label_name(label) {
+        return Err(PromError::execution(format!(
+            "invalid label name {label:?}"
+        )));
+    }
+    let mut grouping = grouping.to_vec();
+    if !without {
+        grouping.push(label.to_string());
+        grouping.sort();
+    }
+    let mut index: HashMap<Labels, usize> = HashMap::new();
+    let mut out: Vec<VectorSample> = Vec::new();
+    for s in input {
+        let mut l = s.labels.clone();
+        l.set(label, &go_float(s.v));
+        let key = group_labels(&l, &grouping, without);
+        match index.get(&key) {
+            Some(&i) => out[i].v += 1.0,
+            None => {
+                index.insert(key.clone(), out.len());
+                out.push(VectorSample {
+                    labels: key,
+                    t,
+                    v: 1.0,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Prometheus' rule for a label name: `[a-zA-Z_][a-zA-Z0-9_]*`.
+fn valid_label_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() || c == '_' => {}
+        _ => return false,
+    }
+    chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A float as Go's `strconv.FormatFloat(v, 'f', -1, 64)` writes it: the
+/// shortest digits that read back the same, never an exponent; `NaN`,
+/// `+Inf`, `-Inf`.
+pub(super) fn go_float(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".to_string();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "+Inf" } else { "-Inf" }.to_string();
+    }
+    // Rust's Display for f64 is the shortest round-trip form without an
+    // exponent, which is what 'f' with precision -1 gives.
+    let s = format!("{v}");
+    if s == "-0" { "-0".to_string() } else { s }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_float_formatting() {
+        assert_eq!(go_float(1.0), "1");
+        assert_eq!(go_float(0.1), "0.1");
+        assert_eq!(go_float(1e21), "1000000000000000000000");
+        assert_eq!(go_float(1.5e-7), "0.00000015");
+        assert_eq!(go_float(f64::INFINITY), "+Inf");
+        assert_eq!(go_float(f64::NAN), "NaN");
+    }
+
+    #[test]
+    fn quantile_interpolates() {
+        assert_eq!(quantile(0.5, &mut [1.0, 2.0, 3.0, 4.0]), 2.5);
+        assert_eq!(quantile(0.0, &mut [3.0, 1.0]), 1.0);
+        assert_eq!(quantile(2.0, &mut [3.0, 1.0]), f64::INFINITY);
+        assert!(quantile(0.5, &mut []).is_nan());
+    }
+
+    #[test]
+    fn label_names() {
+        assert!(valid_label_name("a_1"));
+        assert!(!valid_label_name("1a"));
+        assert!(!valid_label_name("a-b"));
+        assert!(!valid_label_name(""));
+    }
+}

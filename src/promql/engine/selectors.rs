@@ -1,0 +1,282 @@
+//! Selectors: which series and samples each one reads, fetched once for
+//! the whole query, then looked up at each step. An instant selector
+//! takes a series' latest sample in `[t − lookback, t]`, none if that is
+//! a stale marker; a range selector takes the samples in `[t − range,
+//! t]` without stale markers (both ends closed, as in 2.42); both after
+//! `offset` and `@`.
+
+use std::time::{Duration, SystemTime};
+
+use promql_parser::label::{MatchOp, Matcher};
+use std::collections::HashMap;
+
+use promql_parser::parser::{AtModifier, Expr, MatrixSelector, Offset, VectorSelector};
+
+use crate::promql::error::PromError;
+use crate::promql::functions::{RangeArg, RangeSeries};
+use crate::promql::storage::{Storage, StoredSeries};
+use crate::promql::value::{METRIC_NAME, Sample, Series, VectorSample, is_stale_nan};
+
+/// The times a query is evaluated at: `start_ms`, `start_ms + step_ms`,
+/// … up to `end_ms` (one step for an instant query).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct QueryRange {
+    pub(super) start_ms: i64,
+    pub(super) end_ms: i64,
+    pub(super) step_ms: i64,
+}
+
+/// The key a selector's series are kept under: its node's address.
+pub(super) fn key(vs: &VectorSelector) -> usize {
+    vs as *const VectorSelector as usize
+}
+
+/// An `@` modifier's time in epoch ms (`start()`/`end()` are the query's).
+pub(super) fn at_ms(at: &AtModifier, range: &QueryRange) -> i64 {
+    match at {
+        AtModifier::Start => range.start_ms,
+        AtModifier::End => range.end_ms,
+        AtModifier::At(time) => system_time_ms(*time),
+    }
+}
+
+fn system_time_ms(time: SystemTime) -> i64 {
+    match time.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => duration_ms(d),
+        Err(e) => -duration_ms(e.duration()),
+    }
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// An `offset` in ms, negative for `offset -5m`.
+pub(super) fn offset_ms(offset: &Option<Offset>) -> i64 {
+    match offset {
+        None => 0,
+        Some(Offset::Pos(d)) => duration_ms(*d),
+        Some(Offset::Neg(d)) => -duration_ms(*d),
+    }
+}
+
+/// The selector's matchers, with its metric name as a `__name__`
+/// matcher when it was written as `name{...}`.
+pub(super) fn matchers(vs: &VectorSelector) -> Vec<Matcher> {
+    let mut m = vs.matchers.matchers.clone();
+    if let Some(name) = &vs.name {
+        let present = m
+            .iter()
+            .any(|x| x.name == METRIC_NAME && x.op == MatchOp::Equal && &x.value == name);
+        if !present {
+            m.push(Matcher::new(MatchOp::Equal, METRIC_NAME, name));
+        }
+    }
+    m
+}
+
+/// The time a selector reads at when the query evaluates at `t`.
+fn reference(vs: &VectorSelector, t: i64, range: &QueryRange) -> i64 {
+    let base = match &vs.at {
+        Some(at) => at_ms(at, range),
+        None => t,
+    };
+    base - offset_ms(&vs.offset)
+}
+
+/// Every selector's series over the whole query, by the address of its
+/// `VectorSelector` node (the tree outlives the evaluation).
+pub(super) struct Selected {
+    data: HashMap<usize, Vec<StoredSeries>>,
+    lookback_ms: i64,
+    range: QueryRange,
+}
+
+impl Selected {
+    pub(super) fn new(lookback_ms: i64, range: QueryRange) -> Selected {
+        Selected {
+            data: HashMap::new(),
+            lookback_ms,
+            range,
+        }
+    }
+
+    /// How many samples were read.
+    pub(super) fn loaded(&self) -> usize {
+        self.data
+            .values()
+            .flat_map(|s| s.iter())
+            .map(|s| s.samples.len())
+            .sum()
+    }
+
+    /// Reads every selector's series once: `lo..=hi` is the span of times
+    /// `expr` is evaluated at (subqueries widen it for what they contain).
+    pub(super) fn prefetch(
+        &mut self,
+        storage: &dyn Storage,
+        expr: &Expr,
+        lo: i64,
+        hi: i64,
+    ) -> Result<(), PromError> {
+        match expr {
+            Expr::VectorSelector(vs) => self.fetch(storage, vs, self.lookback_ms, lo, hi),
+            Expr::MatrixSelector(ms) => {
+                let range = duration_ms(ms.range);
+                self.fetch(storage, &ms.vs, range, lo, hi)
+            }
+            Expr::Subquery(sq) => {
+                let (lo, hi) = match &sq.at {
+                    Some(at) => {
+                        let a = at_ms(at, &self.range);
+                        (a, a)
+                    }
+                    None => (lo, hi),
+                };
+                let off = offset_ms(&sq.offset);
+                let range = duration_ms(sq.range);
+                self.prefetch(storage, &sq.expr, lo - off - range, hi - off)
+            }
+            Expr::Aggregate(a) => {
+                if let Some(p) = &a.param {
+                    self.prefetch(storage, p, lo, hi)?;
+                }
+                self.prefetch(storage, &a.expr, lo, hi)
+            }
+            Expr::Unary(u) => self.prefetch(storage, &u.expr, lo, hi),
+            Expr::Binary(b) => {
+                self.prefetch(storage, &b.lhs, lo, hi)?;
+                self.prefetch(storage, &b.rhs, lo, hi)
+            }
+            Expr::Paren(p) => self.prefetch(storage, &p.expr, lo, hi),
+            Expr::Call(c) => c
+                .args
+                .args
+                .iter()
+                .try_for_each(|a| self.prefetch(storage, a, lo, hi)),
+            Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => Ok(()),
+        }
+    }
+
+    fn fetch(
+        &mut self,
+        storage: &dyn Storage,
+        vs: &VectorSelector,
+        reach: i64,
+        lo: i64,
+        hi: i64,
+    ) -> Result<(), PromError> {
+        let (lo, hi) = match &vs.at {
+            Some(at) => {
+                let a = at_ms(at, &self.range);
+                (a, a)
+            }
+            None => (lo, hi),
+        };
+        let off = offset_ms(&vs.offset);
+        let mut series = storage.select(&matchers(vs), lo - off - reach, hi - off)?;
+        // The store promises time order; sort anyway where it did not, since
+        // every lookup below is a binary search.
+        for s in &mut series {
+            if !s.samples.is_sorted_by_key(|x| x.t) {
+                s.samples.sort_by_key(|x| x.t);
+            }
+        }
+        self.data.insert(key(vs), series);
+        Ok(())
+    }
+
+    /// The instant vector `vs` selects at `t`: each series' latest sample in
+    /// `[ref − lookback, ref]` unless it is a stale marker. `t` of each
+    /// element is the step, or the sample's own time when `stored_time`
+    /// (what `timestamp()` reads).
+    pub(super) fn instant(
+        &self,
+        vs: &VectorSelector,
+        t: i64,
+        stored_time: bool,
+    ) -> Vec<VectorSample> {
+        let Some(series) = self.data.get(&key(vs)) else {
+            return Vec::new();
+        };
+        let refer = reference(vs, t, &self.range);
+        let oldest = refer - self.lookback_ms;
+        let mut out = Vec::new();
+        for s in series {
+            let n = s.samples.partition_point(|x| x.t <= refer);
+            if n == 0 {
+                continue;
+            }
+            let last = s.samples[n - 1];
+            if last.t < oldest || is_stale_nan(last.v) {
+                continue;
+            }
+            out.push(VectorSample {
+                labels: s.labels.clone(),
+                t: if stored_time { last.t } else { t },
+                v: last.v,
+            });
+        }
+        out
+    }
+
+    /// The samples `ms` selects at `t`: each series' samples in `[ref −
+    /// range, ref]`, stale markers dropped; series with none left out.
+    pub(super) fn window(&self, ms: &MatrixSelector, t: i64) -> Window {
+        let end = reference(&ms.vs, t, &self.range);
+        let start = end - duration_ms(ms.range);
+        let mut out = Vec::new();
+        if let Some(series) = self.data.get(&key(&ms.vs)) {
+            for s in series {
+                let from = s.samples.partition_point(|x| x.t < start);
+                let to = s.samples.partition_point(|x| x.t <= end);
+                if from >= to {
+                    continue;
+                }
+                let samples: Vec<Sample> = s.samples[from..to]
+                    .iter()
+                    .filter(|x| !is_stale_nan(x.v))
+                    .copied()
+                    .collect();
+                if samples.is_empty() {
+                    continue;
+                }
+                out.push(Series {
+                    labels: s.labels.clone(),
+                    samples,
+                });
+            }
+        }
+        Window {
+            series: out,
+            start_ms: start,
+            end_ms: end,
+        }
+    }
+}
+
+/// A range selector's samples at one step, with the window they came
+/// from.
+pub(super) struct Window {
+    pub(super) series: Vec<Series>,
+    pub(super) start_ms: i64,
+    pub(super) end_ms: i64,
+}
+
+impl Window {
+    /// The window as a function's range argument.
+    pub(super) fn into_arg(self) -> RangeArg {
+        RangeArg {
+            series: self
+                .series
+                .into_iter()
+                .map(|s| RangeSeries {
+                    labels: s.labels,
+                    samples: s.samples,
+                })
+                .collect(),
+            start_ms: self.start_ms,
+            end_ms: self.end_ms,
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! What the parts of the evaluator share: the step grid, the value of an
+//! expression at one step, and [`Eval`], the evaluator as the operator
+//! files see it (they evaluate their operands through it, so that none
+//! of them depends on the file that dispatches to them).
+
+use std::collections::HashSet;
+
+use promql_parser::parser::{Expr, SubqueryExpr};
+
+use super::selectors::Selected;
+use crate::promql::error::PromError;
+use crate::promql::value::{Labels, Series, VectorSample};
+
+/// What an expression evaluates to at one step.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum StepValue {
+    Scalar(f64),
+    String(String),
+    Vector(Vec<VectorSample>),
+    Matrix(Vec<Series>),
+}
+
+impl StepValue {
+    /// The type's name as Prometheus' messages write it.
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            StepValue::Scalar(_) => "scalar",
+            StepValue::String(_) => "string",
+            StepValue::Vector(_) => "instant vector",
+            StepValue::Matrix(_) => "range vector",
+        }
+    }
+}
+
+/// The message Prometheus gives past `--query.max-samples`.
+pub(super) const TOO_MANY_SAMPLES: &str =
+    "query processing would load too many samples into memory in query execution";
+
+/// The evaluator, as operators and function calls use it.
+pub(super) trait Eval {
+    /// Evaluates `expr` at time `t`.
+    fn eval(&mut self, expr: &Expr, t: i64) -> Result<StepValue, PromError>;
+
+    /// Counts `n` more samples held at this step; an `execution` error
+    /// past `max_samples`.
+    fn hold(&mut self, n: usize) -> Result<(), PromError>;
+
+    /// The label set `f` derives from `labels` for the tree node at
+    /// `node` (a grouping key, a matching signature), built once per
+    /// query for each input label set rather than once per step.
+    fn derive(&mut self, node: usize, labels: &Labels, f: impl FnOnce(&Labels) -> Labels)
+    -> Labels;
+
+    /// A subquery at `t`: its series, and its window's ends.
+    fn subquery(&mut self, sq: &SubqueryExpr, t: i64)
+    -> Result<(Vec<Series>, i64, i64), PromError>;
+
+    /// The selectors' series.
+    fn selected(&self) -> &Selected;
+
+    /// Evaluates an instant-vector expression at `t`; anything else here
+    /// is a bug in the parser's type checks, reported as such.
+    fn eval_vector(&mut self, expr: &Expr, t: i64) -> Result<Vec<VectorSample>, PromError> {
+        match self.eval(expr, t)? {
+            StepValue::Vector(v) => Ok(v),
+            other => Err(PromError::internal(format!(
+                "expected an instant vector, got {}",
+                other.kind()
+            ))),
+        }
+    }
+}
+
+/// Prometheus' check after an operation that changes labels: two
+/// elements of one vector may not have the same label set.
+pub(super) fn check_unique(v: &[VectorSample]) -> Result<(), PromError> {
+    if v.len() < 2 {
+        return Ok(());
+    }
+    let mut seen: HashSet<&Labels> = HashSet::with_capacity(v.len());
+    for s in v {
+        if !seen.insert(&s.labels) {
+            return Err(PromError::execution(
+                "vector cannot contain metrics with the same labelset",
+            ));
+        }
+    }
+    Ok(())
+}
