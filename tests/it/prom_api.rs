@@ -2,8 +2,8 @@
 //! TSD: series put over telnet and `/api/put` listed by `series`,
 //! `labels` and label values (GET and POST form bodies, `match[]`,
 //! `start`/`end`, `limit`), `status/buildinfo`, `format_query`,
-//! `query_exemplars`, and 2.42's answers to bad parameters, unknown paths
-//! and methods. Reads go to the reader TSD (on the cluster, not the one
+//! `query_exemplars`, `metadata`, instant and range queries, and 2.42's
+//! answers to bad parameters, queries, unknown paths and methods. Reads go to the reader TSD (on the cluster, not the one
 //! that took the writes).
 
 use crate::common;
@@ -16,6 +16,8 @@ on_both_backends!(
     metadata_calls_follow_the_time_range,
     build_info_format_and_exemplars,
     bad_parameters_get_prometheus_errors,
+    instant_and_range_queries,
+    query_errors_and_limits,
 );
 
 const FORM: (&str, &str) = ("Content-Type", "application/x-www-form-urlencoded");
@@ -331,4 +333,147 @@ fn bad_parameters_get_prometheus_errors(backend: Backend) {
     // OpenTSDB's own paths are untouched.
     let r = get(&tsds, "/api/v1/suggest?type=metrics&q=cpu");
     assert_eq!((r.status, r.text().as_str()), (200, r#"["cpu_user"]"#));
+}
+
+fn instant_and_range_queries(backend: Backend) {
+    let Some(tsds) = seeded(backend) else { return };
+    // Grafana's "Save & test": a scalar.
+    assert_eq!(
+        answer(get(
+            &tsds,
+            "/prometheus/api/v1/query?query=1%2B1&time=1356998400"
+        )),
+        ok(json!({"resultType":"scalar","result":[1356998400,"2"]}))
+    );
+    // A telnet series by its name and labels; ints as floats.
+    assert_eq!(
+        answer(post_form(
+            &tsds,
+            "/prometheus/api/v1/query",
+            "query=cpu_user%7Bhost%3D%22web01%22%7D&time=1356998460.5"
+        )),
+        ok(json!({"resultType":"vector","result":[
+            {"metric":{"__name__":"cpu_user","dc":"lga","host":"web01"},
+             "value":[1356998460.500,"2"]}]}))
+    );
+    // A name that is no PromQL identifier, by __name__; vmalert's `step`
+    // on an instant query is accepted.
+    assert_eq!(
+        answer(get(
+            &tsds,
+            "/prometheus/api/v1/query?query=%7B__name__%3D%22sys.mem.free%22%7D&time=1356998460&step=15s&nocache=1"
+        )),
+        ok(json!({"resultType":"vector","result":[
+            {"metric":{"__name__":"sys.mem.free","host":"web01"},"value":[1356998460,"512"]}]}))
+    );
+    // A float from /api/put, and its value formatted as Go does.
+    assert_eq!(
+        answer(get(
+            &tsds,
+            "/prometheus/api/v1/query?query=disk_used%20%2F%201e8&time=1356998700"
+        )),
+        ok(json!({"resultType":"vector","result":[
+            {"metric":{"host":"web03","mount":"/var"},"value":[1356998700,"1.5e-08"]}]}))
+    );
+    // A range query, step as a duration or seconds; the last step finds
+    // the last sample within the 5-minute lookback.
+    let expect = ok(json!({"resultType":"matrix","result":[
+        {"metric":{"dc":"lga"},"values":[[1356998400,"1"],[1356998460,"2"],[1356998520,"2"]]},
+        {"metric":{"dc":"sjc"},"values":[[1356998400,"10"],[1356998460,"20"],[1356998520,"20"]]}]}));
+    assert_eq!(
+        answer(post_form(
+            &tsds,
+            "/prometheus/api/v1/query_range",
+            "query=sum+by+(dc)+(cpu_user)&start=1356998400&end=1356998520&step=1m"
+        )),
+        expect
+    );
+    assert_eq!(
+        answer(get(
+            &tsds,
+            "/prometheus/api/v1/query_range?query=sum%20by%20(dc)%20(cpu_user)&start=2013-01-01T00:00:00Z&end=2013-01-01T00:02:00Z&step=60"
+        )),
+        expect
+    );
+    // A string.
+    assert_eq!(
+        answer(get(
+            &tsds,
+            "/prometheus/api/v1/query?query=%22a%22&time=1.5"
+        )),
+        ok(json!({"resultType":"string","result":[1.5,"a"]}))
+    );
+}
+
+fn query_errors_and_limits(backend: Backend) {
+    let Some(tsds) = seeded(backend) else { return };
+    let g = |path: &str| answer(get(&tsds, &format!("/prometheus/api/v1/{path}")));
+    // A query that does not parse: the parameter named, on instant
+    // queries only (as 2.42).
+    let (status, body) = g("query?query=sum(&time=1");
+    assert_eq!(status, 400);
+    assert_eq!(body["errorType"], "bad_data");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("invalid parameter \"query\": ")),
+        "{body}"
+    );
+    assert_eq!(
+        g("query_range?query=cpu_user%5B5m%5D&start=0&end=10&step=1"),
+        bad(
+            "invalid expression type \"range vector\" for range query, must be Scalar or instant Vector"
+        )
+    );
+    // Many-to-many matching is an execution error: 422.
+    let (status, body) = g("query?query=cpu_user%20%2B%20on()%20cpu_user&time=1356998460");
+    assert_eq!(
+        (status, &body["errorType"]),
+        (422, &json!("execution")),
+        "{body}"
+    );
+    // metadata: nothing sent by remote write yet.
+    assert_eq!(
+        answer(get(&tsds, "/prometheus/api/v1/metadata")),
+        ok(json!({}))
+    );
+    assert_eq!(
+        answer(get(&tsds, "/prometheus/api/v1/metadata?limit=x")),
+        bad("limit must be a number")
+    );
+    // OpenTSDB's data point limit bounds what a selector may read: 422
+    // with Prometheus' message, not an answer held whole.
+    drop(tsds);
+    let Some(tsds) = Tsds::start(
+        backend,
+        &[
+            ("tsd.core.auto_create_metrics", "true"),
+            ("tsd.query.limits.data_points.default", "3"),
+        ],
+    ) else {
+        return;
+    };
+    let lines: String = (0..10)
+        .map(|i| format!("put big 13569984{i}0 {i} host=a\n"))
+        .collect();
+    assert_eq!(telnet(tsds.writer().addr, lines.as_bytes()), "");
+    assert_eq!(
+        answer(get(
+            &tsds,
+            "/prometheus/api/v1/query?query=count_over_time(big%5B1h%5D)&time=1356998500"
+        )),
+        (
+            422,
+            json!({"status":"error","errorType":"execution",
+                   "error":"query processing would load too many samples into memory in query execution"})
+        )
+    );
+    assert_eq!(
+        answer(get(
+            &tsds,
+            "/prometheus/api/v1/query?query=big&time=1356998400"
+        ))
+        .0,
+        200
+    );
 }

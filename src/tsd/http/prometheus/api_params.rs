@@ -8,8 +8,9 @@
 
 use chrono::DateTime;
 use promql_parser::label::{MatchOp, Matcher};
-use promql_parser::parser::{self, Expr};
+use promql_parser::parser::Expr;
 
+use crate::promql::engine::parse_query;
 use crate::promql::value::METRIC_NAME;
 
 /// The request's form values: the body's pairs first, then the query
@@ -176,11 +177,11 @@ pub(super) fn parse_matchers(selectors: &[&str]) -> Result<Vec<Vec<Matcher>>, St
     for s in selectors {
         // promql-parser checks what 2.42 checks after parsing, in its own
         // words: answered in 2.42's.
-        let parsed = parser::parse(s).map_err(|e| {
-            if e.contains("at least one non-empty matcher") {
+        let parsed = parse_query(s).map_err(|e| {
+            if e.message.contains("at least one non-empty matcher") {
                 NO_NON_EMPTY.to_string()
             } else {
-                e
+                e.message
             }
         })?;
         let vs = match parsed {
