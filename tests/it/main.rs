@@ -16,6 +16,7 @@ mod fsck;
 mod import;
 mod limits;
 mod never_panic;
+mod prom_write;
 mod query_cache_props;
 mod query_props;
 mod query_semantics;
