@@ -206,12 +206,17 @@ fn remote_write_1_0_keeps_what_prometheus_allows(backend: Backend) {
     let r = push(t.writer().addr, "/prometheus/api/v1/write", V1, &body);
     assert_eq!(r.status, 204, "{}", r.text());
 
+    // Another value at a time that holds one: the last write wins, 204.
+    let again = v1(vec![series(&[("__name__", "up")], &[(b + 15_000, 1.0)])]);
+    let r = push(t.writer().addr, "/api/v1/write", V1, &again);
+    assert_eq!(r.status, 204, "{}", r.text());
+
     let up = query(&t, b, "up", &[]);
     assert_eq!(up.as_array().unwrap().len(), 1, "{up}");
     assert_eq!(up[0]["tags"], serde_json::json!({}));
     let dps = &up[0]["dps"];
     assert_eq!(dps[b.to_string()], 1.0, "{up}");
-    assert_eq!(dps[(b + 15_000).to_string()], 0.0, "{up}");
+    assert_eq!(dps[(b + 15_000).to_string()], 1.0, "{up}");
 
     let wide = query(&t, b, "kube_pod_info", &[("l07", "v7")]);
     assert_eq!(wide[0]["tags"].as_object().unwrap().len(), 15, "{wide}");
@@ -438,6 +443,75 @@ fn a_metadata_only_request_is_taken() {
     assert!(stats.text().contains("remote_write"), "{}", stats.text());
 }
 
+/// NaN values and stale markers are samples like others (what the store
+/// keeps of a marker's payload is the codecs' business).
+#[test]
+fn nan_and_stale_markers_are_taken() {
+    let Some(t) = Tsds::start(
+        Backend::Embedded,
+        &[("tsd.core.auto_create_metrics", "true")],
+    ) else {
+        return;
+    };
+    let b = base_ms();
+    let stale = f64::from_bits(0x7ff0_0000_0000_0002);
+    let body = v1(vec![series(
+        &[("__name__", "gone"), ("job", "x")],
+        &[
+            (b, 1.0),
+            (b + 1000, f64::NAN),
+            (b + 2000, stale),
+            (b + 3000, f64::INFINITY),
+        ],
+    )]);
+    let r = push(t.writer().addr, "/api/v1/write", V1, &body);
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(t.reader().point_count("gone"), 4);
+}
+
+/// `tsd.prometheus.max_labels` bounds the labels of a remote-written
+/// series (not `tsd.storage.max_tags`, the put path's); a body whose
+/// snappy header declares more than the body limit is refused before
+/// it is inflated.
+#[test]
+fn limits_are_the_remote_write_ones() {
+    let Some(t) = Tsds::start(
+        Backend::Embedded,
+        &[
+            ("tsd.core.auto_create_metrics", "true"),
+            ("tsd.prometheus.max_labels", "10"),
+            ("tsd.storage.max_tags", "2"),
+        ],
+    ) else {
+        return;
+    };
+    let a = t.writer().addr;
+    let b = base_ms();
+    let labels: Vec<(String, String)> = (0..11).map(|i| (format!("l{i}"), "v".into())).collect();
+    let mut pairs: Vec<(&str, &str)> = vec![("__name__", "wide")];
+    pairs.extend(labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let r = push(
+        a,
+        "/api/v1/write",
+        V1,
+        &v1(vec![series(&pairs[..11], &[(b, 1.0)])]),
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    let r = push(
+        a,
+        "/api/v1/write",
+        V1,
+        &v1(vec![series(&pairs, &[(b, 1.0)])]),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("too many labels: 11"), "{}", r.text());
+    // A header declaring 4 GB, a few bytes sent.
+    let mut huge = vec![0x80, 0x80, 0x80, 0x80, 0x0f];
+    huge.extend_from_slice(&[0; 16]);
+    let r = push(a, "/api/v1/write", V1, &huge);
+    assert_eq!(r.status, 413, "{}", r.text());
+}
+
 /// Samples acknowledged with `sync` survive a SIGKILL of the TSD right
 /// after the 204, and are read back after the restart.
 #[test]
@@ -446,10 +520,13 @@ fn acknowledged_samples_survive_a_kill() {
     let dir = tempfile::tempdir().unwrap();
     let b = base_ms();
     let tsd = ChildTsd::start(dir.path(), ChildOptions::default());
-    let body = v1(vec![series(
-        &[("__name__", "crash_total"), ("path", "/a b")],
-        &[(b, 1.0), (b + 1000, 2.0), (b + 2000, 3.0)],
-    )]);
+    let body = v1(vec![
+        series(
+            &[("__name__", "crash_total"), ("path", "/a b")],
+            &[(b, 1.0), (b + 1000, 2.0), (b + 2000, 3.0)],
+        ),
+        series(&[("__name__", "job:crash:rate5m")], &[(b, 4.0)]),
+    ]);
     let r = push(tsd.addr, "/api/v1/write?sync", V1, &body);
     assert_eq!(r.status, 204, "{}", r.text());
     tsd.kill();
@@ -464,5 +541,13 @@ fn acknowledged_samples_survive_a_kill() {
     let got = r.json();
     assert_eq!(got[0]["tags"]["path"], "/a b", "{got}");
     assert_eq!(got[0]["dps"].as_object().unwrap().len(), 3, "{got}");
+    // A series with no label but its name, replayed from the WAL.
+    let q = serde_json::json!({
+        "start": b - 1000,
+        "msResolution": true,
+        "queries": [{"metric": "job:crash:rate5m", "aggregator": "none"}],
+    });
+    let got = json_http(tsd.addr, "POST", "/api/query", &q.to_string()).json();
+    assert_eq!(got[0]["dps"][b.to_string()], 4.0, "{got}");
     tsd.terminate();
 }
