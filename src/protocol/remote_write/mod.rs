@@ -14,6 +14,7 @@
 
 mod proto;
 
+use bytes::Bytes;
 use prost::Message as _;
 use thiserror::Error;
 
@@ -77,6 +78,8 @@ pub enum RemoteWriteError {
     },
     #[error("series {index}: an odd number of label references ({refs})")]
     OddLabelRefs { index: usize, refs: usize },
+    #[error("series {index}: a label name or value is not UTF-8")]
+    NotUtf8 { index: usize },
     #[error("duplicate label name {name:?} in series {series}")]
     DuplicateLabel { series: String, name: String },
     #[error("invalid label name {name:?} in series {series}")]
@@ -91,26 +94,63 @@ pub enum RemoteWriteError {
     NativeHistograms { series: String, count: usize },
 }
 
-/// One sample: milliseconds since the epoch and the value, bit for bit
-/// (a stale marker's NaN payload included).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One sample: the value, bit for bit (a stale marker's NaN payload
+/// included), and milliseconds since the epoch. It is the protobuf
+/// `Sample` of both versions itself, so a series' samples are decoded
+/// once, in place.
+#[derive(Clone, Copy, PartialEq, prost::Message)]
 pub struct Sample {
-    pub timestamp_ms: i64,
+    #[prost(double, tag = "1")]
     pub value: f64,
+    #[prost(int64, tag = "2")]
+    pub timestamp_ms: i64,
+}
+
+/// A name or label value: a slice of the decompressed body, known to be
+/// UTF-8.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Text(Bytes);
+
+impl Text {
+    /// `b` if it is UTF-8.
+    fn new(b: Bytes) -> Option<Text> {
+        std::str::from_utf8(&b).ok()?;
+        Some(Text(b))
+    }
+
+    pub fn as_str(&self) -> &str {
+        // SAFETY: `Text::new`, the only constructor, checked the bytes
+        // are UTF-8, and `Bytes` never changes them.
+        unsafe { std::str::from_utf8_unchecked(&self.0) }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Text {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
 }
 
 /// A series as the write path takes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
     /// `__name__`'s value.
-    pub metric: String,
+    metric: Text,
     /// The other labels, sorted by name, none empty.
-    pub labels: Vec<(String, String)>,
+    labels: Vec<(Text, Text)>,
     pub samples: Vec<Sample>,
 }
 
 impl Series {
-    /// The labels as the write path's tag list.
+    pub fn metric(&self) -> &str {
+        self.metric.as_str()
+    }
+
+    /// The labels but `__name__`, sorted by name: the write path's tags.
     pub fn tags(&self) -> Vec<(&str, &str)> {
         self.labels
             .iter()
@@ -196,26 +236,21 @@ impl Request {
 /// decompressed length, checked against the length the snappy header
 /// declares before anything is allocated.
 pub fn decode(body: &[u8], version: Version, max_len: usize) -> Result<Request, RemoteWriteError> {
-    let raw = decompress(body, max_len)?;
+    let raw = Bytes::from(decompress(body, max_len)?);
     match version {
         Version::V1 => {
-            let req = proto::WriteRequest::decode(raw.as_slice()).map_err(|e| {
-                RemoteWriteError::NotProtobuf {
+            let req =
+                proto::WriteRequest::decode(raw).map_err(|e| RemoteWriteError::NotProtobuf {
                     message: "prometheus.WriteRequest",
                     cause: e.to_string(),
-                }
-            })?;
-            drop(raw);
+                })?;
             Ok(from_v1(req))
         }
         Version::V2 => {
-            let req = proto::RequestV2::decode(raw.as_slice()).map_err(|e| {
-                RemoteWriteError::NotProtobuf {
-                    message: "io.prometheus.write.v2.Request",
-                    cause: e.to_string(),
-                }
+            let req = proto::RequestV2::decode(raw).map_err(|e| RemoteWriteError::NotProtobuf {
+                message: "io.prometheus.write.v2.Request",
+                cause: e.to_string(),
             })?;
-            drop(raw);
             Ok(from_v2(req))
         }
     }
@@ -249,14 +284,14 @@ pub fn is_label_name(s: &str) -> bool {
 
 /// `{a="1", b="2"}` as Prometheus prints label sets, cut short for
 /// error messages.
-fn describe(labels: &[(String, String)]) -> String {
+fn describe(labels: &[(Text, Text)]) -> String {
     const MAX: usize = 512;
     let mut s = String::from("{");
     for (i, (k, v)) in labels.iter().enumerate() {
         if i > 0 {
             s.push_str(", ");
         }
-        s.push_str(k);
+        s.push_str(k.as_str());
         s.push('=');
         s.push_str(&format!("{v:?}"));
         if s.len() > MAX {
@@ -276,7 +311,7 @@ fn describe(labels: &[(String, String)]) -> String {
 /// A series' labels (in any order, empty values included) checked and
 /// split into the metric and the other labels, sorted.
 fn series_of(
-    mut labels: Vec<(String, String)>,
+    mut labels: Vec<(Text, Text)>,
     samples: Vec<Sample>,
 ) -> Result<Series, RemoteWriteError> {
     labels.retain(|(_, v)| !v.is_empty());
@@ -285,22 +320,22 @@ fn series_of(
     if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
         return Err(RemoteWriteError::DuplicateLabel {
             series: series(),
-            name: w[0].0.clone(),
+            name: w[0].0.as_str().to_string(),
         });
     }
-    if let Some((k, _)) = labels.iter().find(|(k, _)| !is_label_name(k)) {
+    if let Some((k, _)) = labels.iter().find(|(k, _)| !is_label_name(k.as_str())) {
         return Err(RemoteWriteError::InvalidLabelName {
             series: series(),
-            name: k.clone(),
+            name: k.as_str().to_string(),
         });
     }
-    let Some(at) = labels.iter().position(|(k, _)| k == "__name__") else {
+    let Some(at) = labels.iter().position(|(k, _)| k.as_str() == "__name__") else {
         return Err(RemoteWriteError::NoMetricName { series: series() });
     };
-    if !is_metric_name(&labels[at].1) {
+    if !is_metric_name(labels[at].1.as_str()) {
         return Err(RemoteWriteError::InvalidMetricName {
             series: series(),
-            name: labels[at].1.clone(),
+            name: labels[at].1.as_str().to_string(),
         });
     }
     let metric = labels.remove(at).1;
@@ -312,19 +347,7 @@ fn series_of(
 }
 
 /// Files a series, or its refusal, in `out`.
-fn file(
-    out: &mut Request,
-    labels: Vec<(String, String)>,
-    samples: Vec<proto::Sample>,
-    histograms: usize,
-) {
-    let samples: Vec<Sample> = samples
-        .into_iter()
-        .map(|s| Sample {
-            timestamp_ms: s.timestamp,
-            value: s.value,
-        })
-        .collect();
+fn file(out: &mut Request, labels: Vec<(Text, Text)>, samples: Vec<Sample>, histograms: usize) {
     let count = samples.len();
     match series_of(labels, samples) {
         Ok(series) if histograms > 0 => {
@@ -346,15 +369,25 @@ fn file(
 
 /// `metric{labels}` of a checked series.
 fn describe_series(s: &Series) -> String {
-    format!("{}{}", s.metric, describe(&s.labels))
+    format!("{}{}", s.metric(), describe(&s.labels))
 }
 
 fn from_v1(req: proto::WriteRequest) -> Request {
     let mut out = Request::default();
-    for ts in req.timeseries {
+    for (index, ts) in req.timeseries.into_iter().enumerate() {
         out.exemplars += ts.exemplars.len();
-        let labels = ts.labels.into_iter().map(|l| (l.name, l.value)).collect();
-        file(&mut out, labels, ts.samples, ts.histograms.len());
+        let labels: Option<Vec<(Text, Text)>> = ts
+            .labels
+            .into_iter()
+            .map(|l| Some((Text::new(l.name)?, Text::new(l.value)?)))
+            .collect();
+        match labels {
+            Some(labels) => file(&mut out, labels, ts.samples, ts.histograms.len()),
+            None => out.refused.push((
+                RemoteWriteError::NotUtf8 { index },
+                ts.samples.len() + ts.histograms.len(),
+            )),
+        }
     }
     out.metadata = req
         .metadata
@@ -371,19 +404,22 @@ fn from_v1(req: proto::WriteRequest) -> Request {
 }
 
 fn from_v2(req: proto::RequestV2) -> Request {
-    let symbols = &req.symbols;
+    // Each symbol checked once; one that is not UTF-8 refuses the series
+    // that use it.
+    let symbols: Vec<Option<Text>> = req.symbols.into_iter().map(Text::new).collect();
+    let symbols = &symbols;
     let mut out = Request::default();
     for (index, ts) in req.timeseries.into_iter().enumerate() {
         out.exemplars += ts.exemplars.len();
         let carried = ts.samples.len() + ts.histograms.len();
-        let symbol = |reference: u32| {
-            symbols
-                .get(reference as usize)
-                .ok_or(RemoteWriteError::BadSymbolRef {
-                    index,
-                    reference,
-                    symbols: symbols.len(),
-                })
+        let symbol = |reference: u32| match symbols.get(reference as usize) {
+            Some(Some(text)) => Ok(text),
+            Some(None) => Err(RemoteWriteError::NotUtf8 { index }),
+            None => Err(RemoteWriteError::BadSymbolRef {
+                index,
+                reference,
+                symbols: symbols.len(),
+            }),
         };
         if ts.labels_refs.len() % 2 != 0 {
             out.refused.push((
@@ -395,7 +431,7 @@ fn from_v2(req: proto::RequestV2) -> Request {
             ));
             continue;
         }
-        let labels: Result<Vec<(String, String)>, RemoteWriteError> = ts
+        let labels: Result<Vec<(Text, Text)>, RemoteWriteError> = ts
             .labels_refs
             .chunks_exact(2)
             .map(|p| Ok((symbol(p[0])?.clone(), symbol(p[1])?.clone())))
@@ -424,10 +460,10 @@ fn from_v2(req: proto::RequestV2) -> Request {
         file(&mut out, labels, ts.samples, ts.histograms.len());
         if let (Some((kind, help, unit)), Some(s)) = (metadata, out.series.get(before)) {
             out.metadata.push(Metadata {
-                metric: s.metric.clone(),
+                metric: s.metric().to_string(),
                 kind,
-                help: help.clone(),
-                unit: unit.clone(),
+                help: help.as_str().to_string(),
+                unit: unit.as_str().to_string(),
             });
         }
     }

@@ -4,7 +4,14 @@
 //! `io.prometheus.write.v2.Request` (the 2.0 spec's types.proto). Field
 //! numbers are the .proto files'. Native histograms and exemplars are
 //! kept as their encoded bytes: rtsdb refuses the first and does not
-//! store the second, and only needs to count them.
+//! store the second, and only needs to count them. Label names, values
+//! and 2.0 symbols are slices of the decompressed body (`Bytes`), not
+//! a string each: a request holds thousands of them, and they are
+//! checked as UTF-8 once, where they are read ([`super::Text`]).
+
+use bytes::Bytes;
+
+pub(crate) use super::Sample;
 
 /// 1.0 `prometheus.WriteRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -34,20 +41,10 @@ pub(crate) struct TimeSeries {
 /// 1.0 `prometheus.Label`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct Label {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(string, tag = "2")]
-    pub value: String,
-}
-
-/// `prometheus.Sample` and `io.prometheus.write.v2.Sample` alike.
-#[derive(Clone, Copy, PartialEq, prost::Message)]
-pub(crate) struct Sample {
-    #[prost(double, tag = "1")]
-    pub value: f64,
-    /// Milliseconds since the epoch.
-    #[prost(int64, tag = "2")]
-    pub timestamp: i64,
+    #[prost(bytes = "bytes", tag = "1")]
+    pub name: Bytes,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub value: Bytes,
 }
 
 /// 1.0 `prometheus.MetricMetadata`.
@@ -69,8 +66,8 @@ pub(crate) struct MetricMetadata {
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct RequestV2 {
     // Tags 1 to 3 are reserved (1.0's fields).
-    #[prost(string, repeated, tag = "4")]
-    pub symbols: Vec<String>,
+    #[prost(bytes = "bytes", repeated, tag = "4")]
+    pub symbols: Vec<Bytes>,
     #[prost(message, repeated, tag = "5")]
     pub timeseries: Vec<TimeSeriesV2>,
 }

@@ -14,8 +14,8 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<Label> {
     pairs
         .iter()
         .map(|(n, v)| Label {
-            name: n.to_string(),
-            value: v.to_string(),
+            name: n.as_bytes().to_vec().into(),
+            value: v.as_bytes().to_vec().into(),
         })
         .collect()
 }
@@ -25,7 +25,10 @@ fn v1_series(pairs: &[(&str, &str)], samples: &[(i64, f64)]) -> TimeSeries {
         labels: labels(pairs),
         samples: samples
             .iter()
-            .map(|&(timestamp, value)| proto::Sample { value, timestamp })
+            .map(|&(timestamp_ms, value)| Sample {
+                value,
+                timestamp_ms,
+            })
             .collect(),
         exemplars: vec![],
         histograms: vec![],
@@ -94,10 +97,10 @@ fn a_v1_request_decodes_to_sorted_series_without_empty_labels() {
     assert!(r.refused.is_empty());
     assert_eq!(r.series.len(), 2);
     let s = &r.series[0];
-    assert_eq!(s.metric, "job:up:sum");
+    assert_eq!(s.metric(), "job:up:sum");
     assert_eq!(s.tags(), vec![("job", "node"), ("le", "+Inf")]);
     assert_eq!(s.samples[1].value.to_bits(), 0x7ff0_0000_0000_0002);
-    assert_eq!(r.series[1].labels, vec![]);
+    assert_eq!(r.series[1].tags(), vec![]);
     assert_eq!(r.sample_count(), 3);
     assert_eq!(
         r.metadata,
@@ -127,7 +130,7 @@ fn bad_series_are_refused_alone_and_named() {
     );
     let r = decode(&body, Version::V1, MAX).unwrap();
     assert_eq!(r.series.len(), 1);
-    assert_eq!(r.series[0].metric, "ok");
+    assert_eq!(r.series[0].metric(), "ok");
     let errors: Vec<String> = r.refused.iter().map(|(e, _)| e.to_string()).collect();
     assert_eq!(
         errors,
@@ -154,14 +157,14 @@ fn a_v2_request_resolves_its_symbols_and_metadata() {
             "Latency.",
             "seconds",
         ]
-        .map(String::from)
+        .map(|s| bytes::Bytes::from(s.as_bytes()))
         .to_vec(),
         timeseries: vec![
             TimeSeriesV2 {
                 labels_refs: vec![1, 2, 3, 4],
-                samples: vec![proto::Sample {
+                samples: vec![Sample {
                     value: 0.25,
-                    timestamp: 1_700_000_000_000,
+                    timestamp_ms: 1_700_000_000_000,
                 }],
                 histograms: vec![],
                 exemplars: vec![vec![]],
@@ -174,9 +177,9 @@ fn a_v2_request_resolves_its_symbols_and_metadata() {
             },
             TimeSeriesV2 {
                 labels_refs: vec![1, 2, 3, 99],
-                samples: vec![proto::Sample {
+                samples: vec![Sample {
                     value: 1.0,
-                    timestamp: 1,
+                    timestamp_ms: 1,
                 }],
                 ..Default::default()
             },
@@ -188,7 +191,7 @@ fn a_v2_request_resolves_its_symbols_and_metadata() {
     };
     let r = decode(&snappy(&req.encode_to_vec()), Version::V2, MAX).unwrap();
     assert_eq!(r.series.len(), 1);
-    assert_eq!(r.series[0].metric, "rpc_seconds");
+    assert_eq!(r.series[0].metric(), "rpc_seconds");
     assert_eq!(r.series[0].tags(), vec![("job", "api")]);
     assert_eq!(r.exemplars, 1);
     assert_eq!(
@@ -214,6 +217,35 @@ fn a_v2_request_resolves_its_symbols_and_metadata() {
             (RemoteWriteError::OddLabelRefs { index: 2, refs: 3 }, 0),
         ]
     );
+}
+
+#[test]
+fn labels_that_are_not_utf8_refuse_their_series() {
+    let mut bad = v1_series(&[("__name__", "m")], &[(1, 1.0)]);
+    bad.labels.push(Label {
+        name: "a".as_bytes().to_vec().into(),
+        value: vec![0xff, 0xfe].into(),
+    });
+    let body = v1_body(
+        vec![bad, v1_series(&[("__name__", "ok")], &[(1, 1.0)])],
+        vec![],
+    );
+    let r = decode(&body, Version::V1, MAX).unwrap();
+    assert_eq!(r.series.len(), 1);
+    assert_eq!(r.refused, vec![(RemoteWriteError::NotUtf8 { index: 0 }, 1)]);
+    let req = RequestV2 {
+        symbols: vec!["".into(), "__name__".into(), vec![0xc3].into()],
+        timeseries: vec![TimeSeriesV2 {
+            labels_refs: vec![1, 2],
+            samples: vec![Sample {
+                value: 1.0,
+                timestamp_ms: 1,
+            }],
+            ..Default::default()
+        }],
+    };
+    let r = decode(&snappy(&req.encode_to_vec()), Version::V2, MAX).unwrap();
+    assert_eq!(r.refused, vec![(RemoteWriteError::NotUtf8 { index: 0 }, 1)]);
 }
 
 #[test]

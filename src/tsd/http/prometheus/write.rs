@@ -304,7 +304,7 @@ fn log_samples(state: &TsdState, request: &Request) -> (Outcome, Option<Appended
                 Some(known) => Arc::clone(known),
                 None => match db.resolve_as(
                     SeriesRules::Prometheus,
-                    &s.metric,
+                    s.metric(),
                     sample.timestamp_ms,
                     value,
                     &tags,
@@ -342,5 +342,5 @@ fn log_samples(state: &TsdState, request: &Request) -> (Outcome, Option<Appended
 
 /// `metric{a="1", …}` for messages.
 fn describe(s: &remote_write::Series) -> String {
-    crate::write::rules::describe(&s.metric, &s.tags())
+    crate::write::rules::describe(s.metric(), &s.tags())
 }
