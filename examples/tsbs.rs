@@ -3,7 +3,7 @@
 //! that accepts them (InfluxDB's OpenTSDB input, OpenTSDB itself).
 //!
 //! ```text
-//! cargo run --release --example tsbs -- load  127.0.0.1:4242 [telnet|http|http-gzip] [hosts] [hours] [connections]
+//! cargo run --release --example tsbs -- load  127.0.0.1:4242 [telnet|http|http-gzip|remote-write] [hosts] [hours] [connections]
 //! cargo run --release --example tsbs -- lines [hosts] [hours]        # the put lines, to stdout
 //! cargo run --release --example tsbs -- query 127.0.0.1:4242 '/api/query?...' [runs]
 //! cargo run --release --example tsbs -- alternate RUNS BLOCK ADDR PATH [ADDR PATH]...  # in turns
@@ -25,6 +25,11 @@
 //! the same body gzipped (`Content-Encoding: gzip`, as collectors such as
 //! tcollector and Telegraf can), compressed once per request by the
 //! loader, so the server's share is the inflating and the parsing.
+//! `remote-write` sends each step as one Prometheus remote write 1.0
+//! request to `/api/v1/write` (snappy, protobuf `WriteRequest`, encoded
+//! once per request by the loader), the metrics named as Prometheus
+//! names them (`cpu_usage_user`: `.` is no Prometheus name character),
+//! timestamps in milliseconds; rtsdb and VictoriaMetrics both take it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -202,7 +207,9 @@ fn load(addr: &str, protocol: &str, hosts: usize, hours: u64, connections: usize
                     for step in 0..hours * 360 {
                         let t = START + step * 10;
                         buf.clear();
-                        if let Some(body) = HttpBody::of(protocol) {
+                        if protocol == "remote-write" {
+                            remote_write(&mut stream, &mut series, &host_tags, t, &mut rng);
+                        } else if let Some(body) = HttpBody::of(protocol) {
                             http_put(&mut stream, &mut series, &host_tags, t, &mut rng, body);
                         } else {
                             step_lines(&mut series, &host_tags, t, &mut rng, &mut buf, true);
@@ -210,7 +217,7 @@ fn load(addr: &str, protocol: &str, hosts: usize, hours: u64, connections: usize
                         }
                         sent += series.len() as u64;
                     }
-                    if HttpBody::of(protocol).is_none() {
+                    if HttpBody::of(protocol).is_none() && protocol != "remote-write" {
                         // Half-close, then wait for the server to close: it
                         // has read every line by then.
                         stream.shutdown(std::net::Shutdown::Write).ok();
@@ -303,6 +310,100 @@ fn http_put(
     stream.write_all(&req).expect("write");
     let (status, _) = read_response(stream);
     assert!(status == 204 || status == 200, "/api/put answered {status}");
+}
+
+/// Remote write 1.0's messages, as prompb/remote.proto and types.proto
+/// number their fields.
+mod prompb {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct WriteRequest {
+        #[prost(message, repeated, tag = "1")]
+        pub timeseries: Vec<TimeSeries>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TimeSeries {
+        #[prost(message, repeated, tag = "1")]
+        pub labels: Vec<Label>,
+        #[prost(message, repeated, tag = "2")]
+        pub samples: Vec<Sample>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Label {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(string, tag = "2")]
+        pub value: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        #[prost(double, tag = "1")]
+        pub value: f64,
+        #[prost(int64, tag = "2")]
+        pub timestamp: i64,
+    }
+}
+
+/// One step's points as one remote write 1.0 request.
+fn remote_write(
+    stream: &mut TcpStream,
+    series: &mut [Series],
+    host_tags: &[String],
+    t: u64,
+    rng: &mut Rng,
+) {
+    use prost::Message;
+    let mut lines = Vec::new();
+    step_lines(series, host_tags, t, rng, &mut lines, false);
+    let mut req = prompb::WriteRequest {
+        timeseries: Vec::new(),
+    };
+    let text = std::str::from_utf8(&lines).expect("ascii");
+    for line in text.lines() {
+        let mut words = line.split(' ');
+        let (m, ts, v) = (
+            words.next().unwrap_or(""),
+            words.next().unwrap_or(""),
+            words.next().unwrap_or(""),
+        );
+        let label = |name: &str, value: &str| prompb::Label {
+            name: name.to_string(),
+            value: value.to_string(),
+        };
+        // Sorted by name, as senders send them.
+        let mut labels = vec![label("__name__", &m.replace('.', "_"))];
+        labels.extend(
+            words
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| label(k, v)),
+        );
+        labels.sort_by(|a, b| a.name.cmp(&b.name));
+        req.timeseries.push(prompb::TimeSeries {
+            labels,
+            samples: vec![prompb::Sample {
+                value: v.parse().expect("a number"),
+                timestamp: ts.parse::<i64>().expect("a time") * 1000,
+            }],
+        });
+    }
+    let body = snap::raw::Encoder::new()
+        .compress_vec(&req.encode_to_vec())
+        .expect("snappy");
+    let head = format!(
+        "POST /api/v1/write HTTP/1.1\r\nHost: bench\r\nContent-Type: application/x-protobuf\r\nContent-Encoding: snappy\r\nX-Prometheus-Remote-Write-Version: 0.1.0\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut out = head.into_bytes();
+    out.extend_from_slice(&body);
+    stream.write_all(&out).expect("write");
+    let (status, text) = read_response(stream);
+    assert!(
+        status == 204 || status == 200,
+        "/api/v1/write answered {status}: {}",
+        String::from_utf8_lossy(&text)
+    );
 }
 
 /// Reads one HTTP/1.1 response with a Content-Length (or none) body.
