@@ -59,6 +59,9 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.storage.fix_duplicates", "true"),
     ("tsd.storage.enable_appends", "false"),
     ("tsd.storage.max_tags", "8"),
+    // rtsdb: labels a remote-written series may carry (telnet and
+    // /api/put keep tsd.storage.max_tags).
+    ("tsd.prometheus.max_labels", "64"),
     // rtsdb: cardinality limits on new series (0: none).
     ("tsd.storage.series.max_new_per_hour", "0"),
     ("tsd.storage.series.max_total", "0"),

@@ -448,19 +448,16 @@ impl UidTable {
         self.assign_checked(kind, name)
     }
 
-    /// [`get_or_create_id`](Self::get_or_create_id) for a name its caller
-    /// checked by other rules than OpenTSDB's character set (a
-    /// remote-written series' `job:rate5m`, UTF-8 label values; see
-    /// `write::rules`).
+    /// The UID of a name its caller checked by other rules than
+    /// OpenTSDB's character set (a remote-written series' `job:rate5m`,
+    /// UTF-8 label values; see `write::rules`), created on first use
+    /// whatever `tsd.core.auto_create_*` says: those settings are
+    /// OpenTSDB's put paths' (telnet, `/api/put`), and a Prometheus sender
+    /// has no way to assign names first — every scrape may bring new ones,
+    /// and Prometheus itself takes them all.
     pub fn get_or_create_checked_id(&self, kind: UidKind, name: &str) -> Result<Uid> {
         if let Some(uid) = self.lookup_id(kind, name)? {
             return Ok(uid);
-        }
-        if !self.auto_create.allows(kind) {
-            return Err(UidTableError::NoSuchName {
-                kind,
-                name: name.to_string(),
-            });
         }
         Ok(self.assign_checked(kind, name)?.uid())
     }

@@ -1072,11 +1072,6 @@ mod tests {
     #[test]
     fn prometheus_rules_take_what_put_refuses() {
         let c = cache(false);
-        assert!(matches!(
-            prom(&c, "up", &[]),
-            Err(PointError::UnknownName(_))
-        ));
-        let c = cache(true);
         let a = prom(&c, "up", &[]).unwrap();
         assert_eq!(a.describe(), "up{}");
         assert_eq!(a.tags().len(), 0);
@@ -1195,6 +1190,40 @@ mod tests {
             .unwrap();
         assert!(Arc::ptr_eq(&none, &again));
         assert!(c.resolve("up", 1, Value::Int(1), &[], &mut buf).is_err());
+    }
+
+    /// `tsd.core.auto_create_metrics` is the put paths' setting: a
+    /// remote-written series creates its names with it off.
+    #[test]
+    fn remote_written_names_are_created_without_auto_create() {
+        let c = cache(false);
+        let mut buf = String::new();
+        assert!(
+            c.resolve("m", 1, Value::Int(1), &[("host", "a")], &mut buf)
+                .is_err()
+        );
+        let (s, _) = c
+            .resolve_as(
+                SeriesRules::Prometheus,
+                "m",
+                1_356_998_400_000,
+                Value::Float(1.0),
+                &[("host", "a")],
+                &mut buf,
+            )
+            .unwrap();
+        assert_eq!(s.metric(), "m");
+        // Now the name exists, a put of the same metric resolves too.
+        assert!(
+            c.resolve(
+                "m",
+                1_356_998_400,
+                Value::Int(1),
+                &[("host", "b")],
+                &mut buf
+            )
+            .is_ok()
+        );
     }
 
     #[test]
