@@ -386,7 +386,12 @@ fn vmagent_scrape(test: &str, receiver: &Receiver) {
                 .unwrap_or_default();
             let missing: Vec<&String> = want.difference(&have).collect();
             if !missing.is_empty() {
-                return Err(format!("missing in rtsdb: {missing:?}"));
+                return Err(format!(
+                    "{} of {} names missing, among them {:?}",
+                    missing.len(),
+                    want.len(),
+                    &missing[..missing.len().min(10)]
+                ));
             }
             let up = instant(&agent, &ours, "up{job=\"node\"} == 1", pc::now_ms());
             if !vector_has(&up, &[("instance", &node.target())]) {
