@@ -152,11 +152,15 @@ fn ensure_monotonic(buckets: &mut [Bucket]) {
 }
 
 /// A bucket bound as Go's `strconv.ParseFloat` reads it: decimal (with
-/// optional sign and exponent), `Inf`/`+Inf`/`-Inf`/`Infinity` and `NaN`
-/// in any case; None for anything else and for a finite number too large
+/// optional sign and exponent), `Inf`/`+Inf`/`-Inf`/`Infinity` and an
+/// unsigned `NaN` in any case; None for anything else and for a finite number too large
 /// for a float (Go's range error). Hexadecimal floats are not read.
 fn parse_go_float(text: &str) -> Option<f64> {
     let v: f64 = text.parse().ok()?;
+    if v.is_nan() && text.starts_with(['+', '-']) {
+        // Go takes a sign before "Inf" only.
+        return None;
+    }
     if v.is_infinite() {
         let unsigned = text.trim_start_matches(['+', '-']).to_ascii_lowercase();
         if unsigned != "inf" && unsigned != "infinity" {
@@ -293,6 +297,7 @@ mod tests {
         assert_eq!(parse_go_float("0.25"), Some(0.25));
         assert_eq!(parse_go_float("1e3"), Some(1000.0));
         assert!(parse_go_float("NaN").unwrap().is_nan());
+        assert_eq!(parse_go_float("+NaN"), None);
         assert_eq!(parse_go_float("1e400"), None);
         assert_eq!(parse_go_float(""), None);
         assert_eq!(parse_go_float(" 1"), None);

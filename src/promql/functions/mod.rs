@@ -15,20 +15,30 @@
 //!   trigonometric ones…) and `pi()`;
 //! - [`histogram`]: `histogram_quantile` over `le` buckets, and the
 //!   native-histogram functions (always empty: none is stored);
+//! - [`labels`]: `label_replace`, `label_join`;
+//! - [`time`]: `time()`, `timestamp()` and the date functions (UTC);
 //! - [`sort`]: `sort`, `sort_desc`;
 //! - [`convert`]: `scalar()`, `vector()`;
 //! - [`stats`]: `quantile` (shared with the `quantile` aggregation) and
-//!   Prometheus' compensated summation.
+//!   Prometheus' compensated summation;
+//! - [`goregex`]: Go's regular expressions on Rust's `regex` (for
+//!   `label_replace`, and for the engine's `=~`/`!~` matchers).
 
 pub mod convert;
+pub mod goregex;
 pub mod histogram;
+pub mod labels;
 pub mod math;
 pub mod range;
 pub mod smoothing;
 pub mod sort;
 pub mod stats;
+pub mod time;
 
 pub use stats::{kahan_sum_inc, quantile};
+
+#[cfg(test)]
+mod reference_tests;
 
 use super::error::PromError;
 use super::value::{Labels, Sample, VectorSample};
@@ -177,6 +187,46 @@ pub fn call(name: &str, args: Vec<FnArg>, ctx: &FnContext) -> Result<FnValue, Pr
             args.scalar(1)?;
             vector(histogram::native_histogram_function(&args.vector(2)?))
         }
+        "label_replace" => {
+            args.exactly(5)?;
+            let (dst, replacement) = (args.string(1)?, args.string(2)?);
+            let (src, regex) = (args.string(3)?, args.string(4)?);
+            let replace = labels::Replace {
+                dst: &dst,
+                replacement: &replacement,
+                src: &src,
+                regex: &regex,
+            };
+            vector(labels::label_replace(args.vector(0)?, replace, ctx)?)
+        }
+        "label_join" => {
+            let n = args.between(3, usize::MAX)?.len();
+            let (dst, separator) = (args.string(1)?, args.string(2)?);
+            let sources = (3..n)
+                .map(|i| args.string(i))
+                .collect::<Result<Vec<_>, _>>()?;
+            vector(labels::label_join(
+                args.vector(0)?,
+                &dst,
+                &separator,
+                &sources,
+                ctx,
+            )?)
+        }
+        "time" => {
+            args.exactly(0)?;
+            FnValue::Scalar(time::time(ctx))
+        }
+        "timestamp" => vector(time::timestamp(args.exactly(1)?.vector(0)?, ctx)),
+        "year" | "month" | "day_of_month" | "day_of_year" | "day_of_week" | "days_in_month"
+        | "hour" | "minute" => {
+            let f = time::DateFn::from_name(name).ok_or_else(|| unknown(name))?;
+            if args.between(0, 1)?.len() == 0 {
+                vector(time::date_of_eval_time(f, ctx))
+            } else {
+                vector(time::date_of_values(f, args.vector(0)?, ctx))
+            }
+        }
         "sort" => vector(sort::sort_by_value(
             args.exactly(1)?.vector(0)?,
             sort::Direction::Ascending,
@@ -243,6 +293,13 @@ impl Args<'_> {
 
     fn len(&self) -> usize {
         self.args.len()
+    }
+
+    fn string(&self, i: usize) -> Result<String, PromError> {
+        match self.args.get(i) {
+            Some(FnArg::String(v)) => Ok(v.clone()),
+            _ => Err(self.wrong_type(i, "string")),
+        }
     }
 
     /// Takes instant vector argument `i` out of the call (each argument
@@ -326,6 +383,10 @@ mod tests {
             scalar_of(call("pi", vec![], &CTX).unwrap()),
             std::f64::consts::PI
         );
+        assert_eq!(
+            scalar_of(call("time", vec![], &CTX).unwrap()),
+            1_709_214_330.0
+        );
         let s = call("scalar", vec![FnArg::Vector(vec![element("m", 3.0)])], &CTX).unwrap();
         assert_eq!(scalar_of(s), 3.0);
         let v = vector_of(call("vector", vec![FnArg::Scalar(1.5)], &CTX).unwrap());
@@ -340,6 +401,33 @@ mod tests {
         assert_eq!(v[0].v, 3.0);
         let v = vector_of(call("round", vec![input(), FnArg::Scalar(2.0)], &CTX).unwrap());
         assert_eq!(v[0].v, 2.0);
+        // No argument: the evaluation time, 2024-02-29 13:45:30 UTC.
+        let v = vector_of(call("hour", vec![], &CTX).unwrap());
+        assert_eq!(v[0].v, 13.0);
+        let v =
+            vector_of(call("month", vec![FnArg::Vector(vec![element("m", 0.0)])], &CTX).unwrap());
+        assert_eq!(v[0].v, 1.0);
+        let s = |x: &str| FnArg::String(x.to_string());
+        let v = vector_of(
+            call(
+                "label_join",
+                vec![input(), s("d"), s("+"), s("job"), s("__name__")],
+                &CTX,
+            )
+            .unwrap(),
+        );
+        assert_eq!(v[0].labels.get("d"), "a+m");
+        let v = vector_of(call("label_join", vec![input(), s("job"), s("+")], &CTX).unwrap());
+        assert_eq!(v[0].labels, Labels::from_pairs([("__name__", "m")]));
+        let v = vector_of(
+            call(
+                "label_replace",
+                vec![input(), s("x"), s("<$1>"), s("job"), s("(.)")],
+                &CTX,
+            )
+            .unwrap(),
+        );
+        assert_eq!(v[0].labels.get("x"), "<a>");
     }
 
     #[test]
