@@ -796,7 +796,7 @@ pub(crate) fn unpack_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::point::Timestamp;
+    use crate::model::point::{STALE_MARKER_BITS, Timestamp};
     use proptest::prelude::*;
 
     const BASE: u32 = 1_356_998_400;
@@ -892,6 +892,29 @@ mod tests {
         round_trip(&[p, pt(1000, false, Value::Int(5))]);
     }
 
+    /// Prometheus' stale marker keeps its bits (and its 8-byte width)
+    /// in a column of decimals, alone, and beside integers.
+    #[test]
+    fn stale_markers_round_trip_bit_for_bit() {
+        let marker = Value::Float(f64::from_bits(STALE_MARKER_BITS));
+        let gauge = [
+            pt(0, false, Value::Float(1.5)),
+            pt(10_000, false, Value::Float(2.5)),
+            pt(20_000, false, marker),
+        ];
+        round_trip(&gauge);
+        round_trip(&[pt(0, true, marker)]);
+        round_trip(&[
+            pt(0, false, Value::Int(7)),
+            pt(1000, false, marker),
+            pt(2000, false, Value::Float(f64::NAN)),
+        ]);
+        let mut out = Vec::new();
+        decode(&encode(&gauge), &mut out).unwrap();
+        assert!(out[2].value.is_stale_marker());
+        assert_eq!(out[2].flags, FLAG_FLOAT | 0x7);
+    }
+
     #[test]
     fn corruption_is_detected() {
         let points: Vec<_> = (0..100)
@@ -931,6 +954,8 @@ mod tests {
                 .prop_map(|f| Value::Float(f as f64)),
             Just(Value::Float(1e-300)),
             Just(Value::Float(123456789.123)),
+            Just(Value::Float(f64::from_bits(STALE_MARKER_BITS))),
+            Just(Value::Float(f64::NAN)),
         ];
         let kind = 0u8..4;
         (

@@ -5,7 +5,7 @@
 
 use thiserror::Error;
 
-use crate::model::point::{Timestamp, Value};
+use crate::model::point::{STALE_MARKER_BITS, Timestamp, Value};
 use crate::model::row_span::{ROW_SPAN_MS, ROW_SPAN_SECS};
 
 /// Flag bit: the value is an IEEE-754 float.
@@ -114,7 +114,10 @@ impl EncodedValue {
 }
 
 /// Integers in the smallest of 1/2/4/8 bytes; floats on 4 bytes when the
-/// value is exactly representable as f32, else 8 (OpenTSDB 2.4).
+/// value is exactly representable as f32, else 8 (OpenTSDB 2.4). NaNs go
+/// on 4 bytes as OpenTSDB writes them, which keeps no payload, except
+/// Prometheus' stale marker, which goes on 8 so that its bits survive
+/// (store format 9).
 #[inline]
 pub fn encode_value(value: Value) -> EncodedValue {
     match value {
@@ -135,7 +138,7 @@ pub fn encode_value(value: Value) -> EncodedValue {
         }
         Value::Float(f) => {
             let single = f as f32;
-            if single as f64 == f || f.is_nan() {
+            if single as f64 == f || (f.is_nan() && f.to_bits() != STALE_MARKER_BITS) {
                 let mut bytes = [0u8; 8];
                 bytes[4..].copy_from_slice(&single.to_bits().to_be_bytes());
                 EncodedValue {
@@ -417,6 +420,29 @@ mod tests {
         );
         // Seed 003's corrected example: 42 at offset 123 is 07B0 / 2A.
         assert_eq!(cell(s(1356998523), Value::Int(42)), pair("07B0", "2A"));
+    }
+
+    /// The stale marker keeps its bits on 8 bytes; any other NaN is
+    /// written on 4 as OpenTSDB writes it.
+    #[test]
+    fn the_stale_marker_is_stored_on_eight_bytes_bit_for_bit() {
+        let marker = Value::Float(f64::from_bits(STALE_MARKER_BITS));
+        assert_eq!(
+            cell(s(1356998403), marker),
+            pair("003F", "7FF0000000000002")
+        );
+        let enc = encode_value(marker);
+        match decode_value(enc.flags, enc.as_bytes()).unwrap() {
+            Value::Float(f) => assert_eq!(f.to_bits(), STALE_MARKER_BITS),
+            v => panic!("{v:?}"),
+        }
+        let (p, _) = StoredPoint::new(s(1356998403), BASE, marker).unwrap();
+        assert!(p.value.is_stale_marker());
+        assert_eq!(hex_upper(&p.value_bytes()), "7FF0000000000002");
+        // Other NaNs: 4 bytes, as before.
+        assert_eq!(encode_value(Value::Float(f64::NAN)).flags, FLAG_FLOAT | 0x3);
+        let other = f64::from_bits(0x7ff0_0000_0000_0003);
+        assert_eq!(encode_value(Value::Float(other)).flags, FLAG_FLOAT | 0x3);
     }
 
     #[test]

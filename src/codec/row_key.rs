@@ -326,7 +326,8 @@ mod tests {
             mw in 1u8..=8, kw in 1u8..=8, vw in 1u8..=8, sw in 0u8..=3,
             buckets in 1u32..=255,
             metric in any::<u64>(), base in any::<u32>(),
-            tags in proptest::collection::btree_map(any::<u64>(), any::<u64>(), 1..=8),
+            // Remote-written series: no tag, or many more than 8.
+            tags in proptest::collection::btree_map(any::<u64>(), any::<u64>(), 0..=64),
         ) {
             let widths = UidWidths {
                 metric: UidWidth::new(mw).unwrap(),
@@ -346,6 +347,46 @@ mod tests {
             prop_assert_eq!(parsed.base_time, base);
             prop_assert_eq!(&parsed.tsuid, &tsuid);
             prop_assert_eq!(Tsuid::parse_hex(&tsuid.to_hex(&widths), &widths).unwrap(), tsuid);
+        }
+    }
+
+    /// A series with no tag (a Prometheus metric with no label) is its
+    /// metric and base time, nothing after; one with 20 tags has 20
+    /// pairs. Both round-trip salted or not, and a tagless key is not the
+    /// global annotation row of the same length (whose metric is 0).
+    #[test]
+    fn keys_of_series_with_no_tag_and_with_twenty() {
+        let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
+        let bare = Tsuid::new(u(7), Vec::new()).unwrap();
+        let wide = Tsuid::new(u(7), (1..=20).map(|i| (u(i), u(100 + i))).collect()).unwrap();
+        for salt in [
+            Salt::default(),
+            Salt {
+                width: 1,
+                buckets: 20,
+            },
+        ] {
+            let l = KeyLayout {
+                widths: UidWidths::default(),
+                salt,
+            };
+            let key = l.row_key(&bare, 1356998400);
+            assert_eq!(key.len(), l.prefix_len());
+            assert_eq!(hex_upper(&key[salt.width as usize..]), "00000750E22700");
+            assert_eq!(l.parse_row_key(&key).unwrap().tsuid, bare);
+            assert!(
+                l.parse_row_key(&l.global_annotation_row(1356998400))
+                    .is_err()
+            );
+            let key = l.row_key(&wide, 1356998400);
+            assert_eq!(key.len(), l.prefix_len() + 20 * 6);
+            assert_eq!(l.parse_row_key(&key).unwrap().tsuid, wide);
+            for t in [&bare, &wide] {
+                assert_eq!(
+                    l.row_key(t, 1356998400),
+                    l.row_key_of_bytes(&t.to_bytes(&l.widths), 1356998400)
+                );
+            }
         }
     }
 

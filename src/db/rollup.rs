@@ -574,8 +574,11 @@ impl AutoRollups<'_> {
             lo * 1000,
             hi * 1000 + 999,
             &mut |_, pts| {
+                // A stale marker is no value to a rollup (as to every
+                // OpenTSDB read).
                 points.extend(
                     pts.iter()
+                        .filter(|p| !p.is_stale_marker())
                         .map(|p| ((p.timestamp_ms() / 1000) as u32, p.value()))
                         .filter(|p| kept(p.0)),
                 );

@@ -114,7 +114,23 @@ impl Value {
     pub fn is_float(self) -> bool {
         matches!(self, Value::Float(_))
     }
+
+    /// Whether this is Prometheus' stale marker (a float with exactly
+    /// [`STALE_MARKER_BITS`]). The one rule every reader asks: the store
+    /// keeps markers bit for bit (PromQL ends a series at one), and
+    /// OpenTSDB's reads skip them as if the point were absent. Every other
+    /// NaN is an ordinary value.
+    #[inline(always)]
+    pub fn is_stale_marker(self) -> bool {
+        matches!(self, Value::Float(f) if f.to_bits() == STALE_MARKER_BITS)
+    }
 }
+
+/// The bits of Prometheus' stale marker, a NaN meaning "this series ended
+/// here" (remote write sends it when a scrape target or a rule's output
+/// goes away). Equal to `promql::value::STALE_NAN_BITS`, which the layers
+/// below the PromQL engine cannot name.
+pub const STALE_MARKER_BITS: u64 = 0x7ff0_0000_0000_0002;
 
 /// Tag pairs sorted by name; the map enforces one value per key.
 pub type Tags = BTreeMap<String, String>;
@@ -131,6 +147,15 @@ pub struct DataPoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_exact_marker_bits_are_a_stale_marker() {
+        assert!(Value::Float(f64::from_bits(STALE_MARKER_BITS)).is_stale_marker());
+        assert!(!Value::Float(f64::NAN).is_stale_marker());
+        assert!(!Value::Float(f64::from_bits(STALE_MARKER_BITS | 1)).is_stale_marker());
+        // The same bits as an integer are an ordinary integer.
+        assert!(!Value::Int(STALE_MARKER_BITS as i64).is_stale_marker());
+    }
 
     #[test]
     fn precision_by_magnitude() {

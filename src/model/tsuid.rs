@@ -172,6 +172,21 @@ pub(crate) mod tests {
         );
     }
 
+    /// No limit on the number of tag pairs: a series with none (its
+    /// TSUID is its metric UID alone) and one with 64 round-trip.
+    #[test]
+    fn tsuids_with_no_tag_and_with_sixty_four() {
+        let bare = Tsuid::new(uid(1), Vec::new()).unwrap();
+        assert_eq!(bare.to_hex(&w3()), "000001");
+        assert_eq!(Tsuid::parse_hex("000001", &w3()).unwrap(), bare);
+        let wide = Tsuid::new(uid(1), (1..=64).rev().map(|i| (uid(i), uid(i))).collect()).unwrap();
+        assert_eq!(wide.tags.len(), 64);
+        assert!(wide.tags.windows(2).all(|w| w[0].0 < w[1].0));
+        let hex = wide.to_hex(&w3());
+        assert_eq!(hex.len(), 6 + 64 * 12);
+        assert_eq!(Tsuid::parse_hex(&hex, &w3()).unwrap(), wide);
+    }
+
     #[test]
     fn malformed_tsuids() {
         assert!(Tsuid::parse_hex("00001", &w3()).is_err());

@@ -15,18 +15,20 @@
 //! its rows). Within a metric the label matchers run against the distinct
 //! values the index holds for each key ([`select::match_tag_tests`]).
 //!
-//! Time ranges: the index remembers, per series, only the hour of its
-//! newest row. A series whose newest row ends before a range's start is
-//! left out of `series`, `labels` and label values; one whose first
-//! sample comes after the range's end is still listed (the index does not
-//! know when a series began). [`Storage::select`] is exact: it reads the
-//! samples and returns only series with a sample in the range.
+//! Time ranges are exact: `series`, `labels` and label values count a
+//! series only if it has a sample in the range, as [`Storage::select`]
+//! returns only series with samples. The index remembers, per series,
+//! the hour of its newest row: a series whose newest row ends before the
+//! range is dropped unread, one whose newest hour lies within the range
+//! is counted unread; the others are read (that hour's part of the range
+//! first, where a series written up to now has its samples), and only
+//! where they could add a name or value not found yet.
 //!
 //! Memory is bounded by [`SourceLimits`]: a selector that would hold more
 //! series or samples than it allows is refused with Prometheus' error,
 //! before or while reading, not after.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use promql_parser::label::{MatchOp, Matcher};
@@ -176,6 +178,90 @@ impl<'a> DbStorage<'a> {
         series
     }
 
+    /// Of `series` (candidates [`recent`](Self::recent) kept), those with
+    /// a sample in `[start_ms, end_ms]`. The index settles most: a series
+    /// whose newest row's hour lies within the range has one. The others
+    /// are read: first that hour's part of the range (where a series
+    /// written up to now has its samples), then, for those still without
+    /// one, the whole range. A sink that only marks what it sees: no
+    /// sample is kept.
+    fn with_samples(
+        &self,
+        series: Vec<Tsuid>,
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Result<Vec<Tsuid>, PromError> {
+        if end_ms < 0 || end_ms < start_ms {
+            return Ok(Vec::new());
+        }
+        let hour_ms = ROW_SPAN_MS as i64;
+        let mut keep = vec![false; series.len()];
+        let mut probes: BTreeMap<(i64, i64), Vec<usize>> = BTreeMap::new();
+        let mut rest: Vec<usize> = Vec::new();
+        for (i, t) in series.iter().enumerate() {
+            let Some(h) = self.ctx.index.last_hour(t).filter(|&h| h > 0) else {
+                rest.push(i);
+                continue;
+            };
+            let (first, last) = (i64::from(h) * 1000, i64::from(h) * 1000 + hour_ms - 1);
+            if first >= start_ms && last <= end_ms {
+                keep[i] = true;
+            } else if first <= end_ms && last >= start_ms {
+                let window = (first.max(start_ms), last.min(end_ms));
+                probes.entry(window).or_default().push(i);
+            } else {
+                rest.push(i);
+            }
+        }
+        for ((a, b), idx) in probes {
+            for (i, seen) in idx.iter().zip(self.seen(&series, &idx, a, b)?) {
+                if seen {
+                    keep[*i] = true;
+                } else {
+                    rest.push(*i);
+                }
+            }
+        }
+        if !rest.is_empty() {
+            for (i, seen) in rest
+                .iter()
+                .zip(self.seen(&series, &rest, start_ms, end_ms)?)
+            {
+                keep[*i] |= seen;
+            }
+        }
+        Ok(series
+            .into_iter()
+            .zip(keep)
+            .filter_map(|(t, k)| k.then_some(t))
+            .collect())
+    }
+
+    /// Whether each of `series[idx]` has a sample in `[start_ms, end_ms]`.
+    fn seen(
+        &self,
+        series: &[Tsuid],
+        idx: &[usize],
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Result<Vec<bool>, PromError> {
+        let list: Vec<Tsuid> = idx.iter().map(|&i| series[i].clone()).collect();
+        let mut seen = vec![false; list.len()];
+        self.ctx
+            .source
+            .read_tsuids(
+                &list,
+                start_ms.max(0) as u64,
+                end_ms.max(0) as u64,
+                &mut |i, points| {
+                    seen[i] |= !points.is_empty();
+                    true
+                },
+            )
+            .map_err(|e| PromError::internal(e.to_string()))?;
+        Ok(seen)
+    }
+
     /// The series `matchers` select from `start_ms` on, with their labels,
     /// sorted by labels; refused past `max_series`.
     fn choose(
@@ -268,18 +354,23 @@ impl Storage for DbStorage<'_> {
         start_ms: i64,
         end_ms: i64,
     ) -> Result<Vec<Labels>, PromError> {
-        let _ = end_ms;
         let mut seen: HashSet<Tsuid> = HashSet::new();
+        let mut names = NameCache::new(self.ctx);
         let mut out: Vec<Labels> = Vec::new();
         for set in sets {
-            for (t, labels) in self.choose(set, start_ms)? {
-                if seen.insert(t) {
+            self.visit(set, start_ms, &mut |metric, series| {
+                let fresh: Vec<Tsuid> = series.into_iter().filter(|t| !seen.contains(t)).collect();
+                for t in self.with_samples(fresh, start_ms, end_ms)? {
                     if out.len() >= self.limits.max_series {
                         return Err(PromError::execution(TOO_MANY_SAMPLES));
                     }
-                    out.push(labels);
+                    if let Some(labels) = names.labels(metric, &t)? {
+                        out.push(labels);
+                    }
+                    seen.insert(t);
                 }
-            }
+                Ok(())
+            })?;
         }
         out.sort();
         Ok(out)
@@ -291,13 +382,20 @@ impl Storage for DbStorage<'_> {
         start_ms: i64,
         end_ms: i64,
     ) -> Result<Vec<String>, PromError> {
-        let _ = end_ms;
         let mut keys: HashSet<Uid> = HashSet::new();
         let mut any = false;
         for set in Self::sets_or_all(sets) {
             self.visit(set, start_ms, &mut |_, series| {
-                any = true;
-                keys.extend(series.iter().flat_map(|t| t.tags.iter().map(|(k, _)| *k)));
+                // Only a series that would add a name needs its samples
+                // checked; most series share their keys.
+                let adding: Vec<Tsuid> = series
+                    .into_iter()
+                    .filter(|t| !any || t.tags.iter().any(|(k, _)| !keys.contains(k)))
+                    .collect();
+                for t in self.with_samples(adding, start_ms, end_ms)? {
+                    any = true;
+                    keys.extend(t.tags.iter().map(|(k, _)| *k));
+                }
                 Ok(())
             })?;
         }
@@ -321,12 +419,15 @@ impl Storage for DbStorage<'_> {
         start_ms: i64,
         end_ms: i64,
     ) -> Result<Vec<String>, PromError> {
-        let _ = end_ms;
         let mut out: BTreeSet<String> = BTreeSet::new();
         if name == METRIC_NAME {
             for set in Self::sets_or_all(sets) {
-                self.visit(set, start_ms, &mut |metric, _| {
-                    out.insert(metric.to_string());
+                self.visit(set, start_ms, &mut |metric, series| {
+                    if !out.contains(&**metric)
+                        && !self.with_samples(series, start_ms, end_ms)?.is_empty()
+                    {
+                        out.insert(metric.to_string());
+                    }
                     Ok(())
                 })?;
             }
@@ -343,11 +444,15 @@ impl Storage for DbStorage<'_> {
         let mut values: HashSet<Uid> = HashSet::new();
         for set in Self::sets_or_all(sets) {
             self.visit(set, start_ms, &mut |_, series| {
-                values.extend(
-                    series
-                        .iter()
-                        .filter_map(|t| t.tags.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)),
-                );
+                let value_of = |t: &Tsuid| t.tags.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+                // Only series with a value not found yet are checked.
+                let adding: Vec<Tsuid> = series
+                    .into_iter()
+                    .filter(|t| value_of(t).is_some_and(|v| !values.contains(&v)))
+                    .collect();
+                for t in self.with_samples(adding, start_ms, end_ms)? {
+                    values.extend(value_of(&t));
+                }
                 Ok(())
             })?;
         }
@@ -585,18 +690,30 @@ mod tests {
     }
 
     #[test]
-    fn series_without_recent_rows_are_left_out_by_hour() {
+    fn names_and_values_count_series_with_samples_in_the_range() {
         storage_test(|s| {
-            // `old` has rows in the first hour only.
-            let second_hour = (T0 + 3600) * 1000;
-            let values = s
-                .label_values(METRIC_NAME, &[], second_hour, i64::MAX / 2)
-                .unwrap();
-            assert_eq!(values, vec!["sys.cpu.user", "up"]);
-            let hosts = s
-                .label_values("host", &[sel("old")], second_hour - 1, i64::MAX / 2)
-                .unwrap();
-            assert_eq!(hosts, vec!["web01"]);
+            let names = |a: i64, b: i64| s.label_values(METRIC_NAME, &[], a * 1000, b * 1000);
+            let far = i64::MAX / 2000;
+            // `old` has samples up to T0 + 3590 only: left out from its
+            // last hour on (by the index), and after its last sample
+            // (read).
+            assert_eq!(names(T0 + 3600, far).unwrap(), vec!["sys.cpu.user", "up"]);
+            assert_eq!(names(T0 + 3595, far).unwrap(), vec!["sys.cpu.user", "up"]);
+            assert_eq!(
+                names(T0 + 3590, far).unwrap(),
+                vec!["old", "sys.cpu.user", "up"]
+            );
+            // Nothing before the first sample, nor between samples.
+            assert!(names(T0 - 100, T0 - 1).unwrap().is_empty());
+            assert!(names(T0 + 1, T0 + 9).unwrap().is_empty());
+            assert_eq!(names(T0 + 1, T0 + 10).unwrap().len(), 3);
+            let old = [sel("old")];
+            let series = |a: i64, b: i64| s.series(&old, a * 1000, b * 1000).unwrap().len();
+            assert_eq!(series(T0 + 3591, T0 + 3599), 0);
+            assert_eq!(series(T0 + 3580, T0 + 3599), 1);
+            let hosts = |a: i64, b: i64| s.label_names(&old, a * 1000, b * 1000).unwrap().len();
+            assert_eq!(hosts(T0 + 3591, far), 0);
+            assert_eq!(hosts(T0, T0), 2);
         });
     }
 

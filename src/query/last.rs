@@ -210,7 +210,14 @@ fn newest(ctx: &QueryContext, tsuid: &Tsuid, back_scan: i64) -> Result<Option<Po
             hour * 1000,
             hour * 1000 + ROW_SPAN_MS - 1,
             &mut |_, pts| {
-                last = pts.last().copied().or(last);
+                // A stale marker is no value to OpenTSDB: the newest
+                // point is the newest other one.
+                last = pts
+                    .iter()
+                    .rev()
+                    .find(|p| !p.is_stale_marker())
+                    .copied()
+                    .or(last);
                 true
             },
         )?;

@@ -297,6 +297,37 @@ mod tests {
         assert_eq!(merged, row(&[(1, 10), (2, 21), (3, 30)]));
     }
 
+    /// Versions merged by the cluster's read keep a stale marker's bits
+    /// (store format 9): the merge decodes and encodes the row again.
+    #[test]
+    fn a_stale_marker_survives_the_merge_of_versions() {
+        let marker = Value::Float(f64::from_bits(crate::model::point::STALE_MARKER_BITS));
+        let one = |s: u32, v: Value| {
+            let p = StoredPoint::new(Timestamp::Seconds(BASE + s), BASE, v)
+                .unwrap()
+                .0;
+            row::compact(
+                &DecodedRow {
+                    points: vec![p],
+                    ..Default::default()
+                },
+                RowEncoding::Compressed,
+            )
+            .encode()
+        };
+        let key = [0u8; 13];
+        let merged = merge_versions(
+            &key,
+            &[&one(1, Value::Int(1)), &one(2, marker)],
+            RowEncoding::Compressed,
+        )
+        .unwrap();
+        let cells = RowCells::decode(&merged).unwrap();
+        let decoded = row::decode_row(&key, &cells, DuplicatePolicy::LastWriteWins).unwrap();
+        assert_eq!(decoded.points.len(), 2);
+        assert!(decoded.points[1].value.is_stale_marker());
+    }
+
     #[test]
     fn the_series_is_the_key_without_its_base_hour() {
         let layout = KeyLayout::default();

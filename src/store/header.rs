@@ -24,17 +24,24 @@ pub const FORMAT_NAME: &str = "rtsdb";
 /// computes laid out in columns (`02`, docs/format/rollup.md); version 8
 /// those columns narrowed (`03`: one flags byte for a column's cells
 /// when they share it, 4-byte floats when every value is one exactly,
-/// and whether a tail follows).
+/// and whether a tail follows); version 9 Prometheus' stale marker (a
+/// NaN with bits `0x7ff0000000000002`) in data cells as an 8-byte float
+/// (docs/format/qualifier-and-value.md), where every NaN had been written
+/// on 4 bytes, which keeps no payload, and series with no tag or more
+/// than 8 (docs/format/row-key.md), which a store of any version lays out
+/// and reads alike.
 /// Older stores are read and upgraded in place by [`super::Store::open`]:
 /// the header is rewritten (with its checksum), the engine creates the
 /// new table empty, and their WAL and rollup rows are read as they are.
-pub const FORMAT_VERSION: u32 = 8;
+pub const FORMAT_VERSION: u32 = 9;
 /// The oldest version a cluster's shared layout record may name: versions
 /// 5 and 6 changed only the WAL, which each TSD of a cluster keeps in its
 /// own data directory, and versions 7 and 8 only the rollup rows rtsdb
 /// computes, which a cluster does not (`tsd.rollups.auto` is refused
 /// there), so a cluster made by a version 4 build is the same cluster to
-/// this one.
+/// this one. Version 9's 8-byte stale markers are data cells an older
+/// build reads as an ordinary NaN; a cluster's record keeps the version
+/// it was created with (a new cluster records 9).
 pub const OLDEST_CLUSTER_VERSION: u32 = 4;
 /// The oldest version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;

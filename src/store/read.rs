@@ -21,7 +21,7 @@ use crate::codec::row::RowCells;
 use crate::model::Tsuid;
 use crate::model::Uid;
 use crate::model::hash::FastMap;
-use crate::model::point::{Timestamp, Value};
+use crate::model::point::{STALE_MARKER_BITS, Timestamp, Value};
 use crate::model::row_span::{ROW_SPAN_SECS, row_base_clamped, row_bases};
 use crate::storage::{ScanRange, Table, prefix_end};
 
@@ -108,6 +108,33 @@ impl Point {
         } else {
             Timestamp::Millis(self.timestamp_ms())
         }
+    }
+}
+
+impl Point {
+    /// Whether the value is Prometheus' stale marker
+    /// ([`Value::is_stale_marker`], asked of the bits in place).
+    #[inline(always)]
+    pub fn is_stale_marker(self) -> bool {
+        self.is_float() && self.bits == STALE_MARKER_BITS
+    }
+}
+
+/// `pts` without Prometheus' stale markers, for the readers that serve
+/// OpenTSDB's APIs, where a marker is no value (the point reads as
+/// absent); [`SeriesSource`] hands markers back, for PromQL. Borrowed,
+/// without copying, when there is none (every row OpenTSDB writes).
+#[inline]
+pub fn without_stale_markers(pts: &[Point]) -> std::borrow::Cow<'_, [Point]> {
+    if pts.iter().any(|p| p.is_stale_marker()) {
+        std::borrow::Cow::Owned(
+            pts.iter()
+                .copied()
+                .filter(|p| !p.is_stale_marker())
+                .collect(),
+        )
+    } else {
+        std::borrow::Cow::Borrowed(pts)
     }
 }
 
@@ -609,6 +636,52 @@ mod tests {
         let all = store.read_series(u(1), 0, u64::MAX, &mut |_| true).unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!(all[1].points.len(), 3);
+    }
+
+    /// A stale marker written to rows of either encoding comes back from
+    /// the store with its bits; [`without_stale_markers`] drops it and
+    /// nothing else.
+    #[test]
+    fn stale_markers_come_back_from_rows_and_are_dropped_for_opentsdb() {
+        use crate::codec::row::RowEncoding;
+        let u = |i| Uid::new(i, UidWidth::DEFAULT).unwrap();
+        let t = Tsuid::new(u(1), vec![(u(1), u(1))]).unwrap();
+        let marker = Value::Float(f64::from_bits(STALE_MARKER_BITS));
+        let written = [
+            (Timestamp::Seconds(1356998400), Value::Float(1.5)),
+            (Timestamp::Seconds(1356998410), marker),
+            (Timestamp::Millis(1356998420500), Value::Float(f64::NAN)),
+            (Timestamp::Seconds(1356998430), Value::Int(3)),
+        ];
+        for encoding in [RowEncoding::Classic, RowEncoding::Compressed] {
+            let mut store = Store::in_memory(KeyLayout::default(), DuplicatePolicy::LastWriteWins);
+            store.set_encoding(encoding);
+            store
+                .put_points(&t, &written[1..], Durability::Process)
+                .unwrap();
+            // A late point merged into the row rewrites it: the marker
+            // goes through a decoding and an encoding again.
+            store
+                .put_points(&t, &written[..1], Durability::Process)
+                .unwrap();
+            let mut got: Vec<Point> = Vec::new();
+            store
+                .read_tsuids(std::slice::from_ref(&t), 0, u64::MAX / 4, &mut |_, p| {
+                    got.extend_from_slice(p);
+                    true
+                })
+                .unwrap();
+            assert_eq!(got.len(), 4, "{encoding:?}");
+            assert!(got[1].is_stale_marker(), "{encoding:?}: {:?}", got[1]);
+            assert!(!got[2].is_stale_marker() && got[2].value().as_f64().is_nan());
+            let kept = without_stale_markers(&got);
+            assert_eq!(
+                kept.iter().map(|p| p.timestamp_ms()).collect::<Vec<_>>(),
+                vec![1356998400000, 1356998420500, 1356998430000]
+            );
+            let none = without_stale_markers(&got[..1]);
+            assert!(matches!(none, std::borrow::Cow::Borrowed(_)));
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod fsck;
 mod import;
 mod limits;
 mod never_panic;
+mod prom_api;
 mod prom_clients;
 mod prom_common;
 mod prom_diff;

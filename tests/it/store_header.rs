@@ -49,7 +49,7 @@ fn a_new_header_carries_a_checksum_and_the_current_version() {
     let dir = tempfile::tempdir().unwrap();
     store_with_points(dir.path());
     let h = header(dir.path());
-    assert_eq!(h["format_version"], 8);
+    assert_eq!(h["format_version"], 9);
     assert!(h["checksum"].as_str().unwrap().starts_with("crc32:"), "{h}");
     assert_eq!(scan(dir.path()).code, 0);
 }
@@ -135,15 +135,15 @@ fn a_newer_format_is_refused_naming_both_versions() {
     let dir = tempfile::tempdir().unwrap();
     store_with_points(dir.path());
     let mut h = header(dir.path());
-    h["format_version"] = 9.into();
+    h["format_version"] = 10.into();
     h["a_field_from_the_future"] = "x".into();
     write_header(dir.path(), &h);
     let r = scan(dir.path());
     assert_ne!(r.code, 0);
     assert!(
         r.stderr
-            .contains("has format version 9, newer than this build")
-            && r.stderr.contains("this build reads versions 1 to 8"),
+            .contains("has format version 10, newer than this build")
+            && r.stderr.contains("this build reads versions 1 to 9"),
         "{}",
         r.stderr
     );

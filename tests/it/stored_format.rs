@@ -30,6 +30,11 @@
 //! points (`store-870cb41.points.txt`), by main at 870cb41 (store format
 //! 5, the last whose log keeps values as varints): its log holds one
 //! `07` frame (the first 300 lines) and one plain frame.
+//!
+//! `tests/fixtures/store-807bf8c` was made the same way, from the same
+//! points (`store-807bf8c.points.txt`), by main at 807bf8c (store format
+//! 8, the last before stale markers were stored on 8 bytes): its log
+//! holds one `08` frame (the first 300 lines) and one plain frame.
 
 use std::path::{Path, PathBuf};
 
@@ -85,7 +90,7 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
     // 4 the rollup table, 5 to 7 nothing a version 1 store holds), after
     // checking it against the UID table.
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 8, "{header}");
+    assert_eq!(header["format_version"], 9, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     assert_eq!(header["uid_width"]["metric"], 3, "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
@@ -107,7 +112,7 @@ fn a_store_from_the_previous_release_reads_back_and_takes_writes() {
 }
 
 #[test]
-fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_8() {
+fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_9() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     copy_dir(&fixture("store-6a4fbc1"), &store);
@@ -133,7 +138,7 @@ fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_8() {
          net.bytes.in 1356998460 9223372036854775807 host=web02 iface=eth0 dc=lga\n";
     assert_eq!(all(), expected);
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 8, "{header}");
+    assert_eq!(header["format_version"], 9, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -164,7 +169,7 @@ fn a_format_2_store_reads_back_exactly_and_is_upgraded_to_8() {
 }
 
 #[test]
-fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_8() {
+fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_9() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     copy_dir(&fixture("store-ee2d2b4"), &store);
@@ -192,7 +197,7 @@ fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_8() {
          net.bytes.in 1356998460 9223372036854775807 host=web02 iface=eth0 dc=lga\n"
     );
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 8, "{header}");
+    assert_eq!(header["format_version"], 9, "{header}");
     assert!(header["checksum"].is_string(), "{header}");
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -234,13 +239,18 @@ fn a_format_3_store_reads_back_exactly_and_is_upgraded_to_8() {
 }
 
 #[test]
-fn a_format_4_store_replays_its_wal_exactly_and_is_upgraded_to_8() {
+fn a_format_4_store_replays_its_wal_exactly_and_is_upgraded_to_9() {
     replays_its_wal_exactly("store-96ac99d", 4, 0x05);
 }
 
 #[test]
-fn a_format_5_store_replays_its_wal_exactly_and_is_upgraded_to_8() {
+fn a_format_5_store_replays_its_wal_exactly_and_is_upgraded_to_9() {
     replays_its_wal_exactly("store-870cb41", 5, 0x07);
+}
+
+#[test]
+fn a_format_8_store_replays_its_wal_exactly_and_is_upgraded_to_9() {
+    replays_its_wal_exactly("store-807bf8c", 8, 0x08);
 }
 
 /// A fixture store of format `version` whose one WAL segment starts with
@@ -279,7 +289,7 @@ fn replays_its_wal_exactly(name: &str, version: u32, first_record: u8) {
     assert_eq!(got.len(), 303);
     assert_eq!(got, want);
     let header = header_of(&store);
-    assert_eq!(header["format_version"], 8, "{header}");
+    assert_eq!(header["format_version"], 9, "{header}");
     // Replayed into rows: the log is gone, nothing was counted as damage.
     let r = tsdb(&store, &["fsck", "--full-scan"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
@@ -323,7 +333,7 @@ impl RollupFixture {
             rows,
         };
         assert_eq!(fx.scan(&fx.store), fx.printed);
-        assert_eq!(header_of(&fx.store)["format_version"], 8);
+        assert_eq!(header_of(&fx.store)["format_version"], 9);
         fx.fsck(&fx.store);
         fx
     }
@@ -409,7 +419,7 @@ fn stop_keeping_store(mut srv: crate::common::TestServer) -> tempfile::TempDir {
 /// removed. `store-d8666ad.scan.txt` is what that build's `tsdb scan
 /// --rollup-table` printed of both tables, per metric as below.
 #[test]
-fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_8() {
+fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_9() {
     let fx = RollupFixture::open("store-d8666ad", 6, 7);
     // A TSD computing rollups answers from the old rows as from raw
     // points, and a late point rewrites its interval's row in columns.
@@ -524,7 +534,7 @@ fn a_format_6_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
 /// `store-4c2670a.scan.txt` is what that build's `tsdb scan
 /// --rollup-table` printed of both tables, per metric as below.
 #[test]
-fn a_format_7_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_8() {
+fn a_format_7_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_9() {
     let fx = RollupFixture::open("store-4c2670a", 7, 9);
     // A TSD computing rollups answers from the old rows as from raw
     // points; then each series takes one of its points again, the same
@@ -602,4 +612,319 @@ fn a_format_7_store_with_computed_rollups_reads_back_exactly_and_is_upgraded_to_
     // The same cells as the previous build wrote, in OpenTSDB's form.
     assert_eq!(fx.scan(&store), fx.printed);
     fx.fsck(&store);
+}
+
+/// Where the child of [`stale_markers_survive_a_kill_a_replay_and_a_flush`]
+/// keeps its database.
+const MARKER_CHILD_ENV: &str = "RTSDB_STALE_MARKER_CHILD_DIR";
+const MARKER_T: u64 = 1_356_998_400;
+
+fn stale_marker() -> rtsdb::model::Value {
+    rtsdb::model::Value::Float(f64::from_bits(rtsdb::promql::value::STALE_NAN_BITS))
+}
+
+fn open_marker_db(dir: &Path) -> std::sync::Arc<rtsdb::db::Db> {
+    let mut opts = rtsdb::db::DbOptions::new(dir);
+    opts.auto_create = rtsdb::uid::AutoCreate {
+        metrics: true,
+        tagks: true,
+        tagvs: true,
+    };
+    rtsdb::db::Db::open(&opts).unwrap()
+}
+
+/// Writes a series with a stale marker between two values and a series
+/// holding only a marker, through the write path, and waits until the
+/// WAL holds them.
+fn write_markers(db: &rtsdb::db::Db) {
+    use rtsdb::model::Value;
+    /// Metric, host, and points at seconds from [`MARKER_T`].
+    type Written<'a> = (&'a str, &'a str, Vec<(u64, Value)>);
+    let series: [Written; 2] = [
+        (
+            "prom.up",
+            "a",
+            vec![
+                (0, Value::Float(1.5)),
+                (10, stale_marker()),
+                (20, Value::Float(2.5)),
+                (30, stale_marker()),
+            ],
+        ),
+        ("prom.gone", "b", vec![(5, stale_marker())]),
+    ];
+    let mut key = String::new();
+    let mut batch = Vec::new();
+    for (metric, host, points) in &series {
+        for &(s, value) in points {
+            let (series, ts) = db
+                .resolve(
+                    metric,
+                    (MARKER_T + s) as i64,
+                    value,
+                    &[("host", host)],
+                    &mut key,
+                )
+                .unwrap();
+            batch.push(rtsdb::db::PendingPoint { series, ts, value });
+        }
+    }
+    let appended = db.append(&batch).unwrap();
+    db.wait_durable_blocking(appended).unwrap();
+}
+
+/// Each point of `metric` as (ms, "bits" of a float or the integer).
+fn stored_bits(db: &rtsdb::db::Db, metric: &str) -> Vec<(u64, String)> {
+    use rtsdb::model::{UidKind, Value};
+    use rtsdb::store::read::SeriesSource;
+    let uid = db.uids().get_id(UidKind::Metric, metric).unwrap();
+    let series = db.read_series(uid, 0, u64::MAX / 4, &mut |_| true).unwrap();
+    let mut out = Vec::new();
+    let tsuids: Vec<_> = series.iter().map(|s| s.tsuid.clone()).collect();
+    db.read_tsuids(&tsuids, 0, u64::MAX / 4, &mut |_, pts| {
+        out.extend(pts.iter().map(|p| {
+            let v = match p.value() {
+                Value::Float(f) => format!("{:016x}", f.to_bits()),
+                Value::Int(i) => i.to_string(),
+            };
+            (p.timestamp_ms(), v)
+        }));
+        true
+    })
+    .unwrap();
+    out
+}
+
+/// What `/api/query` answers for `m=sum:{metric}` over the markers' hour.
+fn opentsdb_answer(db: &rtsdb::db::Db, metric: &str) -> String {
+    let mut ctx = rtsdb::query::QueryContext::new(db, &Default::default());
+    ctx.now_ms = (MARKER_T + 86_400) * 1000;
+    let qs = format!(
+        "start={MARKER_T}&end={}&m=sum:{metric}&show_summary",
+        MARKER_T + 3599
+    );
+    let q = rtsdb::query::parse_get(&qs).unwrap();
+    rtsdb::query::execute(&ctx, &q, None).unwrap().to_json()
+}
+
+/// Checks what a database holding [`write_markers`]' points gives back:
+/// the markers bit for bit to a series read (PromQL's), nothing of them
+/// to an OpenTSDB query.
+fn check_markers(db: &rtsdb::db::Db, when: &str) {
+    let t = MARKER_T * 1000;
+    assert_eq!(
+        stored_bits(db, "prom.up"),
+        vec![
+            (t, format!("{:016x}", 1.5f64.to_bits())),
+            (t + 10_000, "7ff0000000000002".to_string()),
+            (t + 20_000, format!("{:016x}", 2.5f64.to_bits())),
+            (t + 30_000, "7ff0000000000002".to_string()),
+        ],
+        "{when}"
+    );
+    assert_eq!(
+        stored_bits(db, "prom.gone"),
+        vec![(t + 5_000, "7ff0000000000002".to_string())],
+        "{when}"
+    );
+    let up = opentsdb_answer(db, "prom.up");
+    assert!(
+        up.contains(r#""dps":{"1356998400":1.5,"1356998420":2.5}"#),
+        "{when}: {up}"
+    );
+    // The summary counts points read without the marker.
+    assert!(up.contains(r#""rawDatapoints":2"#), "{when}: {up}");
+    // A series holding only a marker has no point to OpenTSDB.
+    let gone = opentsdb_answer(db, "prom.gone");
+    assert!(!gone.contains(r#""metric":"prom.gone""#), "{when}: {gone}");
+    assert!(gone.contains(r#""rawDatapoints":0"#), "{when}: {gone}");
+    // `/api/query/last`: the newest value, not the newer marker; nothing
+    // for a series of markers.
+    let last = |ts: &str| {
+        let mut ctx = rtsdb::query::QueryContext::new(db, &Default::default());
+        ctx.now_ms = (MARKER_T + 1800) * 1000;
+        let q = rtsdb::query::parse_last_get(&format!("timeseries={ts}")).unwrap();
+        rtsdb::query::execute_last(&ctx, &q).unwrap()
+    };
+    let up = last("prom.up{host=a}");
+    assert_eq!(up[0]["timestamp"], MARKER_T * 1000 + 20_000, "{when}: {up}");
+    assert_eq!(up[0]["value"], "2.5", "{when}: {up}");
+    assert_eq!(last("prom.gone{host=b}"), serde_json::json!([]), "{when}");
+}
+
+/// The writer of the kill test. Only runs when the parent test starts it.
+#[test]
+#[ignore]
+fn stale_marker_child() {
+    let Ok(dir) = std::env::var(MARKER_CHILD_ENV) else {
+        return;
+    };
+    let db = open_marker_db(Path::new(&dir));
+    write_markers(&db);
+    // libtest prints this after the test's name, on its line.
+    println!("durable");
+    // Wait to be killed, holding everything in the WAL and the buffer.
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// Prometheus' stale marker (store format 9) survives every path a point
+/// takes: the write buffer, the WAL replayed after SIGKILL, the rows a
+/// flush writes, a reopen from those rows, a backup and its restore;
+/// OpenTSDB's queries never see it, and `tsdb scan` shows it as stored
+/// (8 bytes, `NaN` with `--import`).
+#[test]
+fn stale_markers_survive_a_kill_a_replay_and_a_flush() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    assert_eq!(
+        rtsdb::promql::value::STALE_NAN_BITS,
+        rtsdb::model::point::STALE_MARKER_BITS
+    );
+    // In the write buffer of a running database.
+    let live = tempfile::tempdir().unwrap();
+    let db = open_marker_db(live.path().join("db").as_path());
+    write_markers(&db);
+    check_markers(&db, "buffered");
+    // A backup of the running database (its WAL holds the markers)
+    // restores them.
+    let backup = live.path().join("backup");
+    db.backup(&backup).unwrap();
+    db.close().unwrap();
+    drop(db);
+    let restored = live.path().join("restored");
+    let mut opts = rtsdb::db::DbOptions::new(&restored);
+    opts.auto_create = rtsdb::uid::AutoCreate {
+        metrics: true,
+        tagks: true,
+        tagvs: true,
+    };
+    rtsdb::db::restore(&backup, &opts).unwrap();
+    let db = open_marker_db(&restored);
+    check_markers(&db, "restored");
+    db.close().unwrap();
+    drop(db);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "stored_format::stale_marker_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(MARKER_CHILD_ENV, dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let durable = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.ends_with("durable"));
+        let _ = tx.send(durable);
+    });
+    // A loaded machine may take a while to start the child.
+    let durable = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .unwrap_or(false);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(durable, "the child never wrote its points");
+
+    // Replayed from the WAL the killed process left.
+    let db = open_marker_db(dir.path());
+    check_markers(&db, "replayed");
+    // Flushed to rows, then read from them alone after a reopen.
+    db.flush_all().unwrap();
+    check_markers(&db, "flushed");
+    db.close().unwrap();
+    drop(db);
+    let db = open_marker_db(dir.path());
+    assert_eq!(db.buffered_points(), 0);
+    check_markers(&db, "reopened");
+    db.close().unwrap();
+    drop(db);
+
+    // `tsdb scan` prints rows as stored: the marker's 8 bytes.
+    let r = tsdb(dir.path(), &["scan", "1356998400", "sum", "prom.gone"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("[127, -16, 0, 0, 0, 0, 0, 2]"),
+        "{}",
+        r.stdout
+    );
+    let r = tsdb(dir.path(), &["fsck", "--full-scan"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("\nTotal Errors: 0\n"), "{}", r.stdout);
+}
+
+/// The rollups rtsdb computes (`tsd.rollups.auto`) skip a stale marker
+/// as every OpenTSDB read does: an hour of 3, a marker and 5 rolls up to
+/// a sum of 8 over 2 points, not NaN over 3.
+#[test]
+fn computed_rollups_skip_stale_markers() {
+    use rtsdb::model::Value;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = rtsdb::config::Config::default();
+    c.set(
+        rtsdb::config::DATA_DIR_KEY,
+        &dir.path().display().to_string(),
+    );
+    c.set("tsd.core.auto_create_metrics", "true");
+    c.set("tsd.rollups.enable", "true");
+    c.set("tsd.rollups.auto", "true");
+    c.set(
+        "tsd.rollups.config",
+        r#"{"aggregationIds":{"sum":0,"count":1,"max":2,"min":3},
+ "intervals":[
+  {"table":"tsdb","preAggregationTable":"tsdb-agg","interval":"1m","rowSpan":"1h","defaultInterval":true},
+  {"table":"tsdb-rollup-1h","preAggregationTable":"tsdb-rollup-agg-1h","interval":"1h","rowSpan":"1d"}]}"#,
+    );
+    let db = rtsdb::db::Db::open(&rtsdb::db::DbOptions::from_config(&c).unwrap()).unwrap();
+    let t = MARKER_T as i64;
+    let mut key = String::new();
+    let batch: Vec<rtsdb::db::PendingPoint> = [
+        (t + 10, Value::Int(3)),
+        (t + 20, stale_marker()),
+        (t + 30, Value::Int(5)),
+    ]
+    .into_iter()
+    .map(|(ts, value)| {
+        let (series, ts) = db
+            .resolve("m", ts, value, &[("host", "web01")], &mut key)
+            .unwrap();
+        rtsdb::db::PendingPoint { series, ts, value }
+    })
+    .collect();
+    db.append(&batch).unwrap();
+    db.flush_all().unwrap();
+    let ctx = rtsdb::query::QueryContext::new(&db, &Default::default());
+    let answer = |m: &str| {
+        let qs = format!("start={t}&end={}&m=sum:{m}", t + 3599);
+        let q = rtsdb::query::parse_get(&qs).unwrap();
+        rtsdb::query::execute(&ctx, &q, None).unwrap().to_json()
+    };
+    // Each point as (time, value), a value that is no number as NaN.
+    let dps = |json: String| -> Vec<(String, f64)> {
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        v[0]["dps"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{json}"))
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_f64().unwrap_or(f64::NAN)))
+            .collect()
+    };
+    let hour = |v: f64| vec![("1356998400".to_string(), v)];
+    assert_eq!(dps(answer("1h-sum:m")), hour(8.0));
+    assert_eq!(dps(answer("1h-count:m")), hour(2.0));
+    assert_eq!(dps(answer("1h-max:m")), hour(5.0));
+    // The raw read agrees.
+    assert_eq!(dps(answer("1h-sum:rollup_raw:m")), hour(8.0));
+    db.close().unwrap();
 }

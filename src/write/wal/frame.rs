@@ -796,6 +796,9 @@ pub(super) mod tests {
             Just(f64::NEG_INFINITY),
             Just(f64::MIN_POSITIVE / 3.0),
             Just(0.1),
+            // Prometheus' stale marker, which replay must hand back
+            // with its payload.
+            Just(f64::from_bits(crate::model::point::STALE_MARKER_BITS)),
         ];
         prop_oneof![
             prop::collection::vec(any::<i64>().prop_map(Value::Int), n.clone()),

@@ -1,5 +1,5 @@
 //! The Prometheus query API under `/prometheus/api/v1/`: `query`,
-//! `query_range`, `series`, `labels`, `label/<name>/values`,
+//! `query_range`, `series`, `labels`, `label/<name>/values`, `metadata`,
 //! `status/buildinfo`, `query_exemplars`, `format_query`, answered in
 //! Prometheus 2.42's JSON and error shapes and status codes. Parameters
 //! are read in `api_params.rs`, answers written in `api_json.rs`; the
@@ -19,6 +19,8 @@ use super::super::query::{blocking, context};
 use super::super::reply::Reply;
 use super::api_json as json;
 use super::api_params::{self as params, Form, MAX_TIME_MS, MIN_TIME_MS};
+use super::metadata::MetadataStore;
+use crate::promql::engine::parse_query;
 use crate::promql::source::{DbStorage, SourceLimits};
 use crate::promql::{Engine, EngineOptions, ErrorKind, PromError, Storage};
 use crate::tsd::TsdState;
@@ -51,7 +53,10 @@ pub(super) async fn route(state: &Arc<TsdState>, head: Parts, body: Incoming, su
     if method == Method::OPTIONS {
         return Reply::new(204, JSON, Vec::new());
     }
-    let get_only = matches!(endpoint, Endpoint::LabelValues(_) | Endpoint::BuildInfo);
+    let get_only = matches!(
+        endpoint,
+        Endpoint::LabelValues(_) | Endpoint::Metadata | Endpoint::BuildInfo
+    );
     if !(method == Method::GET || (method == Method::POST && !get_only)) {
         return Reply::new(405, TEXT, "Method Not Allowed\n").with_header(
             "Allow",
@@ -109,6 +114,7 @@ enum Endpoint {
     Labels,
     /// `label/<name>/values`, the name percent-decoded.
     LabelValues(String),
+    Metadata,
     BuildInfo,
     QueryExemplars,
     FormatQuery,
@@ -122,6 +128,7 @@ impl Endpoint {
             "query_range" => Endpoint::QueryRange,
             "series" => Endpoint::Series,
             "labels" => Endpoint::Labels,
+            "metadata" => Endpoint::Metadata,
             "status/buildinfo" => Endpoint::BuildInfo,
             "query_exemplars" => Endpoint::QueryExemplars,
             "format_query" => Endpoint::FormatQuery,
@@ -185,16 +192,17 @@ impl From<PromError> for ApiError {
     }
 }
 
-/// What a successful call answers: its `data` as JSON, and warnings.
+/// What a successful call answers: its `data` as JSON (none: 204, as
+/// 2.42 answers a call with no data), and warnings.
 struct Answer {
-    data: String,
+    data: Option<String>,
     warnings: Vec<String>,
 }
 
 impl Answer {
     fn data(data: String) -> Answer {
         Answer {
-            data,
+            data: Some(data),
             warnings: Vec::new(),
         }
     }
@@ -208,12 +216,17 @@ fn answer(st: &TsdState, endpoint: &Endpoint, form: &Form) -> Reply {
         Endpoint::Series => series(st, form),
         Endpoint::Labels => labels(st, form),
         Endpoint::LabelValues(name) => label_values(st, name, form),
+        Endpoint::Metadata => metadata(&st.metadata, form),
         Endpoint::BuildInfo => Ok(Answer::data(build_info())),
         Endpoint::QueryExemplars => query_exemplars(form),
         Endpoint::FormatQuery => format_query(form),
     };
     match answered {
-        Ok(a) => Reply::new(200, JSON, json::success(&a.data, &a.warnings)),
+        Ok(Answer {
+            data: Some(data),
+            warnings,
+        }) => Reply::new(200, JSON, json::success(&data, &warnings)),
+        Ok(Answer { data: None, .. }) => Reply::new(204, JSON, Vec::new()),
         Err(e) => e.reply(),
     }
 }
@@ -341,7 +354,7 @@ fn series(st: &TsdState, form: &Form) -> Result<Answer, ApiError> {
     })?;
     let (found, warnings) = limited(found, limit);
     Ok(Answer {
-        data: json::label_sets(&found),
+        data: Some(json::label_sets(&found)),
         warnings,
     })
 }
@@ -356,7 +369,7 @@ fn labels(st: &TsdState, form: &Form) -> Result<Answer, ApiError> {
     })?;
     let (names, warnings) = limited(names, limit);
     Ok(Answer {
-        data: json::strings(&names),
+        data: Some(json::strings(&names)),
         warnings,
     })
 }
@@ -378,9 +391,48 @@ fn label_values(st: &TsdState, name: &str, form: &Form) -> Result<Answer, ApiErr
     })?;
     let (values, warnings) = limited(values, limit);
     Ok(Answer {
-        data: json::strings(&values),
+        data: Some(json::strings(&values)),
         warnings,
     })
+}
+
+/// `metadata`: what remote write told of each metric (type, help,
+/// unit), by metric name; `metric` picks one, `limit` counts metrics
+/// (2.42: a negative one is none).
+fn metadata(store: &MetadataStore, form: &Form) -> Result<Answer, ApiError> {
+    let limit = match form.value("limit") {
+        "" => None,
+        s => {
+            let n: i64 = s
+                .parse()
+                .map_err(|_| ApiError::bad_data("limit must be a number"))?;
+            usize::try_from(n).ok()
+        }
+    };
+    let metric = Some(form.value("metric")).filter(|m| !m.is_empty());
+    let mut out = String::from("{");
+    for (i, (name, entries)) in store.list(metric, limit).iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        json::string(&mut out, name);
+        out.push_str(":[");
+        for (j, m) in entries.iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"type\":");
+            json::string(&mut out, &m.kind);
+            out.push_str(",\"help\":");
+            json::string(&mut out, &m.help);
+            out.push_str(",\"unit\":");
+            json::string(&mut out, &m.unit);
+            out.push('}');
+        }
+        out.push(']');
+    }
+    out.push('}');
+    Ok(Answer::data(out))
 }
 
 /// `status/buildinfo`: 2.42's fields, its version (see
@@ -396,7 +448,8 @@ fn build_info() -> String {
 }
 
 /// `query_exemplars`: rtsdb keeps no exemplars, so after 2.42's checks
-/// of the parameters and the query the answer is empty.
+/// of the parameters and the query the answer is empty; a query without
+/// a selector has no data at all (2.42: 204).
 fn query_exemplars(form: &Form) -> Result<Answer, ApiError> {
     let (start, end) = time_range(form)?;
     if end < start {
@@ -404,14 +457,38 @@ fn query_exemplars(form: &Form) -> Result<Answer, ApiError> {
             "end timestamp must not be before start timestamp",
         ));
     }
-    promql_parser::parser::parse(form.value("query")).map_err(ApiError::bad_data)?;
+    let expr = parse_query(form.value("query")).map_err(|e| ApiError::bad_data(e.message))?;
+    let mut finder = SelectorFinder(false);
+    let _ = promql_parser::util::walk_expr(&mut finder, &expr);
+    if !finder.0 {
+        return Ok(Answer {
+            data: None,
+            warnings: Vec::new(),
+        });
+    }
     Ok(Answer::data("[]".to_string()))
 }
 
-/// `format_query`: the query pretty-printed (promql-parser's `prettify`).
+/// Whether an expression selects series (2.42's `ExtractSelectors`).
+struct SelectorFinder(bool);
+
+impl promql_parser::util::ExprVisitor for SelectorFinder {
+    type Error = std::convert::Infallible;
+
+    fn pre_visit(&mut self, e: &promql_parser::parser::Expr) -> Result<bool, Self::Error> {
+        use promql_parser::parser::Expr;
+        if matches!(e, Expr::VectorSelector(_) | Expr::MatrixSelector(_)) {
+            self.0 = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// `format_query`: the query pretty-printed (promql-parser's `prettify`),
+/// parsed as queries are (2.42's function set).
 fn format_query(form: &Form) -> Result<Answer, ApiError> {
-    let expr = promql_parser::parser::parse(form.value("query"))
-        .map_err(|e| ApiError::param("query", e))?;
+    let expr = parse_query(form.value("query")).map_err(|e| ApiError::param("query", e.message))?;
     let mut out = String::new();
     json::string(&mut out, &expr.prettify());
     Ok(Answer::data(out))
@@ -424,6 +501,7 @@ fn not_found() -> Reply {
 
 #[cfg(test)]
 mod tests {
+    use super::super::metadata::MetricMetadata;
     use super::*;
 
     #[test]
@@ -453,6 +531,38 @@ mod tests {
                 vec![1, 2],
                 vec!["results truncated due to limit".to_string()]
             )
+        );
+    }
+
+    #[test]
+    fn metadata_by_metric_with_a_limit() {
+        let store = MetadataStore::default();
+        let md = |kind: &str, help: &str| MetricMetadata {
+            kind: kind.into(),
+            help: help.into(),
+            unit: String::new(),
+        };
+        store.record("up", md("gauge", "1 if <up>"));
+        store.record("a_total", md("counter", "a"));
+        let data = |q: &str| {
+            metadata(&store, &Form::new(Some(q), None))
+                .map(|a| a.data.unwrap_or_default())
+                .map_err(|e| (e.status(), e.message))
+        };
+        assert_eq!(
+            data(""),
+            Ok(r#"{"a_total":[{"type":"counter","help":"a","unit":""}],"up":[{"type":"gauge","help":"1 if \u003cup\u003e","unit":""}]}"#.to_string())
+        );
+        assert_eq!(
+            data("metric=up&limit=-1"),
+            Ok(r#"{"up":[{"type":"gauge","help":"1 if \u003cup\u003e","unit":""}]}"#.to_string())
+        );
+        assert_eq!(data("limit=1").map(|d| d.matches("type").count()), Ok(1));
+        assert_eq!(data("limit=0"), Ok("{}".to_string()));
+        assert_eq!(data("metric=nope"), Ok("{}".to_string()));
+        assert_eq!(
+            data("limit=x"),
+            Err((400, "limit must be a number".to_string()))
         );
     }
 

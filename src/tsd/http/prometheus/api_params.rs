@@ -8,8 +8,9 @@
 
 use chrono::DateTime;
 use promql_parser::label::{MatchOp, Matcher};
-use promql_parser::parser::{self, Expr};
+use promql_parser::parser::Expr;
 
+use crate::promql::engine::parse_query;
 use crate::promql::value::METRIC_NAME;
 
 /// The request's form values: the body's pairs first, then the query
@@ -171,9 +172,19 @@ pub(super) fn parse_limit(s: &str) -> Result<usize, String> {
 /// `or` inside its braces gives one set per alternative. Every set must
 /// have a matcher that "" does not pass, as 2.42 requires.
 pub(super) fn parse_matchers(selectors: &[&str]) -> Result<Vec<Vec<Matcher>>, String> {
+    const NO_NON_EMPTY: &str = "match[] must contain at least one non-empty matcher";
     let mut sets = Vec::new();
     for s in selectors {
-        let vs = match parser::parse(s)? {
+        // promql-parser checks what 2.42 checks after parsing, in its own
+        // words: answered in 2.42's.
+        let parsed = parse_query(s).map_err(|e| {
+            if e.message.contains("at least one non-empty matcher") {
+                NO_NON_EMPTY.to_string()
+            } else {
+                e.message
+            }
+        })?;
+        let vs = match parsed {
             Expr::VectorSelector(vs) if vs.offset.is_none() && vs.at.is_none() => vs,
             _ => {
                 return Err(format!(
@@ -196,7 +207,7 @@ pub(super) fn parse_matchers(selectors: &[&str]) -> Result<Vec<Vec<Matcher>>, St
         }
     }
     if sets.iter().any(|set| set.iter().all(|m| m.is_match(""))) {
-        return Err("match[] must contain at least one non-empty matcher".into());
+        return Err(NO_NON_EMPTY.into());
     }
     Ok(sets)
 }
@@ -321,7 +332,10 @@ mod tests {
                 .any(|m| m.name == "job" && m.is_match("xabc"))
         );
         assert_eq!(sets[1][0].value, "sys.cpu.user");
-        assert!(parse_matchers(&["{job=~\".*\"}"]).is_err());
+        assert_eq!(
+            parse_matchers(&["{job=~\".*\"}"]).unwrap_err(),
+            "match[] must contain at least one non-empty matcher"
+        );
         assert!(parse_matchers(&["rate(x[5m])"]).is_err());
         assert!(parse_matchers(&["up offset 5m"]).is_err());
         assert!(parse_matchers(&["up{"]).is_err());
