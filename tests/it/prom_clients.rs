@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use super::common::{Backend, Tsds, on_both_backends};
 use super::prom_common::{
-    self as pc, NODE_EXPORTER, NodeExporter, PROMETHEUS, Process, Prometheus, PushSeries, VMAGENT,
-    VMALERT,
+    self as pc, NODE_EXPORTER, NodeExporter, PROMETHEUS, Process, Prometheus, PushSeries,
+    TSD_SETTINGS, VMAGENT, VMALERT,
 };
 use super::prom_diff::{Answer, LabelSet, diff_answers, show_labels};
 
@@ -174,7 +174,7 @@ impl<'a> Receiver<'a> {
 
 /// Runs `body` against rtsdb on `backend`.
 fn on_rtsdb(backend: Backend, body: impl FnOnce(&Receiver)) {
-    let Some(tsds) = Tsds::start(backend, &[]) else {
+    let Some(tsds) = Tsds::start(backend, TSD_SETTINGS) else {
         return;
     };
     body(&Receiver::rtsdb(&tsds));
