@@ -7,9 +7,12 @@
 //! - [`jackson`]: JSON values coerced as OpenTSDB's Jackson reads them.
 //! - `put_json`: the `/api/put` JSON body, read as it arrives into compact
 //!   decoded points.
+//! - [`remote_write`]: Prometheus remote write 1.0 and 2.0 bodies (snappy,
+//!   protobuf) decoded into series, samples and metadata.
 
 pub mod jackson;
 pub(crate) mod put_json;
+pub mod remote_write;
 pub mod telnet;
 
 use crate::model::Value;

@@ -60,8 +60,6 @@ pub struct TsdState {
     /// `/api/query`'s result cache (docs/query-cache.md).
     pub(crate) query_cache: crate::query::QueryCache,
     /// Metric metadata sent by remote write (`/prometheus/api/v1/metadata`).
-    // Read by the remote-write handler, in the commit after this one.
-    #[allow(dead_code)]
     pub(crate) metadata: http::prometheus::metadata::MetadataStore,
     pub(crate) hostname: String,
     /// The port actually bound.

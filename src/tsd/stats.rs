@@ -22,6 +22,8 @@ pub(crate) struct ServerStats {
     pub rpc_http: AtomicU64,
     pub telnet_puts: AtomicU64,
     pub http_puts: AtomicU64,
+    /// Samples received by Prometheus remote write (`/api/v1/write`).
+    pub remote_write_samples: AtomicU64,
     /// Rollup and pre-aggregate points received (telnet `rollup` lines,
     /// `/api/rollup` points): 2.4.1's `rollup_dps`.
     pub rollup_points: AtomicU64,
@@ -127,6 +129,11 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
         stat("rpc.received", g(&s.rpc_http), Some(("type", "http"))),
         stat("rpc.received", g(&s.telnet_puts), Some(("type", "put"))),
         stat("rpc.received", g(&s.http_puts), Some(("type", "http_put"))),
+        stat(
+            "rpc.received",
+            g(&s.remote_write_samples),
+            Some(("type", "remote_write")),
+        ),
         // 2.4.1 counts these points (`rollup_dps`, `raw_histograms`) but
         // does not report them; rtsdb does, in the same shape.
         stat(

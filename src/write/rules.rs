@@ -9,6 +9,7 @@
 //! the checks of the Prometheus set are here.
 
 use crate::protocol::PointError;
+use crate::protocol::remote_write::{is_label_name, is_metric_name};
 
 /// The rule set a series' names are checked by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,20 +71,6 @@ pub(crate) const DEFAULT_MAX_LABELS: usize = 64;
 /// 4 KiB one is a log line sent as a label by mistake. OpenTSDB's put
 /// path has no such cap, and keeps none.
 pub(crate) const MAX_NAME_BYTES: usize = 4096;
-
-/// Prometheus' metric name rule, `[a-zA-Z_:][a-zA-Z0-9_:]*`.
-pub(crate) fn is_metric_name(s: &str) -> bool {
-    let mut b = s.bytes();
-    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_' || c == b':')
-        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b':')
-}
-
-/// Prometheus' label name rule, `[a-zA-Z_][a-zA-Z0-9_]*`.
-pub(crate) fn is_label_name(s: &str) -> bool {
-    let mut b = s.bytes();
-    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
-        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
-}
 
 /// Whether a label value can be a series' name part: not empty (senders
 /// drop empty values before this), within [`MAX_NAME_BYTES`], and free of

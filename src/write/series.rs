@@ -301,6 +301,17 @@ impl TagsKey {
     }
 }
 
+/// The metric and the tags of a series key ([`series_key`]).
+fn key_names(key: &str) -> (&str, SeriesTags<'_>) {
+    let end = key.find(TAG_START).unwrap_or(key.len());
+    let (metric, rest) = key.split_at(end);
+    let tags = SeriesTags {
+        rest,
+        left: rest.bytes().filter(|b| *b == TAG_START as u8).count(),
+    };
+    (metric, tags)
+}
+
 /// The tags of a series key, in key order.
 #[derive(Debug, Clone)]
 pub struct SeriesTags<'a> {
@@ -583,7 +594,7 @@ impl SeriesCache {
         }
         let tsuid = Tsuid::new(metric_uid, pairs)
             .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
-        Ok((self.insert(key_buf, tsuid), ts))
+        Ok((self.insert(key_buf, tsuid, Some(rules)), ts))
     }
 
     /// The TSUID of these names if every one of them has a UID already,
@@ -613,11 +624,17 @@ impl SeriesCache {
         }
     }
 
-    /// The rule sets the names of a series new to the cache pass.
-    fn rules_passed(&self, metric: &str, tags: &[(&str, &str)]) -> RulesPassed {
+    /// The rule sets the names of a series new to the cache pass;
+    /// `checked` passed already (not checked again).
+    fn rules_passed(
+        &self,
+        metric: &str,
+        tags: &[(&str, &str)],
+        checked: Option<SeriesRules>,
+    ) -> RulesPassed {
         [SeriesRules::OpenTsdb, SeriesRules::Prometheus]
             .into_iter()
-            .filter(|r| self.check_names(*r, metric, tags).is_ok())
+            .filter(|r| Some(*r) == checked || self.check_names(*r, metric, tags).is_ok())
             .fold(RulesPassed::default(), RulesPassed::with)
     }
 
@@ -671,12 +688,20 @@ impl SeriesCache {
         }
         let tsuid = Tsuid::new(metric_uid, pairs)
             .map_err(|e| PointError::IllegalArgument(e.to_string()))?;
-        Ok(self.insert(&key, tsuid))
+        Ok(self.insert(&key, tsuid, None))
     }
 
     /// Caches the series of `key` (as [`series_key`] built it from valid
-    /// names) unless a concurrent caller did.
-    fn insert(&self, key: &str, tsuid: Tsuid) -> Arc<Series> {
+    /// names; `checked`: the rules they were checked by, if any) unless a
+    /// concurrent caller did.
+    fn insert(&self, key: &str, tsuid: Tsuid, checked: Option<SeriesRules>) -> Arc<Series> {
+        // Found before the shard is locked: other series' writers wait
+        // on that lock.
+        let passes = {
+            let (metric, tags) = key_names(key);
+            let tags: Vec<(&str, &str)> = tags.collect();
+            self.rules_passed(metric, &tags, checked)
+        };
         let mut map = self.shard(key).write();
         if let Some(s) = map.get(key) {
             return s.0.clone();
@@ -684,8 +709,7 @@ impl SeriesCache {
         let forgotten = self.forgotten.lock().remove(&tsuid);
         let id = forgotten.unwrap_or_else(|| self.next_id.fetch_add(1, Ordering::Relaxed));
         let mut s = Series::new(id, tsuid, key);
-        let tags: Vec<(&str, &str)> = s.tags().collect();
-        s.passes = self.rules_passed(s.metric(), &tags);
+        s.passes = passes;
         let s = Arc::new(s);
         map.insert(ByName(s.clone()));
         s
@@ -734,17 +758,12 @@ impl Series {
     }
 
     pub fn metric(&self) -> &str {
-        let end = self.name.find(TAG_START).unwrap_or(self.name.len());
-        &self.name[..end]
+        key_names(&self.name).0
     }
 
     /// The tags, sorted by key name.
     pub fn tags(&self) -> SeriesTags<'_> {
-        let rest = &self.name[self.metric().len()..];
-        SeriesTags {
-            rest,
-            left: rest.bytes().filter(|b| *b == TAG_START as u8).count(),
-        }
+        key_names(&self.name).1
     }
 
     /// `metric{k=v,...}` for logs.
