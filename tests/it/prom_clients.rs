@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use super::common::{Backend, Tsds, on_both_backends};
 use super::prom_common::{
-    self as pc, NODE_EXPORTER, NodeExporter, PROMETHEUS, Process, Prometheus, PushSeries, VMAGENT,
-    VMALERT,
+    self as pc, NODE_EXPORTER, NodeExporter, PROMETHEUS, Process, Prometheus, PushSeries,
+    TSD_SETTINGS, VMAGENT, VMALERT,
 };
 use super::prom_diff::{Answer, LabelSet, diff_answers, show_labels};
 
@@ -174,7 +174,7 @@ impl<'a> Receiver<'a> {
 
 /// Runs `body` against rtsdb on `backend`.
 fn on_rtsdb(backend: Backend, body: impl FnOnce(&Receiver)) {
-    let Some(tsds) = Tsds::start(backend, &[]) else {
+    let Some(tsds) = Tsds::start(backend, TSD_SETTINGS) else {
         return;
     };
     body(&Receiver::rtsdb(&tsds));
@@ -386,7 +386,12 @@ fn vmagent_scrape(test: &str, receiver: &Receiver) {
                 .unwrap_or_default();
             let missing: Vec<&String> = want.difference(&have).collect();
             if !missing.is_empty() {
-                return Err(format!("missing in rtsdb: {missing:?}"));
+                return Err(format!(
+                    "{} of {} names missing, among them {:?}",
+                    missing.len(),
+                    want.len(),
+                    &missing[..missing.len().min(10)]
+                ));
             }
             let up = instant(&agent, &ours, "up{job=\"node\"} == 1", pc::now_ms());
             if !vector_has(&up, &[("instance", &node.target())]) {

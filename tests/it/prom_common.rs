@@ -288,6 +288,11 @@ pub fn get_json(
     (status, json)
 }
 
+/// The settings of the TSDs these tests start: new metric names are
+/// created as they arrive (OpenTSDB's `tsd.core.auto_create_metrics`,
+/// off by default), as every Prometheus sender expects of its store.
+pub const TSD_SETTINGS: &[(&str, &str)] = &[("tsd.core.auto_create_metrics", "true")];
+
 /// Prometheus' stale marker: a NaN with this payload ends a series.
 pub const STALE_NAN_BITS: u64 = 0x7ff0_0000_0000_0002;
 

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use super::common::{Backend, Tsds, on_both_backends};
 use super::prom_common::{
-    self as pc, PROMETHEUS, Prometheus, PushSeries, STALE_NAN_BITS, push_in_time_order,
+    self as pc, PROMETHEUS, Prometheus, PushSeries, STALE_NAN_BITS, TSD_SETTINGS,
+    push_in_time_order,
 };
 
 /// The case file, relative to the crate root.
@@ -1063,7 +1064,7 @@ fn promql_cases(backend: Backend) {
     let Some(reference) = reference(&test) else {
         return;
     };
-    let Some(tsds) = Tsds::start(backend, &[]) else {
+    let Some(tsds) = Tsds::start(backend, TSD_SETTINGS) else {
         return;
     };
     let started = Instant::now();
