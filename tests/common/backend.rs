@@ -160,6 +160,14 @@ pub fn changes_data(method: &str, path: &str, body: &str) -> bool {
     {
         return true;
     }
+    // Prometheus' APIs: remote write writes; every other call (GET or a
+    // POSTed form, as Grafana sends queries) only reads.
+    if route == "/api/v1/write" || route == "/prometheus/api/v1/write" {
+        return true;
+    }
+    if route.starts_with("/prometheus/") {
+        return false;
+    }
     // Reads whatever the method, but for a query's delete.
     if [
         "/api/query",
