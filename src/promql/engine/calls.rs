@@ -32,45 +32,27 @@ pub(super) fn eval(ev: &mut impl Eval, c: &Call, t: i64) -> Result<StepValue, Pr
             if let Expr::VectorSelector(vs) = unwrap_parens(first(args)?) {
                 let v = ev.selected().instant(vs, t, true);
                 ev.hold(v.len())?;
-                return finish(ev, name, vec![FnArg::Vector(v)], t);
+                return match functions::call(name, vec![FnArg::Vector(v)], &ctx(t))? {
+                    FnValue::Vector(v) => Ok(StepValue::Vector(v)),
+                    FnValue::Scalar(v) => Ok(StepValue::Scalar(v)),
+                };
             }
         }
         _ => {}
     }
+    if let Some(at) = args.iter().position(|a| {
+        matches!(
+            unwrap_parens(a),
+            Expr::MatrixSelector(_) | Expr::Subquery(_)
+        )
+    }) {
+        return per_series(ev, c, at, t);
+    }
     let mut evaluated = Vec::with_capacity(args.len());
     for a in args {
-        let inner = unwrap_parens(a);
-        let arg = match inner {
-            Expr::MatrixSelector(_) | Expr::Subquery(_) => FnArg::Range(range_arg(ev, inner, t)?),
-            _ => match ev.eval(inner, t)? {
-                StepValue::Scalar(v) => FnArg::Scalar(v),
-                StepValue::String(s) => FnArg::String(s),
-                StepValue::Vector(v) => FnArg::Vector(v),
-                StepValue::Matrix(m) => FnArg::Range(RangeArg {
-                    series: m
-                        .into_iter()
-                        .map(|s| RangeSeries {
-                            labels: s.labels,
-                            samples: s.samples,
-                        })
-                        .collect(),
-                    start_ms: t,
-                    end_ms: t,
-                }),
-            },
-        };
-        evaluated.push(arg);
+        evaluated.push(value_arg(ev, a, t)?);
     }
-    finish(ev, name, evaluated, t)
-}
-
-fn finish(
-    ev: &mut impl Eval,
-    name: &str,
-    args: Vec<FnArg>,
-    t: i64,
-) -> Result<StepValue, PromError> {
-    match functions::call(name, args, &FnContext { eval_ms: t })? {
+    match functions::call(name, evaluated, &ctx(t))? {
         FnValue::Scalar(v) => Ok(StepValue::Scalar(v)),
         FnValue::Vector(v) => {
             check_unique(&v)?;
@@ -78,6 +60,68 @@ fn finish(
             Ok(StepValue::Vector(v))
         }
     }
+}
+
+/// A function of a range vector, called once per series as 2.42 calls
+/// it, so that two series whose results have the same labels are caught
+/// even at different steps (2.42 checks the whole result matrix).
+fn per_series(ev: &mut impl Eval, c: &Call, at: usize, t: i64) -> Result<StepValue, PromError> {
+    let args = &c.args.args;
+    let range = range_arg(ev, &args[at], t)?;
+    let mut others = Vec::with_capacity(args.len());
+    for (i, a) in args.iter().enumerate() {
+        if i != at {
+            others.push(value_arg(ev, a, t)?);
+        }
+    }
+    let node = c as *const Call as usize;
+    let mut out = Vec::new();
+    for series in range.series {
+        let input = series.labels.clone();
+        let mut call_args = others.clone();
+        call_args.insert(
+            at,
+            FnArg::Range(RangeArg {
+                series: vec![series],
+                start_ms: range.start_ms,
+                end_ms: range.end_ms,
+            }),
+        );
+        match functions::call(c.func.name, call_args, &ctx(t))? {
+            FnValue::Vector(v) => {
+                for s in v {
+                    ev.claim(node, &s.labels, &input)?;
+                    out.push(s);
+                }
+            }
+            FnValue::Scalar(_) => {
+                return Err(PromError::internal(format!(
+                    "{} of a range vector gave a scalar",
+                    c.func.name
+                )));
+            }
+        }
+    }
+    ev.hold(out.len())?;
+    Ok(StepValue::Vector(out))
+}
+
+/// An argument that is not a range vector, evaluated at `t`.
+fn value_arg(ev: &mut impl Eval, a: &Expr, t: i64) -> Result<FnArg, PromError> {
+    Ok(match ev.eval(unwrap_parens(a), t)? {
+        StepValue::Scalar(v) => FnArg::Scalar(v),
+        StepValue::String(s) => FnArg::String(s),
+        StepValue::Vector(v) => FnArg::Vector(v),
+        StepValue::Matrix(_) => {
+            return Err(PromError::internal(
+                "a range vector where a value was expected",
+            ));
+        }
+    })
+}
+
+fn ctx(t: i64) -> FnContext {
+    FnContext { eval_ms: t }
 }
 
 fn first(args: &[Box<Expr>]) -> Result<&Expr, PromError> {

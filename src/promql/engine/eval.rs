@@ -30,6 +30,9 @@ pub(super) struct Evaluator<'a> {
     /// are absolute multiples of the subquery step, so consecutive outer
     /// steps share most of them.
     subquery_steps: HashMap<usize, BTreeMap<i64, Vec<VectorSample>>>,
+    /// Which input series made each output label set of a call of a
+    /// range-vector function, by node.
+    outputs: HashMap<(usize, Labels), Labels>,
     /// Samples held by the answer so far (range queries).
     held: usize,
     /// Samples held now: the answer so far and this step's values.
@@ -52,6 +55,7 @@ impl<'a> Evaluator<'a> {
             selected: Selected::new(opts.lookback_ms, range),
             derived: HashMap::new(),
             subquery_steps: HashMap::new(),
+            outputs: HashMap::new(),
             held: 0,
             current: 0,
         };
@@ -283,6 +287,19 @@ impl Eval for Evaluator<'_> {
         }
         self.hold(held)?;
         Ok((out, start, end))
+    }
+
+    fn claim(&mut self, node: usize, output: &Labels, input: &Labels) -> Result<(), PromError> {
+        match self.outputs.get(&(node, output.clone())) {
+            Some(first) if first != input => Err(PromError::execution(
+                "vector cannot contain metrics with the same labelset",
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.outputs.insert((node, output.clone()), input.clone());
+                Ok(())
+            }
+        }
     }
 
     fn selected(&self) -> &Selected {

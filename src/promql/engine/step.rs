@@ -55,6 +55,11 @@ pub(super) trait Eval {
     fn subquery(&mut self, sq: &SubqueryExpr, t: i64)
     -> Result<(Vec<Series>, i64, i64), PromError>;
 
+    /// Records that the call at `node` made `output` from the series
+    /// `input`; an `execution` error when another series already made
+    /// the same labels.
+    fn claim(&mut self, node: usize, output: &Labels, input: &Labels) -> Result<(), PromError>;
+
     /// The selectors' series.
     fn selected(&self) -> &Selected;
 

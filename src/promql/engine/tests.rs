@@ -541,3 +541,39 @@ fn too_many_samples_and_timeout() {
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Timeout);
 }
+
+/// 10,000 series over 360 one-minute steps: a plain selector, a sum, a
+/// grouped sum and an arithmetic operation must each take well under a
+/// second (tens of milliseconds in a release build; run with
+/// `cargo test --release -- --ignored range_query_speed --nocapture`).
+#[test]
+#[ignore = "a timing, meaningful in release builds only"]
+fn range_query_speed() {
+    let mut s = MemoryStorage::new();
+    let steps = 360;
+    for i in 0..10_000 {
+        let name = format!("h{i}");
+        let group = format!("g{}", i % 10);
+        let points: Vec<(i64, f64)> = (0..=steps + 5).map(|k| (k * M, (k + i) as f64)).collect();
+        s.add_series(
+            &[("__name__", "cpu"), ("host", &name), ("region", &group)],
+            &points,
+        );
+    }
+    let start = 5 * M;
+    let end = start + (steps - 1) * M;
+    for q in [
+        "cpu",
+        "sum(cpu)",
+        "avg by (region) (cpu)",
+        "cpu * 2",
+        "cpu > 100",
+    ] {
+        let began = std::time::Instant::now();
+        let out = Engine::default().range(&s, q, start, end, M).unwrap();
+        let took = began.elapsed();
+        let QueryValue::Matrix(m) = out else { panic!() };
+        println!("{q}: {} series, {took:?}", m.len());
+        assert!(took < Duration::from_secs(2), "{q} took {took:?}");
+    }
+}
