@@ -170,7 +170,9 @@ fn simple(op: TokenId, values: &[f64]) -> Result<f64, PromError> {
 }
 
 /// `topk`/`bottomk`: each group's `k` largest (smallest) elements with
-/// their own labels, largest (smallest) first, NaN last.
+/// their own labels, largest (smallest) first, NaN last. Kept in a heap
+/// built and sorted exactly as 2.42 does (Go's `container/heap`, then an
+/// insertion sort), so that equal values come out in 2.42's order.
 fn top_bottom(
     top: bool,
     k: f64,
@@ -188,17 +190,117 @@ fn top_bottom(
     }
     let k = usize::try_from(k).unwrap_or(usize::MAX);
     let mut out = Vec::new();
-    for (_, mut members) in groups {
-        members.sort_by(|a, b| {
-            a.v.is_nan().cmp(&b.v.is_nan()).then_with(|| {
-                let o = a.v.partial_cmp(&b.v).unwrap_or(std::cmp::Ordering::Equal);
+    for (_, members) in groups {
+        let mut heap = GoHeap {
+            items: Vec::new(),
+            top,
+        };
+        for s in members {
+            if heap.items.is_empty() {
+                heap.items.push(s);
+                continue;
+            }
+            let root = heap.items[0].v;
+            let better = if top { root < s.v } else { root > s.v };
+            if heap.items.len() < k || better || root.is_nan() {
+                if heap.items.len() == k {
+                    if k == 1 {
+                        heap.items[0] = s;
+                        continue;
+                    }
+                    heap.pop();
+                }
+                heap.push(s);
+            }
+        }
+        heap.sort_reversed();
+        out.extend(heap.items);
+    }
+    Ok(out)
+}
+
+/// The heap 2.42 keeps for `topk` (smallest on top, NaN smaller than
+/// anything) and `bottomk` (largest on top, NaN likewise on top), with Go's
+/// `container/heap` moves.
+struct GoHeap {
+    items: Vec<VectorSample>,
+    top: bool,
+}
+
+impl GoHeap {
+    fn less(&self, i: usize, j: usize) -> bool {
+        let (a, b) = (self.items[i].v, self.items[j].v);
+        if a.is_nan() {
+            return true;
+        }
+        if self.top { a < b } else { a > b }
+    }
+
+    fn up(&mut self, mut j: usize) {
+        while j > 0 {
+            let i = (j - 1) / 2;
+            if !self.less(j, i) {
+                break;
+            }
+            self.items.swap(i, j);
+            j = i;
+        }
+    }
+
+    fn down(&mut self, mut i: usize, n: usize) {
+        loop {
+            let j1 = 2 * i + 1;
+            if j1 >= n {
+                break;
+            }
+            let mut j = j1;
+            if j1 + 1 < n && self.less(j1 + 1, j1) {
+                j = j1 + 1;
+            }
+            if !self.less(j, i) {
+                break;
+            }
+            self.items.swap(i, j);
+            i = j;
+        }
+    }
+
+    fn push(&mut self, s: VectorSample) {
+        self.items.push(s);
+        self.up(self.items.len() - 1);
+    }
+
+    fn pop(&mut self) {
+        let n = self.items.len() - 1;
+        self.items.swap(0, n);
+        self.down(0, n);
+        self.items.pop();
+    }
+
+    /// `sort.Sort(sort.Reverse(heap))`: Go sorts up to 12 elements by
+    /// insertion, done here the same way; longer lists (where Go's
+    /// pattern-defeating quicksort may order equal values differently)
+    /// by a stable sort with NaN last.
+    fn sort_reversed(&mut self) {
+        let n = self.items.len();
+        if n <= 12 {
+            for i in 1..n {
+                let mut j = i;
+                while j > 0 && self.less(j - 1, j) {
+                    self.items.swap(j, j - 1);
+                    j -= 1;
+                }
+            }
+            return;
+        }
+        let top = self.top;
+        self.items.sort_by(|x, y| {
+            x.v.is_nan().cmp(&y.v.is_nan()).then_with(|| {
+                let o = x.v.partial_cmp(&y.v).unwrap_or(std::cmp::Ordering::Equal);
                 if top { o.reverse() } else { o }
             })
         });
-        members.truncate(k);
-        out.extend(members);
     }
-    Ok(out)
 }
 
 /// The φ-quantile of `values` as 2.42's `quantile` aggregation: linear

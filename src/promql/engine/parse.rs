@@ -197,7 +197,7 @@ fn quoted_metric_name(query: &str) -> Option<PromError> {
                 if depth > 0 && expect_name {
                     let (line, col) = line_col(query, i);
                     return Some(PromError::bad_data(format!(
-                        "{line}:{col}: parse error: unexpected string {} in label matching, expected label",
+                        "{line}:{col}: parse error: unexpected string {:?} in label matching, expected identifier or \"}}\"",
                         quoted_prefix(&query[i..])
                     )));
                 }
@@ -211,7 +211,7 @@ fn quoted_metric_name(query: &str) -> Option<PromError> {
     None
 }
 
-/// The quoted string at the start of `s`, as the error shows it.
+/// The quoted string at the start of `s`, quotes included.
 fn quoted_prefix(s: &str) -> String {
     let mut chars = s.char_indices();
     let Some((_, q)) = chars.next() else {
@@ -224,7 +224,7 @@ fn quoted_prefix(s: &str) -> String {
         } else if c == '\\' {
             escaped = true;
         } else if c == q {
-            return format!("\"{}\"", &s[1..i]);
+            return s[..=i].to_string();
         }
     }
     s.to_string()
@@ -260,6 +260,10 @@ mod tests {
     fn quoted_names_in_braces_are_refused() {
         let e = parse_query("{\"my.metric\"}").unwrap_err();
         assert_eq!(e.kind, crate::promql::ErrorKind::BadData);
+        assert_eq!(
+            e.message,
+            "1:2: parse error: unexpected string \"\\\"my.metric\\\"\" in label matching, expected identifier or \"}\""
+        );
         assert!(parse_query("{__name__=\"my.metric\"}").is_ok());
         assert!(parse_query("x{a=\"{\\\"b\"}").is_ok());
     }

@@ -415,6 +415,25 @@ fn min_max_skip_nan_unless_all_nan() {
 }
 
 #[test]
+fn topk_and_bottomk_order_ties_as_2_42() {
+    let mut s = MemoryStorage::new();
+    s.add_series(&[("__name__", "n"), ("i", "0")], &[(0, f64::NAN)]);
+    s.add_series(&[("__name__", "n"), ("i", "1")], &[(0, 5.0)]);
+    s.add_series(&[("__name__", "n"), ("i", "2")], &[(0, 5.0)]);
+    s.add_series(&[("__name__", "n"), ("i", "3")], &[(0, 3.0)]);
+    let order = |q: &str| -> Vec<String> {
+        vector(&s, q, 0)
+            .iter()
+            .map(|x| x.labels.get("i").to_string())
+            .collect()
+    };
+    // What Prometheus 2.42 answered for these samples.
+    assert_eq!(order("topk(3, n)"), ["1", "2", "3"]);
+    assert_eq!(order("bottomk(3, n)"), ["3", "2", "1"]);
+    assert_eq!(order("topk(2, n)"), ["1", "2"]);
+}
+
+#[test]
 fn same_labelset_after_dropping_names_is_an_error() {
     let s = store();
     let (kind, msg) = err(&s, "-{__name__=~\"a|b\"}", 0);
