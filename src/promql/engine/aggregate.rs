@@ -3,15 +3,13 @@
 //! `count_values`, `topk`, `bottomk`, `quantile`, grouped `by` or
 //! `without` labels (`without` also drops the name).
 
-use std::collections::HashMap;
-
 use promql_parser::parser::token::{
     T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_MAX, T_MIN, T_QUANTILE, T_STDDEV,
     T_STDVAR, T_SUM, T_TOPK, TokenId,
 };
 use promql_parser::parser::{AggregateExpr, LabelModifier};
 
-use super::step::{Eval, StepValue};
+use super::step::{Eval, LabelMap, StepValue};
 use crate::promql::error::PromError;
 use crate::promql::value::{Labels, METRIC_NAME, VectorSample};
 
@@ -94,7 +92,7 @@ fn group(
     without: bool,
     input: Vec<VectorSample>,
 ) -> Vec<(Labels, Vec<VectorSample>)> {
-    let mut index: HashMap<Labels, usize> = HashMap::new();
+    let mut index: LabelMap<Labels, usize> = LabelMap::default();
     let mut groups: Vec<(Labels, Vec<VectorSample>)> = Vec::new();
     for s in input {
         let key = ev.derive(node, &s.labels, |l| group_labels(l, grouping, without));
@@ -349,7 +347,7 @@ fn count_values(
         grouping.push(label.to_string());
         grouping.sort();
     }
-    let mut index: HashMap<Labels, usize> = HashMap::new();
+    let mut index: LabelMap<Labels, usize> = LabelMap::default();
     let mut out: Vec<VectorSample> = Vec::new();
     for s in input {
         let mut l = s.labels.clone();

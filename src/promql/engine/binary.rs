@@ -4,8 +4,6 @@
 //! scalar, or two vectors matched one-to-one, many-to-one
 //! (`group_left`) or one-to-many (`group_right`) on their labels.
 
-use std::collections::{HashMap, HashSet};
-
 use promql_parser::label::Labels as NameList;
 use promql_parser::parser::token::{
     T_ADD, T_ATAN2, T_DIV, T_EQLC, T_GTE, T_GTR, T_LAND, T_LOR, T_LSS, T_LTE, T_LUNLESS, T_MOD,
@@ -13,7 +11,7 @@ use promql_parser::parser::token::{
 };
 use promql_parser::parser::{BinaryExpr, LabelModifier, VectorMatchCardinality};
 
-use super::step::{Eval, StepValue, check_unique};
+use super::step::{Eval, LabelMap, LabelSet, StepValue, check_unique};
 use crate::promql::error::PromError;
 use crate::promql::value::{Labels, METRIC_NAME, VectorSample};
 
@@ -129,7 +127,7 @@ fn and(
     if l.is_empty() || r.is_empty() {
         return Vec::new();
     }
-    let right: HashSet<Labels> = signatures(ev, node, m, &r).into_iter().collect();
+    let right: LabelSet<Labels> = signatures(ev, node, m, &r).into_iter().collect();
     let ls = signatures(ev, node, m, &l);
     l.into_iter()
         .zip(ls)
@@ -151,7 +149,7 @@ fn or(
     if r.is_empty() {
         return l;
     }
-    let left: HashSet<Labels> = signatures(ev, node, m, &l).into_iter().collect();
+    let left: LabelSet<Labels> = signatures(ev, node, m, &l).into_iter().collect();
     let rs = signatures(ev, node, m, &r);
     l.extend(
         r.into_iter()
@@ -172,7 +170,7 @@ fn unless(
     if l.is_empty() || r.is_empty() {
         return l;
     }
-    let right: HashSet<Labels> = signatures(ev, node, m, &r).into_iter().collect();
+    let right: LabelSet<Labels> = signatures(ev, node, m, &r).into_iter().collect();
     let ls = signatures(ev, node, m, &l);
     l.into_iter()
         .zip(ls)
@@ -201,7 +199,8 @@ fn vector_vector(
     let one_sigs = signatures(ev, node, m, &one);
     let many_sigs = signatures(ev, node, m, &many);
 
-    let mut by_sig: HashMap<&Labels, usize> = HashMap::with_capacity(one.len());
+    let mut by_sig: LabelMap<&Labels, usize> =
+        LabelMap::with_capacity_and_hasher(one.len(), Default::default());
     for (i, sig) in one_sigs.iter().enumerate() {
         if let Some(&j) = by_sig.get(sig) {
             let side = if swapped { "left" } else { "right" };
@@ -215,7 +214,7 @@ fn vector_vector(
 
     // Per match group: whether seen (one-to-one), or the result label
     // sets produced (many-to-one), to refuse ambiguous matches.
-    let mut matched: HashMap<&Labels, HashSet<Labels>> = HashMap::new();
+    let mut matched: LabelMap<&Labels, LabelSet<Labels>> = LabelMap::default();
     let mut out = Vec::new();
     for (s, sig) in many.iter().zip(&many_sigs) {
         let Some(&j) = by_sig.get(sig) else {
@@ -247,7 +246,7 @@ fn vector_vector(
                 }
             }
             None => {
-                let mut set = HashSet::new();
+                let mut set = LabelSet::default();
                 if m.card != Card::OneToOne {
                     set.insert(metric.clone());
                 }

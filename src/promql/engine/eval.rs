@@ -9,7 +9,7 @@ use promql_parser::parser::{Expr, SubqueryExpr};
 
 use super::EngineOptions;
 use super::selectors::{self, QueryRange, Selected};
-use super::step::{Eval, StepValue, TOO_MANY_SAMPLES, check_unique};
+use super::step::{Eval, LabelMap, StepValue, TOO_MANY_SAMPLES, check_unique};
 use super::{aggregate, binary, calls};
 use crate::promql::error::{ErrorKind, PromError};
 use crate::promql::storage::Storage;
@@ -25,14 +25,14 @@ pub(super) struct Evaluator<'a> {
     /// Label sets derived from input labels (grouping keys, matching
     /// signatures), by node and input, so that a series' key is built
     /// once per query rather than once per step.
-    derived: HashMap<(usize, Labels), Labels>,
+    derived: LabelMap<(usize, Labels), Labels>,
     /// A subquery's inner vectors by node and inner time: the inner steps
     /// are absolute multiples of the subquery step, so consecutive outer
     /// steps share most of them.
     subquery_steps: HashMap<usize, BTreeMap<i64, Vec<VectorSample>>>,
     /// Which input series made each output label set of a call of a
     /// range-vector function, by node.
-    outputs: HashMap<(usize, Labels), Labels>,
+    outputs: LabelMap<(usize, Labels), Labels>,
     /// Samples held by the answer so far (range queries).
     held: usize,
     /// Samples held now: the answer so far and this step's values.
@@ -53,9 +53,9 @@ impl<'a> Evaluator<'a> {
             range,
             deadline,
             selected: Selected::new(opts.lookback_ms, range),
-            derived: HashMap::new(),
+            derived: LabelMap::default(),
             subquery_steps: HashMap::new(),
-            outputs: HashMap::new(),
+            outputs: LabelMap::default(),
             held: 0,
             current: 0,
         };
@@ -88,7 +88,7 @@ impl<'a> Evaluator<'a> {
             step_ms,
         } = self.range;
         let mut out: Vec<Series> = Vec::new();
-        let mut index: HashMap<Labels, usize> = HashMap::new();
+        let mut gather = Gather::default();
         let mut t = start_ms;
         while t <= end_ms {
             self.check_deadline()?;
@@ -106,16 +106,7 @@ impl<'a> Evaluator<'a> {
                 }
                 StepValue::Vector(vec) => {
                     self.held += vec.len();
-                    for s in vec {
-                        let i = *index.entry(s.labels.clone()).or_insert_with(|| {
-                            out.push(Series {
-                                labels: s.labels,
-                                samples: Vec::new(),
-                            });
-                            out.len() - 1
-                        });
-                        out[i].samples.push(Sample { t, v: s.v });
-                    }
+                    gather.add(&mut out, vec, t);
                 }
                 other => {
                     return Err(PromError::bad_data(format!(
@@ -251,8 +242,7 @@ impl Eval for Evaluator<'_> {
             *cache = cache.split_off(&first);
         }
         let mut out: Vec<Series> = Vec::new();
-        let mut index: HashMap<Labels, usize> = HashMap::new();
-        let mut held = 0;
+        let mut gather = Gather::default();
         let mut ti = first;
         while ti <= end {
             self.check_deadline()?;
@@ -272,20 +262,10 @@ impl Eval for Evaluator<'_> {
                     v
                 }
             };
-            held += vec.len();
-            for s in vec {
-                let i = *index.entry(s.labels.clone()).or_insert_with(|| {
-                    out.push(Series {
-                        labels: s.labels,
-                        samples: Vec::new(),
-                    });
-                    out.len() - 1
-                });
-                out[i].samples.push(Sample { t: ti, v: s.v });
-            }
+            self.hold(vec.len())?;
+            gather.add(&mut out, vec, ti);
             ti += step;
         }
-        self.hold(held)?;
         Ok((out, start, end))
     }
 
@@ -304,5 +284,42 @@ impl Eval for Evaluator<'_> {
 
     fn selected(&self) -> &Selected {
         &self.selected
+    }
+}
+
+/// Gathers the vectors of successive steps into series by labels.
+#[derive(Default)]
+struct Gather {
+    index: LabelMap<Labels, usize>,
+    /// The series each position of the last step's vector went to: most
+    /// steps list the same series in the same order, and a shared label
+    /// set compares equal by pointer, so most elements skip the map.
+    last: Vec<usize>,
+}
+
+impl Gather {
+    fn add(&mut self, out: &mut Vec<Series>, vec: Vec<VectorSample>, t: i64) {
+        for (pos, s) in vec.into_iter().enumerate() {
+            let hinted = self
+                .last
+                .get(pos)
+                .copied()
+                .filter(|&i| out[i].labels == s.labels);
+            let i = match hinted {
+                Some(i) => i,
+                None => *self.index.entry(s.labels.clone()).or_insert_with(|| {
+                    out.push(Series {
+                        labels: s.labels,
+                        samples: Vec::new(),
+                    });
+                    out.len() - 1
+                }),
+            };
+            match self.last.get_mut(pos) {
+                Some(slot) => *slot = i,
+                None => self.last.push(i),
+            }
+            out[i].samples.push(Sample { t, v: s.v });
+        }
     }
 }
