@@ -8,6 +8,7 @@
 use std::time::{Duration, SystemTime};
 
 use promql_parser::label::{MatchOp, Matcher};
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use promql_parser::parser::{AtModifier, Expr, MatrixSelector, Offset, VectorSelector};
@@ -88,6 +89,9 @@ fn reference(vs: &VectorSelector, t: i64, range: &QueryRange) -> i64 {
 /// `VectorSelector` node (the tree outlives the evaluation).
 pub(super) struct Selected {
     data: HashMap<usize, Vec<StoredSeries>>,
+    /// Per instant selector and series, how many samples the last step
+    /// had at or before its time: the next step starts looking there.
+    cursors: RefCell<HashMap<usize, Vec<usize>>>,
     lookback_ms: i64,
     range: QueryRange,
 }
@@ -96,6 +100,7 @@ impl Selected {
     pub(super) fn new(lookback_ms: i64, range: QueryRange) -> Selected {
         Selected {
             data: HashMap::new(),
+            cursors: RefCell::new(HashMap::new()),
             lookback_ms,
             range,
         }
@@ -201,9 +206,14 @@ impl Selected {
         };
         let refer = reference(vs, t, &self.range);
         let oldest = refer - self.lookback_ms;
-        let mut out = Vec::new();
-        for s in series {
-            let n = s.samples.partition_point(|x| x.t <= refer);
+        let mut cursors = self.cursors.borrow_mut();
+        let cursors = cursors
+            .entry(key(vs))
+            .or_insert_with(|| vec![0; series.len()]);
+        let mut out = Vec::with_capacity(series.len());
+        for (s, cursor) in series.iter().zip(cursors.iter_mut()) {
+            let n = count_until(&s.samples, refer, *cursor);
+            *cursor = n;
             if n == 0 {
                 continue;
             }
@@ -277,6 +287,42 @@ impl Window {
                 .collect(),
             start_ms: self.start_ms,
             end_ms: self.end_ms,
+        }
+    }
+}
+
+/// How many of `samples` are at or before `t`, starting from `from`, the
+/// answer for an earlier time: a few steps forward, else a binary search
+/// (a range query's steps move forward by a few samples each; a
+/// subquery may go back).
+fn count_until(samples: &[Sample], t: i64, from: usize) -> usize {
+    let from = from.min(samples.len());
+    if from > 0 && samples[from - 1].t > t {
+        return samples[..from].partition_point(|x| x.t <= t);
+    }
+    let mut n = from;
+    for _ in 0..8 {
+        if n < samples.len() && samples[n].t <= t {
+            n += 1;
+        } else {
+            return n;
+        }
+    }
+    n + samples[n..].partition_point(|x| x.t <= t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_until_from_any_start() {
+        let samples: Vec<Sample> = (0..40).map(|i| Sample { t: i * 10, v: 0.0 }).collect();
+        for from in [0, 1, 5, 20, 39, 40, 100] {
+            for t in [-5, 0, 5, 10, 95, 200, 389, 390, 1000] {
+                let want = samples.partition_point(|x| x.t <= t);
+                assert_eq!(count_until(&samples, t, from), want, "from {from} t {t}");
+            }
         }
     }
 }
