@@ -30,7 +30,7 @@ pub(super) fn eval(ev: &mut impl Eval, c: &Call, t: i64) -> Result<StepValue, Pr
         }
         "timestamp" => {
             if let Expr::VectorSelector(vs) = unwrap_parens(first(args)?) {
-                let v = ev.selected().instant(vs, t, true);
+                let v = ev.selected().instant(vs, t, true)?;
                 ev.hold(v.len())?;
                 return match functions::call(name, vec![FnArg::Vector(v)], &ctx(t))? {
                     FnValue::Vector(v) => Ok(StepValue::Vector(v)),

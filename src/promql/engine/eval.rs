@@ -52,7 +52,7 @@ impl<'a> Evaluator<'a> {
             opts,
             range,
             deadline,
-            selected: Selected::new(opts.lookback_ms, range),
+            selected: Selected::new(opts.lookback_ms, range, opts.max_samples),
             derived: LabelMap::default(),
             subquery_steps: HashMap::new(),
             outputs: LabelMap::default(),
@@ -169,7 +169,7 @@ impl Eval for Evaluator<'_> {
             Expr::NumberLiteral(n) => Ok(StepValue::Scalar(n.val)),
             Expr::StringLiteral(s) => Ok(StepValue::String(s.val.clone())),
             Expr::VectorSelector(vs) => {
-                let v = self.selected.instant(vs, t, false);
+                let v = self.selected.instant(vs, t, false)?;
                 self.hold(v.len())?;
                 Ok(StepValue::Vector(v))
             }

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use promql_parser::label::{MatchOp, Matcher};
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use promql_parser::parser::{AtModifier, Expr, MatrixSelector, Offset, VectorSelector};
 
@@ -92,15 +93,23 @@ pub(super) struct Selected {
     /// Per instant selector and series, how many samples the last step
     /// had at or before its time: the next step starts looking there.
     cursors: RefCell<HashMap<usize, Vec<usize>>>,
+    /// Per instant selector of a range query, its vector at every step,
+    /// computed series by series on first use (reading one series' samples
+    /// in order is far kinder to the cache than visiting every series at
+    /// every step).
+    grids: RefCell<HashMap<usize, Grid>>,
+    max_samples: usize,
     lookback_ms: i64,
     range: QueryRange,
 }
 
 impl Selected {
-    pub(super) fn new(lookback_ms: i64, range: QueryRange) -> Selected {
+    pub(super) fn new(lookback_ms: i64, range: QueryRange, max_samples: usize) -> Selected {
         Selected {
             data: HashMap::new(),
             cursors: RefCell::new(HashMap::new()),
+            grids: RefCell::new(HashMap::new()),
+            max_samples,
             lookback_ms,
             range,
         }
@@ -200,10 +209,25 @@ impl Selected {
         vs: &VectorSelector,
         t: i64,
         stored_time: bool,
-    ) -> Vec<VectorSample> {
+    ) -> Result<Vec<VectorSample>, PromError> {
         let Some(series) = self.data.get(&key(vs)) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
+        if let Some(step) = self.grid_step(t).filter(|_| !stored_time) {
+            let mut grids = self.grids.borrow_mut();
+            let grid = match grids.entry(key(vs)) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(self.grid(vs, series)?),
+            };
+            return Ok(grid.rows[step]
+                .iter()
+                .map(|&(i, v)| VectorSample {
+                    labels: series[i as usize].labels.clone(),
+                    t,
+                    v,
+                })
+                .collect());
+        }
         let refer = reference(vs, t, &self.range);
         let oldest = refer - self.lookback_ms;
         let mut cursors = self.cursors.borrow_mut();
@@ -227,7 +251,49 @@ impl Selected {
                 v: last.v,
             });
         }
-        out
+        Ok(out)
+    }
+
+    /// Which step of a range query `t` is, if it is one.
+    fn grid_step(&self, t: i64) -> Option<usize> {
+        let r = &self.range;
+        let on_grid = r.end_ms > r.start_ms
+            && (r.start_ms..=r.end_ms).contains(&t)
+            && (t - r.start_ms) % r.step_ms == 0;
+        on_grid.then(|| ((t - r.start_ms) / r.step_ms) as usize)
+    }
+
+    /// `vs`'s vector at every step of the range query, one series at a
+    /// time; an `execution` error past `max_samples` points, where
+    /// Prometheus (which holds a selector's whole matrix too) stops.
+    fn grid(&self, vs: &VectorSelector, series: &[StoredSeries]) -> Result<Grid, PromError> {
+        let r = self.range;
+        let steps = usize::try_from((r.end_ms - r.start_ms) / r.step_ms + 1).unwrap_or(0);
+        let mut rows: Vec<Vec<(u32, f64)>> = vec![Vec::new(); steps];
+        let mut points = 0usize;
+        for (i, s) in series.iter().enumerate() {
+            let index = u32::try_from(i).map_err(|_| PromError::execution(TOO_MANY_SERIES))?;
+            let mut n = 0;
+            for (k, row) in rows.iter_mut().enumerate() {
+                let refer = reference(vs, r.start_ms + k as i64 * r.step_ms, &r);
+                n = count_until(&s.samples, refer, n);
+                if n == 0 {
+                    continue;
+                }
+                let last = s.samples[n - 1];
+                if last.t < refer - self.lookback_ms || is_stale_nan(last.v) {
+                    continue;
+                }
+                row.push((index, last.v));
+                points += 1;
+            }
+            if points > self.max_samples {
+                return Err(PromError::execution(
+                    "query processing would load too many samples into memory in query execution",
+                ));
+            }
+        }
+        Ok(Grid { rows })
     }
 
     /// The samples `ms` selects at `t`: each series' samples in `[ref −
@@ -264,6 +330,15 @@ impl Selected {
         }
     }
 }
+
+/// One selector's values at each step: per step, the series (by index)
+/// that have one and the value.
+struct Grid {
+    rows: Vec<Vec<(u32, f64)>>,
+}
+
+/// More series than a grid indexes (4 billion): far past any sample limit.
+const TOO_MANY_SERIES: &str = "too many series for one selector";
 
 /// A range selector's samples at one step, with the window they came
 /// from.
