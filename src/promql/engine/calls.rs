@@ -5,9 +5,9 @@
 //! samples' stored times).
 
 use promql_parser::label::MatchOp;
-use promql_parser::parser::{Call, Expr};
+use promql_parser::parser::{Call, Expr, MatrixSelector};
 
-use super::step::{Eval, StepValue, check_unique};
+use super::step::{Eval, StepValue, TOO_MANY_SAMPLES, check_unique};
 use crate::promql::error::PromError;
 use crate::promql::functions::{self, FnArg, FnContext, FnValue, RangeArg, RangeSeries};
 use crate::promql::value::{Labels, METRIC_NAME, VectorSample};
@@ -67,6 +67,18 @@ pub(super) fn eval(ev: &mut impl Eval, c: &Call, t: i64) -> Result<StepValue, Pr
 /// even at different steps (2.42 checks the whole result matrix).
 fn per_series(ev: &mut impl Eval, c: &Call, at: usize, t: i64) -> Result<StepValue, PromError> {
     let args = &c.args.args;
+    let node = c as *const Call as usize;
+    if let (Expr::MatrixSelector(ms), Some(step)) =
+        (unwrap_parens(&args[at]), ev.selected().grid_step(t))
+    {
+        if !ev.call_rows().contains_key(&node) {
+            let rows = call_grid(ev, c, at, ms)?;
+            ev.call_rows().insert(node, rows);
+        }
+        let v = ev.call_rows()[&node][step].clone();
+        ev.hold(v.len())?;
+        return Ok(StepValue::Vector(v));
+    }
     let range = range_arg(ev, &args[at], t)?;
     let mut others = Vec::with_capacity(args.len());
     for (i, a) in args.iter().enumerate() {
@@ -74,7 +86,6 @@ fn per_series(ev: &mut impl Eval, c: &Call, at: usize, t: i64) -> Result<StepVal
             others.push(value_arg(ev, a, t)?);
         }
     }
-    let node = c as *const Call as usize;
     let mut out = Vec::new();
     for series in range.series {
         let input = series.labels.clone();
@@ -104,6 +115,82 @@ fn per_series(ev: &mut impl Eval, c: &Call, at: usize, t: i64) -> Result<StepVal
     }
     ev.hold(out.len())?;
     Ok(StepValue::Vector(out))
+}
+
+/// A function of a range selector at every step of a range query, series
+/// by series as 2.42 computes it (each series' samples read once, in
+/// order): per step, the results.
+fn call_grid(
+    ev: &mut impl Eval,
+    c: &Call,
+    at: usize,
+    ms: &MatrixSelector,
+) -> Result<Vec<Vec<VectorSample>>, PromError> {
+    let args = &c.args.args;
+    let r = ev.selected().range();
+    let steps = usize::try_from((r.end_ms - r.start_ms) / r.step_ms + 1).unwrap_or(0);
+    let mut others: Vec<Vec<FnArg>> = Vec::with_capacity(steps);
+    for k in 0..steps {
+        let tk = r.start_ms + k as i64 * r.step_ms;
+        let mut step_args = Vec::with_capacity(args.len());
+        for (i, a) in args.iter().enumerate() {
+            if i != at {
+                step_args.push(value_arg(ev, a, tk)?);
+            }
+        }
+        others.push(step_args);
+    }
+    let max = ev.max_samples();
+    let mut rows: Vec<Vec<VectorSample>> = vec![Vec::new(); steps];
+    // Each series' output labels with its input labels, once per change,
+    // for the duplicate check after the walk.
+    let mut made: Vec<(Labels, Labels)> = Vec::new();
+    let mut points = 0usize;
+    ev.selected()
+        .windows_by_series(ms, |labels, k, samples, start_ms, end_ms| {
+            let mut call_args = others[k].clone();
+            call_args.insert(
+                at,
+                FnArg::Range(RangeArg {
+                    series: vec![RangeSeries {
+                        labels: labels.clone(),
+                        samples: samples.to_vec(),
+                    }],
+                    start_ms,
+                    end_ms,
+                }),
+            );
+            let tk = r.start_ms + k as i64 * r.step_ms;
+            match functions::call(c.func.name, call_args, &ctx(tk))? {
+                FnValue::Vector(v) => {
+                    for s in v {
+                        let fresh = made
+                            .last()
+                            .is_none_or(|(out, input)| !(input == labels && *out == s.labels));
+                        if fresh {
+                            made.push((s.labels.clone(), labels.clone()));
+                        }
+                        points += 1;
+                        rows[k].push(s);
+                    }
+                }
+                FnValue::Scalar(_) => {
+                    return Err(PromError::internal(format!(
+                        "{} of a range vector gave a scalar",
+                        c.func.name
+                    )));
+                }
+            }
+            if points > max {
+                return Err(PromError::execution(TOO_MANY_SAMPLES));
+            }
+            Ok(())
+        })?;
+    let node = c as *const Call as usize;
+    for (out, input) in &made {
+        ev.claim(node, out, input)?;
+    }
+    Ok(rows)
 }
 
 /// An argument that is not a range vector, evaluated at `t`.

@@ -33,6 +33,8 @@ pub(super) struct Evaluator<'a> {
     /// Which input series made each output label set of a call of a
     /// range-vector function, by node.
     outputs: LabelMap<(usize, Labels), Labels>,
+    /// Range-vector function results at every step, by call node.
+    call_rows: HashMap<usize, Vec<Vec<VectorSample>>>,
     /// Samples held by the answer so far (range queries).
     held: usize,
     /// Samples held now: the answer so far and this step's values.
@@ -56,6 +58,7 @@ impl<'a> Evaluator<'a> {
             derived: LabelMap::default(),
             subquery_steps: HashMap::new(),
             outputs: LabelMap::default(),
+            call_rows: HashMap::new(),
             held: 0,
             current: 0,
         };
@@ -280,6 +283,14 @@ impl Eval for Evaluator<'_> {
                 Ok(())
             }
         }
+    }
+
+    fn call_rows(&mut self) -> &mut HashMap<usize, Vec<Vec<VectorSample>>> {
+        &mut self.call_rows
+    }
+
+    fn max_samples(&self) -> usize {
+        self.opts.max_samples
     }
 
     fn selected(&self) -> &Selected {

@@ -17,7 +17,7 @@ use promql_parser::parser::{AtModifier, Expr, MatrixSelector, Offset, VectorSele
 use crate::promql::error::PromError;
 use crate::promql::functions::{RangeArg, RangeSeries};
 use crate::promql::storage::{Storage, StoredSeries};
-use crate::promql::value::{METRIC_NAME, Sample, Series, VectorSample, is_stale_nan};
+use crate::promql::value::{Labels, METRIC_NAME, Sample, Series, VectorSample, is_stale_nan};
 
 /// The times a query is evaluated at: `start_ms`, `start_ms + step_ms`,
 /// … up to `end_ms` (one step for an instant query).
@@ -255,7 +255,7 @@ impl Selected {
     }
 
     /// Which step of a range query `t` is, if it is one.
-    fn grid_step(&self, t: i64) -> Option<usize> {
+    pub(super) fn grid_step(&self, t: i64) -> Option<usize> {
         let r = &self.range;
         let on_grid = r.end_ms > r.start_ms
             && (r.start_ms..=r.end_ms).contains(&t)
@@ -329,6 +329,68 @@ impl Selected {
             end_ms: end,
         }
     }
+}
+
+impl Selected {
+    /// The query's steps.
+    pub(super) fn range(&self) -> QueryRange {
+        self.range
+    }
+
+    /// Walks `ms`'s window at every step of the range query, series by
+    /// series (each series' samples read once, in order): `f(labels,
+    /// step, samples, window start, window end)` for every window with a
+    /// sample left after dropping stale markers.
+    pub(super) fn windows_by_series(
+        &self,
+        ms: &MatrixSelector,
+        mut f: impl FnMut(&Labels, usize, &[Sample], i64, i64) -> Result<(), PromError>,
+    ) -> Result<(), PromError> {
+        let Some(series) = self.data.get(&key(&ms.vs)) else {
+            return Ok(());
+        };
+        let r = self.range;
+        let steps = usize::try_from((r.end_ms - r.start_ms) / r.step_ms + 1).unwrap_or(0);
+        let width = duration_ms(ms.range);
+        let mut buf: Vec<Sample> = Vec::new();
+        for s in series {
+            let (mut from, mut to) = (0, 0);
+            for k in 0..steps {
+                let end = reference(&ms.vs, r.start_ms + k as i64 * r.step_ms, &r);
+                let start = end - width;
+                from = count_before(&s.samples, start, from);
+                to = count_until(&s.samples, end, to);
+                if from >= to {
+                    continue;
+                }
+                buf.clear();
+                buf.extend(s.samples[from..to].iter().filter(|x| !is_stale_nan(x.v)));
+                if buf.is_empty() {
+                    continue;
+                }
+                f(&s.labels, k, &buf, start, end)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How many of `samples` are before `t`, starting from `from`, the
+/// answer for an earlier time.
+fn count_before(samples: &[Sample], t: i64, from: usize) -> usize {
+    let from = from.min(samples.len());
+    if from > 0 && samples[from - 1].t >= t {
+        return samples[..from].partition_point(|x| x.t < t);
+    }
+    let mut n = from;
+    for _ in 0..8 {
+        if n < samples.len() && samples[n].t < t {
+            n += 1;
+        } else {
+            return n;
+        }
+    }
+    n + samples[n..].partition_point(|x| x.t < t)
 }
 
 /// One selector's values at each step: per step, the series (by index)

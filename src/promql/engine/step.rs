@@ -94,6 +94,13 @@ pub(super) trait Eval {
     /// the same labels.
     fn claim(&mut self, node: usize, output: &Labels, input: &Labels) -> Result<(), PromError>;
 
+    /// Results of range-vector functions at every step of a range query,
+    /// by call node (see `calls`).
+    fn call_rows(&mut self) -> &mut HashMap<usize, Vec<Vec<VectorSample>>>;
+
+    /// The query's `max_samples`.
+    fn max_samples(&self) -> usize;
+
     /// The selectors' series.
     fn selected(&self) -> &Selected;
 
