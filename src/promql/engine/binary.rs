@@ -24,10 +24,10 @@ pub(super) fn eval(ev: &mut impl Eval, b: &BinaryExpr, t: i64) -> Result<StepVal
     match (lhs, rhs) {
         (StepValue::Scalar(l), StepValue::Scalar(r)) => Ok(StepValue::Scalar(scalar_op(op, l, r)?)),
         (StepValue::Vector(l), StepValue::Scalar(r)) => {
-            vector_scalar(op, l, r, false, return_bool).map(StepValue::Vector)
+            vector_scalar(ev, b, l, r, false).map(StepValue::Vector)
         }
         (StepValue::Scalar(l), StepValue::Vector(r)) => {
-            vector_scalar(op, r, l, true, return_bool).map(StepValue::Vector)
+            vector_scalar(ev, b, r, l, true).map(StepValue::Vector)
         }
         (StepValue::Vector(l), StepValue::Vector(r)) => {
             let matching = Matching::of(b);
@@ -228,10 +228,17 @@ fn vector_vector(
         } else if !keep {
             continue;
         }
-        let mut metric = result_labels(&s.labels, &r.labels, op, m);
-        if return_bool {
-            metric = metric.without_name();
-        }
+        let metric = if m.include.is_empty() {
+            // Without group_x labels the result depends on this side
+            // only: derive it once per series.
+            ev.derive(result_key(node), &s.labels, |l| {
+                let l = result_labels(l, l, op, m);
+                if return_bool { l.without_name() } else { l }
+            })
+        } else {
+            let l = result_labels(&s.labels, &r.labels, op, m);
+            if return_bool { l.without_name() } else { l }
+        };
         match matched.get_mut(sig) {
             Some(_) if m.card == Card::OneToOne => {
                 return Err(PromError::execution(
@@ -285,14 +292,24 @@ fn result_labels(many: &Labels, one: &Labels, op: TokenId, m: &Matching) -> Labe
     l
 }
 
+/// The key result labels are derived under, apart from the matching
+/// signatures derived under the node's own address (nodes are boxed, so
+/// their addresses are even and address + 1 is no other node's).
+fn result_key(node: usize) -> usize {
+    node + 1
+}
+
 /// A vector and a scalar; `swapped` when the scalar was on the left.
 fn vector_scalar(
-    op: TokenId,
+    ev: &mut impl Eval,
+    b: &BinaryExpr,
     v: Vec<VectorSample>,
     scalar: f64,
     swapped: bool,
-    return_bool: bool,
 ) -> Result<Vec<VectorSample>, PromError> {
+    let op = b.op.id();
+    let return_bool = b.modifier.as_ref().is_some_and(|m| m.return_bool);
+    let node = b as *const BinaryExpr as usize;
     let comparison = is_comparison(op);
     let drop = drops_name(op) || return_bool;
     let mut out = Vec::with_capacity(v.len());
@@ -314,7 +331,8 @@ fn vector_scalar(
         if keep {
             s.v = value;
             if drop {
-                s.labels = s.labels.without_name();
+                // The same shared label set for a series at every step.
+                s.labels = ev.derive(result_key(node), &s.labels, Labels::without_name);
             }
             out.push(s);
         }

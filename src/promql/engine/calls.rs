@@ -163,12 +163,14 @@ fn call_grid(
             let tk = r.start_ms + k as i64 * r.step_ms;
             match functions::call(c.func.name, call_args, &ctx(tk))? {
                 FnValue::Vector(v) => {
-                    for s in v {
-                        let fresh = made
-                            .last()
-                            .is_none_or(|(out, input)| !(input == labels && *out == s.labels));
-                        if fresh {
-                            made.push((s.labels.clone(), labels.clone()));
+                    for mut s in v {
+                        match made.last() {
+                            // The same labels as this series' last result:
+                            // share them, so later steps compare by pointer.
+                            Some((out, input)) if input == labels && *out == s.labels => {
+                                s.labels = out.clone();
+                            }
+                            _ => made.push((s.labels.clone(), labels.clone())),
                         }
                         points += 1;
                         rows[k].push(s);

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use promql_parser::parser::{Expr, SubqueryExpr};
+use promql_parser::parser::{Expr, SubqueryExpr, UnaryExpr};
 
 use super::EngineOptions;
 use super::selectors::{self, QueryRange, Selected};
@@ -150,10 +150,11 @@ impl Eval for Evaluator<'_> {
             Expr::Unary(u) => match self.eval(&u.expr, t)? {
                 StepValue::Scalar(v) => Ok(StepValue::Scalar(-v)),
                 StepValue::Vector(vec) => {
+                    let node = u as *const UnaryExpr as usize;
                     let out: Vec<VectorSample> = vec
                         .into_iter()
                         .map(|s| VectorSample {
-                            labels: s.labels.without_name(),
+                            labels: self.derive(node, &s.labels, Labels::without_name),
                             t: s.t,
                             v: -s.v,
                         })

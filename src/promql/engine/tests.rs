@@ -242,6 +242,10 @@ fn vector_matching() {
     // One-to-one on all labels but the name.
     let v = sorted(vector(&s, "a + b", t));
     assert_eq!(v, vec![(labels(&[("x", "1")]), 3.0)]);
+    // Matching signatures and result labels are kept apart: a comparison
+    // keeps the name the signature leaves out.
+    let v = sorted(vector(&s, "a >= a", t));
+    assert_eq!(v, vec![(labels(&[("__name__", "a"), ("x", "1")]), 1.0)]);
     let v = sorted(vector(&s, "a == bool b", t));
     assert_eq!(v, vec![(labels(&[("x", "1")]), 0.0)]);
     // on(): one-to-one keeps only the matching labels.
