@@ -7,9 +7,9 @@ use promql_parser::parser::token::{
     T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_MAX, T_MIN, T_QUANTILE, T_STDDEV,
     T_STDVAR, T_SUM, T_TOPK, TokenId,
 };
-use promql_parser::parser::{AggregateExpr, LabelModifier};
+use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
 
-use super::step::{Eval, LabelMap, StepValue};
+use super::step::{Eval, LabelMap, SelectorGroups, StepValue};
 use crate::promql::error::PromError;
 use crate::promql::value::{Labels, METRIC_NAME, VectorSample};
 
@@ -20,7 +20,6 @@ pub(super) fn eval(ev: &mut impl Eval, a: &AggregateExpr, t: i64) -> Result<Step
         Some(p) => Some(ev.eval(p, t)?),
         None => None,
     };
-    let input = ev.eval_vector(&a.expr, t)?;
     let (without, mut grouping) = match &a.modifier {
         Some(LabelModifier::Include(l)) => (false, l.labels.clone()),
         Some(LabelModifier::Exclude(l)) => (true, l.labels.clone()),
@@ -28,6 +27,13 @@ pub(super) fn eval(ev: &mut impl Eval, a: &AggregateExpr, t: i64) -> Result<Step
     };
     grouping.sort();
     let node = a as *const AggregateExpr as usize;
+    if param.is_none()
+        && let Some(out) = over_selector_grid(ev, a, node, &grouping, without, t)?
+    {
+        ev.hold(out.len())?;
+        return Ok(StepValue::Vector(out));
+    }
+    let input = ev.eval_vector(&a.expr, t)?;
     let out = match (op, param) {
         (T_COUNT_VALUES, Some(StepValue::String(label))) => {
             count_values(&label, &grouping, without, input, t)?
@@ -72,6 +78,68 @@ pub(super) fn eval(ev: &mut impl Eval, a: &AggregateExpr, t: i64) -> Result<Step
     };
     ev.hold(out.len())?;
     Ok(StepValue::Vector(out))
+}
+
+/// A parameterless aggregation of a plain selector at a step of a range
+/// query, straight from the selector's precomputed values with each
+/// series' group found once per query (no per-step vector of labelled
+/// samples); `None` where that does not apply. Values are added in the
+/// same (series) order as the general path adds them.
+fn over_selector_grid(
+    ev: &mut impl Eval,
+    a: &AggregateExpr,
+    node: usize,
+    grouping: &[String],
+    without: bool,
+    t: i64,
+) -> Result<Option<Vec<VectorSample>>, PromError> {
+    let mut inner: &Expr = &a.expr;
+    while let Expr::Paren(p) = inner {
+        inner = &p.expr;
+    }
+    let Expr::VectorSelector(vs) = inner else {
+        return Ok(None);
+    };
+    let Some(step) = ev.selected().grid_step(t) else {
+        return Ok(None);
+    };
+    let row = ev.selected().grid_row(vs, step)?;
+    if !ev.selector_groups().contains_key(&node) {
+        let labels = ev.selected().series_labels(vs);
+        let mut index: LabelMap<Labels, u32> = LabelMap::default();
+        let mut groups = SelectorGroups {
+            of_series: Vec::with_capacity(labels.len()),
+            labels: Vec::new(),
+        };
+        for l in &labels {
+            let key = group_labels(l, grouping, without);
+            let next = groups.labels.len() as u32;
+            let g = *index.entry(key.clone()).or_insert_with(|| {
+                groups.labels.push(key);
+                next
+            });
+            groups.of_series.push(g);
+        }
+        ev.selector_groups().insert(node, groups);
+    }
+    let groups = &ev.selector_groups()[&node];
+    let mut values: Vec<Vec<f64>> = vec![Vec::new(); groups.labels.len()];
+    for &(i, v) in &row {
+        values[groups.of_series[i as usize] as usize].push(v);
+    }
+    let op = a.op.id();
+    let mut out = Vec::new();
+    for (g, vals) in values.iter().enumerate() {
+        if vals.is_empty() {
+            continue;
+        }
+        out.push(VectorSample {
+            labels: groups.labels[g].clone(),
+            t,
+            v: simple(op, vals)?,
+        });
+    }
+    Ok(Some(out))
 }
 
 /// The labels a sample's group is known by (and the group's result

@@ -9,7 +9,7 @@ use promql_parser::parser::{Expr, SubqueryExpr, UnaryExpr};
 
 use super::EngineOptions;
 use super::selectors::{self, QueryRange, Selected};
-use super::step::{Eval, LabelMap, StepValue, TOO_MANY_SAMPLES, check_unique};
+use super::step::{Eval, LabelMap, SelectorGroups, StepValue, TOO_MANY_SAMPLES, check_unique};
 use super::{aggregate, binary, calls};
 use crate::promql::error::{ErrorKind, PromError};
 use crate::promql::storage::Storage;
@@ -33,6 +33,8 @@ pub(super) struct Evaluator<'a> {
     /// Which input series made each output label set of a call of a
     /// range-vector function, by node.
     outputs: LabelMap<(usize, Labels), Labels>,
+    /// Aggregations' groups over plain selectors, by node.
+    selector_groups: HashMap<usize, SelectorGroups>,
     /// Range-vector function results at every step, by call node.
     call_rows: HashMap<usize, Vec<Vec<VectorSample>>>,
     /// Samples held by the answer so far (range queries).
@@ -59,6 +61,7 @@ impl<'a> Evaluator<'a> {
             subquery_steps: HashMap::new(),
             outputs: LabelMap::default(),
             call_rows: HashMap::new(),
+            selector_groups: HashMap::new(),
             held: 0,
             current: 0,
         };
@@ -288,6 +291,10 @@ impl Eval for Evaluator<'_> {
 
     fn call_rows(&mut self) -> &mut HashMap<usize, Vec<Vec<VectorSample>>> {
         &mut self.call_rows
+    }
+
+    fn selector_groups(&mut self) -> &mut HashMap<usize, SelectorGroups> {
+        &mut self.selector_groups
     }
 
     fn max_samples(&self) -> usize {

@@ -214,12 +214,8 @@ impl Selected {
             return Ok(Vec::new());
         };
         if let Some(step) = self.grid_step(t).filter(|_| !stored_time) {
-            let mut grids = self.grids.borrow_mut();
-            let grid = match grids.entry(key(vs)) {
-                Entry::Occupied(e) => e.into_mut(),
-                Entry::Vacant(e) => e.insert(self.grid(vs, series)?),
-            };
-            return Ok(grid.rows[step]
+            let row = self.grid_row(vs, step)?;
+            return Ok(row
                 .iter()
                 .map(|&(i, v)| VectorSample {
                     labels: series[i as usize].labels.clone(),
@@ -252,6 +248,32 @@ impl Selected {
             });
         }
         Ok(out)
+    }
+
+    /// `vs`'s values at step `step` of the range query: the series (by
+    /// index into [`Selected::series_labels`]) that have one, and the value.
+    pub(super) fn grid_row(
+        &self,
+        vs: &VectorSelector,
+        step: usize,
+    ) -> Result<Vec<(u32, f64)>, PromError> {
+        let Some(series) = self.data.get(&key(vs)) else {
+            return Ok(Vec::new());
+        };
+        let mut grids = self.grids.borrow_mut();
+        let grid = match grids.entry(key(vs)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(self.grid(vs, series)?),
+        };
+        Ok(grid.rows.get(step).cloned().unwrap_or_default())
+    }
+
+    /// The labels of `vs`'s series, in the order grid rows index them.
+    pub(super) fn series_labels(&self, vs: &VectorSelector) -> Vec<Labels> {
+        self.data
+            .get(&key(vs))
+            .map(|series| series.iter().map(|s| s.labels.clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Which step of a range query `t` is, if it is one.

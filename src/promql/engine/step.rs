@@ -63,6 +63,13 @@ impl Hasher for MixHasher {
 /// A map keyed by label sets (and node addresses) with [`MixHasher`].
 pub(super) type LabelMap<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
 
+/// An aggregation's groups over a selector's series: the group of each
+/// series (by its index in the selector), and each group's labels.
+pub(super) struct SelectorGroups {
+    pub(super) of_series: Vec<u32>,
+    pub(super) labels: Vec<Labels>,
+}
+
 /// A set of label sets with [`MixHasher`].
 pub(super) type LabelSet<K> = HashSet<K, BuildHasherDefault<MixHasher>>;
 
@@ -97,6 +104,10 @@ pub(super) trait Eval {
     /// Results of range-vector functions at every step of a range query,
     /// by call node (see `calls`).
     fn call_rows(&mut self) -> &mut HashMap<usize, Vec<Vec<VectorSample>>>;
+
+    /// Each aggregation over a plain selector: its series' groups, by
+    /// aggregation node (see `aggregate`).
+    fn selector_groups(&mut self) -> &mut HashMap<usize, SelectorGroups>;
 
     /// The query's `max_samples`.
     fn max_samples(&self) -> usize;

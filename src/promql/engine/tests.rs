@@ -600,3 +600,32 @@ fn range_query_speed() {
         assert!(took < Duration::from_secs(2), "{q} took {took:?}");
     }
 }
+
+#[test]
+fn aggregations_of_a_selector_in_range_queries_match_the_general_path() {
+    let s = store();
+    for agg in [
+        "sum by (job)",
+        "avg",
+        "max without (instance)",
+        "min by (instance)",
+        "count",
+        "group by (job)",
+        "stddev by (job)",
+        "stdvar",
+    ] {
+        // `+ 0` hides the selector from the grid path; `without` drops the
+        // name either way and `by` never keeps it.
+        let direct = Engine::default()
+            .range(&s, &format!("{agg} (http_requests)"), 0, 16 * M, M)
+            .unwrap();
+        let general = Engine::default()
+            .range(&s, &format!("{agg} (http_requests + 0)"), 0, 16 * M, M)
+            .unwrap();
+        assert_eq!(direct, general, "{agg}");
+        let QueryValue::Matrix(m) = direct else {
+            panic!()
+        };
+        assert!(!m.is_empty(), "{agg}");
+    }
+}
