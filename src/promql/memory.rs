@@ -2,7 +2,7 @@
 //! scanning. For tests of the evaluator and of the HTTP API, where the
 //! answer must not depend on the database.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use promql_parser::label::Matcher;
 
@@ -14,6 +14,8 @@ use super::value::{Labels, Sample};
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStorage {
     series: Vec<StoredSeries>,
+    /// Where each series is in `series`.
+    index: HashMap<Labels, usize>,
 }
 
 impl MemoryStorage {
@@ -25,9 +27,10 @@ impl MemoryStorage {
     /// kept in time order, a second sample at a time replacing the
     /// first (the last write wins, as in the database).
     pub fn add(&mut self, labels: Labels, samples: impl IntoIterator<Item = Sample>) {
-        let i = match self.series.iter().position(|s| s.labels == labels) {
-            Some(i) => i,
+        let i = match self.index.get(&labels) {
+            Some(&i) => i,
             None => {
+                self.index.insert(labels.clone(), self.series.len());
                 self.series.push(StoredSeries {
                     labels,
                     samples: Vec::new(),

@@ -302,3 +302,29 @@ pub enum QueryValue {
     Vector(Vec<VectorSample>),
     Matrix(Vec<Series>),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn labels_stay_sorted_unique_and_hash_with_their_content() {
+        let l = Labels::from_pairs([("b", "1"), ("a", "x"), ("b", "2"), ("c", "")]);
+        assert_eq!(l.to_string(), "{a=\"x\", b=\"2\"}");
+        let mut m = l.clone();
+        m.set("c", "3");
+        m.remove("a");
+        m.set("b", "2");
+        let fresh = Labels::from_pairs([("c", "3"), ("b", "2")]);
+        assert_eq!(m, fresh);
+        let set: HashSet<Labels> = [m.clone(), fresh].into_iter().collect();
+        assert_eq!(set.len(), 1, "equal label sets hash alike");
+        // The clone taken before the edits is unchanged.
+        assert_eq!(l.get("a"), "x");
+        assert!(l < m, "a sorts before b");
+        assert_eq!(m.keep(&["c".to_string()]), Labels::from_pairs([("c", "3")]));
+        assert_eq!(m.drop_names(&["c".to_string()]).to_string(), "{b=\"2\"}");
+        assert!(!Labels::from_pairs([("a", "bc")]).eq(&Labels::from_pairs([("ab", "c")])));
+    }
+}

@@ -3,15 +3,13 @@
 //! `count_values`, `topk`, `bottomk`, `quantile`, grouped `by` or
 //! `without` labels (`without` also drops the name).
 
-use std::collections::HashMap;
-
 use promql_parser::parser::token::{
     T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_MAX, T_MIN, T_QUANTILE, T_STDDEV,
     T_STDVAR, T_SUM, T_TOPK, TokenId,
 };
-use promql_parser::parser::{AggregateExpr, LabelModifier};
+use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
 
-use super::step::{Eval, StepValue};
+use super::step::{Eval, LabelMap, SelectorGroups, StepValue};
 use crate::promql::error::PromError;
 use crate::promql::value::{Labels, METRIC_NAME, VectorSample};
 
@@ -22,7 +20,6 @@ pub(super) fn eval(ev: &mut impl Eval, a: &AggregateExpr, t: i64) -> Result<Step
         Some(p) => Some(ev.eval(p, t)?),
         None => None,
     };
-    let input = ev.eval_vector(&a.expr, t)?;
     let (without, mut grouping) = match &a.modifier {
         Some(LabelModifier::Include(l)) => (false, l.labels.clone()),
         Some(LabelModifier::Exclude(l)) => (true, l.labels.clone()),
@@ -30,6 +27,13 @@ pub(super) fn eval(ev: &mut impl Eval, a: &AggregateExpr, t: i64) -> Result<Step
     };
     grouping.sort();
     let node = a as *const AggregateExpr as usize;
+    if param.is_none()
+        && let Some(out) = over_selector_grid(ev, a, node, &grouping, without, t)?
+    {
+        ev.hold(out.len())?;
+        return Ok(StepValue::Vector(out));
+    }
+    let input = ev.eval_vector(&a.expr, t)?;
     let out = match (op, param) {
         (T_COUNT_VALUES, Some(StepValue::String(label))) => {
             count_values(&label, &grouping, without, input, t)?
@@ -76,6 +80,68 @@ pub(super) fn eval(ev: &mut impl Eval, a: &AggregateExpr, t: i64) -> Result<Step
     Ok(StepValue::Vector(out))
 }
 
+/// A parameterless aggregation of a plain selector at a step of a range
+/// query, straight from the selector's precomputed values with each
+/// series' group found once per query (no per-step vector of labelled
+/// samples); `None` where that does not apply. Values are added in the
+/// same (series) order as the general path adds them.
+fn over_selector_grid(
+    ev: &mut impl Eval,
+    a: &AggregateExpr,
+    node: usize,
+    grouping: &[String],
+    without: bool,
+    t: i64,
+) -> Result<Option<Vec<VectorSample>>, PromError> {
+    let mut inner: &Expr = &a.expr;
+    while let Expr::Paren(p) = inner {
+        inner = &p.expr;
+    }
+    let Expr::VectorSelector(vs) = inner else {
+        return Ok(None);
+    };
+    let Some(step) = ev.selected().grid_step(t) else {
+        return Ok(None);
+    };
+    let row = ev.selected().grid_row(vs, step)?;
+    if !ev.selector_groups().contains_key(&node) {
+        let labels = ev.selected().series_labels(vs);
+        let mut index: LabelMap<Labels, u32> = LabelMap::default();
+        let mut groups = SelectorGroups {
+            of_series: Vec::with_capacity(labels.len()),
+            labels: Vec::new(),
+        };
+        for l in &labels {
+            let key = group_labels(l, grouping, without);
+            let next = groups.labels.len() as u32;
+            let g = *index.entry(key.clone()).or_insert_with(|| {
+                groups.labels.push(key);
+                next
+            });
+            groups.of_series.push(g);
+        }
+        ev.selector_groups().insert(node, groups);
+    }
+    let groups = &ev.selector_groups()[&node];
+    let mut values: Vec<Vec<f64>> = vec![Vec::new(); groups.labels.len()];
+    for &(i, v) in &row {
+        values[groups.of_series[i as usize] as usize].push(v);
+    }
+    let op = a.op.id();
+    let mut out = Vec::new();
+    for (g, vals) in values.iter().enumerate() {
+        if vals.is_empty() {
+            continue;
+        }
+        out.push(VectorSample {
+            labels: groups.labels[g].clone(),
+            t,
+            v: simple(op, vals)?,
+        });
+    }
+    Ok(Some(out))
+}
+
 /// The labels a sample's group is known by (and the group's result
 /// carries): the `by` labels, or all but the `without` ones and the name.
 fn group_labels(l: &Labels, grouping: &[String], without: bool) -> Labels {
@@ -94,7 +160,7 @@ fn group(
     without: bool,
     input: Vec<VectorSample>,
 ) -> Vec<(Labels, Vec<VectorSample>)> {
-    let mut index: HashMap<Labels, usize> = HashMap::new();
+    let mut index: LabelMap<Labels, usize> = LabelMap::default();
     let mut groups: Vec<(Labels, Vec<VectorSample>)> = Vec::new();
     for s in input {
         let key = ev.derive(node, &s.labels, |l| group_labels(l, grouping, without));
@@ -170,7 +236,9 @@ fn simple(op: TokenId, values: &[f64]) -> Result<f64, PromError> {
 }
 
 /// `topk`/`bottomk`: each group's `k` largest (smallest) elements with
-/// their own labels, largest (smallest) first, NaN last.
+/// their own labels, largest (smallest) first, NaN last. Kept in a heap
+/// built and sorted exactly as 2.42 does (Go's `container/heap`, then an
+/// insertion sort), so that equal values come out in 2.42's order.
 fn top_bottom(
     top: bool,
     k: f64,
@@ -188,17 +256,117 @@ fn top_bottom(
     }
     let k = usize::try_from(k).unwrap_or(usize::MAX);
     let mut out = Vec::new();
-    for (_, mut members) in groups {
-        members.sort_by(|a, b| {
-            a.v.is_nan().cmp(&b.v.is_nan()).then_with(|| {
-                let o = a.v.partial_cmp(&b.v).unwrap_or(std::cmp::Ordering::Equal);
+    for (_, members) in groups {
+        let mut heap = GoHeap {
+            items: Vec::new(),
+            top,
+        };
+        for s in members {
+            if heap.items.is_empty() {
+                heap.items.push(s);
+                continue;
+            }
+            let root = heap.items[0].v;
+            let better = if top { root < s.v } else { root > s.v };
+            if heap.items.len() < k || better || root.is_nan() {
+                if heap.items.len() == k {
+                    if k == 1 {
+                        heap.items[0] = s;
+                        continue;
+                    }
+                    heap.pop();
+                }
+                heap.push(s);
+            }
+        }
+        heap.sort_reversed();
+        out.extend(heap.items);
+    }
+    Ok(out)
+}
+
+/// The heap 2.42 keeps for `topk` (smallest on top, NaN smaller than
+/// anything) and `bottomk` (largest on top, NaN likewise on top), with Go's
+/// `container/heap` moves.
+struct GoHeap {
+    items: Vec<VectorSample>,
+    top: bool,
+}
+
+impl GoHeap {
+    fn less(&self, i: usize, j: usize) -> bool {
+        let (a, b) = (self.items[i].v, self.items[j].v);
+        if a.is_nan() {
+            return true;
+        }
+        if self.top { a < b } else { a > b }
+    }
+
+    fn up(&mut self, mut j: usize) {
+        while j > 0 {
+            let i = (j - 1) / 2;
+            if !self.less(j, i) {
+                break;
+            }
+            self.items.swap(i, j);
+            j = i;
+        }
+    }
+
+    fn down(&mut self, mut i: usize, n: usize) {
+        loop {
+            let j1 = 2 * i + 1;
+            if j1 >= n {
+                break;
+            }
+            let mut j = j1;
+            if j1 + 1 < n && self.less(j1 + 1, j1) {
+                j = j1 + 1;
+            }
+            if !self.less(j, i) {
+                break;
+            }
+            self.items.swap(i, j);
+            i = j;
+        }
+    }
+
+    fn push(&mut self, s: VectorSample) {
+        self.items.push(s);
+        self.up(self.items.len() - 1);
+    }
+
+    fn pop(&mut self) {
+        let n = self.items.len() - 1;
+        self.items.swap(0, n);
+        self.down(0, n);
+        self.items.pop();
+    }
+
+    /// `sort.Sort(sort.Reverse(heap))`: Go sorts up to 12 elements by
+    /// insertion, done here the same way; longer lists (where Go's
+    /// pattern-defeating quicksort may order equal values differently)
+    /// by a stable sort with NaN last.
+    fn sort_reversed(&mut self) {
+        let n = self.items.len();
+        if n <= 12 {
+            for i in 1..n {
+                let mut j = i;
+                while j > 0 && self.less(j - 1, j) {
+                    self.items.swap(j, j - 1);
+                    j -= 1;
+                }
+            }
+            return;
+        }
+        let top = self.top;
+        self.items.sort_by(|x, y| {
+            x.v.is_nan().cmp(&y.v.is_nan()).then_with(|| {
+                let o = x.v.partial_cmp(&y.v).unwrap_or(std::cmp::Ordering::Equal);
                 if top { o.reverse() } else { o }
             })
         });
-        members.truncate(k);
-        out.extend(members);
     }
-    Ok(out)
 }
 
 /// The φ-quantile of `values` as 2.42's `quantile` aggregation: linear
@@ -247,7 +415,7 @@ fn count_values(
         grouping.push(label.to_string());
         grouping.sort();
     }
-    let mut index: HashMap<Labels, usize> = HashMap::new();
+    let mut index: LabelMap<Labels, usize> = LabelMap::default();
     let mut out: Vec<VectorSample> = Vec::new();
     for s in input {
         let mut l = s.labels.clone();

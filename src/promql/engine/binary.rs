@@ -4,8 +4,6 @@
 //! scalar, or two vectors matched one-to-one, many-to-one
 //! (`group_left`) or one-to-many (`group_right`) on their labels.
 
-use std::collections::{HashMap, HashSet};
-
 use promql_parser::label::Labels as NameList;
 use promql_parser::parser::token::{
     T_ADD, T_ATAN2, T_DIV, T_EQLC, T_GTE, T_GTR, T_LAND, T_LOR, T_LSS, T_LTE, T_LUNLESS, T_MOD,
@@ -13,7 +11,7 @@ use promql_parser::parser::token::{
 };
 use promql_parser::parser::{BinaryExpr, LabelModifier, VectorMatchCardinality};
 
-use super::step::{Eval, StepValue, check_unique};
+use super::step::{Eval, LabelMap, LabelSet, StepValue, check_unique};
 use crate::promql::error::PromError;
 use crate::promql::value::{Labels, METRIC_NAME, VectorSample};
 
@@ -26,10 +24,10 @@ pub(super) fn eval(ev: &mut impl Eval, b: &BinaryExpr, t: i64) -> Result<StepVal
     match (lhs, rhs) {
         (StepValue::Scalar(l), StepValue::Scalar(r)) => Ok(StepValue::Scalar(scalar_op(op, l, r)?)),
         (StepValue::Vector(l), StepValue::Scalar(r)) => {
-            vector_scalar(op, l, r, false, return_bool).map(StepValue::Vector)
+            vector_scalar(ev, b, l, r, false).map(StepValue::Vector)
         }
         (StepValue::Scalar(l), StepValue::Vector(r)) => {
-            vector_scalar(op, r, l, true, return_bool).map(StepValue::Vector)
+            vector_scalar(ev, b, r, l, true).map(StepValue::Vector)
         }
         (StepValue::Vector(l), StepValue::Vector(r)) => {
             let matching = Matching::of(b);
@@ -129,7 +127,7 @@ fn and(
     if l.is_empty() || r.is_empty() {
         return Vec::new();
     }
-    let right: HashSet<Labels> = signatures(ev, node, m, &r).into_iter().collect();
+    let right: LabelSet<Labels> = signatures(ev, node, m, &r).into_iter().collect();
     let ls = signatures(ev, node, m, &l);
     l.into_iter()
         .zip(ls)
@@ -151,7 +149,7 @@ fn or(
     if r.is_empty() {
         return l;
     }
-    let left: HashSet<Labels> = signatures(ev, node, m, &l).into_iter().collect();
+    let left: LabelSet<Labels> = signatures(ev, node, m, &l).into_iter().collect();
     let rs = signatures(ev, node, m, &r);
     l.extend(
         r.into_iter()
@@ -172,7 +170,7 @@ fn unless(
     if l.is_empty() || r.is_empty() {
         return l;
     }
-    let right: HashSet<Labels> = signatures(ev, node, m, &r).into_iter().collect();
+    let right: LabelSet<Labels> = signatures(ev, node, m, &r).into_iter().collect();
     let ls = signatures(ev, node, m, &l);
     l.into_iter()
         .zip(ls)
@@ -201,7 +199,8 @@ fn vector_vector(
     let one_sigs = signatures(ev, node, m, &one);
     let many_sigs = signatures(ev, node, m, &many);
 
-    let mut by_sig: HashMap<&Labels, usize> = HashMap::with_capacity(one.len());
+    let mut by_sig: LabelMap<&Labels, usize> =
+        LabelMap::with_capacity_and_hasher(one.len(), Default::default());
     for (i, sig) in one_sigs.iter().enumerate() {
         if let Some(&j) = by_sig.get(sig) {
             let side = if swapped { "left" } else { "right" };
@@ -215,7 +214,7 @@ fn vector_vector(
 
     // Per match group: whether seen (one-to-one), or the result label
     // sets produced (many-to-one), to refuse ambiguous matches.
-    let mut matched: HashMap<&Labels, HashSet<Labels>> = HashMap::new();
+    let mut matched: LabelMap<&Labels, LabelSet<Labels>> = LabelMap::default();
     let mut out = Vec::new();
     for (s, sig) in many.iter().zip(&many_sigs) {
         let Some(&j) = by_sig.get(sig) else {
@@ -229,10 +228,17 @@ fn vector_vector(
         } else if !keep {
             continue;
         }
-        let mut metric = result_labels(&s.labels, &r.labels, op, m);
-        if return_bool {
-            metric = metric.without_name();
-        }
+        let metric = if m.include.is_empty() {
+            // Without group_x labels the result depends on this side
+            // only: derive it once per series.
+            ev.derive(result_key(node), &s.labels, |l| {
+                let l = result_labels(l, l, op, m);
+                if return_bool { l.without_name() } else { l }
+            })
+        } else {
+            let l = result_labels(&s.labels, &r.labels, op, m);
+            if return_bool { l.without_name() } else { l }
+        };
         match matched.get_mut(sig) {
             Some(_) if m.card == Card::OneToOne => {
                 return Err(PromError::execution(
@@ -247,7 +253,7 @@ fn vector_vector(
                 }
             }
             None => {
-                let mut set = HashSet::new();
+                let mut set = LabelSet::default();
                 if m.card != Card::OneToOne {
                     set.insert(metric.clone());
                 }
@@ -286,14 +292,24 @@ fn result_labels(many: &Labels, one: &Labels, op: TokenId, m: &Matching) -> Labe
     l
 }
 
+/// The key result labels are derived under, apart from the matching
+/// signatures derived under the node's own address (nodes are boxed, so
+/// their addresses are even and address + 1 is no other node's).
+fn result_key(node: usize) -> usize {
+    node + 1
+}
+
 /// A vector and a scalar; `swapped` when the scalar was on the left.
 fn vector_scalar(
-    op: TokenId,
+    ev: &mut impl Eval,
+    b: &BinaryExpr,
     v: Vec<VectorSample>,
     scalar: f64,
     swapped: bool,
-    return_bool: bool,
 ) -> Result<Vec<VectorSample>, PromError> {
+    let op = b.op.id();
+    let return_bool = b.modifier.as_ref().is_some_and(|m| m.return_bool);
+    let node = b as *const BinaryExpr as usize;
     let comparison = is_comparison(op);
     let drop = drops_name(op) || return_bool;
     let mut out = Vec::with_capacity(v.len());
@@ -315,7 +331,8 @@ fn vector_scalar(
         if keep {
             s.v = value;
             if drop {
-                s.labels = s.labels.without_name();
+                // The same shared label set for a series at every step.
+                s.labels = ev.derive(result_key(node), &s.labels, Labels::without_name);
             }
             out.push(s);
         }

@@ -5,9 +5,9 @@
 //! samples' stored times).
 
 use promql_parser::label::MatchOp;
-use promql_parser::parser::{Call, Expr};
+use promql_parser::parser::{Call, Expr, MatrixSelector};
 
-use super::step::{Eval, StepValue, check_unique};
+use super::step::{Eval, StepValue, TOO_MANY_SAMPLES, check_unique};
 use crate::promql::error::PromError;
 use crate::promql::functions::{self, FnArg, FnContext, FnValue, RangeArg, RangeSeries};
 use crate::promql::value::{Labels, METRIC_NAME, VectorSample};
@@ -30,47 +30,29 @@ pub(super) fn eval(ev: &mut impl Eval, c: &Call, t: i64) -> Result<StepValue, Pr
         }
         "timestamp" => {
             if let Expr::VectorSelector(vs) = unwrap_parens(first(args)?) {
-                let v = ev.selected().instant(vs, t, true);
+                let v = ev.selected().instant(vs, t, true)?;
                 ev.hold(v.len())?;
-                return finish(ev, name, vec![FnArg::Vector(v)], t);
+                return match functions::call(name, vec![FnArg::Vector(v)], &ctx(t))? {
+                    FnValue::Vector(v) => Ok(StepValue::Vector(v)),
+                    FnValue::Scalar(v) => Ok(StepValue::Scalar(v)),
+                };
             }
         }
         _ => {}
     }
+    if let Some(at) = args.iter().position(|a| {
+        matches!(
+            unwrap_parens(a),
+            Expr::MatrixSelector(_) | Expr::Subquery(_)
+        )
+    }) {
+        return per_series(ev, c, at, t);
+    }
     let mut evaluated = Vec::with_capacity(args.len());
     for a in args {
-        let inner = unwrap_parens(a);
-        let arg = match inner {
-            Expr::MatrixSelector(_) | Expr::Subquery(_) => FnArg::Range(range_arg(ev, inner, t)?),
-            _ => match ev.eval(inner, t)? {
-                StepValue::Scalar(v) => FnArg::Scalar(v),
-                StepValue::String(s) => FnArg::String(s),
-                StepValue::Vector(v) => FnArg::Vector(v),
-                StepValue::Matrix(m) => FnArg::Range(RangeArg {
-                    series: m
-                        .into_iter()
-                        .map(|s| RangeSeries {
-                            labels: s.labels,
-                            samples: s.samples,
-                        })
-                        .collect(),
-                    start_ms: t,
-                    end_ms: t,
-                }),
-            },
-        };
-        evaluated.push(arg);
+        evaluated.push(value_arg(ev, a, t)?);
     }
-    finish(ev, name, evaluated, t)
-}
-
-fn finish(
-    ev: &mut impl Eval,
-    name: &str,
-    args: Vec<FnArg>,
-    t: i64,
-) -> Result<StepValue, PromError> {
-    match functions::call(name, args, &FnContext { eval_ms: t })? {
+    match functions::call(name, evaluated, &ctx(t))? {
         FnValue::Scalar(v) => Ok(StepValue::Scalar(v)),
         FnValue::Vector(v) => {
             check_unique(&v)?;
@@ -78,6 +60,157 @@ fn finish(
             Ok(StepValue::Vector(v))
         }
     }
+}
+
+/// A function of a range vector, called once per series as 2.42 calls
+/// it, so that two series whose results have the same labels are caught
+/// even at different steps (2.42 checks the whole result matrix).
+fn per_series(ev: &mut impl Eval, c: &Call, at: usize, t: i64) -> Result<StepValue, PromError> {
+    let args = &c.args.args;
+    let node = c as *const Call as usize;
+    if let (Expr::MatrixSelector(ms), Some(step)) =
+        (unwrap_parens(&args[at]), ev.selected().grid_step(t))
+    {
+        if !ev.call_rows().contains_key(&node) {
+            let rows = call_grid(ev, c, at, ms)?;
+            ev.call_rows().insert(node, rows);
+        }
+        let v = ev.call_rows()[&node][step].clone();
+        ev.hold(v.len())?;
+        return Ok(StepValue::Vector(v));
+    }
+    let range = range_arg(ev, &args[at], t)?;
+    let mut others = Vec::with_capacity(args.len());
+    for (i, a) in args.iter().enumerate() {
+        if i != at {
+            others.push(value_arg(ev, a, t)?);
+        }
+    }
+    let mut out = Vec::new();
+    for series in range.series {
+        let input = series.labels.clone();
+        let mut call_args = others.clone();
+        call_args.insert(
+            at,
+            FnArg::Range(RangeArg {
+                series: vec![series],
+                start_ms: range.start_ms,
+                end_ms: range.end_ms,
+            }),
+        );
+        match functions::call(c.func.name, call_args, &ctx(t))? {
+            FnValue::Vector(v) => {
+                for s in v {
+                    ev.claim(node, &s.labels, &input)?;
+                    out.push(s);
+                }
+            }
+            FnValue::Scalar(_) => {
+                return Err(PromError::internal(format!(
+                    "{} of a range vector gave a scalar",
+                    c.func.name
+                )));
+            }
+        }
+    }
+    ev.hold(out.len())?;
+    Ok(StepValue::Vector(out))
+}
+
+/// A function of a range selector at every step of a range query, series
+/// by series as 2.42 computes it (each series' samples read once, in
+/// order): per step, the results.
+fn call_grid(
+    ev: &mut impl Eval,
+    c: &Call,
+    at: usize,
+    ms: &MatrixSelector,
+) -> Result<Vec<Vec<VectorSample>>, PromError> {
+    let args = &c.args.args;
+    let r = ev.selected().range();
+    let steps = usize::try_from((r.end_ms - r.start_ms) / r.step_ms + 1).unwrap_or(0);
+    let mut others: Vec<Vec<FnArg>> = Vec::with_capacity(steps);
+    for k in 0..steps {
+        let tk = r.start_ms + k as i64 * r.step_ms;
+        let mut step_args = Vec::with_capacity(args.len());
+        for (i, a) in args.iter().enumerate() {
+            if i != at {
+                step_args.push(value_arg(ev, a, tk)?);
+            }
+        }
+        others.push(step_args);
+    }
+    let max = ev.max_samples();
+    let mut rows: Vec<Vec<VectorSample>> = vec![Vec::new(); steps];
+    // Each series' output labels with its input labels, once per change,
+    // for the duplicate check after the walk.
+    let mut made: Vec<(Labels, Labels)> = Vec::new();
+    let mut points = 0usize;
+    ev.selected()
+        .windows_by_series(ms, |labels, k, samples, start_ms, end_ms| {
+            let mut call_args = others[k].clone();
+            call_args.insert(
+                at,
+                FnArg::Range(RangeArg {
+                    series: vec![RangeSeries {
+                        labels: labels.clone(),
+                        samples: samples.to_vec(),
+                    }],
+                    start_ms,
+                    end_ms,
+                }),
+            );
+            let tk = r.start_ms + k as i64 * r.step_ms;
+            match functions::call(c.func.name, call_args, &ctx(tk))? {
+                FnValue::Vector(v) => {
+                    for mut s in v {
+                        match made.last() {
+                            // The same labels as this series' last result:
+                            // share them, so later steps compare by pointer.
+                            Some((out, input)) if input == labels && *out == s.labels => {
+                                s.labels = out.clone();
+                            }
+                            _ => made.push((s.labels.clone(), labels.clone())),
+                        }
+                        points += 1;
+                        rows[k].push(s);
+                    }
+                }
+                FnValue::Scalar(_) => {
+                    return Err(PromError::internal(format!(
+                        "{} of a range vector gave a scalar",
+                        c.func.name
+                    )));
+                }
+            }
+            if points > max {
+                return Err(PromError::execution(TOO_MANY_SAMPLES));
+            }
+            Ok(())
+        })?;
+    let node = c as *const Call as usize;
+    for (out, input) in &made {
+        ev.claim(node, out, input)?;
+    }
+    Ok(rows)
+}
+
+/// An argument that is not a range vector, evaluated at `t`.
+fn value_arg(ev: &mut impl Eval, a: &Expr, t: i64) -> Result<FnArg, PromError> {
+    Ok(match ev.eval(unwrap_parens(a), t)? {
+        StepValue::Scalar(v) => FnArg::Scalar(v),
+        StepValue::String(s) => FnArg::String(s),
+        StepValue::Vector(v) => FnArg::Vector(v),
+        StepValue::Matrix(_) => {
+            return Err(PromError::internal(
+                "a range vector where a value was expected",
+            ));
+        }
+    })
+}
+
+fn ctx(t: i64) -> FnContext {
+    FnContext { eval_ms: t }
 }
 
 fn first(args: &[Box<Expr>]) -> Result<&Expr, PromError> {

@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use promql_parser::parser::{Expr, SubqueryExpr};
+use promql_parser::parser::{Expr, SubqueryExpr, UnaryExpr};
 
 use super::EngineOptions;
 use super::selectors::{self, QueryRange, Selected};
-use super::step::{Eval, StepValue, TOO_MANY_SAMPLES, check_unique};
+use super::step::{Eval, LabelMap, SelectorGroups, StepValue, TOO_MANY_SAMPLES, check_unique};
 use super::{aggregate, binary, calls};
 use crate::promql::error::{ErrorKind, PromError};
 use crate::promql::storage::Storage;
@@ -25,11 +25,18 @@ pub(super) struct Evaluator<'a> {
     /// Label sets derived from input labels (grouping keys, matching
     /// signatures), by node and input, so that a series' key is built
     /// once per query rather than once per step.
-    derived: HashMap<(usize, Labels), Labels>,
+    derived: LabelMap<(usize, Labels), Labels>,
     /// A subquery's inner vectors by node and inner time: the inner steps
     /// are absolute multiples of the subquery step, so consecutive outer
     /// steps share most of them.
     subquery_steps: HashMap<usize, BTreeMap<i64, Vec<VectorSample>>>,
+    /// Which input series made each output label set of a call of a
+    /// range-vector function, by node.
+    outputs: LabelMap<(usize, Labels), Labels>,
+    /// Aggregations' groups over plain selectors, by node.
+    selector_groups: HashMap<usize, SelectorGroups>,
+    /// Range-vector function results at every step, by call node.
+    call_rows: HashMap<usize, Vec<Vec<VectorSample>>>,
     /// Samples held by the answer so far (range queries).
     held: usize,
     /// Samples held now: the answer so far and this step's values.
@@ -49,9 +56,12 @@ impl<'a> Evaluator<'a> {
             opts,
             range,
             deadline,
-            selected: Selected::new(opts.lookback_ms, range),
-            derived: HashMap::new(),
+            selected: Selected::new(opts.lookback_ms, range, opts.max_samples),
+            derived: LabelMap::default(),
             subquery_steps: HashMap::new(),
+            outputs: LabelMap::default(),
+            call_rows: HashMap::new(),
+            selector_groups: HashMap::new(),
             held: 0,
             current: 0,
         };
@@ -84,7 +94,7 @@ impl<'a> Evaluator<'a> {
             step_ms,
         } = self.range;
         let mut out: Vec<Series> = Vec::new();
-        let mut index: HashMap<Labels, usize> = HashMap::new();
+        let mut gather = Gather::default();
         let mut t = start_ms;
         while t <= end_ms {
             self.check_deadline()?;
@@ -102,16 +112,7 @@ impl<'a> Evaluator<'a> {
                 }
                 StepValue::Vector(vec) => {
                     self.held += vec.len();
-                    for s in vec {
-                        let i = *index.entry(s.labels.clone()).or_insert_with(|| {
-                            out.push(Series {
-                                labels: s.labels,
-                                samples: Vec::new(),
-                            });
-                            out.len() - 1
-                        });
-                        out[i].samples.push(Sample { t, v: s.v });
-                    }
+                    gather.add(&mut out, vec, t);
                 }
                 other => {
                     return Err(PromError::bad_data(format!(
@@ -152,10 +153,11 @@ impl Eval for Evaluator<'_> {
             Expr::Unary(u) => match self.eval(&u.expr, t)? {
                 StepValue::Scalar(v) => Ok(StepValue::Scalar(-v)),
                 StepValue::Vector(vec) => {
+                    let node = u as *const UnaryExpr as usize;
                     let out: Vec<VectorSample> = vec
                         .into_iter()
                         .map(|s| VectorSample {
-                            labels: s.labels.without_name(),
+                            labels: self.derive(node, &s.labels, Labels::without_name),
                             t: s.t,
                             v: -s.v,
                         })
@@ -174,7 +176,7 @@ impl Eval for Evaluator<'_> {
             Expr::NumberLiteral(n) => Ok(StepValue::Scalar(n.val)),
             Expr::StringLiteral(s) => Ok(StepValue::String(s.val.clone())),
             Expr::VectorSelector(vs) => {
-                let v = self.selected.instant(vs, t, false);
+                let v = self.selected.instant(vs, t, false)?;
                 self.hold(v.len())?;
                 Ok(StepValue::Vector(v))
             }
@@ -247,8 +249,7 @@ impl Eval for Evaluator<'_> {
             *cache = cache.split_off(&first);
         }
         let mut out: Vec<Series> = Vec::new();
-        let mut index: HashMap<Labels, usize> = HashMap::new();
-        let mut held = 0;
+        let mut gather = Gather::default();
         let mut ti = first;
         while ti <= end {
             self.check_deadline()?;
@@ -268,24 +269,76 @@ impl Eval for Evaluator<'_> {
                     v
                 }
             };
-            held += vec.len();
-            for s in vec {
-                let i = *index.entry(s.labels.clone()).or_insert_with(|| {
+            self.hold(vec.len())?;
+            gather.add(&mut out, vec, ti);
+            ti += step;
+        }
+        Ok((out, start, end))
+    }
+
+    fn claim(&mut self, node: usize, output: &Labels, input: &Labels) -> Result<(), PromError> {
+        match self.outputs.get(&(node, output.clone())) {
+            Some(first) if first != input => Err(PromError::execution(
+                "vector cannot contain metrics with the same labelset",
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.outputs.insert((node, output.clone()), input.clone());
+                Ok(())
+            }
+        }
+    }
+
+    fn call_rows(&mut self) -> &mut HashMap<usize, Vec<Vec<VectorSample>>> {
+        &mut self.call_rows
+    }
+
+    fn selector_groups(&mut self) -> &mut HashMap<usize, SelectorGroups> {
+        &mut self.selector_groups
+    }
+
+    fn max_samples(&self) -> usize {
+        self.opts.max_samples
+    }
+
+    fn selected(&self) -> &Selected {
+        &self.selected
+    }
+}
+
+/// Gathers the vectors of successive steps into series by labels.
+#[derive(Default)]
+struct Gather {
+    index: LabelMap<Labels, usize>,
+    /// The series each position of the last step's vector went to: most
+    /// steps list the same series in the same order, and a shared label
+    /// set compares equal by pointer, so most elements skip the map.
+    last: Vec<usize>,
+}
+
+impl Gather {
+    fn add(&mut self, out: &mut Vec<Series>, vec: Vec<VectorSample>, t: i64) {
+        for (pos, s) in vec.into_iter().enumerate() {
+            let hinted = self
+                .last
+                .get(pos)
+                .copied()
+                .filter(|&i| out[i].labels == s.labels);
+            let i = match hinted {
+                Some(i) => i,
+                None => *self.index.entry(s.labels.clone()).or_insert_with(|| {
                     out.push(Series {
                         labels: s.labels,
                         samples: Vec::new(),
                     });
                     out.len() - 1
-                });
-                out[i].samples.push(Sample { t: ti, v: s.v });
+                }),
+            };
+            match self.last.get_mut(pos) {
+                Some(slot) => *slot = i,
+                None => self.last.push(i),
             }
-            ti += step;
+            out[i].samples.push(Sample { t, v: s.v });
         }
-        self.hold(held)?;
-        Ok((out, start, end))
-    }
-
-    fn selected(&self) -> &Selected {
-        &self.selected
     }
 }

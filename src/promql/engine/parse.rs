@@ -60,7 +60,7 @@ fn register_holt_winters() {
 /// that only Prometheus 3.x has, is `bad_data`.
 pub fn parse_query(query: &str) -> Result<Expr, PromError> {
     register_holt_winters();
-    if let Some(err) = quoted_metric_name(query) {
+    if let Some(err) = syntax_2_42(query) {
         return Err(err);
     }
     let expr = parser::parse(query).map_err(PromError::bad_data)?;
@@ -164,14 +164,26 @@ fn line_col(query: &str, pos: usize) -> (usize, usize) {
     (line, col)
 }
 
-/// 3.x lets a quoted string name the metric inside braces
-/// (`{"my.metric"}`); 2.42 wants a label name there. Looks for a quote
-/// right after `{` or `,` outside strings.
-fn quoted_metric_name(query: &str) -> Option<PromError> {
+/// Syntax 3.x accepts and 2.42 refuses, found in the text (the tree does
+/// not keep it): a quoted string naming the metric or a label inside
+/// braces (`{"my.metric"}`) or in grouping options (`by ("a.b")`), and
+/// durations without a unit (`x[5]`, `offset 5`).
+fn syntax_2_42(query: &str) -> Option<PromError> {
     let mut in_str: Option<char> = None;
     let mut escaped = false;
     let mut depth = 0usize;
     let mut expect_name = false;
+    // Parentheses opened, each marked whether it holds grouping labels.
+    let mut parens: Vec<bool> = Vec::new();
+    let mut bracket_start: Option<usize> = None;
+    let mut last_word = "";
+    let mut word_start: Option<usize> = None;
+    let at = |pos: usize, msg: String| {
+        let (line, col) = line_col(query, pos);
+        Some(PromError::bad_data(format!(
+            "{line}:{col}: parse error: {msg}"
+        )))
+    };
     for (i, c) in query.char_indices() {
         if let Some(q) = in_str {
             if escaped {
@@ -183,6 +195,35 @@ fn quoted_metric_name(query: &str) -> Option<PromError> {
             }
             continue;
         }
+        let ident = c.is_ascii_alphanumeric() || c == '_' || c == ':';
+        if ident {
+            if word_start.is_none() {
+                word_start = Some(i);
+            }
+            continue;
+        }
+        if let Some(ws) = word_start.take() {
+            last_word = &query[ws..i];
+            if last_word == "offset" && depth == 0 {
+                let rest = query[i..].trim_start();
+                let num_at = query.len() - rest.len();
+                let rest = rest.strip_prefix('-').unwrap_or(rest);
+                let digits = rest
+                    .find(|ch: char| !(ch.is_ascii_digit() || ch == '.'))
+                    .unwrap_or(rest.len());
+                let unit = rest[digits..].starts_with(|ch: char| ch.is_ascii_alphabetic());
+                if digits > 0 && !unit {
+                    let end = query.len() - rest.len() + digits;
+                    return at(
+                        num_at,
+                        format!(
+                            "unexpected number {:?} in offset, expected duration",
+                            &query[num_at..end]
+                        ),
+                    );
+                }
+            }
+        }
         match c {
             '{' => {
                 depth += 1;
@@ -193,13 +234,47 @@ fn quoted_metric_name(query: &str) -> Option<PromError> {
                 expect_name = false;
             }
             ',' if depth > 0 => expect_name = true,
+            '(' => {
+                let grouping = matches!(
+                    last_word,
+                    "by" | "without" | "on" | "ignoring" | "group_left" | "group_right"
+                ) && query[..i].trim_end().ends_with(last_word);
+                parens.push(grouping);
+            }
+            ')' => {
+                parens.pop();
+            }
+            '[' => bracket_start = Some(i + 1),
+            ']' => {
+                if let Some(start) = bracket_start.take() {
+                    let mut pos = start;
+                    for part in query[start..i].split(':') {
+                        let trimmed = part.trim();
+                        let lead = part.len() - part.trim_start().len();
+                        if !trimmed.is_empty()
+                            && trimmed.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+                        {
+                            return at(pos + lead, "missing unit character in duration".into());
+                        }
+                        pos += part.len() + 1;
+                    }
+                }
+            }
             '"' | '\'' | '`' => {
+                let quoted = quoted_prefix(&query[i..]);
                 if depth > 0 && expect_name {
-                    let (line, col) = line_col(query, i);
-                    return Some(PromError::bad_data(format!(
-                        "{line}:{col}: parse error: unexpected string {} in label matching, expected label",
-                        quoted_prefix(&query[i..])
-                    )));
+                    return at(
+                        i,
+                        format!(
+                            "unexpected string {quoted:?} in label matching, expected identifier or \"}}\""
+                        ),
+                    );
+                }
+                if depth == 0 && parens.last() == Some(&true) {
+                    return at(
+                        i,
+                        format!("unexpected string {quoted:?} in grouping opts, expected label"),
+                    );
                 }
                 in_str = Some(c);
                 expect_name = false;
@@ -211,7 +286,7 @@ fn quoted_metric_name(query: &str) -> Option<PromError> {
     None
 }
 
-/// The quoted string at the start of `s`, as the error shows it.
+/// The quoted string at the start of `s`, quotes included.
 fn quoted_prefix(s: &str) -> String {
     let mut chars = s.char_indices();
     let Some((_, q)) = chars.next() else {
@@ -224,7 +299,7 @@ fn quoted_prefix(s: &str) -> String {
         } else if c == '\\' {
             escaped = true;
         } else if c == q {
-            return format!("\"{}\"", &s[1..i]);
+            return s[..=i].to_string();
         }
     }
     s.to_string()
@@ -260,8 +335,32 @@ mod tests {
     fn quoted_names_in_braces_are_refused() {
         let e = parse_query("{\"my.metric\"}").unwrap_err();
         assert_eq!(e.kind, crate::promql::ErrorKind::BadData);
+        assert_eq!(
+            e.message,
+            "1:2: parse error: unexpected string \"\\\"my.metric\\\"\" in label matching, expected identifier or \"}\""
+        );
         assert!(parse_query("{__name__=\"my.metric\"}").is_ok());
         assert!(parse_query("x{a=\"{\\\"b\"}").is_ok());
+    }
+
+    #[test]
+    fn durations_need_a_unit_and_grouping_labels_no_quotes() {
+        let msg = |q: &str| parse_query(q).unwrap_err().message;
+        assert_eq!(
+            msg("x[5]"),
+            "1:3: parse error: missing unit character in duration"
+        );
+        assert_eq!(
+            msg("x offset 5"),
+            "1:10: parse error: unexpected number \"5\" in offset, expected duration"
+        );
+        assert_eq!(
+            msg("sum by (\"a.b\") (x)"),
+            "1:9: parse error: unexpected string \"\\\"a.b\\\"\" in grouping opts, expected label"
+        );
+        assert!(parse_query("x[5m:1m] offset 1m").is_ok());
+        assert!(parse_query("label_replace(x, \"a\", \"$1\", \"b\", \"(.*)\")").is_ok());
+        assert!(parse_query("x{offset=\"5\"} offset 5m").is_ok());
     }
 
     #[test]

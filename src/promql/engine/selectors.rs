@@ -8,14 +8,16 @@
 use std::time::{Duration, SystemTime};
 
 use promql_parser::label::{MatchOp, Matcher};
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use promql_parser::parser::{AtModifier, Expr, MatrixSelector, Offset, VectorSelector};
 
 use crate::promql::error::PromError;
 use crate::promql::functions::{RangeArg, RangeSeries};
 use crate::promql::storage::{Storage, StoredSeries};
-use crate::promql::value::{METRIC_NAME, Sample, Series, VectorSample, is_stale_nan};
+use crate::promql::value::{Labels, METRIC_NAME, Sample, Series, VectorSample, is_stale_nan};
 
 /// The times a query is evaluated at: `start_ms`, `start_ms + step_ms`,
 /// … up to `end_ms` (one step for an instant query).
@@ -88,14 +90,26 @@ fn reference(vs: &VectorSelector, t: i64, range: &QueryRange) -> i64 {
 /// `VectorSelector` node (the tree outlives the evaluation).
 pub(super) struct Selected {
     data: HashMap<usize, Vec<StoredSeries>>,
+    /// Per instant selector and series, how many samples the last step
+    /// had at or before its time: the next step starts looking there.
+    cursors: RefCell<HashMap<usize, Vec<usize>>>,
+    /// Per instant selector of a range query, its vector at every step,
+    /// computed series by series on first use (reading one series' samples
+    /// in order is far kinder to the cache than visiting every series at
+    /// every step).
+    grids: RefCell<HashMap<usize, Grid>>,
+    max_samples: usize,
     lookback_ms: i64,
     range: QueryRange,
 }
 
 impl Selected {
-    pub(super) fn new(lookback_ms: i64, range: QueryRange) -> Selected {
+    pub(super) fn new(lookback_ms: i64, range: QueryRange, max_samples: usize) -> Selected {
         Selected {
             data: HashMap::new(),
+            cursors: RefCell::new(HashMap::new()),
+            grids: RefCell::new(HashMap::new()),
+            max_samples,
             lookback_ms,
             range,
         }
@@ -195,15 +209,31 @@ impl Selected {
         vs: &VectorSelector,
         t: i64,
         stored_time: bool,
-    ) -> Vec<VectorSample> {
+    ) -> Result<Vec<VectorSample>, PromError> {
         let Some(series) = self.data.get(&key(vs)) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
+        if let Some(step) = self.grid_step(t).filter(|_| !stored_time) {
+            let row = self.grid_row(vs, step)?;
+            return Ok(row
+                .iter()
+                .map(|&(i, v)| VectorSample {
+                    labels: series[i as usize].labels.clone(),
+                    t,
+                    v,
+                })
+                .collect());
+        }
         let refer = reference(vs, t, &self.range);
         let oldest = refer - self.lookback_ms;
-        let mut out = Vec::new();
-        for s in series {
-            let n = s.samples.partition_point(|x| x.t <= refer);
+        let mut cursors = self.cursors.borrow_mut();
+        let cursors = cursors
+            .entry(key(vs))
+            .or_insert_with(|| vec![0; series.len()]);
+        let mut out = Vec::with_capacity(series.len());
+        for (s, cursor) in series.iter().zip(cursors.iter_mut()) {
+            let n = count_until(&s.samples, refer, *cursor);
+            *cursor = n;
             if n == 0 {
                 continue;
             }
@@ -217,7 +247,75 @@ impl Selected {
                 v: last.v,
             });
         }
-        out
+        Ok(out)
+    }
+
+    /// `vs`'s values at step `step` of the range query: the series (by
+    /// index into [`Selected::series_labels`]) that have one, and the value.
+    pub(super) fn grid_row(
+        &self,
+        vs: &VectorSelector,
+        step: usize,
+    ) -> Result<Vec<(u32, f64)>, PromError> {
+        let Some(series) = self.data.get(&key(vs)) else {
+            return Ok(Vec::new());
+        };
+        let mut grids = self.grids.borrow_mut();
+        let grid = match grids.entry(key(vs)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(self.grid(vs, series)?),
+        };
+        Ok(grid.rows.get(step).cloned().unwrap_or_default())
+    }
+
+    /// The labels of `vs`'s series, in the order grid rows index them.
+    pub(super) fn series_labels(&self, vs: &VectorSelector) -> Vec<Labels> {
+        self.data
+            .get(&key(vs))
+            .map(|series| series.iter().map(|s| s.labels.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Which step of a range query `t` is, if it is one.
+    pub(super) fn grid_step(&self, t: i64) -> Option<usize> {
+        let r = &self.range;
+        let on_grid = r.end_ms > r.start_ms
+            && (r.start_ms..=r.end_ms).contains(&t)
+            && (t - r.start_ms) % r.step_ms == 0;
+        on_grid.then(|| ((t - r.start_ms) / r.step_ms) as usize)
+    }
+
+    /// `vs`'s vector at every step of the range query, one series at a
+    /// time; an `execution` error past `max_samples` points, where
+    /// Prometheus (which holds a selector's whole matrix too) stops.
+    fn grid(&self, vs: &VectorSelector, series: &[StoredSeries]) -> Result<Grid, PromError> {
+        let r = self.range;
+        let steps = usize::try_from((r.end_ms - r.start_ms) / r.step_ms + 1).unwrap_or(0);
+        let mut rows: Vec<Vec<(u32, f64)>> = vec![Vec::new(); steps];
+        let mut points = 0usize;
+        for (i, s) in series.iter().enumerate() {
+            let index = u32::try_from(i).map_err(|_| PromError::execution(TOO_MANY_SERIES))?;
+            let mut n = 0;
+            for (k, row) in rows.iter_mut().enumerate() {
+                let refer = reference(vs, r.start_ms + k as i64 * r.step_ms, &r);
+                n = count_until(&s.samples, refer, n);
+                if n == 0 {
+                    continue;
+                }
+                let last = s.samples[n - 1];
+                if last.t < refer - self.lookback_ms || is_stale_nan(last.v) {
+                    continue;
+                }
+                row.push((index, last.v));
+                points += 1;
+            }
+            if points > self.max_samples {
+                return Err(PromError::execution(
+                    "query processing would load too many samples into memory in query execution",
+                ));
+            }
+        }
+        Ok(Grid { rows })
     }
 
     /// The samples `ms` selects at `t`: each series' samples in `[ref −
@@ -255,6 +353,77 @@ impl Selected {
     }
 }
 
+impl Selected {
+    /// The query's steps.
+    pub(super) fn range(&self) -> QueryRange {
+        self.range
+    }
+
+    /// Walks `ms`'s window at every step of the range query, series by
+    /// series (each series' samples read once, in order): `f(labels,
+    /// step, samples, window start, window end)` for every window with a
+    /// sample left after dropping stale markers.
+    pub(super) fn windows_by_series(
+        &self,
+        ms: &MatrixSelector,
+        mut f: impl FnMut(&Labels, usize, &[Sample], i64, i64) -> Result<(), PromError>,
+    ) -> Result<(), PromError> {
+        let Some(series) = self.data.get(&key(&ms.vs)) else {
+            return Ok(());
+        };
+        let r = self.range;
+        let steps = usize::try_from((r.end_ms - r.start_ms) / r.step_ms + 1).unwrap_or(0);
+        let width = duration_ms(ms.range);
+        let mut buf: Vec<Sample> = Vec::new();
+        for s in series {
+            let (mut from, mut to) = (0, 0);
+            for k in 0..steps {
+                let end = reference(&ms.vs, r.start_ms + k as i64 * r.step_ms, &r);
+                let start = end - width;
+                from = count_before(&s.samples, start, from);
+                to = count_until(&s.samples, end, to);
+                if from >= to {
+                    continue;
+                }
+                buf.clear();
+                buf.extend(s.samples[from..to].iter().filter(|x| !is_stale_nan(x.v)));
+                if buf.is_empty() {
+                    continue;
+                }
+                f(&s.labels, k, &buf, start, end)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How many of `samples` are before `t`, starting from `from`, the
+/// answer for an earlier time.
+fn count_before(samples: &[Sample], t: i64, from: usize) -> usize {
+    let from = from.min(samples.len());
+    if from > 0 && samples[from - 1].t >= t {
+        return samples[..from].partition_point(|x| x.t < t);
+    }
+    let mut n = from;
+    for _ in 0..8 {
+        if n < samples.len() && samples[n].t < t {
+            n += 1;
+        } else {
+            return n;
+        }
+    }
+    n + samples[n..].partition_point(|x| x.t < t)
+}
+
+/// One selector's values at each step: per step, the series (by index)
+/// that have one and the value.
+struct Grid {
+    rows: Vec<Vec<(u32, f64)>>,
+}
+
+/// More series than a grid indexes (4 billion): far past any sample limit.
+const TOO_MANY_SERIES: &str = "too many series for one selector";
+
 /// A range selector's samples at one step, with the window they came
 /// from.
 pub(super) struct Window {
@@ -277,6 +446,42 @@ impl Window {
                 .collect(),
             start_ms: self.start_ms,
             end_ms: self.end_ms,
+        }
+    }
+}
+
+/// How many of `samples` are at or before `t`, starting from `from`, the
+/// answer for an earlier time: a few steps forward, else a binary search
+/// (a range query's steps move forward by a few samples each; a
+/// subquery may go back).
+fn count_until(samples: &[Sample], t: i64, from: usize) -> usize {
+    let from = from.min(samples.len());
+    if from > 0 && samples[from - 1].t > t {
+        return samples[..from].partition_point(|x| x.t <= t);
+    }
+    let mut n = from;
+    for _ in 0..8 {
+        if n < samples.len() && samples[n].t <= t {
+            n += 1;
+        } else {
+            return n;
+        }
+    }
+    n + samples[n..].partition_point(|x| x.t <= t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_until_from_any_start() {
+        let samples: Vec<Sample> = (0..40).map(|i| Sample { t: i * 10, v: 0.0 }).collect();
+        for from in [0, 1, 5, 20, 39, 40, 100] {
+            for t in [-5, 0, 5, 10, 95, 200, 389, 390, 1000] {
+                let want = samples.partition_point(|x| x.t <= t);
+                assert_eq!(count_until(&samples, t, from), want, "from {from} t {t}");
+            }
         }
     }
 }

@@ -3,7 +3,8 @@
 //! files see it (they evaluate their operands through it, so that none
 //! of them depends on the file that dispatches to them).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use promql_parser::parser::{Expr, SubqueryExpr};
 
@@ -32,6 +33,46 @@ impl StepValue {
     }
 }
 
+/// A hasher for keys that are label sets (which carry their own 64-bit
+/// hash) and node addresses: mixes the few integers it is given instead
+/// of running SipHash over them, since these maps are looked up for every
+/// sample at every step.
+#[derive(Default)]
+pub(super) struct MixHasher(u64);
+
+impl Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+/// A map keyed by label sets (and node addresses) with [`MixHasher`].
+pub(super) type LabelMap<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
+
+/// An aggregation's groups over a selector's series: the group of each
+/// series (by its index in the selector), and each group's labels.
+pub(super) struct SelectorGroups {
+    pub(super) of_series: Vec<u32>,
+    pub(super) labels: Vec<Labels>,
+}
+
+/// A set of label sets with [`MixHasher`].
+pub(super) type LabelSet<K> = HashSet<K, BuildHasherDefault<MixHasher>>;
+
 /// The message Prometheus gives past `--query.max-samples`.
 pub(super) const TOO_MANY_SAMPLES: &str =
     "query processing would load too many samples into memory in query execution";
@@ -55,6 +96,22 @@ pub(super) trait Eval {
     fn subquery(&mut self, sq: &SubqueryExpr, t: i64)
     -> Result<(Vec<Series>, i64, i64), PromError>;
 
+    /// Records that the call at `node` made `output` from the series
+    /// `input`; an `execution` error when another series already made
+    /// the same labels.
+    fn claim(&mut self, node: usize, output: &Labels, input: &Labels) -> Result<(), PromError>;
+
+    /// Results of range-vector functions at every step of a range query,
+    /// by call node (see `calls`).
+    fn call_rows(&mut self) -> &mut HashMap<usize, Vec<Vec<VectorSample>>>;
+
+    /// Each aggregation over a plain selector: its series' groups, by
+    /// aggregation node (see `aggregate`).
+    fn selector_groups(&mut self) -> &mut HashMap<usize, SelectorGroups>;
+
+    /// The query's `max_samples`.
+    fn max_samples(&self) -> usize;
+
     /// The selectors' series.
     fn selected(&self) -> &Selected;
 
@@ -77,7 +134,8 @@ pub(super) fn check_unique(v: &[VectorSample]) -> Result<(), PromError> {
     if v.len() < 2 {
         return Ok(());
     }
-    let mut seen: HashSet<&Labels> = HashSet::with_capacity(v.len());
+    let mut seen: LabelSet<&Labels> =
+        LabelSet::with_capacity_and_hasher(v.len(), Default::default());
     for s in v {
         if !seen.insert(&s.labels) {
             return Err(PromError::execution(
