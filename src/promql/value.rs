@@ -24,6 +24,24 @@ pub fn is_stale_nan(v: f64) -> bool {
     v.to_bits() == STALE_NAN_BITS
 }
 
+/// A float as Go's `strconv.FormatFloat(v, 'f', -1, 64)` writes it, which
+/// is how Prometheus writes a scalar's value and a `count_values` label:
+/// the shortest digits that read back the same, never an exponent; `NaN`,
+/// `+Inf`, `-Inf`, and `-0` for negative zero.
+pub fn format_float(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v == f64::INFINITY {
+        "+Inf".into()
+    } else if v == f64::NEG_INFINITY {
+        "-Inf".into()
+    } else {
+        // Rust's Display is the shortest round-trip digits in plain
+        // notation, as Go's 'f' with precision -1.
+        format!("{v}")
+    }
+}
+
 /// One label.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Label {
@@ -307,6 +325,18 @@ pub enum QueryValue {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn floats_as_go_formats_them() {
+        assert_eq!(format_float(1.0), "1");
+        assert_eq!(format_float(0.1), "0.1");
+        assert_eq!(format_float(1e21), "1000000000000000000000");
+        assert_eq!(format_float(1.5e-7), "0.00000015");
+        assert_eq!(format_float(-0.0), "-0");
+        assert_eq!(format_float(f64::INFINITY), "+Inf");
+        assert_eq!(format_float(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(format_float(f64::NAN), "NaN");
+    }
 
     #[test]
     fn labels_stay_sorted_unique_and_hash_with_their_content() {

@@ -11,7 +11,9 @@ use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
 
 use super::step::{Eval, LabelMap, SelectorGroups, StepValue};
 use crate::promql::error::PromError;
-use crate::promql::value::{Labels, METRIC_NAME, VectorSample};
+use crate::promql::functions::labels::is_valid_label_name;
+use crate::promql::functions::quantile;
+use crate::promql::value::{Labels, METRIC_NAME, VectorSample, format_float};
 
 /// Evaluates `a` at `t`.
 pub(super) fn eval(ev: &mut impl Eval, a: &AggregateExpr, t: i64) -> Result<StepValue, PromError> {
@@ -247,7 +249,7 @@ fn top_bottom(
     if !(-9.223_372_036_854_776e18..=9.223_372_036_854_776e18).contains(&k) || k.is_nan() {
         return Err(PromError::execution(format!(
             "Scalar value {} overflows int64",
-            go_float(k)
+            format_float(k)
         )));
     }
     let k = k as i64;
@@ -369,33 +371,6 @@ impl GoHeap {
     }
 }
 
-/// The φ-quantile of `values` as 2.42's `quantile` aggregation: linear
-/// between the closest ranks; −Inf below 0, +Inf above 1.
-pub(super) fn quantile(q: f64, values: &mut [f64]) -> f64 {
-    if values.is_empty() || q.is_nan() {
-        return f64::NAN;
-    }
-    if q < 0.0 {
-        return f64::NEG_INFINITY;
-    }
-    if q > 1.0 {
-        return f64::INFINITY;
-    }
-    // NaN sorts first, as in 2.42's order for this.
-    values.sort_by(|a, b| match (a.is_nan(), b.is_nan()) {
-        (true, true) => std::cmp::Ordering::Equal,
-        (true, false) => std::cmp::Ordering::Less,
-        (false, true) => std::cmp::Ordering::Greater,
-        _ => a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal),
-    });
-    let n = values.len() as f64;
-    let rank = q * (n - 1.0);
-    let lower = rank.floor().max(0.0);
-    let upper = (lower + 1.0).min(n - 1.0);
-    let weight = rank - rank.floor();
-    values[lower as usize] * (1.0 - weight) + values[upper as usize] * weight
-}
-
 /// `count_values("label", v)`: how many elements have each value, the
 /// value written as Go's `FormatFloat(v, 'f', -1, 64)` into `label`.
 fn count_values(
@@ -405,7 +380,7 @@ fn count_values(
     input: Vec<VectorSample>,
     t: i64,
 ) -> Result<Vec<VectorSample>, PromError> {
-    if !valid_label_name(label) {
+    if !is_valid_label_name(label) {
         return Err(PromError::execution(format!(
             "invalid label name {label:?}"
         )));
@@ -419,7 +394,7 @@ fn count_values(
     let mut out: Vec<VectorSample> = Vec::new();
     for s in input {
         let mut l = s.labels.clone();
-        l.set(label, &go_float(s.v));
+        l.set(label, &format_float(s.v));
         let key = group_labels(&l, &grouping, without);
         match index.get(&key) {
             Some(&i) => out[i].v += 1.0,
@@ -434,61 +409,4 @@ fn count_values(
         }
     }
     Ok(out)
-}
-
-/// Prometheus' rule for a label name: `[a-zA-Z_][a-zA-Z0-9_]*`.
-fn valid_label_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    match chars.next() {
-        Some(c) if c.is_ascii_alphabetic() || c == '_' => {}
-        _ => return false,
-    }
-    chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// A float as Go's `strconv.FormatFloat(v, 'f', -1, 64)` writes it: the
-/// shortest digits that read back the same, never an exponent; `NaN`,
-/// `+Inf`, `-Inf`.
-pub(super) fn go_float(v: f64) -> String {
-    if v.is_nan() {
-        return "NaN".to_string();
-    }
-    if v.is_infinite() {
-        return if v > 0.0 { "+Inf" } else { "-Inf" }.to_string();
-    }
-    // Rust's Display for f64 is the shortest round-trip form without an
-    // exponent, which is what 'f' with precision -1 gives.
-    let s = format!("{v}");
-    if s == "-0" { "-0".to_string() } else { s }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn go_float_formatting() {
-        assert_eq!(go_float(1.0), "1");
-        assert_eq!(go_float(0.1), "0.1");
-        assert_eq!(go_float(1e21), "1000000000000000000000");
-        assert_eq!(go_float(1.5e-7), "0.00000015");
-        assert_eq!(go_float(f64::INFINITY), "+Inf");
-        assert_eq!(go_float(f64::NAN), "NaN");
-    }
-
-    #[test]
-    fn quantile_interpolates() {
-        assert_eq!(quantile(0.5, &mut [1.0, 2.0, 3.0, 4.0]), 2.5);
-        assert_eq!(quantile(0.0, &mut [3.0, 1.0]), 1.0);
-        assert_eq!(quantile(2.0, &mut [3.0, 1.0]), f64::INFINITY);
-        assert!(quantile(0.5, &mut []).is_nan());
-    }
-
-    #[test]
-    fn label_names() {
-        assert!(valid_label_name("a_1"));
-        assert!(!valid_label_name("1a"));
-        assert!(!valid_label_name("a-b"));
-        assert!(!valid_label_name(""));
-    }
 }
