@@ -317,7 +317,7 @@ impl<'a> DbStorage<'a> {
         let queue = Mutex::new(plan.runs.iter().rev().collect::<Vec<&ReadRun>>());
         let total = AtomicUsize::new(0);
         let max = self.limits.max_samples;
-        let work = || -> Result<Vec<(&ReadRun, Vec<Vec<Sample>>)>, PromError> {
+        let work = || -> Result<Vec<RunSamples>, PromError> {
             let mut done = Vec::new();
             while let Some(run) = queue.lock().pop() {
                 let Some(got) = self.read_run(&plan.order, run, start_ms, end_ms, &total, max)?
@@ -542,6 +542,9 @@ const MIN_SERIES_PER_THREAD: usize = 64;
 /// Runs per read thread: a thread that draws cheap runs, or more of the
 /// core, takes more of them.
 const RUNS_PER_THREAD: usize = 4;
+
+/// A run read, with each of its series' samples.
+type RunSamples<'r> = (&'r ReadRun, Vec<Vec<Sample>>);
 
 /// A selection's series in read order, cut into runs.
 struct ReadRuns {
