@@ -24,12 +24,20 @@
 //! first, where a series written up to now has its samples), and only
 //! where they could add a name or value not found yet.
 //!
+//! A selector's samples are read as the OpenTSDB engine reads its
+//! series: in key order, in runs that the store's read threads take
+//! from a queue, a run scanning its metric's rows where the selection
+//! covers most of the metric.
+//!
 //! Memory is bounded by [`SourceLimits`]: a selector that would hold more
 //! series or samples than it allows is refused with Prometheus' error,
 //! before or while reading, not after.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
 
 use promql_parser::label::{MatchOp, Matcher};
 
@@ -42,6 +50,7 @@ use crate::model::row_span::ROW_SPAN_MS;
 use crate::model::{Tsuid, Uid, UidKind};
 use crate::query::QueryContext;
 use crate::query::select::{self, TagTest, ValueTest};
+use crate::store::read::Point;
 use crate::uid::UidTableError;
 
 /// Prometheus 2.42's message when a query would hold more samples than
@@ -286,6 +295,96 @@ impl<'a> DbStorage<'a> {
         Ok(out)
     }
 
+    /// The samples of each of `tsuids` in `[start_ms, end_ms]`, in the
+    /// order given, read as the OpenTSDB engine reads
+    /// (`query::read`): each metric's series in key order, split into
+    /// runs that the store's read threads take from a queue, a run read
+    /// by scanning the metric's rows where the selection covers most of
+    /// the metric. Refused past `max_samples`, counted while reading.
+    fn read_samples(
+        &self,
+        tsuids: &[Tsuid],
+        start_ms: u64,
+        end_ms: u64,
+    ) -> Result<Vec<Vec<Sample>>, PromError> {
+        let plan = ReadRuns::plan(self.ctx, tsuids, start_ms, end_ms);
+        let threads = self
+            .ctx
+            .source
+            .read_threads()
+            .min(tsuids.len() / MIN_SERIES_PER_THREAD)
+            .max(1);
+        let queue = Mutex::new(plan.runs.iter().rev().collect::<Vec<&ReadRun>>());
+        let total = AtomicUsize::new(0);
+        let max = self.limits.max_samples;
+        let work = || -> Result<Vec<RunSamples>, PromError> {
+            let mut done = Vec::new();
+            while let Some(run) = queue.lock().pop() {
+                let Some(got) = self.read_run(&plan.order, run, start_ms, end_ms, &total, max)?
+                else {
+                    return Err(PromError::execution(TOO_MANY_SAMPLES));
+                };
+                done.push((run, got));
+            }
+            Ok(done)
+        };
+        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); tsuids.len()];
+        for done in crate::parallel::run_all((0..threads).map(|_| work)) {
+            for (run, got) in done? {
+                for ((_, slot), s) in plan.order[run.from..run.to].iter().zip(got) {
+                    let slot = *slot;
+                    samples[slot] = s;
+                }
+            }
+        }
+        Ok(samples)
+    }
+
+    /// Reads one run; `None` once the call's samples passed `max`.
+    fn read_run(
+        &self,
+        order: &[(Tsuid, usize)],
+        run: &ReadRun,
+        start_ms: u64,
+        end_ms: u64,
+        total: &AtomicUsize,
+        max: usize,
+    ) -> Result<Option<Vec<Vec<Sample>>>, PromError> {
+        let list: Vec<Tsuid> = order[run.from..run.to]
+            .iter()
+            .map(|(t, _)| t.clone())
+            .collect();
+        let mut got: Vec<Vec<Sample>> = vec![Vec::new(); list.len()];
+        let mut over = false;
+        let mut sink = |i: usize, points: &[Point]| {
+            let before = total.fetch_add(points.len(), Ordering::Relaxed);
+            if before + points.len() > max {
+                over = true;
+                return false;
+            }
+            got[i].extend(points.iter().map(|p| Sample {
+                t: p.timestamp_ms() as i64,
+                v: match p.value() {
+                    Value::Int(v) => v as f64,
+                    // Bits kept: a stale marker is a NaN payload.
+                    Value::Float(v) => v,
+                },
+            }));
+            true
+        };
+        let read = if run.scan {
+            self.ctx
+                .source
+                .scan_tsuids(run.metric, &list, start_ms, end_ms, &mut sink)
+        } else {
+            self.ctx
+                .source
+                .read_tsuids(&list, start_ms, end_ms, &mut sink)
+        };
+        read.map_err(|e| PromError::internal(e.to_string()))?;
+        Ok((!over).then_some(got))
+    }
+
     /// The matcher sets to visit: `sets`, or one empty set (every series)
     /// when there is none.
     fn sets_or_all(sets: &[Vec<Matcher>]) -> Vec<&[Matcher]> {
@@ -309,37 +408,7 @@ impl Storage for DbStorage<'_> {
         }
         let chosen = self.choose(matchers, start_ms)?;
         let tsuids: Vec<Tsuid> = chosen.iter().map(|(t, _)| t.clone()).collect();
-        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); tsuids.len()];
-        let mut total = 0usize;
-        let mut over = false;
-        let max = self.limits.max_samples;
-        self.ctx
-            .source
-            .read_tsuids(
-                &tsuids,
-                start_ms.max(0) as u64,
-                end_ms as u64,
-                &mut |i, points| {
-                    total += points.len();
-                    if total > max {
-                        over = true;
-                        return false;
-                    }
-                    samples[i].extend(points.iter().map(|p| Sample {
-                        t: p.timestamp_ms() as i64,
-                        v: match p.value() {
-                            Value::Int(v) => v as f64,
-                            // Bits kept: a stale marker is a NaN payload.
-                            Value::Float(v) => v,
-                        },
-                    }));
-                    true
-                },
-            )
-            .map_err(|e| PromError::internal(e.to_string()))?;
-        if over {
-            return Err(PromError::execution(TOO_MANY_SAMPLES));
-        }
+        let samples = self.read_samples(&tsuids, start_ms.max(0) as u64, end_ms as u64)?;
         Ok(chosen
             .into_iter()
             .zip(samples)
@@ -463,6 +532,71 @@ impl Storage for DbStorage<'_> {
             }
         }
         Ok(out.into_iter().collect())
+    }
+}
+
+/// Below this many series a read thread costs more than it saves (the
+/// OpenTSDB engine's figure).
+const MIN_SERIES_PER_THREAD: usize = 64;
+
+/// Runs per read thread: a thread that draws cheap runs, or more of the
+/// core, takes more of them.
+const RUNS_PER_THREAD: usize = 4;
+
+/// A run read, with each of its series' samples.
+type RunSamples<'r> = (&'r ReadRun, Vec<Vec<Sample>>);
+
+/// A selection's series in read order, cut into runs.
+struct ReadRuns {
+    /// Each series with its place in the caller's list, sorted by key
+    /// (metric first), the order the store's rows are in.
+    order: Vec<(Tsuid, usize)>,
+    runs: Vec<ReadRun>,
+}
+
+/// `order[from..to]`: series of one metric, read by one thread.
+struct ReadRun {
+    metric: Uid,
+    from: usize,
+    to: usize,
+    /// Read by scanning the metric's rows of the range rather than a
+    /// lookup per series and hour.
+    scan: bool,
+}
+
+impl ReadRuns {
+    fn plan(ctx: &QueryContext, tsuids: &[Tsuid], start_ms: u64, end_ms: u64) -> ReadRuns {
+        let mut order: Vec<(Tsuid, usize)> = tsuids.iter().cloned().zip(0..).collect();
+        order.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let hours = end_ms.saturating_sub(start_ms) / ROW_SPAN_MS + 1;
+        let threads = ctx.source.read_threads().max(1);
+        let mut runs = Vec::new();
+        let mut from = 0;
+        while from < order.len() {
+            let metric = order[from].0.metric;
+            let n = order[from..].partition_point(|(t, _)| t.metric == metric);
+            let in_index = ctx.index.with_metric(metric, |m| m.map_or(0, |m| m.len()));
+            // The OpenTSDB engine's rule: scan when most of the metric is
+            // asked for, or when lookups would be too many.
+            let scan = n > 1 && (n * 2 >= in_index || hours.saturating_mul(n as u64) > 200_000);
+            let count = (threads * RUNS_PER_THREAD)
+                .min(n / MIN_SERIES_PER_THREAD)
+                .max(1);
+            let per = n.div_ceil(count);
+            let mut at = from;
+            while at < from + n {
+                let to = (at + per).min(from + n);
+                runs.push(ReadRun {
+                    metric,
+                    from: at,
+                    to,
+                    scan,
+                });
+                at = to;
+            }
+            from += n;
+        }
+        ReadRuns { order, runs }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The label that holds a series' metric name.
 pub const METRIC_NAME: &str = "__name__";
@@ -63,12 +63,21 @@ pub struct Labels(Arc<LabelsInner>);
 struct LabelsInner {
     labels: Vec<Label>,
     hash: u64,
+    /// The set without `__name__`, built the first time it is asked for:
+    /// most functions and operators drop the name of every series at
+    /// every step, and sharing one set keeps that a reference count
+    /// (and keeps later map lookups of it a pointer comparison).
+    unnamed: OnceLock<Labels>,
 }
 
 impl LabelsInner {
     fn new(labels: Vec<Label>) -> LabelsInner {
         let hash = hash_labels(&labels);
-        LabelsInner { labels, hash }
+        LabelsInner {
+            labels,
+            hash,
+            unnamed: OnceLock::new(),
+        }
     }
 }
 
@@ -233,9 +242,13 @@ impl Labels {
 
     /// These labels without `__name__`.
     pub fn without_name(&self) -> Labels {
-        let mut l = self.clone();
-        l.remove(METRIC_NAME);
-        l
+        if !self.has(METRIC_NAME) {
+            return self.clone();
+        }
+        self.0
+            .unnamed
+            .get_or_init(|| self.filter(|n| n != METRIC_NAME))
+            .clone()
     }
 
     /// Only the labels whose names are in `names` (Prometheus'
@@ -270,6 +283,8 @@ impl Labels {
         let inner = Arc::make_mut(&mut self.0);
         f(&mut inner.labels);
         inner.hash = hash_labels(&inner.labels);
+        // Derived from the labels before the edit.
+        inner.unnamed = OnceLock::new();
     }
 }
 
