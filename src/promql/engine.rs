@@ -13,6 +13,7 @@ mod aggregate;
 mod binary;
 mod calls;
 mod eval;
+mod nesting;
 mod parse;
 mod selectors;
 mod step;

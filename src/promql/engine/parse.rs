@@ -60,6 +60,7 @@ fn register_holt_winters() {
 /// that only Prometheus 3.x has, is `bad_data`.
 pub fn parse_query(query: &str) -> Result<Expr, PromError> {
     register_holt_winters();
+    super::nesting::check(query)?;
     if let Some(err) = quoted_metric_name(query) {
         return Err(err);
     }
