@@ -15,6 +15,7 @@ mod calls;
 mod eval;
 mod nesting;
 mod parse;
+mod regexes;
 mod selectors;
 mod step;
 

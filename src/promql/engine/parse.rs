@@ -61,6 +61,7 @@ fn register_holt_winters() {
 pub fn parse_query(query: &str) -> Result<Expr, PromError> {
     register_holt_winters();
     super::nesting::check(query)?;
+    super::regexes::check(query)?;
     if let Some(err) = quoted_metric_name(query) {
         return Err(err);
     }
