@@ -29,9 +29,8 @@ pub(super) const QUERY_BUDGET_BYTES: usize = 32 << 20;
 /// The size limit of the first compile of each expression.
 const FIRST_TRY_BYTES: usize = 64 << 10;
 
-/// What promql-parser's own compile may take of an expression this
-/// compile refuses for its syntax (the parser retries such an expression
-/// with its braces escaped): the `regex` crate's default limit.
+/// The largest expression promql-parser compiles (the `regex` crate's
+/// default limit): a larger one is its error anyway.
 const PARSER_LIMIT_BYTES: usize = 10 << 20;
 
 /// `bad_data` when the label matchers' expressions of `query` compile
@@ -72,10 +71,55 @@ fn compiled_cost(pattern: &str, left: usize) -> Option<usize> {
                 limit = limit.saturating_mul(2).min(cap);
             }
             Err(RegexError::CompiledTooBig(_)) => return None,
-            // A syntax the parser may still take after escaping braces:
-            // charged what the parser's compile may take.
-            Err(_) => return (PARSER_LIMIT_BYTES <= left).then_some(PARSER_LIMIT_BYTES),
+            // Go takes a brace that starts no repetition as text; the
+            // parser compiles such an expression again with those braces
+            // escaped, and so is it charged here. An expression that
+            // still does not compile is refused by the parser and held
+            // by no one.
+            Err(_) => {
+                let escaped = escape_text_braces(pattern);
+                if escaped == pattern {
+                    return Some(0);
+                }
+                return compiled_cost(&escaped, left);
+            }
         }
+    }
+}
+
+/// `pattern` with every `{` that does not start a repetition (`{n}`,
+/// `{n,}`, `{n,m}`) escaped, as Go reads such a brace.
+fn escape_text_braces(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 8);
+    let mut chars = pattern.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                out.push(c);
+                if let Some((_, next)) = chars.next() {
+                    out.push(next);
+                }
+            }
+            '{' if !starts_repetition(&pattern[i + 1..]) => out.push_str("\\{"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Whether `rest`, the text after a `{`, is a repetition's `n}`, `n,}`
+/// or `n,m}`.
+fn starts_repetition(rest: &str) -> bool {
+    let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
+    let n = digits(rest);
+    if n == 0 {
+        return false;
+    }
+    let rest = &rest[n..];
+    if let Some(after) = rest.strip_prefix(',') {
+        after[digits(after)..].starts_with('}')
+    } else {
+        rest.starts_with('}')
     }
 }
 
@@ -219,8 +263,16 @@ mod tests {
             hosts.join("|")
         );
         assert!(check(&q).is_ok());
-        // Braces Go takes as text: the parser's business.
-        assert!(check(r#"x{a=~"a{b}"}"#).is_ok());
+        // Braces Go takes as text, charged as the parser compiles them.
+        assert_eq!(
+            escape_text_braces(r"/api/{id}/x{2}\{a{1,}b{,3}"),
+            r"/api/\{id}/x{2}\{a{1,}b\{,3}"
+        );
+        assert_eq!(compiled_cost("/api/{id}", 1 << 20), Some(FIRST_TRY_BYTES));
+        let q = vec![r#"x{handler=~"/api/{id}"}"#; 20].join(" or ");
+        assert!(check(&q).is_ok());
+        // An expression that never compiles is the parser's error.
+        assert_eq!(compiled_cost("(", 1 << 20), Some(0));
     }
 
     #[test]
