@@ -13,7 +13,9 @@ mod aggregate;
 mod binary;
 mod calls;
 mod eval;
+mod nesting;
 mod parse;
+mod regexes;
 mod selectors;
 mod step;
 

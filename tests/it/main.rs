@@ -20,6 +20,7 @@ mod prom_api;
 mod prom_clients;
 mod prom_common;
 mod prom_diff;
+mod prom_hardening;
 mod prom_write;
 mod query_cache_props;
 mod query_props;

@@ -60,6 +60,8 @@ fn register_holt_winters() {
 /// that only Prometheus 3.x has, is `bad_data`.
 pub fn parse_query(query: &str) -> Result<Expr, PromError> {
     register_holt_winters();
+    super::nesting::check(query)?;
+    super::regexes::check(query)?;
     if let Some(err) = syntax_2_42(query) {
         return Err(err);
     }
