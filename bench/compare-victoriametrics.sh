@@ -81,6 +81,10 @@ disk_later() {
 declare -A R
 add() { R[$1]="${R[$1]:-} $2"; }
 
+# The loader's metric names: remote write sends Prometheus names, so
+# `cpu.usage_user` arrives as `cpu_usage_user` (examples/tsbs.rs).
+SEP=.; [ "$PROTO" = remote-write ] && SEP=_
+
 # Every point answers a count query: the sum over the ten metrics of the
 # points in the hour.
 # The query is built once: ten `urlenc` runs (a Python start each) per poll
@@ -88,7 +92,7 @@ add() { R[$1]="${R[$1]:-} $2"; }
 RT_COUNT_Q="/api/query?start=$START&end=$((END - 1))"
 for m in cpu.usage_user cpu.usage_system cpu.usage_idle cpu.usage_nice cpu.usage_iowait \
          cpu.usage_irq cpu.usage_softirq cpu.usage_steal cpu.interrupts cpu.context_switches; do
-  RT_COUNT_Q="$RT_COUNT_Q&m=$(urlenc "zimsum:${HOURS}h-count:$m")"
+  RT_COUNT_Q="$RT_COUNT_Q&m=$(urlenc "zimsum:${HOURS}h-count:${m/./$SEP}")"
 done
 rtsdb_count() {
   curl -s "http://127.0.0.1:$1$RT_COUNT_Q" | python3 -c 'import json,sys
@@ -98,7 +102,7 @@ except Exception: print(0)'
 # VictoriaMetrics caches tag filters for a few seconds: each poll asks with
 # a different dummy matcher so it never answers from that cache.
 vm_count() {
-  local q; q=$(urlenc "sum(count_over_time({__name__=~\"cpu[.].*\",dummy!=\"p$2\"}[${HOURS}h]))")
+  local q; q=$(urlenc "sum(count_over_time({__name__=~\"cpu[._].*\",dummy!=\"p$2\"}[${HOURS}h]))")
   curl -s "http://127.0.0.1:$1/api/v1/query?query=$q&time=$((END - 1))&nocache=1" | python3 -c 'import json,sys
 try:
   r=json.load(sys.stdin)["data"]["result"]; print(int(float(r[0]["value"][1])) if r else 0)
@@ -128,10 +132,10 @@ vm_start() {
 vq() { # PromQL, first bucket end offset -> /api/v1/query_range path
   echo "/api/v1/query_range?query=$(urlenc "$1")&start=$((START + $2))&end=$((END + 1 - 10))&step=$3"
 }
-VM_Q1='avg(avg_over_time({__name__="cpu.usage_user"}[1m]))'
-VM_Q2='avg(avg_over_time({__name__="cpu.usage_user",hostname="host_42"}[1m]))'
-VM_Q3='avg(avg_over_time({__name__="cpu.usage_user"}[1m])) by (region)'
-VM_Q4='sum(rate({__name__="cpu.interrupts"}[10s]))'
+VM_Q1='avg(avg_over_time({__name__="cpu'$SEP'usage_user"}[1m]))'
+VM_Q2='avg(avg_over_time({__name__="cpu'$SEP'usage_user",hostname="host_42"}[1m]))'
+VM_Q3='avg(avg_over_time({__name__="cpu'$SEP'usage_user"}[1m])) by (region)'
+VM_Q4='sum(rate({__name__="cpu'$SEP'interrupts"}[10s]))'
 run_vm() {
   rm -rf "$WORK/vm"; vm_start
   local c0 t0; c0=$(cpu_seconds $VPID); t0=$(now)
@@ -168,10 +172,10 @@ if [ "$QUERIES" = promql ]; then
   RT_Q1=$VM_Q1; RT_Q2=$VM_Q2; RT_Q3=$VM_Q3; RT_Q4=$VM_Q4
 else
   rq() { echo "/api/query?start=$START&end=$((END - 1))&m=$(urlenc "$1")"; }
-  RT_Q1='avg:1m-avg:cpu.usage_user'
-  RT_Q2='avg:1m-avg:cpu.usage_user{hostname=host_42}'
-  RT_Q3='avg:1m-avg:cpu.usage_user{region=*}'
-  RT_Q4='sum:rate:cpu.interrupts'
+  RT_Q1="avg:1m-avg:cpu${SEP}usage_user"
+  RT_Q2="avg:1m-avg:cpu${SEP}usage_user{hostname=host_42}"
+  RT_Q3="avg:1m-avg:cpu${SEP}usage_user{region=*}"
+  RT_Q4="sum:rate:cpu${SEP}interrupts"
 fi
 run_rtsdb() {
   rm -rf "$WORK/rtsdb"; rtsdb_start

@@ -28,7 +28,9 @@
 //! `remote-write` sends each step as one Prometheus remote write 1.0
 //! request to `/api/v1/write` (snappy-compressed protobuf, as Prometheus
 //! and vmagent send it, encoded once per request by the loader): the same
-//! samples, with the metric as `__name__` and the tags as labels.
+//! samples, with the metric as `__name__` (its dots as underscores,
+//! `cpu_usage_user`: remote write takes Prometheus' metric names only, and
+//! refuses a whole series named `cpu.usage_user`) and the tags as labels.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -342,6 +344,12 @@ mod prompb {
     }
 }
 
+/// A devops metric as remote write sends it: `cpu.usage_user` is
+/// `cpu_usage_user` (a dot is not in Prometheus' metric name rule).
+fn prometheus_name(metric: &str) -> String {
+    metric.replace('.', "_")
+}
+
 /// One step's points as one remote write 1.0 request.
 fn remote_write(
     stream: &mut TcpStream,
@@ -357,10 +365,10 @@ fn remote_write(
     for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let line = std::str::from_utf8(line).expect("ascii");
         let mut words = line.split(' ');
-        let metric = words.next().unwrap_or("");
+        let metric = prometheus_name(words.next().unwrap_or(""));
         let ts: i64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
         let value: f64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(0.0);
-        let mut labels: Vec<prompb::Label> = std::iter::once(("__name__", metric))
+        let mut labels: Vec<prompb::Label> = std::iter::once(("__name__", metric.as_str()))
             .chain(words.filter_map(|w| w.split_once('=')))
             .map(|(name, value)| prompb::Label {
                 name: name.into(),

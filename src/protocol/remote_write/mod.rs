@@ -2,7 +2,10 @@
 //! 1.0 `prometheus.WriteRequest` or 2.0 `io.prometheus.write.v2.Request`,
 //! decoded into a neutral form the write path takes: series (the metric,
 //! the other labels sorted by name, the samples) and metadata entries.
-//! Pure parsing, no I/O.
+//! Pure parsing, no I/O. 1.0, what every sender here speaks, is read by
+//! a protobuf reader that borrows from the decompressed body ([`wire`]);
+//! 2.0 by `prost` (its symbol table makes each name one slice for the
+//! whole request already).
 //!
 //! A body that is not snappy or not protobuf is refused whole. A series
 //! that cannot be taken (no `__name__`, a duplicate or invalid label
@@ -13,6 +16,9 @@
 //! them.
 
 mod proto;
+mod wire;
+
+use std::ops::Range;
 
 use bytes::Bytes;
 use prost::Message as _;
@@ -123,10 +129,6 @@ impl Text {
         // are UTF-8, and `Bytes` never changes them.
         unsafe { std::str::from_utf8_unchecked(&self.0) }
     }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 impl std::fmt::Debug for Text {
@@ -135,26 +137,51 @@ impl std::fmt::Debug for Text {
     }
 }
 
-/// A series as the write path takes it.
+/// A series as the write path takes it. Its names are one string (the
+/// metric, then each label's name and value), not a string each: one
+/// allocation per series, where the write path resolves thousands of
+/// series a request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
-    /// `__name__`'s value.
-    metric: Text,
-    /// The other labels, sorted by name, none empty.
-    labels: Vec<(Text, Text)>,
+    /// `__name__`'s value, then the other labels' names and values.
+    text: String,
+    /// Where `__name__`'s value ends in `text`.
+    metric_end: usize,
+    /// The other labels (name, value) in `text`, sorted by name, none
+    /// empty.
+    labels: Vec<(Range<usize>, Range<usize>)>,
     pub samples: Vec<Sample>,
 }
 
 impl Series {
+    /// The series of `metric` and `labels` (sorted by name, none empty).
+    fn new(metric: &str, labels: &[(&str, &str)], samples: Vec<Sample>) -> Series {
+        let len = metric.len() + labels.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        let mut text = String::with_capacity(len);
+        text.push_str(metric);
+        let mut span = |s: &str| {
+            let start = text.len();
+            text.push_str(s);
+            start..text.len()
+        };
+        let labels = labels.iter().map(|&(k, v)| (span(k), span(v))).collect();
+        Series {
+            text,
+            metric_end: metric.len(),
+            labels,
+            samples,
+        }
+    }
+
     pub fn metric(&self) -> &str {
-        self.metric.as_str()
+        &self.text[..self.metric_end]
     }
 
     /// The labels but `__name__`, sorted by name: the write path's tags.
     pub fn tags(&self) -> Vec<(&str, &str)> {
         self.labels
             .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .map(|(k, v)| (&self.text[k.clone()], &self.text[v.clone()]))
             .collect()
     }
 }
@@ -236,17 +263,11 @@ impl Request {
 /// decompressed length, checked against the length the snappy header
 /// declares before anything is allocated.
 pub fn decode(body: &[u8], version: Version, max_len: usize) -> Result<Request, RemoteWriteError> {
-    let raw = Bytes::from(decompress(body, max_len)?);
+    let raw = decompress(body, max_len)?;
     match version {
-        Version::V1 => {
-            let req =
-                proto::WriteRequest::decode(raw).map_err(|e| RemoteWriteError::NotProtobuf {
-                    message: "prometheus.WriteRequest",
-                    cause: e.to_string(),
-                })?;
-            Ok(from_v1(req))
-        }
+        Version::V1 => from_v1(&raw),
         Version::V2 => {
+            let raw = Bytes::from(raw);
             let req = proto::RequestV2::decode(raw).map_err(|e| RemoteWriteError::NotProtobuf {
                 message: "io.prometheus.write.v2.Request",
                 cause: e.to_string(),
@@ -284,14 +305,14 @@ pub fn is_label_name(s: &str) -> bool {
 
 /// `{a="1", b="2"}` as Prometheus prints label sets, cut short for
 /// error messages.
-fn describe(labels: &[(Text, Text)]) -> String {
+fn describe(labels: &[(&str, &str)]) -> String {
     const MAX: usize = 512;
     let mut s = String::from("{");
     for (i, (k, v)) in labels.iter().enumerate() {
         if i > 0 {
             s.push_str(", ");
         }
-        s.push_str(k.as_str());
+        s.push_str(k);
         s.push('=');
         s.push_str(&format!("{v:?}"));
         if s.len() > MAX {
@@ -309,45 +330,61 @@ fn describe(labels: &[(Text, Text)]) -> String {
 }
 
 /// A series' labels (in any order, empty values included) checked and
-/// split into the metric and the other labels, sorted.
+/// split into the metric and the other labels, sorted. `labels` is
+/// scratch space, left reordered.
 fn series_of(
-    mut labels: Vec<(Text, Text)>,
+    labels: &mut Vec<(&str, &str)>,
     samples: Vec<Sample>,
 ) -> Result<Series, RemoteWriteError> {
     labels.retain(|(_, v)| !v.is_empty());
-    labels.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let series = || describe(&labels);
+    labels.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let labels = &*labels;
+    let series = || describe(labels);
     if let Some(w) = labels.windows(2).find(|w| w[0].0 == w[1].0) {
         return Err(RemoteWriteError::DuplicateLabel {
             series: series(),
-            name: w[0].0.as_str().to_string(),
+            name: w[0].0.to_string(),
         });
     }
-    if let Some((k, _)) = labels.iter().find(|(k, _)| !is_label_name(k.as_str())) {
+    if let Some((k, _)) = labels.iter().find(|(k, _)| !is_label_name(k)) {
         return Err(RemoteWriteError::InvalidLabelName {
             series: series(),
-            name: k.as_str().to_string(),
+            name: k.to_string(),
         });
     }
-    let Some(at) = labels.iter().position(|(k, _)| k.as_str() == "__name__") else {
+    let Some(at) = labels.iter().position(|(k, _)| *k == "__name__") else {
         return Err(RemoteWriteError::NoMetricName { series: series() });
     };
-    if !is_metric_name(labels[at].1.as_str()) {
+    if !is_metric_name(labels[at].1) {
         return Err(RemoteWriteError::InvalidMetricName {
             series: series(),
-            name: labels[at].1.as_str().to_string(),
+            name: labels[at].1.to_string(),
         });
     }
-    let metric = labels.remove(at).1;
-    Ok(Series {
-        metric,
-        labels,
-        samples,
-    })
+    // The labels either side of `__name__` stay sorted, in one run.
+    let mut rest: [(&str, &str); 32] = [("", ""); 32];
+    if labels.len() <= rest.len() {
+        let rest = &mut rest[..labels.len() - 1];
+        rest[..at].copy_from_slice(&labels[..at]);
+        rest[at..].copy_from_slice(&labels[at + 1..]);
+        Ok(Series::new(labels[at].1, rest, samples))
+    } else {
+        let rest: Vec<(&str, &str)> = labels[..at]
+            .iter()
+            .chain(&labels[at + 1..])
+            .copied()
+            .collect();
+        Ok(Series::new(labels[at].1, &rest, samples))
+    }
 }
 
 /// Files a series, or its refusal, in `out`.
-fn file(out: &mut Request, labels: Vec<(Text, Text)>, samples: Vec<Sample>, histograms: usize) {
+fn file(
+    out: &mut Request,
+    labels: &mut Vec<(&str, &str)>,
+    samples: Vec<Sample>,
+    histograms: usize,
+) {
     let count = samples.len();
     match series_of(labels, samples) {
         Ok(series) if histograms > 0 => {
@@ -369,38 +406,129 @@ fn file(out: &mut Request, labels: Vec<(Text, Text)>, samples: Vec<Sample>, hist
 
 /// `metric{labels}` of a checked series.
 fn describe_series(s: &Series) -> String {
-    format!("{}{}", s.metric(), describe(&s.labels))
+    format!("{}{}", s.metric(), describe(&s.tags()))
 }
 
-fn from_v1(req: proto::WriteRequest) -> Request {
+/// Decodes a 1.0 `prometheus.WriteRequest` from `raw`, borrowing the
+/// label names and values from it until each series is checked (see
+/// [`wire`]). A body that is not protobuf anywhere is refused whole.
+fn from_v1(raw: &[u8]) -> Result<Request, RemoteWriteError> {
+    let not_protobuf = |e: wire::WireError| RemoteWriteError::NotProtobuf {
+        message: "prometheus.WriteRequest",
+        cause: e.to_string(),
+    };
     let mut out = Request::default();
-    for (index, ts) in req.timeseries.into_iter().enumerate() {
-        out.exemplars += ts.exemplars.len();
-        let labels: Option<Vec<(Text, Text)>> = ts
-            .labels
-            .into_iter()
-            .map(|l| Some((Text::new(l.name)?, Text::new(l.value)?)))
-            .collect();
-        match labels {
-            Some(labels) => file(&mut out, labels, ts.samples, ts.histograms.len()),
-            None => out.refused.push((
-                RemoteWriteError::NotUtf8 { index },
-                ts.samples.len() + ts.histograms.len(),
-            )),
+    let mut raw_labels: Vec<(&[u8], &[u8])> = Vec::new();
+    let mut labels: Vec<(&str, &str)> = Vec::new();
+    let mut index = 0;
+    for field in wire::Fields::new(raw) {
+        let (number, value) = field.map_err(not_protobuf)?;
+        match number {
+            // `repeated TimeSeries timeseries = 1`
+            1 => {
+                let ts = value.len_delimited(number).map_err(not_protobuf)?;
+                let series = v1_series(ts, &mut raw_labels).map_err(not_protobuf)?;
+                out.exemplars += series.exemplars;
+                labels.clear();
+                let utf8 = raw_labels.iter().try_for_each(|(k, v)| {
+                    labels.push((std::str::from_utf8(k).ok()?, std::str::from_utf8(v).ok()?));
+                    Some(())
+                });
+                match utf8 {
+                    Some(()) => file(&mut out, &mut labels, series.samples, series.histograms),
+                    None => out.refused.push((
+                        RemoteWriteError::NotUtf8 { index },
+                        series.samples.len() + series.histograms,
+                    )),
+                }
+                index += 1;
+            }
+            // `repeated MetricMetadata metadata = 3`: a few a request.
+            3 => {
+                let m = value.len_delimited(number).map_err(not_protobuf)?;
+                let m = proto::MetricMetadata::decode(m).map_err(|e| {
+                    RemoteWriteError::NotProtobuf {
+                        message: "prometheus.WriteRequest",
+                        cause: e.to_string(),
+                    }
+                })?;
+                if !m.metric_family_name.is_empty() {
+                    out.metadata.push(Metadata {
+                        metric: m.metric_family_name,
+                        kind: MetricKind::of_number(m.r#type),
+                        help: m.help,
+                        unit: m.unit,
+                    });
+                }
+            }
+            _ => {}
         }
     }
-    out.metadata = req
-        .metadata
-        .into_iter()
-        .filter(|m| !m.metric_family_name.is_empty())
-        .map(|m| Metadata {
-            metric: m.metric_family_name,
-            kind: MetricKind::of_number(m.r#type),
-            help: m.help,
-            unit: m.unit,
-        })
-        .collect();
-    out
+    Ok(out)
+}
+
+/// What a 1.0 `TimeSeries` holds besides its labels.
+struct V1Series {
+    samples: Vec<Sample>,
+    /// Exemplars, counted, not read.
+    exemplars: usize,
+    /// Native histogram samples, counted, not read (they are refused).
+    histograms: usize,
+}
+
+/// Reads a 1.0 `TimeSeries`: its labels, as written, into `labels`.
+fn v1_series<'a>(
+    buf: &'a [u8],
+    labels: &mut Vec<(&'a [u8], &'a [u8])>,
+) -> Result<V1Series, wire::WireError> {
+    labels.clear();
+    let mut series = V1Series {
+        samples: Vec::new(),
+        exemplars: 0,
+        histograms: 0,
+    };
+    for field in wire::Fields::new(buf) {
+        let (number, value) = field?;
+        match number {
+            // `repeated Label labels = 1`: `string name = 1; string value = 2`.
+            1 => {
+                let (mut name, mut text): (&[u8], &[u8]) = (&[], &[]);
+                for f in wire::Fields::new(value.len_delimited(number)?) {
+                    match f? {
+                        (1, v) => name = v.len_delimited(1)?,
+                        (2, v) => text = v.len_delimited(2)?,
+                        _ => {}
+                    }
+                }
+                labels.push((name, text));
+            }
+            // `repeated Sample samples = 2`: `double value = 1; int64 timestamp = 2`.
+            2 => {
+                let mut sample = Sample {
+                    value: 0.0,
+                    timestamp_ms: 0,
+                };
+                for f in wire::Fields::new(value.len_delimited(number)?) {
+                    match f? {
+                        (1, v) => sample.value = f64::from_bits(v.fixed64(1)?),
+                        (2, v) => sample.timestamp_ms = v.varint(2)? as i64,
+                        _ => {}
+                    }
+                }
+                series.samples.push(sample);
+            }
+            3 => {
+                value.len_delimited(number)?;
+                series.exemplars += 1;
+            }
+            4 => {
+                value.len_delimited(number)?;
+                series.histograms += 1;
+            }
+            _ => {}
+        }
+    }
+    Ok(series)
 }
 
 fn from_v2(req: proto::RequestV2) -> Request {
@@ -431,12 +559,12 @@ fn from_v2(req: proto::RequestV2) -> Request {
             ));
             continue;
         }
-        let labels: Result<Vec<(Text, Text)>, RemoteWriteError> = ts
+        let labels: Result<Vec<(&str, &str)>, RemoteWriteError> = ts
             .labels_refs
             .chunks_exact(2)
-            .map(|p| Ok((symbol(p[0])?.clone(), symbol(p[1])?.clone())))
+            .map(|p| Ok((symbol(p[0])?.as_str(), symbol(p[1])?.as_str())))
             .collect();
-        let labels = match labels {
+        let mut labels = match labels {
             Ok(l) => l,
             Err(e) => {
                 out.refused.push((e, carried));
@@ -457,7 +585,7 @@ fn from_v2(req: proto::RequestV2) -> Request {
             _ => None,
         };
         let before = out.series.len();
-        file(&mut out, labels, ts.samples, ts.histograms.len());
+        file(&mut out, &mut labels, ts.samples, ts.histograms.len());
         if let (Some((kind, help, unit)), Some(s)) = (metadata, out.series.get(before)) {
             out.metadata.push(Metadata {
                 metric: s.metric().to_string(),

@@ -2,7 +2,8 @@
 //! (no protoc, no build step): 1.0's `prometheus.WriteRequest`
 //! (prompb/remote.proto and types.proto of Prometheus 2.42) and 2.0's
 //! `io.prometheus.write.v2.Request` (the 2.0 spec's types.proto). Field
-//! numbers are the .proto files'. Native histograms and exemplars are
+//! numbers are the .proto files'. 1.0's series are read without them
+//! (`super::wire`), these declare what the tests encode. Native histograms and exemplars are
 //! kept as their encoded bytes: rtsdb refuses the first and does not
 //! store the second, and only needs to count them. Label names, values
 //! and 2.0 symbols are slices of the decompressed body (`Bytes`), not
@@ -14,6 +15,10 @@ use bytes::Bytes;
 pub(crate) use super::Sample;
 
 /// 1.0 `prometheus.WriteRequest`.
+///
+/// 1.0 bodies are read by [`super::wire`] (borrowing), so this declaration
+/// only encodes the tests' bodies.
+#[cfg(test)]
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct WriteRequest {
     #[prost(message, repeated, tag = "1")]
@@ -24,6 +29,10 @@ pub(crate) struct WriteRequest {
 }
 
 /// 1.0 `prometheus.TimeSeries`.
+///
+/// 1.0 bodies are read by [`super::wire`] (borrowing), so this declaration
+/// only encodes the tests' bodies.
+#[cfg(test)]
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct TimeSeries {
     #[prost(message, repeated, tag = "1")]
@@ -39,6 +48,10 @@ pub(crate) struct TimeSeries {
 }
 
 /// 1.0 `prometheus.Label`.
+///
+/// 1.0 bodies are read by [`super::wire`] (borrowing), so this declaration
+/// only encodes the tests' bodies.
+#[cfg(test)]
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct Label {
     #[prost(bytes = "bytes", tag = "1")]

@@ -297,3 +297,114 @@ proptest! {
         let _ = decode(&body, Version::V2, MAX);
     }
 }
+
+/// A field key's bytes (numbers below 16, as these tests use).
+fn key(field: u8, wire_type: u8) -> u8 {
+    field << 3 | wire_type
+}
+
+#[test]
+fn v1_unknown_fields_and_groups_are_skipped() {
+    let plain = v1_series(&[("__name__", "up"), ("job", "a")], &[(5, 1.5)]);
+    let mut raw = proto::WriteRequest {
+        timeseries: vec![plain.clone()],
+        metadata: vec![],
+    }
+    .encode_to_vec();
+    // Field 9 (varint), field 10 (a group holding a varint and a nested
+    // group), field 11 (fixed32), field 12 (fixed64), field 13 (bytes).
+    raw.extend_from_slice(&[key(9, 0), 0x96, 0x01]);
+    raw.extend_from_slice(&[key(10, 3), key(1, 0), 7, key(2, 3), key(2, 4), key(10, 4)]);
+    raw.extend_from_slice(&[key(11, 5), 1, 2, 3, 4]);
+    raw.extend_from_slice(&[key(12, 1), 1, 2, 3, 4, 5, 6, 7, 8]);
+    raw.extend_from_slice(&[key(13, 2), 2, b'h', b'i']);
+    let r = decode(&snappy(&raw), Version::V1, MAX).unwrap();
+    let expected = decode(&v1_body(vec![plain], vec![]), Version::V1, MAX).unwrap();
+    assert_eq!(r, expected);
+    assert_eq!(r.series[0].tags(), vec![("job", "a")]);
+    assert_eq!(
+        r.series[0].samples,
+        vec![Sample {
+            value: 1.5,
+            timestamp_ms: 5
+        }]
+    );
+}
+
+#[test]
+fn v1_bodies_that_break_protobuf_are_refused_whole() {
+    let good = proto::WriteRequest {
+        timeseries: vec![v1_series(&[("__name__", "up")], &[(1, 1.0)])],
+        metadata: vec![],
+    }
+    .encode_to_vec();
+    let refused = |raw: &[u8]| {
+        matches!(
+            decode(&snappy(raw), Version::V1, MAX),
+            Err(RemoteWriteError::NotProtobuf { .. })
+        )
+    };
+    assert!(refused(&good[..good.len() - 1]), "truncated");
+    // Series as a varint: the wrong wire type for a known field.
+    assert!(refused(&[key(1, 0), 1]), "wrong wire type");
+    // An end-group tag with no start, and a group never closed.
+    assert!(refused(&[key(10, 4)]), "unmatched end");
+    assert!(refused(&[key(10, 3), key(1, 0), 1]), "open group");
+    // Field number 0, wire type 7, an 11-byte varint.
+    assert!(refused(&[0, 1]), "field 0");
+    assert!(refused(&[key(9, 7)]), "wire type 7");
+    assert!(
+        refused(&[
+            key(9, 0),
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0x7f
+        ]),
+        "long varint"
+    );
+    // Groups nested past the limit.
+    let mut deep = vec![key(10, 3); 200];
+    deep.extend(vec![key(10, 4); 200]);
+    assert!(refused(&deep), "too deep");
+}
+
+proptest! {
+    /// The borrowing 1.0 reader takes what `prost` takes, and reads it
+    /// the same: random bytes, and valid requests with bytes appended.
+    #[test]
+    fn the_v1_reader_agrees_with_prost(
+        bytes in proptest::collection::vec(any::<u8>(), 0..256),
+        names in proptest::collection::vec("[a-c_]{1,3}", 1..5),
+        value in any::<f64>(),
+        ts in any::<i64>(),
+    ) {
+        let by_prost = |raw: &[u8]| proto::WriteRequest::decode(raw).is_ok();
+        let by_us = |raw: &[u8]| decode(&snappy(raw), Version::V1, MAX).is_ok();
+        prop_assert_eq!(by_prost(&bytes), by_us(&bytes));
+        let pairs: Vec<(&str, &str)> = std::iter::once(("__name__", "m"))
+            .chain(names.iter().map(|n| (n.as_str(), "v")))
+            .collect();
+        let mut raw = proto::WriteRequest {
+            timeseries: vec![v1_series(&pairs, &[(ts, value)])],
+            metadata: vec![],
+        }
+        .encode_to_vec();
+        // The sample as prost reads it back (a -0.0 is not sent: proto3
+        // leaves out a value equal to 0, as Prometheus' encoder does).
+        let sent = proto::WriteRequest::decode(raw.as_slice()).unwrap().timeseries[0].samples[0];
+        let r = decode(&snappy(&raw), Version::V1, MAX).unwrap();
+        if let Some(s) = r.series.first().map(|s| s.samples[0]) {
+            prop_assert_eq!(s.timestamp_ms, sent.timestamp_ms);
+            prop_assert_eq!(s.value.to_bits(), sent.value.to_bits());
+        }
+        raw.extend_from_slice(&bytes);
+        prop_assert_eq!(by_prost(&raw), by_us(&raw));
+    }
+}
