@@ -56,6 +56,23 @@ impl NameRules {
     }
 }
 
+/// Prometheus' metric name rule, `[a-zA-Z_:][a-zA-Z0-9_:]*`: what a
+/// remote-written series' `__name__` must be.
+pub fn is_prometheus_metric_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_' || c == b':')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b':')
+}
+
+/// Prometheus' label name rule, `[a-zA-Z_][a-zA-Z0-9_]*` (remote write's
+/// label names, PromQL's `label_replace`/`count_values` targets, the
+/// API's `label/<name>/values`).
+pub fn is_prometheus_label_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

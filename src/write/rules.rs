@@ -8,8 +8,8 @@
 //! metric names. [`SeriesRules`] says which set a write is checked by;
 //! the checks of the Prometheus set are here.
 
+use crate::model::name::{is_prometheus_label_name, is_prometheus_metric_name};
 use crate::protocol::PointError;
-use crate::protocol::remote_write::{is_label_name, is_metric_name};
 
 /// The rule set a series' names are checked by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +99,7 @@ pub(crate) fn check_prometheus(
     let bad = |what: String| {
         PointError::IllegalArgument(format!("{what} in series {}", describe(metric, tags)))
     };
-    if !is_metric_name(metric) {
+    if !is_prometheus_metric_name(metric) {
         return Err(bad(format!("invalid metric name {metric:?}")));
     }
     if metric.len() > MAX_NAME_BYTES {
@@ -112,7 +112,7 @@ pub(crate) fn check_prometheus(
         )));
     }
     for (i, (k, v)) in tags.iter().enumerate() {
-        if !is_label_name(k) || *k == "__name__" {
+        if !is_prometheus_label_name(k) || *k == "__name__" {
             return Err(bad(format!("invalid label name {k:?}")));
         }
         if k.len() > MAX_NAME_BYTES {
@@ -165,16 +165,16 @@ mod tests {
     #[test]
     fn prometheus_names() {
         for ok in ["up", "job:http_requests:rate5m", "_x", ":a", "a1_b2"] {
-            assert!(is_metric_name(ok), "{ok}");
+            assert!(is_prometheus_metric_name(ok), "{ok}");
         }
         for bad in ["", "1a", "sys.cpu", "a-b", "a b", "é"] {
-            assert!(!is_metric_name(bad), "{bad}");
+            assert!(!is_prometheus_metric_name(bad), "{bad}");
         }
         for ok in ["le", "_x", "A_1", "__meta"] {
-            assert!(is_label_name(ok), "{ok}");
+            assert!(is_prometheus_label_name(ok), "{ok}");
         }
         for bad in ["", "a:b", "1x", "a.b", "ü"] {
-            assert!(!is_label_name(bad), "{bad}");
+            assert!(!is_prometheus_label_name(bad), "{bad}");
         }
     }
 

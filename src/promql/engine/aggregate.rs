@@ -10,8 +10,8 @@ use promql_parser::parser::token::{
 use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
 
 use super::step::{Eval, LabelMap, SelectorGroups, StepValue};
+use crate::model::name::is_prometheus_label_name;
 use crate::promql::error::PromError;
-use crate::promql::functions::labels::is_valid_label_name;
 use crate::promql::functions::quantile;
 use crate::promql::value::{Labels, METRIC_NAME, VectorSample, format_float};
 
@@ -380,7 +380,7 @@ fn count_values(
     input: Vec<VectorSample>,
     t: i64,
 ) -> Result<Vec<VectorSample>, PromError> {
-    if !is_valid_label_name(label) {
+    if !is_prometheus_label_name(label) {
         return Err(PromError::execution(format!(
             "invalid label name {label:?}"
         )));

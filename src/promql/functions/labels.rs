@@ -15,13 +15,7 @@ use super::{FnContext, at_step};
 use crate::promql::error::PromError;
 use crate::promql::value::VectorSample;
 
-/// Whether `name` is a label name Prometheus 2.42 accepts:
-/// `[a-zA-Z_][a-zA-Z0-9_]*`.
-pub fn is_valid_label_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
+use crate::model::name::is_prometheus_label_name;
 
 /// The string arguments of `label_replace(v, dst, replacement, src, regex)`.
 #[derive(Debug, Clone, Copy)]
@@ -48,7 +42,7 @@ pub fn label_replace(
             args.regex
         ))
     })?;
-    if !is_valid_label_name(args.dst) {
+    if !is_prometheus_label_name(args.dst) {
         return Err(PromError::execution(format!(
             "invalid destination label name in label_replace(): {}",
             args.dst
@@ -152,12 +146,12 @@ pub fn label_join(
     sources: &[String],
     ctx: &FnContext,
 ) -> Result<Vec<VectorSample>, PromError> {
-    if let Some(bad) = sources.iter().find(|s| !is_valid_label_name(s)) {
+    if let Some(bad) = sources.iter().find(|s| !is_prometheus_label_name(s)) {
         return Err(PromError::execution(format!(
             "invalid source label name in label_join(): {bad}"
         )));
     }
-    if !is_valid_label_name(dst) {
+    if !is_prometheus_label_name(dst) {
         return Err(PromError::execution(format!(
             "invalid destination label name in label_join(): {dst}"
         )));
@@ -315,11 +309,11 @@ mod tests {
 
     #[test]
     fn label_names() {
-        assert!(is_valid_label_name("_a1"));
-        assert!(is_valid_label_name("__name__"));
-        assert!(!is_valid_label_name("1a"));
-        assert!(!is_valid_label_name(""));
-        assert!(!is_valid_label_name("a.b"));
-        assert!(!is_valid_label_name("é"));
+        assert!(is_prometheus_label_name("_a1"));
+        assert!(is_prometheus_label_name("__name__"));
+        assert!(!is_prometheus_label_name("1a"));
+        assert!(!is_prometheus_label_name(""));
+        assert!(!is_prometheus_label_name("a.b"));
+        assert!(!is_prometheus_label_name("é"));
     }
 }

@@ -18,6 +18,7 @@
 mod proto;
 mod wire;
 
+use crate::model::name::{is_prometheus_label_name, is_prometheus_metric_name};
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -289,20 +290,6 @@ fn decompress(body: &[u8], max_len: usize) -> Result<Vec<u8>, RemoteWriteError> 
         .map_err(|e| RemoteWriteError::NotSnappy(e.to_string()))
 }
 
-/// Prometheus' metric name rule, `[a-zA-Z_:][a-zA-Z0-9_:]*`.
-pub fn is_metric_name(s: &str) -> bool {
-    let mut b = s.bytes();
-    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_' || c == b':')
-        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b':')
-}
-
-/// Prometheus' label name rule, `[a-zA-Z_][a-zA-Z0-9_]*`.
-pub fn is_label_name(s: &str) -> bool {
-    let mut b = s.bytes();
-    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
-        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
-}
-
 /// `{a="1", b="2"}` as Prometheus prints label sets, cut short for
 /// error messages.
 fn describe(labels: &[(&str, &str)]) -> String {
@@ -346,7 +333,7 @@ fn series_of(
             name: w[0].0.to_string(),
         });
     }
-    if let Some((k, _)) = labels.iter().find(|(k, _)| !is_label_name(k)) {
+    if let Some((k, _)) = labels.iter().find(|(k, _)| !is_prometheus_label_name(k)) {
         return Err(RemoteWriteError::InvalidLabelName {
             series: series(),
             name: k.to_string(),
@@ -355,7 +342,7 @@ fn series_of(
     let Some(at) = labels.iter().position(|(k, _)| *k == "__name__") else {
         return Err(RemoteWriteError::NoMetricName { series: series() });
     };
-    if !is_metric_name(labels[at].1) {
+    if !is_prometheus_metric_name(labels[at].1) {
         return Err(RemoteWriteError::InvalidMetricName {
             series: series(),
             name: labels[at].1.to_string(),

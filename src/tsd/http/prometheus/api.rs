@@ -377,7 +377,7 @@ fn labels(st: &TsdState, form: &Form) -> Result<Answer, ApiError> {
 /// `label/<name>/values`: the values of one label (`__name__`: the
 /// metric names).
 fn label_values(st: &TsdState, name: &str, form: &Form) -> Result<Answer, ApiError> {
-    if !params::is_label_name(name) {
+    if !crate::model::name::is_prometheus_label_name(name) {
         return Err(ApiError::bad_data(format!(
             "invalid label name: {}",
             params::go_quote(name)

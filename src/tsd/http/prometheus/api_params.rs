@@ -212,15 +212,6 @@ pub(super) fn parse_matchers(selectors: &[&str]) -> Result<Vec<Vec<Matcher>>, St
     Ok(sets)
 }
 
-/// Whether `name` is a label name as Prometheus 2.42 allows it
-/// (`[a-zA-Z_][a-zA-Z0-9_]*`).
-pub(super) fn is_label_name(name: &str) -> bool {
-    let mut c = name.chars();
-    c.next()
-        .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
-        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
-}
-
 /// `s` quoted as Go's `%q` quotes it (close enough for messages: JSON's
 /// escapes are Go's for everything a parameter holds).
 pub(super) fn go_quote(s: &str) -> String {
@@ -343,11 +334,11 @@ mod tests {
 
     #[test]
     fn label_names() {
-        assert!(is_label_name("job"));
-        assert!(is_label_name("__name__"));
-        assert!(is_label_name("_a1"));
-        assert!(!is_label_name("1a"));
-        assert!(!is_label_name("a.b"));
-        assert!(!is_label_name(""));
+        assert!(crate::model::name::is_prometheus_label_name("job"));
+        assert!(crate::model::name::is_prometheus_label_name("__name__"));
+        assert!(crate::model::name::is_prometheus_label_name("_a1"));
+        assert!(!crate::model::name::is_prometheus_label_name("1a"));
+        assert!(!crate::model::name::is_prometheus_label_name("a.b"));
+        assert!(!crate::model::name::is_prometheus_label_name(""));
     }
 }
