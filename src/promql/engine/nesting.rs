@@ -156,8 +156,8 @@ fn is_word_byte(b: u8) -> bool {
 
 /// The index after the string starting at `start` (its quote), or the
 /// end of the text for an unterminated one. Backquoted strings have no
-/// escapes.
-fn skip_string(bytes: &[u8], start: usize) -> usize {
+/// escapes. (The regexp budget finds its matchers' strings with it too.)
+pub(super) fn skip_string(bytes: &[u8], start: usize) -> usize {
     let quote = bytes[start];
     let mut i = start + 1;
     while i < bytes.len() {

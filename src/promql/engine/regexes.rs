@@ -134,7 +134,7 @@ fn matcher_patterns(query: &str) -> Vec<String> {
     while i < bytes.len() {
         match bytes[i] {
             b'"' | b'\'' | b'`' => {
-                let end = string_end(bytes, i);
+                let end = super::nesting::skip_string(bytes, i);
                 if in_braces
                     && regex_next
                     && let Some(s) = unquote(&query[i..end])
@@ -170,21 +170,6 @@ fn matcher_patterns(query: &str) -> Vec<String> {
         }
     }
     out
-}
-
-/// The index after the string literal starting at `start` (its quote),
-/// or the end of the text for an unterminated one.
-fn string_end(bytes: &[u8], start: usize) -> usize {
-    let quote = bytes[start];
-    let mut i = start + 1;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\\' if quote != b'`' => i += 2,
-            b if b == quote => return i + 1,
-            _ => i += 1,
-        }
-    }
-    bytes.len()
 }
 
 /// The value of a PromQL string literal, quotes included (Go's escapes

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::promql::value::{Labels, QueryValue, Sample, Series, VectorSample};
+use crate::promql::value::{Labels, QueryValue, Sample, Series, VectorSample, format_float};
 
 /// A sample value of a vector or matrix, as 2.42 writes it
 /// (`jsonutil.MarshalValue`): Go's shortest round-trip digits in plain
@@ -16,23 +16,7 @@ pub(super) fn sample_value(v: f64) -> String {
     if a != 0.0 && a.is_finite() && !(1e-6..1e21).contains(&a) {
         go_exponent(v)
     } else {
-        scalar_value(v)
-    }
-}
-
-/// A scalar's value, as 2.42 writes it (`strconv.FormatFloat(v, 'f',
-/// -1, 64)`): plain notation always, with `NaN`, `+Inf`, `-Inf`.
-pub(super) fn scalar_value(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v == f64::INFINITY {
-        "+Inf".into()
-    } else if v == f64::NEG_INFINITY {
-        "-Inf".into()
-    } else {
-        // Rust's Display is the shortest round-trip digits in plain
-        // notation, as Go's 'f' with precision -1 (and "-0" for -0).
-        format!("{v}")
+        format_float(v)
     }
 }
 
@@ -152,7 +136,7 @@ pub(super) fn query_data(value: &QueryValue) -> String {
             out.push_str("\"scalar\",\"result\":[");
             out.push_str(&float_timestamp(s.t));
             out.push_str(",\"");
-            out.push_str(&scalar_value(s.v));
+            out.push_str(&format_float(s.v));
             out.push_str("\"]");
         }
         QueryValue::String { t, value } => {
@@ -257,13 +241,13 @@ mod tests {
         assert_eq!(sample_value(1e-6), "0.000001");
         assert_eq!(sample_value(123456.789), "123456.789");
         // Scalars: plain notation always.
-        assert_eq!(scalar_value(1e21), "1000000000000000000000");
-        assert_eq!(scalar_value(1e-7), "0.0000001");
-        assert_eq!(scalar_value(0.1 + 0.2), "0.30000000000000004");
-        assert_eq!(scalar_value(-0.0), "-0");
-        assert_eq!(scalar_value(f64::NAN), "NaN");
-        assert_eq!(scalar_value(f64::INFINITY), "+Inf");
-        assert_eq!(scalar_value(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(format_float(1e21), "1000000000000000000000");
+        assert_eq!(format_float(1e-7), "0.0000001");
+        assert_eq!(format_float(0.1 + 0.2), "0.30000000000000004");
+        assert_eq!(format_float(-0.0), "-0");
+        assert_eq!(format_float(f64::NAN), "NaN");
+        assert_eq!(format_float(f64::INFINITY), "+Inf");
+        assert_eq!(format_float(f64::NEG_INFINITY), "-Inf");
     }
 
     #[test]
