@@ -244,34 +244,28 @@ pub fn get(agent: &ureq::Agent, url: &str, params: &[(&str, &str)]) -> (u16, Str
         req = req.query(*k, *v);
     }
     match req.call() {
-        Ok(mut resp) => {
-            let status = resp.status().as_u16();
-            let body = resp
-                .body_mut()
-                .with_config()
-                .limit(256 << 20)
-                .read_to_string()
-                .unwrap_or_else(|e| panic!("GET {url}: reading the body: {e}"));
-            (status, body)
-        }
+        Ok(resp) => answer(resp, "GET", url),
         Err(e) => panic!("GET {url} {params:?}: {e}"),
     }
+}
+
+/// Status and body (up to 256 MiB) of a response to `method url`.
+fn answer(mut resp: ureq::http::Response<ureq::Body>, method: &str, url: &str) -> (u16, String) {
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(256 << 20)
+        .read_to_string()
+        .unwrap_or_else(|e| panic!("{method} {url}: reading the body: {e}"));
+    (status, body)
 }
 
 /// Status and body of a POST of `params` as a form
 /// (`application/x-www-form-urlencoded`).
 pub fn post_form(agent: &ureq::Agent, url: &str, params: &[(&str, &str)]) -> (u16, String) {
     match agent.post(url).send_form(params.iter().copied()) {
-        Ok(mut resp) => {
-            let status = resp.status().as_u16();
-            let body = resp
-                .body_mut()
-                .with_config()
-                .limit(256 << 20)
-                .read_to_string()
-                .unwrap_or_else(|e| panic!("POST {url}: reading the body: {e}"));
-            (status, body)
-        }
+        Ok(resp) => answer(resp, "POST", url),
         Err(e) => panic!("POST {url} {params:?}: {e}"),
     }
 }
