@@ -18,6 +18,7 @@ mod parse;
 mod regexes;
 mod selectors;
 mod step;
+mod walk;
 
 use std::time::{Duration, Instant};
 

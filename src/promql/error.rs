@@ -42,6 +42,11 @@ pub struct PromError {
     pub message: String,
 }
 
+/// Prometheus 2.42's message when a query would hold more samples than
+/// `--query.max-samples` allows (an `execution` error).
+pub const TOO_MANY_SAMPLES: &str =
+    "query processing would load too many samples into memory in query execution";
+
 impl PromError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         PromError {
@@ -52,6 +57,11 @@ impl PromError {
 
     pub fn bad_data(message: impl Into<String>) -> Self {
         PromError::new(ErrorKind::BadData, message)
+    }
+
+    /// The `execution` error past `--query.max-samples`.
+    pub fn too_many_samples() -> Self {
+        Self::execution(TOO_MANY_SAMPLES)
     }
 
     pub fn execution(message: impl Into<String>) -> Self {

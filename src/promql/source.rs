@@ -53,11 +53,6 @@ use crate::query::select::{self, TagTest, ValueTest};
 use crate::store::read::Point;
 use crate::uid::UidTableError;
 
-/// Prometheus 2.42's message when a query would hold more samples than
-/// `--query.max-samples` allows (an `execution` error).
-pub const TOO_MANY_SAMPLES: &str =
-    "query processing would load too many samples into memory in query execution";
-
 /// How much one call may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SourceLimits {
@@ -282,7 +277,7 @@ impl<'a> DbStorage<'a> {
         let mut out: Vec<(Tsuid, Labels)> = Vec::new();
         self.visit(matchers, start_ms, &mut |metric, series| {
             if out.len() + series.len() > self.limits.max_series {
-                return Err(PromError::execution(TOO_MANY_SAMPLES));
+                return Err(PromError::too_many_samples());
             }
             for t in series {
                 if let Some(labels) = names.labels(metric, &t)? {
@@ -322,7 +317,7 @@ impl<'a> DbStorage<'a> {
             while let Some(run) = queue.lock().pop() {
                 let Some(got) = self.read_run(&plan.order, run, start_ms, end_ms, &total, max)?
                 else {
-                    return Err(PromError::execution(TOO_MANY_SAMPLES));
+                    return Err(PromError::too_many_samples());
                 };
                 done.push((run, got));
             }
@@ -431,7 +426,7 @@ impl Storage for DbStorage<'_> {
                 let fresh: Vec<Tsuid> = series.into_iter().filter(|t| !seen.contains(t)).collect();
                 for t in self.with_samples(fresh, start_ms, end_ms)? {
                     if out.len() >= self.limits.max_series {
-                        return Err(PromError::execution(TOO_MANY_SAMPLES));
+                        return Err(PromError::too_many_samples());
                     }
                     if let Some(labels) = names.labels(metric, &t)? {
                         out.push(labels);
@@ -857,13 +852,13 @@ mod tests {
         let ctx = QueryContext::new(&db, &QueryOptions::default());
         let s = DbStorage::new(&ctx, SourceLimits::new(100, 0));
         let e = s.select(&sel("up"), ALL.0, ALL.1).unwrap_err();
-        assert_eq!(e, PromError::execution(TOO_MANY_SAMPLES));
+        assert_eq!(e, PromError::too_many_samples());
         // OpenTSDB's data point limit tightens the engine's.
         let s = DbStorage::new(&ctx, SourceLimits::new(1_000_000, 1));
         let e = s
             .select(&sel(r#"{__name__="sys.cpu.user"}"#), ALL.0, ALL.1)
             .unwrap_err();
-        assert_eq!(e, PromError::execution(TOO_MANY_SAMPLES));
+        assert_eq!(e, PromError::too_many_samples());
         assert!(s.select(&sel("up"), T0 * 1000, T0 * 1000).is_ok());
     }
 }

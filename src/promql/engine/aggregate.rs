@@ -7,9 +7,10 @@ use promql_parser::parser::token::{
     T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_MAX, T_MIN, T_QUANTILE, T_STDDEV,
     T_STDVAR, T_SUM, T_TOPK, TokenId,
 };
-use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
+use promql_parser::parser::{AggregateExpr, LabelModifier};
 
-use super::step::{Eval, LabelMap, SelectorGroups, StepValue};
+use super::step::{Eval, LabelMap, StepValue};
+use super::walk::{SeriesWalk, check_distinct};
 use crate::model::name::is_prometheus_label_name;
 use crate::promql::error::PromError;
 use crate::promql::functions::quantile;
@@ -30,7 +31,7 @@ pub(super) fn eval(ev: &mut impl Eval, a: &AggregateExpr, t: i64) -> Result<Step
     grouping.sort();
     let node = a as *const AggregateExpr as usize;
     if param.is_none()
-        && let Some(out) = over_selector_grid(ev, a, node, &grouping, without, t)?
+        && let Some(out) = over_walk(ev, a, node, &grouping, without, t)?
     {
         ev.hold(out.len())?;
         return Ok(StepValue::Vector(out));
@@ -82,12 +83,15 @@ pub(super) fn eval(ev: &mut impl Eval, a: &AggregateExpr, t: i64) -> Result<Step
     Ok(StepValue::Vector(out))
 }
 
-/// A parameterless aggregation of a plain selector at a step of a range
-/// query, straight from the selector's precomputed values with each
-/// series' group found once per query (no per-step vector of labelled
-/// samples); `None` where that does not apply. Values are added in the
-/// same (series) order as the general path adds them.
-fn over_selector_grid(
+/// A parameterless aggregation of a series walk (a plain selector, or a
+/// range function of a range selector: see `walk`) at a step of a range
+/// query: every step's groups are computed on the first step asked, the
+/// walk's values folded into each (group, step) as they come, series by
+/// series, so that each group adds its values in the same (series) order
+/// as the general path does. `None` where that does not apply, or where
+/// the walk's steps × series pass `max_samples` (then 2.42, which holds
+/// the inner matrix, may refuse: the general path decides).
+fn over_walk(
     ev: &mut impl Eval,
     a: &AggregateExpr,
     node: usize,
@@ -95,53 +99,77 @@ fn over_selector_grid(
     without: bool,
     t: i64,
 ) -> Result<Option<Vec<VectorSample>>, PromError> {
-    let mut inner: &Expr = &a.expr;
-    while let Expr::Paren(p) = inner {
-        inner = &p.expr;
-    }
-    let Expr::VectorSelector(vs) = inner else {
-        return Ok(None);
-    };
     let Some(step) = ev.selected().grid_step(t) else {
         return Ok(None);
     };
-    let row = ev.selected().grid_row(vs, step)?;
-    if !ev.selector_groups().contains_key(&node) {
-        let labels = ev.selected().series_labels(vs);
-        let mut index: LabelMap<Labels, u32> = LabelMap::default();
-        let mut groups = SelectorGroups {
-            of_series: Vec::with_capacity(labels.len()),
-            labels: Vec::new(),
+    if !ev.step_rows().contains_key(&node) {
+        let rows = match SeriesWalk::of(&a.expr) {
+            Some(walk) if Acc::folds(a.op.id()) => {
+                fold_walk(ev, walk, a.op.id(), grouping, without)?
+            }
+            _ => None,
         };
-        for l in &labels {
+        ev.step_rows().insert(node, rows);
+    }
+    Ok(ev.step_rows()[&node]
+        .as_ref()
+        .map(|rows| rows.get(step).cloned().unwrap_or_default()))
+}
+
+/// The rows of [`over_walk`]: per step, each group with values.
+fn fold_walk(
+    ev: &mut impl Eval,
+    walk: SeriesWalk,
+    op: TokenId,
+    grouping: &[String],
+    without: bool,
+) -> Result<Option<Vec<Vec<VectorSample>>>, PromError> {
+    let selected = ev.selected();
+    let steps = selected.steps();
+    if steps.saturating_mul(walk.series_count(selected)) > ev.max_samples() {
+        return Ok(None);
+    }
+    let labels = walk.labels(selected);
+    let mut index: LabelMap<Labels, u32> = LabelMap::default();
+    let mut groups: Vec<Labels> = Vec::new();
+    let of_series: Vec<u32> = labels
+        .iter()
+        .map(|l| {
             let key = group_labels(l, grouping, without);
-            let next = groups.labels.len() as u32;
-            let g = *index.entry(key.clone()).or_insert_with(|| {
-                groups.labels.push(key);
+            let next = groups.len() as u32;
+            *index.entry(key.clone()).or_insert_with(|| {
+                groups.push(key);
                 next
-            });
-            groups.of_series.push(g);
-        }
-        ev.selector_groups().insert(node, groups);
+            })
+        })
+        .collect();
+    let width = groups.len();
+    let mut accs = vec![Acc::default(); steps * width];
+    let mut gave = vec![false; labels.len()];
+    walk.walk(selected, |i, k, v| {
+        gave[i as usize] = true;
+        accs[k * width + of_series[i as usize] as usize].push(op, v);
+        Ok(())
+    })?;
+    if let SeriesWalk::Range(..) = walk {
+        check_distinct(&labels, &gave)?;
     }
-    let groups = &ev.selector_groups()[&node];
-    let mut values: Vec<Vec<f64>> = vec![Vec::new(); groups.labels.len()];
-    for &(i, v) in &row {
-        values[groups.of_series[i as usize] as usize].push(v);
-    }
-    let op = a.op.id();
-    let mut out = Vec::new();
-    for (g, vals) in values.iter().enumerate() {
-        if vals.is_empty() {
-            continue;
-        }
-        out.push(VectorSample {
-            labels: groups.labels[g].clone(),
-            t,
-            v: simple(op, vals)?,
-        });
-    }
-    Ok(Some(out))
+    let r = selected.range();
+    let rows = (0..steps)
+        .map(|k| {
+            accs[k * width..(k + 1) * width]
+                .iter()
+                .zip(&groups)
+                .filter(|(acc, _)| acc.count > 0.0)
+                .map(|(acc, labels)| VectorSample {
+                    labels: labels.clone(),
+                    t: r.start_ms + k as i64 * r.step_ms,
+                    v: acc.value(op),
+                })
+                .collect()
+        })
+        .collect();
+    Ok(Some(rows))
 }
 
 /// The labels a sample's group is known by (and the group's result
@@ -178,63 +206,90 @@ fn group(
 /// The aggregations that reduce a group's values to one number, in the
 /// order 2.42 adds them up (so that rounding matches).
 fn simple(op: TokenId, values: &[f64]) -> Result<f64, PromError> {
-    let Some((&first, rest)) = values.split_first() else {
-        return Ok(f64::NAN);
-    };
-    Ok(match op {
-        T_SUM => rest.iter().fold(first, |acc, v| acc + v),
-        T_AVG => {
-            let mut mean = first;
-            let mut count = 1.0;
-            for &v in rest {
-                count += 1.0;
+    if !Acc::folds(op) {
+        return Err(PromError::internal(format!(
+            "aggregation {op} without its parameter"
+        )));
+    }
+    let mut acc = Acc::default();
+    for &v in values {
+        acc.push(op, v);
+    }
+    Ok(acc.value(op))
+}
+
+/// One group's running aggregate for the aggregations without a
+/// parameter, fed its values one at a time in input order, folded
+/// exactly as 2.42 folds them: the sum; the mean, updated incrementally;
+/// min and max (NaN replaced by any number); Welford's mean and variance
+/// for `stddev`/`stdvar`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Acc {
+    /// Values folded in.
+    count: f64,
+    /// The sum, mean, min or max.
+    value: f64,
+    /// The running variance (`stddev`, `stdvar`).
+    var: f64,
+}
+
+impl Acc {
+    /// Whether `op` is one of the aggregations an `Acc` folds.
+    fn folds(op: TokenId) -> bool {
+        matches!(
+            op,
+            T_SUM | T_AVG | T_MAX | T_MIN | T_COUNT | T_GROUP | T_STDDEV | T_STDVAR
+        )
+    }
+
+    fn push(&mut self, op: TokenId, v: f64) {
+        self.count += 1.0;
+        if self.count == 1.0 {
+            self.value = v;
+            return;
+        }
+        let count = self.count;
+        match op {
+            T_SUM => self.value += v,
+            T_AVG => {
+                let mean = self.value;
                 if mean.is_infinite() {
                     // An infinite mean stays as it is unless a NaN or an
                     // infinity of the other sign comes (Inf − Inf would
                     // make NaN of a mean that is still right).
                     if v.is_infinite() && (mean > 0.0) == (v > 0.0) {
-                        continue;
+                        return;
                     }
                     if !v.is_infinite() && !v.is_nan() {
-                        continue;
+                        return;
                     }
                 }
-                mean += v / count - mean / count;
+                self.value += v / count - mean / count;
             }
-            mean
-        }
-        T_MAX => rest.iter().fold(
-            first,
-            |acc, &v| if acc < v || acc.is_nan() { v } else { acc },
-        ),
-        T_MIN => rest.iter().fold(
-            first,
-            |acc, &v| if acc > v || acc.is_nan() { v } else { acc },
-        ),
-        T_COUNT => values.len() as f64,
-        T_GROUP => 1.0,
-        T_STDDEV | T_STDVAR => {
-            let mut count = 1.0;
-            let mut mean = first;
-            let mut var = 0.0;
-            for &v in rest {
-                count += 1.0;
-                let delta = v - mean;
-                mean += delta / count;
-                var += delta * (v - mean);
+            T_MAX if self.value < v || self.value.is_nan() => self.value = v,
+            T_MIN if self.value > v || self.value.is_nan() => self.value = v,
+            T_STDDEV | T_STDVAR => {
+                let delta = v - self.value;
+                self.value += delta / count;
+                self.var += delta * (v - self.value);
             }
-            if op == T_STDDEV {
-                (var / count).sqrt()
-            } else {
-                var / count
-            }
+            _ => {}
         }
-        _ => {
-            return Err(PromError::internal(format!(
-                "aggregation {op} without its parameter"
-            )));
+    }
+
+    /// The aggregate of what was folded in (NaN for nothing).
+    fn value(&self, op: TokenId) -> f64 {
+        if self.count == 0.0 {
+            return f64::NAN;
         }
-    })
+        match op {
+            T_COUNT => self.count,
+            T_GROUP => 1.0,
+            T_STDDEV => (self.var / self.count).sqrt(),
+            T_STDVAR => self.var / self.count,
+            _ => self.value,
+        }
+    }
 }
 
 /// `topk`/`bottomk`: each group's `k` largest (smallest) elements with

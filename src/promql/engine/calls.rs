@@ -7,7 +7,8 @@
 use promql_parser::label::MatchOp;
 use promql_parser::parser::{Call, Expr, MatrixSelector};
 
-use super::step::{Eval, StepValue, TOO_MANY_SAMPLES, check_unique};
+use super::step::{Eval, StepValue, check_unique, unparen};
+use super::walk::{SeriesWalk, check_distinct};
 use crate::promql::error::PromError;
 use crate::promql::functions::{self, FnArg, FnContext, FnValue, RangeArg, RangeSeries};
 use crate::promql::value::{Labels, METRIC_NAME, VectorSample};
@@ -29,7 +30,7 @@ pub(super) fn eval(ev: &mut impl Eval, c: &Call, t: i64) -> Result<StepValue, Pr
             return Ok(StepValue::Vector(absent(empty, arg, t)));
         }
         "timestamp" => {
-            if let Expr::VectorSelector(vs) = unwrap_parens(first(args)?) {
+            if let Expr::VectorSelector(vs) = unparen(first(args)?) {
                 let v = ev.selected().instant(vs, t, true)?;
                 ev.hold(v.len())?;
                 return match functions::call(name, vec![FnArg::Vector(v)], &ctx(t))? {
@@ -40,12 +41,10 @@ pub(super) fn eval(ev: &mut impl Eval, c: &Call, t: i64) -> Result<StepValue, Pr
         }
         _ => {}
     }
-    if let Some(at) = args.iter().position(|a| {
-        matches!(
-            unwrap_parens(a),
-            Expr::MatrixSelector(_) | Expr::Subquery(_)
-        )
-    }) {
+    if let Some(at) = args
+        .iter()
+        .position(|a| matches!(unparen(a), Expr::MatrixSelector(_) | Expr::Subquery(_)))
+    {
         return per_series(ev, c, at, t);
     }
     let mut evaluated = Vec::with_capacity(args.len());
@@ -68,14 +67,19 @@ pub(super) fn eval(ev: &mut impl Eval, c: &Call, t: i64) -> Result<StepValue, Pr
 fn per_series(ev: &mut impl Eval, c: &Call, at: usize, t: i64) -> Result<StepValue, PromError> {
     let args = &c.args.args;
     let node = c as *const Call as usize;
-    if let (Expr::MatrixSelector(ms), Some(step)) =
-        (unwrap_parens(&args[at]), ev.selected().grid_step(t))
+    if let (Expr::MatrixSelector(ms), Some(step)) = (unparen(&args[at]), ev.selected().grid_step(t))
     {
-        if !ev.call_rows().contains_key(&node) {
-            let rows = call_grid(ev, c, at, ms)?;
-            ev.call_rows().insert(node, rows);
+        if !ev.step_rows().contains_key(&node) {
+            let rows = match SeriesWalk::of_call(c) {
+                Some(walk) => walk_grid(ev, walk)?,
+                None => call_grid(ev, c, at, ms)?,
+            };
+            ev.step_rows().insert(node, Some(rows));
         }
-        let v = ev.call_rows()[&node][step].clone();
+        let v = match &ev.step_rows()[&node] {
+            Some(rows) => rows[step].clone(),
+            None => return Err(PromError::internal("a call's rows were not computed")),
+        };
         ev.hold(v.len())?;
         return Ok(StepValue::Vector(v));
     }
@@ -146,48 +150,49 @@ fn call_grid(
     // for the duplicate check after the walk.
     let mut made: Vec<(Labels, Labels)> = Vec::new();
     let mut points = 0usize;
-    ev.selected()
-        .windows_by_series(ms, |labels, k, samples, start_ms, end_ms| {
-            let mut call_args = others[k].clone();
-            call_args.insert(
-                at,
-                FnArg::Range(RangeArg {
-                    series: vec![RangeSeries {
-                        labels: labels.clone(),
-                        samples: samples.to_vec(),
-                    }],
-                    start_ms,
-                    end_ms,
-                }),
-            );
-            let tk = r.start_ms + k as i64 * r.step_ms;
-            match functions::call(c.func.name, call_args, &ctx(tk))? {
-                FnValue::Vector(v) => {
-                    for mut s in v {
-                        match made.last() {
-                            // The same labels as this series' last result:
-                            // share them, so later steps compare by pointer.
-                            Some((out, input)) if input == labels && *out == s.labels => {
-                                s.labels = out.clone();
-                            }
-                            _ => made.push((s.labels.clone(), labels.clone())),
+    let inputs = ev.selected().window_labels(ms);
+    ev.selected().walk_windows(ms, |i, k, samples, span| {
+        let labels = &inputs[i as usize];
+        let mut call_args = others[k].clone();
+        call_args.insert(
+            at,
+            FnArg::Range(RangeArg {
+                series: vec![RangeSeries {
+                    labels: labels.clone(),
+                    samples: samples.to_vec(),
+                }],
+                start_ms: span.start_ms,
+                end_ms: span.end_ms,
+            }),
+        );
+        let tk = r.start_ms + k as i64 * r.step_ms;
+        match functions::call(c.func.name, call_args, &ctx(tk))? {
+            FnValue::Vector(v) => {
+                for mut s in v {
+                    match made.last() {
+                        // The same labels as this series' last result:
+                        // share them, so later steps compare by pointer.
+                        Some((out, input)) if input == labels && *out == s.labels => {
+                            s.labels = out.clone();
                         }
-                        points += 1;
-                        rows[k].push(s);
+                        _ => made.push((s.labels.clone(), labels.clone())),
                     }
-                }
-                FnValue::Scalar(_) => {
-                    return Err(PromError::internal(format!(
-                        "{} of a range vector gave a scalar",
-                        c.func.name
-                    )));
+                    points += 1;
+                    rows[k].push(s);
                 }
             }
-            if points > max {
-                return Err(PromError::execution(TOO_MANY_SAMPLES));
+            FnValue::Scalar(_) => {
+                return Err(PromError::internal(format!(
+                    "{} of a range vector gave a scalar",
+                    c.func.name
+                )));
             }
-            Ok(())
-        })?;
+        }
+        if points > max {
+            return Err(PromError::too_many_samples());
+        }
+        Ok(())
+    })?;
     let node = c as *const Call as usize;
     for (out, input) in &made {
         ev.claim(node, out, input)?;
@@ -195,9 +200,34 @@ fn call_grid(
     Ok(rows)
 }
 
+/// A one-argument range function of a range selector at every step of a
+/// range query, from its series walk: per step, the results.
+fn walk_grid(ev: &mut impl Eval, walk: SeriesWalk) -> Result<Vec<Vec<VectorSample>>, PromError> {
+    let labels = walk.labels(ev.selected());
+    let r = ev.selected().range();
+    let mut rows: Vec<Vec<VectorSample>> = vec![Vec::new(); ev.selected().steps()];
+    let mut gave = vec![false; labels.len()];
+    let (max, mut points) = (ev.max_samples(), 0usize);
+    walk.walk(ev.selected(), |i, k, v| {
+        gave[i as usize] = true;
+        rows[k].push(VectorSample {
+            labels: labels[i as usize].clone(),
+            t: r.start_ms + k as i64 * r.step_ms,
+            v,
+        });
+        points += 1;
+        if points > max {
+            return Err(PromError::too_many_samples());
+        }
+        Ok(())
+    })?;
+    check_distinct(&labels, &gave)?;
+    Ok(rows)
+}
+
 /// An argument that is not a range vector, evaluated at `t`.
 fn value_arg(ev: &mut impl Eval, a: &Expr, t: i64) -> Result<FnArg, PromError> {
-    Ok(match ev.eval(unwrap_parens(a), t)? {
+    Ok(match ev.eval(unparen(a), t)? {
         StepValue::Scalar(v) => FnArg::Scalar(v),
         StepValue::String(s) => FnArg::String(s),
         StepValue::Vector(v) => FnArg::Vector(v),
@@ -219,18 +249,10 @@ fn first(args: &[Box<Expr>]) -> Result<&Expr, PromError> {
         .ok_or_else(|| PromError::bad_data("function called without its argument"))
 }
 
-/// `e` without the parentheses around it.
-fn unwrap_parens(mut e: &Expr) -> &Expr {
-    while let Expr::Paren(p) = e {
-        e = &p.expr;
-    }
-    e
-}
-
 /// A range-vector argument at `t`: a range selector's or a subquery's
 /// window.
 fn range_arg(ev: &mut impl Eval, e: &Expr, t: i64) -> Result<RangeArg, PromError> {
-    match unwrap_parens(e) {
+    match unparen(e) {
         Expr::MatrixSelector(ms) => {
             let w = ev.selected().window(ms, t);
             ev.hold(w.series.iter().map(|s| s.samples.len()).sum())?;
@@ -264,7 +286,7 @@ fn absent(has_none: bool, arg: &Expr, t: i64) -> Vec<VectorSample> {
     if !has_none {
         return Vec::new();
     }
-    let vs = match unwrap_parens(arg) {
+    let vs = match unparen(arg) {
         Expr::VectorSelector(vs) => Some(vs),
         Expr::MatrixSelector(ms) => Some(&ms.vs),
         _ => None,

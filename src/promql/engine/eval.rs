@@ -9,7 +9,7 @@ use promql_parser::parser::{Expr, SubqueryExpr, UnaryExpr};
 
 use super::EngineOptions;
 use super::selectors::{self, QueryRange, Selected};
-use super::step::{Eval, LabelMap, SelectorGroups, StepValue, TOO_MANY_SAMPLES, check_unique};
+use super::step::{Eval, LabelMap, StepValue, check_unique};
 use super::{aggregate, binary, calls};
 use crate::promql::error::{ErrorKind, PromError};
 use crate::promql::storage::Storage;
@@ -33,10 +33,9 @@ pub(super) struct Evaluator<'a> {
     /// Which input series made each output label set of a call of a
     /// range-vector function, by node.
     outputs: LabelMap<(usize, Labels), Labels>,
-    /// Aggregations' groups over plain selectors, by node.
-    selector_groups: HashMap<usize, SelectorGroups>,
-    /// Range-vector function results at every step, by call node.
-    call_rows: HashMap<usize, Vec<Vec<VectorSample>>>,
+    /// Results computed for every step at once, by node (see
+    /// [`Eval::step_rows`]).
+    step_rows: HashMap<usize, Option<Vec<Vec<VectorSample>>>>,
     /// Samples held by the answer so far (range queries).
     held: usize,
     /// Samples held now: the answer so far and this step's values.
@@ -60,15 +59,14 @@ impl<'a> Evaluator<'a> {
             derived: LabelMap::default(),
             subquery_steps: HashMap::new(),
             outputs: LabelMap::default(),
-            call_rows: HashMap::new(),
-            selector_groups: HashMap::new(),
+            step_rows: HashMap::new(),
             held: 0,
             current: 0,
         };
         ev.selected
             .prefetch(storage, expr, range.start_ms, range.end_ms)?;
         if ev.selected.loaded() > opts.max_samples {
-            return Err(PromError::execution(TOO_MANY_SAMPLES));
+            return Err(PromError::too_many_samples());
         }
         ev.check_deadline()?;
         Ok(ev)
@@ -122,7 +120,7 @@ impl<'a> Evaluator<'a> {
                 }
             }
             if self.held > self.opts.max_samples {
-                return Err(PromError::execution(TOO_MANY_SAMPLES));
+                return Err(PromError::too_many_samples());
             }
             t = match t.checked_add(step_ms) {
                 Some(n) => n,
@@ -197,7 +195,7 @@ impl Eval for Evaluator<'_> {
     fn hold(&mut self, n: usize) -> Result<(), PromError> {
         self.current += n;
         if self.current > self.opts.max_samples {
-            return Err(PromError::execution(TOO_MANY_SAMPLES));
+            return Err(PromError::too_many_samples());
         }
         Ok(())
     }
@@ -289,12 +287,8 @@ impl Eval for Evaluator<'_> {
         }
     }
 
-    fn call_rows(&mut self) -> &mut HashMap<usize, Vec<Vec<VectorSample>>> {
-        &mut self.call_rows
-    }
-
-    fn selector_groups(&mut self) -> &mut HashMap<usize, SelectorGroups> {
-        &mut self.selector_groups
+    fn step_rows(&mut self) -> &mut HashMap<usize, Option<Vec<Vec<VectorSample>>>> {
+        &mut self.step_rows
     }
 
     fn max_samples(&self) -> usize {

@@ -15,6 +15,7 @@ use std::collections::hash_map::Entry;
 use promql_parser::parser::{AtModifier, Expr, MatrixSelector, Offset, VectorSelector};
 
 use crate::promql::error::PromError;
+use crate::promql::functions::range::Span;
 use crate::promql::functions::{RangeArg, RangeSeries};
 use crate::promql::storage::{Storage, StoredSeries};
 use crate::promql::value::{Labels, METRIC_NAME, Sample, Series, VectorSample, is_stale_nan};
@@ -257,13 +258,10 @@ impl Selected {
         vs: &VectorSelector,
         step: usize,
     ) -> Result<Vec<(u32, f64)>, PromError> {
-        let Some(series) = self.data.get(&key(vs)) else {
-            return Ok(Vec::new());
-        };
         let mut grids = self.grids.borrow_mut();
         let grid = match grids.entry(key(vs)) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(self.grid(vs, series)?),
+            Entry::Vacant(e) => e.insert(self.grid(vs)?),
         };
         Ok(grid.rows.get(step).cloned().unwrap_or_default())
     }
@@ -274,6 +272,11 @@ impl Selected {
             .get(&key(vs))
             .map(|series| series.iter().map(|s| s.labels.clone()).collect())
             .unwrap_or_default()
+    }
+
+    /// How many series `vs` selected.
+    pub(super) fn series_count(&self, vs: &VectorSelector) -> usize {
+        self.data.get(&key(vs)).map_or(0, Vec::len)
     }
 
     /// Which step of a range query `t` is, if it is one.
@@ -288,15 +291,44 @@ impl Selected {
     /// `vs`'s vector at every step of the range query, one series at a
     /// time; an `execution` error past `max_samples` points, where
     /// Prometheus (which holds a selector's whole matrix too) stops.
-    fn grid(&self, vs: &VectorSelector, series: &[StoredSeries]) -> Result<Grid, PromError> {
-        let r = self.range;
-        let steps = usize::try_from((r.end_ms - r.start_ms) / r.step_ms + 1).unwrap_or(0);
-        let mut rows: Vec<Vec<(u32, f64)>> = vec![Vec::new(); steps];
+    fn grid(&self, vs: &VectorSelector) -> Result<Grid, PromError> {
+        let mut rows: Vec<Vec<(u32, f64)>> = vec![Vec::new(); self.steps()];
         let mut points = 0usize;
+        self.walk_instant(vs, |i, k, v| {
+            rows[k].push((i, v));
+            points += 1;
+            if points > self.max_samples {
+                return Err(PromError::too_many_samples());
+            }
+            Ok(())
+        })?;
+        Ok(Grid { rows })
+    }
+
+    /// How many steps the range query has.
+    pub(super) fn steps(&self) -> usize {
+        let r = &self.range;
+        usize::try_from((r.end_ms - r.start_ms) / r.step_ms + 1).unwrap_or(0)
+    }
+
+    /// Walks `vs`'s value at every step of the range query, series by
+    /// series (each series' samples read once, in order): `f(series,
+    /// step, value)` for each step where the series has a sample in the
+    /// lookback window that is not a stale marker.
+    pub(super) fn walk_instant(
+        &self,
+        vs: &VectorSelector,
+        mut f: impl FnMut(u32, usize, f64) -> Result<(), PromError>,
+    ) -> Result<(), PromError> {
+        let Some(series) = self.data.get(&key(vs)) else {
+            return Ok(());
+        };
+        let r = self.range;
+        let steps = self.steps();
         for (i, s) in series.iter().enumerate() {
             let index = u32::try_from(i).map_err(|_| PromError::execution(TOO_MANY_SERIES))?;
             let mut n = 0;
-            for (k, row) in rows.iter_mut().enumerate() {
+            for k in 0..steps {
                 let refer = reference(vs, r.start_ms + k as i64 * r.step_ms, &r);
                 n = count_until(&s.samples, refer, n);
                 if n == 0 {
@@ -306,16 +338,10 @@ impl Selected {
                 if last.t < refer - self.lookback_ms || is_stale_nan(last.v) {
                     continue;
                 }
-                row.push((index, last.v));
-                points += 1;
-            }
-            if points > self.max_samples {
-                return Err(PromError::execution(
-                    "query processing would load too many samples into memory in query execution",
-                ));
+                f(index, k, last.v)?;
             }
         }
-        Ok(Grid { rows })
+        Ok(())
     }
 
     /// The samples `ms` selects at `t`: each series' samples in `[ref −
@@ -360,40 +386,52 @@ impl Selected {
     }
 
     /// Walks `ms`'s window at every step of the range query, series by
-    /// series (each series' samples read once, in order): `f(labels,
-    /// step, samples, window start, window end)` for every window with a
-    /// sample left after dropping stale markers.
-    pub(super) fn windows_by_series(
+    /// series (each series' samples read once, in order): `f(series,
+    /// step, samples, window)` for every window with a sample left after
+    /// dropping stale markers.
+    pub(super) fn walk_windows(
         &self,
         ms: &MatrixSelector,
-        mut f: impl FnMut(&Labels, usize, &[Sample], i64, i64) -> Result<(), PromError>,
+        mut f: impl FnMut(u32, usize, &[Sample], Span) -> Result<(), PromError>,
     ) -> Result<(), PromError> {
         let Some(series) = self.data.get(&key(&ms.vs)) else {
             return Ok(());
         };
         let r = self.range;
-        let steps = usize::try_from((r.end_ms - r.start_ms) / r.step_ms + 1).unwrap_or(0);
+        let steps = self.steps();
         let width = duration_ms(ms.range);
         let mut buf: Vec<Sample> = Vec::new();
-        for s in series {
+        for (i, s) in series.iter().enumerate() {
+            let index = u32::try_from(i).map_err(|_| PromError::execution(TOO_MANY_SERIES))?;
             let (mut from, mut to) = (0, 0);
             for k in 0..steps {
-                let end = reference(&ms.vs, r.start_ms + k as i64 * r.step_ms, &r);
-                let start = end - width;
-                from = count_before(&s.samples, start, from);
-                to = count_until(&s.samples, end, to);
+                let end_ms = reference(&ms.vs, r.start_ms + k as i64 * r.step_ms, &r);
+                let start_ms = end_ms - width;
+                from = count_before(&s.samples, start_ms, from);
+                to = count_until(&s.samples, end_ms, to);
                 if from >= to {
                     continue;
                 }
-                buf.clear();
-                buf.extend(s.samples[from..to].iter().filter(|x| !is_stale_nan(x.v)));
-                if buf.is_empty() {
+                let window = &s.samples[from..to];
+                let span = Span { start_ms, end_ms };
+                // Most windows hold no stale marker: passed as they are.
+                if !window.iter().any(|x| is_stale_nan(x.v)) {
+                    f(index, k, window, span)?;
                     continue;
                 }
-                f(&s.labels, k, &buf, start, end)?;
+                buf.clear();
+                buf.extend(window.iter().filter(|x| !is_stale_nan(x.v)));
+                if !buf.is_empty() {
+                    f(index, k, &buf, span)?;
+                }
             }
         }
         Ok(())
+    }
+
+    /// The labels of `ms`'s series, in the order walks index them.
+    pub(super) fn window_labels(&self, ms: &MatrixSelector) -> Vec<Labels> {
+        self.series_labels(&ms.vs)
     }
 }
 

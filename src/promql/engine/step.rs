@@ -63,19 +63,8 @@ impl Hasher for MixHasher {
 /// A map keyed by label sets (and node addresses) with [`MixHasher`].
 pub(super) type LabelMap<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
 
-/// An aggregation's groups over a selector's series: the group of each
-/// series (by its index in the selector), and each group's labels.
-pub(super) struct SelectorGroups {
-    pub(super) of_series: Vec<u32>,
-    pub(super) labels: Vec<Labels>,
-}
-
 /// A set of label sets with [`MixHasher`].
 pub(super) type LabelSet<K> = HashSet<K, BuildHasherDefault<MixHasher>>;
-
-/// The message Prometheus gives past `--query.max-samples`.
-pub(super) const TOO_MANY_SAMPLES: &str =
-    "query processing would load too many samples into memory in query execution";
 
 /// The evaluator, as operators and function calls use it.
 pub(super) trait Eval {
@@ -101,13 +90,10 @@ pub(super) trait Eval {
     /// the same labels.
     fn claim(&mut self, node: usize, output: &Labels, input: &Labels) -> Result<(), PromError>;
 
-    /// Results of range-vector functions at every step of a range query,
-    /// by call node (see `calls`).
-    fn call_rows(&mut self) -> &mut HashMap<usize, Vec<Vec<VectorSample>>>;
-
-    /// Each aggregation over a plain selector: its series' groups, by
-    /// aggregation node (see `aggregate`).
-    fn selector_groups(&mut self) -> &mut HashMap<usize, SelectorGroups>;
+    /// Results computed for every step of a range query at once (calls
+    /// and aggregations over a series walk), by node; `None` for a node
+    /// that does not take that way.
+    fn step_rows(&mut self) -> &mut HashMap<usize, Option<Vec<Vec<VectorSample>>>>;
 
     /// The query's `max_samples`.
     fn max_samples(&self) -> usize;
@@ -126,6 +112,14 @@ pub(super) trait Eval {
             ))),
         }
     }
+}
+
+/// `expr` without the parentheses around it.
+pub(super) fn unparen(mut expr: &Expr) -> &Expr {
+    while let Expr::Paren(p) = expr {
+        expr = &p.expr;
+    }
+    expr
 }
 
 /// Prometheus' check after an operation that changes labels: two

@@ -452,6 +452,25 @@ fn same_labelset_after_dropping_names_is_an_error() {
     assert_eq!(kind, ErrorKind::Execution);
     // Comparisons keep the names, so no clash.
     assert_eq!(vector(&s, "{__name__=~\"a|b\"} > 0", 0).len(), 2);
+    // A range function drops them too, over all steps of a range query,
+    // aggregated or not; `last_over_time` keeps them.
+    for q in [
+        "count_over_time({x=\"1\"}[5m])",
+        "sum(count_over_time({x=\"1\"}[5m]))",
+    ] {
+        let e = Engine::default().range(&s, q, 0, 4 * M, M).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Execution, "{q}");
+    }
+    let kept = Engine::default()
+        .range(&s, "sum(last_over_time({x=\"1\"}[5m]))", 0, 4 * M, M)
+        .unwrap();
+    assert_eq!(
+        kept,
+        QueryValue::Matrix(vec![Series {
+            labels: Labels::default(),
+            samples: (0..=4).map(|k| Sample { t: k * M, v: 3.0 }).collect(),
+        }])
+    );
 }
 
 #[test]
@@ -642,5 +661,78 @@ fn aggregations_of_a_selector_in_range_queries_match_the_general_path() {
             panic!()
         };
         assert!(!m.is_empty(), "{agg}");
+    }
+}
+
+/// A range query's answer built from one instant query per step, as the
+/// per-step path computes it.
+fn range_by_instants(s: &MemoryStorage, q: &str, start: i64, end: i64, step: i64) -> Vec<Series> {
+    let mut out: Vec<Series> = Vec::new();
+    let mut t = start;
+    while t <= end {
+        for e in vector(s, q, t) {
+            match out.iter_mut().find(|x| x.labels == e.labels) {
+                Some(x) => x.samples.push(Sample { t, v: e.v }),
+                None => out.push(Series {
+                    labels: e.labels,
+                    samples: vec![Sample { t, v: e.v }],
+                }),
+            }
+        }
+        t += step;
+    }
+    out.sort_by(|a, b| a.labels.cmp(&b.labels));
+    out
+}
+
+#[test]
+fn range_functions_and_their_aggregations_walked_over_all_steps_match_each_step() {
+    let s = store();
+    let functions = [
+        "rate",
+        "increase",
+        "delta",
+        "irate",
+        "idelta",
+        "resets",
+        "changes",
+        "avg_over_time",
+        "sum_over_time",
+        "count_over_time",
+        "min_over_time",
+        "max_over_time",
+        "last_over_time",
+        "present_over_time",
+        "stddev_over_time",
+        "stdvar_over_time",
+    ];
+    for f in functions {
+        for q in [
+            format!("{f}(http_requests[3m])"),
+            format!("sum({f}(http_requests[3m]))"),
+            format!("avg by (job) ({f}(http_requests[150s]))"),
+            format!("stddev without (instance) ({f}(http_requests[3m] offset 1m))"),
+            format!("count(({f}(http_requests{{job=\"api\"}}[5m])))"),
+        ] {
+            let walked = Engine::default().range(&s, &q, 30 * S, 14 * M, 30 * S);
+            let walked = match walked.unwrap_or_else(|e| panic!("{q}: {e}")) {
+                QueryValue::Matrix(m) => m,
+                other => panic!("{q}: {other:?}"),
+            };
+            assert_eq!(
+                walked,
+                range_by_instants(&s, &q, 30 * S, 14 * M, 30 * S),
+                "{q}"
+            );
+        }
+    }
+    // Nothing selected: an empty answer at every step.
+    for q in [
+        "sum(rate(nothing[1m]))",
+        "rate(nothing[1m])",
+        "avg(nothing)",
+    ] {
+        let out = Engine::default().range(&s, q, 0, 10 * M, M).unwrap();
+        assert_eq!(out, QueryValue::Matrix(Vec::new()), "{q}");
     }
 }

@@ -112,23 +112,10 @@ pub enum FnValue {
 pub fn call(name: &str, args: Vec<FnArg>, ctx: &FnContext) -> Result<FnValue, PromError> {
     let mut args = Args { name, args };
     let vector = FnValue::Vector;
+    if let Some(f) = range::RangeFn::from_name(name) {
+        return Ok(vector(f.call(&args.exactly(1)?.range(0)?, ctx)));
+    }
     let value = match name {
-        "rate" => vector(range::rate(&args.exactly(1)?.range(0)?, ctx)),
-        "increase" => vector(range::increase(&args.exactly(1)?.range(0)?, ctx)),
-        "delta" => vector(range::delta(&args.exactly(1)?.range(0)?, ctx)),
-        "irate" => vector(range::irate(&args.exactly(1)?.range(0)?, ctx)),
-        "idelta" => vector(range::idelta(&args.exactly(1)?.range(0)?, ctx)),
-        "resets" => vector(range::resets(&args.exactly(1)?.range(0)?, ctx)),
-        "changes" => vector(range::changes(&args.exactly(1)?.range(0)?, ctx)),
-        "avg_over_time" => vector(range::avg_over_time(&args.exactly(1)?.range(0)?, ctx)),
-        "sum_over_time" => vector(range::sum_over_time(&args.exactly(1)?.range(0)?, ctx)),
-        "count_over_time" => vector(range::count_over_time(&args.exactly(1)?.range(0)?, ctx)),
-        "min_over_time" => vector(range::min_over_time(&args.exactly(1)?.range(0)?, ctx)),
-        "max_over_time" => vector(range::max_over_time(&args.exactly(1)?.range(0)?, ctx)),
-        "last_over_time" => vector(range::last_over_time(&args.exactly(1)?.range(0)?, ctx)),
-        "present_over_time" => vector(range::present_over_time(&args.exactly(1)?.range(0)?, ctx)),
-        "stddev_over_time" => vector(range::stddev_over_time(&args.exactly(1)?.range(0)?, ctx)),
-        "stdvar_over_time" => vector(range::stdvar_over_time(&args.exactly(1)?.range(0)?, ctx)),
         "quantile_over_time" => {
             let q = args.exactly(2)?.scalar(0)?;
             vector(range::quantile_over_time(q, &args.range(1)?, ctx))

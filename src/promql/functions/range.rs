@@ -3,6 +3,9 @@
 //! rate), `irate`, `idelta`, `resets`, `changes`, and every
 //! `*_over_time`.
 //!
+//! Those of one argument are [`RangeFn`]s: a function of one series'
+//! samples and its window, which the engine also calls directly while it
+//! walks a series' windows step by step (no per-step argument built).
 //! As in 2.42, a series with no sample in the window gives no element,
 //! and every function but `last_over_time` drops `__name__` (which acts
 //! like `offset` and keeps it).
@@ -11,19 +14,135 @@ use super::stats::{kahan_sum_inc, quantile};
 use super::{FnContext, RangeArg, at_step};
 use crate::promql::value::{Sample, VectorSample};
 
-/// Whether a range function's answer keeps the series' metric name.
+/// A range selector's window at one step, both ends included (2.42).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Name {
-    Keep,
-    Drop,
+pub struct Span {
+    pub start_ms: i64,
+    pub end_ms: i64,
+}
+
+/// The range-vector functions of one argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeFn {
+    Rate,
+    Increase,
+    Delta,
+    Irate,
+    Idelta,
+    Resets,
+    Changes,
+    AvgOverTime,
+    SumOverTime,
+    CountOverTime,
+    MinOverTime,
+    MaxOverTime,
+    LastOverTime,
+    PresentOverTime,
+    StddevOverTime,
+    StdvarOverTime,
+}
+
+impl RangeFn {
+    /// The function called `name`, if it is one of these.
+    pub fn from_name(name: &str) -> Option<RangeFn> {
+        Some(match name {
+            "rate" => RangeFn::Rate,
+            "increase" => RangeFn::Increase,
+            "delta" => RangeFn::Delta,
+            "irate" => RangeFn::Irate,
+            "idelta" => RangeFn::Idelta,
+            "resets" => RangeFn::Resets,
+            "changes" => RangeFn::Changes,
+            "avg_over_time" => RangeFn::AvgOverTime,
+            "sum_over_time" => RangeFn::SumOverTime,
+            "count_over_time" => RangeFn::CountOverTime,
+            "min_over_time" => RangeFn::MinOverTime,
+            "max_over_time" => RangeFn::MaxOverTime,
+            "last_over_time" => RangeFn::LastOverTime,
+            "present_over_time" => RangeFn::PresentOverTime,
+            "stddev_over_time" => RangeFn::StddevOverTime,
+            "stdvar_over_time" => RangeFn::StdvarOverTime,
+            _ => return None,
+        })
+    }
+
+    /// Whether the answer keeps the series' `__name__` (only
+    /// `last_over_time`, which acts like `offset`).
+    pub fn keeps_name(self) -> bool {
+        self == RangeFn::LastOverTime
+    }
+
+    /// The function of one series' samples in `window` (stale markers
+    /// already removed); None where 2.42 gives no element (no sample, or
+    /// fewer than the function needs).
+    pub fn apply(self, samples: &[Sample], window: Span) -> Option<f64> {
+        if samples.is_empty() {
+            return None;
+        }
+        let rate = |counter, per_second| {
+            extrapolated_rate(
+                samples,
+                window,
+                RateKind {
+                    counter,
+                    per_second,
+                },
+            )
+        };
+        match self {
+            RangeFn::Rate => rate(true, true),
+            RangeFn::Increase => rate(true, false),
+            RangeFn::Delta => rate(false, false),
+            RangeFn::Irate => instant_value(samples, true),
+            RangeFn::Idelta => instant_value(samples, false),
+            RangeFn::Resets => Some(samples.windows(2).filter(|w| w[1].v < w[0].v).count() as f64),
+            RangeFn::Changes => {
+                // NaN to NaN is no change.
+                let changed =
+                    |w: &[Sample]| w[1].v != w[0].v && !(w[1].v.is_nan() && w[0].v.is_nan());
+                Some(samples.windows(2).filter(|w| changed(w)).count() as f64)
+            }
+            RangeFn::AvgOverTime => Some(average(samples)),
+            RangeFn::SumOverTime => {
+                let (mut sum, mut c) = (0.0f64, 0.0f64);
+                for p in samples {
+                    (sum, c) = kahan_sum_inc(p.v, sum, c);
+                }
+                Some(if sum.is_infinite() { sum } else { sum + c })
+            }
+            RangeFn::CountOverTime => Some(samples.len() as f64),
+            // NaN only when every value is NaN.
+            RangeFn::MinOverTime => Some(samples.iter().fold(samples[0].v, |min, p| {
+                if p.v < min || min.is_nan() { p.v } else { min }
+            })),
+            RangeFn::MaxOverTime => Some(samples.iter().fold(samples[0].v, |max, p| {
+                if p.v > max || max.is_nan() { p.v } else { max }
+            })),
+            RangeFn::LastOverTime => samples.last().map(|p| p.v),
+            RangeFn::PresentOverTime => Some(1.0),
+            RangeFn::StddevOverTime => Some(variance(samples).sqrt()),
+            RangeFn::StdvarOverTime => Some(variance(samples)),
+        }
+    }
+
+    /// The function at one step: one element per series of `arg` that
+    /// gives a value.
+    pub fn call(self, arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
+        let window = Span {
+            start_ms: arg.start_ms,
+            end_ms: arg.end_ms,
+        };
+        per_series(arg, ctx, self.keeps_name(), |s| self.apply(s, window))
+    }
 }
 
 /// Applies `f` to each series' samples (skipping series with none) and
-/// collects the values it gives, labelled as `name` says.
+/// collects the values it gives, with `__name__` unless `keep_name` is
+/// false.
 fn per_series(
     arg: &RangeArg,
     ctx: &FnContext,
-    name: Name,
+    keep_name: bool,
     f: impl Fn(&[Sample]) -> Option<f64>,
 ) -> Vec<VectorSample> {
     arg.series
@@ -31,9 +150,10 @@ fn per_series(
         .filter(|s| !s.samples.is_empty())
         .filter_map(|s| {
             let v = f(&s.samples)?;
-            let labels = match name {
-                Name::Keep => s.labels.clone(),
-                Name::Drop => s.labels.without_name(),
+            let labels = if keep_name {
+                s.labels.clone()
+            } else {
+                s.labels.without_name()
             };
             Some(at_step(labels, v, ctx))
         })
@@ -50,41 +170,13 @@ struct RateKind {
     per_second: bool,
 }
 
-/// `rate(v[d])`: the per-second increase of a counter over the window,
-/// with resets and extrapolation to the window's edges.
-pub fn rate(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    let kind = RateKind {
-        counter: true,
-        per_second: true,
-    };
-    per_series(arg, ctx, Name::Drop, |s| extrapolated_rate(s, arg, kind))
-}
-
-/// `increase(v[d])`: `rate` times the window's length.
-pub fn increase(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    let kind = RateKind {
-        counter: true,
-        per_second: false,
-    };
-    per_series(arg, ctx, Name::Drop, |s| extrapolated_rate(s, arg, kind))
-}
-
-/// `delta(v[d])`: a gauge's change over the window, extrapolated.
-pub fn delta(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    let kind = RateKind {
-        counter: false,
-        per_second: false,
-    };
-    per_series(arg, ctx, Name::Drop, |s| extrapolated_rate(s, arg, kind))
-}
-
 /// Prometheus 2.42's `extrapolatedRate` for one series: the change from
 /// the first to the last sample (resets added back for a counter),
 /// stretched towards the window's edges: all the way to an edge closer
 /// than 1.1 average sample intervals, else by half an interval; a
 /// counter's start is not stretched past the point where it would have
 /// been zero. None below two samples.
-fn extrapolated_rate(samples: &[Sample], window: &RangeArg, kind: RateKind) -> Option<f64> {
+fn extrapolated_rate(samples: &[Sample], window: Span, kind: RateKind) -> Option<f64> {
     let (first, last) = match samples {
         [first, .., last] => (*first, *last),
         _ => return None,
@@ -133,17 +225,6 @@ fn extrapolated_rate(samples: &[Sample], window: &RangeArg, kind: RateKind) -> O
     Some(result * factor)
 }
 
-/// `irate(v[d])`: the per-second rate between the last two samples (the
-/// last value alone after a reset).
-pub fn irate(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |s| instant_value(s, true))
-}
-
-/// `idelta(v[d])`: the difference between the last two samples.
-pub fn idelta(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |s| instant_value(s, false))
-}
-
 /// 2.42's `instantValue`: None below two samples.
 fn instant_value(samples: &[Sample], is_rate: bool) -> Option<f64> {
     let (prev, last) = match samples {
@@ -165,110 +246,32 @@ fn instant_value(samples: &[Sample], is_rate: bool) -> Option<f64> {
     Some(value)
 }
 
-/// `resets(v[d])`: how many times the value went down.
-pub fn resets(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |s| {
-        Some(s.windows(2).filter(|w| w[1].v < w[0].v).count() as f64)
-    })
-}
-
-/// `changes(v[d])`: how many times the value changed (NaN to NaN is no
-/// change).
-pub fn changes(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |s| {
-        let changed = |w: &[Sample]| w[1].v != w[0].v && !(w[1].v.is_nan() && w[0].v.is_nan());
-        Some(s.windows(2).filter(|w| changed(w)).count() as f64)
-    })
-}
-
-/// `avg_over_time(v[d])`: the mean, computed incrementally with
-/// compensated summation as 2.42 does (an infinite mean stays as it is
-/// unless a NaN or an infinity of the other sign arrives).
-pub fn avg_over_time(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |s| {
-        let (mut mean, mut count, mut c) = (0.0f64, 0.0f64, 0.0f64);
-        for p in s {
-            count += 1.0;
-            if mean.is_infinite() {
-                if p.v.is_infinite() && (mean > 0.0) == (p.v > 0.0) {
-                    continue;
-                }
-                if !p.v.is_infinite() && !p.v.is_nan() {
-                    continue;
-                }
+/// The mean, computed incrementally with compensated summation as 2.42's
+/// `avg_over_time` does (an infinite mean stays as it is unless a NaN or
+/// an infinity of the other sign arrives).
+fn average(samples: &[Sample]) -> f64 {
+    let (mut mean, mut count, mut c) = (0.0f64, 0.0f64, 0.0f64);
+    for p in samples {
+        count += 1.0;
+        if mean.is_infinite() {
+            if p.v.is_infinite() && (mean > 0.0) == (p.v > 0.0) {
+                continue;
             }
-            (mean, c) = kahan_sum_inc(p.v / count - mean / count, mean, c);
+            if !p.v.is_infinite() && !p.v.is_nan() {
+                continue;
+            }
         }
-        Some(if mean.is_infinite() { mean } else { mean + c })
-    })
-}
-
-/// `sum_over_time(v[d])`, with compensated summation.
-pub fn sum_over_time(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |s| {
-        let (mut sum, mut c) = (0.0f64, 0.0f64);
-        for p in s {
-            (sum, c) = kahan_sum_inc(p.v, sum, c);
-        }
-        Some(if sum.is_infinite() { sum } else { sum + c })
-    })
-}
-
-/// `count_over_time(v[d])`.
-pub fn count_over_time(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |s| Some(s.len() as f64))
-}
-
-/// `min_over_time(v[d])`: NaN only when every value is NaN.
-pub fn min_over_time(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |s| {
-        Some(s.iter().fold(
-            s[0].v,
-            |min, p| {
-                if p.v < min || min.is_nan() { p.v } else { min }
-            },
-        ))
-    })
-}
-
-/// `max_over_time(v[d])`: NaN only when every value is NaN.
-pub fn max_over_time(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |s| {
-        Some(s.iter().fold(
-            s[0].v,
-            |max, p| {
-                if p.v > max || max.is_nan() { p.v } else { max }
-            },
-        ))
-    })
-}
-
-/// `last_over_time(v[d])`: the last value; keeps `__name__`.
-pub fn last_over_time(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Keep, |s| s.last().map(|p| p.v))
-}
-
-/// `present_over_time(v[d])`: 1 for every series with a sample.
-pub fn present_over_time(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |_| Some(1.0))
+        (mean, c) = kahan_sum_inc(p.v / count - mean / count, mean, c);
+    }
+    if mean.is_infinite() { mean } else { mean + c }
 }
 
 /// `quantile_over_time(q, v[d])`.
 pub fn quantile_over_time(q: f64, arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |s| {
+    per_series(arg, ctx, false, |s| {
         let mut values: Vec<f64> = s.iter().map(|p| p.v).collect();
         Some(quantile(q, &mut values))
     })
-}
-
-/// `stddev_over_time(v[d])`: the population standard deviation.
-pub fn stddev_over_time(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |s| Some(variance(s).sqrt()))
-}
-
-/// `stdvar_over_time(v[d])`: the population variance.
-pub fn stdvar_over_time(arg: &RangeArg, ctx: &FnContext) -> Vec<VectorSample> {
-    per_series(arg, ctx, Name::Drop, |s| Some(variance(s)))
 }
 
 /// The population variance by Welford's method with compensated sums,
@@ -330,9 +333,9 @@ pub(super) mod tests {
             .map(|i| (5_000 + i * 10_000, 100.0 + 10.0 * i as f64))
             .collect();
         let w = window(0, 60_000, vec![series("c", &pts)]);
-        close(one(rate(&w, &CTX)), 1.0);
-        close(one(increase(&w, &CTX)), 60.0);
-        let out = rate(&w, &CTX);
+        close(one(RangeFn::Rate.call(&w, &CTX)), 1.0);
+        close(one(RangeFn::Increase.call(&w, &CTX)), 60.0);
+        let out = RangeFn::Rate.call(&w, &CTX);
         assert_eq!(out[0].labels, Labels::from_pairs([("job", "a")]));
         assert_eq!(out[0].t, 60_000);
     }
@@ -345,7 +348,7 @@ pub(super) mod tests {
             .map(|i| (5_000 + i * 10_000, 10.0 * i as f64))
             .collect();
         let w = window(0, 60_000, vec![series("c", &pts)]);
-        close(one(increase(&w, &CTX)), 55.0);
+        close(one(RangeFn::Increase.call(&w, &CTX)), 55.0);
     }
 
     #[test]
@@ -367,8 +370,8 @@ pub(super) mod tests {
                 ],
             )],
         );
-        close(one(increase(&w, &CTX)), 35.0);
-        close(one(rate(&w, &CTX)), 35.0 / 60.0);
+        close(one(RangeFn::Increase.call(&w, &CTX)), 35.0);
+        close(one(RangeFn::Rate.call(&w, &CTX)), 35.0 / 60.0);
     }
 
     #[test]
@@ -389,10 +392,10 @@ pub(super) mod tests {
                 ],
             )],
         );
-        close(one(increase(&w, &CTX)), 35.0);
-        assert_eq!(one(resets(&w, &CTX)), 1.0);
+        close(one(RangeFn::Increase.call(&w, &CTX)), 35.0);
+        assert_eq!(one(RangeFn::Resets.call(&w, &CTX)), 1.0);
         // delta is not a counter: last − first.
-        close(one(delta(&w, &CTX)), 15.0);
+        close(one(RangeFn::Delta.call(&w, &CTX)), 15.0);
     }
 
     #[test]
@@ -404,9 +407,9 @@ pub(super) mod tests {
             .map(|i| (10_000 + i * 10_000, 1.0 + 2.0 * i as f64))
             .collect();
         let w = window(0, 60_000, vec![series("c", &pts)]);
-        close(one(increase(&w, &CTX)), 10.0 * 55.0 / 50.0);
+        close(one(RangeFn::Increase.call(&w, &CTX)), 10.0 * 55.0 / 50.0);
         // delta has no zero clamp: (50+10)/50.
-        close(one(delta(&w, &CTX)), 10.0 * 60.0 / 50.0);
+        close(one(RangeFn::Delta.call(&w, &CTX)), 10.0 * 60.0 / 50.0);
     }
 
     #[test]
@@ -416,10 +419,14 @@ pub(super) mod tests {
             60_000,
             vec![series("c", &[(10_000, 1.0)]), series("d", &[])],
         );
-        assert!(rate(&w, &CTX).is_empty());
-        assert!(irate(&w, &CTX).is_empty());
-        assert!(count_over_time(&window(0, 1, vec![series("d", &[])]), &CTX).is_empty());
-        assert_eq!(one(count_over_time(&w, &CTX)), 1.0);
+        assert!(RangeFn::Rate.call(&w, &CTX).is_empty());
+        assert!(RangeFn::Irate.call(&w, &CTX).is_empty());
+        assert!(
+            RangeFn::CountOverTime
+                .call(&window(0, 1, vec![series("d", &[])]), &CTX)
+                .is_empty()
+        );
+        assert_eq!(one(RangeFn::CountOverTime.call(&w, &CTX)), 1.0);
     }
 
     #[test]
@@ -430,8 +437,8 @@ pub(super) mod tests {
             vec![series("c", &[(0, 1.0), (20_000, 50.0), (30_000, 10.0)])],
         );
         // A drop is a reset: the last value over 10s.
-        close(one(irate(&w, &CTX)), 1.0);
-        close(one(idelta(&w, &CTX)), -40.0);
+        close(one(RangeFn::Irate.call(&w, &CTX)), 1.0);
+        close(one(RangeFn::Idelta.call(&w, &CTX)), -40.0);
     }
 
     #[test]
@@ -444,7 +451,7 @@ pub(super) mod tests {
                 &[(0, 1.0), (1, 1.0), (2, f64::NAN), (3, f64::NAN), (4, 2.0)],
             )],
         );
-        assert_eq!(one(changes(&w, &CTX)), 2.0);
+        assert_eq!(one(RangeFn::Changes.call(&w, &CTX)), 2.0);
     }
 
     #[test]
@@ -466,19 +473,22 @@ pub(super) mod tests {
                 ],
             )],
         );
-        close(one(avg_over_time(&w, &CTX)), 5.0);
-        close(one(sum_over_time(&w, &CTX)), 40.0);
-        close(one(stdvar_over_time(&w, &CTX)), 4.0);
-        close(one(stddev_over_time(&w, &CTX)), 2.0);
-        assert_eq!(one(min_over_time(&w, &CTX)), 2.0);
-        assert_eq!(one(max_over_time(&w, &CTX)), 9.0);
-        assert_eq!(one(present_over_time(&w, &CTX)), 1.0);
+        close(one(RangeFn::AvgOverTime.call(&w, &CTX)), 5.0);
+        close(one(RangeFn::SumOverTime.call(&w, &CTX)), 40.0);
+        close(one(RangeFn::StdvarOverTime.call(&w, &CTX)), 4.0);
+        close(one(RangeFn::StddevOverTime.call(&w, &CTX)), 2.0);
+        assert_eq!(one(RangeFn::MinOverTime.call(&w, &CTX)), 2.0);
+        assert_eq!(one(RangeFn::MaxOverTime.call(&w, &CTX)), 9.0);
+        assert_eq!(one(RangeFn::PresentOverTime.call(&w, &CTX)), 1.0);
         // 8 values, q=0.5: rank 3.5 between 4 and 5.
         close(one(quantile_over_time(0.5, &w, &CTX)), 4.5);
-        let last = last_over_time(&w, &CTX);
+        let last = RangeFn::LastOverTime.call(&w, &CTX);
         assert_eq!(last[0].v, 9.0);
         assert_eq!(last[0].labels.metric_name(), "g");
-        assert_eq!(avg_over_time(&w, &CTX)[0].labels.metric_name(), "");
+        assert_eq!(
+            RangeFn::AvgOverTime.call(&w, &CTX)[0].labels.metric_name(),
+            ""
+        );
     }
 
     #[test]
@@ -491,10 +501,10 @@ pub(super) mod tests {
                 &[(0, f64::NAN), (1, 3.0), (2, f64::NAN), (3, 1.0)],
             )],
         );
-        assert_eq!(one(min_over_time(&w, &CTX)), 1.0);
-        assert_eq!(one(max_over_time(&w, &CTX)), 3.0);
+        assert_eq!(one(RangeFn::MinOverTime.call(&w, &CTX)), 1.0);
+        assert_eq!(one(RangeFn::MaxOverTime.call(&w, &CTX)), 3.0);
         let all_nan = window(0, 10, vec![series("g", &[(0, f64::NAN), (1, f64::NAN)])]);
-        assert!(one(max_over_time(&all_nan, &CTX)).is_nan());
+        assert!(one(RangeFn::MaxOverTime.call(&all_nan, &CTX)).is_nan());
     }
 
     #[test]
@@ -507,15 +517,15 @@ pub(super) mod tests {
                 &[(0, 1.0), (1, f64::INFINITY), (2, 5.0), (3, f64::INFINITY)],
             )],
         );
-        assert_eq!(one(avg_over_time(&w, &CTX)), f64::INFINITY);
+        assert_eq!(one(RangeFn::AvgOverTime.call(&w, &CTX)), f64::INFINITY);
         let mixed = window(
             0,
             10,
             vec![series("g", &[(0, f64::INFINITY), (1, f64::NEG_INFINITY)])],
         );
-        assert!(one(avg_over_time(&mixed, &CTX)).is_nan());
+        assert!(one(RangeFn::AvgOverTime.call(&mixed, &CTX)).is_nan());
         // Large values whose plain sum would overflow still average.
         let big = window(0, 10, vec![series("g", &[(0, f64::MAX), (1, f64::MAX)])]);
-        close(one(avg_over_time(&big, &CTX)), f64::MAX);
+        close(one(RangeFn::AvgOverTime.call(&big, &CTX)), f64::MAX);
     }
 }
