@@ -42,7 +42,7 @@ use parking_lot::Mutex;
 use promql_parser::label::{MatchOp, Matcher};
 
 use super::error::PromError;
-use super::storage::{Storage, StoredSeries};
+use super::storage::{SeriesMap, SteppedSeries, Storage, StoredSeries};
 use super::value::{Labels, METRIC_NAME, Sample};
 use crate::model::hash::FastMap;
 use crate::model::point::Value;
@@ -296,12 +296,17 @@ impl<'a> DbStorage<'a> {
     /// runs that the store's read threads take from a queue, a run read
     /// by scanning the metric's rows where the selection covers most of
     /// the metric. Refused past `max_samples`, counted while reading.
-    fn read_samples(
+    ///
+    /// Each series' samples are handed, in time order, to `finish` on the
+    /// thread that read them (a series without samples too); its answers
+    /// come back in the order given.
+    fn read_samples<T: Send + Default>(
         &self,
         tsuids: &[Tsuid],
         start_ms: u64,
         end_ms: u64,
-    ) -> Result<Vec<Vec<Sample>>, PromError> {
+        finish: &(dyn Fn(Vec<Sample>) -> T + Sync),
+    ) -> Result<Vec<T>, PromError> {
         let plan = ReadRuns::plan(self.ctx, tsuids, start_ms, end_ms);
         let threads = self
             .ctx
@@ -312,18 +317,24 @@ impl<'a> DbStorage<'a> {
         let queue = Mutex::new(plan.runs.iter().rev().collect::<Vec<&ReadRun>>());
         let total = AtomicUsize::new(0);
         let max = self.limits.max_samples;
-        let work = || -> Result<Vec<RunSamples>, PromError> {
+        let work = || -> Result<Vec<(&ReadRun, Vec<T>)>, PromError> {
             let mut done = Vec::new();
             while let Some(run) = queue.lock().pop() {
                 let Some(got) = self.read_run(&plan.order, run, start_ms, end_ms, &total, max)?
                 else {
                     return Err(PromError::too_many_samples());
                 };
+                let got = got
+                    .into_iter()
+                    .map(|s| finish(StoredSeries::samples_in_order(s)))
+                    .collect();
                 done.push((run, got));
             }
             Ok(done)
         };
-        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); tsuids.len()];
+        let mut samples: Vec<T> = std::iter::repeat_with(T::default)
+            .take(tsuids.len())
+            .collect();
         for done in crate::parallel::run_all((0..threads).map(|_| work)) {
             for (run, got) in done? {
                 for ((_, slot), s) in plan.order[run.from..run.to].iter().zip(got) {
@@ -403,12 +414,40 @@ impl Storage for DbStorage<'_> {
         }
         let chosen = self.choose(matchers, start_ms)?;
         let tsuids: Vec<Tsuid> = chosen.iter().map(|(t, _)| t.clone()).collect();
-        let samples = self.read_samples(&tsuids, start_ms.max(0) as u64, end_ms as u64)?;
+        let samples = self.read_samples(&tsuids, start_ms.max(0) as u64, end_ms as u64, &|s| s)?;
         Ok(chosen
             .into_iter()
             .zip(samples)
             .filter(|(_, s)| !s.is_empty())
             .map(|((_, labels), samples)| StoredSeries { labels, samples })
+            .collect())
+    }
+
+    fn select_mapped(
+        &self,
+        matchers: &[Matcher],
+        start_ms: i64,
+        end_ms: i64,
+        map: &SeriesMap<'_>,
+    ) -> Result<Vec<SteppedSeries>, PromError> {
+        if end_ms < 0 || end_ms < start_ms {
+            return Ok(Vec::new());
+        }
+        let chosen = self.choose(matchers, start_ms)?;
+        let tsuids: Vec<Tsuid> = chosen.iter().map(|(t, _)| t.clone()).collect();
+        // A series without samples is left out, as `select` leaves it.
+        let mapped = self.read_samples(&tsuids, start_ms.max(0) as u64, end_ms as u64, &|s| {
+            (!s.is_empty()).then(|| map(&s))
+        })?;
+        Ok(chosen
+            .into_iter()
+            .zip(mapped)
+            .filter_map(|((_, labels), steps)| {
+                Some(SteppedSeries {
+                    labels,
+                    steps: steps?,
+                })
+            })
             .collect())
     }
 
@@ -538,9 +577,6 @@ const MIN_SERIES_PER_THREAD: usize = 64;
 /// core, takes more of them.
 const RUNS_PER_THREAD: usize = 4;
 
-/// A run read, with each of its series' samples.
-type RunSamples<'r> = (&'r ReadRun, Vec<Vec<Sample>>);
-
 /// A selection's series in read order, cut into runs.
 struct ReadRuns {
     /// Each series with its place in the caller's list, sorted by key
@@ -656,6 +692,7 @@ mod tests {
 
     use super::*;
     use crate::db::{Db, PendingPoint};
+    use crate::promql::storage::StepSample;
     use crate::query::QueryOptions;
 
     const T0: i64 = 1_420_070_400; // 2015-01-01T00:00:00Z
@@ -744,6 +781,35 @@ mod tests {
                     v: 0.5
                 }]
             );
+        });
+    }
+
+    #[test]
+    fn select_mapped_maps_each_series_as_select_reads_it() {
+        storage_test(|s| {
+            let m = sel("{__name__=~\"sys.cpu.user|up\"}");
+            let (a, b) = (T0 * 1000, (T0 + 3600) * 1000);
+            // A map that keeps each sample's value at its index.
+            let map = |samples: &[Sample]| {
+                samples
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| StepSample {
+                        step: i as u32,
+                        v: x.v,
+                    })
+                    .collect()
+            };
+            let mapped = s.select_mapped(&m, a, b, &map).unwrap();
+            let read = s.select(&m, a, b).unwrap();
+            assert_eq!(mapped.len(), 3);
+            assert_eq!(mapped.len(), read.len());
+            for (m, r) in mapped.iter().zip(&read) {
+                assert_eq!(m.labels, r.labels);
+                assert_eq!(m.steps, map(&r.samples));
+            }
+            // Nothing in the range: nothing, as select answers.
+            assert!(s.select_mapped(&m, 0, 1000, &map).unwrap().is_empty());
         });
     }
 

@@ -16,6 +16,39 @@ pub struct StoredSeries {
     pub samples: Vec<Sample>,
 }
 
+impl StoredSeries {
+    /// The samples in time order: the stores promise it, and every
+    /// lookup of the evaluator is a binary search, so a store that broke
+    /// the promise is mended here rather than answered wrongly.
+    pub fn samples_in_order(mut samples: Vec<Sample>) -> Vec<Sample> {
+        if !samples.is_sorted_by_key(|x| x.t) {
+            samples.sort_by_key(|x| x.t);
+        }
+        samples
+    }
+}
+
+/// A series' value at one step of a range query.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepSample {
+    /// The step's index (0 is the query's start).
+    pub step: u32,
+    pub v: f64,
+}
+
+/// What [`Storage::select_mapped`] keeps of a series: its labels and
+/// what the map made of its samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SteppedSeries {
+    pub labels: Labels,
+    pub steps: Vec<StepSample>,
+}
+
+/// The evaluator's walk of one series over a range query's steps, given
+/// the series' samples in time order: run where the samples are read, so
+/// that a store that reads on several threads walks on them too.
+pub type SeriesMap<'m> = dyn Fn(&[Sample]) -> Vec<StepSample> + Sync + 'm;
+
 /// Where PromQL's series come from. Matchers follow Prometheus: every one
 /// must match, a label a series does not have matches as "" (so
 /// `{l=""}` selects series without `l`), regexps are anchored, and
@@ -29,6 +62,25 @@ pub trait Storage: Sync {
         start_ms: i64,
         end_ms: i64,
     ) -> Result<Vec<StoredSeries>, PromError>;
+
+    /// [`select`](Self::select), keeping of each series only what `map`
+    /// makes of its samples (in time order), in the same order.
+    fn select_mapped(
+        &self,
+        matchers: &[Matcher],
+        start_ms: i64,
+        end_ms: i64,
+        map: &SeriesMap<'_>,
+    ) -> Result<Vec<SteppedSeries>, PromError> {
+        Ok(self
+            .select(matchers, start_ms, end_ms)?
+            .into_iter()
+            .map(|s| SteppedSeries {
+                steps: map(&StoredSeries::samples_in_order(s.samples)),
+                labels: s.labels,
+            })
+            .collect())
+    }
 
     /// The label sets of the series matching any one of `sets` (each a
     /// list of matchers that must all match) with data in the range,

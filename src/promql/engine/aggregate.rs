@@ -116,6 +116,12 @@ fn over_walk(
         .map(|rows| rows.get(step).cloned().unwrap_or_default()))
 }
 
+/// Whether aggregation `op` without a parameter folds a series walk at
+/// every step of a range query (see [`over_walk`]).
+pub(super) fn folds_walks(op: TokenId) -> bool {
+    Acc::folds(op)
+}
+
 /// The rows of [`over_walk`]: per step, each group with values.
 fn fold_walk(
     ev: &mut impl Eval,

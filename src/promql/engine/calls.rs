@@ -254,7 +254,7 @@ fn first(args: &[Box<Expr>]) -> Result<&Expr, PromError> {
 fn range_arg(ev: &mut impl Eval, e: &Expr, t: i64) -> Result<RangeArg, PromError> {
     match unparen(e) {
         Expr::MatrixSelector(ms) => {
-            let w = ev.selected().window(ms, t);
+            let w = ev.selected().window(ms, t)?;
             ev.hold(w.series.iter().map(|s| s.samples.len()).sum())?;
             Ok(w.into_arg())
         }

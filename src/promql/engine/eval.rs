@@ -10,6 +10,7 @@ use promql_parser::parser::{Expr, SubqueryExpr, UnaryExpr};
 use super::EngineOptions;
 use super::selectors::{self, QueryRange, Selected};
 use super::step::{Eval, LabelMap, StepValue, check_unique};
+use super::walk::SeriesWalk;
 use super::{aggregate, binary, calls};
 use crate::promql::error::{ErrorKind, PromError};
 use crate::promql::storage::Storage;
@@ -63,6 +64,9 @@ impl<'a> Evaluator<'a> {
             held: 0,
             current: 0,
         };
+        if range.end_ms > range.start_ms {
+            plan_walks(expr, &mut ev.selected);
+        }
         ev.selected
             .prefetch(storage, expr, range.start_ms, range.end_ms)?;
         if ev.selected.loaded() > opts.max_samples {
@@ -179,7 +183,7 @@ impl Eval for Evaluator<'_> {
                 Ok(StepValue::Vector(v))
             }
             Expr::MatrixSelector(ms) => {
-                let w = self.selected.window(ms, t);
+                let w = self.selected.window(ms, t)?;
                 self.hold(w.series.iter().map(|s| s.samples.len()).sum())?;
                 Ok(StepValue::Matrix(w.series))
             }
@@ -297,6 +301,53 @@ impl Eval for Evaluator<'_> {
 
     fn selected(&self) -> &Selected {
         &self.selected
+    }
+}
+
+/// Marks the selectors of a range query that only a series walk uses, at
+/// the query's own steps, to be read as that walk's values (computed
+/// where the samples are read, on the store's read threads): a range
+/// function of one range selector (`rate(x[1m])`), and a plain selector or
+/// such a call under a parameterless aggregation (`sum(x)`,
+/// `avg(avg_over_time(x[1m]))`). Nothing under a subquery, whose inner
+/// steps are not the query's.
+fn plan_walks(expr: &Expr, selected: &mut Selected) {
+    match expr {
+        Expr::Aggregate(a) => {
+            let walk = SeriesWalk::of(&a.expr)
+                .filter(|_| a.param.is_none() && aggregate::folds_walks(a.op.id()));
+            match walk {
+                Some(w) => {
+                    let (vs, how) = w.reads();
+                    selected.pre_walk(vs, how);
+                }
+                None => {
+                    if let Some(p) = &a.param {
+                        plan_walks(p, selected);
+                    }
+                    plan_walks(&a.expr, selected);
+                }
+            }
+        }
+        Expr::Call(c) => match SeriesWalk::of_call(c) {
+            Some(w) => {
+                let (vs, how) = w.reads();
+                selected.pre_walk(vs, how);
+            }
+            None => c.args.args.iter().for_each(|a| plan_walks(a, selected)),
+        },
+        Expr::Unary(u) => plan_walks(&u.expr, selected),
+        Expr::Binary(b) => {
+            plan_walks(&b.lhs, selected);
+            plan_walks(&b.rhs, selected);
+        }
+        Expr::Paren(p) => plan_walks(&p.expr, selected),
+        Expr::Subquery(_)
+        | Expr::VectorSelector(_)
+        | Expr::MatrixSelector(_)
+        | Expr::NumberLiteral(_)
+        | Expr::StringLiteral(_)
+        | Expr::Extension(_) => {}
     }
 }
 

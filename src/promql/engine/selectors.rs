@@ -15,9 +15,9 @@ use std::collections::hash_map::Entry;
 use promql_parser::parser::{AtModifier, Expr, MatrixSelector, Offset, VectorSelector};
 
 use crate::promql::error::PromError;
-use crate::promql::functions::range::Span;
+use crate::promql::functions::range::{RangeFn, Span};
 use crate::promql::functions::{RangeArg, RangeSeries};
-use crate::promql::storage::{Storage, StoredSeries};
+use crate::promql::storage::{StepSample, SteppedSeries, Storage, StoredSeries};
 use crate::promql::value::{Labels, METRIC_NAME, Sample, Series, VectorSample, is_stale_nan};
 
 /// The times a query is evaluated at: `start_ms`, `start_ms + step_ms`,
@@ -91,6 +91,12 @@ fn reference(vs: &VectorSelector, t: i64, range: &QueryRange) -> i64 {
 /// `VectorSelector` node (the tree outlives the evaluation).
 pub(super) struct Selected {
     data: HashMap<usize, Vec<StoredSeries>>,
+    /// The selectors a series walk alone uses at the steps of a range
+    /// query (see [`Selected::pre_walk`]), by key: read as that walk's
+    /// values at each step, computed where the samples are read.
+    walked: HashMap<usize, Vec<SteppedSeries>>,
+    /// Which selectors to read that way, and how.
+    pre_walks: HashMap<usize, PreWalk>,
     /// Per instant selector and series, how many samples the last step
     /// had at or before its time: the next step starts looking there.
     cursors: RefCell<HashMap<usize, Vec<usize>>>,
@@ -108,6 +114,8 @@ impl Selected {
     pub(super) fn new(lookback_ms: i64, range: QueryRange, max_samples: usize) -> Selected {
         Selected {
             data: HashMap::new(),
+            walked: HashMap::new(),
+            pre_walks: HashMap::new(),
             cursors: RefCell::new(HashMap::new()),
             grids: RefCell::new(HashMap::new()),
             max_samples,
@@ -116,13 +124,20 @@ impl Selected {
         }
     }
 
-    /// How many samples were read.
+    /// How many samples (or walked values) are held.
     pub(super) fn loaded(&self) -> usize {
-        self.data
-            .values()
-            .flat_map(|s| s.iter())
-            .map(|s| s.samples.len())
-            .sum()
+        let samples: usize = self.data.values().flatten().map(|s| s.samples.len()).sum();
+        let walked: usize = self.walked.values().flatten().map(|s| s.steps.len()).sum();
+        samples + walked
+    }
+
+    /// Reads `vs` as `walk`'s values at each step of the range query, not
+    /// as samples: the caller promises that only that walk uses the
+    /// selector, and only at the query's steps. Before [`prefetch`].
+    ///
+    /// [`prefetch`]: Selected::prefetch
+    pub(super) fn pre_walk(&mut self, vs: &VectorSelector, walk: PreWalk) {
+        self.pre_walks.insert(key(vs), walk);
     }
 
     /// Reads every selector's series once: `lo..=hi` is the span of times
@@ -189,15 +204,49 @@ impl Selected {
             None => (lo, hi),
         };
         let off = offset_ms(&vs.offset);
-        let mut series = storage.select(&matchers(vs), lo - off - reach, hi - off)?;
-        // The store promises time order; sort anyway where it did not, since
-        // every lookup below is a binary search.
+        let (from, to) = (lo - off - reach, hi - off);
+        if let Some(&walk) = self.pre_walks.get(&key(vs)) {
+            let (range, lookback) = (self.range, self.lookback_ms);
+            let map = |samples: &[Sample]| {
+                let mut out = Vec::new();
+                let mut keep = |k: usize, v: f64| {
+                    out.push(StepSample { step: k as u32, v });
+                    Ok(())
+                };
+                // The closures below never fail.
+                let _ = match walk {
+                    PreWalk::Instant => instant_steps(vs, &range, lookback, samples, &mut keep),
+                    PreWalk::Range(f) => {
+                        window_steps(vs, &range, reach, samples, &mut Vec::new(), |k, w, span| {
+                            match f.apply(w, span) {
+                                Some(v) => keep(k, v),
+                                None => Ok(()),
+                            }
+                        })
+                    }
+                };
+                out
+            };
+            let series = storage.select_mapped(&matchers(vs), from, to, &map)?;
+            self.walked.insert(key(vs), series);
+            return Ok(());
+        }
+        let mut series = storage.select(&matchers(vs), from, to)?;
         for s in &mut series {
-            if !s.samples.is_sorted_by_key(|x| x.t) {
-                s.samples.sort_by_key(|x| x.t);
-            }
+            s.samples = StoredSeries::samples_in_order(std::mem::take(&mut s.samples));
         }
         self.data.insert(key(vs), series);
+        Ok(())
+    }
+
+    /// An `internal` error where a selector read as walked values is asked
+    /// for samples (the walk plan promised it would not be).
+    fn not_walked(&self, vs: &VectorSelector) -> Result<(), PromError> {
+        if self.walked.contains_key(&key(vs)) {
+            return Err(PromError::internal(
+                "a selector read as a walk's values was asked for samples",
+            ));
+        }
         Ok(())
     }
 
@@ -211,20 +260,27 @@ impl Selected {
         t: i64,
         stored_time: bool,
     ) -> Result<Vec<VectorSample>, PromError> {
-        let Some(series) = self.data.get(&key(vs)) else {
-            return Ok(Vec::new());
-        };
         if let Some(step) = self.grid_step(t).filter(|_| !stored_time) {
+            let (data, walked) = (self.data.get(&key(vs)), self.walked.get(&key(vs)));
+            let label = |i: usize| match (data, walked) {
+                (Some(d), _) => d[i].labels.clone(),
+                (_, Some(w)) => w[i].labels.clone(),
+                (None, None) => Labels::default(),
+            };
             let row = self.grid_row(vs, step)?;
             return Ok(row
                 .iter()
                 .map(|&(i, v)| VectorSample {
-                    labels: series[i as usize].labels.clone(),
+                    labels: label(i as usize),
                     t,
                     v,
                 })
                 .collect());
         }
+        self.not_walked(vs)?;
+        let Some(series) = self.data.get(&key(vs)) else {
+            return Ok(Vec::new());
+        };
         let refer = reference(vs, t, &self.range);
         let oldest = refer - self.lookback_ms;
         let mut cursors = self.cursors.borrow_mut();
@@ -268,6 +324,9 @@ impl Selected {
 
     /// The labels of `vs`'s series, in the order grid rows index them.
     pub(super) fn series_labels(&self, vs: &VectorSelector) -> Vec<Labels> {
+        if let Some(walked) = self.walked.get(&key(vs)) {
+            return walked.iter().map(|s| s.labels.clone()).collect();
+        }
         self.data
             .get(&key(vs))
             .map(|series| series.iter().map(|s| s.labels.clone()).collect())
@@ -276,7 +335,10 @@ impl Selected {
 
     /// How many series `vs` selected.
     pub(super) fn series_count(&self, vs: &VectorSelector) -> usize {
-        self.data.get(&key(vs)).map_or(0, Vec::len)
+        match self.walked.get(&key(vs)) {
+            Some(walked) => walked.len(),
+            None => self.data.get(&key(vs)).map_or(0, Vec::len),
+        }
     }
 
     /// Which step of a range query `t` is, if it is one.
@@ -307,8 +369,7 @@ impl Selected {
 
     /// How many steps the range query has.
     pub(super) fn steps(&self) -> usize {
-        let r = &self.range;
-        usize::try_from((r.end_ms - r.start_ms) / r.step_ms + 1).unwrap_or(0)
+        step_count(&self.range)
     }
 
     /// Walks `vs`'s value at every step of the range query, series by
@@ -320,33 +381,25 @@ impl Selected {
         vs: &VectorSelector,
         mut f: impl FnMut(u32, usize, f64) -> Result<(), PromError>,
     ) -> Result<(), PromError> {
+        if let Some(walked) = self.walked.get(&key(vs)) {
+            return walk_stepped(walked, f);
+        }
         let Some(series) = self.data.get(&key(vs)) else {
             return Ok(());
         };
-        let r = self.range;
-        let steps = self.steps();
         for (i, s) in series.iter().enumerate() {
-            let index = u32::try_from(i).map_err(|_| PromError::execution(TOO_MANY_SERIES))?;
-            let mut n = 0;
-            for k in 0..steps {
-                let refer = reference(vs, r.start_ms + k as i64 * r.step_ms, &r);
-                n = count_until(&s.samples, refer, n);
-                if n == 0 {
-                    continue;
-                }
-                let last = s.samples[n - 1];
-                if last.t < refer - self.lookback_ms || is_stale_nan(last.v) {
-                    continue;
-                }
-                f(index, k, last.v)?;
-            }
+            let index = series_index(i)?;
+            instant_steps(vs, &self.range, self.lookback_ms, &s.samples, |k, v| {
+                f(index, k, v)
+            })?;
         }
         Ok(())
     }
 
     /// The samples `ms` selects at `t`: each series' samples in `[ref −
     /// range, ref]`, stale markers dropped; series with none left out.
-    pub(super) fn window(&self, ms: &MatrixSelector, t: i64) -> Window {
+    pub(super) fn window(&self, ms: &MatrixSelector, t: i64) -> Result<Window, PromError> {
+        self.not_walked(&ms.vs)?;
         let end = reference(&ms.vs, t, &self.range);
         let start = end - duration_ms(ms.range);
         let mut out = Vec::new();
@@ -371,11 +424,11 @@ impl Selected {
                 });
             }
         }
-        Window {
+        Ok(Window {
             series: out,
             start_ms: start,
             end_ms: end,
-        }
+        })
     }
 }
 
@@ -394,45 +447,145 @@ impl Selected {
         ms: &MatrixSelector,
         mut f: impl FnMut(u32, usize, &[Sample], Span) -> Result<(), PromError>,
     ) -> Result<(), PromError> {
+        self.not_walked(&ms.vs)?;
         let Some(series) = self.data.get(&key(&ms.vs)) else {
             return Ok(());
         };
-        let r = self.range;
-        let steps = self.steps();
         let width = duration_ms(ms.range);
         let mut buf: Vec<Sample> = Vec::new();
         for (i, s) in series.iter().enumerate() {
-            let index = u32::try_from(i).map_err(|_| PromError::execution(TOO_MANY_SERIES))?;
-            let (mut from, mut to) = (0, 0);
-            for k in 0..steps {
-                let end_ms = reference(&ms.vs, r.start_ms + k as i64 * r.step_ms, &r);
-                let start_ms = end_ms - width;
-                from = count_before(&s.samples, start_ms, from);
-                to = count_until(&s.samples, end_ms, to);
-                if from >= to {
-                    continue;
-                }
-                let window = &s.samples[from..to];
-                let span = Span { start_ms, end_ms };
-                // Most windows hold no stale marker: passed as they are.
-                if !window.iter().any(|x| is_stale_nan(x.v)) {
-                    f(index, k, window, span)?;
-                    continue;
-                }
-                buf.clear();
-                buf.extend(window.iter().filter(|x| !is_stale_nan(x.v)));
-                if !buf.is_empty() {
-                    f(index, k, &buf, span)?;
-                }
-            }
+            let index = series_index(i)?;
+            window_steps(
+                &ms.vs,
+                &self.range,
+                width,
+                &s.samples,
+                &mut buf,
+                |k, w, span| f(index, k, w, span),
+            )?;
         }
         Ok(())
+    }
+
+    /// Walks `func` of `ms`'s window at every step of the range query,
+    /// series by series: `f(series, step, value)` for every value.
+    pub(super) fn walk_range(
+        &self,
+        func: RangeFn,
+        ms: &MatrixSelector,
+        mut f: impl FnMut(u32, usize, f64) -> Result<(), PromError>,
+    ) -> Result<(), PromError> {
+        // Read already walked: the plan gave this selector to this call.
+        if let Some(walked) = self.walked.get(&key(&ms.vs)) {
+            return walk_stepped(walked, f);
+        }
+        self.walk_windows(ms, |i, k, samples, span| match func.apply(samples, span) {
+            Some(v) => f(i, k, v),
+            None => Ok(()),
+        })
     }
 
     /// The labels of `ms`'s series, in the order walks index them.
     pub(super) fn window_labels(&self, ms: &MatrixSelector) -> Vec<Labels> {
         self.series_labels(&ms.vs)
     }
+}
+
+/// How a selector that only a series walk uses is read (see
+/// [`Selected::pre_walk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PreWalk {
+    /// As its value at each step (a plain instant selector).
+    Instant,
+    /// As a range function of its window at each step.
+    Range(RangeFn),
+}
+
+/// The steps of a range query.
+fn step_count(r: &QueryRange) -> usize {
+    usize::try_from((r.end_ms - r.start_ms) / r.step_ms + 1).unwrap_or(0)
+}
+
+/// A series' position as walks index it.
+fn series_index(i: usize) -> Result<u32, PromError> {
+    u32::try_from(i).map_err(|_| PromError::execution(TOO_MANY_SERIES))
+}
+
+/// Hands on walked values, series by series.
+fn walk_stepped(
+    walked: &[SteppedSeries],
+    mut f: impl FnMut(u32, usize, f64) -> Result<(), PromError>,
+) -> Result<(), PromError> {
+    for (i, s) in walked.iter().enumerate() {
+        let index = series_index(i)?;
+        for st in &s.steps {
+            f(index, st.step as usize, st.v)?;
+        }
+    }
+    Ok(())
+}
+
+/// One series' value at every step of `range` as instant selector `vs`
+/// sees it: its latest sample in `[ref − lookback, ref]` unless that is a
+/// stale marker; `f(step, value)` for each step with one.
+fn instant_steps(
+    vs: &VectorSelector,
+    range: &QueryRange,
+    lookback_ms: i64,
+    samples: &[Sample],
+    mut f: impl FnMut(usize, f64) -> Result<(), PromError>,
+) -> Result<(), PromError> {
+    let mut n = 0;
+    for k in 0..step_count(range) {
+        let refer = reference(vs, range.start_ms + k as i64 * range.step_ms, range);
+        n = count_until(samples, refer, n);
+        if n == 0 {
+            continue;
+        }
+        let last = samples[n - 1];
+        if last.t < refer - lookback_ms || is_stale_nan(last.v) {
+            continue;
+        }
+        f(k, last.v)?;
+    }
+    Ok(())
+}
+
+/// One series' window of `width` ms at every step of `range` as `vs`'s
+/// range selector sees it, stale markers dropped (`buf` holds the rest
+/// where there were any): `f(step, samples, window)` for each step with a
+/// sample left.
+fn window_steps(
+    vs: &VectorSelector,
+    range: &QueryRange,
+    width: i64,
+    samples: &[Sample],
+    buf: &mut Vec<Sample>,
+    mut f: impl FnMut(usize, &[Sample], Span) -> Result<(), PromError>,
+) -> Result<(), PromError> {
+    let (mut from, mut to) = (0, 0);
+    for k in 0..step_count(range) {
+        let end_ms = reference(vs, range.start_ms + k as i64 * range.step_ms, range);
+        let start_ms = end_ms - width;
+        from = count_before(samples, start_ms, from);
+        to = count_until(samples, end_ms, to);
+        if from >= to {
+            continue;
+        }
+        let window = &samples[from..to];
+        let span = Span { start_ms, end_ms };
+        // Most windows hold no stale marker: passed as they are.
+        if !window.iter().any(|x| is_stale_nan(x.v)) {
+            f(k, window, span)?;
+            continue;
+        }
+        buf.clear();
+        buf.extend(window.iter().filter(|x| !is_stale_nan(x.v)));
+        if !buf.is_empty() {
+            f(k, buf, span)?;
+        }
+    }
+    Ok(())
 }
 
 /// How many of `samples` are before `t`, starting from `from`, the

@@ -8,7 +8,7 @@
 
 use promql_parser::parser::{Call, Expr, MatrixSelector, VectorSelector};
 
-use super::selectors::Selected;
+use super::selectors::{PreWalk, Selected};
 use super::step::{LabelSet, unparen};
 use crate::promql::error::PromError;
 use crate::promql::functions::range::RangeFn;
@@ -61,6 +61,14 @@ impl<'e> SeriesWalk<'e> {
         }
     }
 
+    /// The selector the walk reads, and how it would read it alone.
+    pub(super) fn reads(&self) -> (&'e VectorSelector, PreWalk) {
+        match *self {
+            SeriesWalk::Selector(vs) => (vs, PreWalk::Instant),
+            SeriesWalk::Range(f, ms) => (&ms.vs, PreWalk::Range(f)),
+        }
+    }
+
     /// How many series the walk indexes.
     pub(super) fn series_count(&self, selected: &Selected) -> usize {
         match self {
@@ -74,16 +82,11 @@ impl<'e> SeriesWalk<'e> {
     pub(super) fn walk(
         &self,
         selected: &Selected,
-        mut f: impl FnMut(u32, usize, f64) -> Result<(), PromError>,
+        f: impl FnMut(u32, usize, f64) -> Result<(), PromError>,
     ) -> Result<(), PromError> {
         match self {
             SeriesWalk::Selector(vs) => selected.walk_instant(vs, f),
-            SeriesWalk::Range(func, ms) => {
-                selected.walk_windows(ms, |i, k, samples, span| match func.apply(samples, span) {
-                    Some(v) => f(i, k, v),
-                    None => Ok(()),
-                })
-            }
+            SeriesWalk::Range(func, ms) => selected.walk_range(*func, ms, f),
         }
     }
 }
