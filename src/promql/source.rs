@@ -577,6 +577,12 @@ const MIN_SERIES_PER_THREAD: usize = 64;
 /// core, takes more of them.
 const RUNS_PER_THREAD: usize = 4;
 
+/// The fewest series a run is cut to: a selector's series are walked
+/// where they are read (`Storage::select_mapped`), which costs far more
+/// than reading them, so runs are cut finer than the threads' minimum
+/// for the threads to finish together.
+const MIN_SERIES_PER_RUN: usize = 16;
+
 /// A selection's series in read order, cut into runs.
 struct ReadRuns {
     /// Each series with its place in the caller's list, sorted by key
@@ -611,7 +617,7 @@ impl ReadRuns {
             // asked for, or when lookups would be too many.
             let scan = n > 1 && (n * 2 >= in_index || hours.saturating_mul(n as u64) > 200_000);
             let count = (threads * RUNS_PER_THREAD)
-                .min(n / MIN_SERIES_PER_THREAD)
+                .min(n / MIN_SERIES_PER_RUN)
                 .max(1);
             let per = n.div_ceil(count);
             let mut at = from;

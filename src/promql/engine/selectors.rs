@@ -207,8 +207,10 @@ impl Selected {
         let (from, to) = (lo - off - reach, hi - off);
         if let Some(&walk) = self.pre_walks.get(&key(vs)) {
             let (range, lookback) = (self.range, self.lookback_ms);
+            let steps = self.steps();
             let map = |samples: &[Sample]| {
-                let mut out = Vec::new();
+                // At most one value a step, and rarely more than a sample.
+                let mut out = Vec::with_capacity(steps.min(samples.len() + 1));
                 let mut keep = |k: usize, v: f64| {
                     out.push(StepSample { step: k as u32, v });
                     Ok(())
