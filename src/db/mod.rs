@@ -171,6 +171,9 @@ pub struct Db {
     zk_uids: Option<Arc<ZkUidStore>>,
     /// The rollup and pre-aggregate tables (`db/rollup.rs`).
     rollup_table: Arc<crate::store::rollup_table::RollupTable>,
+    /// The default interval's pre-aggregate table read as data rows, when
+    /// rollups are configured (`db/rollup.rs`, `RollupSource`).
+    pre_aggregates: Option<crate::store::read::pre_aggregates::PreAggregates>,
     /// New series waiting for tree processing (`db/tree.rs`).
     tree_queue: Mutex<Vec<crate::model::Tsuid>>,
     series: SeriesCache,
@@ -339,6 +342,13 @@ impl Db {
         // are written before the WAL they came from can go.
         index.flush()?;
         let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone())?;
+        let pre_aggregates = opts.rollups.as_deref().map(|r| {
+            crate::store::read::pre_aggregates::PreAggregates::new(
+                store.clone(),
+                rollup_table.clone(),
+                &r.config.default_interval().pre_agg_table,
+            )
+        });
         let db = Arc::new(Db {
             store,
             index,
@@ -346,6 +356,7 @@ impl Db {
             trees,
             zk_uids,
             rollup_table,
+            pre_aggregates,
             tree_queue: Mutex::new(Vec::new()),
             series,
             buffer: Buffer::new(),
