@@ -29,7 +29,7 @@
 //! `tsd.storage.held_points`. docs/durability.md states the promises.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -54,11 +54,20 @@ pub(super) struct ReadOnly {
     /// `tsd.storage.min_free_bytes` (0: no floor).
     min_free_bytes: u64,
     /// The log a start on a full disk could not replay, held in memory.
+    /// Locked only by its replay; readers look at `holding` and
+    /// `held_points`, and try the lock for the cause.
     held: Mutex<Option<HeldReplay>>,
+    /// Set until the held log is replayed into the store.
+    holding: AtomicBool,
+    /// Points of the held log in the write buffer.
+    held_points: AtomicU64,
     /// Set while the disk's free space is below `min_free_bytes`.
     below_floor: Mutex<Option<String>>,
     /// Free bytes on the data directory's disk at the last check.
     free_bytes: AtomicU64,
+    /// Set while either of the above refuses writes: what every append
+    /// checks first, without a lock.
+    refusing: AtomicBool,
 }
 
 /// Bytes an unprivileged process may still write on the file system
@@ -78,12 +87,17 @@ pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
 
 impl ReadOnly {
     pub(super) fn new(dir: &Path, min_free_bytes: u64, held: Option<HeldReplay>) -> ReadOnly {
+        let holding = held.is_some();
+        let held_points = held.as_ref().map_or(0, |h| h.points);
         let ro = ReadOnly {
             dir: dir.to_path_buf(),
             min_free_bytes,
             held: Mutex::new(held),
+            holding: AtomicBool::new(holding),
+            held_points: AtomicU64::new(held_points),
             below_floor: Mutex::new(None),
             free_bytes: AtomicU64::new(0),
+            refusing: AtomicBool::new(holding),
         };
         ro.check_floor();
         ro
@@ -91,18 +105,21 @@ impl ReadOnly {
 
     /// Why writes are refused, if they are for a reason of this file.
     pub(super) fn reason(&self) -> Option<String> {
-        // A replay of the held log holds the lock: writes are refused
-        // meanwhile, not made to wait for it.
-        match self.held.try_lock() {
-            Some(held) => {
-                if let Some(held) = &*held {
-                    return Some(held.cause.clone());
+        if !self.refusing.load(Ordering::Acquire) {
+            return None;
+        }
+        if self.holding.load(Ordering::Acquire) {
+            // Its replay holds the lock: writes are refused meanwhile, not
+            // made to wait for it.
+            match self.held.try_lock() {
+                None => {
+                    return Some("the write-ahead log held since a start on a full disk is being replayed into the store; writes are taken once it is".into());
                 }
-            }
-            None => {
-                return Some(
-                    "the write-ahead log held since a start on a full disk is being replayed into the store; writes are taken once it is".into(),
-                );
+                Some(held) => {
+                    if let Some(held) = &*held {
+                        return Some(held.cause.clone());
+                    }
+                }
             }
         }
         self.below_floor.lock().clone()
@@ -111,14 +128,12 @@ impl ReadOnly {
     /// Points of the previous process's log held in memory, not yet in
     /// the store.
     pub(super) fn held_points(&self) -> u64 {
-        self.held
-            .try_lock()
-            .map_or(0, |h| h.as_ref().map_or(0, |h| h.points))
+        self.held_points.load(Ordering::Relaxed)
     }
 
     /// Whether a log held since a start on a full disk awaits its replay.
     pub(super) fn is_holding(&self) -> bool {
-        self.held.try_lock().is_none_or(|h| h.is_some())
+        self.holding.load(Ordering::Acquire)
     }
 
     pub(super) fn free_bytes(&self) -> u64 {
@@ -137,6 +152,7 @@ impl ReadOnly {
         self.free_bytes.store(free, Ordering::Relaxed);
         let mut below = self.below_floor.lock();
         if free < self.min_free_bytes {
+            self.refusing.store(true, Ordering::Release);
             if below.is_none() {
                 tracing::error!(dir = %self.dir.display(), free, min_free_bytes = self.min_free_bytes, "free disk space is below tsd.storage.min_free_bytes; refusing writes until it is back above it");
             }
@@ -150,7 +166,18 @@ impl ReadOnly {
             if below.take().is_some() {
                 tracing::info!(dir = %self.dir.display(), free, "free disk space is back above tsd.storage.min_free_bytes; taking writes again");
             }
+            self.update_refusing(&below);
             false
+        }
+    }
+}
+
+impl ReadOnly {
+    /// Clears the lock-free flag once nothing refuses writes; `below` is
+    /// the floor's state, held locked by the caller.
+    fn update_refusing(&self, below: &Option<String>) {
+        if below.is_none() && !self.holding.load(Ordering::Acquire) {
+            self.refusing.store(false, Ordering::Release);
         }
     }
 }
@@ -201,6 +228,12 @@ impl Db {
                     "the write-ahead log held in memory since a start on a full disk is replayed into the store; taking writes again"
                 );
                 *held = None;
+                drop(held);
+                self.read_only.held_points.store(0, Ordering::Relaxed);
+                self.read_only.holding.store(false, Ordering::Release);
+                let below = self.read_only.below_floor.lock();
+                self.read_only.update_refusing(&below);
+                drop(below);
                 // Every table and counter the replay touched may have
                 // moved: cached answers are not trusted across it.
                 self.epochs.bump_all();

@@ -555,7 +555,7 @@ fn a_cluster_tsd_killed_on_a_full_wal_disk_starts_and_takes_writes_once_space_re
     assert!(text.contains("No space left on device"), "{text}");
     std::fs::remove_file(&filler).unwrap();
     let mut taken = false;
-    for _ in 0..100 {
+    for _ in 0..600 {
         let (status, _) = sync_put(addr, &body("ro.cluster", 300, 10));
         if status == 200 {
             taken = true;
@@ -568,7 +568,9 @@ fn a_cluster_tsd_killed_on_a_full_wal_disk_starts_and_takes_writes_once_space_re
         "puts are taken again once the disk has room\n{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
-    assert_eq!(count(addr, "ro.cluster"), 310);
+    // A refused put promised nothing; its points may still have been
+    // logged and stored once the writer got through (docs/durability.md).
+    assert!(count(addr, "ro.cluster") >= 310);
     terminate(child, &log);
 }
 
@@ -606,7 +608,8 @@ fn below_min_free_bytes_puts_are_refused_until_the_disk_has_room() {
     assert_eq!(stat(addr, "storage.healthy"), "0");
     // The WAL never met ENOSPC.
     assert_eq!(stat(addr, "wal.write_errors"), "0");
-    assert_eq!(count(addr, "floor.test"), 300);
+    // The puts of the loop taken before the floor was seen are there.
+    assert!(count(addr, "floor.test") >= 300);
     std::fs::remove_file(&filler).unwrap();
     let mut taken = false;
     for _ in 0..100 {
