@@ -55,6 +55,10 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.storage.buffer.max_points", "2000000"),
     // rtsdb: WAL bytes on disk that trigger a full flush (checkpoint).
     ("tsd.storage.wal.max_bytes", "536870912"),
+    // rtsdb: free bytes on the data directory's disk below which writes
+    // are refused (0: no floor); 16 MiB leaves room for a WAL batch and
+    // the engine's journal to get out of it (docs/durability.md).
+    ("tsd.storage.min_free_bytes", "16777216"),
     ("tsd.storage.enable_compaction", "true"),
     ("tsd.storage.fix_duplicates", "true"),
     ("tsd.storage.enable_appends", "false"),

@@ -385,6 +385,9 @@ pub(crate) fn run(
     } else {
         writeln!(out, "{total} errors found.")?;
     }
-    db.store().sync()?;
+    // Only repairs wrote anything; a check alone runs on a full disk.
+    if fix {
+        db.store().sync()?;
+    }
     Ok(total)
 }

@@ -141,7 +141,7 @@ impl Db {
         if let Some(e) = self.wal.failure() {
             return Err(PointError::Unavailable(e.to_string()));
         }
-        if let Some(cause) = self.store.health().unavailable {
+        if let Some(cause) = self.storage_health().unavailable {
             return Err(PointError::Unavailable(cause));
         }
         Ok(())

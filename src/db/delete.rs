@@ -29,6 +29,11 @@ impl Db {
         if tsuids.is_empty() || end_ms < start_ms {
             return Ok(Deleted::default());
         }
+        // A log held since a start on a full disk is replayed whole once
+        // the disk takes writes: a delete now would be undone by it.
+        if let Some(why) = self.storage_health().unavailable {
+            return Err(super::DbError::ReadOnly(why));
+        }
         // A range reaching past 2106 deletes through the last row.
         let (first, last) = (
             row_base_clamped(start_ms / 1000),

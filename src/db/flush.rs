@@ -507,7 +507,13 @@ impl Db {
         // An engine that failed (a full disk) is reopened once the disk
         // takes writes again; until then nothing can be flushed, and the
         // points wait in the buffer (and the WAL).
+        let below_floor = self.read_only.check_floor();
         if self.store.recover().is_err() {
+            return;
+        }
+        // A log held in memory since a start on a full disk is replayed
+        // before anything else is written (db/read_only.rs).
+        if !self.leave_read_only(below_floor) {
             return;
         }
         let now = crate::model::time::now_s();

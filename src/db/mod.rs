@@ -43,6 +43,7 @@ pub(crate) mod epochs;
 pub(crate) mod flush;
 pub(crate) mod options;
 pub(crate) mod read;
+pub(crate) mod read_only;
 pub(crate) mod replay;
 pub(crate) mod rollup;
 pub(crate) mod search;
@@ -76,6 +77,7 @@ pub use backup::{Backup, BackupError, Restored, backup_destination, restore};
 pub use delete::Deleted;
 pub use epochs::CacheEpochs;
 pub use options::{Backend, ClusterOptions, DbOptions, WriteOptions, zk_options};
+pub use read_only::free_bytes;
 pub use rollup::{AutoRollupError, RollupPoint};
 pub use search::{SearchHits, SearchRequest, SearchResults, SeriesSummary};
 pub use tree::{TreeTest, TreesSynced};
@@ -106,6 +108,10 @@ pub enum DbError {
     Open { dir: PathBuf, cause: Box<DbError> },
     #[error("starting the flusher thread: {0}")]
     Thread(std::io::Error),
+    /// The database takes no writes now (`db/read_only.rs`: a start on a
+    /// full disk, free space below `tsd.storage.min_free_bytes`).
+    #[error("Storage exception: {0}")]
+    ReadOnly(String),
     /// Computing the rollups of replayed hours (`tsd.rollups.auto`).
     #[error("computing rollups: {0}")]
     Rollup(#[from] rollup::AutoRollupError),
@@ -171,10 +177,16 @@ pub struct Db {
     zk_uids: Option<Arc<ZkUidStore>>,
     /// The rollup and pre-aggregate tables (`db/rollup.rs`).
     rollup_table: Arc<crate::store::rollup_table::RollupTable>,
+    /// The default interval's pre-aggregate table read as data rows, when
+    /// rollups are configured (`db/rollup.rs`, `RollupSource`).
+    pre_aggregates: Option<crate::store::read::pre_aggregates::PreAggregates>,
     /// New series waiting for tree processing (`db/tree.rs`).
     tree_queue: Mutex<Vec<crate::model::Tsuid>>,
     series: SeriesCache,
     buffer: Buffer,
+    /// Why writes are refused besides the WAL and the engine, and the log
+    /// a start on a full disk holds in memory (`db/read_only.rs`).
+    read_only: read_only::ReadOnly,
     wal: Wal,
     /// Held shared by appenders (log + buffer as one step), exclusively
     /// while the flusher decides which WAL segments are still needed.
@@ -333,12 +345,47 @@ impl Db {
                 table: &rollup_table,
                 layout: store.layout(),
             });
-        let (next_segment, replayed) =
-            replay::replay(&store, &series, &index, &wal_dir, auto.as_ref())?;
+        let buffer = Buffer::new();
+        let (next_segment, replayed, held) = match replay::replay(
+            &store,
+            &series,
+            &index,
+            &wal_dir,
+            auto.as_ref(),
+        ) {
+            Ok((next, report)) => (next, report, None),
+            // The engine cannot take writes (a full disk): open
+            // read-only, the log held in memory (db/read_only.rs).
+            Err(e) => match store.health().unavailable {
+                Some(cause) => {
+                    tracing::warn!(error = %e, "replaying the write-ahead log into the store failed");
+                    let (next, held) = replay::hold_in_memory(
+                        &store,
+                        &series,
+                        &index,
+                        &buffer,
+                        &wal_dir,
+                        opts.max_buffered_points
+                            .saturating_mul(read_only::HELD_POINTS_PER_BUFFERED),
+                        cause,
+                    )?;
+                    (next, replay::ReplayReport::default(), Some(held))
+                }
+                None => return Err(e),
+            },
+        };
+        let read_only = read_only::ReadOnly::new(data_dir, opts.min_free_bytes, held);
         // Entries replay recorded in a batching index backend (a cluster)
         // are written before the WAL they came from can go.
         index.flush()?;
         let wal = Wal::start(&wal_dir, next_segment, opts.wal.clone())?;
+        let pre_aggregates = opts.rollups.as_deref().map(|r| {
+            crate::store::read::pre_aggregates::PreAggregates::new(
+                store.clone(),
+                rollup_table.clone(),
+                &r.config.default_interval().pre_agg_table,
+            )
+        });
         let db = Arc::new(Db {
             store,
             index,
@@ -346,9 +393,11 @@ impl Db {
             trees,
             zk_uids,
             rollup_table,
+            pre_aggregates,
             tree_queue: Mutex::new(Vec::new()),
             series,
-            buffer: Buffer::new(),
+            buffer,
+            read_only,
             wal,
             gate: RwLock::new(()),
             opts,
@@ -397,7 +446,18 @@ impl Db {
     /// brought back after it stopped (`/api/stats`' `storage.healthy` and
     /// `storage.reopens`).
     pub fn storage_health(&self) -> crate::store::StorageHealth {
-        self.store.health()
+        let mut health = self.store.health();
+        if health.unavailable.is_none() {
+            health.unavailable = self.read_only.reason();
+        }
+        health
+    }
+
+    /// Free bytes on the disk of the data directory at the flusher's last
+    /// check (`/api/stats`' `storage.free_bytes`), and points of the log a
+    /// start on a full disk holds in memory (`storage.held_points`).
+    pub fn disk_state(&self) -> (u64, u64) {
+        (self.read_only.free_bytes(), self.read_only.held_points())
     }
 
     /// The UID store in ZooKeeper when the database is on a cluster (the
@@ -482,6 +542,17 @@ impl Db {
         let wal_closed = self.wal.close();
         // A last chance for an engine that failed while the disk was full.
         let _ = self.store.recover();
+        if self.read_only.is_holding() {
+            let below_floor = self.read_only.check_floor();
+            if self.store.health().unavailable.is_some() || !self.leave_read_only(below_floor) {
+                // The log a start on a full disk held in memory is still
+                // only in the log: it stays for the next start.
+                tracing::warn!(
+                    "the store still cannot take the write-ahead log held since the start on a full disk; it is kept for the next start"
+                );
+                return wal_closed.map_err(DbError::from);
+            }
+        }
         self.flush(SealPolicy {
             now_s: crate::model::time::now_s(),
             grace_s: 0,

@@ -129,6 +129,14 @@ pub struct WriteOptions {
     /// WAL bytes on disk above which everything is flushed (checkpoint;
     /// `tsd.storage.wal.max_bytes`).
     pub wal_max_bytes: u64,
+    /// `tsd.storage.min_free_bytes` (16 MiB; 0 turns it off): below this
+    /// much free space on the data directory's disk writes are refused,
+    /// before the WAL or the engine meet ENOSPC (db/read_only.rs). 16 MiB
+    /// is what the TSD itself may still need to get out of the state: a
+    /// WAL batch of 4 MiB being written when the floor is crossed, and
+    /// the engine's journal and tables for the points it accepted before
+    /// (docs/durability.md). VictoriaMetrics' default is 10 MB.
+    pub min_free_bytes: u64,
     pub wal: WalOptions,
     /// `tsd.storage.max_tags`.
     pub max_tags: usize,
@@ -164,6 +172,7 @@ impl Default for WriteOptions {
             max_buffered_points: 2_000_000,
             seal_grace: Duration::from_secs(600),
             wal_max_bytes: 512 << 20,
+            min_free_bytes: 16 << 20,
             wal: WalOptions::default(),
             max_tags: 8,
             prometheus_max_labels: crate::write::rules::DEFAULT_MAX_LABELS,
@@ -421,6 +430,9 @@ fn write_options(c: &Config) -> Result<WriteOptions, ConfigError> {
     }
     if let Some(n) = c.get_int::<u64>("tsd.storage.wal.max_bytes")? {
         o.wal_max_bytes = n;
+    }
+    if let Some(n) = c.get_int::<u64>("tsd.storage.min_free_bytes")? {
+        o.min_free_bytes = n;
     }
     if let Some(n) = c.get_int::<usize>("tsd.storage.max_tags")? {
         if n < 1 {

@@ -121,18 +121,39 @@ pub(super) fn replay(
     dir: &Path,
     auto: Option<&AutoRollups>,
 ) -> Result<(u64, ReplayReport)> {
+    let segments = wal::list_segments(dir).map_err(|cause| DbError::Wal {
+        path: dir.to_path_buf(),
+        cause,
+    })?;
+    let Some(&last) = segments.last() else {
+        return Ok((1, ReplayReport::default()));
+    };
+    let report = replay_segments(rows, series, index, dir, &segments, auto)?;
+    Ok((last + 1, report))
+}
+
+/// [`replay`] of the listed segments of `dir` (in log order): stores
+/// their records, syncs the store, deletes them (or moves aside those
+/// that lost anything).
+fn replay_segments(
+    rows: &Store,
+    series: &SeriesCache,
+    index: &SeriesIndex,
+    dir: &Path,
+    segments: &[u64],
+    auto: Option<&AutoRollups>,
+) -> Result<ReplayReport> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |cause| DbError::Wal { path, cause }
     };
-    let segments = wal::list_segments(dir).map_err(io(dir))?;
     let mut report = ReplayReport::default();
     let Some(&last) = segments.last() else {
-        return Ok((1, report));
+        return Ok(report);
     };
     let mut skips = Skips::default();
     let mut lossy = Vec::new();
-    for &seg in &segments {
+    for &seg in segments {
         let path = wal::segment_path(dir, seg);
         let contents = wal::read_segment(&path).map_err(io(&path))?;
         let scan = contents.scan;
@@ -162,7 +183,7 @@ pub(super) fn replay(
         }
     }
     rows.sync()?;
-    for &seg in &segments {
+    for &seg in segments {
         let path = wal::segment_path(dir, seg);
         if lossy.contains(&seg) {
             let to = wal::move_aside(dir, seg).map_err(io(&path))?;
@@ -185,7 +206,7 @@ pub(super) fn replay(
             "replayed the write-ahead log"
         );
     }
-    Ok((last + 1, report))
+    Ok(report)
 }
 
 /// Stores one segment's records; returns the points stored and the
@@ -379,4 +400,161 @@ fn store_points(
         }
     }
     Ok(stored)
+}
+
+/// The log of the previous process, held in memory by a start on a full
+/// disk ([`hold_in_memory`]) until the store can take it
+/// ([`replay_held`], from `db/read_only.rs`).
+pub(super) struct HeldReplay {
+    /// Every segment the previous process left, oldest first: all stay
+    /// on disk until they are replayed into the store.
+    pub segments: Vec<u64>,
+    /// Points read into the write buffer, which queries read.
+    pub points: u64,
+    /// Why the store could not take them: what writes are refused with.
+    pub cause: String,
+}
+
+/// Points [`hold_in_memory`] puts into the buffer at once.
+const HOLD_BATCH_POINTS: usize = 64 * 1024;
+
+/// What [`hold_in_memory`] could not put in memory.
+#[derive(Default)]
+struct NotHeld {
+    /// Points of series whose names need UIDs the store cannot record.
+    unresolved: u64,
+    /// Histogram points: their cells go to the store, never the buffer.
+    histograms: u64,
+    /// Deletes: applied to held points, not yet to stored rows.
+    deletes: u64,
+    /// Segments left unread past the memory bound.
+    unread: Vec<u64>,
+}
+
+/// Reads every WAL segment in `dir` into the write buffer (each point
+/// pinned to its segment), without writing anything: what a database
+/// opening on a disk its engine cannot write to serves queries from
+/// (`db/read_only.rs`). A delete removes the held points it covers; the
+/// rows it covers go only when the log is replayed into the store.
+/// Segments past `max_points` held points are not read; every segment
+/// stays on disk. Logs, as an error, what queries will not see until the
+/// disk takes writes. Returns the next segment number and the held log.
+pub(super) fn hold_in_memory(
+    rows: &Store,
+    series: &SeriesCache,
+    index: &SeriesIndex,
+    buffer: &crate::write::buffer::Buffer,
+    dir: &Path,
+    max_points: usize,
+    cause: String,
+) -> Result<(u64, HeldReplay)> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |cause| DbError::Wal { path, cause }
+    };
+    let segments = wal::list_segments(dir).map_err(io(dir))?;
+    let next = segments.last().map_or(1, |last| last + 1);
+    let widths = rows.widths();
+    let mut held = 0u64;
+    let mut not = NotHeld::default();
+    for &seg in &segments {
+        if buffer.points() >= max_points {
+            not.unread.push(seg);
+            continue;
+        }
+        let path = wal::segment_path(dir, seg);
+        let contents = wal::read_segment(&path).map_err(io(&path))?;
+        let mut ids: HashMap<u32, Arc<Series>> = HashMap::new();
+        // Points go into the buffer a batch at a time, and before each
+        // delete, which must not remove the points logged after it.
+        let mut batch: Vec<wal::PendingPoint> = Vec::new();
+        let put = |batch: &mut Vec<wal::PendingPoint>| {
+            buffer.insert_batch(batch, seg);
+            batch.clear();
+        };
+        for rec in contents.records {
+            match rec {
+                wal::Record::Series { id, metric, tags } => {
+                    let t: Vec<(&str, &str)> =
+                        tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                    match series.resolve_replayed(&metric, &t) {
+                        Ok(s) => ids.insert(id, s),
+                        Err(_) => ids.remove(&id),
+                    };
+                }
+                wal::Record::Point { id, ts, value } => match (ids.get(&id), ts.base_time()) {
+                    (Some(s), Ok(base)) => {
+                        // The index is only read here: an entry it lacks
+                        // is recorded when the log is replayed.
+                        index.add_unrecorded(&s.tsuid, base);
+                        batch.push(wal::PendingPoint {
+                            series: s.clone(),
+                            ts,
+                            value,
+                        });
+                        if batch.len() >= HOLD_BATCH_POINTS {
+                            put(&mut batch);
+                        }
+                        held += 1;
+                    }
+                    _ => not.unresolved += 1,
+                },
+                wal::Record::Histogram { .. } => not.histograms += 1,
+                wal::Record::UnstorablePoint { .. } => {}
+                wal::Record::Delete {
+                    tsuid,
+                    first_hour,
+                    last_hour,
+                } => {
+                    put(&mut batch);
+                    if let Ok(tsuid) = Tsuid::from_bytes(&tsuid, &widths) {
+                        buffer.remove_hours(&|t| *t == tsuid, first_hour, last_hour);
+                    }
+                    not.deletes += 1;
+                }
+            }
+        }
+        put(&mut batch);
+    }
+    tracing::error!(
+        cause = %cause,
+        segments = segments.len(),
+        points_held = held,
+        "the store cannot take writes: opened read-only, the write-ahead log held in memory (queries see its points) and kept on disk; writes are refused until the disk takes them again"
+    );
+    if not.unresolved + not.histograms > 0 || !not.unread.is_empty() {
+        tracing::error!(
+            unresolved_points = not.unresolved,
+            histogram_points = not.histograms,
+            unread_segments = ?not.unread,
+            "logged points queries do not see until the disk takes writes: points of series whose names need new UIDs, histogram points, and every point of segments past the memory bound"
+        );
+    }
+    if not.deletes > 0 {
+        tracing::warn!(
+            deletes = not.deletes,
+            "logged deletes are applied to the points held in memory; the stored rows they cover go when the disk takes writes"
+        );
+    }
+    Ok((
+        next,
+        HeldReplay {
+            segments,
+            // What deletes left of the points read.
+            points: buffer.points() as u64,
+            cause,
+        },
+    ))
+}
+
+/// Replays a held log into the store, as an open would have.
+pub(super) fn replay_held(
+    db: &super::Db,
+    held: &HeldReplay,
+    auto: Option<&AutoRollups>,
+) -> Result<ReplayReport> {
+    let dir = db.wal.dir().to_path_buf();
+    let report = replay_segments(&db.store, &db.series, &db.index, &dir, &held.segments, auto)?;
+    db.index.flush()?;
+    Ok(report)
 }

@@ -235,6 +235,10 @@ impl RollupSource for Db {
         Db::rollup_settings(self)
     }
 
+    fn pre_aggregates(&self) -> Option<&dyn SeriesSource> {
+        self.pre_aggregates.as_ref().map(|p| p as &dyn SeriesSource)
+    }
+
     fn rollup_slices(
         &self,
         interval: &RollupInterval,

@@ -380,6 +380,17 @@ impl SeriesIndex {
         Ok(is_new)
     }
 
+    /// [`add_at`](Self::add_at) in memory only, for a store that cannot
+    /// take writes (a database opened read-only on a full disk,
+    /// `db/read_only.rs`): queries find the series at once; the entry is
+    /// recorded when the log it came from is replayed into the store.
+    pub fn add_unrecorded(&self, tsuid: &Tsuid, base_time: u32) {
+        let mut inner = self.inner.write();
+        if inner.hour(tsuid).is_none_or(|hour| hour < base_time) {
+            insert(&mut inner, tsuid.clone(), base_time);
+        }
+    }
+
     /// Writes out what the backend kept back ([`IndexStore::flush`]).
     pub fn flush(&self) -> Result<()> {
         self.backend.flush()

@@ -64,6 +64,23 @@ impl<'a> QueryContext<'a> {
         }
     }
 
+    /// This context with its points read from `source` instead (the
+    /// pre-aggregate table a sub-query asks for, `query/rollup.rs`).
+    pub(crate) fn reading(&self, source: &'a dyn SeriesSource) -> QueryContext<'a> {
+        QueryContext {
+            source,
+            uids: self.uids,
+            index: self.index,
+            rollups: self.rollups,
+            epochs: self.epochs,
+            limits: self.limits,
+            now_ms: self.now_ms,
+            default_tz: self.default_tz,
+            skip_unresolved_tagvs: self.skip_unresolved_tagvs,
+            allow_delete: self.allow_delete,
+        }
+    }
+
     pub(crate) fn widths(&self) -> UidWidths {
         UidWidths {
             metric: self.uids.width(UidKind::Metric),

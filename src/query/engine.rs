@@ -232,6 +232,17 @@ fn run_sub(
             }
         },
     };
+    // Pre-aggregates asked for without a rollup interval are read from
+    // the default interval's pre-aggregate table by the raw path below;
+    // the result cache holds answers from the data table only.
+    let pre_ctx;
+    let (ctx, cache) = match rollup::pre_aggregate_source(ctx, q, sub) {
+        Some(source) => {
+            pre_ctx = ctx.reading(source);
+            (&pre_ctx, None)
+        }
+        None => (ctx, cache),
+    };
     if let Some(answer) = cache.and_then(|c| c.run(ctx, q, sub, budget)) {
         return answer;
     }

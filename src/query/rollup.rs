@@ -14,6 +14,7 @@ use super::aggregator::Aggregator;
 use super::context::QueryContext;
 use super::downsample::{Bucketer, FillPolicy, Interval};
 use super::error::QueryError;
+use super::filter::FilterType;
 use super::group::{FoldBy, FoldRule, GridCell, MaxRule, MinRule, Scratch, SumRule, folds};
 use super::limits::Budget;
 use super::output::QueryResult;
@@ -30,6 +31,7 @@ use crate::rollup::codec::{
     self, DenseReader, RollupColumns, RollupSlot, ShortRow, ShortView, SlotReader,
 };
 use crate::rollup::{RollupInterval, RollupSettings};
+use crate::store::read::SeriesSource;
 use crate::store::read::rollup::{RollupReadStats, RollupRow, RollupRowSink, RollupSource};
 
 /// `TsdbQuery.ROLLUP_USAGE`.
@@ -171,6 +173,41 @@ fn reset_to_rollup_interval(sub: &ValidSubQuery, tried: &RollupInterval) -> Box<
     raw
 }
 
+/// Whether `sub` asks for pre-aggregates, as 2.4.1's `TsdbQuery` decides
+/// it: `preAggregate` set, or a `literal_or` filter on
+/// `tsd.rollups.agg_tag_key` whose filter text is not
+/// `tsd.rollups.raw_agg_tag_value` (compared as written, case and all, as
+/// `resolveTagFilters` compares it; `_aggregate=sum|max` counts too).
+/// 2.4.1's documentation names only `preAggregate`; its code reads the
+/// filter as well, and rtsdb follows the code.
+fn reads_pre_aggregates(settings: &RollupSettings, sub: &ValidSubQuery) -> bool {
+    sub.original.pre_aggregate
+        || sub.filters.iter().any(|f| {
+            f.kind == FilterType::LiteralOr
+                && f.tagk == settings.agg_tag_key
+                && f.filter != settings.raw_agg_tag_value
+        })
+}
+
+/// What a sub-query that reads no rollup interval reads its points from
+/// when it asks for pre-aggregates ([`reads_pre_aggregates`]): the
+/// default interval's pre-aggregate table, as data rows
+/// (`TsdbQuery.tableToBeScanned`). `None`: the data table, as usual (no
+/// rollups configured, or no pre-aggregates asked for). A delete query
+/// keeps to the data table: deletes remove data rows only.
+pub(super) fn pre_aggregate_source<'a>(
+    ctx: &QueryContext<'a>,
+    q: &ValidQuery,
+    sub: &ValidSubQuery,
+) -> Option<&'a dyn SeriesSource> {
+    let rollups = ctx.rollups?;
+    let settings = rollups.rollup_settings()?;
+    if q.original.delete || !reads_pre_aggregates(settings, sub) {
+        return None;
+    }
+    rollups.pre_aggregates()
+}
+
 /// Runs `sub` over rollups, or says how to answer it from raw points.
 pub(super) fn run(
     ctx: &QueryContext,
@@ -213,7 +250,7 @@ pub(super) fn run(
     let start_s = (start_ms / 1000).min(u32::MAX as i64) as u32;
     let end_s = (q.end_ms.max(0) / 1000).min(u32::MAX as i64) as u32;
     for (n, interval) in plan.intervals.iter().enumerate() {
-        let table = if sub.original.pre_aggregate {
+        let table = if reads_pre_aggregates(plan.settings, sub) {
             &interval.pre_agg_table
         } else {
             &interval.table

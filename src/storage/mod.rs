@@ -48,9 +48,10 @@
 //!
 //! # What the next changes will ask of it
 //!
-//! - **Opening read-only** (a TSD starting on a full disk): an option of
-//!   the engine's open, with [`Health::unavailable`] saying why writes
-//!   are refused, as it does after a failed write today.
+//! - **Opening read-only** (a TSD starting on a full disk) needs nothing
+//!   of the engine: fjall opens on a full disk, and the first write that
+//!   fails sets [`Health::unavailable`]; the database then holds its log
+//!   in memory and serves reads (`db/read_only.rs`).
 //! - **Rewriting every key** (wider UIDs): the core is enough, a
 //!   [`KvSnapshot`] of the old store read table by table and written in
 //!   batches into a new one, as a backup copies a store.

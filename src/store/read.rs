@@ -11,8 +11,13 @@
 //!   tables' rows, in time slices read in parallel.
 //! - [`EpochSource`](epoch::EpochSource) ([`epoch`]): the epoch a cached
 //!   answer depends on.
+//!
+//! [`PreAggregates`](pre_aggregates::PreAggregates) ([`pre_aggregates`])
+//! is a [`SeriesSource`] too: the default interval's pre-aggregate table
+//! read as data rows, which the rollup source hands out.
 
 pub mod epoch;
+pub mod pre_aggregates;
 pub mod rollup;
 
 use crate::codec::CellKind;

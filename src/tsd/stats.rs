@@ -99,6 +99,7 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
     let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let w = db.stats();
     let health = db.storage_health();
+    let (free_bytes, held_points) = db.disk_state();
     let mut out = vec![
         stat(
             "connectionmgr.connections",
@@ -262,6 +263,8 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
             None,
         ),
         stat("storage.reopens", health.reopens, None),
+        stat("storage.free_bytes", free_bytes, None),
+        stat("storage.held_points", held_points, None),
         stat("series.count", db.series().len(), None),
     ]);
     // Series refused by the cardinality limits, by limit.

@@ -125,7 +125,10 @@ pub(crate) fn run(
     if a.full_scan {
         rollups::check_rollups(&db, &mut report, out)?;
     }
-    store.sync()?;
+    // Only repairs wrote anything; a check alone runs on a full disk.
+    if a.fixing() {
+        store.sync()?;
+    }
     if a.compact {
         // Beyond OpenTSDB's row compaction: let the storage engine merge
         // its files too (and drop rows past their retention), then drop

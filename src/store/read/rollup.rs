@@ -55,6 +55,14 @@ pub trait RollupRowSink: Send {
 pub trait RollupSource: Sync {
     fn rollup_settings(&self) -> Option<&RollupSettings>;
 
+    /// The default interval's pre-aggregate table read as data rows
+    /// ([`PreAggregates`](super::pre_aggregates::PreAggregates)), when
+    /// rollups are configured: what a sub-query asking for pre-aggregates
+    /// reads when no rollup interval answers it.
+    fn pre_aggregates(&self) -> Option<&dyn super::SeriesSource> {
+        None
+    }
+
     /// The time slices a read of `interval`'s rows from the one holding
     /// `start_s` through the one holding `end_s` is cut into, in time
     /// order: one per read thread (as the raw path reads runs of series
