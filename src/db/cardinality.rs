@@ -1,7 +1,7 @@
 //! `Db::cardinality`: how many series there are and where they come
 //! from, for `/api/stats/cardinality` and Prometheus' `status/tsdb`:
-//! series by metric, by tag key, by tag pair, distinct values and bytes of
-//! values per tag key, and series new per hour per metric, each list cut
+//! series by metric, by tag key, by tag pair, distinct values and their
+//! names' bytes per tag key, and series new per hour per metric, each list cut
 //! to its top N.
 //!
 //! Everything is counted from the in-memory series index in one pass
@@ -78,12 +78,12 @@ pub struct Cardinality {
     pub by_tag_key: Vec<TagKeyCount>,
     /// Tag keys by their distinct values.
     pub values_by_tag_key: Vec<Counted>,
-    /// Tag keys by the bytes of their values over the series carrying
-    /// them (Prometheus' `memoryInBytesByLabelName`).
+    /// Tag keys by the bytes of their distinct values' names, each
+    /// counted once (Prometheus 2.42's `memoryInBytesByLabelName`).
     pub bytes_by_tag_key: Vec<Counted>,
     pub by_tag_pair: Vec<TagPairCount>,
-    /// The bytes of metric names over their series (Prometheus counts the
-    /// name as the label `__name__`).
+    /// The bytes of the metric names (Prometheus counts the name as the
+    /// label `__name__`).
     pub metric_name_bytes: u64,
     pub new_by_metric: Vec<MetricArrivals>,
     /// Base hours (epoch s) of the oldest and the newest of the series'
@@ -143,7 +143,7 @@ impl Db {
         let mut series = 0u64;
         let mut metrics = 0u64;
         let mut by_metric = Top::<Uid>::new(n);
-        let mut metric_series: FastMap<Uid, u64> = FastMap::default();
+        let mut metric_names: Vec<Uid> = Vec::new();
         let mut pairs: FastMap<(Uid, Uid), u64> = FastMap::default();
         let mut newest: Option<(u32, u32)> = None;
         self.index().visit_metrics(&mut |metric, m| {
@@ -154,7 +154,7 @@ impl Db {
             series += len;
             metrics += 1;
             by_metric.push(len, metric);
-            metric_series.insert(metric, len);
+            metric_names.push(metric);
             for (k, v, count) in m.pairs() {
                 *pairs.entry((k, v)).or_default() += count as u64;
             }
@@ -180,7 +180,7 @@ impl Db {
             let e = keys.entry(k).or_default();
             e.0 += count;
             e.1 += 1;
-            e.2 += count * u64::from(value_len.get(&v).copied().unwrap_or(0));
+            e.2 += u64::from(value_len.get(&v).copied().unwrap_or(0));
             by_pair.push(count, (k, v));
         }
         let tag_pairs = pairs.len() as u64;
@@ -193,8 +193,8 @@ impl Db {
             key_bytes.push(b, k);
         }
         let mut metric_name_bytes = 0u64;
-        for (&m, &count) in &metric_series {
-            metric_name_bytes += count * name(UidKind::Metric, m).len() as u64;
+        for &m in &metric_names {
+            metric_name_bytes += name(UidKind::Metric, m).len() as u64;
         }
 
         let mut by_metric: Vec<Counted> = by_metric
@@ -369,14 +369,14 @@ mod tests {
             .map(|p| (p.tagk.as_str(), p.tagv.as_str(), p.series))
             .collect();
         assert_eq!(pairs, [("dc", "x", 3), ("host", "a", 2)]);
-        // host: a twice, b, c: 4 bytes; dc: "x" three times.
+        // host: a, b, c: 3 bytes; dc: x.
         let bytes: Vec<(&str, u64)> = c
             .bytes_by_tag_key
             .iter()
             .map(|b| (b.name.as_str(), b.count))
             .collect();
-        assert_eq!(bytes, [("host", 4), ("dc", 3)]);
-        assert_eq!(c.metric_name_bytes, 3 * 3 + 3);
+        assert_eq!(bytes, [("host", 3), ("dc", 1)]);
+        assert_eq!(c.metric_name_bytes, 6);
         assert_eq!(c.new_by_metric.len(), 2);
         assert_eq!(c.new_by_metric[0].metric, "cpu");
         assert_eq!(c.new_by_metric[0].total, 3);

@@ -78,6 +78,16 @@ pub(crate) enum GraphError {
     Internal(String),
 }
 
+impl GraphError {
+    /// The status of the page `route` answers this error with.
+    fn status(&self) -> u16 {
+        match self {
+            GraphError::BadRequest(_) => 400,
+            GraphError::Internal(_) => 500,
+        }
+    }
+}
+
 impl From<params::ParamError> for GraphError {
     fn from(e: params::ParamError) -> Self {
         GraphError::BadRequest(e.0)
@@ -256,8 +266,11 @@ fn graph(
         let res = match query::execute(&ctx, &one, None) {
             Ok(res) => res,
             Err(e) => {
-                st.queries.finish(watched.id, e.status(), Some(e.message()));
-                return Err(e.into());
+                let message = e.message();
+                let answered = GraphError::from(e);
+                st.queries
+                    .finish(watched.id, answered.status(), Some(message));
+                return Err(answered);
             }
         };
         let mut etags = None;
