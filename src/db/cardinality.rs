@@ -383,6 +383,54 @@ mod tests {
         assert_eq!(c.newest_rows, Some((1_420_070_400, 1_420_070_400)));
     }
 
+    /// A million series (10 metrics x 10,000 hosts x 10 cpus, one point
+    /// each) counted: the time one count takes, printed. Run with
+    /// `cargo test --release --lib -- --ignored cardinality_of_a_million --nocapture`.
+    #[test]
+    #[ignore = "a timing, meaningful in release builds only"]
+    fn cardinality_of_a_million_series() {
+        let (_dir, db) = Db::open_temp();
+        let mut key = String::new();
+        for m in 0..10 {
+            let metric = format!("sys.cpu.m{m}");
+            let mut batch = Vec::with_capacity(100_000);
+            for h in 0..10_000 {
+                let host = format!("host{h:05}");
+                for c in 0..10 {
+                    let cpu = c.to_string();
+                    let (series, ts) = db
+                        .resolve(
+                            &metric,
+                            1_451_606_400,
+                            Value::Int(1),
+                            &[("host", &host), ("cpu", &cpu)],
+                            &mut key,
+                        )
+                        .unwrap();
+                    batch.push(PendingPoint {
+                        series,
+                        ts,
+                        value: Value::Int(1),
+                    });
+                }
+            }
+            db.append(&batch).unwrap();
+        }
+        for _ in 0..3 {
+            let t0 = std::time::Instant::now();
+            let c = db.cardinality(10).unwrap();
+            println!(
+                "cardinality of {} series, {} tag pairs: {:?}",
+                c.series,
+                c.tag_pairs,
+                t0.elapsed()
+            );
+            assert_eq!(c.series, 1_000_000);
+            assert_eq!(c.tag_pairs, 10_010);
+            assert_eq!(c.by_tag_pair[0].series, 100_000);
+        }
+    }
+
     #[test]
     fn top_keeps_the_largest() {
         let mut t = Top::<u32>::new(2);

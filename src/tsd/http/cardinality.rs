@@ -1,5 +1,5 @@
 //! The cardinality view: `GET /api/stats/cardinality?topN=N` in rtsdb's
-//! JSON (docs/http-api.md), and the same figures in Prometheus 2.42's
+//! JSON (docs/stats.md), and the same figures in Prometheus 2.42's
 //! `/api/v1/status/tsdb` shape for the Prometheus API. Both read
 //! [`Db::cardinality`] through a cache of a few seconds
 //! ([`CardinalityCache`]), so a page refreshing it, or several operators
@@ -104,7 +104,7 @@ pub(crate) fn http(c: &Call) -> Reply {
     }
 }
 
-/// rtsdb's JSON (docs/http-api.md, "/api/stats/cardinality").
+/// rtsdb's JSON (docs/stats.md, "/api/stats/cardinality").
 fn to_json(c: &Cardinality, at_ms: u64) -> serde_json::Value {
     json!({
         "tenant": DEFAULT_TENANT,
