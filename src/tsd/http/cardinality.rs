@@ -98,7 +98,17 @@ pub(crate) fn http(c: &Call) -> Reply {
         Ok(n) => n,
         Err(e) => return Reply::error(400, "Invalid topN", &format!("topN {e}")),
     };
-    match c.state.cardinality.get(&c.state.db, n) {
+    // A count of a large index takes a while: off the async workers
+    // where the runtime allows it, as a shared store's sync put does.
+    let count = || c.state.cardinality.get(&c.state.db, n);
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    let counted = if multi {
+        tokio::task::block_in_place(count)
+    } else {
+        count()
+    };
+    match counted {
         Ok((counted, at_ms)) => Reply::json(200, to_json(&counted, at_ms).to_string()),
         Err(e) => Reply::error(500, "Counting the series index failed", &e.to_string()),
     }
