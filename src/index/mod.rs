@@ -228,13 +228,19 @@ struct Arrivals {
 }
 
 impl Arrivals {
+    /// Whether the clock hour starting at `hour` is one of the last
+    /// [`ARRIVAL_HOURS`] at `now_s`.
+    fn recent(hour: u32, now_s: u32) -> bool {
+        u64::from(hour) + (ARRIVAL_HOURS as u64) * 3600 > u64::from(now_s - now_s % 3600)
+    }
+
     fn note(&mut self, metric: Uid, now_s: u32) {
         let hour = now_s - now_s % 3600;
         if self.hours.back().is_none_or(|(h, _)| *h < hour) {
             self.hours.push_back((hour, FastMap::default()));
         }
         while let Some((front, _)) = self.hours.front()
-            && u64::from(*front) + (ARRIVAL_HOURS as u64) * 3600 <= u64::from(hour)
+            && !Self::recent(*front, now_s)
         {
             self.hours.pop_front();
         }
@@ -513,6 +519,9 @@ impl SeriesIndex {
             .arrivals
             .hours
             .iter()
+            // Hours are dropped as new series arrive; with none for a day
+            // the old ones are still held, and not shown.
+            .filter(|(hour, _)| Arrivals::recent(*hour, crate::model::time::now_s()))
             .map(|(hour, by_metric)| HourArrivals {
                 hour: *hour,
                 by_metric: by_metric.iter().map(|(&m, &n)| (m, n)).collect(),
@@ -572,5 +581,33 @@ fn insert(inner: &mut Inner, tsuid: Tsuid, hour: u32) -> bool {
             inner.count += 1;
             true
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrivals_keep_the_last_day_by_hour() {
+        let uid = |id| Uid::new(id, crate::model::UidWidth::DEFAULT).unwrap();
+        let (m1, m2) = (uid(1), uid(2));
+        let mut a = Arrivals::default();
+        let t0 = 1_420_070_400; // an hour boundary
+        a.note(m1, t0 + 5);
+        a.note(m1, t0 + 3599);
+        a.note(m2, t0 + 3600);
+        let counts: Vec<(u32, u64)> = a
+            .hours
+            .iter()
+            .map(|(h, by)| (*h, by.values().sum()))
+            .collect();
+        assert_eq!(counts, [(t0, 2), (t0 + 3600, 1)]);
+        // 24 hours on, the first hour has left the window.
+        assert!(Arrivals::recent(t0, t0 + 23 * 3600 + 10));
+        assert!(!Arrivals::recent(t0, t0 + 24 * 3600));
+        a.note(m2, t0 + 24 * 3600);
+        let hours: Vec<u32> = a.hours.iter().map(|(h, _)| *h).collect();
+        assert_eq!(hours, [t0 + 3600, t0 + 24 * 3600]);
     }
 }

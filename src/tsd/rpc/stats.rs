@@ -54,9 +54,9 @@ pub(crate) fn http(c: &Call) -> Reply {
 }
 
 /// `DELETE /api/stats/query?id=N`: asks the running query `N` to stop.
-/// Its client gets a 503 (`/api/query`, `/api/query/exp`, `/q`) or a
-/// Prometheus `canceled` error once its run sees the cancel, at its next
-/// batch of points read or PromQL step.
+/// Its client gets a 503 (`/api/query`, `/api/query/exp`, `gexp`), `/q`'s
+/// 500 page, or a Prometheus `canceled` error once its run sees the
+/// cancel, at its next batch of points read or PromQL step.
 fn cancel(c: &Call) -> Reply {
     let Some(raw) = c.query.get("id") else {
         return Reply::error(
