@@ -38,6 +38,7 @@
 pub(crate) mod admin;
 pub(crate) mod append;
 pub(crate) mod backup;
+pub(crate) mod cardinality;
 pub(crate) mod delete;
 pub(crate) mod epochs;
 pub(crate) mod flush;

@@ -16,6 +16,16 @@
 //! eight keys per series). [`SeriesIndex::replace_all`] recreates the
 //! entries from a scan of the data rows if the index is lost or suspected
 //! stale.
+//!
+//! # Arrivals
+//!
+//! The index also counts, in memory, the series it learns of while the
+//! process runs (appended here, or recorded by another process of a
+//! cluster and read back), per metric and clock hour, for the last
+//! [`ARRIVAL_HOURS`] hours: the "new series per hour" of
+//! `/api/stats/cardinality`. Nothing stored says when a series first
+//! appeared (an entry holds its newest hour), so series loaded at open
+//! are not arrivals and a restart starts the count again.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -154,6 +164,17 @@ impl MetricSeries {
         self.hours.push(hour);
     }
 
+    /// Every tag pair of this metric's series with how many series
+    /// carry it, in no particular order.
+    pub fn pairs(&self) -> impl Iterator<Item = (Uid, Uid, usize)> + '_ {
+        self.postings.iter().map(|(&(k, v), ids)| (k, v, ids.len()))
+    }
+
+    /// The base hour of each series' newest row, by id.
+    pub fn newest_hours(&self) -> &[u32] {
+        &self.hours
+    }
+
     /// Ids of series carrying `tagk=tagv`, ascending.
     pub fn with_tag(&self, tagk: Uid, tagv: Uid) -> &[u32] {
         self.postings
@@ -182,6 +203,51 @@ struct Inner {
     metrics: FastMap<Uid, MetricSeries>,
     /// How many series are known, over all metrics.
     count: usize,
+    /// Series learnt of since the process started, by hour.
+    arrivals: Arrivals,
+}
+
+/// How many clock hours of [arrivals](SeriesIndex::arrivals) are kept.
+pub const ARRIVAL_HOURS: usize = 24;
+
+/// New series per metric in one clock hour.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HourArrivals {
+    /// The hour's start, in epoch seconds.
+    pub hour: u32,
+    /// (metric, new series), in no particular order.
+    pub by_metric: Vec<(Uid, u64)>,
+}
+
+/// The last [`ARRIVAL_HOURS`] hours of arrivals, oldest first: memory is
+/// one counter per metric that gained a series in one of those hours.
+#[derive(Debug, Clone, Default)]
+struct Arrivals {
+    /// (hour start in epoch s, new series by metric), oldest first.
+    hours: std::collections::VecDeque<(u32, FastMap<Uid, u64>)>,
+}
+
+impl Arrivals {
+    /// Whether the clock hour starting at `hour` is one of the last
+    /// [`ARRIVAL_HOURS`] at `now_s`.
+    fn recent(hour: u32, now_s: u32) -> bool {
+        u64::from(hour) + (ARRIVAL_HOURS as u64) * 3600 > u64::from(now_s - now_s % 3600)
+    }
+
+    fn note(&mut self, metric: Uid, now_s: u32) {
+        let hour = now_s - now_s % 3600;
+        if self.hours.back().is_none_or(|(h, _)| *h < hour) {
+            self.hours.push_back((hour, FastMap::default()));
+        }
+        while let Some((front, _)) = self.hours.front()
+            && !Self::recent(*front, now_s)
+        {
+            self.hours.pop_front();
+        }
+        if let Some((_, by_metric)) = self.hours.back_mut() {
+            *by_metric.entry(metric).or_default() += 1;
+        }
+    }
 }
 
 impl Inner {
@@ -239,7 +305,10 @@ impl SeriesIndex {
     pub fn open(backend: Arc<dyn IndexStore>, widths: UidWidths) -> Result<SeriesIndex> {
         let mut inner = Inner::default();
         backend.load(&mut |bytes, hour| match Tsuid::from_bytes(bytes, &widths) {
-            Ok(tsuid) => insert(&mut inner, tsuid, hour),
+            Ok(tsuid) => {
+                // Loaded, not arrived: see the module's doc.
+                insert(&mut inner, tsuid, hour);
+            }
             Err(_) => tracing::warn!(tsuid = ?bytes, "skipping malformed series index entry"),
         })?;
         Ok(SeriesIndex {
@@ -314,10 +383,14 @@ impl SeriesIndex {
             return true;
         }
         let mut inner = self.inner.write();
+        let now = crate::model::time::now_s();
         for (tsuid, hour) in fresh {
             // Checked again under the write lock: memory may have moved on.
             if inner.hour(&tsuid).is_none_or(|known| known < hour) {
-                insert(&mut inner, tsuid, hour);
+                let metric = tsuid.metric;
+                if insert(&mut inner, tsuid, hour) {
+                    inner.arrivals.note(metric, now);
+                }
             }
         }
         true
@@ -366,11 +439,14 @@ impl SeriesIndex {
             .collect();
         self.backend.record_all(&records)?;
         let mut is_new = Vec::with_capacity(entries.len());
+        let now = crate::model::time::now_s();
         for &(tsuid, _) in entries {
             let fresh = match newest.remove(tsuid) {
                 Some(hour) => {
-                    let new = inner.hour(tsuid).is_none();
-                    insert(&mut inner, tsuid.clone(), hour);
+                    let new = insert(&mut inner, tsuid.clone(), hour);
+                    if new {
+                        inner.arrivals.note(tsuid.metric, now);
+                    }
                     new
                 }
                 None => false,
@@ -433,6 +509,37 @@ impl SeriesIndex {
         })
     }
 
+    /// Calls `f` with every metric and its series, under the index's read
+    /// lock (writers wait: keep `f` to counting). On a shared index the
+    /// whole index is read again first, as [`metrics`](Self::metrics) does.
+    pub fn visit_metrics(&self, f: &mut dyn FnMut(Uid, &MetricSeries)) {
+        if self.shared {
+            self.refresh(&[]);
+        }
+        for (&uid, m) in &self.inner.read().metrics {
+            f(uid, m);
+        }
+    }
+
+    /// The series learnt of in each of the last [`ARRIVAL_HOURS`] clock
+    /// hours (see the module's doc), oldest first; hours with none are
+    /// left out.
+    pub fn arrivals(&self) -> Vec<HourArrivals> {
+        let inner = self.inner.read();
+        inner
+            .arrivals
+            .hours
+            .iter()
+            // Hours are dropped as new series arrive; with none for a day
+            // the old ones are still held, and not shown.
+            .filter(|(hour, _)| Arrivals::recent(*hour, crate::model::time::now_s()))
+            .map(|(hour, by_metric)| HourArrivals {
+                hour: *hour,
+                by_metric: by_metric.iter().map(|(&m, &n)| (m, n)).collect(),
+            })
+            .collect()
+    }
+
     /// Whether the series is known, and the base hour of its newest row.
     pub fn last_hour(&self, tsuid: &Tsuid) -> Option<u32> {
         self.inner.read().hour(tsuid)
@@ -450,30 +557,68 @@ impl SeriesIndex {
     /// rows), as a scan of the data rows found them (`tsdb uid metasync`,
     /// `Db::rebuild_index`).
     pub fn replace_all(&self, found: &HashMap<Tsuid, HourSpan>) -> Result<()> {
-        {
+        // A rebuild finds series already known: they are not arrivals.
+        let arrivals = {
             let mut inner = self.inner.write();
             self.backend.clear()?;
-            *inner = Inner::default();
-        }
+            std::mem::take(&mut *inner).arrivals
+        };
+        let restore = |index: &SeriesIndex| index.inner.write().arrivals = arrivals;
         let mut sorted: Vec<(Tsuid, u32)> =
             found.iter().map(|(t, h)| (t.clone(), h.last)).collect();
         sorted.sort();
         for (tsuid, hour) in sorted {
-            self.add_at(&tsuid, hour)?;
+            if let Err(e) = self.add_at(&tsuid, hour) {
+                restore(self);
+                return Err(e);
+            }
         }
+        restore(self);
         self.backend.flush()
     }
 }
 
 /// Records `tsuid` with `hour` as its newest row's: a new series is
-/// added, a known one takes the hour.
-fn insert(inner: &mut Inner, tsuid: Tsuid, hour: u32) {
+/// added, a known one takes the hour. Whether the series is new.
+fn insert(inner: &mut Inner, tsuid: Tsuid, hour: u32) -> bool {
     let m = inner.metrics.entry(tsuid.metric).or_default();
     match m.id_of(&tsuid) {
-        Some(id) => m.hours[id as usize] = hour,
+        Some(id) => {
+            m.hours[id as usize] = hour;
+            false
+        }
         None => {
             m.insert(tsuid, hour);
             inner.count += 1;
+            true
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrivals_keep_the_last_day_by_hour() {
+        let uid = |id| Uid::new(id, crate::model::UidWidth::DEFAULT).unwrap();
+        let (m1, m2) = (uid(1), uid(2));
+        let mut a = Arrivals::default();
+        let t0 = 1_420_070_400; // an hour boundary
+        a.note(m1, t0 + 5);
+        a.note(m1, t0 + 3599);
+        a.note(m2, t0 + 3600);
+        let counts: Vec<(u32, u64)> = a
+            .hours
+            .iter()
+            .map(|(h, by)| (*h, by.values().sum()))
+            .collect();
+        assert_eq!(counts, [(t0, 2), (t0 + 3600, 1)]);
+        // 24 hours on, the first hour has left the window.
+        assert!(Arrivals::recent(t0, t0 + 23 * 3600 + 10));
+        assert!(!Arrivals::recent(t0, t0 + 24 * 3600));
+        a.note(m2, t0 + 24 * 3600);
+        let hours: Vec<u32> = a.hours.iter().map(|(h, _)| *h).collect();
+        assert_eq!(hours, [t0 + 3600, t0 + 24 * 3600]);
     }
 }

@@ -20,6 +20,7 @@ mod selectors;
 mod step;
 mod walk;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use promql_parser::parser::value::ValueType;
@@ -27,7 +28,8 @@ use promql_parser::parser::value::ValueType;
 use super::error::PromError;
 use super::storage::Storage;
 use super::value::QueryValue;
-use eval::Evaluator;
+use crate::query::QueryProgress;
+use eval::{Evaluator, Stop};
 use selectors::QueryRange;
 
 pub use parse::parse_query;
@@ -63,11 +65,31 @@ impl Default for EngineOptions {
 #[derive(Debug, Clone, Default)]
 pub struct Engine {
     pub options: EngineOptions,
+    /// The watched query's progress: a cancel stops the evaluation at its
+    /// next step with a `canceled` error.
+    progress: Option<Arc<QueryProgress>>,
 }
 
 impl Engine {
     pub fn new(options: EngineOptions) -> Engine {
-        Engine { options }
+        Engine {
+            options,
+            progress: None,
+        }
+    }
+
+    /// The engine stopping when `progress` is cancelled (the server's
+    /// `DELETE /api/stats/query`).
+    pub fn watching(mut self, progress: Arc<QueryProgress>) -> Engine {
+        self.progress = Some(progress);
+        self
+    }
+
+    fn stop(&self) -> Stop<'_> {
+        Stop {
+            deadline: Instant::now() + self.options.timeout,
+            progress: self.progress.as_deref(),
+        }
     }
 
     /// Evaluates `query` at `time_ms` (`/api/v1/query`).
@@ -83,8 +105,7 @@ impl Engine {
             end_ms: time_ms,
             step_ms: 1,
         };
-        let deadline = Instant::now() + self.options.timeout;
-        let mut ev = Evaluator::new(storage, &self.options, range, deadline, &expr)?;
+        let mut ev = Evaluator::new(storage, &self.options, range, self.stop(), &expr)?;
         ev.instant(&expr)
     }
 
@@ -120,8 +141,7 @@ impl Engine {
             end_ms,
             step_ms,
         };
-        let deadline = Instant::now() + self.options.timeout;
-        let mut ev = Evaluator::new(storage, &self.options, range, deadline, &expr)?;
+        let mut ev = Evaluator::new(storage, &self.options, range, self.stop(), &expr)?;
         ev.range(&expr)
     }
 }

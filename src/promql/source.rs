@@ -41,7 +41,7 @@ use parking_lot::Mutex;
 
 use promql_parser::label::{MatchOp, Matcher};
 
-use super::error::PromError;
+use super::error::{ErrorKind, PromError};
 use super::storage::{SeriesMap, SteppedSeries, Storage, StoredSeries};
 use super::value::{Labels, METRIC_NAME, Sample};
 use crate::model::hash::FastMap;
@@ -80,6 +80,10 @@ impl SourceLimits {
         }
     }
 }
+
+/// Points a reading thread counts by itself before reporting them to the
+/// query's progress and looking for a cancel.
+const REPORT_EVERY_POINTS: u64 = 4096;
 
 /// Receives one metric's selected series, with the metric's name.
 type MetricSink<'s> = dyn FnMut(&Arc<str>, Vec<Tsuid>) -> Result<(), PromError> + 's;
@@ -362,11 +366,25 @@ impl<'a> DbStorage<'a> {
             .collect();
         let mut got: Vec<Vec<Sample>> = vec![Vec::new(); list.len()];
         let mut over = false;
+        let progress = &self.ctx.progress;
+        // Points are reported to the query's progress a batch at a time,
+        // and a cancel is seen there, as the OpenTSDB engine's reads do.
+        let mut unreported = 0u64;
+        let mut cancelled = false;
         let mut sink = |i: usize, points: &[Point]| {
             let before = total.fetch_add(points.len(), Ordering::Relaxed);
             if before + points.len() > max {
                 over = true;
                 return false;
+            }
+            unreported += points.len() as u64;
+            if unreported >= REPORT_EVERY_POINTS {
+                progress.add_points(unreported);
+                unreported = 0;
+                if progress.is_cancelled() {
+                    cancelled = true;
+                    return false;
+                }
             }
             got[i].extend(points.iter().map(|p| Sample {
                 t: p.timestamp_ms() as i64,
@@ -388,6 +406,13 @@ impl<'a> DbStorage<'a> {
                 .read_tsuids(&list, start_ms, end_ms, &mut sink)
         };
         read.map_err(|e| PromError::internal(e.to_string()))?;
+        progress.add_points(unreported);
+        if cancelled || progress.is_cancelled() {
+            return Err(PromError::new(
+                ErrorKind::Canceled,
+                "query was canceled in query preparation",
+            ));
+        }
         Ok((!over).then_some(got))
     }
 

@@ -9,10 +9,13 @@
 //! is not part of it: it is the server's, and a caller that has one hands
 //! it to the engine's run beside the context.
 
+use std::sync::Arc;
+
 use chrono_tz::Tz;
 
 use super::limits::QueryLimits;
 use super::options::QueryOptions;
+use super::progress::QueryProgress;
 use crate::db::Db;
 use crate::index::SeriesIndex;
 use crate::model::{UidKind, UidWidths};
@@ -43,6 +46,10 @@ pub struct QueryContext<'a> {
     pub skip_unresolved_tagvs: bool,
     /// `tsd.http.query.allow_delete`.
     pub allow_delete: bool,
+    /// Points read so far and whether the query was cancelled: a fresh
+    /// one unless the caller watches the query
+    /// ([`with_progress`](Self::with_progress)).
+    pub progress: Arc<QueryProgress>,
 }
 
 impl<'a> QueryContext<'a> {
@@ -61,6 +68,7 @@ impl<'a> QueryContext<'a> {
             default_tz: o.default_tz,
             skip_unresolved_tagvs: o.skip_unresolved_tagvs,
             allow_delete: o.allow_delete,
+            progress: Arc::default(),
         }
     }
 
@@ -78,7 +86,16 @@ impl<'a> QueryContext<'a> {
             default_tz: self.default_tz,
             skip_unresolved_tagvs: self.skip_unresolved_tagvs,
             allow_delete: self.allow_delete,
+            progress: self.progress.clone(),
         }
+    }
+
+
+    /// The same context reporting to `progress`, which the caller lists
+    /// and may cancel.
+    pub fn with_progress(mut self, progress: Arc<QueryProgress>) -> Self {
+        self.progress = progress;
+        self
     }
 
     pub(crate) fn widths(&self) -> UidWidths {

@@ -145,7 +145,7 @@ fn run_valid(
     cache: Option<&QueryCache>,
 ) -> Result<QueryResponse, QueryError> {
     let q = &valid.original;
-    let mut budget = Budget::new(ctx.limits);
+    let mut budget = Budget::watching(ctx.limits, ctx.progress.clone());
     let global_annotations = if !q.no_annotations && q.global_annotations {
         ctx.source
             .global_annotations(valid.start_ms.max(0) as u64, valid.end_ms.max(0) as u64)
@@ -360,6 +360,21 @@ mod tests {
         }
         db.append(&batch).unwrap();
         (dir, db)
+    }
+
+    #[test]
+    fn a_watched_query_counts_its_points_and_stops_when_cancelled() {
+        let (_dir, db) = db(20);
+        let progress = std::sync::Arc::new(crate::query::QueryProgress::new());
+        let ctx = QueryContext::new(&db, &QueryOptions::default()).with_progress(progress.clone());
+        let q = parse_get("start=1420070400&end=1420077599&m=sum:sys.cpu").unwrap();
+        execute(&ctx, &q, None).unwrap();
+        // 20 series of 720 points.
+        assert_eq!(progress.points_read(), 20 * 720);
+        progress.cancel();
+        let e = execute(&ctx, &q, None).unwrap_err();
+        assert!(matches!(e, QueryError::Cancelled(_)), "{e:?}");
+        assert_eq!(e.status(), 503);
     }
 
     #[test]

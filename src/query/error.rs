@@ -21,6 +21,11 @@ pub enum QueryError {
     /// 408: `tsd.query.timeout` elapsed.
     #[error("{0}")]
     Timeout(String),
+    /// 503: an operator cancelled the query (`DELETE /api/stats/query`);
+    /// OpenTSDB has no such error, and 503 is what Prometheus 2.42 answers
+    /// a cancelled PromQL query with, so both languages agree.
+    #[error("{0}")]
+    Cancelled(String),
     /// 424: the storage layer failed (OpenTSDB's `HBaseException`).
     #[error("{0}")]
     Storage(String),
@@ -42,6 +47,7 @@ impl QueryError {
             QueryError::BadRequest { .. } | QueryError::NoSuchName(_) => 400,
             QueryError::TooLarge(_) => 413,
             QueryError::Timeout(_) => 408,
+            QueryError::Cancelled(_) => 503,
             QueryError::Storage(_) => 424,
             QueryError::NotImplemented(_) => 501,
         }

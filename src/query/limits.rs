@@ -1,10 +1,12 @@
 //! Query limits (`tsd.query.limits.*`, `tsd.query.timeout`) and the
 //! errors OpenTSDB answers with when one is hit.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::error::QueryError;
+use super::progress::QueryProgress;
 
 /// Limits for one query; 0 means unlimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +41,9 @@ pub(crate) struct Budget {
     started: Instant,
     bytes: AtomicU64,
     points: AtomicU64,
+    /// The query's progress as the server lists it: points charged are
+    /// counted there too, and a cancelled query fails its next charge.
+    progress: Option<Arc<QueryProgress>>,
 }
 
 /// Bytes and points a [`Budget`] was charged, at some moment.
@@ -55,6 +60,16 @@ impl Budget {
             started: Instant::now(),
             bytes: AtomicU64::new(0),
             points: AtomicU64::new(0),
+            progress: None,
+        }
+    }
+
+    /// A budget that also reports to `progress` and stops when it is
+    /// cancelled.
+    pub(crate) fn watching(limits: QueryLimits, progress: Arc<QueryProgress>) -> Budget {
+        Budget {
+            progress: Some(progress),
+            ..Budget::new(limits)
         }
     }
 
@@ -79,6 +94,11 @@ impl Budget {
 
     /// Accounts for data read; the error to return if a limit is passed.
     pub(crate) fn charge(&self, bytes: u64, points: u64) -> Result<(), QueryError> {
+        if let Some(p) = &self.progress {
+            // Counted before the limits: a read that is given up and
+            // made again (`rewind`) did read its points.
+            p.add_points(points);
+        }
         let bytes = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
         let points = self.points.fetch_add(points, Ordering::Relaxed) + points;
         let l = &self.limits;
@@ -97,7 +117,11 @@ impl Budget {
         self.check_time()
     }
 
+    /// The query's timeout or its cancellation, whichever came.
     pub(crate) fn check_time(&self) -> Result<(), QueryError> {
+        if let Some(p) = &self.progress {
+            p.check()?;
+        }
         if self.limits.timeout_ms > 0 && self.elapsed().as_millis() as u64 > self.limits.timeout_ms
         {
             return Err(QueryError::Timeout(format!(

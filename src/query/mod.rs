@@ -26,6 +26,7 @@
 //! - [`exp`]: the `/api/query/exp` endpoint (expressions over metrics).
 //! - [`rollup`]: sub-queries answered from the rollup tables.
 //! - [`limits`]: query limits and timeouts.
+//! - [`progress`]: a running query's points read and its cancellation.
 //! - [`pool`]: series' output buffers kept from one query for the next.
 //! - [`options`]: the options a server builds once and every query uses.
 //! - [`error`]: errors carrying OpenTSDB's status and message.
@@ -89,6 +90,7 @@ pub(crate) mod options;
 pub(crate) mod output;
 pub(crate) mod pipeline;
 pub(crate) mod pool;
+pub(crate) mod progress;
 pub(crate) mod rate;
 pub(crate) mod read;
 pub(crate) mod request;
@@ -107,4 +109,5 @@ pub use last::{LastQuery, execute_last, parse_last_get, parse_last_post};
 pub use limits::QueryLimits;
 pub use options::{CacheOptions, QueryOptions};
 pub use output::{QueryResponse, QueryResult};
+pub use progress::QueryProgress;
 pub use request::{TsQuery, TsSubQuery, parse_get, parse_post};

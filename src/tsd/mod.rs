@@ -55,6 +55,8 @@ pub struct TsdState {
     pub(crate) bodies: http::BodyBudget,
     /// Running and recent queries (`/api/stats/query`).
     pub(crate) queries: stats::QueryLog,
+    /// The last count of `/api/stats/cardinality`, kept a few seconds.
+    pub(crate) cardinality: http::cardinality::CardinalityCache,
     /// `/q` results kept for reuse.
     pub(crate) graphs: Arc<http::GraphCache>,
     /// `/api/query`'s result cache (docs/query-cache.md).
@@ -97,6 +99,7 @@ impl TsdState {
             db,
             stats: stats::ServerStats::default(),
             queries: stats::QueryLog::default(),
+            cardinality: Default::default(),
             graphs,
             metadata: Default::default(),
             hostname: stats::hostname(),

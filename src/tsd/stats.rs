@@ -4,11 +4,13 @@
 //! The report is built from the counters and the database it describes,
 //! not from the server state, which owns the counters.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::db::Db;
 use crate::model::UidKind;
 use crate::protocol::PointError;
+use crate::query::QueryProgress;
 use crate::write::limits::{LimitStats, MAX_NEW_PER_HOUR_KEY, MAX_TOTAL_KEY};
 
 #[derive(Debug, Default)]
@@ -430,16 +432,42 @@ impl ShownQuery {
     }
 }
 
-/// One query seen by `/api/query`, for `/api/stats/query`.
+/// One query seen by `/api/query`, `/api/query/exp`, `/q` or PromQL's
+/// `query`/`query_range`, for `/api/stats/query`.
 #[derive(Debug, Clone)]
 pub(crate) struct QueryRecord {
     pub id: u64,
     pub query: ShownQuery,
     pub remote: String,
+    /// Who asked: empty until authentication names users.
+    pub user: String,
+    /// Whose data it reads: `default` until tenants exist.
+    pub tenant: String,
     pub start_ms: u64,
     pub started: std::time::Instant,
+    /// Points read so far, and the flag a cancel sets.
+    pub progress: Arc<QueryProgress>,
     /// Set once finished: (HTTP status, error message, total ms).
     pub outcome: Option<(u16, Option<String>, f64)>,
+}
+
+/// A query being watched: its id in `/api/stats/query` and the progress
+/// its run reports to (hand it to `QueryContext::with_progress`).
+#[derive(Debug, Clone)]
+pub(crate) struct Watched {
+    pub id: u64,
+    pub progress: Arc<QueryProgress>,
+}
+
+/// What `DELETE /api/stats/query?id=` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cancel {
+    /// The query was running and is asked to stop.
+    Cancelled,
+    /// The query has finished already.
+    Finished,
+    /// No query has that id (or it left the completed list).
+    Unknown,
 }
 
 /// Running queries and the last [`QueryLog::KEEP`] completed ones.
@@ -455,22 +483,30 @@ struct QueryLogInner {
     completed: std::collections::VecDeque<QueryRecord>,
 }
 
+/// The tenant every query belongs to until tenants exist.
+pub(crate) const DEFAULT_TENANT: &str = "default";
+
 impl QueryLog {
     /// How many completed queries are kept (OpenTSDB keeps 256).
     pub(crate) const KEEP: usize = 256;
 
-    /// Records a query as running; returns its id for [`finish`](Self::finish).
-    pub(crate) fn start(&self, query: ShownQuery, remote: String) -> u64 {
+    /// Records a query as running; its id is for [`finish`](Self::finish)
+    /// and [`cancel`](Self::cancel), its progress for the run.
+    pub(crate) fn start(&self, query: ShownQuery, remote: String) -> Watched {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let progress = Arc::new(QueryProgress::new());
         self.inner.lock().running.push(QueryRecord {
             id,
             query,
             remote,
+            user: String::new(),
+            tenant: DEFAULT_TENANT.to_string(),
             start_ms: chrono::Utc::now().timestamp_millis().max(0) as u64,
             started: std::time::Instant::now(),
+            progress: progress.clone(),
             outcome: None,
         });
-        id
+        Watched { id, progress }
     }
 
     pub(crate) fn finish(&self, id: u64, status: u16, error: Option<String>) {
@@ -486,16 +522,40 @@ impl QueryLog {
         inner.completed.push_back(r);
     }
 
+    /// Asks the running query `id` to stop; its run sees that at its next
+    /// batch of points (or PromQL step) and answers its client with a
+    /// cancellation error, dropping what it held.
+    pub(crate) fn cancel(&self, id: u64) -> Cancel {
+        let inner = self.inner.lock();
+        if let Some(r) = inner.running.iter().find(|r| r.id == id) {
+            r.progress.cancel();
+            tracing::info!(id, query = %r.query.to_value(), "query cancelled");
+            return Cancel::Cancelled;
+        }
+        if inner.completed.iter().any(|r| r.id == id) {
+            Cancel::Finished
+        } else {
+            Cancel::Unknown
+        }
+    }
+
     fn render(r: &QueryRecord) -> serde_json::Value {
         let mut v = serde_json::json!({
+            "id": r.id,
             "query": r.query.to_value(),
             "remote": r.remote,
+            "user": r.user,
+            "tenant": r.tenant,
             "queryStartTimestamp": r.start_ms,
             "executed": 1,
+            "pointsRead": r.progress.points_read(),
+            "cancelled": r.progress.is_cancelled(),
         });
         let o = v.as_object_mut().expect("object");
         match &r.outcome {
             None => {
+                // OpenTSDB names a running query's start `queryStart`.
+                o.insert("queryStart".into(), r.start_ms.into());
                 o.insert(
                     "elapsed".into(),
                     (r.started.elapsed().as_secs_f64() * 1000.0).into(),

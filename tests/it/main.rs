@@ -48,6 +48,7 @@ mod tsd_query_cache;
 mod tsd_rollup;
 mod tsd_rollup_crash;
 mod tsd_search;
+mod tsd_stats;
 mod tsd_telnet;
 mod tsd_tree;
 mod tsd_tree_docs;

@@ -164,6 +164,34 @@ fn series_browser_lists_the_metrics() {
 }
 
 #[test]
+fn cardinality_tab_shows_the_top_tables() {
+    let srv = server();
+    let url = format!(
+        "http://{}/#{RANGE}&m=sum:page.test&view=cardinality",
+        srv.addr
+    );
+    let Some(dom) = open_page(&url) else {
+        return;
+    };
+    let total = element(&dom, "card-total");
+    assert!(
+        total.contains("2 series, 1 metrics, 3 tag pairs (tenant default"),
+        "{total}"
+    );
+    assert!(
+        dom.contains("<tr><td>page.test</td><td>2</td></tr>"),
+        "{dom}"
+    );
+    assert!(dom.contains("<tr><td>host</td><td>2</td><td>2</td></tr>"));
+    assert!(dom.contains("<tr><td>dc=lga</td><td>2</td></tr>"));
+    assert!(dom.contains("<tr><td>host=a</td><td>1</td></tr>"));
+    assert!(
+        dom.contains("<td>page.test</td><td>2</td><td>"),
+        "new series"
+    );
+}
+
+#[test]
 fn page_shows_server_errors_as_worded() {
     let srv = server();
     let url = format!("http://{}/#{RANGE}&m=sum:no.such.metric", srv.addr);

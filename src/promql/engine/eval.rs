@@ -15,12 +15,21 @@ use super::{aggregate, binary, calls};
 use crate::promql::error::{ErrorKind, PromError};
 use crate::promql::storage::Storage;
 use crate::promql::value::{Labels, QueryValue, Sample, Series, VectorSample};
+use crate::query::QueryProgress;
+
+/// What stops an evaluation before its end: the deadline of the
+/// engine's timeout, and an operator's cancel when the query is watched.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stop<'a> {
+    pub(super) deadline: Instant,
+    pub(super) progress: Option<&'a QueryProgress>,
+}
 
 /// The state of one query's evaluation.
 pub(super) struct Evaluator<'a> {
     pub(super) opts: &'a EngineOptions,
     pub(super) range: QueryRange,
-    deadline: Instant,
+    stop: Stop<'a>,
     /// Each selector's series over the whole query.
     selected: Selected,
     /// Label sets derived from input labels (grouping keys, matching
@@ -49,13 +58,13 @@ impl<'a> Evaluator<'a> {
         storage: &dyn Storage,
         opts: &'a EngineOptions,
         range: QueryRange,
-        deadline: Instant,
+        stop: Stop<'a>,
         expr: &Expr,
     ) -> Result<Evaluator<'a>, PromError> {
         let mut ev = Evaluator {
             opts,
             range,
-            deadline,
+            stop,
             selected: Selected::new(opts.lookback_ms, range, opts.max_samples),
             derived: LabelMap::default(),
             subquery_steps: HashMap::new(),
@@ -135,9 +144,16 @@ impl<'a> Evaluator<'a> {
         Ok(QueryValue::Matrix(out))
     }
 
-    /// A `timeout` error once the query has run past its time.
+    /// A `canceled` error once an operator cancelled the query, a
+    /// `timeout` error once it has run past its time.
     pub(super) fn check_deadline(&self) -> Result<(), PromError> {
-        if Instant::now() > self.deadline {
+        if self.stop.progress.is_some_and(QueryProgress::is_cancelled) {
+            return Err(PromError::new(
+                ErrorKind::Canceled,
+                "query was canceled in expression evaluation",
+            ));
+        }
+        if Instant::now() > self.stop.deadline {
             return Err(PromError::new(
                 ErrorKind::Timeout,
                 "query timed out in expression evaluation",

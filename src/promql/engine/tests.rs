@@ -584,6 +584,24 @@ fn too_many_samples_and_timeout() {
     assert_eq!(e.kind, ErrorKind::Timeout);
 }
 
+#[test]
+fn a_cancelled_query_stops_with_canceled() {
+    let s = store();
+    let progress = std::sync::Arc::new(crate::query::QueryProgress::new());
+    let engine = Engine::default().watching(progress.clone());
+    assert!(engine.range(&s, "http_requests", 0, 10 * M, M).is_ok());
+    progress.cancel();
+    for e in [
+        engine.range(&s, "http_requests", 0, 10 * M, M).unwrap_err(),
+        engine
+            .instant(&s, "sum(http_requests)", 10 * M)
+            .unwrap_err(),
+    ] {
+        assert_eq!(e.kind, ErrorKind::Canceled);
+        assert_eq!(e.message, "query was canceled in expression evaluation");
+    }
+}
+
 /// 10,000 series over 360 one-minute steps: a plain selector, a sum, a
 /// grouped sum and an arithmetic operation must each take well under a
 /// second (tens of milliseconds in a release build; run with

@@ -8,6 +8,7 @@ mod annotation;
 mod backup;
 mod body;
 pub(crate) mod call;
+pub(crate) mod cardinality;
 mod gexp;
 mod graph;
 mod histogram;

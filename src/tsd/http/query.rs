@@ -13,11 +13,17 @@ use hyper::Method;
 use super::{Reply, method_not_allowed};
 use crate::query::{self, QueryContext, QueryError, QueryResponse};
 use crate::tsd::TsdState;
-use crate::tsd::stats::ShownQuery;
+use crate::tsd::stats::{ShownQuery, Watched};
 
 pub(super) fn context(state: &TsdState) -> QueryContext<'_> {
     let db = &state.db;
     QueryContext::new(db, &state.options.query)
+}
+
+/// The context of a query listed in `/api/stats/query`: it reports its
+/// points read there and stops when cancelled from there.
+pub(super) fn watched_context<'s>(state: &'s TsdState, w: &Watched) -> QueryContext<'s> {
+    context(state).with_progress(w.progress.clone())
 }
 
 pub(super) fn error(e: QueryError) -> Reply {
@@ -65,9 +71,10 @@ pub(super) async fn handle(
     // Parsing, checking and a small query's run take less than a hand-off.
     match in_place(|| begin(state, delete, raw_query.as_deref(), body.as_deref())) {
         Begun::Answered(reply) => reply,
-        Begun::Large(id, prepared) => {
+        Begun::Large(w, prepared) => {
             blocking(state, move |st| {
-                finish_tracked(st, id, prepared.run(&context(st), Some(&st.query_cache)))
+                let ctx = watched_context(st, &w);
+                finish_tracked(st, w.id, prepared.run(&ctx, Some(&st.query_cache)))
             })
             .await
         }
@@ -84,9 +91,9 @@ impl From<Reply> for Begun {
 enum Begun {
     /// Answered already: refused, or small enough to run right there.
     Answered(Reply),
-    /// A query to run off the async workers, listed under this id in
+    /// A query to run off the async workers, listed in
     /// `/api/stats/query`.
-    Large(u64, query::Prepared),
+    Large(Watched, query::Prepared),
 }
 
 /// Parses and checks a query, lists it in `/api/stats/query`, and runs it
@@ -109,18 +116,18 @@ fn begin(state: &TsdState, delete: bool, raw_query: Option<&str>, body: Option<&
         .iter()
         .any(|(k, _)| k == "arrays");
     let q = Arc::new(q);
-    let id = state
+    let w = state
         .queries
         .start(ShownQuery::Parsed(q.clone()), String::new());
-    let ctx = context(state);
+    let ctx = watched_context(state, &w);
     match query::prepare(&ctx, &q) {
         Ok(p) if p.is_small(&ctx) => Begun::Answered(finish_tracked(
             state,
-            id,
+            w.id,
             p.run(&ctx, Some(&state.query_cache)),
         )),
-        Ok(p) => Begun::Large(id, p),
-        Err(e) => Begun::Answered(finish_tracked(state, id, Err(e))),
+        Ok(p) => Begun::Large(w, p),
+        Err(e) => Begun::Answered(finish_tracked(state, w.id, Err(e))),
     }
 }
 
@@ -153,8 +160,8 @@ pub(super) fn run_tracked(
     shown: ShownQuery,
     run: impl FnOnce(&QueryContext) -> Result<QueryResponse, QueryError>,
 ) -> Reply {
-    let id = st.queries.start(shown, String::new());
-    finish_tracked(st, id, run(&context(st)))
+    let w = st.queries.start(shown, String::new());
+    finish_tracked(st, w.id, run(&watched_context(st, &w)))
 }
 
 /// The end of a query listed in `/api/stats/query` under `id`: deletes
@@ -232,21 +239,22 @@ pub(super) async fn handle_exp(
             Ok(p) => p,
             Err(e) => return error(e),
         };
-        let id = st.queries.start(
+        let w = st.queries.start(
             ShownQuery::Json(
                 serde_json::to_value(prepared.query()).unwrap_or(serde_json::Value::Null),
             ),
             String::new(),
         );
+        let ctx = ctx.with_progress(w.progress.clone());
         match prepared.run(&ctx, Some(&st.query_cache)) {
             Ok(json) => {
-                st.queries.finish(id, 200, None);
+                st.queries.finish(w.id, 200, None);
                 Reply::json(200, json)
             }
             Err(e) => {
                 let msg = e.to_string();
                 let r = error(e);
-                st.queries.finish(id, r.status, Some(msg));
+                st.queries.finish(w.id, r.status, Some(msg));
                 r
             }
         }

@@ -28,6 +28,7 @@ use crate::render::options::PlotParams;
 use crate::render::plot::{InfiniteValue, Note, Plot, PlotSeries};
 use crate::render::{png, smooth};
 use crate::tsd::TsdState;
+use crate::tsd::stats::ShownQuery;
 use cache::{Kind, max_age, now_s, stale};
 use plot::Summary;
 
@@ -75,6 +76,16 @@ pub(crate) enum GraphError {
     /// A 500 page: OpenTSDB's runtime exceptions.
     #[error("{0}")]
     Internal(String),
+}
+
+impl GraphError {
+    /// The status of the page `route` answers this error with.
+    fn status(&self) -> u16 {
+        match self {
+            GraphError::BadRequest(_) => 400,
+            GraphError::Internal(_) => 500,
+        }
+    }
 }
 
 impl From<params::ParamError> for GraphError {
@@ -237,7 +248,12 @@ fn graph(
     }
 
     let db = &st.db;
-    let mut ctx = QueryContext::new(db, &st.options.query);
+    // Listed in `/api/stats/query` while its sub-queries read, and
+    // cancellable from there.
+    let watched = st
+        .queries
+        .start(ShownQuery::Parsed(Arc::new(tsq.clone())), String::new());
+    let mut ctx = QueryContext::new(db, &st.options.query).with_progress(watched.progress.clone());
     ctx.now_ms = now_ms;
     let mut series = Vec::new();
     let mut notes = Vec::new();
@@ -247,7 +263,16 @@ fn graph(
         one.queries = vec![sub.clone()];
         one.global_annotations = false;
         one.show_stats = true;
-        let res = query::execute(&ctx, &one, None)?;
+        let res = match query::execute(&ctx, &one, None) {
+            Ok(res) => res,
+            Err(e) => {
+                let message = e.message();
+                let answered = GraphError::from(e);
+                st.queries
+                    .finish(watched.id, answered.status(), Some(message));
+                return Err(answered);
+            }
+        };
         let mut etags = None;
         for r in &res.results {
             if r.stats.is_some() && etags.is_none() {
@@ -273,6 +298,7 @@ fn graph(
         }
         summary.etags.push(etags);
     }
+    st.queries.finish(watched.id, 200, None);
     if let Some(first) = summary.etags.first_mut()
         && first.is_none()
     {

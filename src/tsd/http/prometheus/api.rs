@@ -1,11 +1,12 @@
 //! The Prometheus query API under `/prometheus/api/v1/`: `query`,
 //! `query_range`, `series`, `labels`, `label/<name>/values`, `metadata`,
-//! `status/buildinfo`, `query_exemplars`, `format_query`, answered in
+//! `status/buildinfo`, `status/tsdb`, `query_exemplars`, `format_query`, answered in
 //! Prometheus 2.42's JSON and error shapes and status codes. Parameters
 //! are read in `api_params.rs`, answers written in `api_json.rs`; the
 //! series come from the database through [`crate::promql::source`], and
 //! queries are evaluated by [`crate::promql::Engine`] on the blocking
-//! pool (they are CPU-bound and read storage).
+//! pool (they are CPU-bound and read storage), listed in
+//! `/api/stats/query` and stopped by its cancel.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use hyper::body::Incoming;
 use hyper::http::request::Parts;
 
 use super::super::body::read_whole;
+use super::super::cardinality;
 use super::super::query::{blocking, context};
 use super::super::reply::Reply;
 use super::api_json as json;
@@ -24,6 +26,7 @@ use crate::promql::engine::parse_query;
 use crate::promql::source::{DbStorage, SourceLimits};
 use crate::promql::{Engine, EngineOptions, ErrorKind, PromError, Storage};
 use crate::tsd::TsdState;
+use crate::tsd::stats::{ShownQuery, Watched};
 
 /// Prometheus answers JSON with this content type, without a charset.
 const JSON: &str = "application/json";
@@ -55,7 +58,7 @@ pub(super) async fn route(state: &Arc<TsdState>, head: Parts, body: Incoming, su
     }
     let get_only = matches!(
         endpoint,
-        Endpoint::LabelValues(_) | Endpoint::Metadata | Endpoint::BuildInfo
+        Endpoint::LabelValues(_) | Endpoint::Metadata | Endpoint::BuildInfo | Endpoint::StatusTsdb
     );
     if !(method == Method::GET || (method == Method::POST && !get_only)) {
         return Reply::new(405, TEXT, "Method Not Allowed\n").with_header(
@@ -116,6 +119,8 @@ enum Endpoint {
     LabelValues(String),
     Metadata,
     BuildInfo,
+    /// `status/tsdb`: the series index's cardinality.
+    StatusTsdb,
     QueryExemplars,
     FormatQuery,
 }
@@ -130,6 +135,7 @@ impl Endpoint {
             "labels" => Endpoint::Labels,
             "metadata" => Endpoint::Metadata,
             "status/buildinfo" => Endpoint::BuildInfo,
+            "status/tsdb" => Endpoint::StatusTsdb,
             "query_exemplars" => Endpoint::QueryExemplars,
             "format_query" => Endpoint::FormatQuery,
             _ => {
@@ -218,6 +224,7 @@ fn answer(st: &TsdState, endpoint: &Endpoint, form: &Form) -> Reply {
         Endpoint::LabelValues(name) => label_values(st, name, form),
         Endpoint::Metadata => metadata(&st.metadata, form),
         Endpoint::BuildInfo => Ok(Answer::data(build_info())),
+        Endpoint::StatusTsdb => status_tsdb(st, form),
         Endpoint::QueryExemplars => query_exemplars(form),
         Endpoint::FormatQuery => format_query(form),
     };
@@ -245,16 +252,52 @@ fn engine(form: &Form) -> Result<Engine, ApiError> {
 }
 
 /// Runs `f` with the database as PromQL's storage, bounded as the engine
-/// bounds its samples (and by OpenTSDB's data point limit when set).
+/// bounds its samples (and by OpenTSDB's data point limit when set), its
+/// reads reported to the watched query `w` when there is one.
 fn with_storage<T>(
     st: &TsdState,
+    w: Option<&Watched>,
     max_samples: usize,
     f: impl FnOnce(&dyn Storage) -> Result<T, ApiError>,
 ) -> Result<T, ApiError> {
-    let ctx = context(st);
+    let ctx = match w {
+        Some(w) => context(st).with_progress(w.progress.clone()),
+        None => context(st),
+    };
     let limits = SourceLimits::new(max_samples, ctx.limits.max_data_points);
     let storage = DbStorage::new(&ctx, limits);
     f(&storage)
+}
+
+/// Runs the query `shown` as `f`, listed in `/api/stats/query` while it
+/// runs (and cancellable from there), its outcome recorded there.
+fn watched<T>(
+    st: &TsdState,
+    shown: serde_json::Value,
+    f: impl FnOnce(&Watched) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    let w = st.queries.start(ShownQuery::Json(shown), String::new());
+    let done = f(&w);
+    match &done {
+        Ok(_) => st.queries.finish(w.id, 200, None),
+        Err(e) => st.queries.finish(w.id, e.status(), Some(e.message.clone())),
+    }
+    done
+}
+
+/// `status/tsdb`: the series index's cardinality in 2.42's shape, lists
+/// cut to `limit` (10 by default).
+fn status_tsdb(st: &TsdState, form: &Form) -> Result<Answer, ApiError> {
+    let raw = form.value("limit");
+    let limit = cardinality::parse_top_n((!raw.is_empty()).then_some(raw))
+        .map_err(|e| ApiError::param("limit", e))?;
+    let (counted, _) = st.cardinality.get(&st.db, limit).map_err(|e| ApiError {
+        kind: ErrorKind::Internal,
+        message: e.to_string(),
+    })?;
+    Ok(Answer::data(
+        cardinality::prometheus_status(&counted, limit).to_string(),
+    ))
 }
 
 fn now_ms() -> i64 {
@@ -269,11 +312,15 @@ fn query(st: &TsdState, form: &Form) -> Result<Answer, ApiError> {
     let engine = engine(form)?;
     let q = form.value("query");
     let max = engine.options.max_samples;
-    let value = with_storage(st, max, |s| {
-        engine.instant(s, q, time).map_err(|e| match e.kind {
-            // 2.42 reports a query it cannot parse as a bad parameter.
-            ErrorKind::BadData => ApiError::param("query", e.message),
-            _ => e.into(),
+    let shown = serde_json::json!({"promql": q, "time": time});
+    let value = watched(st, shown, |w| {
+        let engine = engine.watching(w.progress.clone());
+        with_storage(st, Some(w), max, |s| {
+            engine.instant(s, q, time).map_err(|e| match e.kind {
+                // 2.42 reports a query it cannot parse as a bad parameter.
+                ErrorKind::BadData => ApiError::param("query", e.message),
+                _ => e.into(),
+            })
         })
     })?;
     Ok(Answer::data(json::query_data(&value)))
@@ -310,8 +357,12 @@ fn query_range(st: &TsdState, form: &Form) -> Result<Answer, ApiError> {
     let engine = engine(form)?;
     let q = form.value("query");
     let max = engine.options.max_samples;
-    let value = with_storage(st, max, |s| {
-        engine.range(s, q, start, end, step_ms).map_err(Into::into)
+    let shown = serde_json::json!({"promql": q, "start": start, "end": end, "step": step_ms});
+    let value = watched(st, shown, |w| {
+        let engine = engine.watching(w.progress.clone());
+        with_storage(st, Some(w), max, |s| {
+            engine.range(s, q, start, end, step_ms).map_err(Into::into)
+        })
     })?;
     Ok(Answer::data(json::query_data(&value)))
 }
@@ -349,7 +400,7 @@ fn series(st: &TsdState, form: &Form) -> Result<Answer, ApiError> {
     let (start, end) = time_range(form)?;
     let sets = params::parse_matchers(&selectors).map_err(|e| ApiError::param("match[]", e))?;
     let limit = limit(form)?;
-    let found = with_storage(st, EngineOptions::default().max_samples, |s| {
+    let found = with_storage(st, None, EngineOptions::default().max_samples, |s| {
         Ok(s.series(&sets, start, end)?)
     })?;
     let (found, warnings) = limited(found, limit);
@@ -364,7 +415,7 @@ fn labels(st: &TsdState, form: &Form) -> Result<Answer, ApiError> {
     let (start, end) = time_range(form)?;
     let sets = params::parse_matchers(&form.values("match[]")).map_err(ApiError::bad_data)?;
     let limit = limit(form)?;
-    let names = with_storage(st, EngineOptions::default().max_samples, |s| {
+    let names = with_storage(st, None, EngineOptions::default().max_samples, |s| {
         Ok(s.label_names(&sets, start, end)?)
     })?;
     let (names, warnings) = limited(names, limit);
@@ -386,7 +437,7 @@ fn label_values(st: &TsdState, name: &str, form: &Form) -> Result<Answer, ApiErr
     let (start, end) = time_range(form)?;
     let sets = params::parse_matchers(&form.values("match[]")).map_err(ApiError::bad_data)?;
     let limit = limit(form)?;
-    let values = with_storage(st, EngineOptions::default().max_samples, |s| {
+    let values = with_storage(st, None, EngineOptions::default().max_samples, |s| {
         Ok(s.label_values(name, &sets, start, end)?)
     })?;
     let (values, warnings) = limited(values, limit);
@@ -508,6 +559,7 @@ mod tests {
     fn endpoints() {
         assert_eq!(Endpoint::of("query"), Some(Endpoint::Query));
         assert_eq!(Endpoint::of("status/buildinfo"), Some(Endpoint::BuildInfo));
+        assert_eq!(Endpoint::of("status/tsdb"), Some(Endpoint::StatusTsdb));
         assert_eq!(
             Endpoint::of("label/__name__/values"),
             Some(Endpoint::LabelValues("__name__".into()))

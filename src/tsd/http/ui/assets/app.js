@@ -317,11 +317,12 @@
   }
 
   function showView(v) {
-    ['chart', 'table', 'browse'].forEach(function (name) {
+    ['chart', 'table', 'browse', 'cardinality'].forEach(function (name) {
       $('#view-' + name).hidden = name !== v;
     });
     $$('.tab').forEach(function (b) { b.classList.toggle('active', b.dataset.view === v); });
     if (v === 'browse') browse();
+    if (v === 'cardinality') cardinality();
     if (v === 'table') showTable();
   }
 
@@ -800,6 +801,73 @@
       });
   }
 
+  // ---- the cardinality view: /api/stats/cardinality's top-N tables ----
+
+  // A table with a caption, a header row and one row per item.
+  function countTable(id, caption, heads, rows) {
+    var t = document.createElement('table');
+    t.id = id;
+    t.className = 'card-table';
+    var c = document.createElement('caption');
+    c.textContent = caption;
+    t.appendChild(c);
+    var tr = document.createElement('tr');
+    heads.forEach(function (h) {
+      var th = document.createElement('th');
+      th.textContent = h;
+      tr.appendChild(th);
+    });
+    t.appendChild(tr);
+    rows.forEach(function (cells) {
+      var r = document.createElement('tr');
+      cells.forEach(function (v) {
+        var td = document.createElement('td');
+        td.textContent = v;
+        r.appendChild(td);
+      });
+      t.appendChild(r);
+    });
+    return t;
+  }
+
+  function hourText(s) {
+    return new Date(s * 1000).toISOString().slice(0, 13).replace('T', ' ') + 'h';
+  }
+
+  function cardinality() {
+    var box = $('#cardinality');
+    box.textContent = 'Counting…';
+    fetch('api/stats/cardinality?topN=' + encodeURIComponent($('#card-top').value))
+      .then(function (r) {
+        return r.json().then(function (j) {
+          if (!r.ok) throw new Error((j.error && j.error.message) || r.statusText);
+          return j;
+        });
+      })
+      .then(function (c) {
+        box.innerHTML = '';
+        var p = document.createElement('p');
+        p.id = 'card-total';
+        p.textContent = c.totalSeries + ' series, ' + c.metrics + ' metrics, ' + c.tagPairs +
+          ' tag pairs (tenant ' + c.tenant + ', counted ' + new Date(c.computedAt).toISOString() + ')';
+        box.appendChild(p);
+        box.appendChild(countTable('card-metrics', 'Series by metric', ['metric', 'series'],
+          c.seriesByMetric.map(function (m) { return [m.metric, m.series]; })));
+        box.appendChild(countTable('card-tagks', 'Series by tag key', ['tag key', 'series', 'values'],
+          c.seriesByTagKey.map(function (k) { return [k.tagk, k.series, k.values]; })));
+        box.appendChild(countTable('card-pairs', 'Series by tag pair', ['tag pair', 'series'],
+          c.seriesByTagPair.map(function (t) { return [t.tagk + '=' + t.tagv, t.series]; })));
+        box.appendChild(countTable('card-new', 'New series per hour (since the TSD started, last 24 h)',
+          ['metric', 'new series', 'per hour'],
+          c.newSeriesByMetric.map(function (a) {
+            return [a.metric, a.total, a.hours.map(function (h) {
+              return hourText(h.hour) + ': ' + h.series;
+            }).join(', ')];
+          })));
+      })
+      .catch(function (e) { box.textContent = 'Cardinality: ' + (e.message || String(e)); });
+  }
+
   // ---- start ----
 
   function load() {
@@ -825,6 +893,8 @@
       if (e.key === 'Enter' && e.target.tagName === 'INPUT') run();
     });
     $('#ylog').addEventListener('change', run);
+    $('#card-top').addEventListener('change', cardinality);
+    $('#card-refresh').addEventListener('click', cardinality);
     $('#refresh').addEventListener('change', run);
     $$('#presets button').forEach(function (b) {
       b.addEventListener('click', function () {
