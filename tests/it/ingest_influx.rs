@@ -183,7 +183,7 @@ fn answers_as_influxdb(backend: Backend) {
     let error = answer["error"].as_str().expect("1.x error body");
     assert!(error.starts_with("partial write: "), "{error}");
     assert!(
-        error.contains("line 2: unable to parse 'bad line': missing field value"),
+        error.contains("line 2: unable to parse 'bad line': invalid field format"),
         "{error}"
     );
     assert!(
