@@ -33,7 +33,7 @@ use crate::protocol::graphite::{GraphitePoint, Templates, parse_line};
 
 /// The longest line taken; longer ones are refused whole.
 const MAX_LINE: usize = 16 * 1024;
-/// Bytes read from a connection at once.
+/// Bytes a connection's buffer has room for before each read.
 const READ_CHUNK: usize = 64 * 1024;
 /// Bad lines of a connection logged at `warn`; the rest at `debug`.
 const WARNED_LINES: u64 = 10;
@@ -131,20 +131,20 @@ async fn serve(state: Arc<TsdState>, mut stream: TcpStream, peer: SocketAddr) {
     // Skipping the rest of a line too long to take.
     let mut skipping = false;
     loop {
-        let start = buf.len();
-        buf.resize(start + READ_CHUNK, 0);
-        let n = tokio::select! {
-            r = stream.read(&mut buf[start..]) => r.unwrap_or(0),
-            _ = super::stopped(&mut shutdown) => 0,
+        buf.reserve(READ_CHUNK);
+        let (n, stopping) = tokio::select! {
+            r = stream.read_buf(&mut buf) => (r.unwrap_or(0), false),
+            _ = super::stopped(&mut shutdown) => (0, true),
         };
-        buf.truncate(start + n);
         let eof = n == 0;
-        // The complete lines; at the end, the last one too.
-        let end = if eof {
+        // The complete lines; at the connection's end, the last one too
+        // (but not a line cut short by shutdown).
+        let end = if eof && !stopping {
             buf.len()
         } else {
             match memchr::memrchr(b'\n', &buf) {
                 Some(i) => i + 1,
+                None if eof => 0,
                 None => {
                     if buf.len() > MAX_LINE {
                         if !skipping {

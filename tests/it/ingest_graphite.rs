@@ -80,6 +80,19 @@ fn lines_and_templates(backend: Backend) {
         v[0]["dps"][T.to_string()].as_f64()
     });
     assert_eq!(got, 7.0);
+    // A line too long to take is refused whole, in whatever pieces it
+    // comes; the next line is read.
+    let long = format!("{} 1 {T}\n", "x".repeat(40_000));
+    s.write_all(&long.as_bytes()[..20_000]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    s.write_all(&long.as_bytes()[20_000..]).unwrap();
+    s.write_all(format!("after.long 8 {T}\n").as_bytes())
+        .unwrap();
+    let got = eventually("after.long", Duration::from_secs(10), || {
+        let v = query(&tsds, T, "sum:after.long");
+        v[0]["dps"][T.to_string()].as_f64()
+    });
+    assert_eq!(got, 8.0);
     // The whole path is the metric; no tags needed.
     assert_eq!(
         query(&tsds, T, "sum:plain.path.value")[0]["dps"][T.to_string()],
@@ -111,7 +124,16 @@ fn lines_and_templates(backend: Backend) {
         .iter()
         .find(|s| s["metric"] == "tsd.rpc.received" && s["tags"]["type"] == "graphite")
         .expect("the graphite counter");
-    assert_eq!(received["value"], "6", "{received}");
+    // Six lines, then the one after the long line (which never became a
+    // line: it is counted as an error only).
+    assert_eq!(received["value"], "7", "{received}");
+    let errors = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["metric"] == "tsd.rpc.errors" && s["tags"]["type"] == "illegal_arguments")
+        .expect("the error counter");
+    assert_eq!(errors["value"], "3", "{errors}");
     drop(s);
 }
 
