@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{Backend, TestServer, Tsds, http, on_both_backends};
+use crate::common::{Backend, ChildOptions, ChildTsd, TestServer, Tsds, http, on_both_backends};
 
 /// Whether `CI` says this is a CI run, where a missing tool is a failure.
 pub(crate) fn in_ci() -> bool {
@@ -301,6 +301,47 @@ fn limits_and_modes() {
     let r = http(ro.addr, "POST", "/write", &[], b"x v=1");
     assert_eq!(r.status, 404, "{}", r.text());
     assert_eq!(ro.point_count("x.v"), 0);
+}
+
+/// What a retry can fix is a 503 (senders retry it): the WAL cannot be
+/// written here, its data directory removed under a running TSD.
+#[test]
+fn an_unwritable_wal_is_a_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let tsd = ChildTsd::start(&data, ChildOptions::default());
+    let r = http(
+        tsd.addr,
+        "POST",
+        "/write?sync&precision=s",
+        &[],
+        b"w v=1 1700000000",
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    std::fs::remove_dir_all(&data).unwrap();
+    let r = http(
+        tsd.addr,
+        "POST",
+        "/write?sync&precision=s",
+        &[],
+        b"w v=2 1700000010",
+    );
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(
+        r.json()["error"].as_str().unwrap().contains("was deleted"),
+        "{}",
+        r.text()
+    );
+    let r = http(
+        tsd.addr,
+        "POST",
+        "/api/v2/write?bucket=b&precision=s",
+        &[],
+        b"w v=3 1700000020",
+    );
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["code"], "unavailable", "{}", r.text());
+    drop(tsd);
 }
 
 /// Runs a Python script with `args`; its output, or the failure.
