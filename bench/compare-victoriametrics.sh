@@ -7,6 +7,9 @@
 #   ROUNDS=3 PROTO=http bash bench/compare-victoriametrics.sh
 #   PROTO=http-gzip ...      # /api/put JSON with Content-Encoding: gzip
 #   PROTO=remote-write ...   # Prometheus remote write 1.0 to /api/v1/write of both;
+#   PROTO=influx ...         # InfluxDB line protocol (a line per host and step) to
+#                            # /write of both, VictoriaMetrics told to join measurement
+#                            # and field with "." as rtsdb does (cpu.usage_user);
 #                            # the queries are then PromQL on both (QUERIES=promql)
 #   QUERIES=promql ...       # rtsdb is asked the same PromQL as VictoriaMetrics,
 #                            # at /prometheus/api/v1/query_range (default: OpenTSDB's
@@ -124,6 +127,7 @@ vm_start() {
   victoria-metrics -storageDataPath="$WORK/vm" -retentionPeriod=100y -loggerLevel=ERROR \
     -httpListenAddr="127.0.0.1:$VHTTP" -opentsdbListenAddr="127.0.0.1:$VTEL" \
     -opentsdbHTTPListenAddr="127.0.0.1:$VPUT" -search.maxUniqueTimeseries=10000000 \
+    -influxMeasurementFieldSeparator=. \
     >> "$WORK/vm.log" 2>&1 &
   VPID=$!
   for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$VHTTP/health" >/dev/null && return 0; sleep 0.1; done
@@ -141,6 +145,7 @@ run_vm() {
   local c0 t0; c0=$(cpu_seconds $VPID); t0=$(now)
   local port=$VTEL; [ "$PROTO" != telnet ] && port=$VPUT
   [ "$PROTO" = remote-write ] && port=$VHTTP
+  [ "$PROTO" = influx ] && port=$VHTTP
   add vm_load "$("$TSBS" load "127.0.0.1:$port" "$PROTO" "$HOSTS" "$HOURS" "$CONNS" | awk '{printf "%.2f", $6/1e6}')"
   wait_all_points "$VHTTP" vm
   local t1; t1=$(now)

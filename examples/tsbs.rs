@@ -3,7 +3,7 @@
 //! that accepts them (InfluxDB's OpenTSDB input, OpenTSDB itself).
 //!
 //! ```text
-//! cargo run --release --example tsbs -- load  127.0.0.1:4242 [telnet|http|http-gzip|remote-write] [hosts] [hours] [connections]
+//! cargo run --release --example tsbs -- load  127.0.0.1:4242 [telnet|http|http-gzip|remote-write|influx] [hosts] [hours] [connections]
 //! cargo run --release --example tsbs -- lines [hosts] [hours]        # the put lines, to stdout
 //! cargo run --release --example tsbs -- query 127.0.0.1:4242 '/api/query?...' [runs]
 //! cargo run --release --example tsbs -- alternate RUNS BLOCK ADDR PATH [ADDR PATH]...  # in turns
@@ -31,6 +31,11 @@
 //! samples, with the metric as `__name__` (its dots as underscores,
 //! `cpu_usage_user`: remote write takes Prometheus' metric names only, and
 //! refuses a whole series named `cpu.usage_user`) and the tags as labels.
+//! `influx` sends each step as one InfluxDB line protocol body to
+//! `/write?precision=s`, as Telegraf writes: one line per host with the
+//! measurement `cpu`, the host's tags and its ten metrics as fields
+//! (`usage_user=12.3,…,interrupts=4567i`), so a receiver that joins
+//! measurement and field with `.` stores the same series as telnet's.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -156,7 +161,7 @@ fn main() {
         Some("freshness") => freshness(&args[1], &args[2], arg(&args, 3, 600), arg(&args, 4, 50)),
         _ => {
             eprintln!(
-                "usage: tsbs load ADDR [telnet|http|http-gzip|remote-write] [hosts] [hours] [connections] | tsbs lines [hosts] [hours] | tsbs query ADDR PATH [runs] | tsbs alternate RUNS BLOCK ADDR PATH [ADDR PATH]... | tsbs trace ADDR PATH [seconds] | tsbs freshness A_ADDR B_ADDR [puts] [every_ms]"
+                "usage: tsbs load ADDR [telnet|http|http-gzip|remote-write|influx] [hosts] [hours] [connections] | tsbs lines [hosts] [hours] | tsbs query ADDR PATH [runs] | tsbs alternate RUNS BLOCK ADDR PATH [ADDR PATH]... | tsbs trace ADDR PATH [seconds] | tsbs freshness A_ADDR B_ADDR [puts] [every_ms]"
             );
             std::process::exit(2);
         }
@@ -210,6 +215,8 @@ fn load(addr: &str, protocol: &str, hosts: usize, hours: u64, connections: usize
                         buf.clear();
                         if protocol == "remote-write" {
                             remote_write(&mut stream, &mut series, &host_tags, t, &mut rng);
+                        } else if protocol == "influx" {
+                            influx_write(&mut stream, &mut series, &host_tags, t, &mut rng);
                         } else if let Some(body) = HttpBody::of(protocol) {
                             http_put(&mut stream, &mut series, &host_tags, t, &mut rng, body);
                         } else {
@@ -218,7 +225,10 @@ fn load(addr: &str, protocol: &str, hosts: usize, hours: u64, connections: usize
                         }
                         sent += series.len() as u64;
                     }
-                    if HttpBody::of(protocol).is_none() && protocol != "remote-write" {
+                    if HttpBody::of(protocol).is_none()
+                        && protocol != "remote-write"
+                        && protocol != "influx"
+                    {
                         // Half-close, then wait for the server to close: it
                         // has read every line by then.
                         stream.shutdown(std::net::Shutdown::Write).ok();
@@ -398,6 +408,60 @@ fn remote_write(
     assert!(
         status == 204 || status == 200,
         "/api/v1/write answered {status}: {}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
+/// One step's points as one InfluxDB line protocol request: consecutive
+/// points of one measurement and tag set (a host's ten `cpu.*` metrics)
+/// are one line, integers with their `i`.
+fn influx_write(
+    stream: &mut TcpStream,
+    series: &mut [Series],
+    host_tags: &[String],
+    t: u64,
+    rng: &mut Rng,
+) {
+    let mut lines = Vec::new();
+    step_lines(series, host_tags, t, rng, &mut lines, false);
+    let mut body = String::with_capacity(lines.len());
+    let mut open: Option<(String, String)> = None;
+    for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let line = std::str::from_utf8(line).expect("ascii");
+        // `metric t value tags`: every line of a step has its time `t`.
+        let mut words = line.splitn(4, ' ');
+        let metric = words.next().unwrap_or("");
+        let (value, tags) = (words.nth(1).unwrap_or(""), words.next().unwrap_or(""));
+        let (measurement, field) = metric.split_once('.').unwrap_or((metric, "value"));
+        let int = if value.contains('.') { "" } else { "i" };
+        let key = (measurement.to_string(), tags.to_string());
+        if open.as_ref() == Some(&key) {
+            body.push_str(&format!(",{field}={value}{int}"));
+        } else {
+            if open.take().is_some() {
+                body.push_str(&format!(" {t}\n"));
+            }
+            body.push_str(&format!(
+                "{measurement},{} {field}={value}{int}",
+                tags.replace(' ', ",")
+            ));
+            open = Some(key);
+        }
+    }
+    if open.is_some() {
+        body.push_str(&format!(" {t}\n"));
+    }
+    let head = format!(
+        "POST /write?db=bench&precision=s HTTP/1.1\r\nHost: bench\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut wire = head.into_bytes();
+    wire.extend_from_slice(body.as_bytes());
+    stream.write_all(&wire).expect("write");
+    let (status, answer) = read_response(stream);
+    assert!(
+        status == 204 || status == 200,
+        "/write answered {status}: {}",
         String::from_utf8_lossy(&answer)
     );
 }

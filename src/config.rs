@@ -66,6 +66,15 @@ const DEFAULTS: &[(&str, &str)] = &[
     // rtsdb: labels a remote-written series may carry (telnet and
     // /api/put keep tsd.storage.max_tags).
     ("tsd.prometheus.max_labels", "64"),
+    // rtsdb: InfluxDB line protocol (docs/ingest.md): the separator of
+    // measurement and field in a metric name, and the tag the database or
+    // bucket is kept as (empty: not kept).
+    ("tsd.influx.separator", "."),
+    ("tsd.influx.db_tag", ""),
+    // rtsdb: the Graphite plaintext port (empty: off) and its path
+    // templates (docs/ingest.md).
+    ("tsd.network.graphite.port", ""),
+    ("tsd.graphite.templates", ""),
     // rtsdb: cardinality limits on new series (0: none).
     ("tsd.storage.series.max_new_per_hour", "0"),
     ("tsd.storage.series.max_total", "0"),

@@ -9,7 +9,11 @@
 //!   decoded points.
 //! - [`remote_write`]: Prometheus remote write 1.0 and 2.0 bodies (snappy,
 //!   protobuf) decoded into series, samples and metadata.
+//! - [`influx`]: InfluxDB line protocol bodies.
+//! - [`graphite`]: Graphite plaintext lines, tags and path templates.
 
+pub mod graphite;
+pub mod influx;
 pub mod jackson;
 pub(crate) mod put_json;
 pub mod remote_write;

@@ -10,6 +10,7 @@
 //!   table, one file per endpoint.
 //! - [`stats`]: counters shared by both protocols, `stats` output.
 
+mod graphite;
 pub(crate) mod http;
 pub mod logs;
 pub(crate) mod options;
@@ -26,7 +27,8 @@ use thiserror::Error;
 use crate::config::{Config, ConfigError};
 use crate::db::{Db, DbError, DbOptions};
 
-pub use http::GraphOptions;
+pub use graphite::GraphiteOptions;
+pub use http::{GraphOptions, InfluxOptions};
 pub use options::{Mode, TsdOptions};
 pub use server::{Server, ServerHandle};
 
@@ -66,6 +68,8 @@ pub struct TsdState {
     pub(crate) hostname: String,
     /// The port actually bound.
     pub(crate) port: std::sync::atomic::AtomicU16,
+    /// The Graphite port actually bound; 0 when it is off.
+    pub(crate) graphite_port: std::sync::atomic::AtomicU16,
     shutdown: watch::Sender<bool>,
 }
 
@@ -104,6 +108,7 @@ impl TsdState {
             metadata: Default::default(),
             hostname: stats::hostname(),
             port: std::sync::atomic::AtomicU16::new(0),
+            graphite_port: std::sync::atomic::AtomicU16::new(0),
             shutdown: watch::channel(false).0,
         }
     }
@@ -115,6 +120,18 @@ impl TsdState {
 
     pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.shutdown.subscribe()
+    }
+
+    /// The Graphite plaintext port the server listens on, if it does
+    /// (`tsd.network.graphite.port`; 0 there picks a free one).
+    pub fn graphite_port(&self) -> Option<u16> {
+        match self
+            .graphite_port
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => None,
+            p => Some(p),
+        }
     }
 
     pub fn shutting_down(&self) -> bool {

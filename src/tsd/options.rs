@@ -75,6 +75,10 @@ pub struct TsdOptions {
     pub graph: crate::tsd::GraphOptions,
     /// `tsd.http.staticroot`: the files `/s/<file>` serves; none when empty.
     pub staticroot: Option<std::path::PathBuf>,
+    /// `tsd.influx.*`: InfluxDB line protocol's mapping onto series.
+    pub influx: crate::tsd::InfluxOptions,
+    /// `tsd.network.graphite.port`, `tsd.graphite.templates`.
+    pub graphite: crate::tsd::GraphiteOptions,
 }
 
 /// `POST /api/backup` (rtsdb's own endpoint).
@@ -158,6 +162,8 @@ impl TsdOptions {
                 "" => None,
                 d => Some(d.into()),
             },
+            influx: crate::tsd::InfluxOptions::from_config(c)?,
+            graphite: crate::tsd::GraphiteOptions::from_config(c)?,
         })
     }
 }

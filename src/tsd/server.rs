@@ -76,8 +76,14 @@ impl Server {
         let listener = TcpListener::bind(&addr).await.map_err(bind_error)?;
         let addr = listener.local_addr().map_err(bind_error)?;
         state.port.store(addr.port(), Ordering::Relaxed);
+        let graphite = super::graphite::start(&state).await?;
         let s = state.clone();
-        let task = tokio::spawn(accept_loop(s, listener));
+        let task = tokio::spawn(async move {
+            accept_loop(s, listener).await;
+            if let Some(g) = graphite {
+                let _ = g.await;
+            }
+        });
         Ok(ServerHandle { addr, state, task })
     }
 }

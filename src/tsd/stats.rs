@@ -26,6 +26,10 @@ pub(crate) struct ServerStats {
     pub http_puts: AtomicU64,
     /// Samples received by Prometheus remote write (`/api/v1/write`).
     pub remote_write_samples: AtomicU64,
+    /// Fields received in InfluxDB line protocol (`/write`, `/api/v2/write`).
+    pub influx_points: AtomicU64,
+    /// Lines received on the Graphite plaintext port.
+    pub graphite_points: AtomicU64,
     /// Rollup and pre-aggregate points received (telnet `rollup` lines,
     /// `/api/rollup` points): 2.4.1's `rollup_dps`.
     pub rollup_points: AtomicU64,
@@ -136,6 +140,16 @@ pub(crate) fn collect(s: &ServerStats, db: &Db) -> Vec<Stat> {
             "rpc.received",
             g(&s.remote_write_samples),
             Some(("type", "remote_write")),
+        ),
+        stat(
+            "rpc.received",
+            g(&s.influx_points),
+            Some(("type", "influx")),
+        ),
+        stat(
+            "rpc.received",
+            g(&s.graphite_points),
+            Some(("type", "graphite")),
         ),
         // 2.4.1 counts these points (`rollup_dps`, `raw_histograms`) but
         // does not report them; rtsdb does, in the same shape.

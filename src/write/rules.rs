@@ -5,8 +5,9 @@
 //! OpenTSDB's character set ([`crate::model::NameRules`]). Prometheus
 //! remote write needs what those refuse: a series with no label but its
 //! name, Kubernetes' 10–20 labels, any UTF-8 in label values, `:` in
-//! metric names. [`SeriesRules`] says which set a write is checked by;
-//! the checks of the Prometheus set are here.
+//! metric names. InfluxDB line protocol and Graphite need dots and any
+//! UTF-8 in every name. [`SeriesRules`] says which set a write is checked
+//! by; the checks of the Prometheus and line-protocol sets are here.
 
 use crate::model::name::{is_prometheus_label_name, is_prometheus_metric_name};
 use crate::protocol::PointError;
@@ -18,6 +19,8 @@ pub enum SeriesRules {
     OpenTsdb,
     /// Prometheus' data model: remote write.
     Prometheus,
+    /// InfluxDB line protocol and Graphite plaintext: names in any UTF-8.
+    LineProtocol,
 }
 
 impl SeriesRules {
@@ -26,6 +29,7 @@ impl SeriesRules {
         match self {
             SeriesRules::OpenTsdb => 1,
             SeriesRules::Prometheus => 2,
+            SeriesRules::LineProtocol => 4,
         }
     }
 }
@@ -41,7 +45,7 @@ pub(crate) struct RulesPassed(u8);
 impl RulesPassed {
     /// Passes every rule set (test series).
     #[cfg(test)]
-    pub(crate) const ALL: RulesPassed = RulesPassed(1 | 2);
+    pub(crate) const ALL: RulesPassed = RulesPassed(1 | 2 | 4);
 
     pub(crate) fn with(self, rules: SeriesRules) -> RulesPassed {
         RulesPassed(self.0 | rules.bit())
@@ -123,6 +127,44 @@ pub(crate) fn check_prometheus(
         }
         if let Some(why) = value_problem(v) {
             return Err(bad(format!("the value of label {k:?} {why}")));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the names of a series written in InfluxDB line protocol or
+/// Graphite plaintext. Both allow what OpenTSDB's put path refuses (no
+/// tag, spaces, `:`, any UTF-8) and Prometheus' names refuse (the dots
+/// of `cpu.usage_idle` and of every Graphite path), so every name is
+/// checked as remote write checks a label value: any UTF-8, not empty,
+/// within [`MAX_NAME_BYTES`], no NUL or 0x01; a series has at most
+/// `max_labels` tags (`tsd.prometheus.max_labels`), each key once.
+pub(crate) fn check_line_protocol(
+    metric: &str,
+    tags: &[(&str, &str)],
+    max_labels: usize,
+) -> Result<(), PointError> {
+    let bad = |what: String| {
+        PointError::IllegalArgument(format!("{what} in series {}", describe(metric, tags)))
+    };
+    if let Some(why) = value_problem(metric) {
+        return Err(bad(format!("the metric name {why}")));
+    }
+    if tags.len() > max_labels {
+        return Err(bad(format!(
+            "too many tags: {}, at most {max_labels} ({MAX_LABELS_KEY})",
+            tags.len()
+        )));
+    }
+    for (i, (k, v)) in tags.iter().enumerate() {
+        if let Some(why) = value_problem(k) {
+            return Err(bad(format!("a tag key {why}")));
+        }
+        if tags[..i].iter().any(|(other, _)| other == k) {
+            return Err(bad(format!("duplicate tag key {k:?}")));
+        }
+        if let Some(why) = value_problem(v) {
+            return Err(bad(format!("the value of tag {k:?} {why}")));
         }
     }
     Ok(())
@@ -211,6 +253,22 @@ mod tests {
         let long = "x".repeat(MAX_NAME_BYTES + 1);
         assert!(msg("m", &[("a", &long)]).contains("4096"));
         assert!(msg("m", &[("a", &long)]).len() < 700);
+    }
+
+    #[test]
+    fn line_protocol_names_are_any_utf8() {
+        let tags = [("host name", "web 01"), ("région", "Zürich,東京=1")];
+        assert!(check_line_protocol("cpu.usage_idle", &tags, 64).is_ok());
+        assert!(check_line_protocol("my cpu:1", &[], 64).is_ok());
+        let msg = |m, t: &[(&str, &str)]| match check_line_protocol(m, t, 2) {
+            Err(PointError::IllegalArgument(s)) => s,
+            other => panic!("{other:?}"),
+        };
+        assert!(msg("", &[]).contains("the metric name is empty"));
+        assert!(msg("m", &[("a", "1"), ("a", "2")]).starts_with("duplicate tag key \"a\""));
+        assert!(msg("m", &[("a", "1"), ("b", "2"), ("c", "3")]).contains("too many tags: 3"));
+        assert!(msg("m", &[("a", "x\u{1}")]).contains("0x01"));
+        assert!(msg("m", &[("", "x")]).contains("a tag key is empty"));
     }
 
     #[test]

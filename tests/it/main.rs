@@ -14,6 +14,8 @@ mod cluster_script;
 mod crash;
 mod fsck;
 mod import;
+mod ingest_graphite;
+mod ingest_influx;
 mod limits;
 mod never_panic;
 mod prom_api;

@@ -12,6 +12,7 @@ pub(crate) mod cardinality;
 mod gexp;
 mod graph;
 mod histogram;
+mod influx;
 mod logs;
 mod metrics;
 pub(crate) mod prometheus;
@@ -31,6 +32,7 @@ pub(crate) use body::BodyBudget;
 use call::{Call, allow, content, json_text, parse_json, read_body};
 pub use graph::GraphOptions;
 pub(crate) use graph::{GraphCache, new_cache as new_graph_cache};
+pub use influx::InfluxOptions;
 pub(crate) use put::ConnMemo;
 use reply::{
     Query, Reply, error_body, legacy_bad_request, legacy_internal_error, make_page,

@@ -15,7 +15,7 @@ use hyper::{Method, Request};
 use super::call::{Call, body_unless_get, read_body};
 use super::reply::{Query, Reply, not_found};
 use super::{annotation, gexp, histogram, metrics, prometheus, put, query, rollup, search};
-use super::{backup, graph, logs, serializers, suggest, tree, ui, uid};
+use super::{backup, graph, influx, logs, serializers, suggest, tree, ui, uid};
 use crate::tsd::TsdState;
 use crate::tsd::rpc::{self, Serve};
 
@@ -262,6 +262,9 @@ pub(super) async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> R
     let (head, body) = req.into_parts();
     if prometheus::owns(head.uri.path()) {
         return prometheus::dispatch(state, head, body).await;
+    }
+    if influx::owns(head.uri.path()) {
+        return influx::dispatch(state, head, body).await;
     }
     let query = Query::parse(head.uri.query());
     let path = head.uri.path();

@@ -18,6 +18,8 @@ mod api_params;
 pub(crate) mod metadata;
 mod write;
 
+pub(crate) use write::timestamp_of;
+
 use std::sync::Arc;
 
 use hyper::body::Incoming;

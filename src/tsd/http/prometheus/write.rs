@@ -200,7 +200,7 @@ fn is_refusal(e: &PointError) -> bool {
 /// it cannot be stored. Times up to `u32::MAX` ms (before 1970-02-19)
 /// would read back as seconds, as OpenTSDB tells its precisions apart by
 /// magnitude: they are refused, as are times past what a row key holds.
-fn timestamp_of(ms: i64) -> Result<Timestamp, String> {
+pub(crate) fn timestamp_of(ms: i64) -> Result<Timestamp, String> {
     if ms <= i64::from(u32::MAX) || ms > MAX_MILLIS as i64 {
         return Err(format!(
             "timestamp {ms} ms is outside what the store keeps (after 1970-02-19T17:02:47.295Z, before 2106-02-07T06:28:16Z)"
