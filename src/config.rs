@@ -135,6 +135,10 @@ const DEFAULTS: &[(&str, &str)] = &[
     // the only directory it writes in ("": DATA_DIR/backups).
     ("tsd.backup.enable", "false"),
     ("tsd.backup.dir", ""),
+    // Authentication (OpenTSDB's enable key; the rest rtsdb's, docs/security.md).
+    ("tsd.core.authentication.enable", "false"),
+    ("tsd.core.authentication.users_file", ""),
+    ("tsd.core.authentication.open_version", "false"),
 ];
 
 /// Keys that only mean something with HBase/ZooKeeper; accepted and
