@@ -28,7 +28,7 @@ use thiserror::Error;
 pub use check::{Authenticator, Principal, Quick, Refusal};
 pub use credentials::{CredentialError, Credentials};
 pub use options::AuthOptions;
-pub use role::{Role, Roles};
+pub use role::{Need, Role, Roles};
 pub use token::Token;
 pub use users::{DEFAULT_TENANT, User, Users};
 

@@ -54,6 +54,16 @@ impl fmt::Display for Role {
     }
 }
 
+/// What a request or command needs before it is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Served to anyone: it shows no data and changes nothing (the page's
+    /// static files, health checks when configured open).
+    Open,
+    /// Served to a user holding this role.
+    Role(Role),
+}
+
 /// The roles one user holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct Roles(u8);

@@ -5,6 +5,8 @@
 //! - [`server`]: the listener, protocol detection by first byte,
 //!   connection limit, idle timeout, graceful shutdown.
 //! - [`telnet`]: line framing and the line commands.
+//! - [`telnet_auth`]: `auth` and each command's role, when
+//!   authentication is on.
 //! - [`rpc`]: the commands both protocols serve, one implementation each.
 //! - [`http`]: the HTTP API (hyper on the accepted connection): a route
 //!   table, one file per endpoint.
@@ -17,6 +19,7 @@ pub(crate) mod rpc;
 pub(crate) mod server;
 pub(crate) mod stats;
 pub(crate) mod telnet;
+pub(crate) mod telnet_auth;
 
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -41,6 +44,8 @@ pub enum TsdError {
     Db(#[from] DbError),
     #[error("closing the database: {0}")]
     Close(String),
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
 }
 
 /// What every connection shares: the options, the database, the counters.
@@ -64,6 +69,8 @@ pub struct TsdState {
     pub(crate) hostname: String,
     /// The port actually bound.
     pub(crate) port: std::sync::atomic::AtomicU16,
+    /// Checks credentials when `tsd.core.authentication.enable` is on.
+    pub(crate) auth: Option<Arc<crate::auth::Authenticator>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -79,7 +86,7 @@ impl TsdState {
     pub fn open_with(options: TsdOptions, config: Config) -> Result<Arc<TsdState>, TsdError> {
         let db_options = DbOptions::from_config(&config)?;
         let db = Db::open(&db_options)?;
-        Ok(Arc::new(TsdState::new(options, config, db)))
+        Ok(Arc::new(TsdState::new(options, config, db)?))
     }
 
     /// The database this server serves.
@@ -87,9 +94,18 @@ impl TsdState {
         &self.db
     }
 
-    pub fn new(options: TsdOptions, settings: Config, db: Arc<Db>) -> TsdState {
+    /// The state over an open database; fails only when authentication is
+    /// on and its users file cannot be read.
+    pub fn new(options: TsdOptions, settings: Config, db: Arc<Db>) -> Result<TsdState, TsdError> {
         let graphs = http::new_graph_cache(&options.graph);
-        TsdState {
+        let auth = match options.auth.enabled {
+            true => Some(Arc::new(crate::auth::Authenticator::open(
+                options.auth.users_file.clone(),
+            )?)),
+            false => None,
+        };
+        Ok(TsdState {
+            auth,
             query_cache: crate::query::QueryCache::new(options.query.cache),
             bodies: http::BodyBudget::new(options.max_inflight_bytes, options.inflight_wait),
             options,
@@ -102,7 +118,7 @@ impl TsdState {
             hostname: stats::hostname(),
             port: std::sync::atomic::AtomicU16::new(0),
             shutdown: watch::channel(false).0,
-        }
+        })
     }
 
     /// Asks the server to stop (SIGTERM, `diediedie`).

@@ -75,6 +75,8 @@ pub struct TsdOptions {
     pub graph: crate::tsd::GraphOptions,
     /// `tsd.http.staticroot`: the files `/s/<file>` serves; none when empty.
     pub staticroot: Option<std::path::PathBuf>,
+    /// `tsd.core.authentication.*` (docs/security.md).
+    pub auth: crate::auth::AuthOptions,
 }
 
 /// `POST /api/backup` (rtsdb's own endpoint).
@@ -158,6 +160,7 @@ impl TsdOptions {
                 "" => None,
                 d => Some(d.into()),
             },
+            auth: crate::auth::AuthOptions::from_config(c),
         })
     }
 }

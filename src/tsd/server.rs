@@ -85,7 +85,7 @@ impl Server {
 async fn accept_loop(state: Arc<TsdState>, listener: TcpListener) {
     let mut shutdown = state.shutdown_signal();
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
@@ -111,7 +111,7 @@ async fn accept_loop(state: Arc<TsdState>, listener: TcpListener) {
         let guard = ConnGuard(state.clone());
         tokio::spawn(async move {
             let state = guard.0.clone();
-            handle_connection(state, stream).await;
+            handle_connection(state, stream, peer).await;
             drop(guard);
         });
     }
@@ -122,7 +122,7 @@ async fn accept_loop(state: Arc<TsdState>, listener: TcpListener) {
     }
 }
 
-async fn handle_connection(state: Arc<TsdState>, stream: TcpStream) {
+async fn handle_connection(state: Arc<TsdState>, stream: TcpStream, peer: SocketAddr) {
     let mut first = [0u8; 1];
     let timeout = state.options.socket_timeout;
     let mut shutdown = state.shutdown_signal();
@@ -141,9 +141,9 @@ async fn handle_connection(state: Arc<TsdState>, stream: TcpStream) {
         _ => return,
     }
     if first[0].is_ascii_uppercase() {
-        serve_http(state, stream).await;
+        serve_http(state, stream, peer).await;
     } else {
-        super::telnet::serve(state, stream).await;
+        super::telnet::serve(state, stream, peer).await;
     }
 }
 
@@ -203,7 +203,7 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Activity<S> {
     }
 }
 
-async fn serve_http(state: Arc<TsdState>, stream: TcpStream) {
+async fn serve_http(state: Arc<TsdState>, stream: TcpStream, peer: SocketAddr) {
     let last = Arc::new(AtomicU64::new(0));
     let epoch = Instant::now();
     let io = TokioIo::new(Activity {
@@ -215,6 +215,9 @@ async fn serve_http(state: Arc<TsdState>, stream: TcpStream) {
     let memo = super::http::ConnMemo::default();
     let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         req.extensions_mut().insert(memo.clone());
+        if st.auth.is_some() {
+            req.extensions_mut().insert(super::http::access::Peer(peer));
+        }
         super::http::serve_request(st.clone(), req)
     });
     let mut builder = http1::Builder::new();
