@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod auth;
 mod backup;
 mod cli;
 mod cluster;
