@@ -139,6 +139,10 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.core.authentication.enable", "false"),
     ("tsd.core.authentication.users_file", ""),
     ("tsd.core.authentication.open_version", "false"),
+    // TLS on the one port (docs/security.md).
+    ("tsd.network.tls.cert_file", ""),
+    ("tsd.network.tls.key_file", ""),
+    ("tsd.network.tls.required", "false"),
 ];
 
 /// Keys that only mean something with HBase/ZooKeeper; accepted and

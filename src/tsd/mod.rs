@@ -7,6 +7,7 @@
 //! - [`telnet`]: line framing and the line commands.
 //! - [`telnet_auth`]: `auth` and each command's role, when
 //!   authentication is on.
+//! - [`tls`]: TLS on the same port, certificates reloaded on SIGHUP.
 //! - [`rpc`]: the commands both protocols serve, one implementation each.
 //! - [`http`]: the HTTP API (hyper on the accepted connection): a route
 //!   table, one file per endpoint.
@@ -20,6 +21,7 @@ pub(crate) mod server;
 pub(crate) mod stats;
 pub(crate) mod telnet;
 pub(crate) mod telnet_auth;
+pub(crate) mod tls;
 
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -32,6 +34,7 @@ use crate::db::{Db, DbError, DbOptions};
 pub use http::GraphOptions;
 pub use options::{Mode, TsdOptions};
 pub use server::{Server, ServerHandle};
+pub use tls::{TlsError, TlsOptions};
 
 /// Why a TSD could not start or stop cleanly.
 #[derive(Debug, Error)]
@@ -46,6 +49,8 @@ pub enum TsdError {
     Close(String),
     #[error(transparent)]
     Auth(#[from] crate::auth::AuthError),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
 
 /// What every connection shares: the options, the database, the counters.
@@ -71,6 +76,8 @@ pub struct TsdState {
     pub(crate) port: std::sync::atomic::AtomicU16,
     /// Checks credentials when `tsd.core.authentication.enable` is on.
     pub(crate) auth: Option<Arc<crate::auth::Authenticator>>,
+    /// TLS on the port, when `tsd.network.tls.*` name a certificate.
+    pub(crate) tls: Option<Arc<tls::Tls>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -106,6 +113,7 @@ impl TsdState {
         };
         Ok(TsdState {
             auth,
+            tls: tls::Tls::open(&options.tls)?.map(Arc::new),
             query_cache: crate::query::QueryCache::new(options.query.cache),
             bodies: http::BodyBudget::new(options.max_inflight_bytes, options.inflight_wait),
             options,
@@ -119,6 +127,15 @@ impl TsdState {
             port: std::sync::atomic::AtomicU16::new(0),
             shutdown: watch::channel(false).0,
         })
+    }
+
+    /// Reads the TLS certificate and key again (what SIGHUP does); false
+    /// when TLS is off. New handshakes use them; open connections stay.
+    pub fn reload_tls(&self) -> Result<bool, TsdError> {
+        match &self.tls {
+            Some(t) => t.reload().map(|()| true).map_err(TsdError::from),
+            None => Ok(false),
+        }
     }
 
     /// Asks the server to stop (SIGTERM, `diediedie`).

@@ -77,6 +77,8 @@ pub struct TsdOptions {
     pub staticroot: Option<std::path::PathBuf>,
     /// `tsd.core.authentication.*` (docs/security.md).
     pub auth: crate::auth::AuthOptions,
+    /// `tsd.network.tls.*` (docs/security.md).
+    pub tls: crate::tsd::tls::TlsOptions,
 }
 
 /// `POST /api/backup` (rtsdb's own endpoint).
@@ -161,6 +163,7 @@ impl TsdOptions {
                 d => Some(d.into()),
             },
             auth: crate::auth::AuthOptions::from_config(c),
+            tls: crate::tsd::tls::TlsOptions::from_config(c)?,
         })
     }
 }
