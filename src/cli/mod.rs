@@ -10,6 +10,7 @@ pub(crate) mod query_args;
 pub(crate) mod scan;
 pub(crate) mod search;
 pub(crate) mod tsd;
+pub(crate) mod tsd_client;
 pub(crate) mod uid;
 pub(crate) mod uid_fsck;
 
