@@ -30,6 +30,7 @@ mod query_threads;
 mod salvage;
 mod store_header;
 mod stored_format;
+mod tls;
 mod tsd_annotation;
 mod tsd_body;
 mod tsd_crash;
