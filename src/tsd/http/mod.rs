@@ -93,12 +93,14 @@ pub(crate) async fn serve_request(
             None => routes::dispatch(&state, req).await,
             Some(auth) => {
                 let (mut head, body) = req.into_parts();
-                let (method, path) = (head.method.clone(), head.uri.path().to_string());
                 match access::admit(&state, auth, &mut head).await {
                     Err(refused) => refused,
                     Ok((need, user)) => {
+                        // Admin requests are logged with their outcome.
+                        let audit = (need == crate::auth::Need::Role(crate::auth::Role::Admin))
+                            .then(|| (head.method.clone(), head.uri.path().to_string()));
                         let reply = routes::dispatch(&state, Request::from_parts(head, body)).await;
-                        if need == crate::auth::Need::Role(crate::auth::Role::Admin) {
+                        if let Some((method, path)) = audit {
                             tracing::info!(target: crate::auth::AUDIT_TARGET, action = "admin", protocol = "http", user = user.as_ref().map_or("-", |u| u.name.as_str()), %method, %path, status = reply.status, "admin request");
                         }
                         reply
