@@ -74,6 +74,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     // rtsdb: the Graphite plaintext port (empty: off) and its path
     // templates (docs/ingest.md).
     ("tsd.network.graphite.port", ""),
+    ("tsd.network.graphite.user", ""),
     ("tsd.graphite.templates", ""),
     // rtsdb: cardinality limits on new series (0: none).
     ("tsd.storage.series.max_new_per_hour", "0"),
@@ -148,6 +149,14 @@ const DEFAULTS: &[(&str, &str)] = &[
     // the only directory it writes in ("": DATA_DIR/backups).
     ("tsd.backup.enable", "false"),
     ("tsd.backup.dir", ""),
+    // Authentication (OpenTSDB's enable key; the rest rtsdb's, docs/security.md).
+    ("tsd.core.authentication.enable", "false"),
+    ("tsd.core.authentication.users_file", ""),
+    ("tsd.core.authentication.open_version", "false"),
+    // TLS on the one port (docs/security.md).
+    ("tsd.network.tls.cert_file", ""),
+    ("tsd.network.tls.key_file", ""),
+    ("tsd.network.tls.required", "false"),
 ];
 
 /// Keys that only mean something with HBase/ZooKeeper; accepted and

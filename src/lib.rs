@@ -16,6 +16,8 @@
 //!   ([`query::QueryContext`]) that another query language calls too.
 //! - [`db`]: the database handle: opens a store and owns its parts; the
 //!   only door for appends, reads, deletes, UID and meta operations.
+//! - [`auth`]: users, tokens and roles (docs/security.md): the users
+//!   file, credentials read from each protocol, the cached check.
 //! - [`mod@write`] (crate-internal): the write path's parts: series cache,
 //!   write-ahead log, in-memory hour buffers.
 //! - [`coord`]: cluster coordination through ZooKeeper for the cluster
@@ -68,6 +70,7 @@
 // architecture); those links resolve in `cargo doc --document-private-items`.
 #![allow(rustdoc::private_intra_doc_links)]
 
+pub mod auth;
 pub mod cli;
 pub mod codec;
 pub mod config;

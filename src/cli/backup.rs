@@ -3,17 +3,19 @@
 //!
 //! A running TSD holds its store's lock, so `tsdb backup` asks it over
 //! HTTP (`POST /api/backup`, enabled by `tsd.backup.enable`); with no
-//! TSD on the store it opens the store itself. Either way the backup is
+//! TSD on the store it opens the store itself. A TSD with TLS is reached
+//! with `--ca-file`, one with authentication on with `--token` (an admin's;
+//! `cli::tsd_client`). Either way the backup is
 //! [`Db::backup`](crate::db::Db::backup)'s.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 
 use super::Context;
+use super::tsd_client::TsdClient;
 use crate::db::{self, DbError, backup_destination};
 use crate::store::{StoreError, StoreHeader};
 use crate::tsd::TsdOptions;
@@ -33,6 +35,13 @@ pub struct BackupArgs {
     /// in --data-dir is opened directly.
     #[arg(long, value_name = "HOST:PORT")]
     pub tsd: Option<String>,
+    /// Talk to the TSD over TLS, trusting this CA certificate (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// A token of a user with the admin role, for a TSD with
+    /// authentication on (default: $RTSDB_TOKEN).
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -57,8 +66,9 @@ pub(crate) fn run_backup(
         None => None,
     };
     let options = TsdOptions::from_config(&ctx.config)?;
+    let client = TsdClient::new(args.ca_file.as_deref(), args.token)?;
     if let Some(addr) = &args.tsd {
-        return through_tsd(addr, requested.as_deref(), out, err);
+        return through_tsd(&client, addr, requested.as_deref(), out, err);
     }
     let data_dir = ctx.config.data_dir();
     if StoreHeader::read(&data_dir)?.is_none() {
@@ -68,7 +78,7 @@ pub(crate) fn run_backup(
         Ok(db) => db,
         Err(e) if held_by_a_tsd(&e) => {
             let addr = tsd_address(&options);
-            return through_tsd(&addr, requested.as_deref(), out, err);
+            return through_tsd(&client, &addr, requested.as_deref(), out, err);
         }
         Err(e) => return Err(e),
     };
@@ -145,6 +155,7 @@ fn print_backup(b: &serde_json::Value, out: &mut dyn Write) -> anyhow::Result<()
 /// `POST /api/backup` on the TSD at `addr`; prints what it made, or its
 /// error message.
 fn through_tsd(
+    client: &TsdClient,
     addr: &str,
     dir: Option<&Path>,
     out: &mut dyn Write,
@@ -155,8 +166,9 @@ fn through_tsd(
         target.push_str("?dir=");
         target.push_str(&percent_encode(&d.display().to_string()));
     }
-    let (status, body) =
-        post(addr, &target).with_context(|| format!("asking the TSD at {addr} for a backup"))?;
+    let (status, body) = client
+        .post(addr, &target)
+        .with_context(|| format!("asking the TSD at {addr} for a backup"))?;
     let json: serde_json::Value = serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
     if status == 200 {
         print_backup(&json, out)?;
@@ -175,26 +187,6 @@ fn through_tsd(
         writeln!(err, "backup failed ({status}): {message}")?;
     }
     Ok(1)
-}
-
-/// One HTTP/1.1 POST without a body; the status and the body.
-fn post(addr: &str, target: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    write!(
-        s,
-        "POST {target} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response");
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(bad)?;
-    Ok((status, body.to_string()))
 }
 
 /// Escapes everything but unreserved characters and `/` for a query value.

@@ -1,6 +1,7 @@
 //! The `tsdb` command line: OpenTSDB's tools with their arguments and
 //! output formats, over the embedded store.
 
+pub(crate) mod auth;
 pub(crate) mod backup;
 pub(crate) mod fsck;
 pub(crate) mod import;
@@ -9,6 +10,7 @@ pub(crate) mod query_args;
 pub(crate) mod scan;
 pub(crate) mod search;
 pub(crate) mod tsd;
+pub(crate) mod tsd_client;
 pub(crate) mod uid;
 pub(crate) mod uid_fsck;
 
@@ -83,6 +85,8 @@ pub enum Command {
     Restore(backup::RestoreArgs),
     /// Print version information.
     Version,
+    /// Users, roles and tokens for tsd.core.authentication (docs/security.md).
+    Auth(auth::AuthArgs),
 }
 
 /// The wall clock in milliseconds: "now" for relative dates and open ends.
@@ -174,6 +178,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result
         Command::Tsd(args) => tsd::run(ctx, args, out),
         Command::Backup(args) => backup::run_backup(&ctx, args, out, err),
         Command::Restore(args) => backup::run_restore(&ctx, args, out),
+        Command::Auth(args) => auth::run(&ctx, args, out, err),
         Command::Version => {
             writeln!(out, "{}", version_lines())?;
             Ok(0)

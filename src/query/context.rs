@@ -90,7 +90,6 @@ impl<'a> QueryContext<'a> {
         }
     }
 
-
     /// The same context reporting to `progress`, which the caller lists
     /// and may cancel.
     pub fn with_progress(mut self, progress: Arc<QueryProgress>) -> Self {

@@ -45,6 +45,11 @@ pub struct GraphiteOptions {
     /// picks a free one.
     pub port: Option<u16>,
     pub templates: Templates,
+    /// `tsd.network.graphite.user`: with authentication on, the user the
+    /// port writes as (Graphite lines carry no credentials, so the port
+    /// is off with authentication unless an operator names one, for a
+    /// trusted network); it must exist and have the `write` role.
+    pub user: String,
 }
 
 impl GraphiteOptions {
@@ -56,6 +61,7 @@ impl GraphiteOptions {
         Ok(GraphiteOptions {
             port: c.get_int("tsd.network.graphite.port")?,
             templates,
+            user: c.get_string("tsd.network.graphite.user").trim().to_string(),
         })
     }
 }
@@ -66,6 +72,11 @@ pub(crate) async fn start(state: &Arc<TsdState>) -> Result<Option<JoinHandle<()>
     let Some(port) = state.options.graphite.port else {
         return Ok(None);
     };
+    if let Some(auth) = &state.auth
+        && !writes_as_a_user(auth, &state.options.graphite.user)
+    {
+        return Ok(None);
+    }
     let addr = format!("{}:{port}", state.options.bind);
     let bind_error = |cause| TsdError::Bind {
         addr: addr.clone(),
@@ -76,6 +87,39 @@ pub(crate) async fn start(state: &Arc<TsdState>) -> Result<Option<JoinHandle<()>
     state.graphite_port.store(bound.port(), Ordering::Relaxed);
     tracing::info!(addr = %bound, "Graphite plaintext listening");
     Ok(Some(tokio::spawn(accept_loop(state.clone(), listener))))
+}
+
+/// Whether the Graphite port may run with authentication on: only as
+/// `user`, a user of the users file with the `write` role. Says why not
+/// in the log (and the audit log) otherwise.
+fn writes_as_a_user(auth: &crate::auth::Authenticator, user: &str) -> bool {
+    use crate::auth::{AUDIT_TARGET, Role, Users};
+    if user.is_empty() {
+        tracing::warn!(
+            "Graphite port off: authentication is on and Graphite lines carry no credentials; set tsd.network.graphite.user to a user with the write role to open it on a trusted network"
+        );
+        return false;
+    }
+    match Users::load(auth.path()) {
+        Ok(users) => match users.get(user) {
+            Some(u) if u.roles.has(Role::Write) => {
+                tracing::info!(target: AUDIT_TARGET, user, "Graphite port writes as this user");
+                true
+            }
+            _ => {
+                tracing::error!(
+                    target: AUDIT_TARGET,
+                    user,
+                    "Graphite port off: tsd.network.graphite.user is no user with the write role"
+                );
+                false
+            }
+        },
+        Err(e) => {
+            tracing::error!(error = %e, "Graphite port off: the users file cannot be read");
+            false
+        }
+    }
 }
 
 async fn accept_loop(state: Arc<TsdState>, listener: TcpListener) {

@@ -5,6 +5,9 @@
 //! - [`server`]: the listener, protocol detection by first byte,
 //!   connection limit, idle timeout, graceful shutdown.
 //! - [`telnet`]: line framing and the line commands.
+//! - [`telnet_auth`]: `auth` and each command's role, when
+//!   authentication is on.
+//! - [`tls`]: TLS on the same port, certificates reloaded on SIGHUP.
 //! - [`rpc`]: the commands both protocols serve, one implementation each.
 //! - [`http`]: the HTTP API (hyper on the accepted connection): a route
 //!   table, one file per endpoint.
@@ -18,6 +21,8 @@ pub(crate) mod rpc;
 pub(crate) mod server;
 pub(crate) mod stats;
 pub(crate) mod telnet;
+pub(crate) mod telnet_auth;
+pub(crate) mod tls;
 
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -31,6 +36,7 @@ pub use graphite::GraphiteOptions;
 pub use http::{GraphOptions, InfluxOptions};
 pub use options::{Mode, TsdOptions};
 pub use server::{Server, ServerHandle};
+pub use tls::{TlsError, TlsOptions};
 
 /// Why a TSD could not start or stop cleanly.
 #[derive(Debug, Error)]
@@ -43,6 +49,10 @@ pub enum TsdError {
     Db(#[from] DbError),
     #[error("closing the database: {0}")]
     Close(String),
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
 
 /// What every connection shares: the options, the database, the counters.
@@ -70,6 +80,10 @@ pub struct TsdState {
     pub(crate) port: std::sync::atomic::AtomicU16,
     /// The Graphite port actually bound; 0 when it is off.
     pub(crate) graphite_port: std::sync::atomic::AtomicU16,
+    /// Checks credentials when `tsd.core.authentication.enable` is on.
+    pub(crate) auth: Option<Arc<crate::auth::Authenticator>>,
+    /// TLS on the port, when `tsd.network.tls.*` name a certificate.
+    pub(crate) tls: Option<Arc<tls::Tls>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -85,7 +99,7 @@ impl TsdState {
     pub fn open_with(options: TsdOptions, config: Config) -> Result<Arc<TsdState>, TsdError> {
         let db_options = DbOptions::from_config(&config)?;
         let db = Db::open(&db_options)?;
-        Ok(Arc::new(TsdState::new(options, config, db)))
+        Ok(Arc::new(TsdState::new(options, config, db)?))
     }
 
     /// The database this server serves.
@@ -93,9 +107,19 @@ impl TsdState {
         &self.db
     }
 
-    pub fn new(options: TsdOptions, settings: Config, db: Arc<Db>) -> TsdState {
+    /// The state over an open database; fails only when authentication is
+    /// on and its users file cannot be read.
+    pub fn new(options: TsdOptions, settings: Config, db: Arc<Db>) -> Result<TsdState, TsdError> {
         let graphs = http::new_graph_cache(&options.graph);
-        TsdState {
+        let auth = match options.auth.enabled {
+            true => Some(Arc::new(crate::auth::Authenticator::open(
+                options.auth.users_file.clone(),
+            )?)),
+            false => None,
+        };
+        Ok(TsdState {
+            auth,
+            tls: tls::Tls::open(&options.tls)?.map(Arc::new),
             query_cache: crate::query::QueryCache::new(options.query.cache),
             bodies: http::BodyBudget::new(options.max_inflight_bytes, options.inflight_wait),
             options,
@@ -110,6 +134,15 @@ impl TsdState {
             port: std::sync::atomic::AtomicU16::new(0),
             graphite_port: std::sync::atomic::AtomicU16::new(0),
             shutdown: watch::channel(false).0,
+        })
+    }
+
+    /// Reads the TLS certificate and key again (what SIGHUP does); false
+    /// when TLS is off. New handshakes use them; open connections stay.
+    pub fn reload_tls(&self) -> Result<bool, TsdError> {
+        match &self.tls {
+            Some(t) => t.reload().map(|()| true).map_err(TsdError::from),
+            None => Ok(false),
         }
     }
 

@@ -79,6 +79,10 @@ pub struct TsdOptions {
     pub influx: crate::tsd::InfluxOptions,
     /// `tsd.network.graphite.port`, `tsd.graphite.templates`.
     pub graphite: crate::tsd::GraphiteOptions,
+    /// `tsd.core.authentication.*` (docs/security.md).
+    pub auth: crate::auth::AuthOptions,
+    /// `tsd.network.tls.*` (docs/security.md).
+    pub tls: crate::tsd::tls::TlsOptions,
 }
 
 /// `POST /api/backup` (rtsdb's own endpoint).
@@ -164,6 +168,8 @@ impl TsdOptions {
             },
             influx: crate::tsd::InfluxOptions::from_config(c)?,
             graphite: crate::tsd::GraphiteOptions::from_config(c)?,
+            auth: crate::auth::AuthOptions::from_config(c),
+            tls: crate::tsd::tls::TlsOptions::from_config(c)?,
         })
     }
 }

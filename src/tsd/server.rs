@@ -1,6 +1,8 @@
 //! The listener: one port for both protocols. The first byte of a
 //! connection decides (OpenTSDB's `DetectHttpOrRpc`): an ASCII capital
-//! letter means HTTP, anything else the telnet-style protocol.
+//! letter means HTTP, anything else the telnet-style protocol. With TLS
+//! configured (`super::tls`), a first byte 0x16 is a TLS handshake: the
+//! first decrypted byte then decides the same way.
 //!
 //! Connections over `tsd.core.connections.limit` are closed at once; idle
 //! connections are closed after `tsd.core.socket.timeout` seconds (if set).
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -25,6 +28,9 @@ use super::{TsdError, TsdState};
 
 /// How long shutdown waits for open connections before closing them.
 const DRAIN: Duration = Duration::from_secs(10);
+/// How long a TLS handshake may take (when `tsd.core.socket.timeout` is
+/// not set shorter), so half-open handshakes do not hold connections.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct Server;
 
@@ -84,14 +90,45 @@ impl Server {
                 let _ = g.await;
             }
         });
+        reload_tls_on_sighup(&state);
         Ok(ServerHandle { addr, state, task })
+    }
+}
+
+/// SIGHUP reads the TLS certificate and key again (when TLS is on; SIGHUP
+/// keeps its default meaning otherwise).
+fn reload_tls_on_sighup(state: &Arc<TsdState>) {
+    #[cfg(unix)]
+    if state.tls.is_some() {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("no SIGHUP handler: TLS certificates reload only on restart");
+            return;
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut shutdown = state.shutdown_signal();
+            loop {
+                tokio::select! {
+                    r = hup.recv() => {
+                        if r.is_none() {
+                            return;
+                        }
+                        if let Err(e) = state.reload_tls() {
+                            tracing::error!(error = %e, "TLS reload failed; the certificate in use stays");
+                        }
+                    }
+                    _ = super::stopped(&mut shutdown) => return,
+                }
+            }
+        });
     }
 }
 
 async fn accept_loop(state: Arc<TsdState>, listener: TcpListener) {
     let mut shutdown = state.shutdown_signal();
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
@@ -117,7 +154,7 @@ async fn accept_loop(state: Arc<TsdState>, listener: TcpListener) {
         let guard = ConnGuard(state.clone());
         tokio::spawn(async move {
             let state = guard.0.clone();
-            handle_connection(state, stream).await;
+            handle_connection(state, stream, peer).await;
             drop(guard);
         });
     }
@@ -128,7 +165,7 @@ async fn accept_loop(state: Arc<TsdState>, listener: TcpListener) {
     }
 }
 
-async fn handle_connection(state: Arc<TsdState>, stream: TcpStream) {
+async fn handle_connection(state: Arc<TsdState>, stream: TcpStream, peer: SocketAddr) {
     let mut first = [0u8; 1];
     let timeout = state.options.socket_timeout;
     let mut shutdown = state.shutdown_signal();
@@ -146,10 +183,45 @@ async fn handle_connection(state: Arc<TsdState>, stream: TcpStream) {
         Some(n) if n > 0 => {}
         _ => return,
     }
-    if first[0].is_ascii_uppercase() {
-        serve_http(state, stream).await;
+    match &state.tls {
+        Some(tls) if first[0] == super::tls::HANDSHAKE => {
+            let limit = match timeout.is_zero() {
+                true => HANDSHAKE_TIMEOUT,
+                false => timeout.min(HANDSHAKE_TIMEOUT),
+            };
+            let stream = match tokio::time::timeout(limit, tls.acceptor.accept(stream)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            // The first decrypted byte, read into the buffer and left
+            // there for the protocol that reads it.
+            let mut stream = tokio::io::BufReader::new(stream);
+            let first = match stream.fill_buf().await {
+                Ok([b, ..]) => *b,
+                _ => return,
+            };
+            serve(state, stream, peer, first).await;
+        }
+        Some(tls) if tls.required => {
+            tracing::debug!(%peer, "plaintext connection closed: tsd.network.tls.required");
+        }
+        _ => serve(state, stream, peer, first[0]).await,
+    }
+}
+
+/// Serves a connection by the protocol its first byte names.
+async fn serve<S>(state: Arc<TsdState>, stream: S, peer: SocketAddr, first: u8)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    if first.is_ascii_uppercase() {
+        serve_http(state, stream, peer).await;
     } else {
-        super::telnet::serve(state, stream).await;
+        super::telnet::serve(state, stream, peer).await;
     }
 }
 
@@ -209,7 +281,10 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Activity<S> {
     }
 }
 
-async fn serve_http(state: Arc<TsdState>, stream: TcpStream) {
+async fn serve_http<S>(state: Arc<TsdState>, stream: S, peer: SocketAddr)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let last = Arc::new(AtomicU64::new(0));
     let epoch = Instant::now();
     let io = TokioIo::new(Activity {
@@ -221,6 +296,9 @@ async fn serve_http(state: Arc<TsdState>, stream: TcpStream) {
     let memo = super::http::ConnMemo::default();
     let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         req.extensions_mut().insert(memo.clone());
+        if st.auth.is_some() {
+            req.extensions_mut().insert(super::http::access::Peer(peer));
+        }
         super::http::serve_request(st.clone(), req)
     });
     let mut builder = http1::Builder::new();

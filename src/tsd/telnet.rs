@@ -11,8 +11,9 @@
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::db::RollupPoint;
 use crate::model::Timestamp;
@@ -25,6 +26,7 @@ use crate::write::{PendingPoint, SeriesMemo};
 
 use super::rpc::{self, After, Serve};
 use super::stats::inc;
+use super::telnet_auth::{Gate, TelnetAuth};
 use super::{TsdOptions, TsdState};
 
 const READ_CHUNK: usize = 64 * 1024;
@@ -274,9 +276,13 @@ impl Conn<'_> {
     }
 }
 
-/// Serves one telnet connection. The first byte, which chose this
-/// protocol, was only peeked at, so it is read again here.
-pub(crate) async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
+/// Serves one telnet connection (over TCP or TLS). The first byte, which
+/// chose this protocol, was only peeked at, so it is read again here.
+pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    state: Arc<TsdState>,
+    mut stream: S,
+    peer: SocketAddr,
+) {
     let max = state.options.max_line_length;
     let timeout = state.options.socket_timeout;
     let mut shutdown = state.shutdown_signal();
@@ -291,6 +297,7 @@ pub(crate) async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
         key: String::new(),
         memo: SeriesMemo::default(),
     };
+    let mut gate = TelnetAuth::default();
     loop {
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
@@ -329,6 +336,16 @@ pub(crate) async fn serve(state: Arc<TsdState>, mut stream: TcpStream) {
             }
             Ok((lines, consumed)) => {
                 for line in decode_lines(&buf[..consumed], &lines) {
+                    if state.auth.is_some() {
+                        match gate.check(&state, &line, peer, &mut conn.out).await {
+                            Gate::Run => {}
+                            Gate::Answered => continue,
+                            Gate::Close => {
+                                after = After::Close;
+                                break;
+                            }
+                        }
+                    }
                     after = conn.line(&line);
                     if after != After::Continue {
                         break;

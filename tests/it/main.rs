@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod auth;
 mod backup;
 mod cli;
 mod cluster;
@@ -31,6 +32,7 @@ mod query_threads;
 mod salvage;
 mod store_header;
 mod stored_format;
+mod tls;
 mod tsd_annotation;
 mod tsd_body;
 mod tsd_crash;

@@ -4,6 +4,7 @@
 //! `tsd.mode` are routed by [`routes`]; each endpoint has its own file,
 //! or a module of `crate::tsd::rpc` if telnet serves it too.
 
+pub(crate) mod access;
 mod annotation;
 mod backup;
 mod body;
@@ -91,7 +92,25 @@ pub(crate) async fn serve_request(
                 break 'reply Reply::text(200, Vec::new());
             }
         }
-        routes::dispatch(&state, req).await
+        match &state.auth {
+            None => routes::dispatch(&state, req).await,
+            Some(auth) => {
+                let (mut head, body) = req.into_parts();
+                match access::admit(&state, auth, &mut head).await {
+                    Err(refused) => refused,
+                    Ok((need, user)) => {
+                        // Admin requests are logged with their outcome.
+                        let audit = (need == crate::auth::Need::Role(crate::auth::Role::Admin))
+                            .then(|| (head.method.clone(), head.uri.path().to_string()));
+                        let reply = routes::dispatch(&state, Request::from_parts(head, body)).await;
+                        if let Some((method, path)) = audit {
+                            tracing::info!(target: crate::auth::AUDIT_TARGET, action = "admin", protocol = "http", user = user.as_ref().map_or("-", |u| u.name.as_str()), %method, %path, status = reply.status, "admin request");
+                        }
+                        reply
+                    }
+                }
+            }
+        }
     };
     if reply.status >= 400 {
         inc(&state.stats.http_errors);

@@ -63,13 +63,22 @@ pub(super) async fn handle(
     verb: &Method,
     raw_query: Option<String>,
     body: Option<Vec<u8>>,
+    may_delete: bool,
 ) -> Reply {
     let delete = match delete_mode(state, method, verb) {
         Ok(delete) => delete,
         Err(refused) => return refused,
     };
     // Parsing, checking and a small query's run take less than a hand-off.
-    match in_place(|| begin(state, delete, raw_query.as_deref(), body.as_deref())) {
+    match in_place(|| {
+        begin(
+            state,
+            delete,
+            may_delete,
+            raw_query.as_deref(),
+            body.as_deref(),
+        )
+    }) {
         Begun::Answered(reply) => reply,
         Begun::Large(w, prepared) => {
             blocking(state, move |st| {
@@ -99,7 +108,16 @@ enum Begun {
 /// Parses and checks a query, lists it in `/api/stats/query`, and runs it
 /// when it is small ([`query::Prepared::is_small`]): it then costs less
 /// than the two thread wake-ups of a hand-off to the blocking pool.
-fn begin(state: &TsdState, delete: bool, raw_query: Option<&str>, body: Option<&[u8]>) -> Begun {
+///
+/// `may_delete`: whether the requester may delete data (always, without
+/// authentication); a body asking `"delete": true` is refused otherwise.
+fn begin(
+    state: &TsdState,
+    delete: bool,
+    may_delete: bool,
+    raw_query: Option<&str>,
+    body: Option<&[u8]>,
+) -> Begun {
     let parsed = match body {
         Some(b) if !b.is_empty() => query::parse_post(b),
         _ => query::parse_get(raw_query.unwrap_or("")),
@@ -109,6 +127,13 @@ fn begin(state: &TsdState, delete: bool, raw_query: Option<&str>, body: Option<&
         Err(e) => return Begun::Answered(error(e)),
     };
     q.delete |= delete;
+    if q.delete && !may_delete {
+        return Begun::Answered(Reply::error(
+            403,
+            "Forbidden",
+            "A delete query needs the admin role",
+        ));
+    }
     // The serializer reads `?arrays` from the query string whatever
     // the method (`HttpJsonSerializer.formatQueryAsyncV1`), so a POST
     // body's answer can be in arrays too.

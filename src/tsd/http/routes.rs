@@ -165,7 +165,10 @@ async fn query_route(c: Call, body: Incoming) -> Reply {
     };
     let raw = c.head.uri.query().map(String::from);
     match c.rest.first().map(String::as_str) {
-        None | Some("") => query::handle(&c.state, &c.method, c.verb(), raw, body).await,
+        None | Some("") => {
+            let admin = super::access::may(&c.state, &c.head, crate::auth::Role::Admin);
+            query::handle(&c.state, &c.method, c.verb(), raw, body, admin).await
+        }
         Some("last") => query::handle_last(&c.state, &c.method, raw, body).await,
         // QueryRpc compares the endpoint in lower case.
         Some(e) if e.eq_ignore_ascii_case("gexp") => {

@@ -24,6 +24,36 @@
   };
   window.rtsdb = app;
 
+  // ---- credentials (docs/security.md) ----
+  // With authentication on, the API answers 401 without a token: the page
+  // then asks for one (TOKEN, or NAME:TOKEN), keeps it in sessionStorage
+  // for this tab's session only, and sends it on every request it makes.
+  // Every call below goes through this `fetch`, which shadows the global.
+  var TOKEN_KEY = 'rtsdb.token';
+
+  function authHeader(token) {
+    return token.indexOf(':') >= 0 ? 'Basic ' + btoa(token) : 'Bearer ' + token;
+  }
+
+  function fetch(url, opts) {
+    var sent = window.sessionStorage.getItem(TOKEN_KEY);
+    var send = function (token) {
+      var o = Object.assign({}, opts || {});
+      if (token) o.headers = Object.assign({}, o.headers || {}, { Authorization: authHeader(token) });
+      return window.fetch(url, o);
+    };
+    return send(sent).then(function (r) {
+      if (r.status !== 401) return r;
+      // Another request may have asked already while this one was out.
+      var now = window.sessionStorage.getItem(TOKEN_KEY);
+      if (now && now !== sent) return send(now);
+      var token = window.prompt('This TSD needs a token (TOKEN or NAME:TOKEN):', '');
+      if (!token) return r;
+      window.sessionStorage.setItem(TOKEN_KEY, token.trim());
+      return send(token.trim());
+    });
+  }
+
   // ---- state <-> URL (the /q vocabulary) ----
 
   function emptyMetric() {
