@@ -163,7 +163,13 @@ fn routes() -> Vec<(&'static str, &'static str, &'static str, Needs)> {
         ("GET", "/prometheus/api/v1/labels", "", Read),
         ("GET", "/prometheus/api/v1/metadata", "", Read),
         ("GET", "/no/such/path", "", Admin),
-        ("POST", "/write?db=x", "", Admin),
+        ("POST", "/write?db=x", "auth.m,host=a v=1", Write),
+        ("POST", "/api/v2/write?bucket=x", "auth.m,host=a v=1", Write),
+        ("GET", "/ping?verbose", "", Open),
+        ("GET", "/api/stats/query", "", Read),
+        ("DELETE", "/api/stats/query?id=999999", "", Admin),
+        ("GET", "/api/stats/cardinality", "", Read),
+        ("GET", "/prometheus/api/v1/status/tsdb", "", Read),
     ]
 }
 
