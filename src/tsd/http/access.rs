@@ -281,7 +281,9 @@ mod tests {
         assert_eq!(need(M::GET, "/diediedie"), ADMIN);
         assert_eq!(need(M::GET, "/api/dropcaches"), ADMIN);
         assert_eq!(need(M::GET, "/no/such/thing"), ADMIN);
-        assert_eq!(need(M::POST, "/write?db=x"), ADMIN);
+        assert_eq!(need(M::POST, "/write?db=x"), WRITE);
+        assert_eq!(need(M::POST, "/api/v2/write"), WRITE);
+        assert_eq!(need(M::GET, "/ping"), OPEN);
         assert_eq!(need(M::GET, "/sx"), ADMIN);
         assert_eq!(need(M::GET, "/api/version"), READ);
         assert_eq!(
