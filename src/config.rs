@@ -62,6 +62,11 @@ const DEFAULTS: &[(&str, &str)] = &[
     // rtsdb: labels a remote-written series may carry (telnet and
     // /api/put keep tsd.storage.max_tags).
     ("tsd.prometheus.max_labels", "64"),
+    // rtsdb: OpenTelemetry metrics (OTLP/HTTP, docs/otlp.md).
+    ("tsd.otlp.prometheus_names", "false"),
+    ("tsd.otlp.resource_attributes", ""),
+    ("tsd.otlp.scope_attributes", ""),
+    ("tsd.otlp.delta.max_series", "100000"),
     // rtsdb: cardinality limits on new series (0: none).
     ("tsd.storage.series.max_new_per_hour", "0"),
     ("tsd.storage.series.max_total", "0"),

@@ -9,8 +9,11 @@
 //!   decoded points.
 //! - [`remote_write`]: Prometheus remote write 1.0 and 2.0 bodies (snappy,
 //!   protobuf) decoded into series, samples and metadata.
+//! - [`otlp`]: OpenTelemetry metrics (OTLP/HTTP, protobuf and JSON) decoded
+//!   and mapped onto remote write's series.
 
 pub mod jackson;
+pub mod otlp;
 pub(crate) mod put_json;
 pub mod remote_write;
 pub mod telnet;

@@ -61,6 +61,8 @@ pub struct TsdState {
     pub(crate) query_cache: crate::query::QueryCache,
     /// Metric metadata sent by remote write (`/prometheus/api/v1/metadata`).
     pub(crate) metadata: http::prometheus::metadata::MetadataStore,
+    /// Running totals of OTLP delta series (`POST /v1/metrics`).
+    pub(crate) otlp_deltas: crate::protocol::otlp::DeltaState,
     pub(crate) hostname: String,
     /// The port actually bound.
     pub(crate) port: std::sync::atomic::AtomicU16,
@@ -90,6 +92,7 @@ impl TsdState {
     pub fn new(options: TsdOptions, settings: Config, db: Arc<Db>) -> TsdState {
         let graphs = http::new_graph_cache(&options.graph);
         TsdState {
+            otlp_deltas: crate::protocol::otlp::DeltaState::new(options.otlp.delta_max_series),
             query_cache: crate::query::QueryCache::new(options.query.cache),
             bodies: http::BodyBudget::new(options.max_inflight_bytes, options.inflight_wait),
             options,

@@ -18,6 +18,11 @@ pub enum SeriesRules {
     OpenTsdb,
     /// Prometheus' data model: remote write.
     Prometheus,
+    /// OpenTelemetry's names kept as sent (OTLP with
+    /// `tsd.otlp.prometheus_names` off): Prometheus' model with any UTF-8
+    /// in metric and label names (`http.server.duration`,
+    /// `service.version`), as Prometheus 3 takes them.
+    Utf8Names,
 }
 
 impl SeriesRules {
@@ -26,6 +31,7 @@ impl SeriesRules {
         match self {
             SeriesRules::OpenTsdb => 1,
             SeriesRules::Prometheus => 2,
+            SeriesRules::Utf8Names => 4,
         }
     }
 }
@@ -41,7 +47,7 @@ pub(crate) struct RulesPassed(u8);
 impl RulesPassed {
     /// Passes every rule set (test series).
     #[cfg(test)]
-    pub(crate) const ALL: RulesPassed = RulesPassed(1 | 2);
+    pub(crate) const ALL: RulesPassed = RulesPassed(1 | 2 | 4);
 
     pub(crate) fn with(self, rules: SeriesRules) -> RulesPassed {
         RulesPassed(self.0 | rules.bit())
@@ -117,6 +123,43 @@ pub(crate) fn check_prometheus(
         }
         if k.len() > MAX_NAME_BYTES {
             return Err(bad("label name longer than 4096 bytes".into()));
+        }
+        if tags[..i].iter().any(|(other, _)| other == k) {
+            return Err(bad(format!("duplicate label name {k:?}")));
+        }
+        if let Some(why) = value_problem(v) {
+            return Err(bad(format!("the value of label {k:?} {why}")));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a series' names by [`SeriesRules::Utf8Names`]: as
+/// [`check_prometheus`], but a metric or label name may be any UTF-8 a
+/// label value may be.
+pub(crate) fn check_utf8_names(
+    metric: &str,
+    tags: &[(&str, &str)],
+    max_labels: usize,
+) -> Result<(), PointError> {
+    let bad = |what: String| {
+        PointError::IllegalArgument(format!("{what} in series {}", describe(metric, tags)))
+    };
+    if let Some(why) = value_problem(metric) {
+        return Err(bad(format!("the metric name {why}")));
+    }
+    if tags.len() > max_labels {
+        return Err(bad(format!(
+            "too many labels: {}, at most {max_labels} besides __name__ ({MAX_LABELS_KEY})",
+            tags.len()
+        )));
+    }
+    for (i, (k, v)) in tags.iter().enumerate() {
+        if *k == "__name__" {
+            return Err(bad(format!("invalid label name {k:?}")));
+        }
+        if let Some(why) = value_problem(k) {
+            return Err(bad(format!("a label name {why}")));
         }
         if tags[..i].iter().any(|(other, _)| other == k) {
             return Err(bad(format!("duplicate label name {k:?}")));
@@ -211,6 +254,25 @@ mod tests {
         let long = "x".repeat(MAX_NAME_BYTES + 1);
         assert!(msg("m", &[("a", &long)]).contains("4096"));
         assert!(msg("m", &[("a", &long)]).len() < 700);
+    }
+
+    #[test]
+    fn utf8_names_take_dots_and_refuse_what_no_name_holds() {
+        let tags = [("http.method", "GET"), ("service.version", "1.2")];
+        assert!(check_utf8_names("http.server.duration", &tags, 64).is_ok());
+        assert!(check_utf8_names("up", &[], 64).is_ok());
+        assert!(check_prometheus("http.server.duration", &tags, 64).is_err());
+        for (m, t) in [
+            ("", &[][..]),
+            ("m", &[("", "v")][..]),
+            ("m", &[("__name__", "v")][..]),
+            ("m", &[("a", "1"), ("a", "2")][..]),
+            ("m\0", &[][..]),
+            ("m", &[("a", "")][..]),
+        ] {
+            assert!(check_utf8_names(m, t, 64).is_err(), "{m} {t:?}");
+        }
+        assert!(check_utf8_names("m", &tags, 1).is_err());
     }
 
     #[test]

@@ -581,7 +581,9 @@ impl SeriesCache {
         // again by the UID table's (OpenTSDB's character set).
         let uid = |kind, name: &str| match rules {
             SeriesRules::OpenTsdb => self.uids.get_or_create_id(kind, name),
-            SeriesRules::Prometheus => self.uids.get_or_create_checked_id(kind, name),
+            SeriesRules::Prometheus | SeriesRules::Utf8Names => {
+                self.uids.get_or_create_checked_id(kind, name)
+            }
         };
         let metric_uid = uid(UidKind::Metric, metric)?;
         let keys: Vec<&str> = tags.iter().map(|t| t.0).collect();
@@ -621,6 +623,7 @@ impl SeriesCache {
         match rules {
             SeriesRules::OpenTsdb => self.check_opentsdb_names(metric, tags),
             SeriesRules::Prometheus => rules::check_prometheus(metric, tags, self.max_labels),
+            SeriesRules::Utf8Names => rules::check_utf8_names(metric, tags, self.max_labels),
         }
     }
 
@@ -632,10 +635,14 @@ impl SeriesCache {
         tags: &[(&str, &str)],
         checked: Option<SeriesRules>,
     ) -> RulesPassed {
-        [SeriesRules::OpenTsdb, SeriesRules::Prometheus]
-            .into_iter()
-            .filter(|r| Some(*r) == checked || self.check_names(*r, metric, tags).is_ok())
-            .fold(RulesPassed::default(), RulesPassed::with)
+        [
+            SeriesRules::OpenTsdb,
+            SeriesRules::Prometheus,
+            SeriesRules::Utf8Names,
+        ]
+        .into_iter()
+        .filter(|r| Some(*r) == checked || self.check_names(*r, metric, tags).is_ok())
+        .fold(RulesPassed::default(), RulesPassed::with)
     }
 
     /// `IncomingDataPoints.checkMetricAndTags`.

@@ -13,6 +13,7 @@ mod graph;
 mod histogram;
 mod logs;
 mod metrics;
+mod otlp;
 pub(crate) mod prometheus;
 pub(crate) mod put;
 mod query;
