@@ -14,6 +14,7 @@ mod cluster_script;
 mod crash;
 mod fsck;
 mod import;
+mod ingest_otlp;
 mod limits;
 mod never_panic;
 mod prom_api;
