@@ -22,7 +22,11 @@ use rtsdb::protocol::otlp::proto::*;
 
 use crate::common::{Backend, HttpResponse, Tsds, http, on_both_backends};
 
-on_both_backends!(python_sdk_counter_gauge_histogram, bodies_sent_by_hand);
+on_both_backends!(
+    python_sdk_counter_gauge_histogram,
+    bodies_sent_by_hand,
+    prometheus_names_when_asked
+);
 
 /// `%XX` for everything but unreserved characters, for query strings.
 fn enc(s: &str) -> String {
@@ -350,4 +354,28 @@ fn bodies_sent_by_hand(backend: Backend) {
     assert_eq!(r.status, 415);
     let r = http(tsds.writer().addr, "GET", "/v1/metrics", &[], b"");
     assert_eq!(r.status, 405);
+}
+
+/// `tsd.otlp.prometheus_names`: names built by the OpenTelemetry →
+/// Prometheus convention, asked for in PromQL without `__name__`.
+fn prometheus_names_when_asked(backend: Backend) {
+    let Some(tsds) = Tsds::start(backend, &[("tsd.otlp.prometheus_names", "true")]) else {
+        return;
+    };
+    let t = now_ns();
+    let json = format!(
+        r#"{{"resourceMetrics":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"hand"}}}}]}},
+        "scopeMetrics":[{{"metrics":[{{"name":"net.io","unit":"By","sum":{{"aggregationTemporality":2,"isMonotonic":true,"dataPoints":[
+          {{"timeUnixNano":"{t}","asDouble":1024,"attributes":[{{"key":"http.method","value":{{"stringValue":"GET"}}}}]}}]}}}}]}}]}}]}}"#
+    );
+    let r = post(
+        &tsds,
+        "/v1/metrics",
+        &[("Content-Type", "application/json")],
+        json.as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got = promql(&tsds, r#"net_io_bytes_total{http_method="GET",job="hand"}"#);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].1, 1024.0);
 }
