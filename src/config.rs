@@ -76,6 +76,11 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tsd.network.graphite.port", ""),
     ("tsd.network.graphite.user", ""),
     ("tsd.graphite.templates", ""),
+    // rtsdb: OpenTelemetry metrics (OTLP/HTTP, docs/otlp.md).
+    ("tsd.otlp.prometheus_names", "false"),
+    ("tsd.otlp.resource_attributes", ""),
+    ("tsd.otlp.scope_attributes", ""),
+    ("tsd.otlp.delta.max_series", "100000"),
     // rtsdb: cardinality limits on new series (0: none).
     ("tsd.storage.series.max_new_per_hour", "0"),
     ("tsd.storage.series.max_total", "0"),

@@ -11,10 +11,13 @@
 //!   protobuf) decoded into series, samples and metadata.
 //! - [`influx`]: InfluxDB line protocol bodies.
 //! - [`graphite`]: Graphite plaintext lines, tags and path templates.
+//! - [`otlp`]: OpenTelemetry metrics (OTLP/HTTP, protobuf and JSON) decoded
+//!   and mapped onto remote write's series.
 
 pub mod graphite;
 pub mod influx;
 pub mod jackson;
+pub mod otlp;
 pub(crate) mod put_json;
 pub mod remote_write;
 pub mod telnet;

@@ -75,6 +75,8 @@ pub struct TsdState {
     pub(crate) query_cache: crate::query::QueryCache,
     /// Metric metadata sent by remote write (`/prometheus/api/v1/metadata`).
     pub(crate) metadata: http::prometheus::metadata::MetadataStore,
+    /// Running totals of OTLP delta series (`POST /v1/metrics`).
+    pub(crate) otlp_deltas: crate::protocol::otlp::DeltaState,
     pub(crate) hostname: String,
     /// The port actually bound.
     pub(crate) port: std::sync::atomic::AtomicU16,
@@ -120,6 +122,7 @@ impl TsdState {
         Ok(TsdState {
             auth,
             tls: tls::Tls::open(&options.tls)?.map(Arc::new),
+            otlp_deltas: crate::protocol::otlp::DeltaState::new(options.otlp.delta_max_series),
             query_cache: crate::query::QueryCache::new(options.query.cache),
             bodies: http::BodyBudget::new(options.max_inflight_bytes, options.inflight_wait),
             options,

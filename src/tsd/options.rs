@@ -83,6 +83,34 @@ pub struct TsdOptions {
     pub auth: crate::auth::AuthOptions,
     /// `tsd.network.tls.*` (docs/security.md).
     pub tls: crate::tsd::tls::TlsOptions,
+    /// `tsd.otlp.*`: OpenTelemetry metrics (docs/otlp.md).
+    pub otlp: OtlpOptions,
+}
+
+/// `POST /v1/metrics` (OTLP/HTTP): `tsd.otlp.*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpOptions {
+    /// `tsd.otlp.prometheus_names` (off), `tsd.otlp.resource_attributes`
+    /// and `tsd.otlp.scope_attributes` (`*` all, else a comma list; empty
+    /// by default: `job` and `instance` only).
+    pub mapping: crate::protocol::otlp::MappingOptions,
+    /// `tsd.otlp.delta.max_series` (100000): delta series made cumulative
+    /// at once; each holds its key and running total in memory.
+    pub delta_max_series: usize,
+}
+
+impl OtlpOptions {
+    pub fn from_config(c: &Config) -> Result<OtlpOptions, ConfigError> {
+        use crate::protocol::otlp::{MappingOptions, Selection};
+        Ok(OtlpOptions {
+            mapping: MappingOptions {
+                prometheus_names: c.get_bool("tsd.otlp.prometheus_names"),
+                resource_attributes: Selection::parse(c.get_string("tsd.otlp.resource_attributes")),
+                scope_attributes: Selection::parse(c.get_string("tsd.otlp.scope_attributes")),
+            },
+            delta_max_series: c.get_int("tsd.otlp.delta.max_series")?.unwrap_or(100_000),
+        })
+    }
 }
 
 /// `POST /api/backup` (rtsdb's own endpoint).
@@ -170,6 +198,7 @@ impl TsdOptions {
             graphite: crate::tsd::GraphiteOptions::from_config(c)?,
             auth: crate::auth::AuthOptions::from_config(c),
             tls: crate::tsd::tls::TlsOptions::from_config(c)?,
+            otlp: OtlpOptions::from_config(c)?,
         })
     }
 }

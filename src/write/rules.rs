@@ -19,7 +19,11 @@ pub enum SeriesRules {
     OpenTsdb,
     /// Prometheus' data model: remote write.
     Prometheus,
-    /// InfluxDB line protocol and Graphite plaintext: names in any UTF-8.
+    /// Names kept as the sender wrote them: InfluxDB line protocol,
+    /// Graphite plaintext, OpenTelemetry metrics with
+    /// `tsd.otlp.prometheus_names` off. Every name may be any UTF-8 a
+    /// label value may be (`cpu.usage_idle`, a Graphite path,
+    /// `http.server.duration`), and no tag is needed.
     LineProtocol,
 }
 
@@ -157,6 +161,11 @@ pub(crate) fn check_line_protocol(
         )));
     }
     for (i, (k, v)) in tags.iter().enumerate() {
+        if *k == "__name__" {
+            return Err(bad(format!(
+                "invalid tag key {k:?}: the metric name is not a tag"
+            )));
+        }
         if let Some(why) = value_problem(k) {
             return Err(bad(format!("a tag key {why}")));
         }
@@ -269,6 +278,7 @@ mod tests {
         assert!(msg("m", &[("a", "1"), ("b", "2"), ("c", "3")]).contains("too many tags: 3"));
         assert!(msg("m", &[("a", "x\u{1}")]).contains("0x01"));
         assert!(msg("m", &[("", "x")]).contains("a tag key is empty"));
+        assert!(msg("m", &[("__name__", "x")]).contains("invalid tag key"));
     }
 
     #[test]

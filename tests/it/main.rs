@@ -17,6 +17,7 @@ mod fsck;
 mod import;
 mod ingest_graphite;
 mod ingest_influx;
+mod ingest_otlp;
 mod limits;
 mod never_panic;
 mod prom_api;

@@ -156,7 +156,7 @@ pub struct Series {
 
 impl Series {
     /// The series of `metric` and `labels` (sorted by name, none empty).
-    fn new(metric: &str, labels: &[(&str, &str)], samples: Vec<Sample>) -> Series {
+    pub(crate) fn new(metric: &str, labels: &[(&str, &str)], samples: Vec<Sample>) -> Series {
         let len = metric.len() + labels.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
         let mut text = String::with_capacity(len);
         text.push_str(metric);

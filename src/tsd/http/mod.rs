@@ -16,6 +16,7 @@ mod histogram;
 mod influx;
 mod logs;
 mod metrics;
+mod otlp;
 pub(crate) mod prometheus;
 pub(crate) mod put;
 mod query;

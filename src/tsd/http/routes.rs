@@ -14,7 +14,7 @@ use hyper::{Method, Request};
 
 use super::call::{Call, body_unless_get, read_body};
 use super::reply::{Query, Reply, not_found};
-use super::{annotation, gexp, histogram, metrics, prometheus, put, query, rollup, search};
+use super::{annotation, gexp, histogram, metrics, otlp, prometheus, put, query, rollup, search};
 use super::{backup, graph, influx, logs, serializers, suggest, tree, ui, uid};
 use crate::tsd::TsdState;
 use crate::tsd::rpc::{self, Serve};
@@ -263,6 +263,9 @@ fn api_method(method: &Method, q: &Query) -> Result<Method, Reply> {
 /// Routes a request to its handler.
 pub(super) async fn dispatch(state: &Arc<TsdState>, req: Request<Incoming>) -> Reply {
     let (head, body) = req.into_parts();
+    if otlp::owns(head.uri.path()) {
+        return otlp::route(state, head, body).await;
+    }
     if prometheus::owns(head.uri.path()) {
         return prometheus::dispatch(state, head, body).await;
     }

@@ -16,7 +16,7 @@ mod api;
 mod api_json;
 mod api_params;
 pub(crate) mod metadata;
-mod write;
+pub(super) mod write;
 
 pub(crate) use write::timestamp_of;
 

@@ -119,17 +119,18 @@ async fn read(
     })
 }
 
-/// What writing a request did.
+/// What writing a request did (remote write's, and OTLP's, which writes
+/// its series through [`log_samples`] too).
 #[derive(Debug, Default)]
-struct Outcome {
+pub(in crate::tsd::http) struct Outcome {
     /// Samples appended (and acknowledged, unless `failure` says not).
-    written: u64,
+    pub(in crate::tsd::http) written: u64,
     /// The first refusal: what the 400 says.
-    first_refusal: Option<String>,
+    pub(in crate::tsd::http) first_refusal: Option<String>,
     /// Samples refused for what they are.
-    refused: u64,
+    pub(in crate::tsd::http) refused: u64,
     /// Why nothing more could be written, if a retry could fix it.
-    failure: Option<PointError>,
+    pub(in crate::tsd::http) failure: Option<PointError>,
 }
 
 impl Outcome {
@@ -173,7 +174,7 @@ impl Outcome {
 }
 
 /// A refusal's words for the sender's log.
-fn message(e: &PointError) -> String {
+pub(in crate::tsd::http) fn message(e: &PointError) -> String {
     match e {
         PointError::IllegalArgument(m)
         | PointError::InvalidValue(m)
@@ -229,10 +230,11 @@ async fn write(state: Arc<TsdState>, request: Request, sync: bool) -> Outcome {
         .fetch_add(received as u64, Ordering::Relaxed);
     let small = request.sample_count() <= APPEND_BATCH;
     let (mut outcome, last) = if small {
-        log_samples(&state, &request)
+        log_samples(&state, &request, SeriesRules::Prometheus)
     } else {
         let st = state.clone();
-        match tokio::task::spawn_blocking(move || log_samples(&st, &request)).await {
+        let blocking = move || log_samples(&st, &request, SeriesRules::Prometheus);
+        match tokio::task::spawn_blocking(blocking).await {
             Ok(r) => r,
             Err(_) => (
                 Outcome {
@@ -258,9 +260,14 @@ async fn write(state: Arc<TsdState>, request: Request, sync: bool) -> Outcome {
     outcome
 }
 
-/// Checks and appends the samples of `request` a batch at a time; the
-/// last append, to wait on. Stops at the first failure a retry could fix.
-fn log_samples(state: &TsdState, request: &Request) -> (Outcome, Option<Appended>) {
+/// Checks (by `rules`) and appends the samples of `request` a batch at a
+/// time; the last append, to wait on. Stops at the first failure a retry
+/// could fix.
+pub(in crate::tsd::http) fn log_samples(
+    state: &TsdState,
+    request: &Request,
+    rules: SeriesRules,
+) -> (Outcome, Option<Appended>) {
     let mut outcome = Outcome::default();
     for (e, samples) in &request.refused {
         outcome.refuse(|| e.to_string(), *samples as u64);
@@ -303,7 +310,7 @@ fn log_samples(state: &TsdState, request: &Request) -> (Outcome, Option<Appended
             let resolved = match &series {
                 Some(known) => Arc::clone(known),
                 None => match db.resolve_as(
-                    SeriesRules::Prometheus,
+                    rules,
                     s.metric(),
                     sample.timestamp_ms,
                     value,
