@@ -35,6 +35,7 @@ use hyper::body::Incoming;
 use hyper::http::request::Parts;
 
 use super::body::read_whole;
+use super::ingest::{Appender, acknowledge};
 use super::prometheus::timestamp_of;
 use super::reply::{Query, Reply};
 use crate::config::{Config, ConfigError};
@@ -221,17 +222,10 @@ async fn write(state: &Arc<TsdState>, head: Parts, body: Incoming, api: Api) -> 
         }
     };
     drop(reservation);
-    if let Some(a) = last
-        && outcome.failure.is_none()
+    if outcome.failure.is_none()
+        && let Err(e) = acknowledge(state, last, query.has("sync")).await
     {
-        if query.has("sync") {
-            if let Err(e) = state.db.wait_durable(a).await {
-                state.stats.count_error(&e);
-                outcome.failure = Some(e);
-            }
-        } else {
-            state.db.throttle(a).await;
-        }
+        outcome.failure = Some(e);
     }
     outcome.reply(api)
 }
@@ -338,26 +332,8 @@ fn log_lines(state: &TsdState, text: &[u8], params: &Params) -> (Outcome, Option
     let mut key = String::new();
     let mut metric = String::new();
     let mut batch: Vec<PendingPoint> = Vec::new();
-    let mut last = None;
     let mut received = 0u64;
-    let mut append = |batch: &mut Vec<PendingPoint>, outcome: &mut Outcome| {
-        if batch.is_empty() {
-            return true;
-        }
-        match db.append(batch) {
-            Ok(a) => {
-                outcome.written += batch.len() as u64;
-                last = Some(a);
-                batch.clear();
-                true
-            }
-            Err(e) => {
-                state.stats.count_error(&e);
-                outcome.failure = Some(e);
-                false
-            }
-        }
-    };
+    let mut appender = Appender::new(state);
     'lines: for parsed in LineReader::new(text) {
         let number = parsed.number;
         let line = match parsed.result {
@@ -433,17 +409,19 @@ fn log_lines(state: &TsdState, text: &[u8], params: &Params) -> (Outcome, Option
                 }
             };
             batch.push(PendingPoint { series, ts, value });
-            if batch.len() >= APPEND_BATCH && !append(&mut batch, &mut outcome) {
+            if batch.len() >= APPEND_BATCH
+                && !appender.append_into(&mut batch, &mut outcome.written, &mut outcome.failure)
+            {
                 break 'lines;
             }
         }
     }
     if outcome.failure.is_none() {
-        append(&mut batch, &mut outcome);
+        appender.append_into(&mut batch, &mut outcome.written, &mut outcome.failure);
     }
     state
         .stats
         .influx_points
         .fetch_add(received, Ordering::Relaxed);
-    (outcome, last)
+    (outcome, appender.last())
 }

@@ -14,6 +14,7 @@ mod gexp;
 mod graph;
 mod histogram;
 mod influx;
+mod ingest;
 mod logs;
 mod metrics;
 mod otlp;

@@ -30,6 +30,7 @@ use hyper::header;
 use hyper::http::request::Parts;
 
 use super::body::read_whole;
+use super::ingest::acknowledge;
 use super::prometheus::metadata::MetricMetadata;
 use super::prometheus::write::{Outcome, log_samples, message};
 use super::reply::{Query, Reply, not_found};
@@ -185,17 +186,10 @@ async fn write(state: Arc<TsdState>, t: Translated, sync: bool, encoding: Encodi
             ),
         }
     };
-    if let Some(a) = last
-        && outcome.failure.is_none()
+    if outcome.failure.is_none()
+        && let Err(e) = acknowledge(&state, last, sync).await
     {
-        if sync {
-            if let Err(e) = state.db.wait_durable(a).await {
-                state.stats.count_error(&e);
-                outcome.failure = Some(e);
-            }
-        } else {
-            state.db.throttle(a).await;
-        }
+        outcome.failure = Some(e);
     }
     if let Some(e) = &outcome.failure {
         let http = match e {

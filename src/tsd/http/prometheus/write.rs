@@ -29,6 +29,7 @@ use hyper::header;
 use hyper::http::request::Parts;
 
 use super::super::body::{Reservation, collect_wire, preflight};
+use super::super::ingest::{Appender, acknowledge};
 use super::super::reply::{Query, Reply};
 use super::metadata::MetricMetadata;
 use crate::db::{Appended, PendingPoint, SeriesRules};
@@ -245,17 +246,10 @@ async fn write(state: Arc<TsdState>, request: Request, sync: bool) -> Outcome {
             ),
         }
     };
-    if let Some(a) = last
-        && outcome.failure.is_none()
+    if outcome.failure.is_none()
+        && let Err(e) = acknowledge(&state, last, sync).await
     {
-        if sync {
-            if let Err(e) = state.db.wait_durable(a).await {
-                state.stats.count_error(&e);
-                outcome.failure = Some(e);
-            }
-        } else {
-            state.db.throttle(a).await;
-        }
+        outcome.failure = Some(e);
     }
     outcome
 }
@@ -275,25 +269,7 @@ pub(in crate::tsd::http) fn log_samples(
     let db = &state.db;
     let mut key = String::new();
     let mut batch: Vec<PendingPoint> = Vec::with_capacity(APPEND_BATCH.min(request.sample_count()));
-    let mut last = None;
-    let mut append = |batch: &mut Vec<PendingPoint>, outcome: &mut Outcome| {
-        if batch.is_empty() {
-            return true;
-        }
-        match db.append(batch) {
-            Ok(a) => {
-                outcome.written += batch.len() as u64;
-                last = Some(a);
-                batch.clear();
-                true
-            }
-            Err(e) => {
-                state.stats.count_error(&e);
-                outcome.failure = Some(e);
-                false
-            }
-        }
-    };
+    let mut appender = Appender::new(state);
     for s in &request.series {
         let tags = s.tags();
         let mut series = None;
@@ -329,7 +305,7 @@ pub(in crate::tsd::http) fn log_samples(
                     Err(e) => {
                         state.stats.count_error(&e);
                         outcome.failure = Some(e);
-                        return (outcome, last);
+                        return (outcome, appender.last());
                     }
                 },
             };
@@ -338,13 +314,15 @@ pub(in crate::tsd::http) fn log_samples(
                 ts,
                 value,
             });
-            if batch.len() >= APPEND_BATCH && !append(&mut batch, &mut outcome) {
-                return (outcome, last);
+            if batch.len() >= APPEND_BATCH
+                && !appender.append_into(&mut batch, &mut outcome.written, &mut outcome.failure)
+            {
+                return (outcome, appender.last());
             }
         }
     }
-    append(&mut batch, &mut outcome);
-    (outcome, last)
+    appender.append_into(&mut batch, &mut outcome.written, &mut outcome.failure);
+    (outcome, appender.last())
 }
 
 /// `metric{a="1", …}` for messages.
