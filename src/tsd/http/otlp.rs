@@ -30,9 +30,8 @@ use hyper::header;
 use hyper::http::request::Parts;
 
 use super::body::read_whole;
-use super::ingest::acknowledge;
 use super::prometheus::metadata::MetricMetadata;
-use super::prometheus::write::{Outcome, log_samples, message};
+use super::prometheus::write::{message, write_request};
 use super::reply::{Query, Reply, not_found};
 use crate::db::SeriesRules;
 use crate::protocol::PointError;
@@ -171,26 +170,8 @@ async fn write(state: Arc<TsdState>, t: Translated, sync: bool, encoding: Encodi
         series: t.series,
         ..Request::default()
     };
-    let (mut outcome, last) = if request.series.len() <= BLOCKING_SERIES {
-        log_samples(&state, &request, rules)
-    } else {
-        let st = state.clone();
-        match tokio::task::spawn_blocking(move || log_samples(&st, &request, rules)).await {
-            Ok(r) => r,
-            Err(_) => (
-                Outcome {
-                    failure: Some(PointError::Storage("writing the points failed".into())),
-                    ..Outcome::default()
-                },
-                None,
-            ),
-        }
-    };
-    if outcome.failure.is_none()
-        && let Err(e) = acknowledge(&state, last, sync).await
-    {
-        outcome.failure = Some(e);
-    }
+    let blocking = request.series.len() > BLOCKING_SERIES;
+    let mut outcome = write_request(state.clone(), request, rules, blocking, sync).await;
     if let Some(e) = &outcome.failure {
         let http = match e {
             PointError::Storage(_) => 500,

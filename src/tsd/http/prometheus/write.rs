@@ -230,12 +230,24 @@ async fn write(state: Arc<TsdState>, request: Request, sync: bool) -> Outcome {
         .remote_write_samples
         .fetch_add(received as u64, Ordering::Relaxed);
     let small = request.sample_count() <= APPEND_BATCH;
-    let (mut outcome, last) = if small {
-        log_samples(&state, &request, SeriesRules::Prometheus)
+    write_request(state, request, SeriesRules::Prometheus, !small, sync).await
+}
+
+/// Appends a decoded request's samples under `rules` (on a thread made
+/// for blocking when `blocking`: a large request), then acknowledges them
+/// as the request asks (`sync`).
+pub(in crate::tsd::http) async fn write_request(
+    state: Arc<TsdState>,
+    request: Request,
+    rules: SeriesRules,
+    blocking: bool,
+    sync: bool,
+) -> Outcome {
+    let (mut outcome, last) = if !blocking {
+        log_samples(&state, &request, rules)
     } else {
         let st = state.clone();
-        let blocking = move || log_samples(&st, &request, SeriesRules::Prometheus);
-        match tokio::task::spawn_blocking(blocking).await {
+        match tokio::task::spawn_blocking(move || log_samples(&st, &request, rules)).await {
             Ok(r) => r,
             Err(_) => (
                 Outcome {
