@@ -29,8 +29,9 @@ use super::error::PromError;
 use super::storage::Storage;
 use super::value::QueryValue;
 use crate::query::QueryProgress;
-use eval::{Evaluator, Stop};
+use eval::Evaluator;
 use selectors::QueryRange;
+use step::Stop;
 
 pub use parse::parse_query;
 

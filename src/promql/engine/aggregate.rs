@@ -152,7 +152,12 @@ fn fold_walk(
     let width = groups.len();
     let mut accs = vec![Acc::default(); steps * width];
     let mut gave = vec![false; labels.len()];
+    let stop = ev.stop();
     walk.walk(selected, |i, k, v| {
+        // The query's cancel and timeout, once a series.
+        if !gave[i as usize] {
+            stop.check()?;
+        }
         gave[i as usize] = true;
         accs[k * width + of_series[i as usize] as usize].push(op, v);
         Ok(())

@@ -151,7 +151,12 @@ fn call_grid(
     let mut made: Vec<(Labels, Labels)> = Vec::new();
     let mut points = 0usize;
     let inputs = ev.selected().window_labels(ms);
+    let stop = ev.stop();
     ev.selected().walk_windows(ms, |i, k, samples, span| {
+        // Every step is computed here at once, and a function of this
+        // general path may cost much a window: the query's cancel and
+        // timeout are looked at for each.
+        stop.check()?;
         let labels = &inputs[i as usize];
         let mut call_args = others[k].clone();
         call_args.insert(
@@ -208,7 +213,12 @@ fn walk_grid(ev: &mut impl Eval, walk: SeriesWalk) -> Result<Vec<Vec<VectorSampl
     let mut rows: Vec<Vec<VectorSample>> = vec![Vec::new(); ev.selected().steps()];
     let mut gave = vec![false; labels.len()];
     let (max, mut points) = (ev.max_samples(), 0usize);
+    let stop = ev.stop();
     walk.walk(ev.selected(), |i, k, v| {
+        // The query's cancel and timeout, once a series.
+        if !gave[i as usize] {
+            stop.check()?;
+        }
         gave[i as usize] = true;
         rows[k].push(VectorSample {
             labels: labels[i as usize].clone(),

@@ -3,27 +3,17 @@
 //! one step; range queries gather each step's vector into a matrix.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Instant;
 
 use promql_parser::parser::{Expr, SubqueryExpr, UnaryExpr};
 
 use super::EngineOptions;
 use super::selectors::{self, QueryRange, Selected};
-use super::step::{Eval, LabelMap, StepValue, check_unique};
+use super::step::{Eval, LabelMap, StepValue, Stop, check_unique};
 use super::walk::SeriesWalk;
 use super::{aggregate, binary, calls};
-use crate::promql::error::{ErrorKind, PromError};
+use crate::promql::error::PromError;
 use crate::promql::storage::Storage;
 use crate::promql::value::{Labels, QueryValue, Sample, Series, VectorSample};
-use crate::query::QueryProgress;
-
-/// What stops an evaluation before its end: the deadline of the
-/// engine's timeout, and an operator's cancel when the query is watched.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Stop<'a> {
-    pub(super) deadline: Instant,
-    pub(super) progress: Option<&'a QueryProgress>,
-}
 
 /// The state of one query's evaluation.
 pub(super) struct Evaluator<'a> {
@@ -147,19 +137,7 @@ impl<'a> Evaluator<'a> {
     /// A `canceled` error once an operator cancelled the query, a
     /// `timeout` error once it has run past its time.
     pub(super) fn check_deadline(&self) -> Result<(), PromError> {
-        if self.stop.progress.is_some_and(QueryProgress::is_cancelled) {
-            return Err(PromError::new(
-                ErrorKind::Canceled,
-                "query was canceled in expression evaluation",
-            ));
-        }
-        if Instant::now() > self.stop.deadline {
-            return Err(PromError::new(
-                ErrorKind::Timeout,
-                "query timed out in expression evaluation",
-            ));
-        }
-        Ok(())
+        self.stop.check()
     }
 }
 
@@ -317,6 +295,10 @@ impl Eval for Evaluator<'_> {
 
     fn selected(&self) -> &Selected {
         &self.selected
+    }
+
+    fn stop(&self) -> Stop<'_> {
+        self.stop
     }
 }
 

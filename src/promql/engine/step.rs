@@ -9,8 +9,11 @@ use std::hash::{BuildHasherDefault, Hasher};
 use promql_parser::parser::{Expr, SubqueryExpr};
 
 use super::selectors::Selected;
-use crate::promql::error::PromError;
+use std::time::Instant;
+
+use crate::promql::error::{ErrorKind, PromError};
 use crate::promql::value::{Labels, Series, VectorSample};
+use crate::query::QueryProgress;
 
 /// What an expression evaluates to at one step.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,6 +69,35 @@ pub(super) type LabelMap<K, V> = HashMap<K, V, BuildHasherDefault<MixHasher>>;
 /// A set of label sets with [`MixHasher`].
 pub(super) type LabelSet<K> = HashSet<K, BuildHasherDefault<MixHasher>>;
 
+/// What stops an evaluation before its end: the deadline of the
+/// engine's timeout, and an operator's cancel when the query is watched.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stop<'a> {
+    pub(super) deadline: Instant,
+    pub(super) progress: Option<&'a QueryProgress>,
+}
+
+impl Stop<'_> {
+    /// A `canceled` error once an operator cancelled the query, a
+    /// `timeout` error once it ran past its time. Cheap enough to ask
+    /// once per series of a walk, or per window of a costly function.
+    pub(super) fn check(&self) -> Result<(), PromError> {
+        if self.progress.is_some_and(QueryProgress::is_cancelled) {
+            return Err(PromError::new(
+                ErrorKind::Canceled,
+                "query was canceled in expression evaluation",
+            ));
+        }
+        if Instant::now() > self.deadline {
+            return Err(PromError::new(
+                ErrorKind::Timeout,
+                "query timed out in expression evaluation",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The evaluator, as operators and function calls use it.
 pub(super) trait Eval {
     /// Evaluates `expr` at time `t`.
@@ -100,6 +132,10 @@ pub(super) trait Eval {
 
     /// The selectors' series.
     fn selected(&self) -> &Selected;
+
+    /// What stops the query: checked inside the loops that compute every
+    /// step at once.
+    fn stop(&self) -> Stop<'_>;
 
     /// Evaluates an instant-vector expression at `t`; anything else here
     /// is a bug in the parser's type checks, reported as such.
