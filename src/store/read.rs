@@ -339,12 +339,7 @@ impl SeriesSource for Store {
                 by_series.entry(row_key.tsuid).or_default().extend(points);
             }
         }
-        // Rows of one series come in hour order within a salt bucket, and a
-        // series lives in one bucket, so each list is already sorted.
-        Ok(by_series
-            .into_iter()
-            .map(|(tsuid, points)| SeriesData { tsuid, points })
-            .collect())
+        Ok(series_data(by_series))
     }
 
     fn read_tsuids(
@@ -562,6 +557,18 @@ impl Store {
         }
         Ok(decoded.annotations)
     }
+}
+
+/// A metric scan's points gathered by series, as [`SeriesData`]. Rows of
+/// one series come in hour order within a salt bucket, and a series lives
+/// in one bucket, so each list is already sorted.
+pub(crate) fn series_data(
+    by_series: std::collections::BTreeMap<Tsuid, Vec<Point>>,
+) -> Vec<SeriesData> {
+    by_series
+        .into_iter()
+        .map(|(tsuid, points)| SeriesData { tsuid, points })
+        .collect()
 }
 
 #[cfg(test)]

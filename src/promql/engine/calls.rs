@@ -150,7 +150,7 @@ fn call_grid(
     // for the duplicate check after the walk.
     let mut made: Vec<(Labels, Labels)> = Vec::new();
     let mut points = 0usize;
-    let inputs = ev.selected().window_labels(ms);
+    let inputs = ev.selected().series_labels(&ms.vs);
     let stop = ev.stop();
     ev.selected().walk_windows(ms, |i, k, samples, span| {
         // Every step is computed here at once, and a function of this

@@ -486,11 +486,6 @@ impl Selected {
             None => Ok(()),
         })
     }
-
-    /// The labels of `ms`'s series, in the order walks index them.
-    pub(super) fn window_labels(&self, ms: &MatrixSelector) -> Vec<Labels> {
-        self.series_labels(&ms.vs)
-    }
 }
 
 /// How a selector that only a series walk uses is read (see

@@ -48,16 +48,12 @@ impl<'e> SeriesWalk<'e> {
     /// The labels of each series' values, in the order the walk indexes
     /// the series (a range function drops `__name__` unless it keeps it).
     pub(super) fn labels(&self, selected: &Selected) -> Vec<Labels> {
+        let labels = selected.series_labels(self.reads().0);
         match self {
-            SeriesWalk::Selector(vs) => selected.series_labels(vs),
-            SeriesWalk::Range(f, ms) => {
-                let labels = selected.window_labels(ms);
-                if f.keeps_name() {
-                    labels
-                } else {
-                    labels.iter().map(Labels::without_name).collect()
-                }
+            SeriesWalk::Range(f, _) if !f.keeps_name() => {
+                labels.iter().map(Labels::without_name).collect()
             }
+            _ => labels,
         }
     }
 
@@ -71,10 +67,7 @@ impl<'e> SeriesWalk<'e> {
 
     /// How many series the walk indexes.
     pub(super) fn series_count(&self, selected: &Selected) -> usize {
-        match self {
-            SeriesWalk::Selector(vs) => selected.series_count(vs),
-            SeriesWalk::Range(_, ms) => selected.series_count(&ms.vs),
-        }
+        selected.series_count(self.reads().0)
     }
 
     /// Calls `f(series, step, value)` for every value, series by series,

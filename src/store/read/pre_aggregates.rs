@@ -132,11 +132,7 @@ impl SeriesSource for PreAggregates {
                 }
             }
         }
-        // A series' rows come in hour order within its salt bucket.
-        Ok(by_series
-            .into_iter()
-            .map(|(tsuid, points)| SeriesData { tsuid, points })
-            .collect())
+        Ok(super::series_data(by_series))
     }
 
     /// Histograms are written to the data table only (2.4.1's
